@@ -12,4 +12,6 @@
 //! and bridge their runtimes; every rule lives here so the two languages cannot
 //! drift apart.
 
+pub mod broker;
 pub mod flow;
+pub mod task;

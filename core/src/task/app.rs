@@ -1,0 +1,357 @@
+//! The object every other type hangs off: the registry, the seams and the
+//! clock.
+//!
+//! An app owns a broker, an optional result store, an optional chord counter
+//! and the clock the task side reads instead of the system clock. Nothing here
+//! is global: two apps in one process do not see each other's tasks.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use tokio::sync::Notify;
+
+use super::body::SharedBody;
+use super::canvas::Canvas;
+use super::clock::{Clock, SystemClock};
+use super::handle::Handle;
+use super::message::{Message, Options, Sig, new_id};
+use super::policy::Policy;
+use super::spec::{Backend, Broker, Counter, Inspector};
+use super::state::{Outcome, Refused, State};
+use crate::broker::MemoryBroker;
+
+/// How long a revoke is remembered: three hours, Celery's `REVOKE_EXPIRES`
+/// (10800 s) — long enough for any queued copy to be claimed and skipped.
+pub const REVOKE_KEEP: i64 = 3 * 3600 * 1000;
+
+/// A registered task: its policy and its body.
+#[derive(Clone)]
+pub struct Registered {
+    pub policy: Policy,
+    pub body: SharedBody,
+}
+
+pub(crate) struct AppInner {
+    pub(crate) broker: Arc<dyn Broker>,
+    pub(crate) backend: Option<Arc<dyn Backend>>,
+    pub(crate) counter: Option<Arc<dyn Counter>>,
+    pub(crate) inspector: Option<Arc<dyn Inspector>>,
+    pub(crate) clock: Arc<dyn Clock>,
+    tasks: RwLock<HashMap<String, Registered>>,
+    /// Runs in progress in this process, by id: notified to terminate.
+    running: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+/// The registry, the seams and the clock. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct App {
+    pub(crate) inner: Arc<AppInner>,
+}
+
+/// The seams an app is built on.
+pub struct Seams {
+    pub broker: Arc<dyn Broker>,
+    pub backend: Option<Arc<dyn Backend>>,
+    pub counter: Option<Arc<dyn Counter>>,
+    pub inspector: Option<Arc<dyn Inspector>>,
+}
+
+impl App {
+    /// An app on `seams` reading `clock`.
+    ///
+    /// The store and the counter are optional: an app without a store runs
+    /// tasks nobody waits on (`get` answers `Missing`), and one without a
+    /// counter refuses to build a chord.
+    pub fn new(seams: Seams, clock: Arc<dyn Clock>) -> App {
+        App {
+            inner: Arc::new(AppInner {
+                broker: seams.broker,
+                backend: seams.backend,
+                counter: seams.counter,
+                inspector: seams.inspector,
+                clock,
+                tasks: RwLock::new(HashMap::new()),
+                running: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// An app on a fresh in-memory broker that is also its store, counter and
+    /// inspector; the system clock when `clock` is `None`.
+    pub fn memory(clock: Option<Arc<dyn Clock>>) -> App {
+        let clock = clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let b = MemoryBroker::new(clock.clone());
+        App::new(
+            Seams {
+                broker: b.clone(),
+                backend: Some(b.clone()),
+                counter: Some(b.clone()),
+                inspector: Some(b),
+            },
+            clock,
+        )
+    }
+
+    /// The app's time (ms since the epoch).
+    pub fn now(&self) -> i64 {
+        self.inner.clock.now()
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
+    /// The broker.
+    pub fn broker(&self) -> &Arc<dyn Broker> {
+        &self.inner.broker
+    }
+
+    /// The result store, if any.
+    pub fn backend(&self) -> Option<&Arc<dyn Backend>> {
+        self.inner.backend.as_ref()
+    }
+
+    /// The inspector, if any.
+    pub fn inspector(&self) -> Option<&Arc<dyn Inspector>> {
+        self.inner.inspector.as_ref()
+    }
+
+    /// Registers `body` under `name`. Registering twice replaces the first,
+    /// which is what lets a test run one task under two policies.
+    pub fn register(&self, name: &str, policy: Policy, body: SharedBody) -> Result<(), Refused> {
+        if name.is_empty() {
+            return Err(Refused::Invalid("invalid `name`: must not be empty".into()));
+        }
+        policy.check()?;
+        self.inner
+            .tasks
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_string(), Registered { policy, body });
+        Ok(())
+    }
+
+    /// The registration under `name`.
+    pub fn registered(&self, name: &str) -> Option<Registered> {
+        self.inner
+            .tasks
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// The policy registered under `name`.
+    pub fn policy_of(&self, name: &str) -> Option<Policy> {
+        self.registered(name).map(|r| r.policy)
+    }
+
+    /// Whether a body is registered under `name`.
+    pub fn has_task(&self, name: &str) -> bool {
+        self.inner
+            .tasks
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(name)
+    }
+
+    /// Every registered name, sorted so a page listing them is stable.
+    pub fn task_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .inner
+            .tasks
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The message one signature stands for, with its queue resolved and its
+    /// times made absolute.
+    pub(crate) fn message_of(&self, sig: &Sig) -> Message {
+        let o = &sig.options;
+        let queue = o
+            .queue
+            .clone()
+            .or_else(|| self.policy_of(&sig.task).map(|p| p.queue))
+            .unwrap_or_else(|| "default".to_string());
+        let id = sig
+            .id
+            .clone()
+            .or_else(|| o.id.clone())
+            .unwrap_or_else(new_id);
+        let mut m = Message::new(
+            id,
+            sig.task.clone(),
+            sig.args.clone(),
+            sig.kwargs.clone(),
+            queue,
+        );
+        m.eta = o.eta.or_else(|| o.countdown.map(|c| self.now() + c));
+        m.expires = o.expires;
+        m.priority = o.priority;
+        m
+    }
+
+    /// Publishes a run of the task called `name`, which this app must have
+    /// registered: a queue that accepts work nobody can run only moves the
+    /// failure to a worker.
+    pub async fn send(
+        &self,
+        name: &str,
+        args: Vec<Value>,
+        kwargs: Map<String, Value>,
+        options: Options,
+    ) -> Result<Handle, Refused> {
+        if !self.has_task(name) {
+            return Err(Refused::UnknownTask(name.to_string()));
+        }
+        self.send_task(name, args, kwargs, options).await
+    }
+
+    /// Publishes a run of any task name, for tasks another process (a Celery
+    /// worker, say) runs: Celery's `send_task`.
+    pub async fn send_task(
+        &self,
+        name: &str,
+        args: Vec<Value>,
+        kwargs: Map<String, Value>,
+        options: Options,
+    ) -> Result<Handle, Refused> {
+        check_options(&options)?;
+        let sig = Sig::new(name, args)
+            .with_kwargs(kwargs)
+            .with_options(options);
+        self.send_canvas(Canvas::Sig(sig)).await
+    }
+
+    /// Publishes a canvas and answers a handle on what it waits for: a
+    /// chain's last link, a group's parts in order, a chord's callback.
+    pub async fn send_canvas(&self, canvas: Canvas) -> Result<Handle, Refused> {
+        let plan = canvas.plan(self)?;
+        if !plan.opens.is_empty() {
+            let counter =
+                self.inner.counter.as_ref().ok_or_else(|| {
+                    Refused::Invalid("a chord needs an app with a counter".into())
+                })?;
+            // Opened before any part is published: a part that finished first
+            // would otherwise find no counter.
+            for (key, size) in &plan.opens {
+                counter.open(key, *size).await?;
+            }
+        }
+        self.inner.broker.publish(plan.publish).await?;
+        Ok(Handle::new(self.clone(), plan.wait, plan.all))
+    }
+
+    /// A handle on a run some other process sent.
+    pub fn handle(&self, id: &str) -> Handle {
+        Handle::new(self.clone(), vec![id.to_string()], false)
+    }
+
+    /// Revokes runs: they will not start anywhere the broker reaches, and
+    /// with `terminate` a run in progress in this process stops and is
+    /// recorded REVOKED. A run going in another process is left to finish:
+    /// nothing else is reachable.
+    pub async fn revoke(&self, ids: &[String], terminate: bool) -> Result<(), Refused> {
+        self.inner
+            .broker
+            .revoke(ids.to_vec(), self.now() + REVOKE_KEEP)
+            .await?;
+        if terminate {
+            let running = self.inner.running.lock().unwrap_or_else(|e| e.into_inner());
+            for id in ids {
+                if let Some(n) = running.get(id) {
+                    n.notify_one();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn track(&self, id: &str) -> Arc<Notify> {
+        let n = Arc::new(Notify::new());
+        self.inner
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.to_string(), n.clone());
+        n
+    }
+
+    pub(crate) fn untrack(&self, id: &str) {
+        self.inner
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+    }
+
+    /// Stores outcomes when the app has a store.
+    pub(crate) async fn store(&self, outcomes: Vec<Outcome>) -> Result<(), Refused> {
+        match &self.inner.backend {
+            Some(b) if !outcomes.is_empty() => b.store(outcomes).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// The state of one run without waiting: PENDING when nothing is stored.
+    pub async fn state_of(&self, id: &str) -> Result<State, Refused> {
+        match &self.inner.backend {
+            Some(b) => Ok(b.fetch(id).await?.map_or(State::Pending, |o| o.state)),
+            None => Err(Refused::Missing("the app keeps no results".into())),
+        }
+    }
+
+    /// Waits for one run, answering its value or why it will not come.
+    pub async fn result_of(&self, id: &str, timeout: Option<Duration>) -> Result<Value, Refused> {
+        let b = self
+            .inner
+            .backend
+            .as_ref()
+            .ok_or_else(|| Refused::Missing("the app keeps no results".into()))?;
+        let wait = timeout.unwrap_or(Duration::from_secs(10 * 365 * 86_400));
+        match b.wait(id, wait).await? {
+            None => Err(Refused::Timeout),
+            Some(o) => outcome_value(o),
+        }
+    }
+}
+
+/// A final outcome as a value or a refusal.
+pub(crate) fn outcome_value(o: Outcome) -> Result<Value, Refused> {
+    match o.state {
+        State::Success => Ok(o.result.unwrap_or(Value::Null)),
+        State::Failure => {
+            Err(Refused::Failed(o.error.unwrap_or_else(|| {
+                super::state::Failure::new("Failure", "no detail stored")
+            })))
+        }
+        State::Revoked => Err(Refused::Revoked(o.id)),
+        _ => Err(Refused::Timeout),
+    }
+}
+
+fn check_options(o: &Options) -> Result<(), Refused> {
+    if let Some(p) = o.priority
+        && p > 9
+    {
+        return Err(Refused::Invalid(
+            "invalid `priority`: must be 0 to 9".into(),
+        ));
+    }
+    if let Some(q) = &o.queue
+        && q.is_empty()
+    {
+        return Err(Refused::Invalid(
+            "invalid `queue`: must not be empty".into(),
+        ));
+    }
+    Ok(())
+}

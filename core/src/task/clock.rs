@@ -1,0 +1,139 @@
+//! The only clock the task side reads.
+//!
+//! An app, its broker, workers and beats read time through one [`Clock`], in
+//! milliseconds since the Unix epoch. In production that is the system clock.
+//! In tests it is a [`VirtualClock`]: one that workers and beats *sleep on* —
+//! a sleep advances it instead of waiting — so a retry schedule or an hour of
+//! beats runs in milliseconds and prints the same every time.
+//!
+//! What the virtual clock moves is what the queue schedules: etas, retry
+//! backoffs, expiry, beats. How long a body may actually run (`timeout`) and
+//! how long a caller waits for a result (`get(timeout)`) are real waits on the
+//! runtime's timer, since no clock can make a stuck body finish sooner.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::Notify;
+
+/// A boxed future, as the task seams return them.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Time for the task side: milliseconds since the Unix epoch.
+pub trait Clock: Send + Sync + 'static {
+    /// Now.
+    fn now(&self) -> i64;
+    /// Resolves at `at` (at once when it has passed). A virtual clock
+    /// advances to `at` and resolves at once.
+    fn sleep_until(&self, at: i64) -> BoxFuture<'_, ()>;
+    /// Whether sleeping on it advances it rather than waits.
+    fn is_virtual(&self) -> bool {
+        false
+    }
+    /// Resolves when the clock has been moved by someone (never, for the
+    /// system clock). What a broker waiting for an eta listens to.
+    fn moved(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::pending())
+    }
+}
+
+/// The system clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> i64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
+    }
+
+    fn sleep_until(&self, at: i64) -> BoxFuture<'_, ()> {
+        let wait = at - self.now();
+        Box::pin(async move {
+            if wait > 0 {
+                tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+            }
+        })
+    }
+}
+
+/// A clock that sleeping advances.
+#[derive(Debug, Default)]
+pub struct VirtualClock {
+    now: AtomicI64,
+    moved: Notify,
+}
+
+impl VirtualClock {
+    /// A clock that reads `start` until something moves it.
+    pub fn new(start: i64) -> Arc<VirtualClock> {
+        Arc::new(VirtualClock {
+            now: AtomicI64::new(start),
+            moved: Notify::new(),
+        })
+    }
+
+    /// Moves it forward by `ms` (a negative step does nothing: time here never
+    /// runs backwards).
+    pub fn advance(&self, ms: i64) {
+        if ms > 0 {
+            self.now.fetch_add(ms, Ordering::SeqCst);
+            self.moved.notify_waiters();
+        }
+    }
+
+    /// Moves it to `at` if that is later than now.
+    pub fn advance_to(&self, at: i64) {
+        if self.now.fetch_max(at, Ordering::SeqCst) < at {
+            self.moved.notify_waiters();
+        }
+    }
+}
+
+impl Clock for VirtualClock {
+    fn now(&self) -> i64 {
+        self.now.load(Ordering::SeqCst)
+    }
+
+    fn sleep_until(&self, at: i64) -> BoxFuture<'_, ()> {
+        self.advance_to(at);
+        Box::pin(async {
+            // Let whoever was woken by the move run before the sleeper goes on.
+            tokio::task::yield_now().await;
+        })
+    }
+
+    fn is_virtual(&self) -> bool {
+        true
+    }
+
+    fn moved(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.moved.notified())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn virtual_sleep_advances() {
+        let c = VirtualClock::new(1000);
+        assert_eq!(c.now(), 1000);
+        c.sleep_until(5000).await;
+        assert_eq!(c.now(), 5000);
+        c.sleep_until(10).await;
+        assert_eq!(c.now(), 5000);
+        c.advance(-5);
+        assert_eq!(c.now(), 5000);
+        c.advance(5);
+        assert_eq!(c.now(), 5005);
+        assert!(c.is_virtual() && !SystemClock.is_virtual());
+        assert!(SystemClock.now() > 1_600_000_000_000);
+    }
+}

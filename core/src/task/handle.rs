@@ -1,0 +1,112 @@
+//! A run, or a set of runs, a caller can wait on and look at.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::app::App;
+use super::state::{Refused, State};
+
+/// A run or a set of runs: wait on it, look at it, revoke it.
+#[derive(Clone)]
+pub struct Handle {
+    app: App,
+    ids: Vec<String>,
+    all: bool,
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle")
+            .field("ids", &self.ids)
+            .field("all", &self.all)
+            .finish()
+    }
+}
+
+impl Handle {
+    pub(crate) fn new(app: App, ids: Vec<String>, all: bool) -> Handle {
+        Handle { app, ids, all }
+    }
+
+    /// The ids it waits on.
+    pub fn ids(&self) -> &[String] {
+        &self.ids
+    }
+
+    /// The single id (the first, for a set).
+    pub fn id(&self) -> &str {
+        self.ids.first().map_or("", String::as_str)
+    }
+
+    /// Whether `get` answers the list of every run's value, in order.
+    pub fn is_set(&self) -> bool {
+        self.all
+    }
+
+    /// Waits for the run and answers its value, or refuses with why it will
+    /// not arrive: `Failed` when a body raised on its last attempt, `Revoked`,
+    /// `Timeout` when `timeout` passed first (real time), `Missing` when the
+    /// app keeps no results. A set answers the list of values in order, and
+    /// the whole `timeout` covers the whole set.
+    pub async fn get(&self, timeout: Option<Duration>) -> Result<Value, Refused> {
+        if !self.all {
+            return self.app.result_of(self.id(), timeout).await;
+        }
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let mut out = Vec::with_capacity(self.ids.len());
+        for id in &self.ids {
+            let left = deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
+            out.push(self.app.result_of(id, left).await?);
+        }
+        Ok(Value::Array(out))
+    }
+
+    /// What the run is doing now, without waiting. A set reports FAILURE once
+    /// any part failed, REVOKED once any was revoked, SUCCESS once every part
+    /// succeeded, and otherwise the state of the first unsettled run.
+    pub async fn state(&self) -> Result<State, Refused> {
+        if !self.all {
+            return self.app.state_of(self.id()).await;
+        }
+        let mut states = Vec::with_capacity(self.ids.len());
+        for id in &self.ids {
+            states.push(self.app.state_of(id).await?);
+        }
+        Ok(aggregate(&states))
+    }
+
+    /// Revokes the run or the set; with `terminate`, a run in progress in
+    /// this process stops.
+    pub async fn revoke(&self, terminate: bool) -> Result<(), Refused> {
+        self.app.revoke(&self.ids, terminate).await
+    }
+}
+
+/// A set's state from its parts' (see [`Handle::state`]).
+pub fn aggregate(states: &[State]) -> State {
+    if states.contains(&State::Failure) {
+        State::Failure
+    } else if states.contains(&State::Revoked) {
+        State::Revoked
+    } else if let Some(s) = states.iter().find(|s| **s != State::Success) {
+        *s
+    } else {
+        State::Success
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_state() {
+        use State::*;
+        assert_eq!(aggregate(&[Success, Failure, Pending]), Failure);
+        assert_eq!(aggregate(&[Success, Revoked]), Revoked);
+        assert_eq!(aggregate(&[Success, Started, Pending]), Started);
+        assert_eq!(aggregate(&[Success, Success]), Success);
+        assert_eq!(aggregate(&[]), Success);
+    }
+}

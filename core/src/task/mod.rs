@@ -1,0 +1,32 @@
+//! The task queue: apps, tasks, workers, retries, canvas and beat.
+//!
+//! One message model ([`message`]) travels through four seams ([`spec`]):
+//! a broker, a result store, a chord counter and an inspector. The app owns
+//! them and the registry; the worker claims, runs and settles; the canvas
+//! plans chains, groups and chords into messages; the beat and the in-process
+//! scheduler fire on rhythms. Time comes only from the app's [`clock`], so a
+//! virtual clock runs an hour of retries and beats in milliseconds.
+
+pub mod app;
+pub mod body;
+pub mod canvas;
+pub mod clock;
+pub mod handle;
+pub mod message;
+pub mod policy;
+pub mod rhythm;
+pub mod spec;
+pub mod state;
+pub mod timetable;
+pub mod worker;
+
+pub use app::{App, Registered, Seams};
+pub use body::{Body, Context, SharedBody, body};
+pub use canvas::Canvas;
+pub use clock::{BoxFuture, Clock, SystemClock, VirtualClock};
+pub use handle::Handle;
+pub use message::{Chord, Join, Message, Options, Sig, new_id};
+pub use policy::{Backoff, Policy, PolicyError, Rate};
+pub use spec::{Backend, Broker, Counter, Delivery, Inspector, Joined, QueueInfo, Receipt};
+pub use state::{Failure, Outcome, Refused, State};
+pub use worker::{Worker, WorkerConfig};

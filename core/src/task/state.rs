@@ -1,0 +1,218 @@
+//! States, outcomes and the ways a run can be refused.
+//!
+//! State names are Celery's, so a result written by either side reads the same
+//! in the other and on any dashboard built for Celery.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What a run is doing, in Celery's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum State {
+    /// Not known to have been received (also: unknown id).
+    Pending,
+    /// Taken by a worker, not started.
+    Received,
+    /// Running.
+    Started,
+    /// Failed, and sent again with an eta.
+    Retry,
+    /// Finished with a value.
+    Success,
+    /// Failed for good.
+    Failure,
+    /// Will not run: revoked, expired or terminated.
+    Revoked,
+}
+
+impl State {
+    /// Every state, in lifecycle order.
+    pub const ALL: [State; 7] = [
+        State::Pending,
+        State::Received,
+        State::Started,
+        State::Retry,
+        State::Success,
+        State::Failure,
+        State::Revoked,
+    ];
+
+    /// Celery's name (`"SUCCESS"`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Pending => "PENDING",
+            State::Received => "RECEIVED",
+            State::Started => "STARTED",
+            State::Retry => "RETRY",
+            State::Success => "SUCCESS",
+            State::Failure => "FAILURE",
+            State::Revoked => "REVOKED",
+        }
+    }
+
+    /// A state by Celery's name.
+    pub fn parse(name: &str) -> Option<State> {
+        State::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// Whether nothing will change it: success, failure, revoked. A stored
+    /// result in one of these is never overwritten.
+    pub fn is_final(self) -> bool {
+        matches!(self, State::Success | State::Failure | State::Revoked)
+    }
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a body failed: the remote exception's type, message and traceback.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    /// The exception type's name (`ValueError`, `TypeError`, `TimeoutError`).
+    pub kind: String,
+    /// Its message.
+    pub message: String,
+    /// The traceback or stack text, when the body's language had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceback: Option<String>,
+    /// The exception's module (Celery's `exc_module`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+}
+
+impl Failure {
+    /// A failure with a type and a message.
+    pub fn new(kind: impl Into<String>, message: impl Into<String>) -> Failure {
+        Failure {
+            kind: kind.into(),
+            message: message.into(),
+            traceback: None,
+            module: None,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind, self.message)
+    }
+}
+
+/// What a result store holds for one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// The run's id.
+    pub id: String,
+    /// Where it is.
+    pub state: State,
+    /// The value, for a success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// Why, for a failure, a retry or a revoke.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<Failure>,
+    /// Attempts before this one that failed.
+    #[serde(default)]
+    pub retries: u32,
+    /// The task's name, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    /// When it reached this state (ms since the epoch).
+    #[serde(default)]
+    pub at: i64,
+}
+
+impl Outcome {
+    /// An outcome in `state` with nothing else.
+    pub fn new(id: impl Into<String>, state: State, at: i64) -> Outcome {
+        Outcome {
+            id: id.into(),
+            state,
+            result: None,
+            error: None,
+            retries: 0,
+            task: None,
+            at,
+        }
+    }
+}
+
+/// Why something on the task side did not answer a value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refused {
+    /// A body raised on its last attempt (or a chord part did).
+    Failed(Failure),
+    /// The wait ran out first.
+    Timeout,
+    /// The run was revoked, expired or terminated.
+    Revoked(String),
+    /// The app keeps no results, or there is no such run.
+    Missing(String),
+    /// No task is registered under the name.
+    UnknownTask(String),
+    /// The broker or the result store failed.
+    Broker(String),
+    /// An argument could not be accepted (named).
+    Invalid(String),
+}
+
+impl Refused {
+    /// The code the Node binding gives its `Error`s (`'FAILED'`, ...).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refused::Failed(_) => "FAILED",
+            Refused::Timeout => "TIMEOUT",
+            Refused::Revoked(_) => "REVOKED",
+            Refused::Missing(_) => "MISSING",
+            Refused::UnknownTask(_) => "UNKNOWN_TASK",
+            Refused::Broker(_) => "BROKER",
+            Refused::Invalid(_) => "INVALID",
+        }
+    }
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refused::Failed(e) => write!(f, "task failed: {e}"),
+            Refused::Timeout => f.write_str("timed out waiting for the result"),
+            Refused::Revoked(id) => write!(f, "task {id} was revoked"),
+            Refused::Missing(why) => write!(f, "no result: {why}"),
+            Refused::UnknownTask(name) => write!(f, "no task is registered as {name:?}"),
+            Refused::Broker(why) => write!(f, "broker error: {why}"),
+            Refused::Invalid(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+impl std::error::Error for Refused {}
+
+impl From<super::PolicyError> for Refused {
+    fn from(e: super::PolicyError) -> Self {
+        Refused::Invalid(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for s in State::ALL {
+            assert_eq!(State::parse(s.name()), Some(s));
+            assert_eq!(
+                serde_json::to_string(&s).unwrap(),
+                format!("\"{}\"", s.name())
+            );
+        }
+        assert!(State::Success.is_final() && !State::Retry.is_final());
+        assert_eq!(Refused::Timeout.code(), "TIMEOUT");
+    }
+}

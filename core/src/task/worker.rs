@@ -1,0 +1,637 @@
+//! The object that runs tasks.
+//!
+//! A worker claims messages from its queues, runs up to `concurrency` bodies
+//! at once, holds at most `prefetch` messages unsettled, and settles each the
+//! way its task's policy says:
+//! - **early ack** (the default) confirms a message when it is taken to run,
+//!   so a worker that dies mid-run does not run it twice; **`acks_late`**
+//!   confirms after the run, so a worker that dies mid-run has it run again
+//!   elsewhere (at-least-once);
+//! - a failure within the retry budget goes back as a new message with the
+//!   same id and an eta from the backoff; the claim is settled by the broker's
+//!   `retry`, which publishes the next attempt in the same step;
+//! - a message whose `expires` has passed is recorded REVOKED (expired)
+//!   without running; a revoked one never runs, checked at receipt and again
+//!   just before running; `terminate` stops a run in progress here;
+//! - a success advances the chain or chord the message carries; a failure for
+//!   good fails the rest of its chain and its chord's callback, so nobody
+//!   waits on something that will never come.
+//!
+//! `stop(grace)` is graceful: it stops claiming, gives prefetched messages
+//! back at once, waits up to `grace` for the runs in progress, then cancels
+//! what is left and gives it back too — nothing it held is lost.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::{Notify, Semaphore, watch};
+use tokio::task::JoinSet;
+
+use super::app::{App, Registered};
+use super::body::Context;
+use super::message::Message;
+use super::spec::Delivery;
+use super::state::{Failure, Outcome, Refused, State};
+use crate::flow::{Backoff, Jitter, MILLI, Window};
+
+/// How long one claim waits for a message before the loop looks round.
+const POLL: Duration = Duration::from_millis(200);
+
+/// Celery's `worker_prefetch_multiplier`: a worker holds four messages per
+/// slot, enough to keep every slot fed without starving other workers.
+pub const PREFETCH_MULTIPLIER: usize = 4;
+
+/// How a worker is set up.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The queues to claim from, in order (`["default"]`).
+    pub queues: Vec<String>,
+    /// How many bodies run at once (4, moontask's preset).
+    pub concurrency: usize,
+    /// How many messages it may hold unsettled (`concurrency × 4` when
+    /// `None`). Never below `concurrency`.
+    pub prefetch: Option<usize>,
+    /// A name for logs and the admin page.
+    pub name: Option<String>,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            queues: vec!["default".into()],
+            concurrency: 4,
+            prefetch: None,
+            name: None,
+        }
+    }
+}
+
+/// What one run came to.
+enum Ran {
+    Value(Value),
+    Failed(Failure),
+    Terminated,
+    Cancelled,
+}
+
+struct Shared {
+    app: App,
+    queues: Vec<String>,
+    concurrency: usize,
+    prefetch: usize,
+    name: String,
+    /// Set when stop begins: stop claiming, give prefetched messages back.
+    stopping: watch::Sender<bool>,
+    /// Set when the grace is over: cancel runs in progress.
+    cancel: watch::Sender<bool>,
+    grace: Mutex<Duration>,
+    woken: Notify,
+    running: AtomicBool,
+    slots: Semaphore,
+    limiters: Mutex<HashMap<String, Window>>,
+    done: AtomicU64,
+}
+
+/// Runs tasks. Cheap to clone (shared); `stop` from any clone.
+#[derive(Clone)]
+pub struct Worker {
+    shared: Arc<Shared>,
+}
+
+fn warn(name: &str, what: &str) {
+    eprintln!("headway worker {name}: {what}");
+}
+
+impl Worker {
+    /// A worker of `app` set up by `config`.
+    pub fn new(app: App, config: WorkerConfig) -> Result<Worker, Refused> {
+        if config.concurrency == 0 {
+            return Err(Refused::Invalid(
+                "invalid `concurrency`: must be at least 1".into(),
+            ));
+        }
+        if config.queues.is_empty() || config.queues.iter().any(String::is_empty) {
+            return Err(Refused::Invalid(
+                "invalid `queues`: needs at least one non-empty name".into(),
+            ));
+        }
+        let prefetch = config
+            .prefetch
+            .unwrap_or(config.concurrency * PREFETCH_MULTIPLIER)
+            .max(config.concurrency);
+        let name = config
+            .name
+            .unwrap_or_else(|| format!("worker-{}", &super::message::new_id()[..8]));
+        Ok(Worker {
+            shared: Arc::new(Shared {
+                app,
+                queues: config.queues,
+                concurrency: config.concurrency,
+                prefetch,
+                name,
+                stopping: watch::channel(false).0,
+                cancel: watch::channel(false).0,
+                grace: Mutex::new(Duration::from_secs(10)),
+                woken: Notify::new(),
+                running: AtomicBool::new(false),
+                slots: Semaphore::new(config.concurrency),
+                limiters: Mutex::new(HashMap::new()),
+                done: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The queues it claims from.
+    pub fn queues(&self) -> &[String] {
+        &self.shared.queues
+    }
+    /// The most messages it holds unsettled.
+    pub fn prefetch(&self) -> usize {
+        self.shared.prefetch
+    }
+    /// How many bodies run at once.
+    pub fn concurrency(&self) -> usize {
+        self.shared.concurrency
+    }
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+    /// Whether stop has been called.
+    pub fn is_stopping(&self) -> bool {
+        *self.shared.stopping.borrow()
+    }
+    /// How many messages it has settled.
+    pub fn settled(&self) -> u64 {
+        self.shared.done.load(Ordering::Relaxed)
+    }
+
+    /// Stops claiming, gives prefetched messages back, waits up to `grace`
+    /// for runs in progress, then cancels and gives back the rest. Returns at
+    /// once; `run` resolves when it is all done.
+    pub fn stop(&self, grace: Duration) {
+        *self.shared.grace.lock().unwrap_or_else(|e| e.into_inner()) = grace;
+        self.shared.stopping.send_replace(true);
+        self.shared.woken.notify_waiters();
+    }
+
+    /// Runs until stopped. Resolves once every message it held is settled or
+    /// given back.
+    pub async fn run(&self) -> Result<(), Refused> {
+        let s = &self.shared;
+        if s.running.swap(true, Ordering::SeqCst) {
+            return Err(Refused::Invalid("this worker is already running".into()));
+        }
+        let mut set: JoinSet<()> = JoinSet::new();
+        let mut stopping = s.stopping.subscribe();
+        let reconnect = Backoff::new(100 * MILLI, 2.0, 10_000 * MILLI, i32::MAX, Jitter::Full)
+            .expect("valid backoff");
+        let mut failures = 0i32;
+        let clock = s.app.clock().clone();
+        loop {
+            while let Some(r) = set.try_join_next() {
+                if let Err(e) = r
+                    && e.is_panic()
+                {
+                    warn(
+                        &s.name,
+                        "a run panicked; its message is left to the broker's recovery",
+                    );
+                }
+            }
+            if *stopping.borrow() {
+                break;
+            }
+            let room = s.prefetch.saturating_sub(set.len());
+            if room == 0 {
+                tokio::select! {
+                    _ = set.join_next() => {}
+                    _ = stopping.changed() => {}
+                }
+                continue;
+            }
+            let got = tokio::select! {
+                r = s.app.broker().consume(&s.queues, room, POLL) => r,
+                _ = stopping.changed() => continue,
+            };
+            let batch = match got {
+                Ok(b) => {
+                    if failures > 0 {
+                        warn(&s.name, "broker is back; consuming again");
+                        failures = 0;
+                    }
+                    b
+                }
+                Err(e) => {
+                    failures = failures.saturating_add(1);
+                    let wait = reconnect.delay(
+                        failures,
+                        crate::task::policy::seeded(&s.name, failures as u32),
+                        0,
+                    );
+                    warn(&s.name, &format!("{e}; retrying in {} ms", wait / MILLI));
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_nanos(wait as u64)) => {}
+                        _ = stopping.changed() => {}
+                    }
+                    continue;
+                }
+            };
+            if batch.is_empty() {
+                if clock.is_virtual()
+                    && set.is_empty()
+                    && let Ok(Some(eta)) = s.app.broker().next_eta(&s.queues).await
+                {
+                    clock.sleep_until(eta).await;
+                }
+                continue;
+            }
+            for d in batch {
+                let shared = self.shared.clone();
+                set.spawn(async move { process(shared, d).await });
+            }
+        }
+        // Stopping: prefetched messages go back at once (each run sees
+        // `stopping` while it waits for a slot); runs in progress get the grace.
+        let grace = *s.grace.lock().unwrap_or_else(|e| e.into_inner());
+        let drained =
+            tokio::time::timeout(grace, async { while set.join_next().await.is_some() {} }).await;
+        if drained.is_err() {
+            s.cancel.send_replace(true);
+            while set.join_next().await.is_some() {}
+        }
+        s.running.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+async fn process(s: Arc<Shared>, d: Delivery) {
+    if let Err(e) = settle(&s, d).await {
+        warn(&s.name, &format!("could not settle a message: {e}"));
+    }
+    s.done.fetch_add(1, Ordering::Relaxed);
+}
+
+async fn settle(s: &Shared, d: Delivery) -> Result<(), Refused> {
+    let app = &s.app;
+    let broker = app.broker();
+    let Delivery {
+        message: m,
+        receipt,
+        redelivered,
+    } = d;
+    let now = app.now();
+
+    // Checked at receipt: revoked, expired, unknown.
+    if broker.revoked(std::slice::from_ref(&m.id)).await?.first() == Some(&true) {
+        give_up(
+            app,
+            &m,
+            State::Revoked,
+            Failure::new("Revoked", "revoked before it ran"),
+        )
+        .await?;
+        return broker.ack(vec![receipt]).await;
+    }
+    if let Some(exp) = m.expires
+        && exp <= now
+    {
+        give_up(
+            app,
+            &m,
+            State::Revoked,
+            Failure::new("Expired", "expired before it ran"),
+        )
+        .await?;
+        return broker.ack(vec![receipt]).await;
+    }
+    let Some(Registered { policy, body }) = app.registered(&m.task) else {
+        warn(
+            &s.name,
+            &format!(
+                "received unregistered task {:?}; recorded as failed",
+                m.task
+            ),
+        );
+        give_up(
+            app,
+            &m,
+            State::Failure,
+            Failure::new(
+                "NotRegistered",
+                format!("no task is registered as {:?} on this worker", m.task),
+            ),
+        )
+        .await?;
+        return broker.ack(vec![receipt]).await;
+    };
+    // A redelivered run that already succeeded is not run again; what follows
+    // it is done again in case the first delivery died before doing it.
+    if redelivered
+        && let Some(b) = app.backend()
+        && let Some(o) = b.fetch(&m.id).await?
+        && o.state == State::Success
+    {
+        follow(app, &m, o.result.unwrap_or(Value::Null)).await?;
+        return broker.ack(vec![receipt]).await;
+    }
+
+    if !policy.acks_late {
+        broker.ack(vec![receipt.clone()]).await?;
+    }
+    let settle_late = |app: &App, receipt| {
+        let late = policy.acks_late;
+        let broker = app.broker().clone();
+        async move {
+            if late {
+                broker.ack(vec![receipt]).await
+            } else {
+                Ok(())
+            }
+        }
+    };
+
+    // Wait for a slot; a stopping worker gives the message back instead.
+    let mut stopping = s.stopping.subscribe();
+    let permit = tokio::select! {
+        p = s.slots.acquire() => p.map_err(|_| Refused::Broker("worker closed".into()))?,
+        _ = wait_true(&mut stopping) => {
+            return give_back(app, &m, receipt, policy.acks_late).await;
+        }
+    };
+
+    // Checked again just before running.
+    if broker.revoked(std::slice::from_ref(&m.id)).await?.first() == Some(&true) {
+        drop(permit);
+        give_up(
+            app,
+            &m,
+            State::Revoked,
+            Failure::new("Revoked", "revoked before it ran"),
+        )
+        .await?;
+        return settle_late(app, receipt).await;
+    }
+
+    // Per-worker rate.
+    if let Some(rate) = policy.rate {
+        loop {
+            let now_ns = app.now().saturating_mul(MILLI);
+            let wait = {
+                let mut l = s.limiters.lock().unwrap_or_else(|e| e.into_inner());
+                let w = l.entry(m.task.clone()).or_insert_with(|| {
+                    Window::new(rate.count as i64, rate.per * MILLI).expect("valid rate")
+                });
+                if w.take(now_ns) {
+                    None
+                } else {
+                    Some(w.next(now_ns))
+                }
+            };
+            match wait {
+                None => break,
+                Some(ns) => {
+                    let until = app.now() + (ns / MILLI).max(1);
+                    tokio::select! {
+                        _ = app.clock().sleep_until(until) => {}
+                        _ = wait_true(&mut stopping) => {
+                            drop(permit);
+                            return give_back(app, &m, receipt, policy.acks_late).await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    // A chord's callback collects its parts' results.
+    let mut args = m.args.clone();
+    if let Some(join) = &m.join {
+        match collect(app, &join.parts).await {
+            Ok(results) => {
+                if !join.immutable {
+                    args.insert(0, Value::Array(results));
+                }
+            }
+            Err(f) => {
+                drop(permit);
+                give_up(app, &m, State::Failure, f).await?;
+                return settle_late(app, receipt).await;
+            }
+        }
+    }
+
+    let ctx = Context {
+        id: m.id.clone(),
+        name: m.task.clone(),
+        queue: m.queue.clone(),
+        retries: m.retries,
+        attempt: m.retries + 1,
+        last: m.retries >= policy.retries,
+        now: app.now(),
+        kwargs: m.kwargs.clone(),
+        root_id: m.root_id.clone(),
+        parent_id: m.parent_id.clone(),
+    };
+    let terminate = app.track(&m.id);
+    let mut cancel = s.cancel.subscribe();
+    let call = body.call(ctx, args);
+    let ran = tokio::select! {
+        r = async {
+            match policy.timeout {
+                Some(ms) => match tokio::time::timeout(Duration::from_millis(ms as u64), call).await {
+                    Ok(r) => r,
+                    Err(_) => Err(Failure::new("TimeoutError", format!("the run took longer than its timeout of {ms} ms"))),
+                },
+                None => call.await,
+            }
+        } => match r {
+            Ok(v) => Ran::Value(v),
+            Err(f) => Ran::Failed(f),
+        },
+        _ = terminate.notified() => Ran::Terminated,
+        _ = wait_true(&mut cancel) => Ran::Cancelled,
+    };
+    app.untrack(&m.id);
+    drop(permit);
+
+    match ran {
+        Ran::Value(v) => {
+            if !policy.ignore_result || m.chord.is_some() || m.group.is_some() {
+                let mut o = Outcome::new(m.id.clone(), State::Success, app.now());
+                o.result = Some(v.clone());
+                o.retries = m.retries;
+                o.task = Some(m.task.clone());
+                app.store(vec![o]).await?;
+            }
+            follow(app, &m, v).await?;
+            settle_late(app, receipt).await
+        }
+        Ran::Failed(f) if m.retries < policy.retries => {
+            let mut next = m.clone();
+            next.retries += 1;
+            let wait = policy.backoff_delay(next.retries + 1, &m.id);
+            next.eta = Some(app.now() + wait);
+            let mut o = Outcome::new(m.id.clone(), State::Retry, app.now());
+            o.error = Some(f);
+            o.retries = m.retries;
+            o.task = Some(m.task.clone());
+            app.store(vec![o]).await?;
+            if policy.acks_late {
+                broker.retry(receipt, next).await
+            } else {
+                broker.publish(vec![next]).await
+            }
+        }
+        Ran::Failed(f) => {
+            give_up(app, &m, State::Failure, f).await?;
+            settle_late(app, receipt).await
+        }
+        Ran::Terminated => {
+            give_up(
+                app,
+                &m,
+                State::Revoked,
+                Failure::new("Terminated", "terminated while running"),
+            )
+            .await?;
+            settle_late(app, receipt).await
+        }
+        Ran::Cancelled => give_back(app, &m, receipt, policy.acks_late).await,
+    }
+}
+
+/// Resolves once the flag is true (at once if it already is).
+async fn wait_true(rx: &mut watch::Receiver<bool>) {
+    while !*rx.borrow_and_update() {
+        if rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Gives a message back for another worker: a claim not yet acked is
+/// rejected onto its queue; one acked early is published again.
+async fn give_back(
+    app: &App,
+    m: &Message,
+    receipt: super::spec::Receipt,
+    late: bool,
+) -> Result<(), Refused> {
+    if late {
+        app.broker().reject(receipt, true).await
+    } else {
+        app.broker().publish(vec![m.clone()]).await
+    }
+}
+
+/// The parts' results, in order, or why the callback cannot run.
+async fn collect(app: &App, parts: &[String]) -> Result<Vec<Value>, Failure> {
+    let Some(b) = app.backend() else {
+        return Err(Failure::new("ChordError", "a chord needs a result store"));
+    };
+    let mut out = Vec::with_capacity(parts.len());
+    for id in parts {
+        match b.fetch(id).await {
+            Ok(Some(o)) if o.state == State::Success => out.push(o.result.unwrap_or(Value::Null)),
+            Ok(Some(o)) => {
+                let why = o
+                    .error
+                    .map(|e| e.to_string())
+                    .unwrap_or_else(|| o.state.to_string());
+                return Err(Failure::new(
+                    "ChordError",
+                    format!("dependency {id} did not succeed: {why}"),
+                ));
+            }
+            Ok(None) => {
+                return Err(Failure::new(
+                    "ChordError",
+                    format!("dependency {id} has no result"),
+                ));
+            }
+            Err(e) => return Err(Failure::new("ChordError", e.to_string())),
+        }
+    }
+    Ok(out)
+}
+
+/// What follows a success: the chain's next link, or the chord's arrival.
+async fn follow(app: &App, m: &Message, value: Value) -> Result<(), Refused> {
+    if let Some((next, rest)) = m.chain.split_first() {
+        let mut n = app.message_of(next);
+        if !next.immutable {
+            n.args.insert(0, value);
+        }
+        n.chain = rest.to_vec();
+        n.chord = m.chord.clone();
+        n.root_id = Some(m.root_id.clone().unwrap_or_else(|| m.id.clone()));
+        n.parent_id = Some(m.id.clone());
+        n.group = m.group.clone();
+        n.group_index = m.group_index;
+        return app.broker().publish(vec![n]).await;
+    }
+    if let Some(chord) = &m.chord {
+        let counter = app
+            .inner
+            .counter
+            .as_ref()
+            .ok_or_else(|| Refused::Invalid("a chord needs an app with a counter".into()))?;
+        let mut cb = (*chord.callback).clone();
+        cb.root_id = Some(m.root_id.clone().unwrap_or_else(|| m.id.clone()));
+        if counter.arrive(&chord.key, &m.id, chord.size, &cb).await? == super::spec::Joined::Last {
+            app.broker().publish(vec![cb]).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Records a run that will not succeed, and everything waiting on it: the
+/// rest of its chain, and its chord's callback (with that callback's chain).
+async fn give_up(app: &App, m: &Message, state: State, f: Failure) -> Result<(), Refused> {
+    let now = app.now();
+    let mut o = Outcome::new(m.id.clone(), state, now);
+    o.retries = m.retries;
+    o.task = Some(m.task.clone());
+    o.error = Some(f.clone());
+    let mut all = vec![o];
+    let because = Failure::new(
+        if state == State::Failure {
+            f.kind.clone()
+        } else {
+            "Revoked".into()
+        },
+        format!("an earlier link ({}) did not succeed: {}", m.id, f),
+    );
+    for s in &m.chain {
+        if let Some(id) = &s.id {
+            let mut o = Outcome::new(id.clone(), state, now);
+            o.task = Some(s.task.clone());
+            o.error = Some(because.clone());
+            all.push(o);
+        }
+    }
+    if let Some(chord) = &m.chord {
+        let cb = &chord.callback;
+        let cf = Failure::new(
+            "ChordError",
+            format!("dependency {} did not succeed: {}", m.id, f),
+        );
+        let mut o = Outcome::new(cb.id.clone(), State::Failure, now);
+        o.task = Some(cb.task.clone());
+        o.error = Some(cf.clone());
+        all.push(o);
+        for s in &cb.chain {
+            if let Some(id) = &s.id {
+                let mut o = Outcome::new(id.clone(), State::Failure, now);
+                o.task = Some(s.task.clone());
+                o.error = Some(cf.clone());
+                all.push(o);
+            }
+        }
+    }
+    app.store(all).await
+}

@@ -1,0 +1,597 @@
+//! The task suite, written against the seams so it runs unchanged on every
+//! broker: each test takes an app maker. Memory runs here; the Redis brokers
+//! add their makers to `brokers()`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use headway_core::task::{
+    App, Canvas, Clock, Failure, Options, Policy, Refused, Sig, State, VirtualClock, Worker,
+    WorkerConfig, body,
+};
+use serde_json::{Map, Value, json};
+
+const START: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+
+type Maker = fn(Arc<VirtualClock>) -> App;
+
+fn brokers() -> Vec<(&'static str, Maker)> {
+    vec![("memory", |c| App::memory(Some(c)))]
+}
+
+fn t(secs: u64) -> Option<Duration> {
+    Some(Duration::from_secs(secs))
+}
+
+fn add(app: &App) {
+    app.register(
+        "add",
+        Policy::default(),
+        body(|_ctx, args| async move {
+            let a = args.first().and_then(Value::as_i64).unwrap_or(0);
+            let b = args.get(1).and_then(Value::as_i64).unwrap_or(0);
+            Ok(json!(a + b))
+        }),
+    )
+    .unwrap();
+}
+
+fn worker(app: &App, concurrency: usize) -> (Worker, tokio::task::JoinHandle<()>) {
+    let w = Worker::new(
+        app.clone(),
+        WorkerConfig {
+            concurrency,
+            ..WorkerConfig::default()
+        },
+    )
+    .unwrap();
+    let w2 = w.clone();
+    let h = tokio::spawn(async move { w2.run().await.unwrap() });
+    (w, h)
+}
+
+async fn each(test: impl AsyncFn(App, Arc<VirtualClock>)) {
+    for (_name, make) in brokers() {
+        let clock = VirtualClock::new(START);
+        let app = make(clock.clone());
+        test(app, clock).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_and_get() {
+    each(async |app, _| {
+        add(&app);
+        let (w, h) = worker(&app, 2);
+        let hd = app
+            .send(
+                "add",
+                vec![json!(2), json!(3)],
+                Map::new(),
+                Options::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(hd.get(t(5)).await.unwrap(), json!(5));
+        assert_eq!(hd.state().await.unwrap(), State::Success);
+        assert_eq!(app.handle(hd.id()).get(t(1)).await.unwrap(), json!(5));
+        w.stop(Duration::from_secs(1));
+        h.await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_names_and_send_task() {
+    each(async |app, _| {
+        add(&app);
+        let e = app
+            .send("nope", vec![], Map::new(), Options::default())
+            .await
+            .unwrap_err();
+        assert_eq!(e, Refused::UnknownTask("nope".into()));
+        // send_task sends to any name; nobody here runs it.
+        let hd = app
+            .send_task("elsewhere.task", vec![], Map::new(), Options::default())
+            .await
+            .unwrap();
+        assert_eq!(hd.state().await.unwrap(), State::Pending);
+        assert_eq!(
+            hd.get(Some(Duration::from_millis(20))).await.unwrap_err(),
+            Refused::Timeout
+        );
+        // A worker that receives it records it failed rather than dropping it.
+        let (w, h) = worker(&app, 1);
+        match hd.get(t(5)).await.unwrap_err() {
+            Refused::Failed(f) => assert_eq!(f.kind, "NotRegistered"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(app.task_names(), vec!["add".to_string()]);
+        w.stop(Duration::from_secs(1));
+        h.await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_then_succeed_with_context() {
+    each(async |app, clock| {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        let policy = Policy {
+            retries: 2,
+            backoff: headway_core::task::Backoff::fixed(30_000).unwrap(),
+            ..Policy::default()
+        };
+        app.register(
+            "flaky",
+            policy,
+            body(move |ctx, _| {
+                let s2 = s2.clone();
+                async move {
+                    s2.lock()
+                        .unwrap()
+                        .push((ctx.attempt, ctx.retries, ctx.last, ctx.now));
+                    if ctx.attempt < 2 {
+                        Err(Failure::new("IOError", "try again"))
+                    } else {
+                        Ok(json!("ok"))
+                    }
+                }
+            }),
+        )
+        .unwrap();
+        let (w, h) = worker(&app, 1);
+        let hd = app
+            .send("flaky", vec![], Map::new(), Options::default())
+            .await
+            .unwrap();
+        assert_eq!(hd.get(t(5)).await.unwrap(), json!("ok"));
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 2);
+        assert_eq!((seen[0].0, seen[0].1, seen[0].2), (1, 0, false));
+        assert_eq!((seen[1].0, seen[1].1, seen[1].2), (2, 1, false));
+        // The retry waited its backoff on the virtual clock.
+        assert_eq!(seen[1].3 - seen[0].3, 30_000);
+        assert!(clock.now() >= START + 30_000);
+        w.stop(Duration::from_secs(1));
+        h.await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_budget_runs_out() {
+    each(async |app, _| {
+        let runs = Arc::new(AtomicU32::new(0));
+        let r2 = runs.clone();
+        let policy = Policy {
+            retries: 2,
+            ..Policy::default()
+        };
+        app.register(
+            "bad",
+            policy,
+            body(move |ctx, _| {
+                r2.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    Err(Failure::new(
+                        "ValueError",
+                        format!("attempt {} last {}", ctx.attempt, ctx.last),
+                    ))
+                }
+            }),
+        )
+        .unwrap();
+        let (w, h) = worker(&app, 1);
+        let hd = app
+            .send("bad", vec![], Map::new(), Options::default())
+            .await
+            .unwrap();
+        match hd.get(t(5)).await.unwrap_err() {
+            Refused::Failed(f) => {
+                assert_eq!(f.kind, "ValueError");
+                assert_eq!(f.message, "attempt 3 last true");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+        assert_eq!(hd.state().await.unwrap(), State::Failure);
+        w.stop(Duration::from_secs(1));
+        h.await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoke_before_run_and_expired() {
+    each(async |app, _| {
+        let runs = Arc::new(AtomicU32::new(0));
+        let r2 = runs.clone();
+        app.register(
+            "count",
+            Policy::default(),
+            body(move |_, _| {
+                r2.fetch_add(1, Ordering::SeqCst);
+                async { Ok(Value::Null) }
+            }),
+        )
+        .unwrap();
+        let a = app
+            .send("count", vec![], Map::new(), Options::default())
+            .await
+            .unwrap();
+        a.revoke(false).await.unwrap();
+        let b = app
+            .send(
+                "count",
+                vec![],
+                Map::new(),
+                Options {
+                    expires: Some(START - 1),
+                    ..Options::default()
+                },
+            )
+            .await
+            .unwrap();
+        let c = app
+            .send("count", vec![], Map::new(), Options::default())
+            .await
+            .unwrap();
+        let (w, h) = worker(&app, 1);
+        c.get(t(5)).await.unwrap();
+        assert!(matches!(
+            a.get(t(5)).await.unwrap_err(),
+            Refused::Revoked(_)
+        ));
+        assert!(matches!(
+            b.get(t(5)).await.unwrap_err(),
+            Refused::Revoked(_)
+        ));
+        assert_eq!(a.state().await.unwrap(), State::Revoked);
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        w.stop(Duration::from_secs(1));
+        h.await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eta_order() {
+    each(async |app, _| {
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let o2 = order.clone();
+        app.register(
+            "note",
+            Policy::default(),
+            body(move |ctx, args| {
+                o2.lock().unwrap().push((args[0].clone(), ctx.now));
+                async { Ok(Value::Null) }
+            }),
+        )
+        .unwrap();
+        let mut hs = vec![];
+        for (label, countdown) in [("c", 3000), ("a", 1000), ("b", 2000)] {
+            let o = Options {
+                countdown: Some(countdown),
+                ..Options::default()
+            };
+            hs.push(
+                app.send("note", vec![json!(label)], Map::new(), o)
+                    .await
+                    .unwrap(),
+            );
+        }
+        let (w, h) = worker(&app, 1);
+        for hd in &hs {
+            hd.get(t(5)).await.unwrap();
+        }
+        let got = order.lock().unwrap().clone();
+        let labels: Vec<_> = got
+            .iter()
+            .map(|(l, _)| l.as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(labels, ["a", "b", "c"]);
+        assert!(got[0].1 >= START + 1000 && got[2].1 >= START + 3000);
+        w.stop(Duration::from_secs(1));
+        h.await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chain_group_chord() {
+    each(async |app, _| {
+        add(&app);
+        app.register(
+            "total",
+            Policy::default(),
+            body(|_, args| async move {
+                let list = args[0].as_array().cloned().unwrap_or_default();
+                Ok(json!(list.iter().filter_map(Value::as_i64).sum::<i64>()))
+            }),
+        )
+        .unwrap();
+        let (w, h) = worker(&app, 4);
+        let s = |a: i64, b: i64| Canvas::Sig(Sig::new("add", vec![json!(a), json!(b)]));
+        let s1 = |a: i64| Canvas::Sig(Sig::new("add", vec![json!(a)]));
+        // chain: (1+2) → +10 → immutable (5+5)... then +1
+        let chained = app
+            .send_canvas(Canvas::Chain(vec![s(1, 2), s1(10), s1(100)]))
+            .await
+            .unwrap();
+        assert_eq!(chained.get(t(5)).await.unwrap(), json!(113));
+        let imm = app
+            .send_canvas(Canvas::Chain(vec![
+                s(1, 2),
+                Canvas::Sig(Sig::new("add", vec![json!(5), json!(5)]).immutable()),
+            ]))
+            .await
+            .unwrap();
+        assert_eq!(imm.get(t(5)).await.unwrap(), json!(10));
+        // group: in order; a chain inside stays a chain.
+        let grouped = app
+            .send_canvas(Canvas::Group(vec![
+                s(1, 1),
+                Canvas::Chain(vec![s(2, 2), s1(1)]),
+                s(3, 3),
+            ]))
+            .await
+            .unwrap();
+        assert_eq!(grouped.get(t(5)).await.unwrap(), json!([2, 5, 6]));
+        // chord
+        let joined = app
+            .send_canvas(Canvas::Chord(
+                vec![s(1, 1), s(2, 2), Canvas::Chain(vec![s(3, 3), s1(1)])],
+                Box::new(Canvas::Sig(Sig::new("total", vec![]))),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(joined.get(t(5)).await.unwrap(), json!(13));
+        // group at the head of a chain is a chord
+        let upgraded = app
+            .send_canvas(Canvas::Chain(vec![
+                Canvas::Group(vec![s(1, 0), s(2, 0)]),
+                Canvas::Sig(Sig::new("total", vec![])),
+                s1(1000),
+            ]))
+            .await
+            .unwrap();
+        assert_eq!(upgraded.get(t(5)).await.unwrap(), json!(1003));
+        // empty chord calls back with []
+        let empty = app
+            .send_canvas(Canvas::Chord(
+                vec![],
+                Box::new(Canvas::Sig(Sig::new("total", vec![]))),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(empty.get(t(5)).await.unwrap(), json!(0));
+        // a group later in a chain is refused
+        let bad = app
+            .send_canvas(Canvas::Chain(vec![s(1, 1), Canvas::Group(vec![s(1, 1)])]))
+            .await;
+        assert!(matches!(bad, Err(Refused::Invalid(_))));
+        w.stop(Duration::from_secs(1));
+        h.await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_parts_fail_what_waits() {
+    each(async |app, _| {
+        add(&app);
+        app.register(
+            "boom",
+            Policy::default(),
+            body(|_, _| async { Err(Failure::new("KeyError", "nope")) }),
+        )
+        .unwrap();
+        let (w, h) = worker(&app, 2);
+        let s = |a: i64| Canvas::Sig(Sig::new("add", vec![json!(a), json!(1)]));
+        let boom = Canvas::Sig(Sig::new("boom", vec![]));
+        let chord = app
+            .send_canvas(Canvas::Chord(vec![s(1), boom.clone()], Box::new(s(0))))
+            .await
+            .unwrap();
+        match chord.get(t(5)).await.unwrap_err() {
+            Refused::Failed(f) => assert_eq!(f.kind, "ChordError"),
+            other => panic!("{other:?}"),
+        }
+        let chain = app
+            .send_canvas(Canvas::Chain(vec![s(1), boom, s(2)]))
+            .await
+            .unwrap();
+        match chain.get(t(5)).await.unwrap_err() {
+            Refused::Failed(f) => assert_eq!(f.kind, "KeyError"),
+            other => panic!("{other:?}"),
+        }
+        w.stop(Duration::from_secs(1));
+        h.await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_and_terminate() {
+    each(async |app, _| {
+        let policy = Policy {
+            timeout: Some(50),
+            ..Policy::default()
+        };
+        app.register("hang", policy, body(|_, _| std::future::pending()))
+            .unwrap();
+        app.register(
+            "hang2",
+            Policy::default(),
+            body(|_, _| std::future::pending()),
+        )
+        .unwrap();
+        let (w, h) = worker(&app, 2);
+        let hd = app
+            .send("hang", vec![], Map::new(), Options::default())
+            .await
+            .unwrap();
+        match hd.get(t(5)).await.unwrap_err() {
+            Refused::Failed(f) => assert_eq!(f.kind, "TimeoutError"),
+            other => panic!("{other:?}"),
+        }
+        let hd2 = app
+            .send("hang2", vec![], Map::new(), Options::default())
+            .await
+            .unwrap();
+        // Wait until it is running, then terminate it.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        hd2.revoke(true).await.unwrap();
+        assert!(matches!(
+            hd2.get(t(5)).await.unwrap_err(),
+            Refused::Revoked(_)
+        ));
+        w.stop(Duration::from_secs(1));
+        h.await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_gives_back_what_it_held() {
+    each(async |app, _| {
+        let runs = Arc::new(AtomicU32::new(0));
+        let r2 = runs.clone();
+        let policy = Policy {
+            acks_late: true,
+            ..Policy::default()
+        };
+        // Runs hang while `hang` is set (the first worker's); then succeed.
+        let hang = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let hang2 = hang.clone();
+        app.register(
+            "slow",
+            policy,
+            body(move |ctx, _| {
+                r2.fetch_add(1, Ordering::SeqCst);
+                let first = hang2.load(Ordering::SeqCst);
+                async move {
+                    if first {
+                        std::future::pending::<()>().await;
+                    }
+                    Ok(json!(ctx.id))
+                }
+            }),
+        )
+        .unwrap();
+        let mut hs = vec![];
+        for _ in 0..6 {
+            hs.push(
+                app.send("slow", vec![], Map::new(), Options::default())
+                    .await
+                    .unwrap(),
+            );
+        }
+        let (w, h) = worker(&app, 2);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+        w.stop(Duration::from_millis(50));
+        tokio::time::timeout(Duration::from_secs(2), h)
+            .await
+            .unwrap()
+            .unwrap();
+        // Nothing was lost: a second worker runs all six.
+        hang.store(false, Ordering::SeqCst);
+        let (w2, h2) = worker(&app, 6);
+        for hd in &hs {
+            assert_eq!(hd.get(t(5)).await.unwrap(), json!(hd.id()));
+        }
+        w2.stop(Duration::from_secs(1));
+        h2.await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_per_worker() {
+    each(async |app, clock| {
+        let stamps = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s2 = stamps.clone();
+        let policy = Policy {
+            rate: Some(headway_core::task::Rate::parse("2/m").unwrap()),
+            ..Policy::default()
+        };
+        app.register(
+            "limited",
+            policy,
+            body(move |ctx, _| {
+                s2.lock().unwrap().push(ctx.now);
+                async { Ok(Value::Null) }
+            }),
+        )
+        .unwrap();
+        let mut hs = vec![];
+        for _ in 0..5 {
+            hs.push(
+                app.send("limited", vec![], Map::new(), Options::default())
+                    .await
+                    .unwrap(),
+            );
+        }
+        let (w, h) = worker(&app, 1);
+        for hd in &hs {
+            hd.get(t(5)).await.unwrap();
+        }
+        let got = stamps.lock().unwrap().clone();
+        assert_eq!(got.len(), 5);
+        // At most two in any minute.
+        for i in 2..got.len() {
+            assert!(got[i] - got[i - 2] >= 60_000, "{got:?}");
+        }
+        assert!(clock.now() >= START + 120_000);
+        w.stop(Duration::from_secs(1));
+        h.await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_config_is_refused() {
+    each(async |app, _| {
+        assert!(
+            Worker::new(
+                app.clone(),
+                WorkerConfig {
+                    concurrency: 0,
+                    ..WorkerConfig::default()
+                }
+            )
+            .is_err()
+        );
+        assert!(
+            Worker::new(
+                app.clone(),
+                WorkerConfig {
+                    queues: vec![],
+                    ..WorkerConfig::default()
+                }
+            )
+            .is_err()
+        );
+        let o = Options {
+            priority: Some(12),
+            ..Options::default()
+        };
+        assert!(matches!(
+            app.send_task("x", vec![], Map::new(), o).await,
+            Err(Refused::Invalid(_))
+        ));
+        let p = Policy {
+            timeout: Some(-1),
+            ..Policy::default()
+        };
+        assert!(
+            app.register("x", p, body(|_, _| async { Ok(Value::Null) }))
+                .is_err()
+        );
+    })
+    .await;
+}
