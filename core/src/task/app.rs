@@ -250,6 +250,19 @@ impl App {
         Ok(Handle::new(self.clone(), plan.wait, plan.all))
     }
 
+    /// A worker of this app.
+    pub fn worker(
+        &self,
+        config: super::worker::WorkerConfig,
+    ) -> Result<super::worker::Worker, Refused> {
+        super::worker::Worker::new(self.clone(), config)
+    }
+
+    /// A beat on this app with nothing scheduled.
+    pub fn beat(&self) -> super::beat::Beat {
+        super::beat::Beat::new(self.clone())
+    }
+
     /// A handle on a run some other process sent.
     pub fn handle(&self, id: &str) -> Handle {
         Handle::new(self.clone(), vec![id.to_string()], false)

@@ -8,6 +8,7 @@
 //! virtual clock runs an hour of retries and beats in milliseconds.
 
 pub mod app;
+pub mod beat;
 pub mod body;
 pub mod canvas;
 pub mod clock;
@@ -15,18 +16,23 @@ pub mod handle;
 pub mod message;
 pub mod policy;
 pub mod rhythm;
+pub mod schedule;
 pub mod spec;
 pub mod state;
 pub mod timetable;
 pub mod worker;
 
 pub use app::{App, Registered, Seams};
+pub use beat::{Beat, Fired};
 pub use body::{Body, Context, SharedBody, body};
 pub use canvas::Canvas;
 pub use clock::{BoxFuture, Clock, SystemClock, VirtualClock};
 pub use handle::Handle;
 pub use message::{Chord, Join, Message, Options, Sig, new_id};
 pub use policy::{Backoff, Policy, PolicyError, Rate};
+pub use rhythm::{Cron, Every, Rhythm, RhythmError};
+pub use schedule::{Job, Scheduler};
 pub use spec::{Backend, Broker, Counter, Delivery, Inspector, Joined, QueueInfo, Receipt};
 pub use state::{Failure, Outcome, Refused, State};
+pub use timetable::Timetable;
 pub use worker::{Worker, WorkerConfig};
