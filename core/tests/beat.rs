@@ -94,7 +94,7 @@ struct Count(Arc<AtomicU32>, bool);
 impl Job for Count {
     fn fire(&self, _name: &str, _due: i64) -> BoxFuture<'static, Result<(), Failure>> {
         let n = self.0.fetch_add(1, Ordering::SeqCst);
-        let fail = self.1 && n % 2 == 0;
+        let fail = self.1 && n.is_multiple_of(2);
         Box::pin(async move {
             if fail {
                 Err(Failure::new("ValueError", "odd"))
