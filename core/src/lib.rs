@@ -14,4 +14,5 @@
 
 pub mod broker;
 pub mod flow;
+pub mod runtime;
 pub mod task;

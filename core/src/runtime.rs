@@ -1,0 +1,51 @@
+//! The one process-wide tokio runtime the bindings share.
+//!
+//! Two runtimes in one process (tokenizers ends up with two) double the
+//! threads and make a future built on one stall on the other. The Python
+//! binding hands this one to pyo3-async-runtimes and the Node binding runs its
+//! async work here, so a worker, a Redis connection and an awaited handle all
+//! live on the same threads.
+//!
+//! tokio's threads do not survive `fork()`. The pid is recorded when the
+//! runtime is built, and [`runtime`] refuses in a forked child rather than
+//! hang: use the `spawn` or `forkserver` start methods.
+
+use std::sync::OnceLock;
+
+use tokio::runtime::{Builder, Runtime};
+
+static RUNTIME: OnceLock<(Runtime, u32)> = OnceLock::new();
+
+/// Why the runtime cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forked;
+
+impl std::fmt::Display for Forked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "headway's runtime was started in a parent process and does not survive fork(); \
+             use the 'spawn' or 'forkserver' start method",
+        )
+    }
+}
+
+impl std::error::Error for Forked {}
+
+/// The shared runtime: multi-threaded, two worker threads at least (one per
+/// core, as tokio's default), timers and I/O enabled.
+pub fn runtime() -> Result<&'static Runtime, Forked> {
+    let (rt, pid) = RUNTIME.get_or_init(|| {
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
+        let rt = Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("headway")
+            .enable_all()
+            .build()
+            .expect("the tokio runtime starts");
+        (rt, std::process::id())
+    });
+    if *pid != std::process::id() {
+        return Err(Forked);
+    }
+    Ok(rt)
+}
