@@ -1,7 +1,123 @@
-//! The `headway._native` module.
+//! The `headway._native` module: the flow-control half of headway-core, as
+//! Python classes.
+//!
+//! This crate holds no rules. It converts values (float seconds and
+//! `datetime.timedelta` to `i64` nanoseconds and back, Python objects to pool
+//! items compared by identity), fills in what Python callers may omit (`now`
+//! from a monotonic clock, draws from a fast RNG), and maps errors: the core's
+//! `Invalid` becomes `ValueError` naming the argument, a value of the wrong
+//! type `TypeError` naming the argument, and a Rust panic `PanicError` (a
+//! `RuntimeError`). Every decision is the core's.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
+mod backoff;
+mod convert;
+mod limit;
+mod pool;
+
+pub(crate) use convert::*;
+
+pyo3::create_exception!(
+    headway._native,
+    PanicError,
+    PyRuntimeError,
+    "A Rust panic inside headway: a bug, never an answer.\n\nEvery native entry point \
+     catches unwinding and raises this instead, so `except Exception` sees it and a \
+     server loop survives it."
+);
+
+/// Runs `f`, turning a Rust panic into [`PanicError`].
+///
+/// pyo3 would turn an uncaught panic into its own `PanicException`, a
+/// `BaseException` that `except Exception` does not catch; headway raises a
+/// `RuntimeError` subclass instead, so one bug cannot take a worker loop down.
+#[inline(always)]
+pub(crate) fn guard<R>(f: impl FnOnce() -> PyResult<R>) -> PyResult<R> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => {
+            let msg = if let Some(s) = payload.downcast_ref::<&str>() {
+                (*s).to_string()
+            } else if let Some(s) = payload.downcast_ref::<String>() {
+                s.clone()
+            } else {
+                "unknown panic".to_string()
+            };
+            Err(PanicError::new_err(format!(
+                "headway panicked (a bug, please report it): {msg}"
+            )))
+        }
+    }
+}
+
+/// The core's `Invalid` as a `ValueError` whose message names the argument.
+pub(crate) fn invalid(e: headway_core::flow::Invalid) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// Panics on purpose, inside the same net every entry point uses: the test
+/// that a Rust panic reaches Python as `PanicError` and nothing worse.
+#[pyfunction]
+fn _panic() -> PyResult<()> {
+    guard(|| panic!("deliberate panic from headway._native._panic"))
+}
+
+/// Does nothing with two optional arguments: the floor a benchmark compares a
+/// native call against (one pyo3 call with the same arguments).
+#[pyfunction]
+#[pyo3(signature = (a=None, b=None))]
+fn _noop(a: Option<&Bound<'_, PyAny>>, b: Option<&Bound<'_, PyAny>>) {
+    let _ = (a, b);
+}
+
+/// A class whose method does nothing: the floor for a native *method* call.
+#[pyclass(module = "headway._native", name = "_Noop", frozen)]
+struct Noop;
+
+#[pymethods]
+impl Noop {
+    #[new]
+    fn new() -> Self {
+        Noop
+    }
+
+    /// Does nothing with two optional arguments.
+    #[pyo3(signature = (a=None, b=None))]
+    fn call(&self, a: Option<&Bound<'_, PyAny>>, b: Option<&Bound<'_, PyAny>>) {
+        let _ = (a, b);
+    }
+}
+
+/// Draws a fresh RNG seed; `headway` calls it in a forked child so that
+/// workers forked from one parent do not all draw the same jitter.
+#[pyfunction]
+fn _reseed() {
+    convert::reseed();
+}
+
+/// Reads the clock `now` defaults to: `time.monotonic()`'s, in seconds.
+#[pyfunction]
+fn _now() -> f64 {
+    secs_out(clock())
+}
+
 #[pymodule]
-fn _native(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    convert::init_clock(py)?;
+    convert::reseed();
+    m.add("PanicError", py.get_type::<PanicError>())?;
+    m.add_function(wrap_pyfunction!(_panic, m)?)?;
+    m.add_function(wrap_pyfunction!(_noop, m)?)?;
+    m.add_function(wrap_pyfunction!(_reseed, m)?)?;
+    m.add_function(wrap_pyfunction!(_now, m)?)?;
+    m.add_class::<Noop>()?;
+    pool::register(m)?;
+    backoff::register(m)?;
+    limit::register(m)?;
     Ok(())
 }

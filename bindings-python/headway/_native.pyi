@@ -1,0 +1,475 @@
+"""The native half of headway: headway-core's flow control as Python classes.
+
+Units: ``now`` is float seconds from any origin (omitted: ``time.monotonic()``,
+read in Rust); a span is float seconds or a ``datetime.timedelta``; a draw is a
+float in [0, 1) (omitted: the binding's SplitMix64 RNG). Only differences of
+``now`` are used. A value the core refuses raises ``ValueError`` and one of the
+wrong type ``TypeError``, each message naming the argument; a Rust panic
+raises ``PanicError``.
+"""
+
+from collections.abc import Iterable
+from datetime import timedelta
+from types import GenericAlias
+from typing import Any, ClassVar, Final, Generic, SupportsFloat, SupportsIndex, TypeVar, final
+
+_T = TypeVar("_T")
+
+#: Float seconds, or a ``timedelta`` (exact to the microsecond).
+_Span = SupportsFloat | SupportsIndex | timedelta
+_Num = SupportsFloat | SupportsIndex
+
+class PanicError(RuntimeError):
+    """A Rust panic inside headway: a bug, never an answer.
+
+    Every native entry point that runs core logic catches unwinding and
+    raises this instead of pyo3's ``PanicException`` (a ``BaseException``),
+    so ``except Exception`` sees it and a server loop survives it.
+    """
+
+# ------------------------------------------------------------------ Pool
+
+@final
+class Limits:
+    """The limits a pool holds itself to.
+
+    ``size``: most live at once, counting those being made (0: no limit).
+    ``idle``: most sitting unused (0: no limit). ``keep``: idle age at which an
+    item retires, in seconds (0: never). ``life``: total age at which it
+    retires (0: never).
+
+    The defaults: ten live, ten idle, thirty minutes idle, no maximum age. Ten
+    is HikariCP's and Go database/sql's default pool size; thirty minutes is
+    database/sql's ``SetConnMaxIdleTime`` as most deployments set it; idle
+    equal to size is database/sql's behaviour, so a pool that grew under load
+    does not throw its connections away at once. Negative values raise
+    ``ValueError``.
+    """
+
+    def __new__(
+        cls,
+        size: SupportsIndex = 10,
+        idle: SupportsIndex = 10,
+        keep: _Span = 1800.0,
+        life: _Span = 0.0,
+    ) -> Limits: ...
+    @property
+    def size(self) -> int:
+        """Most live at once (0: no limit)."""
+    @property
+    def idle(self) -> int:
+        """Most idle at once (0: no limit)."""
+    @property
+    def keep(self) -> float:
+        """Idle age at which an item retires, in seconds (0: never)."""
+    @property
+    def life(self) -> float:
+        """Total age at which an item retires, in seconds (0: never)."""
+    def __eq__(self, other: object) -> bool: ...
+    def __ne__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Breaker:
+    """Client-side adaptive throttling (Google SRE book, "Handling Overload").
+
+    Over a sliding ``window`` (seconds) it counts requests and accepts and
+    refuses locally ``max(0, (requests − k·accepts) / (requests + 1))`` of new
+    makes. Defaults from the book: ``k = 2`` over two minutes — a backend
+    accepting half of what it is asked is never throttled; one accepting
+    nothing is asked ever more rarely, never not at all, which is how the
+    client learns it has recovered. ``k`` below 1 and a window that is not
+    positive raise ``ValueError``.
+    """
+
+    def __new__(cls, k: _Num = 2.0, window: _Span = 120.0) -> Breaker: ...
+    @property
+    def k(self) -> float:
+        """The multiplier on accepts."""
+    @property
+    def window(self) -> float:
+        """The window's length, in seconds."""
+
+@final
+class Ward:
+    """What stands between a pool and a failing backend; both parts optional.
+
+    A ``Breaker`` answers *what share* of makes to refuse (``take`` answers
+    ``Shed``). A ``Backoff`` answers *how long* to hold makes after failures:
+    after ``n`` failed makes in a row the next is held for
+    ``backoff.delay(n, roll)`` from the failure (``take`` answers
+    ``Later(remaining)``); ``made`` resets it.
+    """
+
+    def __new__(cls, breaker: Breaker | None = None, backoff: Backoff | None = None) -> Ward: ...
+    @property
+    def breaker(self) -> Breaker | None:
+        """The breaker, if any (a copy)."""
+    @property
+    def backoff(self) -> Backoff | None:
+        """The backoff, if any."""
+    @property
+    def failures(self) -> int:
+        """Failed makes in a row."""
+    def refusal(self, now: _Num | None = None) -> float:
+        """The breaker's refusal at ``now``, in [0, 1); 0 without a breaker."""
+
+@final
+class Ready(Generic[_T]):
+    """``take`` answered: an idle item, now lent to you. Use it, then ``give``
+    it back (or ``drop`` it if it broke)."""
+
+    __match_args__: ClassVar[tuple[str]]
+    def __new__(cls, item: _T) -> Ready[_T]: ...
+    @property
+    def item(self) -> _T:
+        """The item."""
+    def __class_getitem__(cls, item: Any, /) -> GenericAlias: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __ne__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Stale(Generic[_T]):
+    """``take`` answered: an idle item too old to use, already out of the pool
+    and its count. Close it and take again; it is handed back rather than
+    skipped so nothing it holds leaks when the evict timer has not run."""
+
+    __match_args__: ClassVar[tuple[str]]
+    def __new__(cls, item: _T) -> Stale[_T]: ...
+    @property
+    def item(self) -> _T:
+        """The item."""
+    def __class_getitem__(cls, item: Any, /) -> GenericAlias: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __ne__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Make:
+    """``take`` answered: there is room for another, and it is reserved. Open
+    one, then call ``made(item)`` — or ``unmade()`` if opening failed, so the
+    room is free again. ``Make()`` is a shared instance."""
+
+    __match_args__: ClassVar[tuple[()]]
+    def __new__(cls) -> Make: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __ne__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Wait:
+    """``take`` answered: the pool is at ``size``. Not a queue: the pool has no
+    runtime, so the caller decides — queue, time out, or try another pool.
+    ``Wait()`` is a shared instance."""
+
+    __match_args__: ClassVar[tuple[()]]
+    def __new__(cls) -> Wait: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __ne__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Shed:
+    """``take`` answered: the ward's breaker refused this make. Fail fast: the
+    backend is refusing most of what it is asked. ``Shed()`` is a shared
+    instance."""
+
+    __match_args__: ClassVar[tuple[()]]
+    def __new__(cls) -> Shed: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __ne__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Later:
+    """``take`` answered: the ward holds makes after a failure; try again after
+    ``delay`` seconds."""
+
+    __match_args__: ClassVar[tuple[str]]
+    def __new__(cls, delay: _Num) -> Later: ...
+    @property
+    def delay(self) -> float:
+        """Seconds still to wait."""
+    def __eq__(self, other: object) -> bool: ...
+    def __ne__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Pool(Generic[_T]):
+    """The bookkeeping of holding a limited number of things.
+
+    It does not open, close or wait — the caller (or ``headway.Pooled``) does.
+    ``take`` answers one of six classes: ``Ready(item)``, ``Stale(item)``,
+    ``Make()``, ``Wait()``, ``Later(delay)``, ``Shed()``. Newest first: the most
+    recently returned item is handed out first, so the oldest age past
+    ``keep`` and the pool shrinks after a burst. A stale idle item comes back
+    as ``Stale``, never skipped. A lent item is recognised by identity (``is``)
+    and keeps its birth through every loan, so ``life`` retires an item reused
+    all along. Any object can be pooled, hashable or not.
+
+    Every ``now`` is float seconds from any origin (omitted:
+    ``time.monotonic()``); every ``roll`` a draw in [0, 1) (omitted: the
+    binding's RNG).
+    """
+
+    def __new__(cls, limits: Limits | None = None, ward: Ward | None = None) -> Pool[_T]: ...
+    def __class_getitem__(cls, item: Any, /) -> GenericAlias: ...
+    def take(
+        self, now: _Num | None = None, roll: _Num | None = None
+    ) -> Ready[_T] | Stale[_T] | Make | Wait | Later | Shed:
+        """Take one, be told to make one or to wait — or be handed one too old
+        to use. ``roll`` is the draw the ward's breaker decides with."""
+    def made(self, item: _T, now: _Num | None = None) -> None:
+        """Register an item opened after ``take`` answered ``Make``: lent, born
+        now. It fills the reserved room and tells the ward the backend is
+        alive."""
+    def unmade(self, now: _Num | None = None, roll: _Num | None = None) -> None:
+        """Say the item ``take`` reserved room for could not be made: the room
+        is free again and the ward counts a failure (``roll`` draws its hold).
+        Without it a factory that failed once would shrink the pool for good."""
+    def give(self, item: _T, now: _Num | None = None) -> bool:
+        """Hand one back, keeping the birth it was lent with. ``False`` means
+        the pool did not keep it — enough idle already, past its ``life``, or a
+        stranger with no room — and you should close it. An item never
+        registered by ``made`` fills the room ``take`` reserved and is born
+        now."""
+    def drop(self, item: object) -> None:
+        """Say a lent item is not coming back because it broke; this keeps the
+        live count honest (a broken item would otherwise hold a slot for
+        ever)."""
+    def evict(self, now: _Num | None = None) -> list[_T]:
+        """Every idle item past ``keep`` or ``life``, out of the pool, for you
+        to close. Call it on a timer; ``take`` checks ages too, so a late timer
+        strands nothing."""
+    def close(self) -> list[_T]:
+        """Everything idle, emptied out for you to close: what a shutdown
+        does. Lent items are the borrowers'; each comes back through
+        ``give``."""
+    def refusal(self, now: _Num | None = None) -> float:
+        """The ward's breaker refusal at ``now``, in [0, 1); 0 without one.
+        Reads, counts nothing."""
+    @property
+    def live(self) -> int:
+        """How many exist: idle, lent, and being made."""
+    @property
+    def idle(self) -> int:
+        """How many sit idle."""
+    @property
+    def busy(self) -> int:
+        """How many are lent out or being made."""
+    @property
+    def limits(self) -> Limits:
+        """The limits it holds itself to."""
+    @property
+    def ward(self) -> Ward | None:
+        """A copy of its ward as it stands (with its failure count), or
+        ``None``."""
+
+def pick(
+    pools: Iterable[Pool[Any]],
+    now: _Num | None = None,
+    first: _Num | None = None,
+    second: _Num | None = None,
+) -> int | None:
+    """Which pool to ask, by two random choices (Mitzenmacher, "The Power of
+    Two Choices"; what Finagle and Envoy do): the pools at ``floor(first·len)``
+    and ``floor(second·len)`` are compared, lower ``refusal(now)`` wins, then
+    lower ``busy``, then the first. ``None`` when there are no pools. Draws
+    omitted come from the binding's RNG."""
+
+# ------------------------------------------------------------------ Backoff
+
+@final
+class Jitter:
+    """How much randomness goes into a delay (AWS, "Exponential Backoff and
+    Jitter"). A retry with no jitter makes every client that failed together
+    try again together, which is how one outage becomes a second one.
+
+    - ``RIGID``: the ceiling, unchanged — reproducible; for a policy written
+      elsewhere that specifies no jitter.
+    - ``FULL``: uniform over [0, ceiling] — spreads clients furthest; what gRPC
+      sleeps, and the default because AWS measured it best.
+    - ``EQUAL``: ceiling/2 + uniform over [0, ceiling/2] — keeps a floor under
+      the wait.
+    - ``DECORRELATED``: uniform over [base, min(cap, 3·previous)] — grows from
+      where it last landed rather than from the attempt number.
+    """
+
+    RIGID: Final[Jitter]
+    FULL: Final[Jitter]
+    EQUAL: Final[Jitter]
+    DECORRELATED: Final[Jitter]
+    @property
+    def name(self) -> str:
+        """The member's name, as ``enum.Enum`` spells it (``"FULL"``)."""
+    @property
+    def value(self) -> str:
+        """The lowercase name Node uses (``"full"``); ``Backoff(jitter=...)``
+        accepts it too."""
+    def __eq__(self, other: object) -> bool: ...
+    def __ne__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __int__(self) -> int: ...
+
+@final
+class Backoff:
+    """When to try again, and how long to wait first.
+
+    The defaults are gRPC's documented retry policy: three attempts, 0.1 s
+    doubling (``factor=2.0``) to a 1 s ``cap``, full jitter (maxAttempts 3,
+    initialBackoff 0.1 s, maxBackoff 1 s, backoffMultiplier 2; gRPC sleeps
+    uniformly over [0, cap]). ``jitter`` is a ``Jitter`` or its name
+    (``"full"``). A negative base or cap, a factor below 1 or NaN, negative
+    attempts raise ``ValueError``.
+    """
+
+    def __new__(
+        cls,
+        base: _Span = 0.1,
+        factor: _Num = 2.0,
+        cap: _Span = 1.0,
+        attempts: SupportsIndex = 3,
+        jitter: Jitter | str = ...,
+    ) -> Backoff: ...
+    @property
+    def base(self) -> float:
+        """The first retry's ceiling, in seconds."""
+    @property
+    def factor(self) -> float:
+        """What each ceiling is multiplied by."""
+    @property
+    def cap(self) -> float:
+        """No delay is ever longer, in seconds."""
+    @property
+    def attempts(self) -> int:
+        """How many attempts a call may make in all, the first included."""
+    @property
+    def jitter(self) -> Jitter:
+        """The strategy."""
+    def ceiling(self, retry: SupportsIndex) -> float:
+        """The undelayed ceiling before the ``retry``-th retry (the first is
+        1): ``min(base·factor^(retry−1), cap)``, 0 for ``retry < 1``. What a
+        jitter-free client sleeps and what every strategy draws within."""
+    def delay(
+        self, retry: SupportsIndex, random: _Num | None = None, previous: _Span | None = None
+    ) -> float:
+        """Seconds to wait before the ``retry``-th retry. ``random`` is a draw
+        in [0, 1) (clamped into it; omitted: the binding's RNG) — the same draw
+        gives the same delay. ``previous`` is the last delay, which only
+        ``DECORRELATED`` reads (omitted: none yet, taken as ``base``)."""
+    def more(self, made: SupportsIndex) -> bool:
+        """Whether a call that has made ``made`` attempts may make another:
+        ``0 <= made < attempts``. Three attempts allow two retries."""
+    def schedule(self, randoms: Iterable[_Num] | None = None) -> list[float]:
+        """Every delay a run of retries would wait — ``attempts − 1`` of them,
+        in seconds — for a test or a log line explaining a plan. ``randoms``
+        are the draws in order; when they run short the rest are 0 (the low
+        end of every strategy). Omitted: every draw from the binding's RNG."""
+    def __eq__(self, other: object) -> bool: ...
+    def __ne__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+# ------------------------------------------------------------------ limiters
+
+class Bucket:
+    """A token bucket: ``rate`` tokens accrue per second up to ``burst``, and
+    each request takes some.
+
+    The limiter that allows a burst after a quiet period, which is what a
+    limit on a human-facing API wants: nobody should be refused for two
+    requests in the same second after an hour of none. It starts full at
+    ``at`` (seconds). ``burst`` omitted is the rate when the rate is above 1,
+    else 1 (one second's worth); a burst below 1 would let nothing pass, so it
+    is raised to 1. A rate or burst that is NaN, infinite or negative raises
+    ``ValueError``.
+    """
+
+    def __new__(cls, rate: _Num, burst: _Num | None = None, at: _Span = 0.0) -> Bucket: ...
+    def take(self, now: _Num | None = None, n: _Num = 1.0) -> bool:
+        """Whether ``n`` tokens are available now, taking them if they are.
+        Time that runs backwards adds nothing."""
+    def next(self, now: _Num | None = None, n: _Num = 1.0) -> float:
+        """Seconds until ``n`` tokens would be available, without taking them:
+        0 when they are there now, ``math.inf`` when they never will be (more
+        than the burst, or a zero rate). What to sleep rather than spin, and
+        what a ``Retry-After`` is computed from."""
+    def tokens(self, now: _Num | None = None) -> float:
+        """How many tokens are there now, for a caller that reports its
+        headroom."""
+    @property
+    def rate(self) -> float:
+        """Tokens per second."""
+    @property
+    def burst(self) -> float:
+        """The most it holds."""
+
+class Window:
+    """A sliding window counter: at most ``allow`` events in any
+    ``window``-long stretch (seconds), exactly.
+
+    Where a bucket smooths, a window counts: "a thousand a day" is a window,
+    not a rate — answered with a bucket, a client could spend the day's
+    allowance in the first minute. The stamps inside the window are kept, so
+    the count is exact rather than the two-bucket approximation most limiters
+    give. A negative ``allow`` or a window that is not positive raises
+    ``ValueError``.
+    """
+
+    def __new__(cls, allow: SupportsIndex, window: _Span) -> Window: ...
+    def take(self, now: _Num | None = None) -> bool:
+        """Whether an event is within the quota now, counting it if it is."""
+    def left(self, now: _Num | None = None) -> int:
+        """How many events remain in the window now."""
+    def next(self, now: _Num | None = None) -> float:
+        """Seconds until there is room: 0 when there is, else until the oldest
+        event inside falls out (``math.inf`` when ``allow`` is 0)."""
+    @property
+    def allow(self) -> int:
+        """The most events in any window."""
+    @property
+    def window(self) -> float:
+        """The window's length, in seconds."""
+
+class Gate:
+    """A count with a ceiling: the concurrency limit a server puts on itself.
+
+    It has nothing to do with time: it is how many things are happening at
+    once. A server past its limit answers rather than queues, which keeps a
+    queue from becoming the outage. A negative limit raises ``ValueError``.
+    """
+
+    def __new__(cls, limit: SupportsIndex) -> Gate: ...
+    def enter(self) -> bool:
+        """Whether there is room, taking it if there is."""
+    def leave(self) -> None:
+        """Give the room back. Leaving an empty gate does nothing, so a double
+        leave cannot open room that was never taken."""
+    @property
+    def held(self) -> int:
+        """How many are inside."""
+    @property
+    def limit(self) -> int:
+        """The ceiling."""
+
+# ------------------------------------------------------------------ hidden
+
+def _panic() -> None:
+    """Panics on purpose: the test that a panic becomes ``PanicError``."""
+
+def _noop(a: object = None, b: object = None) -> None:
+    """Does nothing: the benchmark's floor for one native call."""
+
+def _reseed() -> None:
+    """Reseeds the RNG (run in a forked child)."""
+
+def _now() -> float:
+    """The clock ``now`` defaults to, in seconds."""
+
+@final
+class _Noop:
+    """A method that does nothing: the benchmark's floor for a method call."""
+
+    def __new__(cls) -> _Noop: ...
+    def call(self, a: object = None, b: object = None) -> None:
+        """Does nothing."""

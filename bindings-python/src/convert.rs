@@ -1,0 +1,208 @@
+//! Value conversion between Python and the core: seconds and nanoseconds, the
+//! clock `now` defaults to, the RNG draws default to, and argument errors that
+//! name the argument.
+//!
+//! Units (shared/API.md, "Units and clocks"): Python passes `float` seconds
+//! (a `datetime.timedelta` is accepted for a span), the core takes `i64`
+//! nanoseconds. Only differences of `now` are used by the core, so any origin
+//! works; omitted, it is `time.monotonic()`.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyDelta, PyDeltaAccess};
+
+const NS: f64 = 1e9;
+
+/// An `Instant` and what `time.monotonic_ns()` read at the same moment.
+static ORIGIN: OnceLock<(Instant, i64)> = OnceLock::new();
+
+/// Records the clock pair once, when the module loads. Afterwards `now` is
+/// computed in Rust (`Instant` is the same monotonic clock) without calling
+/// back into Python.
+pub(crate) fn init_clock(py: Python<'_>) -> PyResult<()> {
+    if ORIGIN.get().is_none() {
+        let mono: i64 = py
+            .import("time")?
+            .getattr("monotonic_ns")?
+            .call0()?
+            .extract()?;
+        let _ = ORIGIN.set((Instant::now(), mono));
+    }
+    Ok(())
+}
+
+/// `time.monotonic()` now, in nanoseconds.
+#[inline]
+pub(crate) fn clock() -> i64 {
+    match ORIGIN.get() {
+        Some((at, mono)) => mono.saturating_add(at.elapsed().as_nanos() as i64),
+        None => 0,
+    }
+}
+
+/// SplitMix64 state: a counter advanced atomically, so any thread may draw.
+static RNG: AtomicU64 = AtomicU64::new(0);
+const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// Seeds the RNG from the OS (through `RandomState`) and the clock.
+pub(crate) fn reseed() {
+    let mut h = RandomState::new().build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos());
+    h.write_u32(std::process::id());
+    RNG.store(h.finish(), Ordering::Relaxed);
+}
+
+/// A draw in [0, 1) from SplitMix64 (Steele, Lea, Flood: "Fast Splittable
+/// Pseudorandom Number Generators"): fast, and good enough for jitter and for
+/// the breaker's roll, which only need to be spread, not secret.
+#[inline]
+pub(crate) fn draw() -> f64 {
+    let mut z = RNG
+        .fetch_add(GOLDEN, Ordering::Relaxed)
+        .wrapping_add(GOLDEN);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
+/// The type name of `obj`, for messages.
+pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "object".to_string())
+}
+
+/// A float argument; `TypeError` naming `name` when it is not a number.
+#[inline]
+pub(crate) fn float_arg(name: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<f64> {
+    // SAFETY: `obj` is a live object and we are attached.
+    let v = unsafe { ffi::PyFloat_AsDouble(obj.as_ptr()) };
+    if v == -1.0 && PyErr::take(obj.py()).is_some() {
+        return Err(PyTypeError::new_err(format!(
+            "`{name}` must be a number, not {}",
+            type_name(obj)
+        )));
+    }
+    Ok(v)
+}
+
+/// Float seconds to nanoseconds, saturating.
+#[inline]
+fn to_ns(s: f64) -> i64 {
+    // Rounded, so that 0.3 s is 300_000_000 ns and not one short; `as`
+    // saturates at the i64 range.
+    (s * NS).round() as i64
+}
+
+/// `now`: omitted → the monotonic clock; else finite seconds.
+#[inline]
+pub(crate) fn now_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<i64> {
+    match obj {
+        Some(o) if !o.is_none() => {
+            let s = float_arg("now", o)?;
+            if !s.is_finite() {
+                return Err(PyValueError::new_err(
+                    "`now` must be a finite number of seconds",
+                ));
+            }
+            Ok(to_ns(s))
+        }
+        _ => Ok(clock()),
+    }
+}
+
+/// A random draw: omitted → the binding's RNG; else any number (the core
+/// clamps it into [0, 1)).
+#[inline]
+pub(crate) fn draw_arg(name: &'static str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
+    match obj {
+        Some(o) if !o.is_none() => float_arg(name, o),
+        _ => Ok(draw()),
+    }
+}
+
+/// A span: float seconds or a `datetime.timedelta` (exact to the
+/// microsecond), as nanoseconds. `inf` saturates; NaN is refused.
+pub(crate) fn span_arg(name: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    if let Ok(d) = obj.cast::<PyDelta>() {
+        let whole = (d.get_days() as i128) * 86_400 + d.get_seconds() as i128;
+        let ns = whole * 1_000_000_000 + d.get_microseconds() as i128 * 1_000;
+        return Ok(ns.clamp(i64::MIN as i128, i64::MAX as i128) as i64);
+    }
+    // SAFETY: as in `float_arg`.
+    let v = unsafe { ffi::PyFloat_AsDouble(obj.as_ptr()) };
+    if v == -1.0 && PyErr::take(obj.py()).is_some() {
+        return Err(PyTypeError::new_err(format!(
+            "`{name}` must be seconds (a number or a datetime.timedelta), not {}",
+            type_name(obj)
+        )));
+    }
+    if v.is_nan() {
+        return Err(PyValueError::new_err(format!(
+            "`{name}` must be a number of seconds, not NaN"
+        )));
+    }
+    Ok(to_ns(v))
+}
+
+/// An optional span: omitted or `None` → `default`.
+pub(crate) fn span_opt(
+    name: &'static str,
+    obj: Option<&Bound<'_, PyAny>>,
+    default: i64,
+) -> PyResult<i64> {
+    match obj {
+        Some(o) if !o.is_none() => span_arg(name, o),
+        _ => Ok(default),
+    }
+}
+
+/// An int argument; `TypeError` naming it when it is not an int, `ValueError`
+/// when it does not fit in 64 bits.
+pub(crate) fn int_arg(name: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    match obj.extract::<i64>() {
+        Ok(v) => Ok(v),
+        Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => {
+            Err(PyValueError::new_err(format!("`{name}` is out of range")))
+        }
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "`{name}` must be an int, not {}",
+            type_name(obj)
+        ))),
+    }
+}
+
+/// An int argument clamped into `i32` (a retry or attempt count).
+pub(crate) fn count_arg(name: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<i32> {
+    match obj.extract::<i64>() {
+        Ok(v) => Ok(v.clamp(i32::MIN as i64, i32::MAX as i64) as i32),
+        Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => {
+            // A huge count: the sign is all that matters.
+            let neg = obj.lt(0i64).unwrap_or(false);
+            Ok(if neg { i32::MIN } else { i32::MAX })
+        }
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "`{name}` must be an int, not {}",
+            type_name(obj)
+        ))),
+    }
+}
+
+/// Nanoseconds to float seconds; `i64::MAX` (never) is `math.inf`.
+#[inline]
+pub(crate) fn secs_out(ns: i64) -> f64 {
+    if ns == i64::MAX {
+        f64::INFINITY
+    } else {
+        ns as f64 / NS
+    }
+}

@@ -1,0 +1,237 @@
+//! `Bucket`, `Window` and `Gate`.
+//!
+//! `Bucket` and `Gate` are subclassable: the `headway` package adds the
+//! runtime helpers (`await bucket.wait(n)`, `with gate:`) in Python on top.
+
+use headway_core::flow;
+use pyo3::prelude::*;
+
+use crate::{float_arg, guard, int_arg, invalid, now_arg, secs_out, span_arg, span_opt};
+
+#[inline]
+fn n_arg(n: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
+    match n {
+        Some(o) if !o.is_none() => float_arg("n", o),
+        _ => Ok(1.0),
+    }
+}
+
+/// A token bucket: `rate` tokens accrue per second up to `burst`, and each
+/// request takes some.
+///
+/// The limiter that allows a burst after a quiet period, which is what a limit
+/// on a human-facing API wants: nobody should be refused for two requests in
+/// the same second after an hour of none. It starts full at `at` (seconds).
+/// `burst` omitted is the rate when the rate is above 1, else 1 (one second's
+/// worth); a burst below 1 would let nothing pass, so it is raised to 1. A
+/// rate or burst that is NaN, infinite or negative raises `ValueError`.
+#[pyclass(module = "headway._native", name = "Bucket", subclass)]
+pub(crate) struct PyBucket {
+    inner: flow::Bucket,
+}
+
+#[pymethods]
+impl PyBucket {
+    #[new]
+    #[pyo3(
+        signature = (rate, burst=None, at=None),
+        text_signature = "(rate, burst=None, at=0.0)"
+    )]
+    fn new(
+        rate: &Bound<'_, PyAny>,
+        burst: Option<&Bound<'_, PyAny>>,
+        at: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        guard(|| {
+            let rate = float_arg("rate", rate)?;
+            let burst = match burst {
+                Some(b) if !b.is_none() => Some(float_arg("burst", b)?),
+                _ => None,
+            };
+            let at = span_opt("at", at, 0)?;
+            let inner = flow::Bucket::new(rate, burst, at).map_err(invalid)?;
+            Ok(PyBucket { inner })
+        })
+    }
+
+    /// Whether `n` tokens are available now, taking them if they are. Time
+    /// that runs backwards adds nothing.
+    #[pyo3(signature = (now=None, n=None), text_signature = "($self, now=None, n=1.0)")]
+    fn take(
+        &mut self,
+        now: Option<&Bound<'_, PyAny>>,
+        n: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        guard(|| {
+            let now = now_arg(now)?;
+            let n = n_arg(n)?;
+            Ok(self.inner.take(now, n))
+        })
+    }
+
+    /// Seconds until `n` tokens would be available, without taking them: 0
+    /// when they are there now, `math.inf` when they never will be (more than
+    /// the burst, or a zero rate). What to sleep rather than spin, and what a
+    /// `Retry-After` is computed from.
+    #[pyo3(signature = (now=None, n=None), text_signature = "($self, now=None, n=1.0)")]
+    fn next(&self, now: Option<&Bound<'_, PyAny>>, n: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
+        guard(|| {
+            let now = now_arg(now)?;
+            let n = n_arg(n)?;
+            Ok(secs_out(self.inner.next(now, n)))
+        })
+    }
+
+    /// How many tokens are there now, for a caller that reports its headroom.
+    #[pyo3(signature = (now=None))]
+    fn tokens(&self, now: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
+        guard(|| Ok(self.inner.tokens(now_arg(now)?)))
+    }
+
+    /// Tokens per second.
+    #[getter]
+    fn rate(&self) -> f64 {
+        self.inner.rate()
+    }
+
+    /// The most it holds.
+    #[getter]
+    fn burst(&self) -> f64 {
+        self.inner.burst()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Bucket(rate={:?}, burst={:?})",
+            self.inner.rate(),
+            self.inner.burst()
+        )
+    }
+}
+
+/// A sliding window counter: at most `allow` events in any `window`-long
+/// stretch (seconds), exactly.
+///
+/// Where a bucket smooths, a window counts: "a thousand a day" is a window,
+/// not a rate — answered with a bucket, a client could spend the day's
+/// allowance in the first minute. The stamps inside the window are kept, so
+/// the count is exact rather than the two-bucket approximation most limiters
+/// give. A negative `allow` or a window that is not positive raises
+/// `ValueError`.
+#[pyclass(module = "headway._native", name = "Window", subclass)]
+pub(crate) struct PyWindow {
+    inner: flow::Window,
+}
+
+#[pymethods]
+impl PyWindow {
+    #[new]
+    fn new(allow: &Bound<'_, PyAny>, window: &Bound<'_, PyAny>) -> PyResult<Self> {
+        guard(|| {
+            let allow = int_arg("allow", allow)?;
+            let window = span_arg("window", window)?;
+            let inner = flow::Window::new(allow, window).map_err(invalid)?;
+            Ok(PyWindow { inner })
+        })
+    }
+
+    /// Whether an event is within the quota now, counting it if it is.
+    #[pyo3(signature = (now=None))]
+    fn take(&mut self, now: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+        guard(|| Ok(self.inner.take(now_arg(now)?)))
+    }
+
+    /// How many events remain in the window now.
+    #[pyo3(signature = (now=None))]
+    fn left(&self, now: Option<&Bound<'_, PyAny>>) -> PyResult<i64> {
+        guard(|| Ok(self.inner.left(now_arg(now)?)))
+    }
+
+    /// Seconds until there is room: 0 when there is, else until the oldest
+    /// event inside falls out (`math.inf` when `allow` is 0).
+    #[pyo3(signature = (now=None))]
+    fn next(&self, now: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
+        guard(|| Ok(secs_out(self.inner.next(now_arg(now)?))))
+    }
+
+    /// The most events in any window.
+    #[getter]
+    fn allow(&self) -> i64 {
+        self.inner.allow()
+    }
+
+    /// The window's length, in seconds.
+    #[getter]
+    fn window(&self) -> f64 {
+        secs_out(self.inner.span())
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Window(allow={}, window={:?})",
+            self.inner.allow(),
+            secs_out(self.inner.span())
+        )
+    }
+}
+
+/// A count with a ceiling: the concurrency limit a server puts on itself.
+///
+/// It has nothing to do with time: it is how many things are happening at
+/// once. A server past its limit answers rather than queues, which keeps a
+/// queue from becoming the outage. A negative limit raises `ValueError`.
+#[pyclass(module = "headway._native", name = "Gate", subclass)]
+pub(crate) struct PyGate {
+    inner: flow::Gate,
+}
+
+#[pymethods]
+impl PyGate {
+    #[new]
+    fn new(limit: &Bound<'_, PyAny>) -> PyResult<Self> {
+        guard(|| {
+            let limit = int_arg("limit", limit)?;
+            Ok(PyGate {
+                inner: flow::Gate::new(limit).map_err(invalid)?,
+            })
+        })
+    }
+
+    /// Whether there is room, taking it if there is.
+    fn enter(&mut self) -> bool {
+        self.inner.enter()
+    }
+
+    /// Give the room back. Leaving an empty gate does nothing, so a double
+    /// leave cannot open room that was never taken.
+    fn leave(&mut self) {
+        self.inner.leave()
+    }
+
+    /// How many are inside.
+    #[getter]
+    fn held(&self) -> i64 {
+        self.inner.held()
+    }
+
+    /// The ceiling.
+    #[getter]
+    fn limit(&self) -> i64 {
+        self.inner.limit()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Gate(limit={}, held={})",
+            self.inner.limit(),
+            self.inner.held()
+        )
+    }
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyBucket>()?;
+    m.add_class::<PyWindow>()?;
+    m.add_class::<PyGate>()?;
+    Ok(())
+}
