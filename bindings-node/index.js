@@ -1,0 +1,880 @@
+'use strict';
+// headway for Node: the public classes over the native core, and the drivers
+// (retry, Pooled, Bucket.wait) that act on the core's answers with the event
+// loop. Every rule and default lives in the Rust core; this file checks
+// argument types, fills clocks (`performance.now()`) and draws
+// (`Math.random()`), maps slot ids back to the JS values they stand for, and
+// sleeps, opens and closes. See index.d.ts for what each item answers and why.
+
+const { inspect } = require('node:util');
+const native = require('./headway.node');
+
+const perf = globalThis.performance;
+const NONE = 4294967295; // an id no item ever gets
+const TIMER_MAX = 2 ** 31 - 1; // setTimeout's longest sleep
+
+// ---------------------------------------------------------------- errors
+
+function received(v) {
+  if (v === undefined || v === null) return ` Received ${v}`;
+  if (typeof v === 'function') return ` Received function ${v.name || '<anonymous>'}`;
+  if (typeof v === 'object') {
+    const name = v.constructor && v.constructor.name;
+    return name ? ` Received an instance of ${name}` : ` Received ${inspect(v, { depth: -1 })}`;
+  }
+  let shown = inspect(v, { colors: false });
+  if (shown.length > 28) shown = `${shown.slice(0, 25)}...`;
+  return ` Received type ${typeof v} (${shown})`;
+}
+
+/** A TypeError as Node's own APIs throw it, naming the argument. */
+function argType(name, expected, value) {
+  const err = new TypeError(`The "${name}" argument must be ${expected}.${received(value)}`);
+  err.code = 'ERR_INVALID_ARG_TYPE';
+  return err;
+}
+
+/** A RangeError as Node's own APIs throw it, naming the argument. */
+function outOfRange(name, why) {
+  const err = new RangeError(`The value of "${name}" is out of range: it ${why}`);
+  err.code = 'ERR_OUT_OF_RANGE';
+  return err;
+}
+
+function coded(code, message) {
+  const err = new Error(message);
+  err.code = code;
+  return err;
+}
+
+const NUMBER = 'of type number';
+
+function num(name, v) {
+  if (typeof v !== 'number') throw argType(name, NUMBER, v);
+  return v;
+}
+
+function optNum(name, v) {
+  if (v !== undefined && typeof v !== 'number') throw argType(name, NUMBER, v);
+  return v;
+}
+
+function clock(name, v) {
+  if (v === undefined) return perf.now();
+  if (typeof v !== 'number') throw argType(name, NUMBER, v);
+  return v;
+}
+
+function draw(name, v) {
+  if (v === undefined) return Math.random();
+  if (typeof v !== 'number') throw argType(name, NUMBER, v);
+  return v;
+}
+
+const EMPTY = Object.freeze({});
+
+/** Read-only, enumerable own properties (not a freeze: subclasses may add). */
+function fix(obj, props) {
+  for (const key of Object.keys(props)) {
+    Object.defineProperty(obj, key, { value: props[key], enumerable: true, writable: false, configurable: false });
+  }
+}
+
+function opts(v) {
+  if (v === undefined) return EMPTY;
+  if (v === null || typeof v !== 'object') throw argType('options', 'of type object', v);
+  return v;
+}
+
+// ---------------------------------------------------------------- sleeping
+
+/** Sleeps `ms`, cut short (rejecting with the reason) when `signal` aborts. */
+function sleep(ms, signal) {
+  if (ms > TIMER_MAX) return sleep(TIMER_MAX, signal).then(() => sleep(ms - TIMER_MAX, signal));
+  return new Promise((resolve, reject) => {
+    if (signal === undefined) {
+      setTimeout(resolve, ms);
+      return;
+    }
+    if (signal.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    };
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+function checkSignal(signal) {
+  if (signal === undefined) return undefined;
+  if (signal === null || typeof signal !== 'object' || typeof signal.addEventListener !== 'function' || !('aborted' in signal)) {
+    throw argType('signal', 'an instance of AbortSignal', signal);
+  }
+  return signal;
+}
+
+// ---------------------------------------------------------------- Limits
+
+let limitsHandle;
+
+class Limits {
+  #h;
+  static {
+    limitsHandle = (o) => (o !== null && typeof o === 'object' && #h in o ? o.#h : undefined);
+  }
+
+  constructor(options) {
+    const { size, idle, keep, life } = opts(options);
+    const n = native._limits(optNum('size', size), optNum('idle', idle), optNum('keep', keep), optNum('life', life));
+    this.#h = n.handle;
+    fix(this, { size: n.size, idle: n.idle, keep: n.keep, life: n.life });
+  }
+}
+
+let defaultLimits;
+
+// ---------------------------------------------------------------- Breaker
+
+let breakerHandle;
+
+class Breaker {
+  #h;
+  static {
+    breakerHandle = (o) => (o !== null && typeof o === 'object' && #h in o ? o.#h : undefined);
+  }
+
+  constructor(options) {
+    const { k, window } = opts(options);
+    const n = native._breaker(optNum('k', k), optNum('window', window));
+    this.#h = n.handle;
+    fix(this, { k: n.k, window: n.window });
+  }
+}
+
+// ---------------------------------------------------------------- Backoff
+
+let backoffHandle;
+
+class Backoff {
+  #h;
+  #ceiling;
+  #delay;
+  #more;
+  #schedule;
+  static {
+    backoffHandle = (o) => (o !== null && typeof o === 'object' && #h in o ? o.#h : undefined);
+  }
+
+  constructor(options) {
+    const { base, factor, cap, attempts, jitter } = opts(options);
+    if (jitter !== undefined && typeof jitter !== 'string') throw argType('jitter', 'of type string', jitter);
+    const n = native._backoff(optNum('base', base), optNum('factor', factor), optNum('cap', cap), optNum('attempts', attempts), jitter);
+    this.#h = n.handle;
+    this.#ceiling = n.ceiling;
+    this.#delay = n.delay;
+    this.#more = n.more;
+    this.#schedule = n.schedule;
+    fix(this, { base: n.base, factor: n.factor, cap: n.cap, attempts: n.attempts, jitter: n.jitter });
+  }
+
+  ceiling(retry) {
+    return this.#ceiling(num('retry', retry));
+  }
+
+  delay(retry, random, previous) {
+    if (typeof retry !== 'number') throw argType('retry', NUMBER, retry);
+    if (random === undefined) random = Math.random();
+    else if (typeof random !== 'number') throw argType('random', NUMBER, random);
+    if (previous === undefined) previous = 0;
+    else if (typeof previous !== 'number') throw argType('previous', NUMBER, previous);
+    return this.#delay(retry, random, previous);
+  }
+
+  more(made) {
+    return this.#more(num('made', made));
+  }
+
+  schedule(randoms) {
+    if (randoms === undefined) randoms = [];
+    else if (!Array.isArray(randoms)) throw argType('randoms', 'an array of numbers', randoms);
+    return this.#schedule(randoms);
+  }
+}
+
+let defaultBackoff;
+
+// ---------------------------------------------------------------- Ward
+
+let wardHandle;
+
+class Ward {
+  #h;
+  static {
+    wardHandle = (o) => (o !== null && typeof o === 'object' && #h in o ? o.#h : undefined);
+  }
+
+  constructor(options) {
+    const { breaker, backoff } = opts(options);
+    let b;
+    let o;
+    if (breaker !== undefined && (b = breakerHandle(breaker)) === undefined) {
+      throw argType('breaker', 'an instance of Breaker', breaker);
+    }
+    if (backoff !== undefined && (o = backoffHandle(backoff)) === undefined) {
+      throw argType('backoff', 'an instance of Backoff', backoff);
+    }
+    this.#h = native._ward(b, o);
+    fix(this, { breaker, backoff });
+  }
+}
+
+// ---------------------------------------------------------------- Pool
+
+const MAKE = Object.freeze({ kind: 'make' });
+const WAIT = Object.freeze({ kind: 'wait' });
+const SHED = Object.freeze({ kind: 'shed' });
+
+let poolHandle;
+
+class Pool {
+  #h;
+  #take;
+  #delay;
+  #made;
+  #unmade;
+  #give;
+  #drop;
+  #evict;
+  #close;
+  #refusal;
+  #live;
+  #idle;
+  #busy;
+  // The core pools slot ids; these map them to the JS values (identity is
+  // the Map's, which is `===` but for NaN). `#held[id]` counts the core's
+  // entries for an id (idle or lent) and `#out[id]` the lent ones, both
+  // mirrored from the core's answers, so an id is forgotten exactly when the
+  // core can no longer hand it back.
+  #ids = new Map();
+  #items = [];
+  #held = [];
+  #out = [];
+  #spare = [];
+
+  static {
+    poolHandle = (o) => (o !== null && typeof o === 'object' && #h in o ? o.#h : undefined);
+  }
+
+  constructor(options) {
+    const { limits, ward } = opts(options);
+    let l;
+    let w;
+    if (limits === undefined) l = limitsHandle((defaultLimits ??= new Limits()));
+    else if ((l = limitsHandle(limits)) === undefined) throw argType('limits', 'an instance of Limits', limits);
+    if (ward !== undefined && (w = wardHandle(ward)) === undefined) throw argType('ward', 'an instance of Ward', ward);
+    const n = native._pool(l, w);
+    this.#h = n.handle;
+    this.#take = n.take;
+    this.#delay = n.delay;
+    this.#made = n.made;
+    this.#unmade = n.unmade;
+    this.#give = n.give;
+    this.#drop = n.drop;
+    this.#evict = n.evict;
+    this.#close = n.close;
+    this.#refusal = n.refusal;
+    this.#live = n.live;
+    this.#idle = n.idle;
+    this.#busy = n.busy;
+    fix(this, { limits: limits === undefined ? defaultLimits : limits, ward });
+  }
+
+  #id(item) {
+    let id = this.#ids.get(item);
+    if (id === undefined) {
+      id = this.#spare.length > 0 ? this.#spare.pop() : this.#items.length;
+      this.#ids.set(item, id);
+      this.#items[id] = item;
+      this.#held[id] = 0;
+      this.#out[id] = 0;
+    }
+    return id;
+  }
+
+  #forget(id) {
+    if (this.#held[id] === 0) {
+      this.#ids.delete(this.#items[id]);
+      this.#items[id] = undefined;
+      this.#spare.push(id);
+    }
+  }
+
+  #gone(ids) {
+    for (let i = 0; i < ids.length; i++) {
+      const id = ids[i];
+      ids[i] = this.#items[id];
+      this.#held[id]--;
+      this.#forget(id);
+    }
+    return ids;
+  }
+
+  take(now, roll) {
+    if (now === undefined) now = perf.now();
+    else if (typeof now !== 'number') throw argType('now', NUMBER, now);
+    if (roll === undefined) roll = Math.random();
+    else if (typeof roll !== 'number') throw argType('roll', NUMBER, roll);
+    const r = this.#take(now, roll);
+    if (r >= 0) {
+      this.#out[r]++;
+      return { kind: 'ready', item: this.#items[r] };
+    }
+    if (r <= -16) {
+      const id = -16 - r;
+      const item = this.#items[id];
+      this.#held[id]--;
+      this.#forget(id);
+      return { kind: 'stale', item };
+    }
+    if (r === -1) return MAKE;
+    if (r === -2) return WAIT;
+    if (r === -3) return SHED;
+    return { kind: 'later', delay: this.#delay() };
+  }
+
+  made(item, now) {
+    now = clock('now', now);
+    const id = this.#id(item);
+    this.#made(id, now);
+    this.#held[id]++;
+    this.#out[id]++;
+  }
+
+  unmade(now, roll) {
+    this.#unmade(clock('now', now), draw('roll', roll));
+  }
+
+  give(item, now) {
+    if (now === undefined) now = perf.now();
+    else if (typeof now !== 'number') throw argType('now', NUMBER, now);
+    let id = this.#ids.get(item);
+    if (id === undefined) {
+      // A stranger: the core fills a reserved room with it, or refuses it.
+      id = this.#id(item);
+      const kept = this.#give(id, now);
+      if (kept) this.#held[id] = 1;
+      else this.#forget(id);
+      return kept;
+    }
+    const lent = this.#out[id] > 0;
+    const kept = this.#give(id, now);
+    if (lent) {
+      this.#out[id]--;
+      if (!kept) {
+        this.#held[id]--;
+        this.#forget(id);
+      }
+    } else if (kept) {
+      this.#held[id]++;
+    }
+    return kept;
+  }
+
+  drop(item) {
+    const id = this.#ids.get(item);
+    if (id === undefined || this.#out[id] === 0) {
+      // Not lent: the core frees the room a take reserved, if any.
+      this.#drop(NONE);
+      return;
+    }
+    this.#drop(id);
+    this.#out[id]--;
+    this.#held[id]--;
+    this.#forget(id);
+  }
+
+  evict(now) {
+    return this.#gone(this.#evict(clock('now', now)));
+  }
+
+  close() {
+    return this.#gone(this.#close());
+  }
+
+  refusal(now) {
+    return this.#refusal(clock('now', now));
+  }
+
+  get live() {
+    return this.#live();
+  }
+
+  get idle() {
+    return this.#idle();
+  }
+
+  get busy() {
+    return this.#busy();
+  }
+}
+
+function pick(pools, now, first, second) {
+  if (!Array.isArray(pools)) throw argType('pools', 'an array of Pool', pools);
+  now = clock('now', now);
+  first = draw('first', first);
+  second = draw('second', second);
+  const handles = new Array(pools.length);
+  for (let i = 0; i < pools.length; i++) {
+    const h = poolHandle(pools[i]);
+    if (h === undefined) throw argType(`pools[${i}]`, 'an instance of Pool', pools[i]);
+    handles[i] = h;
+  }
+  return native._pick(handles, now, first, second);
+}
+
+// ---------------------------------------------------------------- Bucket
+
+class Bucket {
+  #take;
+  #next;
+  #tokens;
+
+  constructor(rate, options) {
+    const { burst, at } = opts(options);
+    const n = native._bucket(num('rate', rate), optNum('burst', burst), optNum('at', at));
+    this.#take = n.take;
+    this.#next = n.next;
+    this.#tokens = n.tokens;
+    fix(this, { rate: n.rate, burst: n.burst });
+  }
+
+  take(now, n) {
+    if (now === undefined) now = perf.now();
+    else if (typeof now !== 'number') throw argType('now', NUMBER, now);
+    if (n === undefined) n = 1;
+    else if (typeof n !== 'number') throw argType('n', NUMBER, n);
+    return this.#take(now, n);
+  }
+
+  next(now, n) {
+    now = clock('now', now);
+    if (n === undefined) n = 1;
+    else if (typeof n !== 'number') throw argType('n', NUMBER, n);
+    return this.#next(now, n);
+  }
+
+  tokens(now) {
+    return this.#tokens(clock('now', now));
+  }
+
+  async wait(n, options) {
+    if (n === undefined) n = 1;
+    else if (typeof n !== 'number') throw argType('n', NUMBER, n);
+    const signal = checkSignal(opts(options).signal);
+    for (;;) {
+      if (signal !== undefined) signal.throwIfAborted();
+      const now = perf.now();
+      if (this.#take(now, n)) return;
+      const wait = this.#next(now, n);
+      if (wait === Infinity) {
+        throw outOfRange('n', `can never be taken: more than the burst (${this.burst}) or a zero rate (received ${n})`);
+      }
+      await sleep(Math.max(1, Math.ceil(wait)), signal);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- Window
+
+class Window {
+  #take;
+  #left;
+  #next;
+
+  constructor(allow, window) {
+    const n = native._window(num('allow', allow), num('window', window));
+    this.#take = n.take;
+    this.#left = n.left;
+    this.#next = n.next;
+    fix(this, { allow: n.allow, window: n.window });
+  }
+
+  take(now) {
+    if (now === undefined) now = perf.now();
+    else if (typeof now !== 'number') throw argType('now', NUMBER, now);
+    return this.#take(now);
+  }
+
+  left(now) {
+    return this.#left(clock('now', now));
+  }
+
+  next(now) {
+    return this.#next(clock('now', now));
+  }
+}
+
+// ---------------------------------------------------------------- Gate
+
+class Gate {
+  #enter;
+  #leave;
+  #held;
+
+  constructor(limit) {
+    const n = native._gate(num('limit', limit));
+    this.#enter = n.enter;
+    this.#leave = n.leave;
+    this.#held = n.held;
+    fix(this, { limit: n.limit });
+  }
+
+  enter() {
+    return this.#enter();
+  }
+
+  leave() {
+    this.#leave();
+  }
+
+  get held() {
+    return this.#held();
+  }
+}
+
+// ---------------------------------------------------------------- retry
+
+async function attempts(fn, backoff, retryIf, signal) {
+  let previous = 0;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fn(attempt);
+    } catch (err) {
+      if (signal !== undefined && signal.aborted) throw signal.reason;
+      if (retryIf !== undefined && !retryIf(err)) throw err;
+      const policy = backoff === undefined ? (defaultBackoff ??= new Backoff()) : backoff;
+      if (!policy.more(attempt)) throw err;
+      previous = policy.delay(attempt, Math.random(), previous);
+      await sleep(previous, signal);
+    }
+  }
+}
+
+function retry(fn, options) {
+  if (typeof fn !== 'function') return Promise.reject(argType('fn', 'of type function', fn));
+  let backoff;
+  let retryIf;
+  let signal;
+  try {
+    ({ backoff, retryIf, signal } = opts(options));
+    if (backoff !== undefined && backoffHandle(backoff) === undefined) throw argType('backoff', 'an instance of Backoff', backoff);
+    if (retryIf !== undefined && typeof retryIf !== 'function') throw argType('retryIf', 'of type function', retryIf);
+    signal = checkSignal(signal);
+  } catch (err) {
+    return Promise.reject(err);
+  }
+  if (signal === undefined) return attempts(fn, backoff, retryIf, undefined);
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    attempts(fn, backoff, retryIf, signal).then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (err) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(err);
+      },
+    );
+  });
+}
+
+// ---------------------------------------------------------------- Pooled
+
+const OPEN = 0;
+const DRAINING = 1;
+const CLOSED = 2;
+
+function closedError() {
+  return coded('CLOSED', 'headway: the pool is closed');
+}
+
+class Pooled {
+  #pool;
+  #open;
+  #close;
+  #timeout;
+  #timer = null;
+  #state = OPEN;
+  /** Acquires queued on `Wait`, oldest first: `{ wake, fail, timer }`. */
+  #waiters = [];
+  /** Acquires sleeping out a `Later`. */
+  #sleepers = new Set();
+  #lent = new Set();
+  #active = 0;
+  #closing = new Set();
+  #drained = null;
+  #closed = null;
+
+  constructor(options) {
+    const o = opts(options);
+    if (typeof o.open !== 'function') throw argType('open', 'of type function', o.open);
+    if (typeof o.close !== 'function') throw argType('close', 'of type function', o.close);
+    const timeout = o.timeout === undefined ? 30_000 : num('timeout', o.timeout);
+    const every = o.evictEvery === undefined ? 30_000 : num('evictEvery', o.evictEvery);
+    if (!(timeout >= 0)) throw outOfRange('timeout', `must be a non-negative number of milliseconds (received ${timeout})`);
+    if (!(every >= 0)) throw outOfRange('evictEvery', `must be a non-negative number of milliseconds (received ${every})`);
+    this.#pool = new Pool({ limits: o.limits, ward: o.ward });
+    this.#open = o.open;
+    this.#close = o.close;
+    this.#timeout = timeout;
+    if (every > 0 && every <= TIMER_MAX) {
+      this.#timer = setInterval(() => this.#sweep(), every);
+      this.#timer.unref();
+    }
+  }
+
+  /** The bookkeeper underneath, for its counts. */
+  get pool() {
+    return this.#pool;
+  }
+
+  /** How many acquires are queued on `Wait`. */
+  get pending() {
+    return this.#waiters.length;
+  }
+
+  #discard(item) {
+    let done;
+    try {
+      done = Promise.resolve(this.#close(item));
+    } catch {
+      return;
+    }
+    const p = done.then(
+      () => this.#closing.delete(p),
+      () => this.#closing.delete(p),
+    );
+    this.#closing.add(p);
+  }
+
+  #sweep() {
+    const gone = this.#pool.evict(perf.now());
+    for (const item of gone) {
+      this.#discard(item);
+      this.#wake();
+    }
+  }
+
+  #wake() {
+    const w = this.#waiters.shift();
+    if (w !== undefined) {
+      if (w.timer !== null) clearTimeout(w.timer);
+      w.wake();
+    }
+  }
+
+  #park(deadline, front) {
+    return new Promise((resolve, reject) => {
+      const left = deadline - perf.now();
+      if (left <= 0) {
+        reject(this.#timedOut());
+        return;
+      }
+      const w = { wake: resolve, fail: reject, timer: null };
+      if (left !== Infinity) {
+        w.timer = setTimeout(() => {
+          const i = this.#waiters.indexOf(w);
+          if (i >= 0) this.#waiters.splice(i, 1);
+          reject(this.#timedOut());
+        }, Math.min(Math.ceil(left), TIMER_MAX));
+      }
+      if (front) this.#waiters.unshift(w);
+      else this.#waiters.push(w);
+    });
+  }
+
+  #hold(delay, deadline) {
+    return new Promise((resolve, reject) => {
+      const left = deadline - perf.now();
+      const late = delay >= left;
+      const s = { fail: reject, timer: null };
+      s.timer = setTimeout(
+        () => {
+          this.#sleepers.delete(s);
+          if (late) reject(this.#timedOut());
+          else resolve();
+        },
+        Math.min(Math.max(0, Math.ceil(late ? left : delay)), TIMER_MAX),
+      );
+      this.#sleepers.add(s);
+    });
+  }
+
+  #timedOut() {
+    return coded('TIMEOUT', `headway: no item within ${this.#timeout} ms`);
+  }
+
+  async acquire() {
+    if (this.#state !== OPEN) throw closedError();
+    this.#active++;
+    try {
+      return await this.#acquire(perf.now() + this.#timeout);
+    } finally {
+      this.#active--;
+      this.#settle();
+    }
+  }
+
+  async #acquire(deadline) {
+    let woken = false;
+    for (;;) {
+      if (this.#state === CLOSED) throw closedError();
+      const t = this.#pool.take(perf.now());
+      switch (t.kind) {
+        case 'ready':
+          this.#lent.add(t.item);
+          return t.item;
+        case 'stale':
+          this.#discard(t.item);
+          continue;
+        case 'make': {
+          let item;
+          try {
+            item = await this.#open();
+          } catch (err) {
+            this.#pool.unmade(perf.now());
+            this.#wake();
+            throw err;
+          }
+          this.#pool.made(item, perf.now());
+          if (this.#state === CLOSED) {
+            this.#pool.drop(item);
+            this.#discard(item);
+            throw closedError();
+          }
+          this.#lent.add(item);
+          return item;
+        }
+        case 'wait':
+          await this.#park(deadline, woken);
+          woken = true;
+          continue;
+        case 'later':
+          await this.#hold(t.delay, deadline);
+          continue;
+        default:
+          throw coded('SHED', 'headway: the ward shed this make (the backend is refusing; fail fast)');
+      }
+    }
+  }
+
+  release(item) {
+    this.#lent.delete(item);
+    if (this.#state === CLOSED) {
+      this.#pool.drop(item);
+      this.#discard(item);
+    } else if (!this.#pool.give(item, perf.now())) {
+      this.#discard(item);
+    }
+    this.#wake();
+    this.#settle();
+  }
+
+  destroy(item) {
+    this.#lent.delete(item);
+    this.#pool.drop(item);
+    this.#discard(item);
+    this.#wake();
+    this.#settle();
+  }
+
+  async use(fn) {
+    if (typeof fn !== 'function') throw argType('fn', 'of type function', fn);
+    const item = await this.acquire();
+    try {
+      return await fn(item);
+    } finally {
+      if (this.#lent.has(item)) this.release(item);
+    }
+  }
+
+  #settle() {
+    if (this.#state === DRAINING && this.#drained !== null && this.#active === 0 && this.#lent.size === 0) {
+      const done = this.#drained;
+      this.#drained = null;
+      done();
+    }
+  }
+
+  drain() {
+    if (this.#state === CLOSED) return this.#closed;
+    if (this.#state === OPEN) {
+      this.#state = DRAINING;
+      if (this.#timer !== null) clearInterval(this.#timer);
+      this.#timer = null;
+    }
+    return new Promise((resolve) => {
+      if (this.#active === 0 && this.#lent.size === 0) resolve();
+      else {
+        const before = this.#drained;
+        this.#drained = () => {
+          if (before !== null) before();
+          resolve();
+        };
+      }
+    }).then(() => this.close());
+  }
+
+  close() {
+    if (this.#state === CLOSED) return this.#closed;
+    this.#state = CLOSED;
+    if (this.#timer !== null) clearInterval(this.#timer);
+    this.#timer = null;
+    for (const w of this.#waiters.splice(0)) {
+      if (w.timer !== null) clearTimeout(w.timer);
+      w.fail(closedError());
+    }
+    for (const s of this.#sleepers) {
+      clearTimeout(s.timer);
+      s.fail(closedError());
+    }
+    this.#sleepers.clear();
+    for (const item of this.#pool.close()) this.#discard(item);
+    this.#closed = Promise.allSettled([...this.#closing]).then(() => undefined);
+    return this.#closed;
+  }
+}
+
+module.exports = {
+  Limits,
+  Pool,
+  Ward,
+  Breaker,
+  pick,
+  Backoff,
+  Bucket,
+  Window,
+  Gate,
+  retry,
+  Pooled,
+  version: native.version,
+};
+
+// Hidden: the benchmark's floors and the panic tests.
+Object.defineProperties(module.exports, {
+  _native: { value: native },
+  _floor: { value: native._floor().noop },
+  _noop: { value: native._noop },
+  _panic: { value: native._panic },
+  _panicBound: { value: () => native._panicBound().panic() },
+});
