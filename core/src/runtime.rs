@@ -35,7 +35,9 @@ impl std::error::Error for Forked {}
 /// core, as tokio's default), timers and I/O enabled.
 pub fn runtime() -> Result<&'static Runtime, Forked> {
     let (rt, pid) = RUNTIME.get_or_init(|| {
-        let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
+        let threads = std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .max(2);
         let rt = Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name("headway")

@@ -39,9 +39,10 @@ pub(crate) struct AppInner {
     pub(crate) counter: Option<Arc<dyn Counter>>,
     pub(crate) inspector: Option<Arc<dyn Inspector>>,
     pub(crate) clock: Arc<dyn Clock>,
-    tasks: RwLock<HashMap<String, Registered>>,
-    /// Runs in progress in this process, by id: notified to terminate.
-    running: Mutex<HashMap<String, Arc<Notify>>>,
+    tasks: RwLock<HashMap<String, Arc<Registered>>>,
+    /// Ids asked to terminate, and the bell running runs listen to.
+    terminating: Mutex<std::collections::HashSet<String>>,
+    pub(crate) terminate_bell: Notify,
 }
 
 /// The registry, the seams and the clock. Cheap to clone (shared).
@@ -73,7 +74,8 @@ impl App {
                 inspector: seams.inspector,
                 clock,
                 tasks: RwLock::new(HashMap::new()),
-                running: Mutex::new(HashMap::new()),
+                terminating: Mutex::new(std::collections::HashSet::new()),
+                terminate_bell: Notify::new(),
             }),
         }
     }
@@ -130,12 +132,12 @@ impl App {
             .tasks
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(name.to_string(), Registered { policy, body });
+            .insert(name.to_string(), Arc::new(Registered { policy, body }));
         Ok(())
     }
 
     /// The registration under `name`.
-    pub fn registered(&self, name: &str) -> Option<Registered> {
+    pub fn registered(&self, name: &str) -> Option<Arc<Registered>> {
         self.inner
             .tasks
             .read()
@@ -146,7 +148,7 @@ impl App {
 
     /// The policy registered under `name`.
     pub fn policy_of(&self, name: &str) -> Option<Policy> {
-        self.registered(name).map(|r| r.policy)
+        self.registered(name).map(|r| r.policy.clone())
     }
 
     /// Whether a body is registered under `name`.
@@ -278,32 +280,38 @@ impl App {
             .revoke(ids.to_vec(), self.now() + REVOKE_KEEP)
             .await?;
         if terminate {
-            let running = self.inner.running.lock().unwrap_or_else(|e| e.into_inner());
-            for id in ids {
-                if let Some(n) = running.get(id) {
-                    n.notify_one();
-                }
-            }
+            let mut t = self
+                .inner
+                .terminating
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            t.extend(ids.iter().cloned());
+            drop(t);
+            self.inner.terminate_bell.notify_waiters();
         }
         Ok(())
     }
 
-    pub(crate) fn track(&self, id: &str) -> Arc<Notify> {
-        let n = Arc::new(Notify::new());
+    /// Whether `id` was asked to terminate (and forgets the ask).
+    pub(crate) fn take_terminate(&self, id: &str) -> bool {
         self.inner
-            .running
+            .terminating
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id.to_string(), n.clone());
-        n
+            .remove(id)
     }
 
-    pub(crate) fn untrack(&self, id: &str) {
-        self.inner
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id);
+    /// Resolves once `id` is asked to terminate.
+    pub(crate) async fn terminated(&self, id: &str) {
+        loop {
+            let bell = self.inner.terminate_bell.notified();
+            tokio::pin!(bell);
+            bell.as_mut().enable();
+            if self.take_terminate(id) {
+                return;
+            }
+            bell.await;
+        }
     }
 
     /// Stores outcomes when the app has a store.

@@ -249,9 +249,36 @@ impl Worker {
                 }
                 continue;
             }
-            for d in batch {
+            // Receipt checks for the whole batch at once: one revoked lookup
+            // and one early ack, not one round trip per message.
+            let ids: Vec<String> = batch.iter().map(|d| d.message.id.clone()).collect();
+            let revoked = match s.app.broker().revoked(&ids).await {
+                Ok(r) => r,
+                Err(_) => vec![false; ids.len()],
+            };
+            let now = s.app.now();
+            let mut early = Vec::new();
+            let mut acked = Vec::with_capacity(batch.len());
+            for (d, &rev) in batch.iter().zip(&revoked) {
+                let live = !rev && d.message.expires.is_none_or(|e| e > now) && !d.redelivered;
+                let early_ack = live
+                    && s.app
+                        .registered(&d.message.task)
+                        .is_some_and(|r| !r.policy.acks_late);
+                if early_ack {
+                    early.push(d.receipt.clone());
+                }
+                acked.push(early_ack);
+            }
+            if !early.is_empty()
+                && let Err(e) = s.app.broker().ack(early).await
+            {
+                warn(&s.name, &format!("could not ack a batch: {e}"));
+                acked.iter_mut().for_each(|a| *a = false);
+            }
+            for ((d, rev), acked) in batch.into_iter().zip(revoked).zip(acked) {
                 let shared = self.shared.clone();
-                set.spawn(async move { process(shared, d).await });
+                set.spawn(async move { process(shared, d, rev, acked).await });
             }
         }
         // Stopping: prefetched messages go back at once (each run sees
@@ -268,14 +295,14 @@ impl Worker {
     }
 }
 
-async fn process(s: Arc<Shared>, d: Delivery) {
-    if let Err(e) = settle(&s, d).await {
+async fn process(s: Arc<Shared>, d: Delivery, revoked: bool, acked: bool) {
+    if let Err(e) = settle(&s, d, revoked, acked).await {
         warn(&s.name, &format!("could not settle a message: {e}"));
     }
     s.done.fetch_add(1, Ordering::Relaxed);
 }
 
-async fn settle(s: &Shared, d: Delivery) -> Result<(), Refused> {
+async fn settle(s: &Shared, d: Delivery, revoked: bool, acked: bool) -> Result<(), Refused> {
     let app = &s.app;
     let broker = app.broker();
     let Delivery {
@@ -286,7 +313,7 @@ async fn settle(s: &Shared, d: Delivery) -> Result<(), Refused> {
     let now = app.now();
 
     // Checked at receipt: revoked, expired, unknown.
-    if broker.revoked(std::slice::from_ref(&m.id)).await?.first() == Some(&true) {
+    if revoked {
         give_up(
             app,
             &m,
@@ -308,7 +335,7 @@ async fn settle(s: &Shared, d: Delivery) -> Result<(), Refused> {
         .await?;
         return broker.ack(vec![receipt]).await;
     }
-    let Some(Registered { policy, body }) = app.registered(&m.task) else {
+    let Some(reg) = app.registered(&m.task) else {
         warn(
             &s.name,
             &format!(
@@ -328,6 +355,7 @@ async fn settle(s: &Shared, d: Delivery) -> Result<(), Refused> {
         .await?;
         return broker.ack(vec![receipt]).await;
     };
+    let Registered { policy, body } = &*reg;
     // A redelivered run that already succeeded is not run again; what follows
     // it is done again in case the first delivery died before doing it.
     if redelivered
@@ -339,7 +367,7 @@ async fn settle(s: &Shared, d: Delivery) -> Result<(), Refused> {
         return broker.ack(vec![receipt]).await;
     }
 
-    if !policy.acks_late {
+    if !policy.acks_late && !acked {
         broker.ack(vec![receipt.clone()]).await?;
     }
     let settle_late = |app: &App, receipt| {
@@ -356,15 +384,21 @@ async fn settle(s: &Shared, d: Delivery) -> Result<(), Refused> {
 
     // Wait for a slot; a stopping worker gives the message back instead.
     let mut stopping = s.stopping.subscribe();
-    let permit = tokio::select! {
-        p = s.slots.acquire() => p.map_err(|_| Refused::Broker("worker closed".into()))?,
-        _ = wait_true(&mut stopping) => {
-            return give_back(app, &m, receipt, policy.acks_late).await;
+    let (permit, waited) = match s.slots.try_acquire() {
+        Ok(p) => (p, false),
+        Err(_) => {
+            let p = tokio::select! {
+                p = s.slots.acquire() => p.map_err(|_| Refused::Broker("worker closed".into()))?,
+                _ = wait_true(&mut stopping) => {
+                    return give_back(app, &m, receipt, policy.acks_late).await;
+                }
+            };
+            (p, true)
         }
     };
 
-    // Checked again just before running.
-    if broker.revoked(std::slice::from_ref(&m.id)).await?.first() == Some(&true) {
+    // Checked again just before running, when it had to wait for a slot.
+    if waited && broker.revoked(std::slice::from_ref(&m.id)).await?.first() == Some(&true) {
         drop(permit);
         give_up(
             app,
@@ -436,7 +470,6 @@ async fn settle(s: &Shared, d: Delivery) -> Result<(), Refused> {
         root_id: m.root_id.clone(),
         parent_id: m.parent_id.clone(),
     };
-    let terminate = app.track(&m.id);
     let mut cancel = s.cancel.subscribe();
     let call = body.call(ctx, args);
     let ran = tokio::select! {
@@ -452,10 +485,9 @@ async fn settle(s: &Shared, d: Delivery) -> Result<(), Refused> {
             Ok(v) => Ran::Value(v),
             Err(f) => Ran::Failed(f),
         },
-        _ = terminate.notified() => Ran::Terminated,
+        _ = app.terminated(&m.id) => Ran::Terminated,
         _ = wait_true(&mut cancel) => Ran::Cancelled,
     };
-    app.untrack(&m.id);
     drop(permit);
 
     match ran {
