@@ -3,7 +3,9 @@
 
 use std::collections::HashSet;
 
-use headway_core::flow::{Backoff, Breaker, Bucket, Gate, Limits, Pool, SECOND, Taken, Ward, Window};
+use headway_core::flow::{
+    Backoff, Breaker, Bucket, Gate, Limits, Pool, SECOND, Taken, Ward, Window,
+};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
