@@ -251,7 +251,11 @@ class Pooled(Generic[T]):
         """A lease on one item: ``async with`` or ``with`` it."""
         return Lease(self)
 
-    async def use(self, fn: Callable[[T], Awaitable[R] | R]) -> R:
+    @overload
+    async def use(self, fn: Callable[[T], Awaitable[R]]) -> R: ...
+    @overload
+    async def use(self, fn: Callable[[T], R]) -> R: ...
+    async def use(self, fn: Callable[[T], Any]) -> Any:
         """``fn(conn)`` inside ``async with acquire()``; awaited if it returns
         an awaitable. Node's ``pool.use(fn)``."""
         if not callable(fn):
@@ -259,8 +263,8 @@ class Pooled(Generic[T]):
         async with self.acquire() as conn:
             out = fn(conn)
             if inspect.isawaitable(out):
-                return cast(R, await out)
-            return cast(R, out)
+                return await out
+            return out
 
     def use_sync(self, fn: Callable[[T], R]) -> R:
         """``fn(conn)`` inside ``with acquire()``."""
