@@ -20,8 +20,11 @@ use tokio::sync::Notify;
 use crate::task::clock::{BoxFuture, Clock};
 use crate::task::message::Message;
 use crate::task::spec::{
-    Backend, Broker, Counter, Delivery, Inspector, Joined, QueueInfo, Receipt,
+    Backend, Broker, Counter, Delivery, Inspector, Joined, QueueInfo, Receipt, RunEvent,
 };
+
+/// How many run events the memory broker keeps: the last thousand.
+pub const EVENTS_KEPT: usize = 1000;
 use crate::task::state::{Outcome, Refused, State};
 
 /// Priority steps: 0 is claimed first (kombu's Redis order: lower first).
@@ -52,6 +55,7 @@ struct Inner {
     revoked: HashMap<String, i64>,
     results: HashMap<String, Outcome>,
     chords: HashMap<String, (u32, HashSet<String>)>,
+    events: VecDeque<RunEvent>,
     seq: u64,
 }
 
@@ -405,6 +409,29 @@ impl Inspector for MemoryBroker {
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
+        Box::pin(async move { Ok(out) })
+    }
+
+    fn record(&self, events: Vec<RunEvent>) -> BoxFuture<'_, Result<(), Refused>> {
+        let mut g = self.lock();
+        for e in events {
+            if g.events.len() >= EVENTS_KEPT {
+                g.events.pop_front();
+            }
+            g.events.push_back(e);
+        }
+        Box::pin(async { Ok(()) })
+    }
+
+    fn recent(&self, limit: usize) -> BoxFuture<'_, Result<Vec<RunEvent>, Refused>> {
+        let out: Vec<RunEvent> = self
+            .lock()
+            .events
+            .iter()
+            .rev()
+            .take(limit)
+            .cloned()
+            .collect();
         Box::pin(async move { Ok(out) })
     }
 

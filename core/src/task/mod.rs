@@ -32,7 +32,10 @@ pub use message::{Chord, Join, Message, Options, Sig, new_id};
 pub use policy::{Backoff, Policy, PolicyError, Rate};
 pub use rhythm::{Cron, Every, Rhythm, RhythmError};
 pub use schedule::{Job, Scheduler};
-pub use spec::{Backend, Broker, Counter, Delivery, Inspector, Joined, QueueInfo, Receipt};
+pub use spec::{
+    Backend, Broker, ConsumerInfo, Counter, Delivery, EVENT_TEXT_MAX, Inspector, Joined, QueueInfo,
+    Receipt, RunEvent,
+};
 pub use state::{Failure, Outcome, Refused, State};
 pub use timetable::Timetable;
 pub use worker::{Worker, WorkerConfig};

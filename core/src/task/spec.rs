@@ -158,10 +158,80 @@ pub struct QueueInfo {
     pub unacked: u64,
 }
 
+/// One consumer as an inspector sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConsumerInfo {
+    /// Its name.
+    pub name: String,
+    /// When its lease runs out (ms since the epoch), for brokers with leases.
+    pub lease_until: Option<i64>,
+    /// The ids it holds.
+    pub holding: Vec<String>,
+}
+
+/// One thing that happened to a run, as workers record it for any admin page
+/// to read — in another process too, when the broker is shared.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RunEvent {
+    /// The run's id.
+    pub id: String,
+    /// The task's name.
+    pub task: String,
+    /// The state it reached.
+    pub state: State,
+    /// When (ms since the epoch).
+    pub at: i64,
+    /// The worker that recorded it.
+    pub worker: String,
+    /// Attempts before this one that failed.
+    pub retries: u32,
+    /// How long the run took (ms), for runs that ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<i64>,
+    /// The arguments, as JSON text, truncated to [`EVENT_TEXT_MAX`] bytes.
+    pub args: String,
+    /// The result as JSON text, or the error with its traceback, truncated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// How much of a run's args or detail an event keeps: 2 KiB, enough to
+/// recognise a run on a page without turning the event log into a copy of
+/// every payload.
+pub const EVENT_TEXT_MAX: usize = 2048;
+
+/// Cuts `text` to at most `max` bytes on a character boundary, marking the
+/// cut with `…`.
+pub fn truncate(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
 /// What an admin page or a test reads about a broker.
 pub trait Inspector: Send + Sync + 'static {
     /// Every queue known, sorted by name.
     fn queues(&self) -> BoxFuture<'_, Result<Vec<QueueInfo>, Refused>>;
     /// How many stored outcomes are in each state.
     fn counts(&self) -> BoxFuture<'_, Result<BTreeMap<State, u64>, Refused>>;
+    /// The consumers known, with their leases and what they hold.
+    fn consumers(&self) -> BoxFuture<'_, Result<Vec<ConsumerInfo>, Refused>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    /// Records run events (a bounded log: the oldest fall off).
+    fn record(&self, events: Vec<RunEvent>) -> BoxFuture<'_, Result<(), Refused>> {
+        let _ = events;
+        Box::pin(async { Ok(()) })
+    }
+    /// The most recent run events, newest first, at most `limit`.
+    fn recent(&self, limit: usize) -> BoxFuture<'_, Result<Vec<RunEvent>, Refused>> {
+        let _ = limit;
+        Box::pin(async { Ok(Vec::new()) })
+    }
 }

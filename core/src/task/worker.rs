@@ -33,7 +33,7 @@ use tokio::task::JoinSet;
 use super::app::{App, Registered};
 use super::body::Context;
 use super::message::Message;
-use super::spec::Delivery;
+use super::spec::{Delivery, EVENT_TEXT_MAX, RunEvent, truncate};
 use super::state::{Failure, Outcome, Refused, State};
 use crate::flow::{Backoff, Jitter, MILLI, Window};
 
@@ -353,6 +353,14 @@ async fn settle(s: &Shared, d: Delivery, revoked: bool, acked: bool) -> Result<(
             ),
         )
         .await?;
+        event(
+            s,
+            &m,
+            State::Failure,
+            None,
+            Some(format!("NotRegistered: {:?}", m.task)),
+        )
+        .await;
         return broker.ack(vec![receipt]).await;
     };
     let Registered { policy, body } = &*reg;
@@ -471,6 +479,7 @@ async fn settle(s: &Shared, d: Delivery, revoked: bool, acked: bool) -> Result<(
         parent_id: m.parent_id.clone(),
     };
     let mut cancel = s.cancel.subscribe();
+    let started = app.now();
     let call = body.call(ctx, args);
     let ran = tokio::select! {
         r = async {
@@ -499,7 +508,9 @@ async fn settle(s: &Shared, d: Delivery, revoked: bool, acked: bool) -> Result<(
                 o.task = Some(m.task.clone());
                 app.store(vec![o]).await?;
             }
+            let detail = serde_json::to_string(&v).ok();
             follow(app, &m, v).await?;
+            event(s, &m, State::Success, Some(started), detail).await;
             settle_late(app, receipt).await
         }
         Ran::Failed(f) if m.retries < policy.retries => {
@@ -507,6 +518,7 @@ async fn settle(s: &Shared, d: Delivery, revoked: bool, acked: bool) -> Result<(
             next.retries += 1;
             let wait = policy.backoff_delay(next.retries + 1, &m.id);
             next.eta = Some(app.now() + wait);
+            event(s, &m, State::Retry, Some(started), Some(failure_text(&f))).await;
             let mut o = Outcome::new(m.id.clone(), State::Retry, app.now());
             o.error = Some(f);
             o.retries = m.retries;
@@ -519,6 +531,7 @@ async fn settle(s: &Shared, d: Delivery, revoked: bool, acked: bool) -> Result<(
             }
         }
         Ran::Failed(f) => {
+            event(s, &m, State::Failure, Some(started), Some(failure_text(&f))).await;
             give_up(app, &m, State::Failure, f).await?;
             settle_late(app, receipt).await
         }
@@ -533,6 +546,41 @@ async fn settle(s: &Shared, d: Delivery, revoked: bool, acked: bool) -> Result<(
             settle_late(app, receipt).await
         }
         Ran::Cancelled => give_back(app, &m, receipt, policy.acks_late).await,
+    }
+}
+
+/// Records what happened to a run for admin pages, when the broker keeps a
+/// log. A failure to record is not a failure of the run.
+async fn event(
+    s: &Shared,
+    m: &Message,
+    state: State,
+    started: Option<i64>,
+    detail: Option<String>,
+) {
+    let Some(insp) = s.app.inspector() else {
+        return;
+    };
+    let now = s.app.now();
+    let args = serde_json::to_string(&m.args).unwrap_or_default();
+    let ev = RunEvent {
+        id: m.id.clone(),
+        task: m.task.clone(),
+        state,
+        at: now,
+        worker: s.name.clone(),
+        retries: m.retries,
+        runtime: started.map(|t| now - t),
+        args: truncate(args, EVENT_TEXT_MAX),
+        detail: detail.map(|d| truncate(d, EVENT_TEXT_MAX)),
+    };
+    let _ = insp.record(vec![ev]).await;
+}
+
+fn failure_text(f: &Failure) -> String {
+    match &f.traceback {
+        Some(tb) => format!("{f}\n{tb}"),
+        None => f.to_string(),
     }
 }
 
