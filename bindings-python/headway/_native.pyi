@@ -11,7 +11,7 @@ raises ``PanicError``.
 from collections.abc import Iterable
 from datetime import timedelta
 from types import GenericAlias
-from typing import Any, ClassVar, Final, Generic, SupportsFloat, SupportsIndex, TypeVar, final
+from typing import Any, Final, Generic, SupportsFloat, SupportsIndex, TypeVar, final
 
 from typing_extensions import disjoint_base
 
@@ -147,7 +147,7 @@ class Ready(Generic[_T]):
     """``take`` answered: an idle item, now lent to you. Use it, then ``give``
     it back (or ``drop`` it if it broke)."""
 
-    __match_args__: ClassVar[tuple[str]]
+    __match_args__ = ("item",)
     def __new__(cls, item: _T) -> Ready[_T]: ...
     @property
     def item(self) -> _T:
@@ -163,7 +163,7 @@ class Stale(Generic[_T]):
     and its count. Close it and take again; it is handed back rather than
     skipped so nothing it holds leaks when the evict timer has not run."""
 
-    __match_args__: ClassVar[tuple[str]]
+    __match_args__ = ("item",)
     def __new__(cls, item: _T) -> Stale[_T]: ...
     @property
     def item(self) -> _T:
@@ -179,7 +179,7 @@ class Make:
     one, then call ``made(item)`` — or ``unmade()`` if opening failed, so the
     room is free again. ``Make()`` is a shared instance."""
 
-    __match_args__: ClassVar[tuple[()]]
+    __match_args__ = ()
     def __new__(cls) -> Make: ...
     def __eq__(self, value: object, /) -> bool: ...
     def __ne__(self, value: object, /) -> bool: ...
@@ -191,7 +191,7 @@ class Wait:
     runtime, so the caller decides — queue, time out, or try another pool.
     ``Wait()`` is a shared instance."""
 
-    __match_args__: ClassVar[tuple[()]]
+    __match_args__ = ()
     def __new__(cls) -> Wait: ...
     def __eq__(self, value: object, /) -> bool: ...
     def __ne__(self, value: object, /) -> bool: ...
@@ -203,7 +203,7 @@ class Shed:
     backend is refusing most of what it is asked. ``Shed()`` is a shared
     instance."""
 
-    __match_args__: ClassVar[tuple[()]]
+    __match_args__ = ()
     def __new__(cls) -> Shed: ...
     def __eq__(self, value: object, /) -> bool: ...
     def __ne__(self, value: object, /) -> bool: ...
@@ -214,7 +214,7 @@ class Later:
     """``take`` answered: the ward holds makes after a failure; try again after
     ``delay`` seconds."""
 
-    __match_args__: ClassVar[tuple[str]]
+    __match_args__ = ("delay",)
     def __new__(cls, delay: _Num) -> Later: ...
     @property
     def delay(self) -> float:

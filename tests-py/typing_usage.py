@@ -1,0 +1,162 @@
+"""A type-checked usage file: `mypy --strict tests-py/typing_usage.py`.
+
+Not a test module (pytest does not collect it); test_typing.py runs mypy on
+it and stubtest on the package. Each assert_type pins what a user's checker
+infers, so a stub that drifts from the runtime fails here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import assert_never, assert_type
+
+import headway
+from headway import (
+    Backoff,
+    Breaker,
+    Bucket,
+    Gate,
+    Jitter,
+    Later,
+    Limits,
+    Make,
+    Pool,
+    Pooled,
+    Ready,
+    Retry,
+    Shed,
+    Stale,
+    Taken,
+    Wait,
+    Ward,
+    Window,
+    pick,
+    retry,
+    retrying,
+)
+
+
+class Conn:
+    def query(self) -> int:
+        return 1
+
+
+def client(pool: Pool[Conn], now: float) -> int:
+    t = pool.take(now, roll=0.5)
+    assert_type(t, Ready[Conn] | Stale[Conn] | Make | Wait | Later | Shed)
+    match t:
+        case Ready(conn):
+            assert_type(conn, Conn)
+            n = conn.query()
+            pool.give(conn, now)
+            return n
+        case Stale(conn):
+            assert_type(conn, Conn)
+            return 0
+        case Make():
+            c = Conn()
+            pool.made(c, now)
+            return c.query()
+        case Wait():
+            return -1
+        case Later(delay):
+            assert_type(delay, float)
+            return -2
+        case Shed():
+            return -3
+        case _:
+            assert_never(t)
+
+
+def answers(t: Taken[Conn]) -> str:
+    if isinstance(t, Ready):
+        assert_type(t.item, Conn)
+    return repr(t)
+
+
+pool: Pool[Conn] = Pool(
+    limits=Limits(size=4, keep=timedelta(minutes=5)),
+    ward=Ward(breaker=Breaker(k=2.0), backoff=Backoff(jitter=Jitter.EQUAL)),
+)
+assert_type(pool.live, int)
+assert_type(pool.evict(), list[Conn])
+assert_type(pool.close(), list[Conn])
+assert_type(pool.refusal(1.0), float)
+assert_type(pick([pool, Pool()], first=0.1, second=0.9), int | None)
+
+b = Backoff(base=0.05, attempts=5, jitter="full")
+assert_type(b.delay(1, random=0.3, previous=timedelta(milliseconds=20)), float)
+assert_type(b.schedule([0.1, 0.2]), list[float])
+assert_type(b.more(2), bool)
+assert_type(b.jitter, Jitter)
+
+bucket = Bucket(10.0, burst=20.0)
+assert_type(bucket.take(n=2), bool)
+assert_type(bucket.next(), float)
+window = Window(1000, timedelta(days=1))
+assert_type(window.left(), int)
+gate = Gate(64)
+with gate as g:
+    assert_type(g, Gate)
+
+
+@retry
+def fetch(url: str, *, tries: int = 0) -> bytes:
+    return url.encode()
+
+
+assert_type(fetch("x", tries=1), bytes)
+
+
+@retry(backoff=Backoff(attempts=5), on=(ConnectionError, TimeoutError))
+async def afetch(url: str) -> bytes:
+    return url.encode()
+
+
+policy = retry(backoff=b, on=OSError)
+assert_type(policy, Retry)
+assert_type(policy.call(fetch, "y"), bytes)
+assert_type(retrying(len, "abc"), int)
+
+
+async def open_conn() -> Conn:
+    return Conn()
+
+
+async def close_conn(c: Conn) -> None:
+    pass
+
+
+async def main() -> None:
+    assert_type(await afetch("z"), bytes)
+    await bucket.wait(1.0)
+    async with gate:
+        pass
+    pooled = Pooled(open_conn, close_conn, limits=Limits(size=2), timeout=1.0)
+    assert_type(pooled, Pooled[Conn])
+    async with pooled.acquire() as conn:
+        assert_type(conn, Conn)
+    n = await pooled.use(lambda c: c.query())
+    assert_type(n, int)
+
+    async def q(c: Conn) -> str:
+        return str(c.query())
+
+    assert_type(await pooled.use(q), str)
+    await pooled.aclose()
+    sync = Pooled(Conn, None)
+    assert_type(sync, Pooled[Conn])
+    with sync.acquire() as c2:
+        assert_type(c2, Conn)
+    assert_type(sync.use_sync(lambda c: c.query()), int)
+    sync.close()
+
+
+try:
+    headway._native._panic()
+except headway.PanicError as e:
+    assert_type(e, headway.PanicError)
+
+if __name__ == "__main__":
+    asyncio.run(main())
