@@ -1,0 +1,368 @@
+//! Bodies that run in a host language, called in batches.
+//!
+//! A Python or JS body cannot run on a tokio thread: Python needs the GIL and
+//! JS needs its own event-loop thread. Crossing into the host once per message
+//! costs more than a no-op body does (a GIL attach, a ThreadsafeFunction
+//! call), so the core does not call the host per message. A [`HostQueue`]
+//! collects calls; the host takes them in batches — one GIL attach or one
+//! napi call per batch — runs them, and hands results back in a batch.
+//!
+//! Both bindings use this one mechanism, so how a body is called, cancelled
+//! and answered cannot differ between Python and Node:
+//! - a Python runner thread blocks in [`HostQueue::take_blocking`] with the
+//!   GIL released, then attaches once and runs what it got;
+//! - the Node event loop is rung by the `bell` when calls arrive, and drains
+//!   with [`HostQueue::take`].
+//!
+//! When the core stops waiting for a call (a timeout, a terminate, a
+//! stopping worker) the call is withdrawn: if the host has not taken it yet it
+//! never runs; if it has, its id is reported by [`HostQueue::cancelled`] so an
+//! async body can be cancelled, and its late answer is discarded.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::body::{Body, Context};
+use super::clock::BoxFuture;
+use super::state::Failure;
+
+/// One call for the host to make.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// The call's number, to answer it by.
+    pub seq: u64,
+    /// The key the body was registered under (the task's name).
+    pub key: Arc<str>,
+    /// What the body is told about the run.
+    pub ctx: Context,
+    /// Positional arguments.
+    pub args: Vec<Value>,
+}
+
+type Reply = oneshot::Sender<Result<Value, Failure>>;
+
+#[derive(Default)]
+struct Inner {
+    queue: VecDeque<Call>,
+    waiting: HashMap<u64, Reply>,
+    cancelled: Vec<u64>,
+    seq: u64,
+    closed: bool,
+}
+
+/// Calls waiting for a host language, and their answers.
+pub struct HostQueue {
+    inner: Mutex<Inner>,
+    arrived: Condvar,
+    bell: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
+}
+
+impl Default for HostQueue {
+    fn default() -> Self {
+        HostQueue {
+            inner: Mutex::new(Inner::default()),
+            arrived: Condvar::new(),
+            bell: Mutex::new(None),
+        }
+    }
+}
+
+impl HostQueue {
+    /// An empty queue.
+    pub fn new() -> Arc<HostQueue> {
+        Arc::new(HostQueue::default())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets what is called when calls arrive on an empty queue (Node: a
+    /// ThreadsafeFunction that wakes the event loop). Called with no lock
+    /// held, at most once per batch that finds the queue empty.
+    pub fn set_bell(&self, bell: Option<Arc<dyn Fn() + Send + Sync>>) {
+        *self.bell.lock().unwrap_or_else(|e| e.into_inner()) = bell;
+    }
+
+    /// A body that queues its calls here under `key`.
+    pub fn body(self: &Arc<Self>, key: &str) -> Arc<dyn Body> {
+        Arc::new(HostBody {
+            queue: self.clone(),
+            key: Arc::from(key),
+        })
+    }
+
+    fn push(
+        &self,
+        key: Arc<str>,
+        ctx: Context,
+        args: Vec<Value>,
+    ) -> Result<(u64, oneshot::Receiver<Result<Value, Failure>>), Failure> {
+        let (tx, rx) = oneshot::channel();
+        let was_empty;
+        let seq;
+        {
+            let mut g = self.lock();
+            if g.closed {
+                return Err(Failure::new("WorkerLost", "the host runner has stopped"));
+            }
+            g.seq += 1;
+            seq = g.seq;
+            was_empty = g.queue.is_empty();
+            g.queue.push_back(Call {
+                seq,
+                key,
+                ctx,
+                args,
+            });
+            g.waiting.insert(seq, tx);
+        }
+        self.arrived.notify_one();
+        if was_empty {
+            let bell = self.bell.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(b) = bell {
+                b();
+            }
+        }
+        Ok((seq, rx))
+    }
+
+    fn withdraw(&self, seq: u64) {
+        let mut g = self.lock();
+        if g.waiting.remove(&seq).is_some() {
+            if let Some(i) = g.queue.iter().position(|c| c.seq == seq) {
+                g.queue.remove(i);
+            } else {
+                g.cancelled.push(seq);
+            }
+        }
+    }
+
+    /// Up to `max` calls, at once (empty when there are none).
+    pub fn take(&self, max: usize) -> Vec<Call> {
+        let mut g = self.lock();
+        let n = max.min(g.queue.len());
+        g.queue.drain(..n).collect()
+    }
+
+    /// Up to `max` calls, waiting up to `wait` for the first. Empty when the
+    /// wait ran out or the queue was closed. Blocks the thread: a Python
+    /// runner calls it with the GIL released.
+    pub fn take_blocking(&self, max: usize, wait: Duration) -> Vec<Call> {
+        let deadline = Instant::now() + wait;
+        let mut g = self.lock();
+        loop {
+            if !g.queue.is_empty() || g.closed {
+                let n = max.min(g.queue.len());
+                return g.queue.drain(..n).collect();
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Vec::new();
+            }
+            g = self
+                .arrived
+                .wait_timeout(g, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Answers call `seq`. A call the core stopped waiting for is dropped.
+    pub fn finish(&self, seq: u64, result: Result<Value, Failure>) {
+        let tx = self.lock().waiting.remove(&seq);
+        if let Some(tx) = tx {
+            let _ = tx.send(result);
+        }
+    }
+
+    /// Answers many calls under one lock.
+    pub fn finish_many(&self, results: Vec<(u64, Result<Value, Failure>)>) {
+        let txs: Vec<(Reply, Result<Value, Failure>)> = {
+            let mut g = self.lock();
+            results
+                .into_iter()
+                .filter_map(|(seq, r)| g.waiting.remove(&seq).map(|tx| (tx, r)))
+                .collect()
+        };
+        for (tx, r) in txs {
+            let _ = tx.send(r);
+        }
+    }
+
+    /// Calls the host took that the core no longer waits for (drained): an
+    /// async body among them should be cancelled.
+    pub fn cancelled(&self) -> Vec<u64> {
+        std::mem::take(&mut self.lock().cancelled)
+    }
+
+    /// Calls waiting to be taken.
+    pub fn len(&self) -> usize {
+        self.lock().queue.len()
+    }
+
+    /// Whether no call is waiting to be taken.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Closes the queue: blocked takers wake with nothing, and every call not
+    /// yet answered fails with `WorkerLost` (its message is given back by the
+    /// worker's stop, or recovered by the broker).
+    pub fn close(&self) {
+        let waiting: Vec<Reply> = {
+            let mut g = self.lock();
+            g.closed = true;
+            g.queue.clear();
+            g.waiting.drain().map(|(_, tx)| tx).collect()
+        };
+        self.arrived.notify_all();
+        for tx in waiting {
+            let _ = tx.send(Err(Failure::new(
+                "WorkerLost",
+                "the host runner has stopped",
+            )));
+        }
+    }
+
+    /// Whether it was closed.
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+}
+
+struct HostBody {
+    queue: Arc<HostQueue>,
+    key: Arc<str>,
+}
+
+/// Withdraws the call when the core stops waiting before it is answered.
+struct Withdraw {
+    queue: Arc<HostQueue>,
+    seq: u64,
+    armed: bool,
+}
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        if self.armed {
+            self.queue.withdraw(self.seq);
+        }
+    }
+}
+
+impl Body for HostBody {
+    fn call(&self, ctx: Context, args: Vec<Value>) -> BoxFuture<'static, Result<Value, Failure>> {
+        let pushed = self.queue.push(self.key.clone(), ctx, args);
+        let queue = self.queue.clone();
+        Box::pin(async move {
+            let (seq, rx) = pushed?;
+            let mut guard = Withdraw {
+                queue,
+                seq,
+                armed: true,
+            };
+            let r = rx.await;
+            guard.armed = false;
+            r.unwrap_or_else(|_| Err(Failure::new("WorkerLost", "the host runner has stopped")))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Map, json};
+
+    fn ctx() -> Context {
+        Context {
+            id: "i".into(),
+            name: "t".into(),
+            queue: "q".into(),
+            retries: 0,
+            attempt: 1,
+            last: true,
+            now: 0,
+            kwargs: Map::new(),
+            root_id: None,
+            parent_id: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn batches_and_answers() {
+        let q = HostQueue::new();
+        let rung = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let r2 = rung.clone();
+        q.set_bell(Some(Arc::new(move || {
+            r2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        })));
+        let b = q.body("t");
+        let f1 = tokio::spawn(b.call(ctx(), vec![json!(1)]));
+        let f2 = tokio::spawn(b.call(ctx(), vec![json!(2)]));
+        tokio::task::yield_now().await;
+        let q2 = q.clone();
+        let calls =
+            tokio::task::spawn_blocking(move || q2.take_blocking(10, Duration::from_secs(1)))
+                .await
+                .unwrap();
+        assert_eq!(calls.len(), 2);
+        assert_eq!(&*calls[0].key, "t");
+        q.finish_many(
+            calls
+                .iter()
+                .map(|c| (c.seq, Ok(c.args[0].clone())))
+                .collect(),
+        );
+        let mut got = vec![f1.await.unwrap().unwrap(), f2.await.unwrap().unwrap()];
+        got.sort_by_key(|v| v.as_i64());
+        assert_eq!(got, vec![json!(1), json!(2)]);
+        assert!(rung.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    }
+
+    #[tokio::test]
+    async fn dropped_calls_are_withdrawn_or_reported() {
+        let q = HostQueue::new();
+        let b = q.body("t");
+        // Not yet taken: withdrawn, never runs.
+        let f = b.call(ctx(), vec![]);
+        let mut f = Box::pin(f);
+        assert!(futures_poll_once(&mut f).await);
+        drop(f);
+        assert!(q.take(10).is_empty());
+        // Taken: reported as cancelled; a late answer is discarded.
+        let f = b.call(ctx(), vec![]);
+        let mut f = Box::pin(f);
+        assert!(futures_poll_once(&mut f).await);
+        let calls = q.take(10);
+        assert_eq!(calls.len(), 1);
+        drop(f);
+        assert_eq!(q.cancelled(), vec![calls[0].seq]);
+        q.finish(calls[0].seq, Ok(json!(1)));
+    }
+
+    #[tokio::test]
+    async fn close_fails_what_waits() {
+        let q = HostQueue::new();
+        let b = q.body("t");
+        let f = tokio::spawn(b.call(ctx(), vec![]));
+        tokio::task::yield_now().await;
+        q.close();
+        assert_eq!(f.await.unwrap().unwrap_err().kind, "WorkerLost");
+        assert!(q.take_blocking(1, Duration::from_secs(5)).is_empty());
+        assert_eq!(b.call(ctx(), vec![]).await.unwrap_err().kind, "WorkerLost");
+    }
+
+    /// Polls once; true when still pending.
+    async fn futures_poll_once<F: std::future::Future + Unpin>(f: &mut F) -> bool {
+        std::future::poll_fn(|cx| match std::pin::Pin::new(&mut *f).poll(cx) {
+            std::task::Poll::Pending => std::task::Poll::Ready(true),
+            std::task::Poll::Ready(_) => std::task::Poll::Ready(false),
+        })
+        .await
+    }
+}
