@@ -600,6 +600,11 @@ function retry(fn, options) {
 
 // ---------------------------------------------------------------- Pooled
 
+// HikariCP's connectionTimeout: how long a caller waits for an item.
+const DEFAULT_TIMEOUT = 30_000;
+// Go database/sql's connection cleaner never runs more often than this.
+const MIN_EVICT_EVERY = 1_000;
+
 const OPEN = 0;
 const DRAINING = 1;
 const CLOSED = 2;
@@ -628,17 +633,24 @@ class Pooled {
   constructor(options) {
     const o = opts(options);
     if (typeof o.open !== 'function') throw argType('open', 'of type function', o.open);
-    if (typeof o.close !== 'function') throw argType('close', 'of type function', o.close);
-    const timeout = o.timeout === undefined ? 30_000 : num('timeout', o.timeout);
-    const every = o.evictEvery === undefined ? 30_000 : num('evictEvery', o.evictEvery);
+    if (o.close !== undefined && typeof o.close !== 'function') throw argType('close', 'of type function', o.close);
+    const timeout = o.timeout === undefined ? DEFAULT_TIMEOUT : num('timeout', o.timeout);
     if (!(timeout >= 0)) throw outOfRange('timeout', `must be a non-negative number of milliseconds (received ${timeout})`);
-    if (!(every >= 0)) throw outOfRange('evictEvery', `must be a non-negative number of milliseconds (received ${every})`);
     this.#pool = new Pool({ limits: o.limits, ward: o.ward });
+    let every = o.evictEvery;
+    if (every === undefined) {
+      const { keep, life } = this.#pool.limits;
+      const ages = [keep, life].filter((a) => a > 0);
+      every = ages.length > 0 ? Math.max(Math.min(...ages), MIN_EVICT_EVERY) : 0;
+    } else {
+      num('evictEvery', every);
+      if (!(every >= 0)) throw outOfRange('evictEvery', `must be a non-negative number of milliseconds (received ${every})`);
+    }
     this.#open = o.open;
     this.#close = o.close;
     this.#timeout = timeout;
-    if (every > 0 && every <= TIMER_MAX) {
-      this.#timer = setInterval(() => this.#sweep(), every);
+    if (every > 0 && every !== Infinity) {
+      this.#timer = setInterval(() => this.#sweep(), Math.min(every, TIMER_MAX));
       this.#timer.unref();
     }
   }
@@ -653,7 +665,24 @@ class Pooled {
     return this.#waiters.length;
   }
 
+  get live() {
+    return this.#pool.live;
+  }
+
+  get idle() {
+    return this.#pool.idle;
+  }
+
+  get busy() {
+    return this.#pool.busy;
+  }
+
+  get closed() {
+    return this.#state === CLOSED;
+  }
+
   #discard(item) {
+    if (this.#close === undefined) return;
     let done;
     try {
       done = Promise.resolve(this.#close(item));
@@ -687,7 +716,7 @@ class Pooled {
     return new Promise((resolve, reject) => {
       const left = deadline - perf.now();
       if (left <= 0) {
-        reject(this.#timedOut());
+        reject(this.#timedOut(`the pool is full (${this.#pool.live} live)`));
         return;
       }
       const w = { wake: resolve, fail: reject, timer: null };
@@ -695,7 +724,7 @@ class Pooled {
         w.timer = setTimeout(() => {
           const i = this.#waiters.indexOf(w);
           if (i >= 0) this.#waiters.splice(i, 1);
-          reject(this.#timedOut());
+          reject(this.#timedOut(`the pool is full (${this.#pool.live} live)`));
         }, Math.min(Math.ceil(left), TIMER_MAX));
       }
       if (front) this.#waiters.unshift(w);
@@ -705,23 +734,21 @@ class Pooled {
 
   #hold(delay, deadline) {
     return new Promise((resolve, reject) => {
-      const left = deadline - perf.now();
-      const late = delay >= left;
+      if (perf.now() + delay > deadline) {
+        reject(this.#timedOut(`makes are held for ${delay} ms after failures`));
+        return;
+      }
       const s = { fail: reject, timer: null };
-      s.timer = setTimeout(
-        () => {
-          this.#sleepers.delete(s);
-          if (late) reject(this.#timedOut());
-          else resolve();
-        },
-        Math.min(Math.max(0, Math.ceil(late ? left : delay)), TIMER_MAX),
-      );
+      s.timer = setTimeout(() => {
+        this.#sleepers.delete(s);
+        resolve();
+      }, Math.min(Math.ceil(delay), TIMER_MAX));
       this.#sleepers.add(s);
     });
   }
 
-  #timedOut() {
-    return coded('TIMEOUT', `headway: no item within ${this.#timeout} ms`);
+  #timedOut(why) {
+    return coded('TIMEOUT', `headway: no item within ${this.#timeout} ms: ${why}`);
   }
 
   async acquire() {
@@ -773,7 +800,7 @@ class Pooled {
           await this.#hold(t.delay, deadline);
           continue;
         default:
-          throw coded('SHED', 'headway: the ward shed this make (the backend is refusing; fail fast)');
+          throw coded('SHED', `headway: the breaker refuses ${Math.round(this.#pool.refusal(perf.now()) * 100)}% of makes: failing fast`);
       }
     }
   }

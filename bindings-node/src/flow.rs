@@ -7,7 +7,7 @@
 //! and fills draws and clocks (`Math.random()`, `performance.now()`); every
 //! default and every rule is the core's.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::ptr;
 use std::rc::Rc;
 
@@ -18,7 +18,7 @@ use napi::bindgen_prelude::{External, ToNapiValue};
 use napi::{Env, JsValue, sys};
 use napi_derive::napi;
 
-use crate::raw::{Bound, Fail, Ret, bound, factory};
+use crate::raw::{Bound, Fail, Ret, Slot, bound, factory};
 use crate::units::{int, int32, ms, ns, span};
 
 fn external<T: 'static>(env: sys::napi_env, value: T) -> Ret {
@@ -270,7 +270,7 @@ bound!(pool_live, PoolState, 0, |s, e, a| e.num(s.pool.live() as f64));
 bound!(pool_idle, PoolState, 0, |s, e, a| e.num(s.pool.idle() as f64));
 bound!(pool_busy, PoolState, 0, |s, e, a| e.num(s.pool.busy() as f64));
 
-type PoolRc = Rc<RefCell<PoolState>>;
+type PoolRc = Rc<Slot<PoolState>>;
 
 /// A pool from a limits handle and an optional ward handle, as an object of
 /// bound functions plus `handle`, which `_pick` reads.
@@ -334,7 +334,7 @@ impl Lazy<'_> {
         } else {
             None
         };
-        match state.and_then(|rc| rc.try_borrow().ok().map(|s| f(&s))) {
+        match state.and_then(|rc| rc.cell.try_borrow().ok().map(|s| f(&s))) {
             Some(r) => r,
             None => {
                 self.bad.set(Some(self.i));

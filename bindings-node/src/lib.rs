@@ -40,6 +40,12 @@ pub fn floor(env: &napi::Env) -> napi::Result<napi::Unknown<'_>> {
     })
 }
 
+/// How many native flow objects are alive: the finalizer test's probe.
+#[napi(js_name = "_alive")]
+pub fn alive() -> f64 {
+    raw::alive() as f64
+}
+
 /// The same empty call through `#[napi]`'s generated glue, for comparison.
 #[napi(js_name = "_noop", catch_unwind)]
 pub fn noop(_a: f64, _b: f64) -> bool {

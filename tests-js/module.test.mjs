@@ -1,0 +1,89 @@
+// The package loads both ways, with one state; panics become Errors.
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { readFileSync } from 'node:fs';
+import { test } from 'node:test';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+
+import * as esm from 'headway';
+import headway, { Pool } from 'headway';
+
+const require = createRequire(import.meta.url);
+
+const EXPORTS = ['Backoff', 'Breaker', 'Bucket', 'Gate', 'Limits', 'Pool', 'Pooled', 'Ward', 'Window', 'pick', 'retry', 'version'];
+
+test("require('headway') and import agree, and export exactly the API", () => {
+  const cjs = require('headway');
+  assert.deepEqual(Object.keys(cjs).sort(), EXPORTS);
+  assert.deepEqual(Object.keys(esm).filter((k) => k !== 'default').sort(), EXPORTS);
+  assert.equal(cjs, headway);
+  assert.equal(cjs.Pool, Pool);
+  for (const k of EXPORTS) assert.equal(esm[k], cjs[k], k);
+  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'));
+  assert.equal(cjs.version(), pkg.version);
+});
+
+test('index.d.ts declares every export', () => {
+  const dts = readFileSync(new URL('../bindings-node/index.d.ts', import.meta.url), 'utf8');
+  for (const k of EXPORTS) {
+    assert.match(dts, new RegExp(`export declare (class|function) ${k}\\b`), k);
+  }
+});
+
+test('a Rust panic in a #[napi] function is a thrown Error, and the process lives on', () => {
+  assert.throws(() => headway._panic(), (err) => {
+    assert.ok(err instanceof Error);
+    assert.match(err.message, /deliberate panic/);
+    return true;
+  });
+  assert.equal(new Pool().take(0).kind, 'make');
+});
+
+test('a Rust panic in a bound (hot-path) function is a thrown Error too', () => {
+  assert.throws(() => headway._panicBound(), (err) => {
+    assert.ok(err instanceof Error);
+    assert.match(err.message, /deliberate panic in a bound function/);
+    return true;
+  });
+  assert.throws(() => headway._panicBound(), /deliberate/); // and again: nothing was poisoned
+});
+
+test('the native factories refuse foreign handles', () => {
+  const n = headway._native;
+  assert.throws(() => n._pool({}, undefined), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE', message: /"limits"/ });
+  const limits = n._limits(undefined, undefined, undefined, undefined);
+  const breaker = n._breaker(undefined, undefined);
+  // A breaker's handle where a ward's is wanted: the external's type is checked.
+  assert.throws(() => n._pool(limits.handle, breaker.handle), { name: 'TypeError', message: /"ward"/ });
+  assert.throws(() => n._pick([limits.handle], 0, 0, 0), { name: 'TypeError', message: /"pools"/ });
+  const take = n._bucket(1, undefined, undefined).take;
+  assert.throws(() => take('x', 1), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE', message: /"now"/ });
+});
+
+test('finalizers free the native state of collected objects', async () => {
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc');
+  const alive = headway._native._alive;
+  const settle = async () => {
+    for (let i = 0; i < 5; i++) {
+      gc();
+      await new Promise((r) => setImmediate(r));
+    }
+  };
+  await settle();
+  const before = alive();
+  let kept = [];
+  for (let i = 0; i < 200; i++) {
+    const p = new Pool();
+    p.take(0);
+    p.made({ i }, 0);
+    kept.push(p, new headway.Bucket(10), new headway.Window(1, 1000), new headway.Gate(1), new headway.Backoff());
+  }
+  assert.equal(alive() - before, 200 * 5);
+  await settle();
+  assert.equal(alive() - before, 200 * 5, 'reachable objects keep their state');
+  kept = null;
+  await settle();
+  assert.ok(alive() - before < 50, `still alive: ${alive() - before}`);
+});
