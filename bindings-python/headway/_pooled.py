@@ -36,15 +36,17 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Generic, TypeVar, cast, overload
+from typing import Any, Generic, TypeAlias, TypeVar, Union, cast, overload
 
 from ._errors import PoolTimeout, ShedError
 from ._native import Later, Limits, Make, Pool, Ready, Shed, Stale, Wait, Ward
+
 
 __all__ = ["Lease", "Pooled"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+Taken: TypeAlias = Union[Ready[T], Stale[T], Make, Wait, Later, Shed]
 
 log = logging.getLogger("headway")
 
@@ -83,22 +85,27 @@ class Lease(Generic[T]):
     """What ``Pooled.acquire()`` returns: ``async with`` it or ``with`` it.
 
     Entering takes an item (opening one if the pool says ``Make``), leaving
-    gives it back. The same lease can be used by either kind of block; the
-    async one awaits an async ``open`` / ``close``, the sync one needs sync
-    ones.
+    gives it back. The same lease can be used by either kind of block, one
+    block at a time; the async one awaits an async ``open`` / ``close``, the
+    sync one needs sync ones.
     """
 
     __slots__ = ("_pooled", "_item", "_held", "broken")
 
     def __init__(self, pooled: Pooled[T]) -> None:
         self._pooled = pooled
-        self._item: T | None = None
+        self._item: Any = None
         self._held = False
+        #: Set by ``Pooled.drop(item)``: close the item instead of giving it back.
         self.broken = False
 
     async def __aenter__(self) -> T:
-        item = await self._pooled._aget()
-        self._enter(item)
+        if self._held:
+            raise RuntimeError("this lease already holds an item")
+        pooled = self._pooled
+        item = await pooled._aget()
+        self._item, self._held, self.broken = item, True, False
+        pooled._leases[id(item)] = self
         return item
 
     async def __aexit__(
@@ -107,14 +114,19 @@ class Lease(Generic[T]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        item = self._exit()
-        to_close = self._pooled._release(item, self.broken)
-        if to_close:
-            await self._pooled._aclose_one(item)
+        pooled, item = self._pooled, self._item
+        self._item, self._held = None, False
+        del pooled._leases[id(item)]
+        if pooled._release(item, self.broken):
+            await pooled._aclose_one(item)
 
     def __enter__(self) -> T:
-        item = self._pooled._get()
-        self._enter(item)
+        if self._held:
+            raise RuntimeError("this lease already holds an item")
+        pooled = self._pooled
+        item = pooled._get()
+        self._item, self._held, self.broken = item, True, False
+        pooled._leases[id(item)] = self
         return item
 
     def __exit__(
@@ -123,21 +135,11 @@ class Lease(Generic[T]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        item = self._exit()
-        if self._pooled._release(item, self.broken):
-            self._pooled._close_one(item)
-
-    def _enter(self, item: T) -> None:
-        if self._held:
-            raise RuntimeError("this lease already holds an item")
-        self._item, self._held, self.broken = item, True, False
-        self._pooled._leases[id(item)] = self
-
-    def _exit(self) -> T:
-        item = cast(T, self._item)
+        pooled, item = self._pooled, self._item
         self._item, self._held = None, False
-        self._pooled._leases.pop(id(item), None)
-        return item
+        del pooled._leases[id(item)]
+        if pooled._release(item, self.broken):
+            pooled._close_one(item)
 
 
 class Pooled(Generic[T]):
@@ -211,6 +213,7 @@ class Pooled(Generic[T]):
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._sync_waiting = 0
         self._leases: dict[int, Lease[T]] = {}
         self._closed = False
         self._task: asyncio.Task[None] | None = None
@@ -350,12 +353,24 @@ class Pooled(Generic[T]):
     def _timed_out(self, why: str) -> PoolTimeout:
         return PoolTimeout(f"no item within {self.timeout} s: {why}")
 
+    def _shed(self) -> ShedError:
+        return ShedError(
+            f"the breaker refuses {self.pool.refusal():.0%} of makes: failing fast"
+        )
+
     def _wake(self) -> None:
-        """Room freed or an item came back: wake one waiter of each kind."""
-        with self._lock:
-            self._cond.notify()
-        while self._waiters:
-            fut = self._waiters.popleft()
+        """Room freed or an item came back: wake one waiter of each kind.
+
+        A sync waiter counts itself and takes again under the lock before it
+        waits, so reading the count without the lock loses no wake: a release
+        that reads 0 happened before that take, which then sees its item.
+        """
+        if self._sync_waiting:
+            with self._lock:
+                self._cond.notify()
+        waiters = self._waiters
+        while waiters:
+            fut = waiters.popleft()
             if not fut.done():
                 self._wake_future(fut)
                 return
@@ -392,10 +407,11 @@ class Pooled(Generic[T]):
         """Give an item back; whether the caller must now close it."""
         if broken or self._closed:
             self.pool.drop(item)
+            kept = False
+        else:
+            kept = self.pool.give(item)
+        if self._sync_waiting or self._waiters:
             self._wake()
-            return True
-        kept = self.pool.give(item)
-        self._wake()
         return not kept
 
     def _close_one(self, item: T) -> None:
@@ -431,30 +447,22 @@ class Pooled(Generic[T]):
     # sync ----------------------------------------------------------------
 
     def _get(self) -> T:
-        self._check_open()
-        self._start_thread()
+        if self._closed:
+            raise RuntimeError("this Pooled is closed")
+        if self._thread is None and self.evict_every > 0:
+            self._start_thread()
+        t = self.pool.take()
+        if type(t) is Ready:
+            return t.item
+        return self._get_slow(t)
+
+    def _get_slow(self, t: Taken[T]) -> T:
         deadline = self._deadline()
         pool = self.pool
         while True:
-            # The take that answers Wait and the wait itself happen under one
-            # lock, and every release notifies under it: no wake is lost.
-            with self._lock:
-                t = pool.take()
-                cls = type(t)
-                if cls is Wait:
-                    if deadline is None:
-                        self._cond.wait()
-                    else:
-                        left = deadline - time.monotonic()
-                        if left <= 0 or not self._cond.wait(left):
-                            raise self._timed_out(
-                                f"the pool is full ({pool.live} live)"
-                            )
-                    self._check_open()
-                    continue
-            if cls is Ready:
-                return cast("Ready[T]", t).item
-            if cls is Make:
+            if type(t) is Ready:
+                return t.item
+            if type(t) is Make:
                 try:
                     item = self._open()
                     if inspect.isawaitable(item):
@@ -468,26 +476,42 @@ class Pooled(Generic[T]):
                     raise
                 pool.made(item)
                 return cast(T, item)
-            if cls is Stale:
-                self._close_one(cast("Stale[T]", t).item)
+            if type(t) is Stale:
+                self._close_one(t.item)
                 self._wake()
-            elif cls is Later:
-                self._sleep_hold(cast(Later, t).delay, deadline, time.sleep)
-            elif cls is Shed:
-                raise ShedError(
-                    f"the breaker refuses {pool.refusal():.0%} of makes: failing fast"
-                )
-
-    def _sleep_hold(
-        self, delay: float, deadline: float | None, sleep: Callable[[float], object]
-    ) -> None:
-        if deadline is not None and time.monotonic() + delay > deadline:
-            raise self._timed_out(f"makes are held for {delay:.3f} s after failures")
-        sleep(delay)
+            elif type(t) is Wait:
+                with self._lock:
+                    self._sync_waiting += 1
+                    try:
+                        # Take again under the lock, counted: see _wake.
+                        t = pool.take()
+                        if type(t) is Wait:
+                            if deadline is None:
+                                self._cond.wait()
+                            else:
+                                left = deadline - time.monotonic()
+                                if left <= 0 or not self._cond.wait(left):
+                                    raise self._timed_out(
+                                        f"the pool is full ({pool.live} live)"
+                                    )
+                            self._check_open()
+                            t = pool.take()
+                    finally:
+                        self._sync_waiting -= 1
+                continue
+            elif type(t) is Later:
+                delay = t.delay
+                if deadline is not None and time.monotonic() + delay > deadline:
+                    raise self._timed_out(
+                        f"makes are held for {delay:.3f} s after failures"
+                    )
+                time.sleep(delay)
+            elif type(t) is Shed:
+                raise self._shed()
+            self._check_open()
+            t = pool.take()
 
     def _start_thread(self) -> None:
-        if self.evict_every <= 0 or self._thread is not None:
-            return
         with self._lock:
             if self._thread is not None:
                 return
@@ -502,17 +526,23 @@ class Pooled(Generic[T]):
     # async ---------------------------------------------------------------
 
     async def _aget(self) -> T:
-        self._check_open()
-        self._start_task()
+        if self._closed:
+            raise RuntimeError("this Pooled is closed")
+        if self._task is None and self.evict_every > 0:
+            self._start_task()
+        t = self.pool.take()
+        if type(t) is Ready:
+            return t.item
+        return await self._aget_slow(t)
+
+    async def _aget_slow(self, t: Taken[T]) -> T:
         deadline = self._deadline()
         pool = self.pool
         front = False
         while True:
-            t = pool.take()
-            cls = type(t)
-            if cls is Ready:
-                return cast("Ready[T]", t).item
-            if cls is Make:
+            if type(t) is Ready:
+                return t.item
+            if type(t) is Make:
                 try:
                     item = self._open()
                     if inspect.isawaitable(item):
@@ -522,32 +552,41 @@ class Pooled(Generic[T]):
                     raise
                 pool.made(item)
                 return cast(T, item)
-            if cls is Stale:
-                await self._aclose_one(cast("Stale[T]", t).item)
+            if type(t) is Stale:
+                await self._aclose_one(t.item)
                 self._wake()
-            elif cls is Wait:
-                await self._await_room(deadline, front)
+            elif type(t) is Wait:
+                got = await self._await_room(deadline, front)
                 front = True
                 self._check_open()
-            elif cls is Later:
-                delay = cast(Later, t).delay
+                if got is not None:
+                    t = got
+                    continue
+            elif type(t) is Later:
+                delay = t.delay
                 if deadline is not None and time.monotonic() + delay > deadline:
                     raise self._timed_out(
                         f"makes are held for {delay:.3f} s after failures"
                     )
                 await asyncio.sleep(delay)
-            elif cls is Shed:
-                raise ShedError(
-                    f"the breaker refuses {pool.refusal():.0%} of makes: failing fast"
-                )
+            elif type(t) is Shed:
+                raise self._shed()
+            self._check_open()
+            t = pool.take()
 
-    async def _await_room(self, deadline: float | None, front: bool) -> None:
+    async def _await_room(self, deadline: float | None, front: bool) -> Taken[T] | None:
+        """Queue for a wake; an answer if taking again right away served."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if front:
             self._waiters.appendleft(fut)
         else:
             self._waiters.append(fut)
         try:
+            # Queued first, then taken again: a release on another thread
+            # between the Wait and the queueing is not lost.
+            t = self.pool.take()
+            if type(t) is not Wait:
+                return t
             if deadline is None:
                 await fut
             else:
@@ -568,10 +607,9 @@ class Pooled(Generic[T]):
                 self._waiters.remove(fut)
             except ValueError:
                 pass
+        return None
 
     def _start_task(self) -> None:
-        if self.evict_every <= 0 or self._task is not None:
-            return
         self._task = asyncio.get_running_loop().create_task(
             _evict_task(weakref.ref(self), self.evict_every), name="headway-evict"
         )
