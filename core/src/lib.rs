@@ -12,6 +12,7 @@
 //! and bridge their runtimes; every rule lives here so the two languages cannot
 //! drift apart.
 
+pub mod admin;
 pub mod broker;
 pub mod flow;
 pub mod runtime;

@@ -1,0 +1,443 @@
+//! The routes: which request gets which answer, in one table.
+//!
+//! | route | method | answers |
+//! |---|---|---|
+//! | `/health` | GET | `{"ok": true}`, without the token |
+//! | `/` | GET | the page (`?token=` logs in: cookie, then 303 to `./`) |
+//! | `/app.js`, `/style.css` | GET | the page's script and style |
+//! | `/api/overview` | GET | queues, consumers, counts, tasks |
+//! | `/api/runs?limit=&state=&task=` | GET | recent runs |
+//! | `/api/runs/<id>` | GET | one run's stored outcome and events |
+//! | `/api/failures?limit=` | GET | recent failures |
+//! | `/api/send` | POST | `{id}` of a new run of a registered task |
+//! | `/api/revoke` | POST | revokes (and with `terminate` stops) a run |
+//! | `/api/stream` | GET | server-sent events of counts, ≥ 1 per second |
+//!
+//! Order of checks: the token (401), the route (404), the method (405,
+//! with `Allow`), then for a change: read-only (403), CSRF and origin for a
+//! cookie (403), size (413), media type (415), JSON (400), the task (404).
+//! GET never changes anything.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use super::auth::{self, COOKIE};
+use super::http::{Reply, Request, Response, decode, secure};
+use super::page;
+use super::reports::{self, Filter, RUNS_DEFAULT, Sent};
+use super::stream::EventStream;
+use super::{Inner, SENT_KEPT};
+use crate::task::spec::{EVENT_TEXT_MAX, truncate};
+use crate::task::{Options, Refused, State};
+
+/// The most runs a listing answers: the whole event ring.
+const RUNS_MAX: usize = reports::EVENTS_READ;
+
+/// The longest countdown `/api/send` takes: 30 days (seconds), past which a
+/// typo is likelier than a plan.
+const COUNTDOWN_MAX_S: f64 = 30.0 * 86_400.0;
+
+/// The longest run id `/api/revoke` takes: 256 bytes, ample for a UUID or a
+/// caller's own scheme, and a bound on what lands in the revoke set.
+const ID_MAX: usize = 256;
+
+/// Answers one request, with the security headers on whatever it answers.
+pub(crate) async fn handle(inner: &Arc<Inner>, req: Request) -> Reply {
+    let head = req.method == "HEAD";
+    let mut reply = route(inner, &req).await;
+    match &mut reply {
+        Reply::Full(r) => {
+            secure(&mut r.headers);
+            if head {
+                r.body.clear();
+            }
+        }
+        Reply::Stream(r, _) => secure(&mut r.headers),
+    }
+    if head && let Reply::Stream(r, _) = reply {
+        return Reply::Full(r);
+    }
+    reply
+}
+
+/// What a path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route<'a> {
+    Page,
+    Script,
+    Style,
+    Overview,
+    Runs,
+    Run(&'a str),
+    Failures,
+    Send,
+    Revoke,
+    Stream,
+}
+
+impl Route<'_> {
+    fn parse(path: &str) -> Option<Route<'_>> {
+        Some(match path {
+            "/" | "" => Route::Page,
+            "/app.js" => Route::Script,
+            "/style.css" => Route::Style,
+            "/api/overview" => Route::Overview,
+            "/api/runs" => Route::Runs,
+            "/api/failures" => Route::Failures,
+            "/api/send" => Route::Send,
+            "/api/revoke" => Route::Revoke,
+            "/api/stream" => Route::Stream,
+            p => match p.strip_prefix("/api/runs/") {
+                Some(id) if !id.is_empty() && !id.contains('/') => Route::Run(id),
+                _ => return None,
+            },
+        })
+    }
+
+    fn changes(self) -> bool {
+        matches!(self, Route::Send | Route::Revoke)
+    }
+}
+
+fn full(r: Response) -> Reply {
+    Reply::Full(r)
+}
+
+fn broker_error(e: Refused) -> Response {
+    match e {
+        Refused::Invalid(why) => Response::error(400, "invalid", why),
+        Refused::UnknownTask(_) => Response::error(404, "unknown_task", e.to_string()),
+        e => Response::error(502, "broker", e.to_string()),
+    }
+}
+
+fn json_or(r: Result<Value, Refused>) -> Reply {
+    full(match r {
+        Ok(v) => Response::json(200, &v),
+        Err(e) => broker_error(e),
+    })
+}
+
+async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
+    let path = req.route();
+    let get = req.method == "GET" || req.method == "HEAD";
+    if path == "/health" {
+        return full(if get {
+            Response::json(200, &json!({ "ok": true }))
+        } else {
+            Response::error(405, "method", "use GET").and("Allow", "GET, HEAD")
+        });
+    }
+    let route = Route::parse(path);
+    // Logging in: the token in the query, once, traded for the cookie.
+    if route == Some(Route::Page)
+        && get
+        && let Some((_, token)) = req.query().into_iter().find(|(k, _)| k == "token")
+    {
+        if !auth::same(&token, &inner.token) {
+            return full(auth::unauthorized());
+        }
+        let cookie = format!("{COOKIE}={}; HttpOnly; SameSite=Strict", inner.session);
+        return full(
+            Response::with(303, "text/plain; charset=utf-8", b"see ./".to_vec())
+                .and("Set-Cookie", cookie)
+                .and("Location", "./"),
+        );
+    }
+    let Some(who) = auth::who(inner, req) else {
+        return full(auth::unauthorized());
+    };
+    let Some(route) = route else {
+        return full(Response::error(
+            404,
+            "not_found",
+            format!("no route {path}"),
+        ));
+    };
+    if route.changes() {
+        if req.method != "POST" {
+            return full(
+                Response::error(405, "method", "changes are made by POST only")
+                    .and("Allow", "POST"),
+            );
+        }
+        if let Err(r) = auth::may_change(inner, req, who) {
+            return full(r);
+        }
+        let body = match json_body(inner, req) {
+            Ok(v) => v,
+            Err(r) => return full(r),
+        };
+        return full(match route {
+            Route::Send => send(inner, body).await,
+            _ => revoke(inner, body).await,
+        });
+    }
+    if !get {
+        return full(Response::error(405, "method", "use GET").and("Allow", "GET, HEAD"));
+    }
+    let q = req.query();
+    match route {
+        Route::Page => full(Response::with(
+            200,
+            "text/html; charset=utf-8",
+            page::index(&inner.csrf, inner.read_only),
+        )),
+        Route::Script => full(Response::with(
+            200,
+            "text/javascript; charset=utf-8",
+            page::APP_JS.as_bytes().to_vec(),
+        )),
+        Route::Style => full(Response::with(
+            200,
+            "text/css; charset=utf-8",
+            page::STYLE_CSS.as_bytes().to_vec(),
+        )),
+        Route::Overview => json_or(reports::overview(inner).await),
+        Route::Runs => match filter(&q) {
+            Ok(f) => json_or(reports::runs(inner, &f).await),
+            Err(r) => full(r),
+        },
+        Route::Failures => match filter(&q) {
+            Ok(f) => json_or(reports::failures(inner, f.limit).await),
+            Err(r) => full(r),
+        },
+        Route::Run(id) => json_or(reports::run(inner, &decode(id, false)).await),
+        Route::Stream => {
+            Reply::Stream(
+                Response {
+                    status: 200,
+                    headers: vec![
+                        (
+                            "Content-Type".into(),
+                            "text/event-stream; charset=utf-8".into(),
+                        ),
+                        // nginx buffers a response unless told not to.
+                        ("X-Accel-Buffering".into(), "no".into()),
+                    ],
+                    body: Vec::new(),
+                },
+                EventStream::new(inner.clone()),
+            )
+        }
+        Route::Send | Route::Revoke => unreachable!("handled above"),
+    }
+}
+
+/// `limit`, `state` and `task` from a query, each checked.
+fn filter(q: &[(String, String)]) -> Result<Filter, Response> {
+    let mut f = Filter {
+        limit: RUNS_DEFAULT,
+        ..Filter::default()
+    };
+    for (k, v) in q {
+        match k.as_str() {
+            "limit" => {
+                f.limit = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=RUNS_MAX).contains(n))
+                    .ok_or_else(|| {
+                        Response::error(
+                            400,
+                            "invalid",
+                            format!("invalid `limit`: must be 1 to {RUNS_MAX}"),
+                        )
+                    })?;
+            }
+            "state" if !v.is_empty() => {
+                f.state = Some(State::parse(&v.to_ascii_uppercase()).ok_or_else(|| {
+                    Response::error(
+                        400,
+                        "invalid",
+                        "invalid `state`: must be one of PENDING, RECEIVED, STARTED, \
+                         RETRY, SUCCESS, FAILURE, REVOKED",
+                    )
+                })?);
+            }
+            "task" if !v.is_empty() => f.task = Some(v.clone()),
+            _ => {}
+        }
+    }
+    Ok(f)
+}
+
+/// The body of a change as a JSON object, or the refusal: 413 over
+/// `max_body`, 415 for a media type that is not JSON, 400 for anything that
+/// does not parse or is not an object.
+fn json_body(inner: &Inner, req: &Request) -> Result<Map<String, Value>, Response> {
+    let declared = req
+        .get("content-length")
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if req.body.len() > inner.max_body || declared.is_some_and(|n| n > inner.max_body as u64) {
+        return Err(Response::error(
+            413,
+            "too_large",
+            format!("the body is over {} bytes", inner.max_body),
+        ));
+    }
+    if let Some(ct) = req.get("content-type") {
+        let media = ct
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if media != "application/json" && !media.ends_with("+json") {
+            return Err(Response::error(
+                415,
+                "media_type",
+                format!("the body must be application/json, not {media}"),
+            ));
+        }
+    }
+    let v: Value = serde_json::from_slice(&req.body)
+        .map_err(|e| Response::error(400, "not_json", format!("the body is not JSON: {e}")))?;
+    match v {
+        Value::Object(m) => Ok(m),
+        _ => Err(Response::error(
+            400,
+            "invalid",
+            "the body must be a JSON object",
+        )),
+    }
+}
+
+fn invalid(why: impl Into<String>) -> Response {
+    Response::error(400, "invalid", why)
+}
+
+fn unknown_fields(m: &Map<String, Value>, known: &[&str]) -> Result<(), Response> {
+    match m.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(k) => Err(invalid(format!(
+            "unknown field `{k}`: expected one of {}",
+            known.join(", ")
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// `POST /api/send`: `{"task", "args"?, "kwargs"?, "queue"?, "countdown"?
+/// (seconds, as Celery and Flower's `async-apply` take it), "priority"?}`.
+async fn send(inner: &Inner, b: Map<String, Value>) -> Response {
+    match send_checked(inner, b).await {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+async fn send_checked(inner: &Inner, b: Map<String, Value>) -> Result<Response, Response> {
+    unknown_fields(
+        &b,
+        &["task", "args", "kwargs", "queue", "countdown", "priority"],
+    )?;
+    let task = match b.get("task") {
+        Some(Value::String(t)) if !t.is_empty() => t.clone(),
+        _ => return Err(invalid("invalid `task`: must be a registered task's name")),
+    };
+    let args = match b.get("args") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a.clone(),
+        Some(_) => return Err(invalid("invalid `args`: must be a JSON array")),
+    };
+    let kwargs = match b.get("kwargs") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => return Err(invalid("invalid `kwargs`: must be a JSON object")),
+    };
+    let mut options = Options::default();
+    match b.get("queue") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(q)) if !q.is_empty() => options.queue = Some(q.clone()),
+        Some(_) => return Err(invalid("invalid `queue`: must be a non-empty string")),
+    }
+    match b.get("countdown") {
+        None | Some(Value::Null) => {}
+        Some(v) => match v.as_f64() {
+            Some(s) if (0.0..=COUNTDOWN_MAX_S).contains(&s) => {
+                options.countdown = Some((s * 1000.0).round() as i64);
+            }
+            _ => {
+                return Err(invalid(format!(
+                    "invalid `countdown`: must be seconds from 0 to {COUNTDOWN_MAX_S}"
+                )));
+            }
+        },
+    }
+    match b.get("priority") {
+        None | Some(Value::Null) => {}
+        Some(v) => match v.as_u64() {
+            Some(p) if p <= 9 => options.priority = Some(p as u8),
+            _ => return Err(invalid("invalid `priority`: must be an integer 0 to 9")),
+        },
+    }
+    if !inner.app.has_task(&task) {
+        return Err(Response::error(
+            404,
+            "unknown_task",
+            format!("no task is registered as {task:?}: the admin sends registered tasks only"),
+        ));
+    }
+    let args_text = truncate(
+        serde_json::to_string(&args).unwrap_or_default(),
+        EVENT_TEXT_MAX,
+    );
+    let h = inner
+        .app
+        .send(&task, args, kwargs, options)
+        .await
+        .map_err(broker_error)?;
+    let queue = inner
+        .app
+        .policy_of(&task)
+        .map(|p| p.queue)
+        .unwrap_or_default();
+    let queue = b
+        .get("queue")
+        .and_then(Value::as_str)
+        .map_or(queue, str::to_string);
+    {
+        let mut sent = inner.sent.lock().unwrap_or_else(|e| e.into_inner());
+        if sent.len() >= SENT_KEPT {
+            sent.pop_front();
+        }
+        sent.push_back(Sent {
+            id: h.id().to_string(),
+            task: task.clone(),
+            queue: queue.clone(),
+            args: args_text,
+            at: inner.app.now(),
+        });
+    }
+    Ok(Response::json(
+        200,
+        &json!({ "id": h.id(), "task": task, "queue": queue, "state": State::Pending }),
+    ))
+}
+
+/// `POST /api/revoke`: `{"id", "terminate"?: bool}`.
+async fn revoke(inner: &Inner, b: Map<String, Value>) -> Response {
+    if let Err(r) = unknown_fields(&b, &["id", "terminate"]) {
+        return r;
+    }
+    let id = match b.get("id") {
+        Some(Value::String(id)) if !id.is_empty() && id.len() <= ID_MAX => id.clone(),
+        _ => {
+            return invalid(format!(
+                "invalid `id`: must be a run id of 1 to {ID_MAX} bytes"
+            ));
+        }
+    };
+    let terminate = match b.get("terminate") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(t)) => *t,
+        Some(_) => return invalid("invalid `terminate`: must be true or false"),
+    };
+    match inner.app.revoke(std::slice::from_ref(&id), terminate).await {
+        Ok(()) => Response::json(
+            200,
+            &json!({ "id": id, "revoked": true, "terminate": terminate }),
+        ),
+        Err(e) => broker_error(e),
+    }
+}
