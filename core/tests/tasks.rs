@@ -1,11 +1,18 @@
 //! The task suite, written against the seams so it runs unchanged on every
-//! broker: each test takes an app maker. Memory runs here; the Redis brokers
-//! add their makers to `brokers()`.
+//! broker: each test takes an app maker. Memory and headway's Redis layout
+//! run here (Redis on a redis-server the test starts; skipped without one);
+//! Celery's layout adds its maker to `brokers()`.
 
+mod support;
+
+use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use headway_core::broker::{RedisBroker, RedisOptions};
 use headway_core::task::{
     App, Canvas, Clock, Failure, Options, Policy, Refused, Sig, State, VirtualClock, Worker,
     WorkerConfig, body,
@@ -14,10 +21,30 @@ use serde_json::{Map, Value, json};
 
 const START: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
 
-type Maker = fn(Arc<VirtualClock>) -> App;
+/// An app on a fresh broker, and whatever must live as long as the test
+/// (a redis-server); `None` when the broker cannot run here (skipped).
+type Made = Option<(App, Box<dyn Any + Send>)>;
+type Maker = fn(Arc<VirtualClock>) -> Pin<Box<dyn Future<Output = Made> + Send>>;
 
 fn brokers() -> Vec<(&'static str, Maker)> {
-    vec![("memory", |c| App::memory(Some(c)))]
+    vec![
+        ("memory", |c| {
+            Box::pin(
+                async move { Some((App::memory(Some(c)), Box::new(()) as Box<dyn Any + Send>)) },
+            )
+        }),
+        ("redis", |c| Box::pin(redis_app(c))),
+    ]
+}
+
+/// headway's Redis layout on a redis-server of the test's own, the app's
+/// virtual clock passed into its scripts.
+async fn redis_app(clock: Arc<VirtualClock>) -> Made {
+    let server = support::RedisServer::start()?;
+    let b = RedisBroker::connect(&server.url(), RedisOptions::default(), clock.clone())
+        .await
+        .expect("connect to the test's redis-server");
+    Some((App::new(b.seams(), clock), Box::new(server)))
 }
 
 fn t(secs: u64) -> Option<Duration> {
@@ -52,10 +79,14 @@ fn worker(app: &App, concurrency: usize) -> (Worker, tokio::task::JoinHandle<()>
 }
 
 async fn each(test: impl AsyncFn(App, Arc<VirtualClock>)) {
-    for (_name, make) in brokers() {
+    for (name, make) in brokers() {
         let clock = VirtualClock::new(START);
-        let app = make(clock.clone());
+        let Some((app, keep)) = make(clock.clone()).await else {
+            eprintln!("{name}: skipped");
+            continue;
+        };
         test(app, clock).await;
+        drop(keep);
     }
 }
 

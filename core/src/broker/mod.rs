@@ -1,8 +1,11 @@
 //! Brokers: where messages wait, who holds them, where results are kept.
 //!
 //! Each implements the seams of [`crate::task::spec`]. `memory` is in-process
-//! (tests, a single service that wants a queue without a server).
+//! (tests, a single service that wants a queue without a server); `redis` is
+//! headway's own Redis layout (see `docs/redis-layout.md`).
 
 pub mod memory;
+pub mod redis;
 
 pub use memory::MemoryBroker;
+pub use redis::{RedisBroker, RedisOptions, RedisUrl};

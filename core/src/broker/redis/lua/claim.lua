@@ -1,0 +1,50 @@
+-- claim: ARGV consumer, max, lease ms, now ('' = TIME), adopt ('' = none).
+-- Refreshes the consumer's lease, moves due delayed messages to their steps,
+-- stamps the element a BLMOVE brought in (adopt) and claims up to max more,
+-- step 0 first, each stamped with a fresh fencing token. Answers
+-- {claimed held elements, next eta or -1, now}.
+local c = ARGV[1]
+local max = tonumber(ARGV[2])
+local now = clock(ARGV[4])
+local adopt = ARGV[5]
+local held = base .. 'held:' .. c
+local seq = base .. 'seq'
+redis.call('SET', base .. 'lease:' .. c, '1', 'PX', ARGV[3])
+redis.call('SADD', base .. 'consumers', c)
+local delayed = base .. 'delayed'
+local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, 1000)
+for i = 1, #due do
+  local s, p = string.match(due[i], '^(%d):%d+:(.*)$')
+  redis.call('ZREM', delayed, due[i])
+  if s then redis.call('LPUSH', base .. 'ready:' .. s, p) end
+end
+local out = {}
+if adopt ~= '' then
+  if redis.call('LREM', held, 1, adopt) == 1 and adopt ~= MARK then
+    local el = redis.call('INCR', seq) .. ':0:' .. adopt
+    redis.call('LPUSH', held, el)
+    out[#out + 1] = el
+  end
+end
+for s = 0, 9 do
+  if #out >= max then break end
+  local key = base .. 'ready:' .. s
+  while #out < max do
+    local ps = redis.call('RPOP', key, max - #out)
+    if not ps then break end
+    local t = redis.call('INCRBY', seq, #ps) - #ps
+    local els = {}
+    for i = 1, #ps do
+      if ps[i] ~= MARK then
+        t = t + 1
+        els[#els + 1] = t .. ':' .. s .. ':' .. ps[i]
+      end
+    end
+    for i = 1, #els, 1000 do
+      redis.call('LPUSH', held, unpack(els, i, math.min(i + 999, #els)))
+    end
+    for i = 1, #els do out[#out + 1] = els[i] end
+  end
+end
+local nxt = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+return {out, nxt[2] or '-1', tostring(now)}

@@ -1,0 +1,46 @@
+-- Shared prologue (prepended to every queue script by the Rust side).
+-- KEYS[1] is the queue's base, "<prefix>{<queue>}:", so every key a script
+-- touches shares the queue's Cluster slot. `now` is ms since the epoch: the
+-- app's virtual time when one is passed, else Redis TIME, so no worker's
+-- clock decides when a delayed message is due.
+local base = KEYS[1]
+local function clock(arg)
+  local n = tonumber(arg)
+  if n then return n end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local MARK = '~'
+-- Pushes one payload onto its step (LPUSH: the tail; claims pop the head,
+-- RPOP) or into the delayed set when its eta is later than now. Returns 1
+-- when it went to the delayed set or a lower step, so the caller rings.
+local function put(now, step, eta, payload)
+  local e = tonumber(eta)
+  if e and e > now then
+    local n = redis.call('INCR', base .. 'seq')
+    redis.call('ZADD', base .. 'delayed', e, step .. ':' .. n .. ':' .. payload)
+    return 1
+  end
+  redis.call('LPUSH', base .. 'ready:' .. step, payload)
+  if step ~= '0' then return 1 end
+  return 0
+end
+-- A consumer blocked in BLMOVE waits on step 0 only: a marker there wakes it
+-- for work on another step or a new eta. One is enough, and only on an
+-- empty list (a consumer blocks only when step 0 is empty).
+local function ring()
+  local r0 = base .. 'ready:0'
+  if redis.call('LLEN', r0) == 0 then redis.call('RPUSH', r0, MARK) end
+end
+-- A held element is "<token>:<step>:<payload>"; one BLMOVE moved in and not
+-- yet stamped is the bare payload (step 0). Answers step, payload.
+local function unheld(el)
+  local s, p = string.match(el, '^%d+:(%d):(.*)$')
+  if s then return s, p end
+  return '0', el
+end
+-- The redelivered form of a payload: "!" before the JSON.
+local function marked(p)
+  if string.sub(p, 1, 1) == '!' then return p end
+  return '!' .. p
+end
