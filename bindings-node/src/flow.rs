@@ -27,7 +27,11 @@ fn external<T: 'static>(env: sys::napi_env, value: T) -> Ret {
 
 /// Reads the core value a config handle (`Limits`, `Breaker`, `Backoff`,
 /// `Ward`) carries; the type check is napi-rs's registry of live externals.
-fn handle<T: Clone + 'static>(env: sys::napi_env, v: sys::napi_value, name: &'static str) -> Result<T, Fail> {
+fn handle<T: Clone + 'static>(
+    env: sys::napi_env,
+    v: sys::napi_value,
+    name: &'static str,
+) -> Result<T, Fail> {
     let mut raw = ptr::null_mut();
     if unsafe { sys::napi_get_value_external(env, v, &mut raw) } != sys::Status::napi_ok {
         return Err(Fail::Type(name, "made by headway"));
@@ -73,7 +77,11 @@ pub fn limits<'env>(
 /// Validates a breaker (SRE book defaults: k = 2, two minutes) and returns
 /// `{ handle, k, window }`.
 #[napi(js_name = "_breaker", catch_unwind)]
-pub fn breaker<'env>(env: &'env Env, k: Option<f64>, window: Option<f64>) -> napi::Result<napi::Unknown<'env>> {
+pub fn breaker<'env>(
+    env: &'env Env,
+    k: Option<f64>,
+    window: Option<f64>,
+) -> napi::Result<napi::Unknown<'env>> {
     factory(env, |env| {
         let d = Breaker::default();
         let b = Breaker::new(
@@ -133,7 +141,9 @@ pub fn backoff<'env>(
             Some(name) => Jitter::parse(&name).ok_or_else(|| {
                 Fail::Range(
                     "jitter".into(),
-                    format!("must be 'rigid', 'full', 'equal' or 'decorrelated' (received '{name}')"),
+                    format!(
+                        "must be 'rigid', 'full', 'equal' or 'decorrelated' (received '{name}')"
+                    ),
                 )
             })?,
         };
@@ -147,8 +157,9 @@ pub fn backoff<'env>(
         let h = external(env, b)?;
         let name = b.jitter().name();
         let mut jv = ptr::null_mut();
-        if unsafe { sys::napi_create_string_utf8(env, name.as_ptr().cast(), name.len() as isize, &mut jv) }
-            != sys::Status::napi_ok
+        if unsafe {
+            sys::napi_create_string_utf8(env, name.as_ptr().cast(), name.len() as isize, &mut jv)
+        } != sys::Status::napi_ok
         {
             return Err(Fail::Napi);
         }
@@ -266,9 +277,12 @@ bound!(pool_refusal, PoolState, 1, |s, e, a| {
     e.num(s.pool.refusal(ns(e.f64(a[0], "now")?)))
 });
 
-bound!(pool_live, PoolState, 0, |s, e, a| e.num(s.pool.live() as f64));
-bound!(pool_idle, PoolState, 0, |s, e, a| e.num(s.pool.idle() as f64));
-bound!(pool_busy, PoolState, 0, |s, e, a| e.num(s.pool.busy() as f64));
+bound!(pool_live, PoolState, 0, |s, e, a| e
+    .num(s.pool.live() as f64));
+bound!(pool_idle, PoolState, 0, |s, e, a| e
+    .num(s.pool.idle() as f64));
+bound!(pool_busy, PoolState, 0, |s, e, a| e
+    .num(s.pool.busy() as f64));
 
 type PoolRc = Rc<Slot<PoolState>>;
 
@@ -366,7 +380,9 @@ pub fn pick_pool(
     let env = env.raw();
     let run = || -> Result<i32, Fail> {
         let mut len = 0u32;
-        if unsafe { sys::napi_get_array_length(env, handles.raw(), &mut len) } != sys::Status::napi_ok {
+        if unsafe { sys::napi_get_array_length(env, handles.raw(), &mut len) }
+            != sys::Status::napi_ok
+        {
             return Err(Fail::Type("pools", "an array of Pool"));
         }
         let bad = Cell::new(None);
@@ -420,9 +436,14 @@ bound!(bucket_tokens, Bucket, 1, |s, e, a| {
 /// A token bucket as `{ take, next, tokens, rate, burst }`; `burst` is the
 /// core's (omitted: the rate when above 1, else 1).
 #[napi(js_name = "_bucket", catch_unwind)]
-pub fn bucket<'env>(env: &'env Env, rate: f64, burst: Option<f64>, at: Option<f64>) -> napi::Result<napi::Unknown<'env>> {
+pub fn bucket<'env>(
+    env: &'env Env,
+    rate: f64,
+    burst: Option<f64>,
+    at: Option<f64>,
+) -> napi::Result<napi::Unknown<'env>> {
     factory(env, |env| {
-        let at = at.map_or(Ok(0), |x| span_at(x))?;
+        let at = at.map_or(Ok(0), span_at)?;
         let b = Bucket::new(rate, burst, at)?;
         Bound::new(env, b)?
             .func(c"take", Some(bucket_take))?
@@ -437,7 +458,10 @@ pub fn bucket<'env>(env: &'env Env, rate: f64, burst: Option<f64>, at: Option<f6
 /// An instant in ms (any origin, so negative is fine); NaN refused.
 fn span_at(x: f64) -> Result<i64, Fail> {
     if x.is_nan() {
-        Err(Fail::Range("at".into(), "must be a number of milliseconds, not NaN".into()))
+        Err(Fail::Range(
+            "at".into(),
+            "must be a number of milliseconds, not NaN".into(),
+        ))
     } else {
         Ok(ns(x))
     }
