@@ -206,3 +206,34 @@ pub(crate) fn secs_out(ns: i64) -> f64 {
         ns as f64 / NS
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_round_to_the_nearest_nanosecond() {
+        assert_eq!(to_ns(0.3), 300_000_000);
+        assert_eq!(to_ns(0.1), 100_000_000);
+        assert_eq!(to_ns(-1.5), -1_500_000_000);
+        assert_eq!(to_ns(f64::INFINITY), i64::MAX);
+        assert_eq!(to_ns(f64::NEG_INFINITY), i64::MIN);
+    }
+
+    #[test]
+    fn never_is_infinity() {
+        assert_eq!(secs_out(i64::MAX), f64::INFINITY);
+        assert_eq!(secs_out(49_000_000), 0.049);
+        assert_eq!(secs_out(0), 0.0);
+    }
+
+    #[test]
+    fn draws_are_in_the_unit_interval_and_spread() {
+        reseed();
+        let draws: Vec<f64> = (0..10_000).map(|_| draw()).collect();
+        assert!(draws.iter().all(|d| (0.0..1.0).contains(d)));
+        let mean = draws.iter().sum::<f64>() / draws.len() as f64;
+        assert!((mean - 0.5).abs() < 0.02, "mean {mean}");
+        assert!(draws.windows(2).all(|w| w[0] != w[1]));
+    }
+}
