@@ -4,6 +4,7 @@
 //! (tests, a single service that wants a queue without a server); `redis` is
 //! headway's own Redis layout (see `docs/redis-layout.md`).
 
+pub mod celery;
 pub mod memory;
 pub mod redis;
 

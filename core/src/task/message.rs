@@ -68,6 +68,18 @@ pub struct Message {
     /// prepended as one list argument when it runs (unless immutable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub join: Option<Join>,
+    /// Protocol headers headway carries but does not act on, kept through
+    /// retries and restores: Celery's `shadow`, `timelimit`, `origin`,
+    /// `stamps`, `replaced_task_nesting` and any custom `apply_async(headers=…)`
+    /// entry. Empty for messages headway makes.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub headers: Map<String, Value>,
+    /// Celery `link` signatures (raw signature dicts), carried unchanged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub callbacks: Vec<Value>,
+    /// Celery `link_error` signatures (raw signature dicts), carried unchanged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errbacks: Vec<Value>,
 }
 
 /// What a chord's callback collects when it runs.
@@ -116,6 +128,11 @@ pub struct Sig {
     /// Where and when it goes.
     #[serde(default)]
     pub options: Options,
+    /// Signature options headway carries but does not act on (Celery's
+    /// `reply_to`, `link`, `time_limit`, ...), kept so a canvas crossing a
+    /// headway worker reaches the next Celery worker whole.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub extra: Map<String, Value>,
 }
 
 /// Per-send options: where a run goes and when it may run.
@@ -152,6 +169,7 @@ impl Sig {
             immutable: false,
             id: None,
             options: Options::default(),
+            extra: Map::new(),
         }
     }
 
@@ -200,6 +218,9 @@ impl Message {
             chain: Vec::new(),
             chord: None,
             join: None,
+            headers: Map::new(),
+            callbacks: Vec::new(),
+            errbacks: Vec::new(),
         }
     }
 

@@ -1,0 +1,1597 @@
+//! Celery's own Redis layout: queues, acks, results, chords and revokes
+//! exactly as Celery 5.5+ with a Redis broker and the Redis result backend
+//! keeps them, so headway and Celery workers and producers share one Redis.
+//!
+//! [`CeleryBroker`] implements all four seams:
+//! - **Broker** — kombu's Redis transport. A queue is one list per priority
+//!   step (`q`, `q\x06\x163`, `q\x06\x166`, `q\x06\x169`); publish LPUSHes,
+//!   consume takes from the tail (FIFO), polling `for step in steps: for q in
+//!   queues` so priority 0 wins. A claimed envelope sits in the `unacked`
+//!   hash (`[envelope, exchange, routing_key]` by delivery tag) and the
+//!   `unacked_index` sorted set (scored by claim time) until acked; reject
+//!   with requeue LPUSHes it back; [`Broker::recover`] is kombu's
+//!   `restore_visible` under `unacked_mutex`, so a headway worker hands back
+//!   what dead Celery consumers left, as a Celery worker would.
+//! - **ETA** — a message with an eta is claimed and held, the Celery way:
+//!   it stays in `unacked` while this consumer keeps it in memory until due.
+//!   Unlike Celery, a live headway consumer re-scores the index entries of
+//!   everything it holds (every `visibility_timeout / 4`), so neither
+//!   Celery's restore nor headway's takes them while it lives — a long eta
+//!   is not run twice. (Celery workers on the same queue still hold their
+//!   own etas unrefreshed; see `docs/celery.md`.)
+//! - **Backend** — `celery-task-meta-<id>`, SETEX `result_expires` and
+//!   PUBLISH on the key's channel, so Celery's `AsyncResult.get()` wakes;
+//!   final states are never overwritten. Waits subscribe to that channel.
+//! - **Counter** — chords through `celery-taskset-meta-<gid>.j` (sorted set
+//!   of `[1, id, state, result]` members scored by group index), `.t`, `.s`:
+//!   whichever side finishes the last part sends the callback with the
+//!   ordered results; a failed part fails the callback with `ChordError`.
+//! - **Inspector** — queue depths per step, result counts, this consumer.
+//!
+//! Revokes go both ways over the pidbox broadcast (`/<db>.celery.pidbox`);
+//! each consumer keeps an expiring revoked set, checked at receipt and before
+//! running. Headway also keeps revokes in a sorted set of its own
+//! (`headway.celery.revoked`) so a headway worker that was down when the
+//! revoke was sent still skips the task.
+
+mod b64;
+pub mod codec;
+pub mod pidbox;
+pub mod pyjson;
+pub mod result;
+mod scripts;
+pub mod typed;
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Script};
+use serde_json::Value;
+use tokio::sync::Notify;
+
+pub use codec::{CodecError, Decoded, Encoded, Sender};
+pub use typed::{Typed, TypedError};
+
+use crate::task::clock::{BoxFuture, Clock};
+use crate::task::message::{Message, new_id};
+use crate::task::spec::{
+    Backend, Broker, ConsumerInfo, Counter, Delivery, Inspector, Joined, QueueInfo, Receipt,
+    RunEvent,
+};
+use crate::task::state::{Failure, Outcome, Refused, State};
+
+/// kombu's Redis transport options and Celery's result backend settings
+/// that matter for sharing a Redis with Celery.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CeleryOptions {
+    /// This consumer's node name (pidbox destinations, the inspector):
+    /// `headway@<hostname>` when `None`, like Celery's `celery@<hostname>`.
+    pub consumer: Option<String>,
+    /// How long a claim may stay unacked before any consumer's restore puts
+    /// it back: 3600 s, kombu's `visibility_timeout` default.
+    pub visibility_timeout: Duration,
+    /// The priority steps: `[0, 3, 6, 9]`, kombu's `PRIORITY_STEPS`.
+    pub priority_steps: Vec<u8>,
+    /// Between a queue's name and its step: `"\x06\x16"`, kombu's `sep`.
+    pub sep: String,
+    /// Before every transport key and channel: `""`, kombu's
+    /// `global_keyprefix`.
+    pub global_keyprefix: String,
+    /// Before every result key (`result_backend_transport_options`
+    /// `global_keyprefix`; `_` is added unless it ends in `:_-.`): `""`.
+    pub result_keyprefix: String,
+    /// How long results and chord keys live: 1 day, Celery's
+    /// `result_expires`. `None` keeps them forever.
+    pub result_expires: Option<Duration>,
+    /// The Celery queue headway's `default` queue is: `celery`, Celery's
+    /// `task_default_queue`.
+    pub default_queue: String,
+    /// How long the `unacked_mutex` may be held: 300 s, kombu's
+    /// `unacked_mutex_expire`.
+    pub unacked_mutex_expire: Duration,
+    /// How many entries one restore takes: all (`None`), kombu's
+    /// `unacked_restore_limit`.
+    pub unacked_restore_limit: Option<usize>,
+    /// How long a revoke is remembered: 10800 s, Celery's
+    /// `CELERY_WORKER_REVOKE_EXPIRES`.
+    pub revoke_keep: Duration,
+}
+
+impl Default for CeleryOptions {
+    fn default() -> Self {
+        CeleryOptions {
+            consumer: None,
+            visibility_timeout: Duration::from_secs(3600),
+            priority_steps: vec![0, 3, 6, 9],
+            sep: "\x06\x16".into(),
+            global_keyprefix: String::new(),
+            result_keyprefix: String::new(),
+            result_expires: Some(Duration::from_secs(86_400)),
+            default_queue: "celery".into(),
+            unacked_mutex_expire: Duration::from_secs(300),
+            unacked_restore_limit: None,
+            revoke_keep: Duration::from_secs(10_800),
+        }
+    }
+}
+
+impl CeleryOptions {
+    fn check(&self) -> Result<(), Refused> {
+        if self.visibility_timeout.is_zero() {
+            return Err(Refused::Invalid(
+                "invalid `visibility_timeout`: must be positive".into(),
+            ));
+        }
+        if self.priority_steps.is_empty()
+            || self.priority_steps[0] != 0
+            || self.priority_steps.windows(2).any(|w| w[0] >= w[1])
+            || self.priority_steps.iter().any(|&s| s > 9)
+        {
+            return Err(Refused::Invalid(
+                "invalid `priority_steps`: must rise from 0 and stay within 0..=9".into(),
+            ));
+        }
+        if self.sep.is_empty() {
+            return Err(Refused::Invalid("invalid `sep`: must not be empty".into()));
+        }
+        if self.default_queue.is_empty() {
+            return Err(Refused::Invalid(
+                "invalid `default_queue`: must not be empty".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One message this consumer claimed and has not settled.
+#[derive(Debug, Clone)]
+struct Held {
+    tag: String,
+    queue: String,
+    id: String,
+}
+
+/// How many chord parts' group indexes are remembered between receipt and
+/// arrival: enough for any prefetch, small enough to bound memory.
+const PARTS_KEPT: usize = 65_536;
+
+/// How many undecodable envelopes are kept for a person to look at.
+const QUARANTINE_KEPT: isize = 1000;
+
+/// How many run events are kept.
+const EVENTS_KEPT: isize = 1000;
+
+#[derive(Default)]
+struct Local {
+    /// Claimed, unsettled: local tag → what it is.
+    out: HashMap<u64, Held>,
+    /// Claimed with an eta in the future: (eta, local tag) → delivery.
+    held: BTreeMap<(i64, u64), Delivery>,
+    /// Revoked ids → until (ms).
+    revoked: HashMap<String, i64>,
+    /// Chord parts received: id → group index.
+    parts: HashMap<String, Option<u32>>,
+    parts_order: VecDeque<String>,
+    /// Queues this broker has seen (for the inspector).
+    queues: HashSet<String>,
+}
+
+/// Celery's Redis layout behind headway's four seams.
+pub struct CeleryBroker {
+    client: redis::Client,
+    db: i64,
+    cmd: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    blocking: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    opts: CeleryOptions,
+    node: String,
+    sender: Sender,
+    clock: Arc<dyn Clock>,
+    local: Mutex<Local>,
+    seq: AtomicU64,
+    lamport: AtomicU64,
+    stored: Notify,
+    revoked_bell: Notify,
+    waits: Mutex<HashMap<String, (usize, Arc<Notify>)>>,
+    sink: tokio::sync::Mutex<Option<redis::aio::PubSubSink>>,
+    keys: Keys,
+    scripts: Scripts,
+}
+
+struct Keys {
+    unacked: String,
+    index: String,
+    mutex: String,
+    revoked: String,
+    events: String,
+    quarantine: String,
+    pidbox: String,
+    pidbox_patterns: Vec<String>,
+    result_prefix: String,
+}
+
+struct Scripts {
+    claim: Script,
+    hold: Script,
+    restore: Script,
+    rescore: Script,
+    unlock: Script,
+    store: Script,
+    arrive: Script,
+    fire: Script,
+}
+
+fn broker_err(e: redis::RedisError) -> Refused {
+    Refused::Broker(format!("redis: {e}"))
+}
+
+fn is_conn_error(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.is_unrecoverable_error()
+}
+
+impl CeleryBroker {
+    /// Connects to the Redis at `url` (`redis://[user:pass@]host:port/db`,
+    /// `rediss://` for TLS) and answers a broker on Celery's layout there.
+    /// `clock` is the app's: index scores, etas and result times read it.
+    ///
+    /// Starts two background tasks on the current tokio runtime: the
+    /// subscriber (result wake-ups and pidbox revokes) and the re-scorer of
+    /// held claims. Both stop when the broker is dropped.
+    pub async fn connect(
+        url: &str,
+        opts: CeleryOptions,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Arc<CeleryBroker>, Refused> {
+        opts.check()?;
+        let client = redis::Client::open(url)
+            .map_err(|e| Refused::Invalid(format!("invalid `url`: {e}")))?;
+        let db = client.get_connection_info().redis_settings().db();
+        let cfg = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(5)))
+            .set_response_timeout(Some(Duration::from_secs(30)));
+        let cmd = client
+            .get_multiplexed_async_connection_with_config(&cfg)
+            .await
+            .map_err(broker_err)?;
+        let p = &opts.global_keyprefix;
+        let mut rp = opts.result_keyprefix.clone();
+        if !rp.is_empty() && !rp.ends_with([':', '_', '-', '.']) {
+            rp.push('_');
+        }
+        let base = pidbox::channel("", db);
+        let mut patterns = vec![base.clone()];
+        if !p.is_empty() {
+            patterns.push(format!("{p}{base}"));
+        }
+        let keys = Keys {
+            unacked: format!("{p}unacked"),
+            index: format!("{p}unacked_index"),
+            mutex: format!("{p}unacked_mutex"),
+            revoked: format!("{p}headway.celery.revoked"),
+            events: format!("{p}headway.celery.events"),
+            quarantine: format!("{p}headway.celery.quarantine"),
+            pidbox: pidbox::channel(p, db),
+            pidbox_patterns: patterns,
+            result_prefix: rp,
+        };
+        let node = opts
+            .consumer
+            .clone()
+            .unwrap_or_else(|| format!("headway@{}", codec::hostname()));
+        let broker = Arc::new(CeleryBroker {
+            client,
+            db,
+            cmd: tokio::sync::Mutex::new(Some(cmd)),
+            blocking: tokio::sync::Mutex::new(None),
+            sender: Sender::this_process(&opts.default_queue),
+            opts,
+            node,
+            clock,
+            local: Mutex::new(Local::default()),
+            seq: AtomicU64::new(0),
+            lamport: AtomicU64::new(0),
+            stored: Notify::new(),
+            revoked_bell: Notify::new(),
+            waits: Mutex::new(HashMap::new()),
+            sink: tokio::sync::Mutex::new(None),
+            keys,
+            scripts: Scripts {
+                claim: Script::new(scripts::CLAIM),
+                hold: Script::new(scripts::HOLD),
+                restore: Script::new(scripts::RESTORE),
+                rescore: Script::new(scripts::RESCORE),
+                unlock: Script::new(scripts::UNLOCK),
+                store: Script::new(scripts::STORE),
+                arrive: Script::new(scripts::ARRIVE),
+                fire: Script::new(scripts::FIRE),
+            },
+        });
+        broker.load_revoked().await?;
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(listen(Arc::downgrade(&broker), Some(ready_tx)));
+        tokio::spawn(rescore_loop(Arc::downgrade(&broker)));
+        // Subscribed before connect answers, so a revoke sent right after is
+        // heard; a subscriber that cannot start is retried in the background.
+        let _ = tokio::time::timeout(Duration::from_secs(5), ready_rx).await;
+        Ok(broker)
+    }
+
+    /// The options it was built with.
+    pub fn options(&self) -> &CeleryOptions {
+        &self.opts
+    }
+
+    /// This consumer's node name.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The encoder/decoder it uses (origin, reply-to, queue alias).
+    pub fn sender(&self) -> &Sender {
+        &self.sender
+    }
+
+    /// The Redis database number (it names the pidbox channel).
+    pub fn db(&self) -> i64 {
+        self.db
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Local> {
+        self.local.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn conn(&self) -> Result<MultiplexedConnection, Refused> {
+        let mut g = self.cmd.lock().await;
+        if let Some(c) = g.as_ref() {
+            return Ok(c.clone());
+        }
+        let cfg = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(5)))
+            .set_response_timeout(Some(Duration::from_secs(30)));
+        let c = self
+            .client
+            .get_multiplexed_async_connection_with_config(&cfg)
+            .await
+            .map_err(broker_err)?;
+        *g = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Turns a Redis error into a refusal, dropping the connection when the
+    /// error says it is dead so the next call reconnects.
+    async fn fail(&self, e: redis::RedisError) -> Refused {
+        if is_conn_error(&e) {
+            *self.cmd.lock().await = None;
+        }
+        broker_err(e)
+    }
+
+    /// The list key of `queue` (a headway name) at `step`.
+    pub fn queue_key(&self, queue: &str, step: u8) -> String {
+        let q = self.sender.wire_queue(queue);
+        if step == 0 {
+            format!("{}{q}", self.opts.global_keyprefix)
+        } else {
+            format!("{}{q}{}{step}", self.opts.global_keyprefix, self.opts.sep)
+        }
+    }
+
+    /// The step a priority goes to: the largest step not above it (kombu's
+    /// `priority()`), priorities clamped to 0..=9.
+    pub fn step_of(&self, priority: Option<u8>) -> u8 {
+        let p = priority.unwrap_or(0).min(9);
+        *self
+            .opts
+            .priority_steps
+            .iter()
+            .rev()
+            .find(|&&s| s <= p)
+            .unwrap_or(&0)
+    }
+
+    /// The key of `id`'s result: `celery-task-meta-<id>`.
+    pub fn meta_key(&self, id: &str) -> String {
+        format!("{}celery-task-meta-{id}", self.keys.result_prefix)
+    }
+
+    /// A chord's key: `celery-taskset-meta-<gid><suffix>`.
+    pub fn group_key(&self, gid: &str, suffix: &str) -> String {
+        format!("{}celery-taskset-meta-{gid}{suffix}", self.keys.result_prefix)
+    }
+
+    fn now_secs(&self) -> f64 {
+        typed::unix_secs(self.clock.now())
+    }
+
+    fn expires_secs(&self) -> u64 {
+        self.opts.result_expires.map_or(0, |d| d.as_secs().max(1))
+    }
+
+    fn remember_queue(&self, q: &str) {
+        let mut g = self.lock();
+        if !g.queues.contains(q) {
+            g.queues.insert(q.to_string());
+        }
+    }
+
+    /// Encodes `m` for its queue: (queue key, envelope).
+    fn encode(&self, m: &Message) -> (String, Encoded) {
+        let key = self.queue_key(&m.queue, self.step_of(m.priority));
+        (key, self.sender.encode(m, self.clock.now()))
+    }
+
+    /// Keeps an undecodable envelope for a person to look at (bounded), and
+    /// logs why — Celery logs and drops it.
+    async fn quarantine(&self, raw: &[u8], why: &str) {
+        eprintln!("headway celery broker: dropping a message: {why}");
+        if let Ok(mut c) = self.conn().await {
+            let _: Result<(), _> = redis::pipe()
+                .lpush(&self.keys.quarantine, raw)
+                .ltrim(&self.keys.quarantine, 0, QUARANTINE_KEPT - 1)
+                .query_async(&mut c)
+                .await;
+        }
+    }
+
+    /// Turns claimed envelopes into deliveries (held when their eta is
+    /// still ahead), quarantining what cannot be read.
+    async fn admit(&self, claimed: Vec<(String, String, Vec<u8>)>) -> Result<Vec<Delivery>, Refused> {
+        let now = self.clock.now();
+        let mut out = Vec::new();
+        let mut dropped = Vec::new();
+        for (key, tag, raw) in claimed {
+            if tag.is_empty() {
+                self.quarantine(&raw, "not a kombu JSON envelope").await;
+                continue;
+            }
+            match self.sender.decode(&raw) {
+                Err(e) => {
+                    self.quarantine(&raw, &e.to_string()).await;
+                    dropped.push(tag);
+                }
+                Ok(d) => {
+                    let _ = key;
+                    let local = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+                    let m = d.message;
+                    let delivery = Delivery {
+                        receipt: Receipt {
+                            queue: m.queue.clone(),
+                            tag: local,
+                            token: local,
+                            raw: Some(Arc::from(tag.as_bytes())),
+                        },
+                        redelivered: d.redelivered,
+                        message: m,
+                    };
+                    let mut g = self.lock();
+                    g.out.insert(
+                        local,
+                        Held {
+                            tag: tag.clone(),
+                            queue: delivery.message.queue.clone(),
+                            id: delivery.message.id.clone(),
+                        },
+                    );
+                    if delivery.message.chord.is_some() && delivery.message.chain.is_empty() {
+                        let id = delivery.message.id.clone();
+                        if g.parts.insert(id.clone(), delivery.message.group_index).is_none() {
+                            g.parts_order.push_back(id);
+                            while g.parts_order.len() > PARTS_KEPT {
+                                if let Some(old) = g.parts_order.pop_front() {
+                                    g.parts.remove(&old);
+                                }
+                            }
+                        }
+                    }
+                    match delivery.message.eta {
+                        Some(eta) if eta > now => {
+                            g.held.insert((eta, local), delivery);
+                        }
+                        _ => out.push(delivery),
+                    }
+                }
+            }
+        }
+        if !dropped.is_empty() {
+            self.drop_tags(&dropped).await?;
+        }
+        Ok(out)
+    }
+
+    async fn drop_tags(&self, tags: &[String]) -> Result<(), Refused> {
+        let mut c = self.conn().await?;
+        let r: Result<(), _> = redis::pipe()
+            .atomic()
+            .zrem(&self.keys.index, tags)
+            .hdel(&self.keys.unacked, tags)
+            .query_async(&mut c)
+            .await;
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.fail(e).await),
+        }
+    }
+
+    fn take_due(&self, queues: &[String], max: usize) -> Vec<Delivery> {
+        let now = self.clock.now();
+        let mut g = self.lock();
+        let due: Vec<(i64, u64)> = g
+            .held
+            .iter()
+            .filter(|((eta, _), d)| *eta <= now && queues.contains(&d.message.queue))
+            .take(max)
+            .map(|(k, _)| *k)
+            .collect();
+        due.into_iter().filter_map(|k| g.held.remove(&k)).collect()
+    }
+
+    fn poll_keys(&self, queues: &[String]) -> (Vec<String>, Vec<String>) {
+        let mut keys = Vec::new();
+        let mut rks = Vec::new();
+        for &step in &self.opts.priority_steps {
+            for q in queues {
+                keys.push(self.queue_key(q, step));
+                rks.push(self.sender.wire_queue(q).to_string());
+            }
+        }
+        (keys, rks)
+    }
+
+    async fn claim(&self, queues: &[String], max: usize) -> Result<Vec<Delivery>, Refused> {
+        let (keys, rks) = self.poll_keys(queues);
+        let mut inv = self.scripts.claim.prepare_invoke();
+        inv.key(&self.keys.unacked).key(&self.keys.index);
+        for k in &keys {
+            inv.key(k);
+        }
+        inv.arg(max).arg(self.now_secs()).arg(keys.len());
+        for rk in &rks {
+            inv.arg(rk);
+        }
+        for _ in 0..max.min(64) {
+            inv.arg(new_id());
+        }
+        let mut c = self.conn().await?;
+        let flat: Vec<Vec<u8>> = match inv.invoke_async(&mut c).await {
+            Ok(v) => v,
+            Err(e) => return Err(self.fail(e).await),
+        };
+        let mut claimed = Vec::with_capacity(flat.len() / 3);
+        let mut it = flat.into_iter();
+        while let (Some(k), Some(t), Some(raw)) = (it.next(), it.next(), it.next()) {
+            claimed.push((
+                String::from_utf8_lossy(&k).into_owned(),
+                String::from_utf8_lossy(&t).into_owned(),
+                raw,
+            ));
+        }
+        self.admit(claimed).await
+    }
+
+    /// One BRPOP over every step key, then kombu's hold of what it got.
+    async fn block(&self, queues: &[String], wait: Duration) -> Result<Vec<Delivery>, Refused> {
+        let (keys, _) = self.poll_keys(queues);
+        let secs = wait.as_secs_f64().max(0.01);
+        let mut g = self.blocking.lock().await;
+        if g.is_none() {
+            let cfg = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(5)))
+                .set_response_timeout(None);
+            *g = Some(
+                self.client
+                    .get_multiplexed_async_connection_with_config(&cfg)
+                    .await
+                    .map_err(broker_err)?,
+            );
+        }
+        let c = g.as_mut().expect("just connected");
+        let got: Option<(String, Vec<u8>)> = match redis::cmd("BRPOP")
+            .arg(&keys)
+            .arg(secs)
+            .query_async(c)
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => {
+                *g = None;
+                return Err(broker_err(e));
+            }
+        };
+        drop(g);
+        let Some((key, raw)) = got else {
+            return Ok(Vec::new());
+        };
+        let rk = queues
+            .iter()
+            .find(|q| {
+                let base = self.queue_key(q, 0);
+                key == base || key.starts_with(&format!("{base}{}", self.opts.sep))
+            })
+            .map(|q| self.sender.wire_queue(q).to_string())
+            .unwrap_or_default();
+        let mut c = self.conn().await?;
+        let tag: String = match self
+            .scripts
+            .hold
+            .key(&self.keys.unacked)
+            .key(&self.keys.index)
+            .arg(self.now_secs())
+            .arg(&raw)
+            .arg(new_id())
+            .arg(rk)
+            .invoke_async(&mut c)
+            .await
+        {
+            Ok(t) => t,
+            Err(e) => return Err(self.fail(e).await),
+        };
+        self.admit(vec![(key, tag, raw)]).await
+    }
+
+    /// Gives back everything this consumer holds (etas waiting, claims not
+    /// settled) to the front of their queues, as kombu's `restore_unacked`
+    /// does at a warm shutdown. Answers how many went back.
+    pub async fn release(&self) -> Result<usize, Refused> {
+        let tags: Vec<String> = {
+            let mut g = self.lock();
+            g.held.clear();
+            g.out.drain().map(|(_, h)| h.tag).collect()
+        };
+        let mut n = 0;
+        for t in tags {
+            if self.restore_tag(&t, false).await? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// kombu's `restore_by_tag`: the `unacked` entry of `tag` back onto its
+    /// queue with `redelivered` set — at the back (`leftmost`, LPUSH) for a
+    /// reject, at the front (RPUSH) for a restore. `false` when the entry
+    /// was gone (settled or restored by someone else).
+    async fn restore_tag(&self, tag: &str, leftmost: bool) -> Result<bool, Refused> {
+        let mut c = self.conn().await?;
+        let entry: Option<Vec<u8>> = match redis::cmd("HGET")
+            .arg(&self.keys.unacked)
+            .arg(tag)
+            .query_async(&mut c)
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => return Err(self.fail(e).await),
+        };
+        let Some(entry) = entry else {
+            return Ok(false);
+        };
+        let parsed: Option<(Value, String, String)> = serde_json::from_slice::<Value>(&entry)
+            .ok()
+            .and_then(|v| {
+                let a = v.as_array()?;
+                Some((
+                    a.first()?.clone(),
+                    a.get(1)?.as_str()?.to_string(),
+                    a.get(2)?.as_str()?.to_string(),
+                ))
+            });
+        let Some((mut env, _exchange, rk)) = parsed else {
+            self.quarantine(&entry, "an unreadable unacked entry").await;
+            self.drop_tags(&[tag.to_string()]).await?;
+            return Ok(false);
+        };
+        if let Some(h) = env.get_mut("headers").and_then(Value::as_object_mut) {
+            h.insert("redelivered".into(), Value::Bool(true));
+        }
+        if let Some(di) = env
+            .get_mut("properties")
+            .and_then(|p| p.get_mut("delivery_info"))
+            .and_then(Value::as_object_mut)
+        {
+            di.insert("redelivered".into(), Value::Bool(true));
+        }
+        let priority = env
+            .get("properties")
+            .and_then(|p| p.get("priority"))
+            .and_then(Value::as_u64)
+            .map(|p| p.min(9) as u8);
+        let step = self.step_of(priority);
+        let key = if step == 0 {
+            format!("{}{rk}", self.opts.global_keyprefix)
+        } else {
+            format!("{}{rk}{}{step}", self.opts.global_keyprefix, self.opts.sep)
+        };
+        let r: Result<i64, _> = self
+            .scripts
+            .restore
+            .key(&self.keys.unacked)
+            .key(&self.keys.index)
+            .key(&key)
+            .arg(tag)
+            .arg(&entry)
+            .arg(pyjson::dumps(&env))
+            .arg(if leftmost { "l" } else { "r" })
+            .invoke_async(&mut c)
+            .await;
+        match r {
+            Ok(n) => Ok(n == 1),
+            Err(e) => Err(self.fail(e).await),
+        }
+    }
+
+    /// Re-scores the index entries of everything this consumer holds, and
+    /// forgets holds whose entries are gone (another consumer restored them
+    /// while this one could not reach Redis; its copy is queued again).
+    /// Runs every `visibility_timeout / 4` on its own; public so a test on a
+    /// virtual clock can drive it.
+    pub async fn heartbeat(&self) -> Result<usize, Refused> {
+        let tags: Vec<(u64, String)> = {
+            let g = self.lock();
+            g.out.iter().map(|(k, h)| (*k, h.tag.clone())).collect()
+        };
+        if tags.is_empty() {
+            return Ok(0);
+        }
+        let mut c = self.conn().await?;
+        let mut inv = self.scripts.rescore.prepare_invoke();
+        inv.key(&self.keys.index).arg(self.now_secs());
+        for (_, t) in &tags {
+            inv.arg(t);
+        }
+        let gone: Vec<String> = match inv.invoke_async(&mut c).await {
+            Ok(v) => v,
+            Err(e) => return Err(self.fail(e).await),
+        };
+        if !gone.is_empty() {
+            let gone: HashSet<&String> = gone.iter().collect();
+            let mut g = self.lock();
+            for (local, t) in &tags {
+                if gone.contains(t) {
+                    g.out.remove(local);
+                    g.held.retain(|(_, l), _| l != local);
+                }
+            }
+        }
+        Ok(tags.len() - gone.len())
+    }
+
+    async fn load_revoked(&self) -> Result<(), Refused> {
+        let now = self.clock.now();
+        let mut c = self.conn().await?;
+        let got: Vec<(String, f64)> = match redis::cmd("ZRANGEBYSCORE")
+            .arg(&self.keys.revoked)
+            .arg(now)
+            .arg("+inf")
+            .arg("WITHSCORES")
+            .query_async(&mut c)
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => return Err(self.fail(e).await),
+        };
+        let mut g = self.lock();
+        for (id, until) in got {
+            g.revoked.insert(id, until as i64);
+        }
+        Ok(())
+    }
+
+    fn note_revoked(&self, ids: &[String], until: i64) {
+        let mut g = self.lock();
+        let now = self.clock.now();
+        g.revoked.retain(|_, u| *u > now);
+        for id in ids {
+            g.revoked.insert(id.clone(), until);
+        }
+        drop(g);
+        self.revoked_bell.notify_waiters();
+    }
+
+    fn on_pidbox(&self, payload: &[u8]) {
+        let Some(c) = pidbox::decode(payload) else {
+            return;
+        };
+        if c.method != "revoke" || !c.is_for(&self.node, self.now_secs()) {
+            return;
+        }
+        let until = self.clock.now() + self.opts.revoke_keep.as_millis() as i64;
+        self.note_revoked(&c.ids, until);
+    }
+
+    /// Registers a waiter on `channel`, subscribing on first use.
+    async fn watch(&self, channel: &str) -> Arc<Notify> {
+        let (bell, first) = {
+            let mut w = self.waits.lock().unwrap_or_else(|e| e.into_inner());
+            let e = w
+                .entry(channel.to_string())
+                .or_insert_with(|| (0, Arc::new(Notify::new())));
+            e.0 += 1;
+            (e.1.clone(), e.0 == 1)
+        };
+        if first && let Some(s) = self.sink.lock().await.as_mut() {
+            let _ = s.subscribe(channel).await;
+        }
+        bell
+    }
+
+    async fn unwatch(&self, channel: &str) {
+        let last = {
+            let mut w = self.waits.lock().unwrap_or_else(|e| e.into_inner());
+            match w.get_mut(channel) {
+                Some(e) if e.0 > 1 => {
+                    e.0 -= 1;
+                    false
+                }
+                Some(_) => {
+                    w.remove(channel);
+                    true
+                }
+                None => false,
+            }
+        };
+        if last && let Some(s) = self.sink.lock().await.as_mut() {
+            let _ = s.unsubscribe(channel).await;
+        }
+    }
+
+    fn ring(&self, channel: &str) {
+        let bell = self
+            .waits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(channel)
+            .map(|e| e.1.clone());
+        if let Some(b) = bell {
+            b.notify_waiters();
+        }
+    }
+
+    fn settle_local(&self, receipts: &[Receipt]) -> Vec<String> {
+        let mut g = self.lock();
+        receipts
+            .iter()
+            .filter_map(|r| {
+                let held = g.out.remove(&r.tag);
+                held.map(|h| h.tag).or_else(|| {
+                    r.raw
+                        .as_ref()
+                        .map(|b| String::from_utf8_lossy(b).into_owned())
+                })
+            })
+            .collect()
+    }
+
+    async fn fetch_raw(&self, id: &str) -> Result<Option<Vec<u8>>, Refused> {
+        let mut c = self.conn().await?;
+        match redis::cmd("GET").arg(self.meta_key(id)).query_async(&mut c).await {
+            Ok(v) => Ok(v),
+            Err(e) => Err(self.fail(e).await),
+        }
+    }
+
+    async fn fetch_outcome(&self, id: &str) -> Result<Option<Outcome>, Refused> {
+        match self.fetch_raw(id).await? {
+            None => Ok(None),
+            Some(raw) => result::decode_meta(id, &raw)
+                .map(Some)
+                .map_err(|e| Refused::Broker(e.to_string())),
+        }
+    }
+
+    /// Stores `outcomes` (the seam's rule: never over a final state), one
+    /// pipeline of scripts.
+    async fn store_all(&self, outcomes: &[Outcome]) -> Result<(), Refused> {
+        if outcomes.is_empty() {
+            return Ok(());
+        }
+        let mut c = self.conn().await?;
+        let ex = self.expires_secs();
+        for o in outcomes {
+            let meta = result::encode_meta(o, None, None);
+            let r: Result<i64, _> = self
+                .scripts
+                .store
+                .key(self.meta_key(&o.id))
+                .arg(meta)
+                .arg(ex)
+                .invoke_async(&mut c)
+                .await;
+            if let Err(e) = r {
+                return Err(self.fail(e).await);
+            }
+        }
+        self.stored.notify_waiters();
+        Ok(())
+    }
+
+    /// The last part of a chord finished: send its callback, or fail it.
+    async fn complete_chord(
+        &self,
+        key: &str,
+        part: &str,
+        members: Vec<Vec<u8>>,
+        callback: &Message,
+    ) -> Result<(), Refused> {
+        let mut results = Vec::with_capacity(members.len());
+        let mut failed: Option<Failure> = None;
+        for raw in &members {
+            let m: Value = serde_json::from_slice(raw)
+                .map_err(|e| Refused::Broker(format!("bad chord member: {e}")))?;
+            let tid = m.get(1).and_then(Value::as_str).unwrap_or("?").to_string();
+            let state = m.get(2).and_then(Value::as_str).unwrap_or("");
+            let r = m.get(3).cloned().unwrap_or(Value::Null);
+            if matches!(state, "FAILURE" | "REVOKED") {
+                let f = result::failure_of(&r, None);
+                failed.get_or_insert_with(|| {
+                    Failure::new(
+                        "ChordError",
+                        format!("Dependency {tid} raised {}({:?})", f.kind, f.message),
+                    )
+                });
+            }
+            results.push(r);
+        }
+        if let Some(f) = failed {
+            let now = self.clock.now();
+            let mut all = Vec::new();
+            let mut o = Outcome::new(callback.id.clone(), State::Failure, now);
+            o.task = Some(callback.task.clone());
+            o.error = Some(f.clone());
+            all.push(o);
+            for s in &callback.chain {
+                if let Some(id) = &s.id {
+                    let mut o = Outcome::new(id.clone(), State::Failure, now);
+                    o.error = Some(f.clone());
+                    all.push(o);
+                }
+            }
+            return self.store_all(&all).await;
+        }
+        let mut cb = callback.clone();
+        let immutable = cb.join.take().is_some_and(|j| j.immutable);
+        if !immutable {
+            cb.args.insert(0, Value::Array(results));
+        }
+        cb.parent_id = Some(part.to_string());
+        let (qkey, enc) = self.encode(&cb);
+        let mut c = self.conn().await?;
+        let r: Result<i64, _> = self
+            .scripts
+            .fire
+            .key(self.group_key(key, ".j"))
+            .key(self.group_key(key, ".t"))
+            .key(self.group_key(key, ".s"))
+            .key(qkey)
+            .arg(enc.json)
+            .invoke_async(&mut c)
+            .await;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.fail(e).await),
+        }
+    }
+}
+
+/// The subscriber: result channels (on demand) and the pidbox pattern.
+/// Reconnects with a capped backoff and resubscribes what is being waited on.
+async fn listen(me: Weak<CeleryBroker>, mut ready: Option<tokio::sync::oneshot::Sender<()>>) {
+    use futures_util::StreamExt;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let Some(b) = me.upgrade() else { return };
+        let ps = b.client.get_async_pubsub().await;
+        let (mut sink, mut stream) = match ps {
+            Ok(p) => p.split(),
+            Err(_) => {
+                drop(b);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+                continue;
+            }
+        };
+        let mut ok = true;
+        for p in &b.keys.pidbox_patterns {
+            ok &= sink.psubscribe(p).await.is_ok();
+        }
+        let channels: Vec<String> = b
+            .waits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        for ch in &channels {
+            ok &= sink.subscribe(ch).await.is_ok();
+        }
+        if !ok {
+            drop(b);
+            tokio::time::sleep(backoff).await;
+            continue;
+        }
+        *b.sink.lock().await = Some(sink);
+        // Anything stored while the subscriber was down: wake every waiter
+        // so it reads the key again.
+        for ch in &channels {
+            b.ring(ch);
+        }
+        let _ = b.load_revoked().await;
+        backoff = Duration::from_millis(100);
+        if let Some(r) = ready.take() {
+            let _ = r.send(());
+        }
+        drop(b);
+        while let Some(msg) = stream.next().await {
+            let Some(b) = me.upgrade() else { return };
+            let ch = msg.get_channel_name().to_string();
+            if msg.from_pattern() {
+                b.on_pidbox(msg.get_payload_bytes());
+            } else {
+                b.ring(&ch);
+            }
+        }
+        let Some(b) = me.upgrade() else { return };
+        *b.sink.lock().await = None;
+    }
+}
+
+/// Re-scores held claims every quarter of the visibility timeout (at least
+/// every 250 ms, at most every 5 minutes).
+async fn rescore_loop(me: Weak<CeleryBroker>) {
+    let period = {
+        let Some(b) = me.upgrade() else { return };
+        (b.opts.visibility_timeout / 4).clamp(Duration::from_millis(250), Duration::from_secs(300))
+    };
+    loop {
+        tokio::time::sleep(period).await;
+        let Some(b) = me.upgrade() else { return };
+        if let Err(e) = b.heartbeat().await {
+            eprintln!("headway celery broker: could not re-score held claims: {e}");
+        }
+    }
+}
+
+impl Broker for CeleryBroker {
+    fn publish(&self, messages: Vec<Message>) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(async move {
+            if messages.is_empty() {
+                return Ok(());
+            }
+            let mut p = redis::pipe();
+            for m in &messages {
+                self.remember_queue(&m.queue);
+                let (key, enc) = self.encode(m);
+                p.lpush(key, enc.json).ignore();
+            }
+            let mut c = self.conn().await?;
+            match p.query_async::<()>(&mut c).await {
+                Ok(()) => Ok(()),
+                Err(e) => Err(self.fail(e).await),
+            }
+        })
+    }
+
+    fn consume<'a>(
+        &'a self,
+        queues: &'a [String],
+        max: usize,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Vec<Delivery>, Refused>> {
+        Box::pin(async move {
+            if max == 0 || queues.is_empty() {
+                return Ok(Vec::new());
+            }
+            for q in queues {
+                self.remember_queue(q);
+            }
+            let deadline = tokio::time::Instant::now() + wait;
+            loop {
+                let mut out = self.take_due(queues, max);
+                if out.len() < max {
+                    out.extend(self.claim(queues, max - out.len()).await?);
+                }
+                if !out.is_empty() {
+                    return Ok(out);
+                }
+                let now = tokio::time::Instant::now();
+                if now >= deadline {
+                    return Ok(out);
+                }
+                let mut until = deadline - now;
+                if !self.clock.is_virtual()
+                    && let Some(eta) = self.next_held(queues)
+                {
+                    let ms = (eta - self.clock.now()).max(0) as u64;
+                    until = until.min(Duration::from_millis(ms));
+                }
+                if until.is_zero() {
+                    continue;
+                }
+                let got = self.block(queues, until).await?;
+                if !got.is_empty() {
+                    let mut got = got;
+                    if got.len() < max {
+                        got.extend(self.claim(queues, max - got.len()).await?);
+                    }
+                    return Ok(got);
+                }
+            }
+        })
+    }
+
+    fn ack(&self, receipts: Vec<Receipt>) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(async move {
+            let tags = self.settle_local(&receipts);
+            if tags.is_empty() {
+                return Ok(());
+            }
+            self.drop_tags(&tags).await
+        })
+    }
+
+    fn reject(&self, receipt: Receipt, requeue: bool) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(async move {
+            let tags = self.settle_local(std::slice::from_ref(&receipt));
+            let Some(tag) = tags.into_iter().next() else {
+                return Ok(());
+            };
+            if requeue {
+                self.restore_tag(&tag, true).await.map(|_| ())
+            } else {
+                self.drop_tags(&[tag]).await
+            }
+        })
+    }
+
+    fn retry(&self, receipt: Receipt, next: Message) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(async move {
+            let tags = self.settle_local(std::slice::from_ref(&receipt));
+            let (key, enc) = self.encode(&next);
+            let mut p = redis::pipe();
+            p.atomic().lpush(key, enc.json).ignore();
+            if !tags.is_empty() {
+                p.zrem(&self.keys.index, &tags)
+                    .ignore()
+                    .hdel(&self.keys.unacked, &tags)
+                    .ignore();
+            }
+            let mut c = self.conn().await?;
+            match p.query_async::<()>(&mut c).await {
+                Ok(()) => Ok(()),
+                Err(e) => Err(self.fail(e).await),
+            }
+        })
+    }
+
+    fn next_eta<'a>(&'a self, queues: &'a [String]) -> BoxFuture<'a, Result<Option<i64>, Refused>> {
+        let eta = self.next_held(queues);
+        Box::pin(async move { Ok(eta) })
+    }
+
+    fn revoke(&self, ids: Vec<String>, until: i64) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(async move {
+            if ids.is_empty() {
+                return Ok(());
+            }
+            self.note_revoked(&ids, until);
+            let now = self.clock.now();
+            let clock = self.lamport.fetch_add(1, Ordering::Relaxed) + 1;
+            let env = pidbox::revoke_envelope(&ids, false, clock);
+            let mut p = redis::pipe();
+            for id in &ids {
+                p.zadd(&self.keys.revoked, id, until).ignore();
+            }
+            p.cmd("ZREMRANGEBYSCORE")
+                .arg(&self.keys.revoked)
+                .arg("-inf")
+                .arg(now)
+                .ignore();
+            p.publish(&self.keys.pidbox, env).ignore();
+            let mut c = self.conn().await?;
+            match p.query_async::<()>(&mut c).await {
+                Ok(()) => Ok(()),
+                Err(e) => Err(self.fail(e).await),
+            }
+        })
+    }
+
+    fn revoked<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Vec<bool>, Refused>> {
+        Box::pin(async move {
+            let now = self.clock.now();
+            let mut out: Vec<bool> = {
+                let g = self.lock();
+                ids.iter()
+                    .map(|id| g.revoked.get(id).is_some_and(|&u| u > now))
+                    .collect()
+            };
+            if out.iter().all(|&r| r) || ids.is_empty() {
+                return Ok(out);
+            }
+            // Another headway process may have revoked while this one's
+            // subscriber was away: the sorted set is the record.
+            let mut c = self.conn().await?;
+            let scores: Vec<Option<f64>> = match redis::cmd("ZMSCORE")
+                .arg(&self.keys.revoked)
+                .arg(ids)
+                .query_async(&mut c)
+                .await
+            {
+                Ok(v) => v,
+                Err(e) => return Err(self.fail(e).await),
+            };
+            for (o, s) in out.iter_mut().zip(scores) {
+                if s.is_some_and(|u| u as i64 > now) {
+                    *o = true;
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn claim_slot<'a>(&'a self, entry: &'a str, due: i64) -> BoxFuture<'a, Result<bool, Refused>> {
+        Box::pin(async move {
+            let key = format!(
+                "{}headway.celery.beat:{entry}:{due}",
+                self.opts.global_keyprefix
+            );
+            let mut c = self.conn().await?;
+            let r: Result<Option<String>, _> = redis::cmd("SET")
+                .arg(key)
+                .arg(&self.node)
+                .arg("NX")
+                .arg("PX")
+                .arg(86_400_000)
+                .query_async(&mut c)
+                .await;
+            match r {
+                Ok(v) => Ok(v.is_some()),
+                Err(e) => Err(self.fail(e).await),
+            }
+        })
+    }
+
+    fn recover(&self) -> BoxFuture<'_, Result<usize, Refused>> {
+        Box::pin(async move {
+            let token = new_id();
+            let mut c = self.conn().await?;
+            let got: Option<String> = match redis::cmd("SET")
+                .arg(&self.keys.mutex)
+                .arg(&token)
+                .arg("NX")
+                .arg("PX")
+                .arg(self.opts.unacked_mutex_expire.as_millis() as u64)
+                .query_async(&mut c)
+                .await
+            {
+                Ok(v) => v,
+                Err(e) => return Err(self.fail(e).await),
+            };
+            if got.is_none() {
+                // kombu's MutexHeld: someone else is restoring right now.
+                return Ok(0);
+            }
+            let ceil = self.now_secs() - self.opts.visibility_timeout.as_secs_f64();
+            let mut q = redis::cmd("ZREVRANGEBYSCORE");
+            q.arg(&self.keys.index).arg(ceil).arg(0);
+            if let Some(n) = self.opts.unacked_restore_limit {
+                q.arg("LIMIT").arg(0).arg(n);
+            }
+            let tags: Result<Vec<String>, _> = q.query_async(&mut c).await;
+            let mut n = 0;
+            let result = match tags {
+                Err(e) => Err(self.fail(e).await),
+                Ok(tags) => {
+                    let mine: HashSet<String> =
+                        self.lock().out.values().map(|h| h.tag.clone()).collect();
+                    let mut r = Ok(());
+                    for t in tags.iter().filter(|t| !mine.contains(*t)) {
+                        match self.restore_tag(t, false).await {
+                            Ok(true) => n += 1,
+                            Ok(false) => {}
+                            Err(e) => {
+                                r = Err(e);
+                                break;
+                            }
+                        }
+                    }
+                    r
+                }
+            };
+            let _: Result<i64, _> = self
+                .scripts
+                .unlock
+                .key(&self.keys.mutex)
+                .arg(&token)
+                .invoke_async(&mut c)
+                .await;
+            result.map(|()| n)
+        })
+    }
+}
+
+impl CeleryBroker {
+    fn next_held(&self, queues: &[String]) -> Option<i64> {
+        let g = self.lock();
+        g.held
+            .iter()
+            .find(|(_, d)| queues.contains(&d.message.queue))
+            .map(|((eta, _), _)| *eta)
+    }
+}
+
+impl Backend for CeleryBroker {
+    fn store(&self, outcomes: Vec<Outcome>) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(async move { self.store_all(&outcomes).await })
+    }
+
+    fn fetch<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
+        Box::pin(async move { self.fetch_outcome(id).await })
+    }
+
+    fn wait<'a>(
+        &'a self,
+        id: &'a str,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
+        Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + timeout;
+            let channel = self.meta_key(id);
+            let bell = self.watch(&channel).await;
+            let r = async {
+                loop {
+                    let rung = bell.notified();
+                    tokio::pin!(rung);
+                    rung.as_mut().enable();
+                    let stored = self.stored.notified();
+                    tokio::pin!(stored);
+                    stored.as_mut().enable();
+                    if let Some(o) = self.fetch_outcome(id).await?
+                        && o.state.is_final()
+                    {
+                        return Ok(Some(o));
+                    }
+                    // Pub/sub wakes it; a slow re-read covers a subscriber
+                    // that was reconnecting when the result was stored.
+                    let poll = tokio::time::Instant::now() + Duration::from_secs(2);
+                    tokio::select! {
+                        _ = &mut rung => {}
+                        _ = &mut stored => {}
+                        _ = tokio::time::sleep_until(poll.min(deadline)) => {
+                            if tokio::time::Instant::now() >= deadline {
+                                return Ok(None);
+                            }
+                        }
+                    }
+                }
+            }
+            .await;
+            self.unwatch(&channel).await;
+            r
+        })
+    }
+}
+
+impl Counter for CeleryBroker {
+    fn open(&self, key: &str, size: u32) -> BoxFuture<'_, Result<(), Refused>> {
+        let skey = self.group_key(key, ".s");
+        Box::pin(async move {
+            // Celery's `set_chord_size`: its `set`, i.e. SETEX + PUBLISH.
+            let ex = self.expires_secs();
+            let mut p = redis::pipe();
+            if ex > 0 {
+                p.set_ex(&skey, size, ex).ignore();
+            } else {
+                p.set(&skey, size).ignore();
+            }
+            p.publish(&skey, size).ignore();
+            let mut c = self.conn().await?;
+            match p.query_async::<()>(&mut c).await {
+                Ok(()) => Ok(()),
+                Err(e) => Err(self.fail(e).await),
+            }
+        })
+    }
+
+    fn arrive<'a>(
+        &'a self,
+        key: &'a str,
+        part: &'a str,
+        _size: u32,
+        callback: &'a Message,
+    ) -> BoxFuture<'a, Result<Joined, Refused>> {
+        Box::pin(async move {
+            let index = {
+                let mut g = self.lock();
+                g.parts.remove(part).flatten()
+            };
+            let stored = self.fetch_outcome(part).await?;
+            let (state, value) = match &stored {
+                Some(o) => (o.state, o.clone()),
+                None => {
+                    let mut o = Outcome::new(part, State::Success, self.clock.now());
+                    o.result = Some(Value::Null);
+                    (State::Success, o)
+                }
+            };
+            let mut member = String::from("[1, ");
+            pyjson::write_str(&mut member, part);
+            member.push_str(", ");
+            pyjson::write_str(&mut member, state.name());
+            member.push_str(", ");
+            result::write_result(&mut member, &value);
+            member.push(']');
+            let score = index.map_or("+inf".to_string(), |i| i.to_string());
+            let mut c = self.conn().await?;
+            let r: Result<Vec<redis::Value>, _> = self
+                .scripts
+                .arrive
+                .key(self.group_key(key, ".j"))
+                .key(self.group_key(key, ".t"))
+                .key(self.group_key(key, ".s"))
+                .arg(member)
+                .arg(score)
+                .arg(self.expires_secs())
+                .invoke_async(&mut c)
+                .await;
+            let reply = match r {
+                Ok(v) => v,
+                Err(e) => return Err(self.fail(e).await),
+            };
+            if reply.len() <= 3 {
+                return Ok(Joined::Waiting);
+            }
+            let members: Vec<Vec<u8>> = reply[3..]
+                .iter()
+                .filter_map(|v| match v {
+                    redis::Value::BulkString(b) => Some(b.clone()),
+                    _ => None,
+                })
+                .collect();
+            self.complete_chord(key, part, members, callback).await?;
+            Ok(Joined::Sent)
+        })
+    }
+}
+
+impl Inspector for CeleryBroker {
+    fn queues(&self) -> BoxFuture<'_, Result<Vec<QueueInfo>, Refused>> {
+        Box::pin(async move {
+            let mut names: Vec<String> = self.lock().queues.iter().cloned().collect();
+            names.sort();
+            let mut p = redis::pipe();
+            for q in &names {
+                for &s in &self.opts.priority_steps {
+                    p.llen(self.queue_key(q, s));
+                }
+            }
+            let mut c = self.conn().await?;
+            let lens: Vec<u64> = match p.query_async(&mut c).await {
+                Ok(v) => v,
+                Err(e) => return Err(self.fail(e).await),
+            };
+            let g = self.lock();
+            let steps = self.opts.priority_steps.len();
+            Ok(names
+                .iter()
+                .enumerate()
+                .map(|(i, q)| QueueInfo {
+                    name: q.clone(),
+                    ready: self
+                        .opts
+                        .priority_steps
+                        .iter()
+                        .zip(&lens[i * steps..(i + 1) * steps])
+                        .filter(|(_, n)| **n > 0)
+                        .map(|(s, n)| (*s, *n))
+                        .collect(),
+                    delayed: g.held.values().filter(|d| &d.message.queue == q).count() as u64,
+                    unacked: g.out.values().filter(|h| &h.queue == q).count() as u64,
+                })
+                .collect())
+        })
+    }
+
+    fn counts(&self) -> BoxFuture<'_, Result<BTreeMap<State, u64>, Refused>> {
+        Box::pin(async move {
+            let mut c = self.conn().await?;
+            let pattern = format!("{}celery-task-meta-*", self.keys.result_prefix);
+            let mut cursor: u64 = 0;
+            let mut out = BTreeMap::new();
+            let mut seen = 0usize;
+            loop {
+                let (next, keys): (u64, Vec<String>) = match redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(500)
+                    .query_async(&mut c)
+                    .await
+                {
+                    Ok(v) => v,
+                    Err(e) => return Err(self.fail(e).await),
+                };
+                if !keys.is_empty() {
+                    let vals: Vec<Option<Vec<u8>>> = match redis::cmd("MGET")
+                        .arg(&keys)
+                        .query_async(&mut c)
+                        .await
+                    {
+                        Ok(v) => v,
+                        Err(e) => return Err(self.fail(e).await),
+                    };
+                    for v in vals.into_iter().flatten() {
+                        if let Ok(o) = result::decode_meta("", &v) {
+                            *out.entry(o.state).or_insert(0) += 1;
+                        }
+                    }
+                }
+                seen += keys.len();
+                cursor = next;
+                // Bounded: an admin page must not walk a million keys.
+                if cursor == 0 || seen >= 100_000 {
+                    break;
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn consumers(&self) -> BoxFuture<'_, Result<Vec<ConsumerInfo>, Refused>> {
+        let g = self.lock();
+        let holding = g.out.values().map(|h| h.id.clone()).collect();
+        let info = ConsumerInfo {
+            name: self.node.clone(),
+            lease_until: None,
+            holding,
+        };
+        Box::pin(async move { Ok(vec![info]) })
+    }
+
+    fn record(&self, events: Vec<RunEvent>) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(async move {
+            if events.is_empty() {
+                return Ok(());
+            }
+            let mut p = redis::pipe();
+            for e in &events {
+                if let Ok(j) = serde_json::to_string(e) {
+                    p.lpush(&self.keys.events, j).ignore();
+                }
+            }
+            p.ltrim(&self.keys.events, 0, EVENTS_KEPT - 1).ignore();
+            let mut c = self.conn().await?;
+            match p.query_async::<()>(&mut c).await {
+                Ok(()) => Ok(()),
+                Err(e) => Err(self.fail(e).await),
+            }
+        })
+    }
+
+    fn recent(&self, limit: usize) -> BoxFuture<'_, Result<Vec<RunEvent>, Refused>> {
+        Box::pin(async move {
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
+            let mut c = self.conn().await?;
+            let raw: Vec<String> = match redis::cmd("LRANGE")
+                .arg(&self.keys.events)
+                .arg(0)
+                .arg(limit as i64 - 1)
+                .query_async(&mut c)
+                .await
+            {
+                Ok(v) => v,
+                Err(e) => return Err(self.fail(e).await),
+            };
+            Ok(raw
+                .iter()
+                .filter_map(|r| serde_json::from_str(r).ok())
+                .collect())
+        })
+    }
+}
