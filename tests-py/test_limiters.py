@@ -100,6 +100,7 @@ def test_bucket_refuses_bad_arguments(
         b.next(object())  # type: ignore[arg-type]
 
 
+@pytest.mark.asyncio
 async def test_bucket_wait_sleeps_next_then_takes() -> None:
     b = Bucket(50.0, burst=1.0)  # one token every 20 ms
     await b.wait()
@@ -116,10 +117,6 @@ async def test_bucket_wait_never_raises() -> None:
     with pytest.raises(ValueError, match="never"):
         await b.wait(n=5.0)
 
-
-test_bucket_wait_sleeps_next_then_takes = pytest.mark.asyncio(
-    test_bucket_wait_sleeps_next_then_takes
-)
 
 
 # ---------------------------------------------------------------- Window
