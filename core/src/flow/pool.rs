@@ -196,6 +196,12 @@ impl<T: Clone + PartialEq> Pool<T> {
         self.ward.as_ref()
     }
 
+    /// Every item the pool knows, idle and lent, for a binding that must show
+    /// its garbage collector what the pool holds (Python's `__traverse__`).
+    pub fn items(&self) -> impl Iterator<Item = &T> {
+        self.free.iter().map(|i| &i.item).chain(self.lent.iter().map(|(t, _)| t))
+    }
+
     /// How many exist right now: idle, lent, and being made.
     pub fn live(&self) -> i64 {
         self.free.len() as i64 + self.busy()
