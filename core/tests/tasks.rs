@@ -34,7 +34,22 @@ fn brokers() -> Vec<(&'static str, Maker)> {
             )
         }),
         ("redis", |c| Box::pin(redis_app(c))),
+        ("celery", |c| Box::pin(celery_app(c))),
     ]
+}
+
+/// Celery's Redis layout (`broker::celery`) on a redis-server of the test's
+/// own, so both layouts are held to the same behaviour.
+async fn celery_app(clock: Arc<VirtualClock>) -> Made {
+    let server = support::RedisServer::start()?;
+    let b = headway_core::broker::celery::CeleryBroker::connect(
+        &server.url(),
+        headway_core::broker::celery::CeleryOptions::default(),
+        clock.clone(),
+    )
+    .await
+    .expect("connect to the test's redis-server");
+    Some((App::new(b.seams(), clock), Box::new(server)))
 }
 
 /// headway's Redis layout on a redis-server of the test's own, the app's

@@ -290,7 +290,10 @@ impl Sender {
         }
         props.push((
             "delivery_info",
-            J::O(vec![("exchange", J::Ref("")), ("routing_key", J::V(json!(queue)))]),
+            J::O(vec![
+                ("exchange", J::Ref("")),
+                ("routing_key", J::V(json!(queue))),
+            ]),
         ));
         props.push(("priority", J::V(json!(m.priority.unwrap_or(0)))));
         props.push(("body_encoding", J::Ref("base64")));
@@ -361,10 +364,18 @@ impl Sender {
     fn sig(&self, s: &Sig, chord: Option<(Option<&str>, Option<u32>, Option<&Chord>)>) -> J {
         let mut opts: Vec<(String, J)> = Vec::new();
         let id = s.id.clone().or_else(|| s.options.id.clone());
-        opts.push(("task_id".into(), J::V(id.map_or(Value::Null, Value::String))));
+        opts.push((
+            "task_id".into(),
+            J::V(id.map_or(Value::Null, Value::String)),
+        ));
         opts.push((
             "reply_to".into(),
-            J::V(s.extra.get("reply_to").cloned().unwrap_or_else(|| json!(self.reply_to))),
+            J::V(
+                s.extra
+                    .get("reply_to")
+                    .cloned()
+                    .unwrap_or_else(|| json!(self.reply_to)),
+            ),
         ));
         self.options(&s.options, &mut opts);
         for (k, v) in &s.extra {
@@ -536,8 +547,8 @@ impl Sender {
         let body_text = match env.get("body") {
             Some(Value::String(s)) => {
                 if get_str(&props, "body_encoding").as_deref() == Some("base64") {
-                    let bytes = b64::decode(s.as_bytes())
-                        .ok_or_else(|| bad("the body is not base64"))?;
+                    let bytes =
+                        b64::decode(s.as_bytes()).ok_or_else(|| bad("the body is not base64"))?;
                     String::from_utf8(bytes).map_err(|_| bad("the body is not UTF-8"))?
                 } else {
                     s.clone()
@@ -546,15 +557,17 @@ impl Sender {
             Some(_) => return Err(bad("the body is not a string")),
             None => return Err(bad("no body")),
         };
-        let body: Value =
-            serde_json::from_str(&body_text).map_err(|e| bad(format!("the body is not JSON: {e}")))?;
+        let body: Value = serde_json::from_str(&body_text)
+            .map_err(|e| bad(format!("the body is not JSON: {e}")))?;
         typed::check(&body).map_err(|e| bad(e.to_string()))?;
         let info = props.get("delivery_info").cloned().unwrap_or(Value::Null);
         let queue = get_str(&info, "routing_key").unwrap_or_else(|| self.default_queue.clone());
         let redelivered = headers.get("redelivered").and_then(Value::as_bool) == Some(true)
             || info.get("redelivered").and_then(Value::as_bool) == Some(true);
         let tag = get_str(&props, "delivery_tag");
-        let priority = as_u32(props.get("priority")).map(|p| p.min(255) as u8).filter(|&p| p != 0);
+        let priority = as_u32(props.get("priority"))
+            .map(|p| p.min(255) as u8)
+            .filter(|&p| p != 0);
 
         let message = if headers.get("task").and_then(Value::as_str).is_some() {
             self.decode_v2(&headers, &body, &queue)?
@@ -651,8 +664,16 @@ impl Sender {
     fn decode_v1(&self, body: &Value, queue: &str) -> Result<Message, CodecError> {
         let id = get_str(body, "id").ok_or_else(|| bad("no task header and no v1 id"))?;
         let task = get_str(body, "task").ok_or_else(|| bad("no task name"))?;
-        let args = body.get("args").and_then(Value::as_array).cloned().unwrap_or_default();
-        let kwargs = body.get("kwargs").and_then(Value::as_object).cloned().unwrap_or_default();
+        let args = body
+            .get("args")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let kwargs = body
+            .get("kwargs")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
         let mut m = Message::new(id, task, args, kwargs, self.model_queue(queue));
         m.eta = time_field(body, "eta")?;
         m.expires = time_field(body, "expires")?;
@@ -673,20 +694,37 @@ impl Sender {
     /// A chain link's signature dict as a [`Sig`].
     pub fn decode_sig(&self, s: &Value) -> Result<Sig, CodecError> {
         let task = get_str(s, "task").ok_or_else(|| bad("a signature has no task"))?;
-        if s.get("subtask_type").and_then(Value::as_str).is_some_and(|t| t != "chain") {
+        if s.get("subtask_type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| t != "chain")
+        {
             return Err(bad(format!(
                 "a {} signature inside a chain is not supported",
                 s["subtask_type"]
             )));
         }
-        let args = s.get("args").and_then(Value::as_array).cloned().unwrap_or_default();
-        let kwargs = s.get("kwargs").and_then(Value::as_object).cloned().unwrap_or_default();
+        let args = s
+            .get("args")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let kwargs = s
+            .get("kwargs")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
         let immutable = s.get("immutable").and_then(Value::as_bool).unwrap_or(false);
         let empty = Map::new();
-        let opts = s.get("options").and_then(Value::as_object).unwrap_or(&empty);
+        let opts = s
+            .get("options")
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
         let mut sig = Sig::new(task, args).with_kwargs(kwargs);
         sig.immutable = immutable;
-        sig.id = opts.get("task_id").and_then(Value::as_str).map(str::to_string);
+        sig.id = opts
+            .get("task_id")
+            .and_then(Value::as_str)
+            .map(str::to_string);
         sig.options = self.decode_options(opts)?;
         for (k, v) in opts {
             if !SIG_MODELLED.contains(&k.as_str()) {
@@ -806,7 +844,10 @@ mod tests {
         assert_eq!(e.json, want);
         let d = sender().decode(e.json.as_bytes()).unwrap();
         assert_eq!(d.message.queue, "default");
-        assert_eq!(d.tag.as_deref(), Some("5a6b7c8d-9e0f-4a1b-8c2d-3e4f5a6b7c8d"));
+        assert_eq!(
+            d.tag.as_deref(),
+            Some("5a6b7c8d-9e0f-4a1b-8c2d-3e4f5a6b7c8d")
+        );
         assert_eq!(d.message.args, vec![json!(2), json!(3)]);
         assert_eq!(
             d.message.root_id.as_deref(),
@@ -822,7 +863,9 @@ mod tests {
         assert!(s.decode(br#"{"body": "!!", "content-type": "application/json", "headers": {"task": "t", "id": "i"}, "properties": {"body_encoding": "base64"}}"#).is_err());
         // [args, kwargs] without embed.
         let body = b64::encode(b"[[1], {}]");
-        let raw = format!(r#"{{"body": "{body}", "content-type": "application/json", "headers": {{"task": "t", "id": "i"}}, "properties": {{"body_encoding": "base64"}}}}"#);
+        let raw = format!(
+            r#"{{"body": "{body}", "content-type": "application/json", "headers": {{"task": "t", "id": "i"}}, "properties": {{"body_encoding": "base64"}}}}"#
+        );
         assert!(s.decode(raw.as_bytes()).is_err());
     }
 }

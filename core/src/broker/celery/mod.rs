@@ -55,6 +55,8 @@ use tokio::sync::Notify;
 pub use codec::{CodecError, Decoded, Encoded, Sender};
 pub use typed::{Typed, TypedError};
 
+use super::redis::RedisUrl;
+use crate::task::app::Seams;
 use crate::task::clock::{BoxFuture, Clock};
 use crate::task::message::{Message, new_id};
 use crate::task::spec::{
@@ -170,6 +172,10 @@ struct Local {
     out: HashMap<u64, Held>,
     /// Claimed with an eta in the future: (eta, local tag) → delivery.
     held: BTreeMap<(i64, u64), Delivery>,
+    /// Claimed, due, not yet handed to a consumer: a claim finishes in a
+    /// task of its own, so a `consume` dropped mid-claim (a stopping worker)
+    /// loses nothing — the next `consume` or `release` finds it here.
+    inbox: VecDeque<Delivery>,
     /// Revoked ids → until (ms).
     revoked: HashMap<String, i64>,
     /// Chord parts received: id → group index.
@@ -181,6 +187,7 @@ struct Local {
 
 /// Celery's Redis layout behind headway's four seams.
 pub struct CeleryBroker {
+    me: Weak<CeleryBroker>,
     client: redis::Client,
     db: i64,
     cmd: tokio::sync::Mutex<Option<MultiplexedConnection>>,
@@ -249,16 +256,29 @@ impl CeleryBroker {
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<CeleryBroker>, Refused> {
         opts.check()?;
-        let client = redis::Client::open(url)
-            .map_err(|e| Refused::Invalid(format!("invalid `url`: {e}")))?;
-        let db = client.get_connection_info().redis_settings().db();
+        // headway's URL rules (percent-decoded credentials, the db number,
+        // `rediss://`) and its redaction: a password never reaches a log.
+        let parsed = RedisUrl::parse(url)?;
+        if parsed.tls {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let client = redis::Client::open(url).map_err(|e| {
+            Refused::Invalid(format!("invalid `url`: {}", parsed.scrub(&e.to_string())))
+        })?;
+        let db = parsed.db;
         let cfg = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(5)))
             .set_response_timeout(Some(Duration::from_secs(30)));
         let cmd = client
             .get_multiplexed_async_connection_with_config(&cfg)
             .await
-            .map_err(broker_err)?;
+            .map_err(|e| {
+                Refused::Broker(format!(
+                    "cannot reach {}: {}",
+                    parsed.scrub(url),
+                    parsed.scrub(&e.to_string())
+                ))
+            })?;
         let p = &opts.global_keyprefix;
         let mut rp = opts.result_keyprefix.clone();
         if !rp.is_empty() && !rp.ends_with([':', '_', '-', '.']) {
@@ -284,7 +304,8 @@ impl CeleryBroker {
             .consumer
             .clone()
             .unwrap_or_else(|| format!("headway@{}", codec::hostname()));
-        let broker = Arc::new(CeleryBroker {
+        let broker = Arc::new_cyclic(|me| CeleryBroker {
+            me: me.clone(),
             client,
             db,
             cmd: tokio::sync::Mutex::new(Some(cmd)),
@@ -320,6 +341,23 @@ impl CeleryBroker {
         // heard; a subscriber that cannot start is retried in the background.
         let _ = tokio::time::timeout(Duration::from_secs(5), ready_rx).await;
         Ok(broker)
+    }
+
+    /// The four seams an [`crate::task::App`] is built on, all this broker.
+    pub fn seams(self: &Arc<Self>) -> Seams {
+        Seams {
+            broker: self.clone(),
+            backend: Some(self.clone()),
+            counter: Some(self.clone()),
+            inspector: Some(self.clone()),
+        }
+    }
+
+    /// Gives back what this consumer holds ([`CeleryBroker::release`]) so
+    /// another consumer runs it now rather than after the visibility
+    /// timeout: call it when the worker has stopped.
+    pub async fn close(&self) -> Result<usize, Refused> {
+        self.release().await
     }
 
     /// The options it was built with.
@@ -402,7 +440,10 @@ impl CeleryBroker {
 
     /// A chord's key: `celery-taskset-meta-<gid><suffix>`.
     pub fn group_key(&self, gid: &str, suffix: &str) -> String {
-        format!("{}celery-taskset-meta-{gid}{suffix}", self.keys.result_prefix)
+        format!(
+            "{}celery-taskset-meta-{gid}{suffix}",
+            self.keys.result_prefix
+        )
     }
 
     fn now_secs(&self) -> f64 {
@@ -441,9 +482,9 @@ impl CeleryBroker {
 
     /// Turns claimed envelopes into deliveries (held when their eta is
     /// still ahead), quarantining what cannot be read.
-    async fn admit(&self, claimed: Vec<(String, String, Vec<u8>)>) -> Result<Vec<Delivery>, Refused> {
+    async fn admit(&self, claimed: Vec<(String, String, Vec<u8>)>) -> Result<usize, Refused> {
         let now = self.clock.now();
-        let mut out = Vec::new();
+        let mut n = 0;
         let mut dropped = Vec::new();
         for (key, tag, raw) in claimed {
             if tag.is_empty() {
@@ -469,6 +510,7 @@ impl CeleryBroker {
                         redelivered: d.redelivered,
                         message: m,
                     };
+                    n += 1;
                     let mut g = self.lock();
                     g.out.insert(
                         local,
@@ -480,7 +522,10 @@ impl CeleryBroker {
                     );
                     if delivery.message.chord.is_some() && delivery.message.chain.is_empty() {
                         let id = delivery.message.id.clone();
-                        if g.parts.insert(id.clone(), delivery.message.group_index).is_none() {
+                        if g.parts
+                            .insert(id.clone(), delivery.message.group_index)
+                            .is_none()
+                        {
                             g.parts_order.push_back(id);
                             while g.parts_order.len() > PARTS_KEPT {
                                 if let Some(old) = g.parts_order.pop_front() {
@@ -493,7 +538,7 @@ impl CeleryBroker {
                         Some(eta) if eta > now => {
                             g.held.insert((eta, local), delivery);
                         }
-                        _ => out.push(delivery),
+                        _ => g.inbox.push_back(delivery),
                     }
                 }
             }
@@ -501,7 +546,7 @@ impl CeleryBroker {
         if !dropped.is_empty() {
             self.drop_tags(&dropped).await?;
         }
-        Ok(out)
+        Ok(n)
     }
 
     async fn drop_tags(&self, tags: &[String]) -> Result<(), Refused> {
@@ -518,17 +563,44 @@ impl CeleryBroker {
         }
     }
 
-    fn take_due(&self, queues: &[String], max: usize) -> Vec<Delivery> {
+    /// What is ready to hand out: claimed messages in the inbox, then held
+    /// etas that have come due.
+    fn take_ready(&self, queues: &[String], max: usize) -> Vec<Delivery> {
         let now = self.clock.now();
         let mut g = self.lock();
+        let mut out = Vec::new();
+        let mut keep = VecDeque::new();
+        while let Some(d) = g.inbox.pop_front() {
+            if out.len() < max && queues.contains(&d.message.queue) {
+                out.push(d);
+            } else {
+                keep.push_back(d);
+            }
+        }
+        g.inbox = keep;
         let due: Vec<(i64, u64)> = g
             .held
             .iter()
             .filter(|((eta, _), d)| *eta <= now && queues.contains(&d.message.queue))
-            .take(max)
+            .take(max - out.len())
             .map(|(k, _)| *k)
             .collect();
-        due.into_iter().filter_map(|k| g.held.remove(&k)).collect()
+        out.extend(due.into_iter().filter_map(|k| g.held.remove(&k)));
+        out
+    }
+
+    /// One claim round, run in a task of its own: a non-blocking claim, and
+    /// when that found nothing, one BRPOP of up to `wait` and a claim of the
+    /// rest. Everything claimed lands in the inbox or the held etas.
+    async fn fetch(&self, queues: &[String], max: usize, wait: Duration) -> Result<usize, Refused> {
+        let mut n = self.claim(queues, max).await?;
+        if n == 0 && !wait.is_zero() {
+            n = self.block(queues, wait).await?;
+            if n > 0 && n < max {
+                n += self.claim(queues, max - n).await?;
+            }
+        }
+        Ok(n)
     }
 
     fn poll_keys(&self, queues: &[String]) -> (Vec<String>, Vec<String>) {
@@ -543,7 +615,7 @@ impl CeleryBroker {
         (keys, rks)
     }
 
-    async fn claim(&self, queues: &[String], max: usize) -> Result<Vec<Delivery>, Refused> {
+    async fn claim(&self, queues: &[String], max: usize) -> Result<usize, Refused> {
         let (keys, rks) = self.poll_keys(queues);
         let mut inv = self.scripts.claim.prepare_invoke();
         inv.key(&self.keys.unacked).key(&self.keys.index);
@@ -575,7 +647,7 @@ impl CeleryBroker {
     }
 
     /// One BRPOP over every step key, then kombu's hold of what it got.
-    async fn block(&self, queues: &[String], wait: Duration) -> Result<Vec<Delivery>, Refused> {
+    async fn block(&self, queues: &[String], wait: Duration) -> Result<usize, Refused> {
         let (keys, _) = self.poll_keys(queues);
         let secs = wait.as_secs_f64().max(0.01);
         let mut g = self.blocking.lock().await;
@@ -605,7 +677,7 @@ impl CeleryBroker {
         };
         drop(g);
         let Some((key, raw)) = got else {
-            return Ok(Vec::new());
+            return Ok(0);
         };
         let rk = queues
             .iter()
@@ -641,6 +713,7 @@ impl CeleryBroker {
         let tags: Vec<String> = {
             let mut g = self.lock();
             g.held.clear();
+            g.inbox.clear();
             g.out.drain().map(|(_, h)| h.tag).collect()
         };
         let mut n = 0;
@@ -670,9 +743,8 @@ impl CeleryBroker {
         let Some(entry) = entry else {
             return Ok(false);
         };
-        let parsed: Option<(Value, String, String)> = serde_json::from_slice::<Value>(&entry)
-            .ok()
-            .and_then(|v| {
+        let parsed: Option<(Value, String, String)> =
+            serde_json::from_slice::<Value>(&entry).ok().and_then(|v| {
                 let a = v.as_array()?;
                 Some((
                     a.first()?.clone(),
@@ -754,6 +826,7 @@ impl CeleryBroker {
                 if gone.contains(t) {
                     g.out.remove(local);
                     g.held.retain(|(_, l), _| l != local);
+                    g.inbox.retain(|d| d.receipt.tag != *local);
                 }
             }
         }
@@ -868,7 +941,11 @@ impl CeleryBroker {
 
     async fn fetch_raw(&self, id: &str) -> Result<Option<Vec<u8>>, Refused> {
         let mut c = self.conn().await?;
-        match redis::cmd("GET").arg(self.meta_key(id)).query_async(&mut c).await {
+        match redis::cmd("GET")
+            .arg(self.meta_key(id))
+            .query_async(&mut c)
+            .await
+        {
             Ok(v) => Ok(v),
             Err(e) => Err(self.fail(e).await),
         }
@@ -1061,8 +1138,14 @@ impl Broker for CeleryBroker {
             if messages.is_empty() {
                 return Ok(());
             }
+            let mut ready = Vec::with_capacity(messages.len());
+            for m in messages {
+                if let Some(m) = self.materialize(m).await? {
+                    ready.push(m);
+                }
+            }
             let mut p = redis::pipe();
-            for m in &messages {
+            for m in &ready {
                 self.remember_queue(&m.queue);
                 let (key, enc) = self.encode(m);
                 p.lpush(key, enc.json).ignore();
@@ -1089,35 +1172,35 @@ impl Broker for CeleryBroker {
                 self.remember_queue(q);
             }
             let deadline = tokio::time::Instant::now() + wait;
+            let mut first = true;
             loop {
-                let mut out = self.take_due(queues, max);
-                if out.len() < max {
-                    out.extend(self.claim(queues, max - out.len()).await?);
-                }
+                let out = self.take_ready(queues, max);
                 if !out.is_empty() {
                     return Ok(out);
                 }
                 let now = tokio::time::Instant::now();
-                if now >= deadline {
+                if !first && now >= deadline {
                     return Ok(out);
                 }
-                let mut until = deadline - now;
+                first = false;
+                let mut until = deadline.saturating_duration_since(now);
                 if !self.clock.is_virtual()
                     && let Some(eta) = self.next_held(queues)
                 {
                     let ms = (eta - self.clock.now()).max(0) as u64;
                     until = until.min(Duration::from_millis(ms));
                 }
-                if until.is_zero() {
-                    continue;
-                }
-                let got = self.block(queues, until).await?;
-                if !got.is_empty() {
-                    let mut got = got;
-                    if got.len() < max {
-                        got.extend(self.claim(queues, max - got.len()).await?);
+                let me = self
+                    .me
+                    .upgrade()
+                    .ok_or_else(|| Refused::Broker("the broker is closed".into()))?;
+                let qs = queues.to_vec();
+                let task = tokio::spawn(async move { me.fetch(&qs, max, until).await });
+                match task.await {
+                    Ok(r) => {
+                        r?;
                     }
-                    return Ok(got);
+                    Err(e) => return Err(Refused::Broker(format!("a claim failed: {e}"))),
                 }
             }
         })
@@ -1314,6 +1397,41 @@ impl Broker for CeleryBroker {
 }
 
 impl CeleryBroker {
+    /// A chord callback published directly (an empty chord, or a counter
+    /// that answered `Last`) carries its results as Celery's do: prepended
+    /// as one list argument, since a Celery worker knows no `join`. A part
+    /// that did not succeed fails the callback with `ChordError` instead.
+    async fn materialize(&self, mut m: Message) -> Result<Option<Message>, Refused> {
+        let Some(join) = m.join.take() else {
+            return Ok(Some(m));
+        };
+        let mut results = Vec::with_capacity(join.parts.len());
+        for id in &join.parts {
+            match self.fetch_outcome(id).await? {
+                Some(o) if o.state == State::Success => {
+                    results.push(o.result.unwrap_or(Value::Null))
+                }
+                other => {
+                    let why = other
+                        .and_then(|o| o.error.map(|e| e.to_string()))
+                        .unwrap_or_else(|| "no result".into());
+                    let mut o = Outcome::new(m.id.clone(), State::Failure, self.clock.now());
+                    o.task = Some(m.task.clone());
+                    o.error = Some(Failure::new(
+                        "ChordError",
+                        format!("Dependency {id} raised {why}"),
+                    ));
+                    self.store_all(&[o]).await?;
+                    return Ok(None);
+                }
+            }
+        }
+        if !join.immutable {
+            m.args.insert(0, Value::Array(results));
+        }
+        Ok(Some(m))
+    }
+
     fn next_held(&self, queues: &[String]) -> Option<i64> {
         let g = self.lock();
         g.held
@@ -1516,14 +1634,11 @@ impl Inspector for CeleryBroker {
                     Err(e) => return Err(self.fail(e).await),
                 };
                 if !keys.is_empty() {
-                    let vals: Vec<Option<Vec<u8>>> = match redis::cmd("MGET")
-                        .arg(&keys)
-                        .query_async(&mut c)
-                        .await
-                    {
-                        Ok(v) => v,
-                        Err(e) => return Err(self.fail(e).await),
-                    };
+                    let vals: Vec<Option<Vec<u8>>> =
+                        match redis::cmd("MGET").arg(&keys).query_async(&mut c).await {
+                            Ok(v) => v,
+                            Err(e) => return Err(self.fail(e).await),
+                        };
                     for v in vals.into_iter().flatten() {
                         if let Ok(o) = result::decode_meta("", &v) {
                             *out.entry(o.state).or_insert(0) += 1;

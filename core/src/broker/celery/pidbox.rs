@@ -134,7 +134,10 @@ mod tests {
         let raw = br#"{"body": "eyJtZXRob2QiOiAicmV2b2tlIiwgImFyZ3VtZW50cyI6IHsidGFza19pZCI6ICI2MTkyYTNjNS1hZWVmLTQ1YTAtYjkzMS1jNjNhZmM3MmVjZTAiLCAidGVybWluYXRlIjogZmFsc2UsICJzaWduYWwiOiAiU0lHVEVSTSJ9LCAiZGVzdGluYXRpb24iOiBudWxsLCAicGF0dGVybiI6IG51bGwsICJtYXRjaGVyIjogbnVsbH0=", "content-encoding": "utf-8", "content-type": "application/json", "headers": {"clock": 1, "expires": 1796202274.6628244}, "properties": {"delivery_mode": 2, "delivery_info": {"exchange": "celery.pidbox", "routing_key": ""}, "priority": 0, "body_encoding": "base64", "delivery_tag": "f4e3cdf1-e623-4aa7-bb38-aada6483a72c"}}"#;
         let c = decode(raw).unwrap();
         assert_eq!(c.method, "revoke");
-        assert_eq!(c.ids, vec!["6192a3c5-aeef-45a0-b931-c63afc72ece0".to_string()]);
+        assert_eq!(
+            c.ids,
+            vec!["6192a3c5-aeef-45a0-b931-c63afc72ece0".to_string()]
+        );
         assert!(!c.terminate && c.destination.is_none());
         assert!(c.is_for("x", 1796202274.0));
         assert!(!c.is_for("x", 1796202275.0));
@@ -148,7 +151,10 @@ mod tests {
         assert_eq!(c.ids, ids);
         assert!(c.terminate && c.is_for("n", 1e12));
         let body: Value = serde_json::from_str(&env).unwrap();
-        assert_eq!(body["properties"]["delivery_info"]["exchange"], "celery.pidbox");
+        assert_eq!(
+            body["properties"]["delivery_info"]["exchange"],
+            "celery.pidbox"
+        );
         assert_eq!(channel("", 0), "/0.celery.pidbox");
         assert!(describe(&c).contains("revoke"));
     }

@@ -258,7 +258,10 @@ mod tests {
             dumps(&json!([[2, 3], {}, {"a": null, "b": [true, false]}])),
             r#"[[2, 3], {}, {"a": null, "b": [true, false]}]"#
         );
-        assert_eq!(dumps(&json!("é☃\u{1F600}\"\\\n\u{1}\u{7f}")), r#""\u00e9\u2603\ud83d\ude00\"\\\n\u0001\u007f""#);
+        assert_eq!(
+            dumps(&json!("é☃\u{1F600}\"\\\n\u{1}\u{7f}")),
+            r#""\u00e9\u2603\ud83d\ude00\"\\\n\u0001\u007f""#
+        );
     }
 
     #[test]

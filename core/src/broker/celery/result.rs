@@ -133,9 +133,9 @@ pub fn write_result(out: &mut String, o: &Outcome) {
         ),
         State::Started => write_value(
             out,
-            o.result
-                .as_ref()
-                .unwrap_or(&json!({"pid": std::process::id(), "hostname": super::codec::hostname()})),
+            o.result.as_ref().unwrap_or(
+                &json!({"pid": std::process::id(), "hostname": super::codec::hostname()}),
+            ),
         ),
         State::Pending | State::Received => out.push_str("null"),
     }
@@ -292,7 +292,10 @@ mod tests {
         let o = decode_meta("847b", raw).unwrap();
         assert_eq!(o.state, State::Failure);
         let f = o.error.unwrap();
-        assert_eq!((f.kind.as_str(), f.message.as_str()), ("ValueError", "('bad', 7)"));
+        assert_eq!(
+            (f.kind.as_str(), f.message.as_str()),
+            ("ValueError", "('bad', 7)")
+        );
         assert_eq!(f.module.as_deref(), Some("builtins"));
         assert!(f.traceback.unwrap().starts_with("Traceback"));
         let evil = br#"{"status": "FAILURE", "result": {"exc_type": "system", "exc_message": "rm -rf /", "exc_module": "os"}, "traceback": null, "children": [], "date_done": null, "task_id": "e"}"#;

@@ -112,7 +112,8 @@ impl Typed {
             }
             "bytes" => Typed::Bytes(text()?.into_bytes()),
             "base64" => Typed::Bytes(
-                b64::decode(text()?.as_bytes()).ok_or_else(|| bad("bad base64 in a base64 value"))?,
+                b64::decode(text()?.as_bytes())
+                    .ok_or_else(|| bad("bad base64 in a base64 value"))?,
             ),
             other => return Err(bad(format!("unsupported __type__ {other:?}"))),
         }))
@@ -253,7 +254,11 @@ pub fn parse_iso(s: &str) -> Option<i64> {
     if let Ok(t) = DateTime::parse_from_rfc3339(&norm) {
         return Some(t.timestamp_millis());
     }
-    for f in ["%Y-%m-%dT%H:%M:%S%.f%:z", "%Y-%m-%dT%H:%M:%S%.f%z", "%Y-%m-%dT%H:%M%:z"] {
+    for f in [
+        "%Y-%m-%dT%H:%M:%S%.f%:z",
+        "%Y-%m-%dT%H:%M:%S%.f%z",
+        "%Y-%m-%dT%H:%M%:z",
+    ] {
         if let Ok(t) = DateTime::parse_from_str(&norm, f) {
             return Some(t.timestamp_millis());
         }
@@ -270,9 +275,7 @@ pub fn parse_iso(s: &str) -> Option<i64> {
 }
 
 fn parse_time(s: &str) -> Option<NaiveTime> {
-    let head = s
-        .find(['+', '-', 'Z'])
-        .map_or(s, |i| &s[..i]);
+    let head = s.find(['+', '-', 'Z']).map_or(s, |i| &s[..i]);
     ["%H:%M:%S%.f", "%H:%M"]
         .iter()
         .find_map(|f| NaiveTime::parse_from_str(head, f).ok())
@@ -299,10 +302,19 @@ mod tests {
     fn iso_like_python() {
         assert_eq!(iso(1_767_225_600_000), "2026-01-01T00:00:00+00:00");
         assert_eq!(iso(1_767_225_600_123), "2026-01-01T00:00:00.123000+00:00");
-        assert_eq!(parse_iso("2026-01-01T00:00:00.123000+00:00"), Some(1_767_225_600_123));
-        assert_eq!(parse_iso("2026-01-01T01:00:00+01:00"), Some(1_767_225_600_000));
+        assert_eq!(
+            parse_iso("2026-01-01T00:00:00.123000+00:00"),
+            Some(1_767_225_600_123)
+        );
+        assert_eq!(
+            parse_iso("2026-01-01T01:00:00+01:00"),
+            Some(1_767_225_600_000)
+        );
         assert_eq!(parse_iso("2026-01-01T00:00:00Z"), Some(1_767_225_600_000));
-        assert_eq!(parse_iso("2026-01-01T00:00:00.123456789Z"), Some(1_767_225_600_123));
+        assert_eq!(
+            parse_iso("2026-01-01T00:00:00.123456789Z"),
+            Some(1_767_225_600_123)
+        );
         assert_eq!(parse_iso("2026-01-01T00:00:00.5"), Some(1_767_225_600_500));
         assert_eq!(parse_iso("2026-01-01 00:00:00"), Some(1_767_225_600_000));
         assert_eq!(parse_iso("2026-01-01"), Some(1_767_225_600_000));
@@ -320,11 +332,26 @@ mod tests {
                 r#"{"__type__": "uuid", "__value__": {"hex": "00000000000000000000000000000001"}}"#,
                 Typed::Uuid("00000000000000000000000000000001".into()),
             ),
-            (r#"{"__type__": "decimal", "__value__": "1.5"}"#, Typed::Decimal("1.5".into())),
-            (r#"{"__type__": "bytes", "__value__": "hi"}"#, Typed::Bytes(b"hi".to_vec())),
-            (r#"{"__type__": "base64", "__value__": "/wA="}"#, Typed::Bytes(vec![0xff, 0])),
-            (r#"{"__type__": "date", "__value__": "2026-01-02"}"#, Typed::Date("2026-01-02".into())),
-            (r#"{"__type__": "time", "__value__": "03:04:05.000006"}"#, Typed::Time("03:04:05.000006".into())),
+            (
+                r#"{"__type__": "decimal", "__value__": "1.5"}"#,
+                Typed::Decimal("1.5".into()),
+            ),
+            (
+                r#"{"__type__": "bytes", "__value__": "hi"}"#,
+                Typed::Bytes(b"hi".to_vec()),
+            ),
+            (
+                r#"{"__type__": "base64", "__value__": "/wA="}"#,
+                Typed::Bytes(vec![0xff, 0]),
+            ),
+            (
+                r#"{"__type__": "date", "__value__": "2026-01-02"}"#,
+                Typed::Date("2026-01-02".into()),
+            ),
+            (
+                r#"{"__type__": "time", "__value__": "03:04:05.000006"}"#,
+                Typed::Time("03:04:05.000006".into()),
+            ),
         ];
         for (text, want) in cases {
             let v: Value = serde_json::from_str(text).unwrap();
@@ -333,8 +360,14 @@ mod tests {
             assert_eq!(super::super::pyjson::dumps(&got.to_value()), text);
         }
         let t = Typed::uuid("00000000-0000-0000-0000-000000000001").unwrap();
-        assert_eq!(t.uuid_hyphenated().unwrap(), "00000000-0000-0000-0000-000000000001");
-        assert_eq!(Typed::datetime_ms(1_767_225_600_000).epoch_ms(), Some(1_767_225_600_000));
+        assert_eq!(
+            t.uuid_hyphenated().unwrap(),
+            "00000000-0000-0000-0000-000000000001"
+        );
+        assert_eq!(
+            Typed::datetime_ms(1_767_225_600_000).epoch_ms(),
+            Some(1_767_225_600_000)
+        );
     }
 
     #[test]
