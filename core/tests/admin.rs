@@ -171,6 +171,7 @@ async fn every_other_route_needs_the_token() {
         ("GET", "/"),
         ("GET", "/app.js"),
         ("GET", "/style.css"),
+        ("GET", "/favicon.ico"),
         ("GET", "/api/overview"),
         ("GET", "/api/runs"),
         ("GET", "/api/runs/abc"),
@@ -666,13 +667,30 @@ async fn revoking_a_queued_run_has_the_worker_record_revoked() {
     )
     .await;
     assert_eq!(r.status, 200);
+    // Shown as revoked at once, before a worker skips it.
+    let row = run_row(&a, &id, "REVOKED").await;
+    assert_eq!(
+        (row["revoked"].clone(), row["final"].clone()),
+        (json!(true), json!(true))
+    );
+    let one = body_json(&call(&a, authed(get(&format!("/api/runs/{id}")))).await);
+    assert_eq!(one["state"], "REVOKED");
+    assert_eq!(one["stored_state"], "PENDING");
+    let other = send(&a, "add", json!([2])).await;
+    run_row(&a, &other, "PENDING").await;
+
     let w = start(&app);
     assert!(matches!(
         app.handle(&id).get(Some(Duration::from_secs(5))).await,
         Err(Refused::Revoked(_))
     ));
+    app.handle(&other)
+        .get(Some(Duration::from_secs(5)))
+        .await
+        .unwrap();
     let one = body_json(&call(&a, authed(get(&format!("/api/runs/{id}")))).await);
     assert_eq!(one["state"], "REVOKED");
+    assert_eq!(one["stored_state"], "REVOKED");
     assert_eq!(one["error"]["kind"], "Revoked");
     let row = run_row(&a, &id, "REVOKED").await;
     assert_eq!(row["final"], true);
@@ -872,4 +890,25 @@ async fn an_app_without_an_inspector_reports_empty() {
     assert_eq!(o["counts"]["SUCCESS"], 0);
     let r = body_json(&call(&a, authed(get("/api/runs/x"))).await);
     assert_eq!(r["state"], State::Pending.name());
+}
+
+#[test]
+fn futures_are_send_for_the_bindings() {
+    fn send<T: Send + 'static>(_: T) {}
+    fn sync<T: Send + Sync>(_: &T) {}
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let a = rt.block_on(async { admin(&app()) });
+    sync(&a);
+    let a2 = a.clone();
+    send(async move { a2.handle(Request::new("GET", "/health")).await });
+    let mut s = match rt.block_on(a.handle(authed(get("/api/stream")))) {
+        Reply::Stream(_, s) => s,
+        Reply::Full(r) => panic!("{r:?}"),
+    };
+    let frame = rt.block_on(s.next()).unwrap();
+    assert!(frame.starts_with(b"retry: "));
+    send(async move { s.next().await });
 }

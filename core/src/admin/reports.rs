@@ -205,6 +205,7 @@ pub(crate) async fn runs(inner: &Inner, f: &Filter) -> Result<Value, Refused> {
     for e in &latest {
         rows.push((e.at, event_json(e)));
     }
+    mark_revoked(inner, rows.iter_mut().map(|(_, v)| v)).await?;
     // Stable: among equal times, sent runs (listed first) stay first.
     rows.sort_by_key(|r| std::cmp::Reverse(r.0));
     let runs: Vec<Value> = rows
@@ -229,6 +230,37 @@ pub(crate) async fn failures(inner: &Inner, limit: usize) -> Result<Value, Refus
         .collect();
     Ok(json!({ "failures": failures }))
 }
+
+/// Shows runs that are revoked but not yet settled (still queued, or
+/// waiting for an eta) as REVOKED: a worker will skip them, so a page that
+/// keeps offering "Revoke" for them would mislead. `revoked: true` and the
+/// detail say that no worker has recorded it yet.
+async fn mark_revoked<'a>(
+    inner: &Inner,
+    rows: impl Iterator<Item = &'a mut Value>,
+) -> Result<(), Refused> {
+    let mut open: Vec<&'a mut Value> = rows.filter(|v| v["final"] != json!(true)).collect();
+    if open.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<String> = open
+        .iter()
+        .map(|v| v["id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let revoked = inner.app.broker().revoked(&ids).await?;
+    for (v, r) in open.iter_mut().zip(revoked) {
+        if r {
+            v["state"] = json!(State::Revoked);
+            v["final"] = json!(true);
+            v["revoked"] = json!(true);
+            v["detail"] = json!(REVOKED_WAITING);
+        }
+    }
+    Ok(())
+}
+
+/// The detail of a run revoked before any worker recorded it.
+const REVOKED_WAITING: &str = "revoked: a worker will skip it when it comes up";
 
 fn cut(text: String) -> String {
     truncate(text, DETAIL_MAX)
@@ -290,5 +322,7 @@ pub(crate) async fn run(inner: &Inner, id: &str) -> Result<Value, Refused> {
             o["task"] = json!(sent_task);
         }
     }
+    o["stored_state"] = o["state"].clone();
+    mark_revoked(inner, std::iter::once(&mut *o)).await?;
     Ok(out)
 }

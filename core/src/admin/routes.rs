@@ -5,6 +5,7 @@
 //! | `/health` | GET | `{"ok": true}`, without the token |
 //! | `/` | GET | the page (`?token=` logs in: cookie, then 303 to `./`) |
 //! | `/app.js`, `/style.css` | GET | the page's script and style |
+//! | `/favicon.ico` | GET | 204: there is none |
 //! | `/api/overview` | GET | queues, consumers, counts, tasks |
 //! | `/api/runs?limit=&state=&task=` | GET | recent runs |
 //! | `/api/runs/<id>` | GET | one run's stored outcome and events |
@@ -67,6 +68,7 @@ enum Route<'a> {
     Page,
     Script,
     Style,
+    Icon,
     Overview,
     Runs,
     Run(&'a str),
@@ -82,6 +84,7 @@ impl Route<'_> {
             "/" | "" => Route::Page,
             "/app.js" => Route::Script,
             "/style.css" => Route::Style,
+            "/favicon.ico" => Route::Icon,
             "/api/overview" => Route::Overview,
             "/api/runs" => Route::Runs,
             "/api/failures" => Route::Failures,
@@ -194,6 +197,12 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
             "text/css; charset=utf-8",
             page::STYLE_CSS.as_bytes().to_vec(),
         )),
+        // No icon: an empty answer keeps the browser from logging a 404.
+        Route::Icon => full(Response {
+            status: 204,
+            headers: Vec::new(),
+            body: Vec::new(),
+        }),
         Route::Overview => json_or(reports::overview(inner).await),
         Route::Runs => match filter(&q) {
             Ok(f) => json_or(reports::runs(inner, &f).await),

@@ -193,7 +193,7 @@
       el('td', '', id),
       el('td', '', el('code', 'args', r.args)),
       el('td', '', el('pre', 'detail', r.detail || '')),
-      el('td', 'muted', when(r.at)),
+      el('td', 'muted when', when(r.at)),
       actions,
     );
     return tr;
@@ -209,7 +209,7 @@
       el('td', '', id),
       el('td', '', el('code', 'args', r.args)),
       el('td', '', el('pre', 'detail', r.detail || '')),
-      el('td', 'muted', when(r.at)),
+      el('td', 'muted when', when(r.at)),
     );
     return tr;
   }
