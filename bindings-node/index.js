@@ -257,6 +257,7 @@ const WAIT = Object.freeze({ kind: 'wait' });
 const SHED = Object.freeze({ kind: 'shed' });
 
 let poolHandle;
+let poolLends;
 
 class Pool {
   #h;
@@ -285,6 +286,10 @@ class Pool {
 
   static {
     poolHandle = (o) => (o !== null && typeof o === 'object' && #h in o ? o.#h : undefined);
+    poolLends = (pool, item) => {
+      const id = pool.#ids.get(item);
+      return id !== undefined && pool.#out[id] > 0;
+    };
   }
 
   constructor(options) {
@@ -639,7 +644,7 @@ class Pooled {
   #waiters = [];
   /** Acquires sleeping out a `Later`. */
   #sleepers = new Set();
-  #lent = new Set();
+  /** Acquires under way (queued, sleeping or opening). */
   #active = 0;
   #closing = new Set();
   #drained = null;
@@ -766,28 +771,38 @@ class Pooled {
     return coded('TIMEOUT', `headway: no item within ${this.#timeout} ms: ${why}`);
   }
 
-  async acquire() {
-    if (this.#state !== OPEN) throw closedError();
+  acquire() {
+    if (this.#state !== OPEN) return Promise.reject(closedError());
+    // The common case, an idle item, answers without an async frame.
+    const t = this.#pool.take(perf.now());
+    if (t.kind === 'ready') return Promise.resolve(t.item);
+    return this.#run(t);
+  }
+
+  async #run(first) {
     this.#active++;
     try {
-      return await this.#acquire(perf.now() + this.#timeout);
+      return await this.#acquire(perf.now() + this.#timeout, first);
     } finally {
       this.#active--;
       this.#settle();
     }
   }
 
-  async #acquire(deadline) {
+  async #acquire(deadline, first) {
     let woken = false;
+    let t = first;
     for (;;) {
-      if (this.#state === CLOSED) throw closedError();
-      const t = this.#pool.take(perf.now());
+      if (t === undefined) {
+        if (this.#state === CLOSED) throw closedError();
+        t = this.#pool.take(perf.now());
+      }
       switch (t.kind) {
         case 'ready':
-          this.#lent.add(t.item);
           return t.item;
         case 'stale':
           this.#discard(t.item);
+          t = undefined;
           continue;
         case 'make': {
           let item;
@@ -804,15 +819,16 @@ class Pooled {
             this.#discard(item);
             throw closedError();
           }
-          this.#lent.add(item);
           return item;
         }
         case 'wait':
           await this.#park(deadline, woken);
           woken = true;
+          t = undefined;
           continue;
         case 'later':
           await this.#hold(t.delay, deadline);
+          t = undefined;
           continue;
         default:
           throw coded('SHED', `headway: the breaker refuses ${Math.round(this.#pool.refusal(perf.now()) * 100)}% of makes: failing fast`);
@@ -821,19 +837,17 @@ class Pooled {
   }
 
   release(item) {
-    this.#lent.delete(item);
     if (this.#state === CLOSED) {
       this.#pool.drop(item);
       this.#discard(item);
     } else if (!this.#pool.give(item, perf.now())) {
       this.#discard(item);
     }
-    this.#wake();
-    this.#settle();
+    if (this.#waiters.length !== 0) this.#wake();
+    if (this.#state === DRAINING) this.#settle();
   }
 
   destroy(item) {
-    this.#lent.delete(item);
     this.#pool.drop(item);
     this.#discard(item);
     this.#wake();
@@ -846,12 +860,13 @@ class Pooled {
     try {
       return await fn(item);
     } finally {
-      if (this.#lent.has(item)) this.release(item);
+      // Still lent unless the body called destroy (or release) itself.
+      if (poolLends(this.#pool, item)) this.release(item);
     }
   }
 
   #settle() {
-    if (this.#state === DRAINING && this.#drained !== null && this.#active === 0 && this.#lent.size === 0) {
+    if (this.#state === DRAINING && this.#drained !== null && this.#active === 0 && this.#pool.busy === 0) {
       const done = this.#drained;
       this.#drained = null;
       done();
@@ -866,7 +881,7 @@ class Pooled {
       this.#timer = null;
     }
     return new Promise((resolve) => {
-      if (this.#active === 0 && this.#lent.size === 0) resolve();
+      if (this.#active === 0 && this.#pool.busy === 0) resolve();
       else {
         const before = this.#drained;
         this.#drained = () => {
