@@ -222,6 +222,19 @@ async fn query_token_becomes_a_cookie_and_a_redirect() {
         let r = call(&a, get(p).header("Cookie", format!("a=b; {cookie}"))).await;
         assert_eq!(r.status, 200, "{p}");
     }
+    // A token with a `+` works typed as is or percent-encoded.
+    let plus = Admin::new(
+        app(),
+        AdminConfig {
+            token: Some("a+b/c".into()),
+            ..AdminConfig::default()
+        },
+    );
+    for q in ["/?token=a+b/c", "/?x=1&token=a%2Bb%2Fc"] {
+        assert_eq!(call(&plus, get(q)).await.status, 303, "{q}");
+    }
+    assert_eq!(call(&plus, get("/?token=a b/c")).await.status, 401);
+    assert_eq!(call(&plus, get("/?token")).await.status, 401);
     // Another admin (a restart) has another session.
     let b = admin(&app());
     let r = call(&b, get("/api/overview").header("Cookie", cookie)).await;

@@ -136,9 +136,12 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
     // Logging in: the token in the query, once, traded for the cookie.
     if route == Some(Route::Page)
         && get
-        && let Some((_, token)) = req.query().into_iter().find(|(k, _)| k == "token")
+        && let Some(raw) = raw_param(req, "token")
     {
-        if !auth::same(&token, &inner.token) {
+        // A `+` typed into a URL is a plus; one from a form is a space.
+        let plain = decode(raw, false);
+        let form = decode(raw, true);
+        if !(auth::same(&plain, &inner.token) | auth::same(&form, &inner.token)) {
             return full(auth::unauthorized());
         }
         let cookie = format!("{COOKIE}={}; HttpOnly; SameSite=Strict", inner.session);
@@ -232,6 +235,16 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
         }
         Route::Send | Route::Revoke => unreachable!("handled above"),
     }
+}
+
+/// The first value of `name` in the query, still percent-encoded.
+fn raw_param<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
+    let (_, q) = req.path.split_once('?')?;
+    q.split('&').find_map(|p| match p.split_once('=') {
+        Some((k, v)) if k == name => Some(v),
+        None if p == name => Some(""),
+        _ => None,
+    })
 }
 
 /// `limit`, `state` and `task` from a query, each checked.
