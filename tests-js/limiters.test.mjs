@@ -164,4 +164,5 @@ test('gate: a ceiling, and leaving an empty gate does nothing', () => {
   named(() => new Gate(-1), RangeError, 'ERR_OUT_OF_RANGE', 'limit');
   named(() => new Gate(0.5), RangeError, 'ERR_OUT_OF_RANGE', 'limit');
   named(() => new Gate('2'), TypeError, 'ERR_INVALID_ARG_TYPE', 'limit');
+  named(() => new Gate(1e300), RangeError, 'ERR_OUT_OF_RANGE', 'limit');
 });

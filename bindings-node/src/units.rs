@@ -37,14 +37,18 @@ pub fn span(name: &'static str, x: f64) -> Result<i64, Fail> {
     Ok(ns(x))
 }
 
-/// An integer argument: a JS number with no fractional part.
+/// The largest integer a JS number holds exactly (`Number.MAX_SAFE_INTEGER`).
+const SAFE: f64 = 9_007_199_254_740_991.0;
+
+/// An integer argument: a JS number with no fractional part, within the safe
+/// range (a larger one has already lost its low digits).
 pub fn int(name: &'static str, x: f64) -> Result<i64, Fail> {
-    if x.is_finite() && x.fract() == 0.0 {
+    if x.is_finite() && x.fract() == 0.0 && x.abs() <= SAFE {
         Ok(x as i64)
     } else {
         Err(Fail::Range(
             name.to_string(),
-            format!("must be an integer (received {x})"),
+            format!("must be a safe integer (received {x})"),
         ))
     }
 }
@@ -76,6 +80,8 @@ mod tests {
         assert_eq!(ms(i64::MAX), f64::INFINITY);
         assert!(int("x", 2.5).is_err());
         assert!(int("x", f64::INFINITY).is_err());
+        assert!(int("x", 1e300).is_err());
+        assert_eq!(int("x", SAFE).unwrap(), 9_007_199_254_740_991);
         assert_eq!(int("x", -3.0).unwrap(), -3);
         assert!(int32("x", 3e10).is_err());
         assert!(span("x", f64::NAN).is_err());
