@@ -446,6 +446,15 @@ pub struct RedisBroker {
     /// Idle dedicated connections for blocking claims.
     blockers: Mutex<Vec<MultiplexedConnection>>,
     pending: Mutex<Vec<Pending>>,
+    /// Per queue, the tokens of claims delivered and not yet settled: what
+    /// the sweep must leave alone.
+    out: Mutex<HashMap<String, HashSet<u64>>>,
+    /// Claims hold it shared, the sweep exclusively: a sweep never runs
+    /// while a claim's answer is on its way.
+    gate: tokio::sync::RwLock<()>,
+    /// The link epoch the last sweep ran on: a new connection means a claim
+    /// answer may have been lost with the old one.
+    swept: AtomicU64,
     waiters: Waiters,
     closed: AtomicBool,
     rt: tokio::runtime::Handle,
@@ -639,6 +648,9 @@ impl RedisBroker {
             touched: Mutex::new(HashSet::new()),
             blockers: Mutex::new(Vec::new()),
             pending: Mutex::new(Vec::new()),
+            out: Mutex::new(HashMap::new()),
+            gate: tokio::sync::RwLock::new(()),
+            swept: AtomicU64::new(0),
             waiters: Waiters {
                 subs: Mutex::new(HashMap::new()),
                 sink: tokio::sync::Mutex::new(None),
@@ -829,20 +841,18 @@ impl RedisBroker {
         }
         let mut p = ::redis::pipe();
         self.register(&mut p, &[q]);
-        p.add_command(
-            evalsha(&self.scripts.recover, &self.base(q))
-                .arg(&self.consumer)
-                .clone(),
-        );
+        p.add_command(evalsha(&self.scripts.recover, &self.base(q)));
         let got = self.run(&p, false).await?;
         if let Some(n) = got.last().and_then(int)
             && n > 0
         {
             log(&format!(
-                "queue {q:?}: handed back {n} message(s) held by dead consumers or by {:?} before it restarted",
-                self.consumer
+                "queue {q:?}: recovered {n} message(s) held by consumers whose lease expired"
             ));
         }
+        // What this consumer name held before a restart inside its lease:
+        // nobody here holds it, so the sweep hands it back.
+        self.sweep(q).await?;
         self.touched().insert(q.to_string());
         Ok(())
     }
@@ -889,6 +899,7 @@ impl RedisBroker {
             .arg(self.lease.as_millis() as u64)
             .arg(self.now_arg())
             .arg(adopt.unwrap_or_default());
+        let _gate = self.gate.read().await;
         let v = self.one(c, false).await?;
         let Value::Array(parts) = v else {
             return Err(Refused::Broker("unexpected reply to a claim".into()));
@@ -907,6 +918,11 @@ impl RedisBroker {
                 Some(d) => out.push(d),
                 None => dead.push(el.to_vec()),
             }
+        }
+        if !out.is_empty() {
+            let mut o = self.outs();
+            let set = o.entry(q.to_string()).or_default();
+            set.extend(out.iter().map(|d: &Delivery| d.receipt.token));
         }
         if !dead.is_empty() {
             self.bury(q, dead).await;
@@ -1027,12 +1043,39 @@ impl RedisBroker {
         rx
     }
 
-    /// Hands back bare payloads a BLMOVE left in this consumer's held list.
+    fn outs(&self) -> MutexGuard<'_, HashMap<String, HashSet<u64>>> {
+        self.out.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hands back what this consumer's held list has that nobody here
+    /// holds: a stray BLMOVE result, or a claim whose answer was lost.
     async fn sweep(&self, q: &str) -> Result<i64, Refused> {
-        let c = evalsha(&self.scripts.sweep, &self.base(q))
-            .arg(&self.consumer)
-            .clone();
-        Ok(int(&self.one(c, true).await?).unwrap_or(0))
+        let _gate = self.gate.write().await;
+        let mut c = evalsha(&self.scripts.sweep, &self.base(q));
+        c.arg(&self.consumer);
+        if let Some(set) = self.outs().get(q) {
+            for t in set {
+                c.arg(*t);
+            }
+        }
+        let n = int(&self.one(c, true).await?).unwrap_or(0);
+        if n > 0 {
+            log(&format!(
+                "queue {q:?}: handed back {n} claim(s) whose answer was lost or never taken"
+            ));
+        }
+        Ok(n)
+    }
+
+    /// After a reconnect, sweeps every queue this consumer claims from once.
+    async fn sweep_after_reconnect(&self) {
+        let epoch = self.link.lock().epoch;
+        if self.swept.swap(epoch, Ordering::SeqCst) != epoch && epoch > 1 {
+            let queues: Vec<String> = self.touched().iter().cloned().collect();
+            for q in &queues {
+                let _ = self.sweep(q).await;
+            }
+        }
     }
 
     async fn consume_inner(
@@ -1056,6 +1099,7 @@ impl RedisBroker {
             check_name("queue", q)?;
             self.touch(q).await?;
         }
+        self.sweep_after_reconnect().await;
         let deadline = Instant::now() + wait;
         let virt = self.clock.is_virtual();
         let mut adopt: Option<Vec<u8>> = None;
@@ -1144,7 +1188,17 @@ impl RedisBroker {
             }
         }
         match self.run(&p, true).await {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                let mut o = self.outs();
+                for it in &items {
+                    if let Some(set) = o.get_mut(&it.queue)
+                        && let Some((t, _, _)) = unheld(&it.el)
+                    {
+                        set.remove(&t);
+                    }
+                }
+                Ok(())
+            }
             Err(e) => {
                 log(&format!(
                     "{e}; {} settle(s) kept to retry when Redis is back",
@@ -1245,9 +1299,12 @@ impl RedisBroker {
         Ok(())
     }
 
-    async fn fetch_inner(&self, id: &str) -> Result<Option<Outcome>, Refused> {
+    async fn fetch_inner(&self, id: &str, patient: bool) -> Result<Option<Outcome>, Refused> {
         let v = self
-            .one(::redis::cmd("GET").arg(self.result_key(id)).clone(), false)
+            .one(
+                ::redis::cmd("GET").arg(self.result_key(id)).clone(),
+                patient,
+            )
             .await?;
         Ok(bytes(&v).and_then(unstored))
     }
@@ -1266,17 +1323,19 @@ impl RedisBroker {
             woken.as_mut().enable();
             // Subscribed before looking, so a store after the look wakes us.
             let subscribed = self.subscribe(&ch).await.is_ok();
-            match self.fetch_inner(id).await {
+            let looked = match self.fetch_inner(id, false).await {
                 Ok(Some(o)) if o.state.is_final() => return Ok(Some(o)),
-                Ok(_) => {}
+                Ok(_) => true,
                 Err(e) if Instant::now() >= deadline => return Err(e),
-                Err(_) => {}
-            }
-            // Without a subscription (Redis away), look again shortly.
-            let until = if subscribed {
+                Err(_) => false,
+            };
+            // Subscribed and looked: only a store can change the answer, and
+            // it publishes. Otherwise (Redis away, the look failed, so the
+            // store may have come first) look again shortly.
+            let until = if subscribed && looked {
                 deadline
             } else {
-                deadline.min(Instant::now() + Duration::from_millis(200))
+                deadline.min(Instant::now() + Duration::from_millis(100))
             };
             tokio::select! {
                 _ = &mut woken => {}
@@ -1466,11 +1525,7 @@ impl RedisBroker {
         let mut p = ::redis::pipe();
         for q in &names {
             let q = String::from_utf8_lossy(q);
-            p.add_command(
-                evalsha(&self.scripts.recover, &self.base(&q))
-                    .arg("")
-                    .clone(),
-            );
+            p.add_command(evalsha(&self.scripts.recover, &self.base(&q)));
         }
         let got = self.run(&p, true).await?;
         Ok(got.iter().filter_map(int).sum::<i64>().max(0) as usize)
@@ -1582,7 +1637,9 @@ impl Broker for RedisBroker {
             for id in ids {
                 p.cmd("GET").arg(self.revoked_key(id));
             }
-            let got = self.run(&p, false).await?;
+            // Patient: a worker asks before it runs, and one that gave up
+            // here would leave its claim held.
+            let got = self.run(&p, true).await?;
             let now = self.clock.now();
             Ok(got
                 .iter()
@@ -1618,7 +1675,7 @@ impl Backend for RedisBroker {
     }
 
     fn fetch<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
-        Box::pin(self.fetch_inner(id))
+        Box::pin(self.fetch_inner(id, true))
     }
 
     fn wait<'a>(

@@ -1,12 +1,10 @@
--- recover: ARGV[1] a consumer to hand back unconditionally ('' = none; a
--- consumer adopting its own held list from a previous life). Every other
--- consumer of the queue whose lease key has expired has its held list moved
--- back to the head of the steps, oldest claim first, marked redelivered, and
--- is forgotten. Answers how many messages went back.
+-- recover: every consumer of the queue whose lease key has expired has its
+-- held list moved back to the head of the steps, oldest claim first, marked
+-- redelivered, and is forgotten. Answers how many messages went back.
 local cs = redis.call('SMEMBERS', base .. 'consumers')
 local moved = 0
 for _, c in ipairs(cs) do
-  if c == ARGV[1] or redis.call('EXISTS', base .. 'lease:' .. c) == 0 then
+  if redis.call('EXISTS', base .. 'lease:' .. c) == 0 then
     local held = base .. 'held:' .. c
     local els = redis.call('LRANGE', held, 0, -1)
     for i = 1, #els do
@@ -17,7 +15,7 @@ for _, c in ipairs(cs) do
       end
     end
     redis.call('DEL', held)
-    if c ~= ARGV[1] then redis.call('SREM', base .. 'consumers', c) end
+    redis.call('SREM', base .. 'consumers', c)
   end
 end
 return moved

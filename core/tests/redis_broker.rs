@@ -1,0 +1,620 @@
+//! headway's Redis layout, against a redis-server each test starts itself:
+//! claims, acks, rejects, leases and recovery, fencing, etas beyond the
+//! lease, write-once results, chord counting, revokes, URLs and secrets.
+
+mod support;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use headway_core::broker::{RedisBroker, RedisOptions};
+use headway_core::task::{
+    App, Backend, Broker, Clock, Counter, Inspector, Joined, Message, Options, Outcome, Policy,
+    Refused, State, SystemClock, VirtualClock, Worker, WorkerConfig, body,
+};
+use serde_json::{Map, Value, json};
+use support::RedisServer;
+
+const START: i64 = 1_767_225_600_000;
+
+fn msg(id: &str, q: &str) -> Message {
+    Message::new(id.into(), "t".into(), vec![], Map::new(), q.into())
+}
+
+fn qs(q: &str) -> Vec<String> {
+    vec![q.to_string()]
+}
+
+async fn open(
+    server: &RedisServer,
+    consumer: &str,
+    lease_ms: u64,
+    clock: Arc<dyn Clock>,
+) -> Arc<RedisBroker> {
+    RedisBroker::connect(
+        &server.url(),
+        RedisOptions {
+            consumer: Some(consumer.into()),
+            lease: Duration::from_millis(lease_ms),
+            recover_every: None,
+            ..RedisOptions::default()
+        },
+        clock,
+    )
+    .await
+    .unwrap()
+}
+
+fn ids(ds: &[headway_core::task::Delivery]) -> Vec<String> {
+    ds.iter().map(|d| d.message.id.clone()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_moves_into_held_and_ack_removes() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let b = open(&s, "a", 30_000, VirtualClock::new(START)).await;
+    b.publish(vec![msg("1", "q"), msg("2", "q"), msg("3", "q")])
+        .await
+        .unwrap();
+    assert_eq!(s.cli(&["LLEN", "headway:{q}:ready:0"]), "3");
+    let got = b.consume(&qs("q"), 2, Duration::ZERO).await.unwrap();
+    assert_eq!(ids(&got), ["1", "2"], "FIFO");
+    assert!(got.iter().all(|d| !d.redelivered));
+    assert_ne!(got[0].receipt.token, got[1].receipt.token);
+    assert_eq!(s.cli(&["LLEN", "headway:{q}:ready:0"]), "1");
+    assert_eq!(s.cli(&["LLEN", "headway:{q}:held:a"]), "2");
+    let info = b.queues().await.unwrap();
+    assert_eq!(info.len(), 1);
+    assert_eq!((info[0].unacked, info[0].ready.get(&0)), (2, Some(&1)));
+    // One round trip acks both.
+    b.ack(got.iter().map(|d| d.receipt.clone()).collect())
+        .await
+        .unwrap();
+    assert_eq!(s.cli(&["LLEN", "headway:{q}:held:a"]), "0");
+    let pttl: i64 = s.cli(&["PTTL", "headway:{q}:lease:a"]).parse().unwrap();
+    assert!(pttl > 20_000, "lease set by the claim: {pttl}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reject_requeues_at_the_head_marked_or_drops() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let b = open(&s, "a", 30_000, VirtualClock::new(START)).await;
+    let mut lo = msg("lo", "q");
+    lo.priority = Some(5);
+    b.publish(vec![msg("1", "q"), msg("2", "q"), lo])
+        .await
+        .unwrap();
+    let got = b.consume(&qs("q"), 3, Duration::ZERO).await.unwrap();
+    assert_eq!(ids(&got), ["1", "2", "lo"], "step 0 before step 5");
+    b.reject(got[1].receipt.clone(), true).await.unwrap();
+    b.reject(got[2].receipt.clone(), false).await.unwrap();
+    b.publish(vec![msg("3", "q")]).await.unwrap();
+    let again = b.consume(&qs("q"), 5, Duration::ZERO).await.unwrap();
+    assert_eq!(
+        ids(&again),
+        ["2", "3"],
+        "requeued at the head; dropped gone"
+    );
+    assert!(again[0].redelivered && !again[1].redelivered);
+    assert_eq!(s.cli(&["LLEN", "headway:{q}:held:a"]), "3");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_consumers_on_one_queue_get_each_message_once() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let a = open(&s, "a", 30_000, clock.clone()).await;
+    let b = open(&s, "b", 30_000, clock.clone()).await;
+    let n = 400;
+    let producer = open(&s, "p", 30_000, clock).await;
+    let mut all = Vec::new();
+    for i in 0..n {
+        all.push(msg(&i.to_string(), "q"));
+    }
+    let run = |br: Arc<RedisBroker>| {
+        tokio::spawn(async move {
+            let mut seen = Vec::new();
+            let mut idle = 0;
+            while idle < 3 {
+                let got = br
+                    .consume(&qs("q"), 7, Duration::from_millis(100))
+                    .await
+                    .unwrap();
+                if got.is_empty() {
+                    idle += 1;
+                    continue;
+                }
+                idle = 0;
+                seen.extend(ids(&got));
+                br.ack(got.into_iter().map(|d| d.receipt).collect())
+                    .await
+                    .unwrap();
+            }
+            seen
+        })
+    };
+    let (ha, hb) = (run(a), run(b));
+    for chunk in all.chunks(50) {
+        producer.publish(chunk.to_vec()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (sa, sb) = (ha.await.unwrap(), hb.await.unwrap());
+    assert!(!sa.is_empty() && !sb.is_empty(), "both consumed");
+    let mut union: Vec<String> = sa.iter().chain(sb.iter()).cloned().collect();
+    assert_eq!(union.len(), n, "no message twice");
+    union.sort();
+    union.dedup();
+    assert_eq!(union.len(), n, "every message once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_lease_is_recovered_and_live_one_left_alone() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let dead = open(&s, "dead", 300, clock.clone()).await;
+    let live = open(&s, "live", 300, clock.clone()).await;
+    let sweeper = open(&s, "sweeper", 300, clock).await;
+    let mut ms = Vec::new();
+    for i in 0..8 {
+        ms.push(msg(&format!("m{i}"), "q"));
+    }
+    sweeper.publish(ms).await.unwrap();
+    let held_dead = dead.consume(&qs("q"), 5, Duration::ZERO).await.unwrap();
+    let held_live = live.consume(&qs("q"), 3, Duration::ZERO).await.unwrap();
+    assert_eq!((held_dead.len(), held_live.len()), (5, 3));
+    // Nobody's lease has run out: nothing to recover.
+    assert_eq!(sweeper.recover().await.unwrap(), 0);
+    // The dead consumer stops without acking: its refresh task ends with it.
+    drop(held_dead);
+    drop(dead);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(s.cli(&["EXISTS", "headway:{q}:lease:dead"]), "0");
+    assert_eq!(
+        s.cli(&["EXISTS", "headway:{q}:lease:live"]),
+        "1",
+        "refreshed"
+    );
+    assert_eq!(
+        sweeper.recover().await.unwrap(),
+        5,
+        "exactly the dead one's"
+    );
+    assert_eq!(sweeper.recover().await.unwrap(), 0, "once");
+    assert_eq!(
+        s.cli(&["LLEN", "headway:{q}:held:live"]),
+        "3",
+        "live left alone"
+    );
+    assert_eq!(s.cli(&["EXISTS", "headway:{q}:held:dead"]), "0");
+    let back = sweeper.consume(&qs("q"), 10, Duration::ZERO).await.unwrap();
+    assert_eq!(back.len(), 5);
+    assert!(back.iter().all(|d| d.redelivered), "marked redelivered");
+    let mut got = ids(&back);
+    got.sort();
+    assert_eq!(got, ["m0", "m1", "m2", "m3", "m4"]);
+    // The live consumer still settles its own.
+    live.ack(held_live.into_iter().map(|d| d.receipt).collect())
+        .await
+        .unwrap();
+    assert_eq!(s.cli(&["LLEN", "headway:{q}:held:live"]), "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_token_makes_a_stale_settle_a_no_op() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let clock = VirtualClock::new(START);
+    let a = open(&s, "a", 30_000, clock.clone()).await;
+    let other = open(&s, "other", 30_000, clock.clone()).await;
+    a.publish(vec![msg("x", "q")]).await.unwrap();
+    let first = a.consume(&qs("q"), 1, Duration::ZERO).await.unwrap();
+    // a's lease is lost (a black-holed consumer) and its claim recovered…
+    s.cli(&["DEL", "headway:{q}:lease:a"]);
+    assert_eq!(other.recover().await.unwrap(), 1);
+    // …and the same consumer claims the same message again, new token.
+    let second = a.consume(&qs("q"), 1, Duration::ZERO).await.unwrap();
+    assert_eq!(ids(&second), ["x"]);
+    assert!(second[0].redelivered);
+    assert!(second[0].receipt.token > first[0].receipt.token);
+    // The stale receipt settles nothing: not an ack, a requeue or a retry.
+    a.ack(vec![first[0].receipt.clone()]).await.unwrap();
+    a.reject(first[0].receipt.clone(), true).await.unwrap();
+    let mut next = msg("x", "q");
+    next.retries = 1;
+    a.retry(first[0].receipt.clone(), next).await.unwrap();
+    assert_eq!(s.cli(&["LLEN", "headway:{q}:held:a"]), "1");
+    assert_eq!(s.cli(&["LLEN", "headway:{q}:ready:0"]), "0");
+    assert_eq!(s.cli(&["ZCARD", "headway:{q}:delayed"]), "0");
+    // The live receipt does.
+    a.ack(vec![second[0].receipt.clone()]).await.unwrap();
+    assert_eq!(s.cli(&["LLEN", "headway:{q}:held:a"]), "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_settles_and_publishes_in_one_step() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let clock = VirtualClock::new(START);
+    let b = open(&s, "a", 30_000, clock.clone()).await;
+    b.publish(vec![msg("x", "q")]).await.unwrap();
+    let got = b.consume(&qs("q"), 1, Duration::ZERO).await.unwrap();
+    let mut next = got[0].message.clone();
+    next.retries = 1;
+    next.eta = Some(START + 5_000);
+    b.retry(got[0].receipt.clone(), next).await.unwrap();
+    assert_eq!(s.cli(&["LLEN", "headway:{q}:held:a"]), "0");
+    assert_eq!(b.next_eta(&qs("q")).await.unwrap(), Some(START + 5_000));
+    assert!(
+        b.consume(&qs("q"), 1, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    clock.advance(5_000);
+    let again = b.consume(&qs("q"), 1, Duration::ZERO).await.unwrap();
+    assert_eq!(again[0].message.retries, 1);
+    assert_eq!(b.next_eta(&qs("q")).await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eta_three_leases_out_runs_exactly_once() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let lease = 300;
+    let b = open(&s, "w1", lease, clock.clone()).await;
+    // A second consumer recovering eagerly: the one who would duplicate.
+    let watcher = RedisBroker::connect(
+        &s.url(),
+        RedisOptions {
+            consumer: Some("w2".into()),
+            lease: Duration::from_millis(lease),
+            recover_every: Some(Duration::from_millis(50)),
+            ..RedisOptions::default()
+        },
+        clock.clone(),
+    )
+    .await
+    .unwrap();
+    let runs = Arc::new(AtomicU32::new(0));
+    let mut workers = Vec::new();
+    for br in [b.clone(), watcher.clone()] {
+        let app = App::new(br.seams(), clock.clone());
+        let r2 = runs.clone();
+        app.register(
+            "once",
+            Policy {
+                acks_late: true,
+                ..Policy::default()
+            },
+            body(move |_, _| {
+                r2.fetch_add(1, Ordering::SeqCst);
+                async { Ok(json!("ran")) }
+            }),
+        )
+        .unwrap();
+        let w = Worker::new(app.clone(), WorkerConfig::default()).unwrap();
+        let w2 = w.clone();
+        workers.push((w, tokio::spawn(async move { w2.run().await.unwrap() }), app));
+    }
+    let app = &workers[0].2;
+    let hd = app
+        .send(
+            "once",
+            vec![],
+            Map::new(),
+            Options {
+                countdown: Some(3 * lease as i64),
+                ..Options::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        hd.get(Some(Duration::from_secs(5))).await.unwrap(),
+        json!("ran")
+    );
+    // Two more leases of recovering and claiming: still once.
+    tokio::time::sleep(Duration::from_millis(2 * lease)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    for (w, h, _) in workers {
+        w.stop(Duration::from_secs(1));
+        h.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_are_write_once_and_waiters_are_woken() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let b = open(&s, "a", 30_000, VirtualClock::new(START)).await;
+    b.store(vec![Outcome::new("x", State::Started, 1)])
+        .await
+        .unwrap();
+    assert_eq!(b.fetch("x").await.unwrap().unwrap().state, State::Started);
+    let mut ok = Outcome::new("x", State::Success, 2);
+    ok.result = Some(json!(42));
+    b.store(vec![ok.clone()]).await.unwrap();
+    b.store(vec![Outcome::new("x", State::Failure, 3)])
+        .await
+        .unwrap();
+    b.store(vec![Outcome::new("x", State::Retry, 4)])
+        .await
+        .unwrap();
+    assert_eq!(b.fetch("x").await.unwrap(), Some(ok));
+    let ttl: i64 = s.cli(&["PTTL", "headway:result:x"]).parse().unwrap();
+    assert!(
+        ttl > 86_000_000 && ttl <= 86_400_000,
+        "result_expires: {ttl}"
+    );
+    assert_eq!(b.counts().await.unwrap().get(&State::Success), Some(&1));
+    // A waiter is woken by the store, long before its timeout.
+    let b2 = b.clone();
+    let waiter = tokio::spawn(async move {
+        let t = std::time::Instant::now();
+        let o = b2.wait("y", Duration::from_secs(20)).await.unwrap();
+        (o, t.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    b.store(vec![Outcome::new("y", State::Received, 1)])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !waiter.is_finished(),
+        "a non-final state does not end the wait"
+    );
+    b.store(vec![Outcome::new("y", State::Revoked, 2)])
+        .await
+        .unwrap();
+    let (o, took) = waiter.await.unwrap();
+    assert_eq!(o.unwrap().state, State::Revoked);
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(
+        b.wait("z", Duration::from_millis(50))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chord_counts_a_set_and_sends_the_callback_once() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let b = open(&s, "a", 30_000, VirtualClock::new(START)).await;
+    let cb = msg("cb", "cbq");
+    b.open("k", 3).await.unwrap();
+    assert_eq!(b.arrive("k", "p1", 3, &cb).await.unwrap(), Joined::Waiting);
+    assert_eq!(b.arrive("k", "p2", 3, &cb).await.unwrap(), Joined::Waiting);
+    // A redelivered part does not count twice.
+    assert_eq!(b.arrive("k", "p2", 3, &cb).await.unwrap(), Joined::Waiting);
+    assert_eq!(s.cli(&["LLEN", "headway:{cbq}:ready:0"]), "0");
+    assert_eq!(b.arrive("k", "p3", 3, &cb).await.unwrap(), Joined::Sent);
+    // Late redeliveries after the callback went: still once.
+    assert_eq!(b.arrive("k", "p3", 3, &cb).await.unwrap(), Joined::Waiting);
+    assert_eq!(b.arrive("k", "p9", 3, &cb).await.unwrap(), Joined::Waiting);
+    let got = b.consume(&qs("cbq"), 10, Duration::ZERO).await.unwrap();
+    assert_eq!(ids(&got), ["cb"]);
+    // A one-part chord whose part is redelivered.
+    let cb1 = msg("cb1", "cbq");
+    assert_eq!(b.arrive("k1", "p", 1, &cb1).await.unwrap(), Joined::Sent);
+    assert_eq!(b.arrive("k1", "p", 1, &cb1).await.unwrap(), Joined::Waiting);
+    assert_eq!(
+        b.consume(&qs("cbq"), 10, Duration::ZERO)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let ttl: i64 = s.cli(&["PTTL", "headway:{cbq}:chord:k"]).parse().unwrap();
+    assert!(ttl > 0, "the sent mark expires: {ttl}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoked_ids_expire() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let clock = VirtualClock::new(START);
+    let b = open(&s, "a", 30_000, clock.clone()).await;
+    b.revoke(vec!["a".into()], START + 100).await.unwrap();
+    let asked = vec!["a".to_string(), "b".to_string()];
+    assert_eq!(b.revoked(&asked).await.unwrap(), vec![true, false]);
+    // Another process sees it: it lives in Redis.
+    let c = open(&s, "c", 30_000, clock.clone()).await;
+    assert_eq!(c.revoked(&asked).await.unwrap(), vec![true, false]);
+    let ttl: i64 = s.cli(&["PTTL", "headway:revoked:a"]).parse().unwrap();
+    assert!(ttl > 0 && ttl <= 100, "expires with the revoke: {ttl}");
+    clock.advance(100);
+    assert_eq!(b.revoked(&asked).await.unwrap(), vec![false, false]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn urls_auth_db_and_redaction() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let clock: Arc<dyn Clock> = VirtualClock::new(START);
+    s.cli(&[
+        "ACL",
+        "SETUSER",
+        "app",
+        "on",
+        ">p@ss:w/rd",
+        "~headway:*",
+        "&*",
+        "+@all",
+    ]);
+    let url = format!("redis://app:p%40ss%3Aw%2Frd@127.0.0.1:{}/2", s.port);
+    let b = RedisBroker::connect(&url, RedisOptions::default(), clock.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        b.url().to_string(),
+        format!("redis://app:***@127.0.0.1:{}/2", s.port)
+    );
+    assert!(!format!("{b:?}").contains("w/rd"));
+    b.publish(vec![msg("1", "q")]).await.unwrap();
+    // It went to database 2, as the URL says.
+    assert_eq!(s.cli(&["-n", "2", "LLEN", "headway:{q}:ready:0"]), "1");
+    assert_eq!(s.cli(&["-n", "0", "LLEN", "headway:{q}:ready:0"]), "0");
+
+    // A wrong password is refused, and the refusal does not show it.
+    let wrong = format!("redis://app:hunter22@127.0.0.1:{}/2", s.port);
+    let e = RedisBroker::connect(&wrong, RedisOptions::default(), clock.clone())
+        .await
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, Refused::Broker(_)), "{e:?}");
+    assert!(
+        text.contains("app:***@") && !text.contains("hunter22"),
+        "{text}"
+    );
+    // Nobody listening: refused, redacted.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let e = RedisBroker::connect(
+        &format!("redis://u:hunter22@127.0.0.1:{port}"),
+        RedisOptions::default(),
+        clock.clone(),
+    )
+    .await
+    .unwrap_err();
+    assert!(!e.to_string().contains("hunter22"), "{e}");
+    // TLS fails closed against a server that does not speak it.
+    let e = RedisBroker::connect(
+        &format!("rediss://u:hunter22@127.0.0.1:{}", s.port),
+        RedisOptions::default(),
+        clock.clone(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.to_string().starts_with("broker error: rediss://u:***@"),
+        "{e}"
+    );
+    // Bad input is refused naming the argument.
+    for (url, opts, what) in [
+        ("http://h", RedisOptions::default(), "`url`"),
+        (
+            "redis://h",
+            RedisOptions {
+                prefix: "a{b}".into(),
+                ..RedisOptions::default()
+            },
+            "`prefix`",
+        ),
+        (
+            "redis://h",
+            RedisOptions {
+                consumer: Some("x{y}".into()),
+                ..RedisOptions::default()
+            },
+            "`consumer`",
+        ),
+    ] {
+        let e = RedisBroker::connect(url, opts, clock.clone())
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains(what), "{e}");
+    }
+    let bad_queue = b.publish(vec![msg("1", "a{b}")]).await.unwrap_err();
+    assert!(bad_queue.to_string().contains("`queue`"), "{bad_queue}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_redis_with_aof_loses_nothing() {
+    let Some(mut s) = RedisServer::start_with(true) else {
+        return;
+    };
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let b = RedisBroker::connect(
+        &s.url(),
+        RedisOptions {
+            consumer: Some("w".into()),
+            ..RedisOptions::default()
+        },
+        clock.clone(),
+    )
+    .await
+    .unwrap();
+    let app = App::new(b.seams(), clock);
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let r2 = runs.clone();
+    for (name, late) in [("early", false), ("late", true)] {
+        let r2 = r2.clone();
+        app.register(
+            name,
+            Policy {
+                acks_late: late,
+                ..Policy::default()
+            },
+            body(move |ctx, _| {
+                r2.lock().unwrap().push(ctx.id.clone());
+                async {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    Ok(Value::Null)
+                }
+            }),
+        )
+        .unwrap();
+    }
+    let n = 300;
+    let mut hs = Vec::new();
+    for i in 0..n {
+        let name = if i % 2 == 0 { "early" } else { "late" };
+        hs.push(
+            app.send(name, vec![], Map::new(), Options::default())
+                .await
+                .unwrap(),
+        );
+    }
+    let w = Worker::new(
+        app.clone(),
+        WorkerConfig {
+            concurrency: 4,
+            ..WorkerConfig::default()
+        },
+    )
+    .unwrap();
+    let w2 = w.clone();
+    let h = tokio::spawn(async move { w2.run().await.unwrap() });
+    // Mid-run: kill -9 and start again on the same port and dir.
+    while runs.lock().unwrap().len() < n / 4 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    s.restart();
+    for hd in &hs {
+        assert_eq!(
+            hd.get(Some(Duration::from_secs(30))).await.unwrap(),
+            Value::Null
+        );
+    }
+    let ran: HashSet<String> = runs.lock().unwrap().iter().cloned().collect();
+    assert_eq!(ran.len(), n, "every message ran");
+    let info = b.queues().await.unwrap();
+    assert!(
+        info.iter().all(|q| q.ready.is_empty() && q.unacked == 0),
+        "{info:?}"
+    );
+    w.stop(Duration::from_secs(1));
+    h.await.unwrap();
+}
