@@ -258,6 +258,7 @@ const SHED = Object.freeze({ kind: 'shed' });
 
 let poolHandle;
 let poolLends;
+let poolMapped;
 
 class Pool {
   #h;
@@ -286,6 +287,7 @@ class Pool {
 
   static {
     poolHandle = (o) => (o !== null && typeof o === 'object' && #h in o ? o.#h : undefined);
+    poolMapped = (pool) => pool.#ids.size;
     poolLends = (pool, item) => {
       const id = pool.#ids.get(item);
       return id !== undefined && pool.#out[id] > 0;
@@ -934,4 +936,6 @@ Object.defineProperties(module.exports, {
   _noop: { value: native._noop },
   _panic: { value: native._panic },
   _panicBound: { value: () => native._panicBound().panic() },
+  // How many items a Pool maps to slot ids: the leak test's probe.
+  _mapped: { value: (pool) => poolMapped(pool) },
 });

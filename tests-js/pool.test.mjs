@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { Backoff, Breaker, Limits, Pool, Ward, pick } from 'headway';
+import headway, { Backoff, Breaker, Limits, Pool, Ward, pick } from 'headway';
 
 const sized = (size, more = {}) => new Limits({ size, idle: size, ...more });
 
@@ -287,4 +287,25 @@ test('bad arguments: TypeError for types, RangeError from the core, both named',
       return true;
     });
   }
+});
+
+test('an item is forgotten on every way out: stale, evict, close, give -> false, drop', () => {
+  const mapped = headway._mapped;
+  const p = new Pool({ limits: new Limits({ size: 0, idle: 2, keep: 1000 }) });
+  const items = Array.from({ length: 6 }, (_, i) => ({ i }));
+  fill(p, items);
+  assert.equal(mapped(p), 6);
+  p.give(items[0], 0);
+  p.give(items[1], 0);
+  assert.equal(p.give(items[2], 0), false); // above idle
+  p.drop(items[3]);
+  assert.equal(mapped(p), 4);
+  assert.equal(p.take(5000).kind, 'stale'); // items[1]
+  assert.deepEqual(p.evict(5000), [items[0]]);
+  p.give(items[4], 5000);
+  assert.deepEqual(p.close(), [items[4]]);
+  assert.equal(mapped(p), 1); // items[5], still lent
+  p.drop(items[5]);
+  assert.equal(mapped(p), 0);
+  assert.equal(p.live, 0);
 });
