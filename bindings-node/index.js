@@ -932,8 +932,11 @@ module.exports = {
 // Hidden: the benchmark's floors and the panic tests.
 Object.defineProperties(module.exports, {
   _native: { value: native },
-  _floor: { value: native._floor().noop },
-  _noop: { value: native._noop },
+  // The napi floor: a bound native function that reads two numbers and
+  // answers true — the call Bucket.take makes, doing nothing.
+  _noop: { value: native._floor().noop },
+  // The same empty call through napi-rs's #[napi] glue, for comparison.
+  _noopNapi: { value: native._noopNapi },
   _panic: { value: native._panic },
   _panicBound: { value: () => native._panicBound().panic() },
   // How many items a Pool maps to slot ids: the leak test's probe.

@@ -107,20 +107,20 @@ function group(title, headwayRow, rows, note) {
   groups.push({ title, headwayRow, rows, note });
 }
 
-const floor = headway._floor;
-const napiNoop = headway._noop;
+const floor = headway._noop;
+const napiNoop = headway._noopNapi;
 
 // Bucket.take ------------------------------------------------------------
 {
   const rows = [];
   rows.push([
-    'napi floor: bound native fn, (now, 1)',
+    'napi floor: _noop(now, 1), an empty bound native fn',
     timeSync((n) => {
       for (let i = 0; i < n; i++) sink += floor(i * 1e-3, 1) ? 1 : 0;
     }),
   ]);
   rows.push([
-    'napi-rs #[napi] fn, (now, 1) — the macro glue',
+    '_noopNapi(now, 1): the same through #[napi] glue',
     timeSync((n) => {
       for (let i = 0; i < n; i++) sink += napiNoop(i * 1e-3, 1) ? 1 : 0;
     }),
@@ -160,7 +160,7 @@ const napiNoop = headway._noop;
 {
   const rows = [];
   rows.push([
-    'napi floor: bound native fn, (now, 1)',
+    'napi floor: _noop(now, 1), an empty bound native fn',
     timeSync((n) => {
       for (let i = 0; i < n; i++) sink += floor(i * 1e-3, 1) ? 1 : 0;
     }),
@@ -239,6 +239,15 @@ const napiNoop = headway._noop;
       for (let i = 0; i < n; i++) {
         const t = p.take(i * 1e-3, 0.5);
         sink += p.give(t.item, i * 1e-3) ? 1 : 0;
+      }
+    }),
+  ]);
+  rows.push([
+    'headway Pool take()+give(item) — reads performance.now() twice',
+    timeSync((n) => {
+      for (let i = 0; i < n; i++) {
+        const t = p.take();
+        sink += p.give(t.item) ? 1 : 0;
       }
     }),
   ]);

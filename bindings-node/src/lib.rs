@@ -50,7 +50,7 @@ pub fn alive() -> f64 {
 }
 
 /// The same empty call through `#[napi]`'s generated glue, for comparison.
-#[napi(js_name = "_noop", catch_unwind)]
+#[napi(js_name = "_noopNapi", catch_unwind)]
 pub fn noop(_a: f64, _b: f64) -> bool {
     true
 }
