@@ -618,3 +618,171 @@ async fn restarted_redis_with_aof_loses_nothing() {
     w.stop(Duration::from_secs(1));
     h.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_claim_wakes_for_other_steps_etas_and_queues() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let b = open(&s, "a", 30_000, clock.clone()).await;
+    let p = open(&s, "p", 30_000, clock.clone()).await;
+    let wait = Duration::from_secs(5);
+    let quick = Duration::from_millis(1500);
+    // Another priority step: the marker on step 0 wakes the BLMOVE.
+    let b2 = b.clone();
+    let t = std::time::Instant::now();
+    let h = tokio::spawn(async move { b2.consume(&qs("q"), 5, wait).await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut lo = msg("lo", "q");
+    lo.priority = Some(7);
+    p.publish(vec![lo]).await.unwrap();
+    assert_eq!(ids(&h.await.unwrap()), ["lo"]);
+    assert!(t.elapsed() < quick, "{:?}", t.elapsed());
+    // A new eta while blocked: woken, then blocks until it is due.
+    let b2 = b.clone();
+    let t = std::time::Instant::now();
+    let h = tokio::spawn(async move { b2.consume(&qs("q"), 5, wait).await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut later = msg("later", "q");
+    later.eta = Some(clock.now() + 300);
+    p.publish(vec![later]).await.unwrap();
+    assert_eq!(ids(&h.await.unwrap()), ["later"]);
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(350) && took < quick,
+        "{took:?}"
+    );
+    // A second queue: seen within the slice.
+    let b2 = b.clone();
+    let t = std::time::Instant::now();
+    let h = tokio::spawn(async move {
+        let two = vec!["q".to_string(), "r".to_string()];
+        b2.consume(&two, 5, wait).await.unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    p.publish(vec![msg("on-r", "r")]).await.unwrap();
+    assert_eq!(ids(&h.await.unwrap()), ["on-r"]);
+    assert!(t.elapsed() < quick, "{:?}", t.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_claim_loses_nothing() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let b = open(&s, "a", 30_000, clock.clone()).await;
+    let p = open(&s, "p", 30_000, clock).await;
+    let mut got = HashSet::new();
+    let mut cancelled = 0;
+    for i in 0..20 {
+        // Cancelled while blocked in BLMOVE, as a stopping worker's is…
+        match tokio::time::timeout(
+            Duration::from_millis(20),
+            b.consume(&qs("q"), 5, Duration::from_millis(300)),
+        )
+        .await
+        {
+            Err(_) => cancelled += 1,
+            Ok(ds) => {
+                for d in ds.unwrap() {
+                    got.insert(d.message.id.clone());
+                    b.ack(vec![d.receipt]).await.unwrap();
+                }
+            }
+        }
+        // …and a message arrives while the BLMOVE is still waiting.
+        p.publish(vec![msg(&format!("m{i}"), "q")]).await.unwrap();
+    }
+    assert!(cancelled > 0);
+    // Every one is claimable: none stays held by a claim nobody took.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while got.len() < 20 && std::time::Instant::now() < deadline {
+        let ds = b
+            .consume(&qs("q"), 20, Duration::from_millis(100))
+            .await
+            .unwrap();
+        for d in ds {
+            assert!(got.insert(d.message.id.clone()), "delivered twice");
+            b.ack(vec![d.receipt]).await.unwrap();
+        }
+    }
+    assert_eq!(got.len(), 20);
+    assert_eq!(s.cli(&["LLEN", "headway:{q}:held:a"]), "0");
+}
+
+/// Not a timed test: a probe to run by hand in release mode
+/// (`cargo test --release -p headway-core --test redis_broker -- --ignored
+/// --nocapture throughput`). Prints the enqueue rate from one producer and
+/// the drain rate of a pre-filled queue of no-op tasks with results stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn throughput() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let b = RedisBroker::connect(&s.url(), RedisOptions::default(), clock.clone())
+        .await
+        .unwrap();
+    let app = App::new(b.seams(), clock);
+    app.register(
+        "noop",
+        Policy::default(),
+        body(|_, _| async { Ok(Value::Null) }),
+    )
+    .unwrap();
+    let n = 20_000;
+    let t = std::time::Instant::now();
+    let mut batch = Vec::with_capacity(1000);
+    for i in 0..n {
+        batch.push(Message::new(
+            format!("id-{i}"),
+            "noop".into(),
+            vec![],
+            Map::new(),
+            "default".into(),
+        ));
+        if batch.len() == 1000 {
+            b.publish(std::mem::take(&mut batch)).await.unwrap();
+        }
+    }
+    let enq = t.elapsed();
+    let t = std::time::Instant::now();
+    let w = Worker::new(
+        app.clone(),
+        WorkerConfig {
+            concurrency: 8,
+            ..WorkerConfig::default()
+        },
+    )
+    .unwrap();
+    let w2 = w.clone();
+    let h = tokio::spawn(async move { w2.run().await.unwrap() });
+    while w.settled() < n as u64 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let drain = t.elapsed();
+    // One-at-a-time round trip: send, wait for the result.
+    let mut rtts = Vec::new();
+    for _ in 0..500 {
+        let t = std::time::Instant::now();
+        let hd = app
+            .send("noop", vec![], Map::new(), Options::default())
+            .await
+            .unwrap();
+        hd.get(Some(Duration::from_secs(5))).await.unwrap();
+        rtts.push(t.elapsed());
+    }
+    rtts.sort();
+    eprintln!(
+        "redis throughput: enqueue {:.0}/s (batches of 1000), drain {:.0}/s (concurrency 8, results stored), round trip p50 {:?} p99 {:?}",
+        n as f64 / enq.as_secs_f64(),
+        n as f64 / drain.as_secs_f64(),
+        rtts[rtts.len() / 2],
+        rtts[rtts.len() * 99 / 100]
+    );
+    w.stop(Duration::from_secs(1));
+    h.await.unwrap();
+}

@@ -439,8 +439,9 @@ pub struct RedisBroker {
     patience: Duration,
     clock: Arc<dyn Clock>,
     scripts: Scripts,
-    /// Queues registered in `P:queues` by this process.
-    known: Mutex<HashSet<String>>,
+    /// Queues registered in `P:queues` on the link epoch it holds (a new
+    /// connection may be a Redis that lost them: register again).
+    known: Mutex<(u64, HashSet<String>)>,
     /// Queues this consumer has claimed from: their leases are refreshed.
     touched: Mutex<HashSet<String>>,
     /// Idle dedicated connections for blocking claims.
@@ -644,7 +645,7 @@ impl RedisBroker {
             patience: options.patience,
             clock,
             scripts: Scripts::new(),
-            known: Mutex::new(HashSet::new()),
+            known: Mutex::new((0, HashSet::new())),
             touched: Mutex::new(HashSet::new()),
             blockers: Mutex::new(Vec::new()),
             pending: Mutex::new(Vec::new()),
@@ -823,10 +824,14 @@ impl RedisBroker {
 
     /// Adds `SADD P:queues` for queues this process has not registered yet.
     fn register(&self, p: &mut Pipeline, queues: &[&str]) {
+        let epoch = self.link.lock().epoch;
         let mut k = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        if k.0 != epoch {
+            *k = (epoch, HashSet::new());
+        }
         for q in queues {
-            if !k.contains(*q) {
-                k.insert(q.to_string());
+            if !k.1.contains(*q) {
+                k.1.insert(q.to_string());
                 p.cmd("SADD").arg(self.queues_key()).arg(*q).ignore();
             }
         }
@@ -1240,6 +1245,7 @@ impl RedisBroker {
                     .arg(self.key(q, "consumers", ""))
                     .arg(&self.consumer)
                     .ignore();
+                p.cmd("SADD").arg(self.queues_key()).arg(q).ignore();
             }
             if self.run(&p, false).await.is_err() {
                 return;
