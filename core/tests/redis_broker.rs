@@ -764,6 +764,19 @@ async fn throughput() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let drain = t.elapsed();
+    let cpu = |info: &str, key: &str| -> f64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    let info = s.cli(&["INFO", "cpu"]);
+    eprintln!(
+        "redis-server cpu so far: user {:.2}s sys {:.2}s (drain wall {:.2}s)",
+        cpu(&info, "used_cpu_user:"),
+        cpu(&info, "used_cpu_sys:"),
+        drain.as_secs_f64()
+    );
     // One-at-a-time round trip: send, wait for the result.
     let mut rtts = Vec::new();
     for _ in 0..500 {
