@@ -15,8 +15,8 @@
 /** The crate version of the native addon. */
 export declare function version(): string;
 
-/** An error thrown by the drivers, told apart by its `code`. */
-export interface HeadwayError extends Error {
+/** An error a {@link Pooled} rejects with, told apart by its `code`. */
+export interface PooledError extends Error {
   /**
    * `'TIMEOUT'`: no item within `Pooled`'s timeout. `'SHED'`: the ward's
    * breaker refused the make. `'CLOSED'`: the `Pooled` is closed or draining.

@@ -9,7 +9,7 @@ import {
   Limits,
   Pool,
   Pooled,
-  type HeadwayError,
+  type PooledError,
   type Jitter,
   type Taken,
   Ward,
@@ -120,7 +120,7 @@ async function drivers(): Promise<void> {
   try {
     await pooled.acquire();
   } catch (e) {
-    const code: HeadwayError['code'] = (e as HeadwayError).code;
+    const code: PooledError['code'] = (e as PooledError).code;
     void code;
   }
   await pooled.drain();
