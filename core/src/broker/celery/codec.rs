@@ -42,6 +42,16 @@ use crate::task::message::{Chord, Join, Message, Options, Sig, new_id};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CodecError(pub String);
 
+impl fmt::Debug for Sender {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sender")
+            .field("origin", &self.origin)
+            .field("reply_to", &self.reply_to)
+            .field("default_queue", &self.default_queue)
+            .finish_non_exhaustive()
+    }
+}
+
 impl fmt::Display for CodecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "undecodable Celery message: {}", self.0)
@@ -164,9 +174,18 @@ fn opt_str(s: &Option<String>) -> J {
     }
 }
 
+/// Task name → queue (a headway queue name), for chain links whose
+/// signature names no queue.
+pub type Router = std::sync::Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
 /// What an encoder needs besides the message.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Sender {
+    /// Which queue a task name goes to when a signature names none (the
+    /// app's policies, see [`super::CeleryBroker::route_for`]); `None`
+    /// leaves such links to the receiving worker's default routing, as
+    /// Celery's own signatures without a `queue` option are.
+    pub routes: std::sync::Arc<std::sync::RwLock<Option<Router>>>,
     /// `headers.origin` for messages that carry none: `gen<pid>@<host>`,
     /// Celery's `anon_nodename()`.
     pub origin: String,
@@ -182,6 +201,7 @@ impl Sender {
     /// reply-to UUID.
     pub fn this_process(default_queue: &str) -> Sender {
         Sender {
+            routes: Default::default(),
             origin: format!("gen{}@{}", std::process::id(), hostname()),
             reply_to: new_id(),
             default_queue: default_queue.to_string(),
@@ -377,7 +397,17 @@ impl Sender {
                     .unwrap_or_else(|| json!(self.reply_to)),
             ),
         ));
-        self.options(&s.options, &mut opts);
+        let mut o = s.options.clone();
+        if o.queue.is_none()
+            && let Some(r) = self
+                .routes
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+        {
+            o.queue = r(&s.task);
+        }
+        self.options(&o, &mut opts);
         for (k, v) in &s.extra {
             if k != "reply_to" && !SIG_MODELLED.contains(&k.as_str()) {
                 opts.push((k.clone(), J::V(v.clone())));
@@ -813,6 +843,7 @@ mod tests {
 
     fn sender() -> Sender {
         Sender {
+            routes: Default::default(),
             origin: "gen4242@host1".into(),
             reply_to: "7c1f9e0a-3b2d-3c4e-8f5a-6d7e8f9a0b1c".into(),
             default_queue: "celery".into(),

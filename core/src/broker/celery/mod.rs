@@ -375,6 +375,24 @@ impl CeleryBroker {
         &self.sender
     }
 
+    /// Routes chain links and callbacks whose signature names no queue by
+    /// `app`'s policies — headway resolves a link's queue when the link is
+    /// published, but a Celery worker publishes the next link itself and
+    /// knows only what the signature says. Call it once the app is built on
+    /// this broker (the bindings do). Holds the app weakly.
+    pub fn route_for(&self, app: &crate::task::App) {
+        let weak = Arc::downgrade(&app.inner);
+        let router: codec::Router = Arc::new(move |task: &str| {
+            let inner = weak.upgrade()?;
+            crate::task::App { inner }.policy_of(task).map(|p| p.queue)
+        });
+        *self
+            .sender
+            .routes
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Some(router);
+    }
+
     /// The Redis database number (it names the pidbox channel).
     pub fn db(&self) -> i64 {
         self.db

@@ -1,0 +1,805 @@
+//! headway against a REAL Celery 5.5 on one redis-server: tasks, chains,
+//! chords, failures, typed values, etas, revokes and dead consumers'
+//! reservations, each in both directions. The Celery side is
+//! `interop/celery_app.py` (a worker) and `interop/drive.py` (a producer),
+//! run by the Python named in `HEADWAY_CELERY_PYTHON` or found in
+//! `interop/.venv` (`bash interop/run.sh` makes it).
+//!
+//! Without such a Python each test prints why it is skipped and passes —
+//! unless `HEADWAY_REQUIRE_CELERY=1` (run.sh sets it once Celery is
+//! installed), when it fails instead.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use headway_core::broker::celery::{CeleryBroker, CeleryOptions};
+use headway_core::task::{
+    App, Canvas, Failure, Options, Policy, Refused, Sig, State, SystemClock, Worker, WorkerConfig,
+    body,
+};
+use serde_json::{Map, Value, json};
+
+fn interop_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../interop")
+}
+
+/// A Python that can import Celery ≥ 5.5, or why there is none.
+fn python() -> Result<PathBuf, String> {
+    let candidates: Vec<PathBuf> = match std::env::var("HEADWAY_CELERY_PYTHON") {
+        Ok(p) if !p.is_empty() => vec![PathBuf::from(p)],
+        _ => vec![interop_dir().join(".venv/bin/python")],
+    };
+    for p in candidates {
+        let ok = Command::new(&p)
+            .args([
+                "-c",
+                "import celery,sys; v=tuple(int(x) for x in celery.__version__.split('.')[:2]); sys.exit(0 if v>=(5,5) else 1)",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if ok {
+            return Ok(p);
+        }
+    }
+    Err(
+        "no Python with Celery >= 5.5 (run `bash interop/run.sh`, or set HEADWAY_CELERY_PYTHON)"
+            .into(),
+    )
+}
+
+/// One scenario's world: a redis-server, the Celery side's Python, and a
+/// Celery worker when started. Everything is killed on drop.
+struct World {
+    server: support::RedisServer,
+    py: PathBuf,
+    vt: f64,
+    celery: Option<Child>,
+}
+
+fn world(vt: f64) -> Option<World> {
+    let py = match python() {
+        Ok(p) => p,
+        Err(why) => {
+            if std::env::var("HEADWAY_REQUIRE_CELERY").as_deref() == Ok("1") {
+                panic!("HEADWAY_REQUIRE_CELERY=1 but {why}");
+            }
+            eprintln!("skipped: {why}");
+            return None;
+        }
+    };
+    let server = support::RedisServer::start()?;
+    Some(World {
+        server,
+        py,
+        vt,
+        celery: None,
+    })
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        self.kill_celery();
+    }
+}
+
+impl World {
+    fn url(&self) -> String {
+        format!("{}/0", self.server.url())
+    }
+
+    fn py(&self) -> Command {
+        let mut c = Command::new(&self.py);
+        c.current_dir(interop_dir())
+            .env("HEADWAY_INTEROP_URL", self.url())
+            .env("HEADWAY_INTEROP_VT", self.vt.to_string())
+            .env("PYTHONDONTWRITEBYTECODE", "1");
+        c
+    }
+
+    /// Starts a real Celery worker on queue `celery` (solo pool, one task at
+    /// a time) and waits until it runs a task.
+    fn start_celery(&mut self, sleep: f64, wait_ready: bool) {
+        let log = std::fs::File::create(self.server.dir.join("celery.log")).unwrap();
+        let child = self
+            .py()
+            .env("HEADWAY_INTEROP_SLEEP", sleep.to_string())
+            .args([
+                "-m",
+                "celery",
+                "-A",
+                "celery_app",
+                "worker",
+                "-P",
+                "solo",
+                "-Q",
+                "celery",
+                "-n",
+                "celery@interop",
+                "--without-mingle",
+                "--without-gossip",
+                "--loglevel=INFO",
+            ])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start a Celery worker");
+        self.celery = Some(child);
+        if wait_ready {
+            let id = self.drive("send", json!({"name": "tasks.add", "args": [0, 0]}))["id"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            let got = self.drive("get", json!({"id": id, "timeout": 30}));
+            assert_eq!(
+                got["ok"],
+                json!(0),
+                "the Celery worker did not start: {got}\n{}",
+                self.celery_log()
+            );
+            self.server.cli(&["DEL", "ledger"]);
+        }
+    }
+
+    fn kill_celery(&mut self) {
+        if let Some(mut c) = self.celery.take() {
+            let _ = c.kill(); // SIGKILL
+            let _ = c.wait();
+        }
+    }
+
+    fn celery_log(&self) -> String {
+        std::fs::read_to_string(self.server.dir.join("celery.log")).unwrap_or_default()
+    }
+
+    /// Runs one `drive.py` command and answers its JSON line.
+    fn drive(&self, cmd: &str, arg: Value) -> Value {
+        let out = self
+            .py()
+            .args(["drive.py", cmd, &arg.to_string()])
+            .output()
+            .expect("run drive.py");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().last().unwrap_or("");
+        serde_json::from_str(line).unwrap_or_else(|_| {
+            panic!(
+                "drive.py {cmd} {arg}: {}\n{}",
+                text,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    }
+
+    /// What the Celery side ran, in order.
+    fn ledger(&self) -> Vec<Value> {
+        self.server
+            .cli(&["LRANGE", "ledger", "0", "-1"])
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    async fn headway(&self, ran: &Ran) -> (App, Arc<CeleryBroker>) {
+        let b = CeleryBroker::connect(
+            &self.url(),
+            CeleryOptions {
+                visibility_timeout: Duration::from_secs_f64(self.vt),
+                ..CeleryOptions::default()
+            },
+            Arc::new(SystemClock),
+        )
+        .await
+        .expect("connect");
+        let app = App::new(b.seams(), Arc::new(SystemClock));
+        b.route_for(&app);
+        hw_tasks(&app, ran);
+        (app, b)
+    }
+}
+
+/// What the headway side ran: (task, args, ms since the epoch).
+type Ran = Arc<Mutex<Vec<(String, Vec<Value>, i64)>>>;
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn hw_tasks(app: &App, ran: &Ran) {
+    let hw = Policy {
+        queue: "hw".into(),
+        ..Policy::default()
+    };
+    let reg = |name: &'static str, policy: Policy, f: fn(&[Value]) -> Result<Value, Failure>| {
+        let ran = ran.clone();
+        app.register(
+            name,
+            policy,
+            body(move |_ctx, args| {
+                ran.lock()
+                    .unwrap()
+                    .push((name.to_string(), args.clone(), now_ms()));
+                let r = f(&args);
+                async move { r }
+            }),
+        )
+        .unwrap();
+    };
+    let int = |v: &Value| v.as_i64().unwrap_or(0);
+    let _ = int;
+    reg("hw.add", hw.clone(), |a| {
+        Ok(json!(
+            a.first().and_then(Value::as_i64).unwrap_or(0)
+                + a.get(1).and_then(Value::as_i64).unwrap_or(0)
+        ))
+    });
+    reg("hw.mul", hw.clone(), |a| {
+        Ok(json!(
+            a.first().and_then(Value::as_i64).unwrap_or(0)
+                * a.get(1).and_then(Value::as_i64).unwrap_or(0)
+        ))
+    });
+    reg("hw.tsum", hw.clone(), |a| {
+        let list = a
+            .first()
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        Ok(json!(list.iter().filter_map(Value::as_i64).sum::<i64>()))
+    });
+    reg("hw.boom", hw.clone(), |a| {
+        let mut f = Failure::new(
+            "ValueError",
+            a.first().and_then(Value::as_str).unwrap_or("boom"),
+        );
+        f.module = Some("builtins".into());
+        Err(f)
+    });
+    reg("hw.echo", hw.clone(), |a| Ok(Value::Array(a.to_vec())));
+    reg(
+        "shared.work",
+        Policy {
+            acks_late: true,
+            ..Policy::default()
+        },
+        |a| {
+            Ok(json!(format!(
+                "headway:{}",
+                a.first().and_then(Value::as_str).unwrap_or("")
+            )))
+        },
+    );
+}
+
+fn run_worker(app: &App, queues: &[&str]) -> (Worker, tokio::task::JoinHandle<()>) {
+    let w = Worker::new(
+        app.clone(),
+        WorkerConfig {
+            queues: queues.iter().map(|q| q.to_string()).collect(),
+            concurrency: 2,
+            ..WorkerConfig::default()
+        },
+    )
+    .unwrap();
+    let w2 = w.clone();
+    (w, tokio::spawn(async move { w2.run().await.unwrap() }))
+}
+
+async fn stop(w: Worker, h: tokio::task::JoinHandle<()>) {
+    w.stop(Duration::from_secs(2));
+    let _ = tokio::time::timeout(Duration::from_secs(5), h).await;
+}
+
+fn sig(task: &str, args: Vec<Value>, queue: Option<&str>) -> Canvas {
+    Canvas::Sig(Sig::new(task, args).with_options(Options {
+        queue: queue.map(str::to_string),
+        ..Options::default()
+    }))
+}
+
+const T: Option<Duration> = Some(Duration::from_secs(30));
+
+fn sides(w: &World, ran: &Ran) -> String {
+    let c: Vec<String> = w
+        .ledger()
+        .iter()
+        .map(|e| format!("celery:{}", e["task"].as_str().unwrap_or("?")))
+        .collect();
+    let h: Vec<String> = ran
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| format!("headway:{}", r.0))
+        .collect();
+    format!("celery ran {c:?}; headway ran {h:?}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_both_ways() {
+    let Some(mut w) = world(3600.0) else { return };
+    w.start_celery(0.0, true);
+    let ran = Ran::default();
+    let (app, _b) = w.headway(&ran).await;
+    let (wk, h) = run_worker(&app, &["hw"]);
+    // headway → Celery: a task only Celery runs, its result read in headway.
+    let hd = app
+        .send_task(
+            "tasks.add",
+            vec![json!(2), json!(3)],
+            Map::new(),
+            Options::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(hd.get(T).await.unwrap(), json!(5));
+    // Celery → headway: AsyncResult.get() wakes with headway's value.
+    let id = w.drive(
+        "send",
+        json!({"name": "hw.add", "args": [20, 22], "queue": "hw"}),
+    )["id"]
+        .clone();
+    assert_eq!(w.drive("get", json!({"id": id}))["ok"], json!(42));
+    println!("{}", sides(&w, &ran));
+    stop(wk, h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chains_alternate_sides_both_ways() {
+    let Some(mut w) = world(3600.0) else { return };
+    w.start_celery(0.0, true);
+    let ran = Ran::default();
+    let (app, _b) = w.headway(&ran).await;
+    let (wk, h) = run_worker(&app, &["hw"]);
+    // ((1 + 2) * 10 + 5) * 2 = 70: Celery, headway, Celery, headway.
+    let hd = app
+        .send_canvas(Canvas::Chain(vec![
+            sig("tasks.add", vec![json!(1), json!(2)], None),
+            sig("hw.mul", vec![json!(10)], None),
+            sig("tasks.add", vec![json!(5)], None),
+            sig("hw.mul", vec![json!(2)], None),
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(hd.get(T).await.unwrap(), json!(70));
+    assert_eq!(w.drive("get", json!({"id": hd.id()}))["ok"], json!(70));
+    let celery: Vec<String> = w
+        .ledger()
+        .iter()
+        .map(|e| e["task"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(celery, ["tasks.add", "tasks.add"]);
+    println!("headway → : {}", sides(&w, &ran));
+    // The other way: headway first, built by Celery's canvas.
+    ran.lock().unwrap().clear();
+    w.server.cli(&["DEL", "ledger"]);
+    let spec = json!({"chain": [
+        {"sig": "hw.add", "args": [1, 2], "queue": "hw"},
+        {"sig": "tasks.mul", "args": [10]},
+        {"sig": "hw.add", "args": [5], "queue": "hw"},
+        {"sig": "tasks.mul", "args": [2]},
+    ]});
+    let id = w.drive("canvas", spec)["id"].clone();
+    assert_eq!(w.drive("get", json!({"id": id}))["ok"], json!(70));
+    let hw: Vec<String> = ran.lock().unwrap().iter().map(|r| r.0.clone()).collect();
+    assert_eq!(hw, ["hw.add", "hw.add"]);
+    println!("celery → : {}", sides(&w, &ran));
+    stop(wk, h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chords_cross_sides_both_ways() {
+    let Some(mut w) = world(3600.0) else { return };
+    w.start_celery(0.0, true);
+    let ran = Ran::default();
+    let (app, _b) = w.headway(&ran).await;
+    let (wk, h) = run_worker(&app, &["hw"]);
+    // headway sends: parts on Celery, callback on headway.
+    let hd = app
+        .send_canvas(Canvas::Chord(
+            (1..=3)
+                .map(|i| sig("tasks.add", vec![json!(i), json!(i)], None))
+                .collect(),
+            Box::new(sig("hw.tsum", vec![], None)),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(hd.get(T).await.unwrap(), json!(12));
+    // headway sends: parts on headway, callback on Celery.
+    let hd = app
+        .send_canvas(Canvas::Chord(
+            (1..=3)
+                .map(|i| sig("hw.mul", vec![json!(i), json!(10)], None))
+                .collect(),
+            Box::new(sig("tasks.tsum", vec![], None)),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(hd.get(T).await.unwrap(), json!(60));
+    assert_eq!(w.drive("get", json!({"id": hd.id()}))["ok"], json!(60));
+    println!("headway → : {}", sides(&w, &ran));
+    // Celery sends: parts on headway, callback on Celery; and the reverse.
+    let id = w.drive(
+        "canvas",
+        json!({"chord": [
+            {"sig": "hw.add", "args": [1, 1], "queue": "hw"},
+            {"sig": "hw.add", "args": [2, 2], "queue": "hw"},
+        ], "body": {"sig": "tasks.tsum"}}),
+    )["id"]
+        .clone();
+    assert_eq!(w.drive("get", json!({"id": id}))["ok"], json!(6));
+    let id = w.drive(
+        "canvas",
+        json!({"chord": [
+            {"sig": "tasks.add", "args": [1, 1]},
+            {"sig": "tasks.add", "args": [2, 2]},
+            {"sig": "tasks.add", "args": [3, 3]},
+        ], "body": {"sig": "hw.tsum", "queue": "hw"}}),
+    )["id"]
+        .clone();
+    assert_eq!(w.drive("get", json!({"id": id}))["ok"], json!(12));
+    let ordered: Vec<Value> = ran
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.0 == "hw.tsum")
+        .map(|r| r.1[0].clone())
+        .collect();
+    assert_eq!(
+        ordered.last().unwrap(),
+        &json!([2, 4, 6]),
+        "results in part order"
+    );
+    println!("celery → : {}", sides(&w, &ran));
+    // A failed part fails the callback, on either side.
+    let hd = app
+        .send_canvas(Canvas::Chord(
+            vec![
+                sig("tasks.add", vec![json!(1), json!(1)], None),
+                sig("tasks.boom", vec![json!("part")], None),
+            ],
+            Box::new(sig("hw.tsum", vec![], None)),
+        ))
+        .await
+        .unwrap();
+    match hd.get(T).await {
+        Err(Refused::Failed(f)) => assert_eq!(f.kind, "ChordError"),
+        other => panic!("{other:?}"),
+    }
+    stop(wk, h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_read_both_ways() {
+    let Some(mut w) = world(3600.0) else { return };
+    w.start_celery(0.0, true);
+    let ran = Ran::default();
+    let (app, _b) = w.headway(&ran).await;
+    let (wk, h) = run_worker(&app, &["hw"]);
+    let hd = app
+        .send_task(
+            "tasks.boom",
+            vec![json!("bad input")],
+            Map::new(),
+            Options::default(),
+        )
+        .await
+        .unwrap();
+    match hd.get(T).await {
+        Err(Refused::Failed(f)) => {
+            assert_eq!(
+                (f.kind.as_str(), f.message.as_str()),
+                ("ValueError", "bad input")
+            );
+            assert_eq!(f.module.as_deref(), Some("builtins"));
+            assert!(f.traceback.unwrap().contains("Traceback"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let id = w.drive(
+        "send",
+        json!({"name": "hw.boom", "args": ["from headway"], "queue": "hw"}),
+    )["id"]
+        .clone();
+    let got = w.drive("get", json!({"id": id}));
+    assert_eq!(got["error"], json!("ValueError"), "{got}");
+    assert_eq!(got["module"], json!("builtins"));
+    assert_eq!(got["args"], json!(["'from headway'"]));
+    stop(wk, h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_values_round_trip() {
+    let Some(mut w) = world(3600.0) else { return };
+    w.start_celery(0.0, true);
+    let ran = Ran::default();
+    let (app, _b) = w.headway(&ran).await;
+    let (wk, h) = run_worker(&app, &["hw"]);
+    // Celery's datetime, UUID, Decimal and bytes through a headway body and
+    // back: still those types in Python.
+    let got = w.drive("typed", json!({"queue": "hw"}));
+    assert_eq!(
+        got,
+        json!({"datetime": true, "uuid": true, "decimal": true, "bytes": true})
+    );
+    // headway's typed values (kombu's wire shape) through a Celery body.
+    use headway_core::broker::celery::Typed;
+    let args = vec![
+        Typed::datetime_ms(1_767_225_600_123).to_value(),
+        Typed::uuid("12345678-1234-5678-1234-567812345678")
+            .unwrap()
+            .to_value(),
+        Typed::Decimal("2.50".into()).to_value(),
+        Typed::Bytes(vec![0xff, 1]).to_value(),
+    ];
+    let hd = app
+        .send_task("tasks.echo", args.clone(), Map::new(), Options::default())
+        .await
+        .unwrap();
+    let v = hd.get(T).await.unwrap();
+    assert_eq!(v["types"], json!(["datetime", "UUID", "Decimal", "bytes"]));
+    assert_eq!(v["args"], Value::Array(args));
+    stop(wk, h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etas_both_ways() {
+    let Some(mut w) = world(3600.0) else { return };
+    w.start_celery(0.0, true);
+    let ran = Ran::default();
+    let (app, _b) = w.headway(&ran).await;
+    let (wk, h) = run_worker(&app, &["hw"]);
+    let sent = now_ms();
+    let hd = app
+        .send_task(
+            "tasks.add",
+            vec![json!(1), json!(1)],
+            Map::new(),
+            Options {
+                countdown: Some(3000),
+                ..Options::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(hd.get(T).await.unwrap(), json!(2));
+    let at = w.ledger()[0]["at"].as_f64().unwrap();
+    assert!((at * 1000.0) as i64 >= sent + 3000, "Celery ran it early");
+    let sent = now_ms();
+    let id = w.drive(
+        "send",
+        json!({"name": "hw.add", "args": [2, 2], "queue": "hw", "countdown": 3}),
+    )["id"]
+        .clone();
+    assert_eq!(w.drive("get", json!({"id": id}))["ok"], json!(4));
+    let at = ran.lock().unwrap()[0].2;
+    assert!(at >= sent + 3000 - 50, "headway ran it early");
+    println!("{}", sides(&w, &ran));
+    stop(wk, h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revokes_both_ways() {
+    let Some(mut w) = world(3600.0) else { return };
+    w.start_celery(0.0, true);
+    let ran = Ran::default();
+    let (app, b) = w.headway(&ran).await;
+    let (wk, h) = run_worker(&app, &["hw"]);
+    // headway revokes a task a Celery worker holds for its eta.
+    let hd = app
+        .send_task(
+            "tasks.add",
+            vec![json!(1), json!(1)],
+            Map::new(),
+            Options {
+                countdown: Some(4000),
+                ..Options::default()
+            },
+        )
+        .await
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while w.server.cli(&["HLEN", "unacked"]) != "1" && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    hd.revoke(false).await.unwrap();
+    assert_eq!(
+        hd.get(T).await.unwrap_err(),
+        Refused::Revoked(hd.id().to_string())
+    );
+    assert!(w.ledger().is_empty(), "Celery ran a revoked task");
+    // Celery revokes a task a headway worker holds for its eta.
+    let id = w.drive(
+        "send",
+        json!({"name": "hw.add", "args": [2, 2], "queue": "hw", "countdown": 4}),
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let q = headway_core::task::Inspector::queues(&*b).await.unwrap();
+        if q.iter().any(|q| q.name == "hw" && q.delayed == 1) || Instant::now() > until {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    w.drive("revoke", json!({"id": id}));
+    let got = w.drive("get", json!({"id": id}));
+    assert_eq!(got["error"], json!("TaskRevokedError"), "{got}");
+    assert!(ran.lock().unwrap().is_empty(), "headway ran a revoked task");
+    assert_eq!(app.state_of(&id).await.unwrap(), State::Revoked);
+    stop(wk, h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn celerys_dead_reservation_runs_on_headway() {
+    let Some(mut w) = world(2.0) else { return };
+    w.start_celery(60.0, true);
+    let ran = Ran::default();
+    let id = w.drive("send", json!({"name": "shared.work", "args": ["x"]}))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let until = Instant::now() + Duration::from_secs(20);
+    while w.ledger().is_empty() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !w.ledger().is_empty(),
+        "Celery never started it:\n{}",
+        w.celery_log()
+    );
+    w.kill_celery(); // -9 mid-run: acks_late, so it stays in `unacked`
+    assert_eq!(w.server.cli(&["HLEN", "unacked"]), "1");
+    let (app, b) = w.headway(&ran).await;
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    assert_eq!(headway_core::task::Broker::recover(&*b).await.unwrap(), 1);
+    let (wk, h) = run_worker(&app, &["default"]);
+    assert_eq!(app.handle(&id).get(T).await.unwrap(), json!("headway:x"));
+    assert_eq!(w.drive("get", json!({"id": id}))["ok"], json!("headway:x"));
+    assert_eq!(w.server.cli(&["HLEN", "unacked"]), "0");
+    stop(wk, h).await;
+}
+
+/// The child half of `headways_dead_reservation_runs_on_celery`: claims one
+/// message and waits to be killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_claims_and_waits() {
+    let Ok(url) = std::env::var("HEADWAY_INTEROP_CHILD_URL") else {
+        return;
+    };
+    let b = CeleryBroker::connect(
+        &url,
+        CeleryOptions {
+            visibility_timeout: Duration::from_secs(2),
+            ..CeleryOptions::default()
+        },
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    let qs = vec!["default".to_string()];
+    let got = headway_core::task::Broker::consume(&*b, &qs, 1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    println!("claimed {}", got[0].message.id);
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headways_dead_reservation_runs_on_celery() {
+    let Some(mut w) = world(2.0) else { return };
+    let ran = Ran::default();
+    let (app, _b) = w.headway(&ran).await;
+    let hd = app
+        .send_task(
+            "shared.work",
+            vec![json!("y")],
+            Map::new(),
+            Options::default(),
+        )
+        .await
+        .unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_claims_and_waits",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("HEADWAY_INTEROP_CHILD_URL", w.url())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let claimed = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains("claimed "))
+        .expect("the child claims");
+    assert!(
+        claimed.ends_with(&format!("claimed {}", hd.id())),
+        "{claimed}"
+    );
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert_eq!(w.server.cli(&["HLEN", "unacked"]), "1");
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    // A Celery worker restores it at start (kombu's restore_visible) and runs it.
+    w.start_celery(0.0, false);
+    assert_eq!(
+        hd.get(T).await.unwrap(),
+        json!("celery:y"),
+        "{}",
+        w.celery_log()
+    );
+    assert_eq!(w.server.cli(&["HLEN", "unacked"]), "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priorities_honoured_across_sides() {
+    let Some(mut w) = world(3600.0) else { return };
+    let ran = Ran::default();
+    let (app, _b) = w.headway(&ran).await;
+    // headway publishes 9 then 0; a Celery worker started after takes 0 first.
+    for (p, label) in [(9u8, "low"), (5, "mid"), (0, "high")] {
+        app.send_task(
+            "tasks.add",
+            vec![json!(label), json!("")],
+            Map::new(),
+            Options {
+                priority: Some(p),
+                ..Options::default()
+            },
+        )
+        .await
+        .unwrap();
+    }
+    w.start_celery(0.0, false);
+    let until = Instant::now() + Duration::from_secs(30);
+    while w.ledger().len() < 3 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let order: Vec<String> = w
+        .ledger()
+        .iter()
+        .map(|e| e["args"][0].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(order, ["'high'", "'mid'", "'low'"]);
+    // Celery publishes 9 then 0; a headway worker started after takes 0 first.
+    for (p, x) in [(9, 9), (3, 3), (0, 0)] {
+        w.drive(
+            "send",
+            json!({"name": "hw.add", "args": [x, 0], "queue": "hw", "priority": p}),
+        );
+    }
+    let wk = Worker::new(
+        app.clone(),
+        WorkerConfig {
+            queues: vec!["hw".into()],
+            concurrency: 1,
+            prefetch: Some(1),
+            ..WorkerConfig::default()
+        },
+    )
+    .unwrap();
+    let w2 = wk.clone();
+    let h = tokio::spawn(async move { w2.run().await.unwrap() });
+    let until = Instant::now() + Duration::from_secs(20);
+    while ran.lock().unwrap().len() < 3 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let order: Vec<Value> = ran.lock().unwrap().iter().map(|r| r.1[0].clone()).collect();
+    assert_eq!(order, [json!(0), json!(3), json!(9)]);
+    stop(wk, h).await;
+}
