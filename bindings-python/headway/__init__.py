@@ -1,4 +1,17 @@
-"""headway: flow control — pools, backoff, limiters — on one Rust core.
+"""headway: flow control — pools, backoff, limiters — and a task queue, on
+one Rust core.
+
+Tasks: ``App`` registers bodies (``@app.task``), sends runs (``delay``,
+``apply_async``, ``app.send``), plans canvases (``chain``, ``group``,
+``chord``, ``a | b``), and hands out ``Handle``s to wait on; ``app.worker()``
+runs them, ``app.beat()`` sends them on rhythms (``Every``, ``Cron``,
+``At``); ``headway.schedule`` runs jobs on rhythms with no broker;
+``headway.testing.VirtualClock`` makes all of it run on virtual time. Task
+times are aware ``datetime``s or epoch seconds; spans are float seconds.
+A run that will not answer raises a ``Refused`` (``TaskFailed``, ``Timeout``,
+``Revoked``, ``Missing``, ``UnknownTask``, ``BrokerError``).
+
+Flow control:
 
 Everything here answers; nothing opens, sleeps or reads a clock it was given.
 ``Pool.take`` says what to do with a resource (``Ready``, ``Stale``, ``Make``,
@@ -23,9 +36,28 @@ import os
 from typing import TypeAlias, TypeVar, Union
 
 from . import _native
-from ._errors import Full, PoolTimeout, ShedError
+from ._errors import (
+    BrokerError,
+    Full,
+    Missing,
+    PoolTimeout,
+    Refused,
+    Revoked,
+    ShedError,
+    TaskFailed,
+    Timeout,
+    UnknownTask,
+)
 from ._limits import Bucket, Gate
 from ._native import (
+    At,
+    Context,
+    Cron,
+    Every,
+    Exponential,
+    Fixed,
+    Handle,
+    RedisBroker,
     Backoff,
     Breaker,
     Jitter,
@@ -44,6 +76,18 @@ from ._native import (
 )
 from ._pooled import Lease, Pooled
 from ._retry import Retry, retry, retrying
+from ._tasks import (
+    App,
+    AsyncTask,
+    Beat,
+    Signature,
+    Task,
+    Worker,
+    chain,
+    chord,
+    current,
+    group,
+)
 
 _T = TypeVar("_T")
 
@@ -51,29 +95,54 @@ _T = TypeVar("_T")
 Taken: TypeAlias = Union[Ready[_T], Stale[_T], Make, Wait, Later, Shed]
 
 __all__ = [
+    "App",
+    "AsyncTask",
+    "At",
     "Backoff",
+    "Beat",
     "Breaker",
+    "BrokerError",
     "Bucket",
+    "Context",
+    "Cron",
+    "Every",
+    "Exponential",
+    "Fixed",
     "Full",
     "Gate",
+    "Handle",
     "Jitter",
     "Later",
     "Lease",
     "Limits",
     "Make",
+    "Missing",
     "PanicError",
     "Pool",
     "PoolTimeout",
     "Pooled",
     "Ready",
+    "RedisBroker",
+    "Refused",
     "Retry",
+    "Revoked",
     "Shed",
     "ShedError",
+    "Signature",
     "Stale",
     "Taken",
+    "Task",
+    "TaskFailed",
+    "Timeout",
+    "UnknownTask",
     "Wait",
     "Ward",
     "Window",
+    "Worker",
+    "chain",
+    "chord",
+    "current",
+    "group",
     "pick",
     "retry",
     "retrying",

@@ -1,13 +1,32 @@
-"""The exceptions the flow-control drivers raise.
+"""The exceptions headway raises.
 
-The core answers; it never raises for a full pool or an empty bucket. These
-are what the runtime drivers (``Gate`` as a context manager, ``Pooled``) turn
-an answer into when the caller asked to be served and could not be.
+Flow control: the core answers; it never raises for a full pool or an empty
+bucket. ``Full``, ``ShedError`` and ``PoolTimeout`` are what the runtime
+drivers (``Gate`` as a context manager, ``Pooled``) turn an answer into when
+the caller asked to be served and could not be.
+
+Tasks: ``Refused`` and its subclasses are the ways a run, a send or a wait can
+be refused (the core's ``Refused``), one class per reason so ``except`` can
+tell them apart. A bad argument is a ``ValueError`` or ``TypeError`` naming it,
+as everywhere in headway; it is not a ``Refused``.
 """
 
 from __future__ import annotations
 
-__all__ = ["Full", "PoolTimeout", "ShedError"]
+from typing import Any
+
+__all__ = [
+    "BrokerError",
+    "Full",
+    "Missing",
+    "PoolTimeout",
+    "Refused",
+    "Revoked",
+    "ShedError",
+    "TaskFailed",
+    "Timeout",
+    "UnknownTask",
+]
 
 
 class Full(Exception):
@@ -30,3 +49,100 @@ class ShedError(Exception):
 class PoolTimeout(TimeoutError):
     """``Pooled.acquire`` waited ``timeout`` seconds on ``Wait`` or ``Later``
     answers without being served. A builtin ``TimeoutError`` too."""
+
+
+# ---------------------------------------------------------------- tasks
+
+
+class Refused(Exception):
+    """A task-side call did not answer a value: the base of ``TaskFailed``,
+    ``Timeout``, ``Revoked``, ``Missing``, ``UnknownTask`` and ``BrokerError``.
+
+    ``except headway.Refused`` catches every reason a run's result will not
+    come; the subclasses say which.
+    """
+
+
+class TaskFailed(Refused):
+    """The body raised on its last attempt (or a chord part did, for a
+    chord's callback).
+
+    It carries what the worker saw, which may be another process or another
+    language: ``type`` is the remote exception's type name (``"ValueError"``),
+    ``message`` its ``str()``, ``traceback`` the formatted traceback text when
+    the body's language had one, ``module`` the exception's module when known
+    (Celery's ``exc_module``). The remote exception itself is not rebuilt:
+    its class may not exist here.
+    """
+
+    type: str
+    message: str
+    traceback: str | None
+    module: str | None
+
+    def __init__(
+        self,
+        type: str,
+        message: str,
+        traceback: str | None = None,
+        module: str | None = None,
+    ) -> None:
+        super().__init__(f"{type}: {message}")
+        self.type = type
+        self.message = message
+        self.traceback = traceback
+        self.module = module
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.type, self.message, self.traceback, self.module))
+
+
+class Timeout(Refused, TimeoutError):
+    """The wait ran out before the result came (``get(timeout=...)``). A
+    builtin ``TimeoutError`` too, so code written for any timeout catches it.
+
+    The run may still finish later; the handle can be waited on again.
+    """
+
+
+class Revoked(Refused):
+    """The run was revoked, expired before it started, or was terminated: it
+    will not produce a value. ``id`` is the run's id."""
+
+    id: str
+
+    def __init__(self, id: str) -> None:
+        super().__init__(f"task {id} was revoked")
+        self.id = id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.id,))
+
+
+class Missing(Refused):
+    """There is no result to wait for: the app keeps no results
+    (``App(backend=False)``)."""
+
+
+class UnknownTask(Refused):
+    """``app.send(name, ...)`` was given a name this app has not registered.
+
+    A queue that accepts work nobody can run only moves the failure to a
+    worker; ``app.send_task`` is the call for a task another process runs.
+    ``name`` is the name that was refused.
+    """
+
+    name: str
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no task is registered as {name!r}")
+        self.name = name
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.name,))
+
+
+class BrokerError(Refused):
+    """The broker or the result store failed: unreachable, refused the
+    command, or answered something unreadable. The message says which (a
+    URL's password is never shown)."""

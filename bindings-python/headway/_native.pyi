@@ -8,24 +8,39 @@ wrong type ``TypeError``, each message naming the argument; a Rust panic
 raises ``PanicError``.
 """
 
-from collections.abc import Iterable
-from datetime import timedelta
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
+from contextvars import ContextVar
+from datetime import datetime, timedelta
 from types import GenericAlias
-from typing import Any, Final, Generic, SupportsFloat, SupportsIndex, TypeVar, final
+from typing import Any, Final, Generic, Literal, SupportsFloat, SupportsIndex, TypeVar, final
 
 from typing_extensions import disjoint_base
 
 _T = TypeVar("_T")
+_R_co = TypeVar("_R_co", covariant=True)
 
 #: Float seconds, or a ``timedelta`` (exact to the microsecond).
 _Span = SupportsFloat | SupportsIndex | timedelta
 _Num = SupportsFloat | SupportsIndex
 
+#: An instant: an aware ``datetime`` or epoch seconds.
+_Instant = datetime | SupportsFloat | SupportsIndex
+#: An instant, or a ``timedelta`` meaning that long from now.
+_When = datetime | timedelta | SupportsFloat | SupportsIndex
+_Rhythm = Every | Cron | At
+
 __all__ = [
+    "At",
     "Backoff",
     "Breaker",
     "Bucket",
+    "Context",
+    "Cron",
+    "Every",
+    "Exponential",
+    "Fixed",
     "Gate",
+    "Handle",
     "Jitter",
     "Later",
     "Limits",
@@ -33,14 +48,26 @@ __all__ = [
     "PanicError",
     "Pool",
     "Ready",
+    "RedisBroker",
     "Shed",
     "Stale",
+    "VirtualClock",
     "Wait",
     "Ward",
     "Window",
+    "current",
     "pick",
     # Hidden helpers (pyo3 lists every module member in __all__).
+    "_App",
+    "_Beat",
+    "_CURRENT",
+    "_Flag",
+    "_Host",
     "_Noop",
+    "_Scheduler",
+    "_Worker",
+    "_direct_context",
+    "_json_roundtrip",
     "_noop",
     "_now",
     "_panic",
@@ -504,3 +531,442 @@ class _Noop:
     def __new__(cls) -> _Noop: ...
     def call(self, a: object = None, b: object = None) -> None:
         """Does nothing."""
+
+# ------------------------------------------------------------------ task time
+
+@final
+class VirtualClock:
+    """A clock that workers and beats *sleep on*: a sleep advances it instead
+    of waiting, so a retry schedule or an hour of beats runs in milliseconds
+    and prints the same every time.
+
+    ``start`` is an aware ``datetime`` or epoch seconds (0: 1970-01-01 UTC).
+    What it moves is what the queue schedules — etas, retry backoffs,
+    expiry, beats. A body's ``timeout`` and ``get(timeout=...)`` stay real
+    waits: no clock makes a stuck body finish sooner.
+    """
+
+    def __new__(cls, start: _Instant = 0.0) -> VirtualClock: ...
+    def now(self) -> float:
+        """Now, in epoch seconds (like ``time.time()``)."""
+    def datetime(self) -> datetime:
+        """Now, as an aware UTC ``datetime``."""
+    def advance(self, seconds: _Span) -> None:
+        """Moves it forward by ``seconds``; a negative step does nothing:
+        time here never runs backwards."""
+    def advance_to(self, when: _Instant) -> None:
+        """Moves it to ``when`` if that is later."""
+
+@final
+class Every:
+    """Once per ``interval`` (float seconds or ``timedelta``).
+
+    Without ``anchor`` the slots count from when the entry is added, and the
+    first fires one interval after that (Celery beat and APScheduler both
+    wait: firing at once on every restart turns a crash loop into a job
+    storm). With ``anchor`` (an instant) the slots are ``anchor + k·interval``,
+    the same on every machine: ``Every(3600, anchor=0)`` is "on the hour".
+    An interval under a millisecond raises ``ValueError``.
+    """
+
+    def __new__(cls, interval: _Span, anchor: _Instant | None = None) -> Every: ...
+    @property
+    def interval(self) -> float:
+        """The interval, in seconds."""
+    @property
+    def anchor(self) -> datetime | None:
+        """The anchor the slots count from, or ``None``."""
+    def first(self, now: _Instant) -> datetime | None:
+        """The first time it fires at or after ``now``; ``None`` if never."""
+    def after(self, at: _Instant) -> datetime | None:
+        """The first time it fires strictly after ``at`` — pass the time that
+        was *due*, which is how a late tick keeps the phase."""
+    def __eq__(self, value: object, /) -> bool: ...
+    def __ne__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Cron:
+    """The minutes a 5-field crontab line names, read in the IANA time zone
+    ``tz`` (``"UTC"``, ``"Europe/London"``).
+
+    Fields: minute, hour, day of month, month, day of week, with ``*``,
+    lists, ranges, steps and names (``MON-FRI``, ``JAN``); ``@hourly``,
+    ``@daily``, ``@weekly``, ``@monthly``, ``@yearly``. Across a
+    daylight-saving change (Vixie cron's rules, as the croner crate
+    implements them): a fixed time that does not exist that day fires at the
+    first instant after the gap, a fixed time that happens twice fires once,
+    and a wildcard or step line keeps its real-time rhythm. A line that is
+    not 5 fields, never fires, or an unknown zone raises ``ValueError``.
+    """
+
+    def __new__(cls, expr: str, tz: str = "UTC") -> Cron: ...
+    @property
+    def expr(self) -> str:
+        """The crontab line as given."""
+    @property
+    def tz(self) -> str:
+        """The time zone's IANA name."""
+    def first(self, now: _Instant) -> datetime | None:
+        """The first time it fires at or after ``now``; ``None`` if never."""
+    def after(self, at: _Instant) -> datetime | None:
+        """The first time it fires strictly after ``at`` (pass the time that
+        was due)."""
+    def __eq__(self, value: object, /) -> bool: ...
+    def __ne__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class At:
+    """Once, at ``when`` (an aware ``datetime`` or epoch seconds). A time
+    already past still fires, once, at once: a one-off added a little late
+    should still run."""
+
+    def __new__(cls, when: _Instant) -> At: ...
+    @property
+    def when(self) -> datetime:
+        """When it fires."""
+    def first(self, now: _Instant) -> datetime | None:
+        """``when``, whatever ``now`` is."""
+    def after(self, at: _Instant) -> datetime | None:
+        """Always ``None``: it fires once."""
+    def __eq__(self, value: object, /) -> bool: ...
+    def __ne__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+# ------------------------------------------------------------------ task backoff
+
+@final
+class Fixed:
+    """The same wait before every retry: ``delay`` seconds (or a
+    ``timedelta``). A negative delay raises ``ValueError``."""
+
+    def __new__(cls, delay: _Span) -> Fixed: ...
+    @property
+    def delay(self) -> float:
+        """The wait, in seconds."""
+    def wait_before(self, attempt: int, task_id: str) -> float:
+        """Seconds waited before attempt ``attempt`` of run ``task_id`` (the
+        first attempt is 1 and never waits)."""
+    def __eq__(self, value: object, /) -> bool: ...
+    def __ne__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Exponential:
+    """A wait doubling from ``base`` to ``cap`` seconds. With ``jitter`` it is
+    spread over [0, ceiling] (full jitter, AWS's measured best), the draw
+    derived from the task id and the attempt, so a task waits the same on
+    every machine and in both languages, and a test can assert it.
+
+    The defaults, 1 s doubling to 10 min, jittered, are moontask's preset
+    (Celery's ``retry_backoff_max`` is also 600 s). Negative values raise
+    ``ValueError``.
+    """
+
+    def __new__(
+        cls, base: _Span | None = 1.0, cap: _Span | None = 600.0, jitter: bool = True
+    ) -> Exponential: ...
+    @property
+    def base(self) -> float:
+        """The first retry's ceiling, in seconds."""
+    @property
+    def cap(self) -> float:
+        """No wait is longer, in seconds."""
+    @property
+    def jitter(self) -> bool:
+        """Whether the wait is spread over [0, ceiling]."""
+    def wait_before(self, attempt: int, task_id: str) -> float:
+        """Seconds waited before attempt ``attempt`` of run ``task_id`` (the
+        first attempt is 1 and never waits)."""
+    def __eq__(self, value: object, /) -> bool: ...
+    def __ne__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+# ------------------------------------------------------------------ runs
+
+@final
+class Context:
+    """What a task body is told about the run it is in.
+
+    ``retries`` is how many attempts before this one failed, ``attempt`` is
+    this one counting from 1, and ``last`` says whether a failure now is
+    final — a body that must not repeat a side effect checks it before doing
+    the work again. ``now`` is the app's time when the run started. Passed
+    first to a ``bind=True`` body; ``headway.current()`` answers it anywhere
+    inside a run.
+    """
+
+    @property
+    def id(self) -> str:
+        """The run's id (also its result's key; a retry keeps it)."""
+    @property
+    def name(self) -> str:
+        """The task's registered name."""
+    @property
+    def queue(self) -> str:
+        """The queue the message came from."""
+    @property
+    def retries(self) -> int:
+        """Attempts before this one that failed."""
+    @property
+    def attempt(self) -> int:
+        """This attempt, counting from 1."""
+    @property
+    def last(self) -> bool:
+        """Whether a failure now is final (no retry follows)."""
+    @property
+    def now(self) -> datetime:
+        """The app's time when the run started, as an aware UTC ``datetime``."""
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The run's keyword arguments (a fresh dict)."""
+    @property
+    def root_id(self) -> str | None:
+        """The first run of the canvas this run belongs to, if any."""
+    @property
+    def parent_id(self) -> str | None:
+        """The run that sent this one (the previous link of a chain), if any."""
+
+def current() -> Context:
+    """The ``Context`` of the run this code is inside — a sync body, an async
+    body, or anything either calls. ``LookupError`` outside a run."""
+
+@final
+class Handle(Generic[_R_co]):
+    """A run, or a set of runs (a group), to wait on, look at or revoke.
+
+    ``get(timeout=None)`` blocks (Ctrl-C still works) and answers the value,
+    a group's list of values in order, or raises why it will not come:
+    ``TaskFailed``, ``Revoked``, ``Timeout`` (the wait ran out; ``timeout``
+    is real seconds), ``Missing``. ``await handle`` is the same without
+    blocking a thread. ``state()`` answers Celery's state names.
+    """
+
+    @property
+    def id(self) -> str:
+        """The run's id (a group's first part)."""
+    @property
+    def ids(self) -> list[str]:
+        """Every id it waits on, in order."""
+    def get(self, timeout: _Span | None = None) -> _R_co:
+        """Waits for the value (a group: the list, in order). ``timeout`` is
+        real seconds; ``None`` waits for ever."""
+    def state(self) -> Literal[
+        "PENDING", "RECEIVED", "STARTED", "RETRY", "SUCCESS", "FAILURE", "REVOKED"
+    ]:
+        """What the run is doing now, without waiting. A group: FAILURE once
+        any part failed, REVOKED once any was revoked, SUCCESS once all
+        succeeded, else the first unsettled part's state."""
+    def revoke(self, terminate: bool = False) -> None:
+        """Revokes it: it will not start anywhere the broker reaches. With
+        ``terminate``, a run in progress in this process stops (an async body
+        is cancelled; a sync body's late result is discarded) and is recorded
+        REVOKED."""
+    def ready(self) -> bool:
+        """Whether it has settled for good (SUCCESS, FAILURE or REVOKED)."""
+    def successful(self) -> bool:
+        """Whether it succeeded."""
+    def failed(self) -> bool:
+        """Whether it failed for good."""
+    def __await__(self) -> Generator[Any, None, _R_co]: ...
+    def __class_getitem__(cls, item: Any) -> GenericAlias: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __ne__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+# ------------------------------------------------------------------ brokers
+
+@final
+class RedisBroker:
+    """A broker, result store and chord counter on Redis.
+
+    ``RedisBroker(url, consumer=None, prefix="headway:", lease=30.0)`` is
+    headway's own layout: per-consumer held lists kept alive by a lease —
+    30 s, BullMQ's lock duration — so what a worker that died was holding
+    comes back by ``recover()`` (run by every live broker once per lease, and
+    callable). ``consumer`` names this process's claims (default: host, pid
+    and a random suffix; unique among live processes).
+    ``RedisBroker.celery(url, consumer=None, visibility_timeout=3600.0)``
+    speaks Celery's layout and message format, so one queue is shared with
+    Celery workers and producers; the visibility timeout is kombu's default.
+
+    It connects on first use, with the clock of the ``App`` it is given to.
+    """
+
+    def __new__(
+        cls, url: str, consumer: str | None = None, prefix: str = "headway:", lease: _Span | None = 30.0
+    ) -> RedisBroker: ...
+    @staticmethod
+    def celery(
+        url: str, consumer: str | None = None, visibility_timeout: _Span | None = 3600.0
+    ) -> RedisBroker:
+        """Celery's Redis layout and message format on ``url``."""
+    @property
+    def url(self) -> str:
+        """The URL, password redacted."""
+    @property
+    def layout(self) -> Literal["headway", "celery"]:
+        """Which layout it speaks."""
+    def recover(self) -> int:
+        """Hands back what consumers whose lease (or visibility timeout) ran
+        out were holding; answers how many messages went back."""
+    def close(self) -> None:
+        """Lets go of this consumer's claims so another consumer takes them
+        now rather than after the lease: call it after the worker stopped."""
+
+# ------------------------------------------------------------------ internals
+
+_CURRENT: ContextVar[Context | None]
+
+def _direct_context(id: str, name: str, queue: str, now: float) -> Context:
+    """A ``Context`` for a direct call of a ``bind=True`` task."""
+
+def _json_roundtrip(obj: object) -> Any:
+    """``obj`` through the conversion task arguments take."""
+
+@final
+class _Flag:
+    """A stop flag shared by one worker's threads."""
+
+    def __new__(cls) -> _Flag: ...
+    def set(self) -> None:
+        """Asks the threads serving with it to stop."""
+    def is_set(self) -> bool:
+        """Whether it was set."""
+
+@final
+class _Host:
+    """The queues and registry of an app or a scheduler."""
+
+    def __new__(cls) -> _Host: ...
+    def has_sync(self) -> bool:
+        """Whether any sync body is registered."""
+    def has_async(self) -> bool:
+        """Whether any async body is registered."""
+    def serve(self, flag: _Flag) -> None:
+        """Serves sync calls on this thread until ``flag`` is set."""
+    def pump(
+        self,
+        flag: _Flag,
+        deliver: Callable[[list[tuple[int, str, Any, tuple[Any, ...], dict[str, Any] | None, Context]]], object],
+        cancel: Callable[[list[int]], object],
+    ) -> None:
+        """Serves async calls until ``flag`` is set."""
+    def finish(self, seq: int, name: str, value: object) -> None:
+        """Answers async call ``seq`` with its return value."""
+    def fail(self, seq: int, exc: BaseException) -> None:
+        """Answers async call ``seq`` with the exception its body raised."""
+    def cancelled(self, seq: int) -> None:
+        """Answers async call ``seq`` as cancelled."""
+
+@final
+class _Worker:
+    """The core's worker."""
+
+    def run(self, grace: _Span) -> None:
+        """Runs until stopped, blocking this thread."""
+    def run_future(self) -> Awaitable[None]:
+        """An awaitable that runs it until stopped."""
+    def stop(self, grace: _Span) -> None:
+        """Stops it; returns at once."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def queues(self) -> list[str]: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def prefetch(self) -> int: ...
+    @property
+    def settled(self) -> int: ...
+    @property
+    def stopping(self) -> bool: ...
+
+@final
+class _Beat:
+    """The core's beat."""
+
+    def add(
+        self,
+        name: str,
+        task: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any] | None,
+        schedule: _Rhythm,
+        options: Mapping[str, Any] | None = None,
+    ) -> None: ...
+    def remove(self, name: str) -> bool: ...
+    def pending(self) -> list[tuple[str, datetime]]: ...
+    def tick(self) -> list[tuple[str, datetime, Handle[Any]]]: ...
+    def run(self, until: _Instant | None = None) -> None: ...
+    def stop(self) -> None: ...
+
+@final
+class _App:
+    """The core's app."""
+
+    def __new__(
+        cls, broker: str | RedisBroker, backend: str | RedisBroker | bool | None = None, clock: VirtualClock | None = None
+    ) -> _App: ...
+    @property
+    def host(self) -> _Host: ...
+    def now(self) -> float: ...
+    def register(
+        self,
+        name: str,
+        func: Callable[..., Any],
+        *,
+        bind: bool = False,
+        is_async: bool = False,
+        queue: str | None = None,
+        retries: int = 0,
+        backoff: Fixed | Exponential | None = None,
+        timeout: _Span | None = None,
+        acks_late: bool = False,
+        ignore_result: bool = False,
+        rate: str | Mapping[str, float] | None = None,
+    ) -> None: ...
+    def send(
+        self,
+        name: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        eta: _When | None = None,
+        countdown: _Span | None = None,
+        expires: _When | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        task_id: str | None = None,
+        known: bool = True,
+    ) -> Handle[Any]: ...
+    def send_canvas(self, tree: tuple[Any, ...]) -> Handle[Any]: ...
+    def handle(self, id: str) -> Handle[Any]: ...
+    def task_names(self) -> list[str]: ...
+    def has_task(self, name: str) -> bool: ...
+    def worker(
+        self,
+        queues: list[str] | None = None,
+        concurrency: int = 4,
+        prefetch: int | None = None,
+        name: str | None = None,
+    ) -> _Worker: ...
+    def beat(self) -> _Beat: ...
+    def revoke(self, ids: list[str], terminate: bool = False) -> None: ...
+
+@final
+class _Scheduler:
+    """The core's in-process scheduler."""
+
+    def __new__(cls, clock: VirtualClock | None = None) -> _Scheduler: ...
+    @property
+    def host(self) -> _Host: ...
+    def now(self) -> float: ...
+    def add(self, name: str, func: Callable[[], Any], is_async: bool, rhythm: _Rhythm) -> None: ...
+    def remove(self, name: str) -> bool: ...
+    def pending(self) -> list[tuple[str, datetime]]: ...
+    def tick(self) -> list[tuple[str, datetime]]: ...
+    def run(self, until: _Instant | None = None) -> None: ...
+    def stop(self) -> None: ...
+    def stats(self, name: str) -> dict[str, Any] | None: ...

@@ -1,5 +1,6 @@
-//! The `headway._native` module: the flow-control half of headway-core, as
-//! Python classes.
+//! The `headway._native` module: headway-core as Python classes — flow
+//! control (pools, backoff, limiters) and the task queue (app, handles,
+//! workers, beat, schedules, Redis brokers).
 //!
 //! This crate holds no rules. It converts values (float seconds and
 //! `datetime.timedelta` to `i64` nanoseconds and back, Python objects to pool
@@ -14,10 +15,17 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
+mod app;
 mod backoff;
+mod brokers;
 mod convert;
+mod host;
+mod json;
 mod limit;
 mod pool;
+mod rt;
+mod sched;
+mod times;
 
 pub(crate) use convert::*;
 
@@ -119,5 +127,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     pool::register(m)?;
     backoff::register(m)?;
     limit::register(m)?;
+    times::register(m)?;
+    host::register(m)?;
+    app::register(m)?;
+    brokers::register(m)?;
+    sched::register(m)?;
     Ok(())
 }

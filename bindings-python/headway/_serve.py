@@ -1,0 +1,187 @@
+"""The threads that run Python bodies for a worker or a scheduler.
+
+The core hands calls to Python through its ``HostQueue`` (one mechanism for
+both bindings). This module owns the Python side of it:
+
+- ``sync_threads`` runner threads call the native ``serve``: each blocks with
+  the GIL released until a call comes, then runs calls attached for as long
+  as they keep coming (one GIL crossing per busy stretch);
+- one pump thread calls the native ``pump``: it takes async calls in batches
+  and hands each batch to an asyncio loop with one ``call_soon_threadsafe``.
+  The loop is the caller's under ``await worker.run_async()``, else a
+  dedicated loop thread started on the first async call. Calls the core
+  withdrew (a timeout, a terminate, a stop past its grace) come back as
+  ``cancel(seqs)``, and their tasks are cancelled.
+
+Threads are daemons: a stuck sync body cannot keep the process alive, and
+``atexit`` stops what is still running before the interpreter goes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import sys
+import threading
+from collections.abc import Coroutine
+from typing import Any
+
+from . import _native
+
+#: How long ``close`` waits for each thread: the native loops look at their
+#: stop flag every 100 ms (a body still running is abandoned, not killed).
+_JOIN = 1.0
+
+_Call = tuple[int, str, Any, tuple[Any, ...], "dict[str, Any] | None", _native.Context]
+
+
+async def _awaiting(aw: Any) -> Any:
+    return await aw
+
+
+class Serving:
+    """One worker's (or scheduler's) runner threads, pump and loop."""
+
+    def __init__(
+        self,
+        host: _native._Host,
+        *,
+        name: str,
+        sync_threads: int,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self._host = host
+        self._name = name
+        self._flag = _native._Flag()
+        self._loop = loop
+        self._own_loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._tasks: dict[int, asyncio.Future[Any]] = {}
+        self._threads: list[threading.Thread] = []
+        for i in range(sync_threads):
+            t = threading.Thread(
+                target=host.serve, args=(self._flag,), name=f"{name}-sync-{i}", daemon=True
+            )
+            self._threads.append(t)
+        self._threads.append(
+            threading.Thread(
+                target=host.pump,
+                args=(self._flag, self._deliver, self._cancel),
+                name=f"{name}-async",
+                daemon=True,
+            )
+        )
+        for t in self._threads:
+            t.start()
+
+    # -- the loop ------------------------------------------------------
+
+    def _the_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is not None:
+            return self._loop
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                t = threading.Thread(
+                    target=loop.run_forever, name=f"{self._name}-loop", daemon=True
+                )
+                t.start()
+                self._own_loop = loop
+                self._loop_thread = t
+                self._loop = loop
+            return self._loop
+
+    def _deliver(self, batch: list[_Call]) -> None:
+        """Pump thread: hands a batch of async calls to the loop."""
+        try:
+            self._the_loop().call_soon_threadsafe(self._dispatch, batch)
+        except RuntimeError:
+            # The loop is closed (the caller's loop ended under run_async):
+            # the calls fail rather than wait for ever.
+            for seq, *_ in batch:
+                self._host.cancelled(seq)
+
+    def _cancel(self, seqs: list[int]) -> None:
+        """Pump thread: the core withdrew these calls."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(self._cancel_on_loop, seqs)
+        except RuntimeError:
+            pass
+
+    def _cancel_on_loop(self, seqs: list[int]) -> None:
+        for s in seqs:
+            t = self._tasks.get(s)
+            if t is not None:
+                t.cancel()
+
+    def _dispatch(self, batch: list[_Call]) -> None:
+        """Loop thread: starts a task per call, answered when it is done."""
+        loop = asyncio.get_running_loop()
+        host = self._host
+        for seq, name, fn, args, kwargs, ctx in batch:
+            try:
+                aw = fn(*args, **kwargs) if kwargs else fn(*args)
+            except BaseException as e:  # noqa: BLE001 - a body's failure, whatever it is
+                host.fail(seq, e)
+                continue
+            if not inspect.isawaitable(aw):
+                host.finish(seq, name, aw)
+                continue
+            coro: Coroutine[Any, Any, Any] = (
+                aw if inspect.iscoroutine(aw) else _awaiting(aw)
+            )
+            c = contextvars.copy_context()
+            c.run(_native._CURRENT.set, ctx)
+            task = loop.create_task(coro, context=c)
+            self._tasks[seq] = task
+            task.add_done_callback(functools.partial(self._done, seq, name))
+
+    def _done(self, seq: int, name: str, task: asyncio.Future[Any]) -> None:
+        self._tasks.pop(seq, None)
+        if task.cancelled():
+            self._host.cancelled(seq)
+            return
+        e = task.exception()
+        if e is None:
+            self._host.finish(seq, name, task.result())
+        else:
+            self._host.fail(seq, e)
+
+    # -- stopping ------------------------------------------------------
+
+    def close(self) -> None:
+        """Stops the threads (after the core stopped sending calls)."""
+        self._flag.set()
+        me = threading.current_thread()
+        for t in self._threads:
+            if t is not me:
+                t.join(_JOIN)
+        loop, thread = self._own_loop, self._loop_thread
+        if loop is not None and thread is not None and thread is not me:
+
+            def shut() -> None:
+                for t in list(self._tasks.values()):
+                    t.cancel()
+                loop.call_soon(loop.stop)
+
+            try:
+                loop.call_soon_threadsafe(shut)
+            except RuntimeError:
+                return
+            thread.join(_JOIN)
+            if not thread.is_alive():
+                try:
+                    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+                    if pending:
+                        loop.run_until_complete(
+                            asyncio.gather(*pending, return_exceptions=True)
+                        )
+                    loop.close()
+                except Exception as e:  # pragma: no cover - best effort at shutdown
+                    print(f"headway: closing the worker's event loop: {e!r}", file=sys.stderr)

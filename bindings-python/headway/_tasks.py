@@ -1,0 +1,974 @@
+"""The task queue's Python surface: ``App``, tasks, the canvas, workers and
+the beat (shared/API.md, "Tasks").
+
+Everything that decides — policies, retries, canvas planning, settling,
+rhythms — is the core's. This module registers Python callables, converts
+call shapes (``delay(*args, **kwargs)``, ``a | b``), and runs the threads
+that call bodies (``_serve``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import functools
+import threading
+import uuid
+import weakref
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import (
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    Protocol,
+    TypeAlias,
+    TypeVar,
+    overload,
+)
+
+from . import _native
+from ._native import At, Context, Cron, Every, Exponential, Fixed, Handle, RedisBroker, VirtualClock
+from ._serve import Serving
+
+__all__ = [
+    "App",
+    "AsyncTask",
+    "Beat",
+    "Signature",
+    "Task",
+    "Worker",
+    "chain",
+    "chord",
+    "current",
+    "group",
+]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+#: An instant: an aware ``datetime`` or epoch seconds; a ``timedelta`` means
+#: that long from now.
+When: TypeAlias = datetime | float | timedelta
+#: A span: float seconds or a ``timedelta``.
+Span: TypeAlias = float | timedelta
+Rhythm: TypeAlias = Every | Cron | At
+Backoff: TypeAlias = Fixed | Exponential
+#: ``"10/m"`` (Celery's notation: s, m, h, d) or ``{"count": 10, "per": 60.0}``.
+Rate: TypeAlias = str | Mapping[str, float]
+
+#: How long ``stop()`` (and Ctrl-C, and exit) lets runs in progress finish:
+#: 10 s, moontask's preset and about what a supervisor waits between SIGTERM
+#: and SIGKILL (Kubernetes' grace is 30 s; systemd's 90 s).
+GRACE = 10.0
+
+_live: weakref.WeakSet[Worker | Beat] = weakref.WeakSet()
+
+
+def current() -> Context:
+    """The ``Context`` of the run this code is inside: a sync body, an async
+    body, or anything either calls. ``LookupError`` outside a run."""
+    return _native.current()
+
+
+def _options(
+    eta: When | None,
+    countdown: Span | None,
+    expires: When | None,
+    queue: str | None,
+    priority: int | None,
+    task_id: str | None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if eta is not None:
+        out["eta"] = eta
+    if countdown is not None:
+        out["countdown"] = countdown
+    if expires is not None:
+        out["expires"] = expires
+    if queue is not None:
+        out["queue"] = queue
+    if priority is not None:
+        out["priority"] = priority
+    if task_id is not None:
+        out["task_id"] = task_id
+    return out
+
+
+# ---------------------------------------------------------------- canvas
+
+
+class _Canvas:
+    """What ``Signature``, ``chain``, ``group`` and ``chord`` share: sending
+    and ``|``. Building one publishes nothing, so it can be sent twice."""
+
+    def _tree(self) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def _app(self) -> App | None:
+        raise NotImplementedError
+
+    def _partial(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> _Canvas:
+        raise NotImplementedError
+
+    def _sigs(self) -> Iterable[Signature[Any]]:
+        raise NotImplementedError
+
+    def _send(self) -> Handle[Any]:
+        app = self._app()
+        if app is None:
+            raise ValueError("this canvas has no signature to take an app from")
+        return app._native.send_canvas(self._tree())
+
+    def __or__(self, other: _Canvas) -> chain:
+        if not isinstance(other, _Canvas):
+            return NotImplemented
+        return chain(self, other)
+
+
+class Signature(_Canvas, Generic[R_co]):
+    """A run that has not been published: ``task.s(...)``, ``task.si(...)``,
+    ``app.signature(name, ...)``.
+
+    A signature that is not ``immutable`` is called with the previous link's
+    result prepended when it is a chain's link, and with the parts' results
+    when it is a chord's callback. ``options`` are the per-send options of
+    ``apply_async`` (eta, countdown, expires, queue, priority, task_id).
+    """
+
+    __slots__ = ("app", "args", "immutable", "kwargs", "name", "options")
+
+    def __init__(
+        self,
+        app: App,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        immutable: bool = False,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.app = app
+        self.name = name
+        self.args: tuple[Any, ...] = tuple(args)
+        self.kwargs: dict[str, Any] = dict(kwargs or {})
+        self.immutable = immutable
+        self.options: dict[str, Any] = dict(options or {})
+
+    def _tree(self) -> tuple[Any, ...]:
+        return (
+            "sig",
+            self.name,
+            self.args,
+            self.kwargs or None,
+            self.immutable,
+            self.options or None,
+        )
+
+    def _app(self) -> App | None:
+        return self.app
+
+    def _sigs(self) -> Iterable[Signature[Any]]:
+        yield self
+
+    def _partial(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Signature[R_co]:
+        if self.immutable or (not args and not kwargs):
+            return self
+        return Signature(
+            self.app,
+            self.name,
+            args + self.args,
+            {**self.kwargs, **kwargs},
+            self.immutable,
+            self.options,
+        )
+
+    def set(
+        self,
+        *,
+        eta: When | None = None,
+        countdown: Span | None = None,
+        expires: When | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        task_id: str | None = None,
+    ) -> Signature[R_co]:
+        """A copy with these options set (the others kept)."""
+        opts = {**self.options, **_options(eta, countdown, expires, queue, priority, task_id)}
+        return Signature(self.app, self.name, self.args, self.kwargs, self.immutable, opts)
+
+    def send(self) -> Handle[R_co]:
+        """Publishes the run and answers its handle."""
+        return self._send()
+
+    def delay(self, *args: Any, **kwargs: Any) -> Handle[R_co]:
+        """Publishes it with ``args`` prepended and ``kwargs`` merged
+        (ignored when immutable), as Celery's ``sig.delay``."""
+        return self._partial(args, kwargs)._send()
+
+    def apply_async(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        eta: When | None = None,
+        countdown: Span | None = None,
+        expires: When | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        task_id: str | None = None,
+    ) -> Handle[R_co]:
+        """Publishes it with ``args`` prepended, ``kwargs`` merged and these
+        options over its own."""
+        s = self._partial(tuple(args), kwargs or {}).set(
+            eta=eta,
+            countdown=countdown,
+            expires=expires,
+            queue=queue,
+            priority=priority,
+            task_id=task_id,
+        )
+        return s._send()
+
+    def __repr__(self) -> str:
+        parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        mark = "si" if self.immutable else "s"
+        return f"{self.name}.{mark}({', '.join(parts)})"
+
+
+def _items(tasks: tuple[Any, ...], what: str) -> list[_Canvas]:
+    if len(tasks) == 1 and not isinstance(tasks[0], _Canvas):
+        tasks = tuple(tasks[0])
+    out = list(tasks)
+    for i, t in enumerate(out):
+        if not isinstance(t, _Canvas):
+            raise TypeError(
+                f"{what}: item {i} must be a signature or a canvas (task.s(...)), "
+                f"not {type(t).__name__}"
+            )
+    return out
+
+
+def _first_app(items: Iterable[_Canvas]) -> App | None:
+    for it in items:
+        a = it._app()
+        if a is not None:
+            return a
+    return None
+
+
+class _Composite(_Canvas):
+    def send(self) -> Handle[Any]:
+        """Publishes every message of the canvas and answers a handle on
+        what it waits for."""
+        return self._send()
+
+    def delay(self, *args: Any, **kwargs: Any) -> Handle[Any]:
+        """Publishes it with ``args``/``kwargs`` given to its first runs
+        (a chain's first link, a group's or chord's parts)."""
+        return self._partial(args, kwargs)._send()
+
+    def apply_async(
+        self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None
+    ) -> Handle[Any]:
+        """``delay`` with the arguments as a tuple and a dict."""
+        return self._partial(tuple(args), kwargs or {})._send()
+
+
+class chain(_Composite):
+    """Runs in order, each started when the one before it succeeds; a link
+    that is not immutable gets the previous result prepended. Answers the
+    last link's value. ``a | b`` is ``chain(a, b)``; chains inside are
+    flattened; a group first is a chord over the rest (as in Celery)."""
+
+    def __init__(self, *tasks: _Canvas | Iterable[_Canvas]) -> None:
+        self.tasks = _items(tasks, "chain")
+
+    def _tree(self) -> tuple[Any, ...]:
+        return ("chain", [t._tree() for t in self.tasks])
+
+    def _app(self) -> App | None:
+        return _first_app(self.tasks)
+
+    def _sigs(self) -> Iterable[Signature[Any]]:
+        for t in self.tasks:
+            yield from t._sigs()
+
+    def _partial(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> chain:
+        if not self.tasks or (not args and not kwargs):
+            return self
+        return chain(self.tasks[0]._partial(args, kwargs), *self.tasks[1:])
+
+    def __or__(self, other: _Canvas) -> chain:
+        if not isinstance(other, _Canvas):
+            return NotImplemented
+        return chain(*self.tasks, other)
+
+    def __repr__(self) -> str:
+        return " | ".join(repr(t) for t in self.tasks)
+
+
+class group(_Composite):
+    """Runs all at once, waited on together: the handle answers the list of
+    results in the order given. A chain inside stays a chain (the group waits
+    on its last link). ``group(...) | callback`` is a chord."""
+
+    def __init__(self, *tasks: _Canvas | Iterable[_Canvas]) -> None:
+        self.tasks = _items(tasks, "group")
+
+    def _tree(self) -> tuple[Any, ...]:
+        return ("group", [t._tree() for t in self.tasks])
+
+    def _app(self) -> App | None:
+        return _first_app(self.tasks)
+
+    def _sigs(self) -> Iterable[Signature[Any]]:
+        for t in self.tasks:
+            yield from t._sigs()
+
+    def _partial(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> group:
+        if not args and not kwargs:
+            return self
+        return group([t._partial(args, kwargs) for t in self.tasks])
+
+    def __repr__(self) -> str:
+        return f"group({', '.join(repr(t) for t in self.tasks)})"
+
+
+class chord(_Composite):
+    """``parts``, then ``callback`` once every part has succeeded, given the
+    parts' results in order (unless immutable). A part that fails for good
+    fails the callback (``TaskFailed`` with type ``ChordError``) rather than
+    leaving it pending. Answers the callback's value."""
+
+    def __init__(self, parts: group | Iterable[_Canvas], callback: _Canvas) -> None:
+        self.parts = list(parts.tasks) if isinstance(parts, group) else _items((parts,), "chord")
+        if not isinstance(callback, _Canvas):
+            raise TypeError(
+                f"chord: the callback must be a signature (task.s(...)), "
+                f"not {type(callback).__name__}"
+            )
+        self.callback = callback
+
+    def _tree(self) -> tuple[Any, ...]:
+        return ("chord", [p._tree() for p in self.parts], self.callback._tree())
+
+    def _app(self) -> App | None:
+        return _first_app([*self.parts, self.callback])
+
+    def _sigs(self) -> Iterable[Signature[Any]]:
+        for p in self.parts:
+            yield from p._sigs()
+        yield from self.callback._sigs()
+
+    def _partial(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> chord:
+        if not args and not kwargs:
+            return self
+        return chord([p._partial(args, kwargs) for p in self.parts], self.callback)
+
+    def __repr__(self) -> str:
+        return f"chord([{', '.join(repr(p) for p in self.parts)}], {self.callback!r})"
+
+
+# ---------------------------------------------------------------- tasks
+
+
+class _TaskBase(Generic[P, R]):
+    """What sync and async tasks share: the name, and sending."""
+
+    def __init__(self, app: App, fn: Callable[..., Any], name: str, bind: bool, queue: str) -> None:
+        self.app = app
+        self.name = name
+        self.bind = bind
+        self.queue = queue
+        self._fn = fn
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> Handle[R]:
+        """Publishes a run with these arguments and answers its handle."""
+        return self.app._native.send(self.name, args, kwargs or None)
+
+    def apply_async(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        eta: When | None = None,
+        countdown: Span | None = None,
+        expires: When | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        task_id: str | None = None,
+    ) -> Handle[R]:
+        """Publishes a run: ``eta`` (an aware ``datetime``, epoch seconds,
+        or a ``timedelta`` from now) is when it may first run, ``countdown``
+        how many seconds from now that is (``eta`` wins when both are given);
+        ``expires`` (same forms as ``eta``) is when running it becomes
+        pointless — a worker that finds it expired records it REVOKED without
+        running it; ``queue`` overrides the task's; ``priority`` 0 (first) to
+        9; ``task_id`` fixes the run's id."""
+        return self.app._native.send(
+            self.name,
+            tuple(args),
+            dict(kwargs) if kwargs else None,
+            eta=eta,
+            countdown=countdown,
+            expires=expires,
+            queue=queue,
+            priority=priority,
+            task_id=task_id,
+        )
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature[R]:
+        """A signature of a run with these arguments (a canvas node)."""
+        return Signature(self.app, self.name, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature[R]:
+        """An immutable signature: a chain does not prepend the previous
+        result to it, a chord does not hand it the parts' results."""
+        return Signature(self.app, self.name, args, kwargs, immutable=True)
+
+    def _direct(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        if not self.bind:
+            return args
+        ctx = _native._direct_context(str(uuid.uuid4()), self.name, self.queue, self.app.now())
+        return (ctx, *args)
+
+    def __repr__(self) -> str:
+        return f"<task {self.name}>"
+
+
+class Task(_TaskBase[P, R]):
+    """A registered sync body. ``task(...)`` runs it here and now (as
+    Celery's ``__call__`` does); ``delay``/``apply_async`` publish a run."""
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        result: R = self._fn(*self._direct(args), **kwargs)
+        return result
+
+
+class AsyncTask(_TaskBase[P, R]):
+    """A registered ``async def`` body. ``await task(...)`` runs it here and
+    now; ``delay``/``apply_async`` publish a run."""
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
+        coro: Coroutine[Any, Any, R] = self._fn(*self._direct(args), **kwargs)
+        return coro
+
+
+class _Decorator(Protocol):
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, fn: Callable[P, Coroutine[Any, Any, R]], /
+    ) -> AsyncTask[P, R]: ...
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+
+class _BoundDecorator(Protocol):
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, fn: Callable[Concatenate[Context, P], Coroutine[Any, Any, R]], /
+    ) -> AsyncTask[P, R]: ...
+    @overload
+    def __call__(self, fn: Callable[Concatenate[Context, P], R], /) -> Task[P, R]: ...
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    if asyncio.iscoroutinefunction(fn):
+        return True
+    call = getattr(fn, "__call__", None)  # noqa: B004 - a callable object's method
+    return call is not None and asyncio.iscoroutinefunction(call)
+
+
+def _on_exit() -> None:
+    for thing in list(_live):
+        try:
+            thing._exit()
+        except Exception:  # pragma: no cover - best effort at exit  # noqa: BLE001
+            pass
+
+
+atexit.register(_on_exit)
+
+
+class App:
+    """The registry, the broker and the clock.
+
+    ``broker`` is ``"memory://"`` (an in-process broker that is also its
+    result store and chord counter), ``"redis://host:port/db"`` /
+    ``"rediss://..."`` (headway's Redis layout), or a ``RedisBroker``
+    (``RedisBroker.celery(...)`` for Celery's layout). ``backend`` is where
+    results are kept: ``None`` the broker's own, ``False`` none at all
+    (``get()`` raises ``Missing``), or another URL/``RedisBroker``.
+    ``clock`` is the only clock the task side reads: ``None`` the system
+    clock, or a ``headway.testing.VirtualClock``.
+
+    Nothing is global: two apps in one process do not see each other's
+    tasks. Registering twice under one name replaces the first.
+    """
+
+    def __init__(
+        self,
+        broker: str | RedisBroker = "memory://",
+        *,
+        backend: str | RedisBroker | Literal[False] | None = None,
+        clock: VirtualClock | None = None,
+    ) -> None:
+        self._native = _native._App(broker, backend, clock)
+        self.clock = clock
+        self._tasks: dict[str, _TaskBase[Any, Any]] = {}
+        self._beat: Beat | None = None
+
+    # -- registering ---------------------------------------------------
+
+    @overload
+    def task(  # type: ignore[overload-overlap]
+        self, fn: Callable[P, Coroutine[Any, Any, R]], /
+    ) -> AsyncTask[P, R]: ...
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+    @overload
+    def task(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        retries: int = 0,
+        backoff: Backoff | None = None,
+        timeout: Span | None = None,
+        acks_late: bool = False,
+        ignore_result: bool = False,
+        rate: Rate | None = None,
+        bind: Literal[False] = False,
+    ) -> _Decorator: ...
+    @overload
+    def task(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        retries: int = 0,
+        backoff: Backoff | None = None,
+        timeout: Span | None = None,
+        acks_late: bool = False,
+        ignore_result: bool = False,
+        rate: Rate | None = None,
+        bind: Literal[True],
+    ) -> _BoundDecorator: ...
+
+    def task(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        retries: int = 0,
+        backoff: Backoff | None = None,
+        timeout: Span | None = None,
+        acks_late: bool = False,
+        ignore_result: bool = False,
+        rate: Rate | None = None,
+        bind: bool = False,
+    ) -> Any:
+        """Registers a body: ``@app.task`` or ``@app.task(name=..., ...)``.
+
+        The policy's defaults are each the safe side of its choice
+        (moontask): ``queue="default"``; ``retries=0`` (a retry repeats the
+        first attempt's side effects); ``backoff=Exponential()`` (1 s
+        doubling to 10 min, jittered by the task id); ``timeout=None`` (a
+        hung run is visible rather than silently cut); ``acks_late=False``
+        (confirmed on receipt: a worker that dies mid-run does not run it
+        twice); ``ignore_result=False``; ``rate=None`` (per worker, e.g.
+        ``"10/m"``). The name defaults to ``module.function``, as Celery's.
+        ``bind=True`` passes the run's ``Context`` first. A body may be
+        ``async def``; it then runs on an asyncio loop.
+        """
+
+        def register(f: Callable[..., Any]) -> _TaskBase[Any, Any]:
+            if not callable(f):
+                raise TypeError(f"@app.task needs a callable, not {type(f).__name__}")
+            tname = name or f"{f.__module__}.{getattr(f, '__name__', type(f).__name__)}"
+            is_async = _is_async(f)
+            self._native.register(
+                tname,
+                f,
+                bind=bind,
+                is_async=is_async,
+                queue=queue,
+                retries=retries,
+                backoff=backoff,
+                timeout=timeout,
+                acks_late=acks_late,
+                ignore_result=ignore_result,
+                rate=rate,
+            )
+            cls: type[_TaskBase[Any, Any]] = AsyncTask if is_async else Task
+            t = cls(self, f, tname, bind, queue or "default")
+            self._tasks[tname] = t
+            return t
+
+        if fn is not None:
+            return register(fn)
+        return register
+
+    @property
+    def tasks(self) -> Mapping[str, Task[..., Any] | AsyncTask[..., Any]]:
+        """Registered tasks by name (a read-only view)."""
+        from types import MappingProxyType
+
+        return MappingProxyType(self._tasks)  # type: ignore[arg-type]
+
+    def task_names(self) -> list[str]:
+        """Every registered name, sorted (so a page listing them is stable)."""
+        return self._native.task_names()
+
+    # -- sending -------------------------------------------------------
+
+    def send(
+        self,
+        name: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        eta: When | None = None,
+        countdown: Span | None = None,
+        expires: When | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        task_id: str | None = None,
+    ) -> Handle[Any]:
+        """Publishes a run of the task called ``name`` — the dispatcher's
+        entry, for a name learnt at run time. A name this app has not
+        registered raises ``UnknownTask``: a queue that accepts work nobody
+        can run only moves the failure to a worker."""
+        return self._native.send(
+            name,
+            tuple(args),
+            dict(kwargs) if kwargs else None,
+            eta=eta,
+            countdown=countdown,
+            expires=expires,
+            queue=queue,
+            priority=priority,
+            task_id=task_id,
+        )
+
+    def send_task(
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        eta: When | None = None,
+        countdown: Span | None = None,
+        expires: When | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        task_id: str | None = None,
+    ) -> Handle[Any]:
+        """Celery's ``send_task``: publishes a run of any name, for tasks
+        another process (a Celery worker, say) runs."""
+        return self._native.send(
+            name,
+            tuple(args),
+            dict(kwargs) if kwargs else None,
+            eta=eta,
+            countdown=countdown,
+            expires=expires,
+            queue=queue,
+            priority=priority,
+            task_id=task_id,
+            known=False,
+        )
+
+    def signature(
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        immutable: bool = False,
+        *,
+        eta: When | None = None,
+        countdown: Span | None = None,
+        expires: When | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        task_id: str | None = None,
+    ) -> Signature[Any]:
+        """A signature of any task name — one this app runs or one another
+        process does — as a canvas node."""
+        return Signature(
+            self, name, args, kwargs, immutable,
+            _options(eta, countdown, expires, queue, priority, task_id),
+        )  # fmt: skip
+
+    def handle(self, id: str) -> Handle[Any]:
+        """A handle on the run ``id``, which some other process may have sent."""
+        return self._native.handle(id)
+
+    def AsyncResult(self, id: str) -> Handle[Any]:  # noqa: N802 - Celery's name
+        """Celery's name for ``handle(id)``."""
+        return self._native.handle(id)
+
+    def now(self) -> float:
+        """The app's time, in epoch seconds (the virtual clock's, in tests)."""
+        return self._native.now()
+
+    # -- running -------------------------------------------------------
+
+    def worker(
+        self,
+        queues: Sequence[str] | str | None = None,
+        concurrency: int = 4,
+        prefetch: int | None = None,
+    ) -> Worker:
+        """A worker over ``queues`` (``["default"]``; a ``"a,b"`` string is
+        split) running up to ``concurrency`` bodies at once (4, moontask's
+        preset) and holding at most ``prefetch`` messages unsettled
+        (``concurrency × 4``, Celery's prefetch multiplier)."""
+        if isinstance(queues, str):
+            queues = [q.strip() for q in queues.split(",") if q.strip()]
+        native = self._native.worker(
+            list(queues) if queues is not None else None, concurrency, prefetch
+        )
+        return Worker(self, native)
+
+    def beat(self) -> Beat:
+        """The app's beat — the same object every call, so a module can add
+        entries at import and ``headway beat -A module:app`` runs them."""
+        if self._beat is None:
+            self._beat = Beat(self, self._native.beat())
+        return self._beat
+
+    def __repr__(self) -> str:
+        return f"<headway.App tasks={self.task_names()}>"
+
+
+# ---------------------------------------------------------------- worker
+
+
+class Worker:
+    """Runs tasks: claims from its queues, runs up to ``concurrency`` bodies,
+    settles each as its policy says (core's ``Worker``).
+
+    ``run()`` blocks (Ctrl-C stops it gracefully and re-raises the
+    ``KeyboardInterrupt``), ``start()`` runs it on a background thread,
+    ``await run_async()`` runs it on the caller's event loop (async bodies
+    run there too), ``stop(grace)`` stops it: no more claims, prefetched
+    messages given back, ``grace`` seconds for runs in progress, then the
+    rest cancelled and given back — nothing it held is lost. A worker runs
+    once.
+
+    Sync bodies run on ``concurrency`` daemon threads; async bodies on an
+    asyncio loop (a dedicated loop thread under ``run``/``start``). Register
+    every task before starting a worker, as Celery does at import.
+    """
+
+    def __init__(self, app: App, native: _native._Worker) -> None:
+        self.app = app
+        self._native = native
+        self._serving: Serving | None = None
+        self._thread: threading.Thread | None = None
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        self._started = False
+        self._runner: threading.Thread | None = None
+
+    @property
+    def name(self) -> str:
+        """Its name (logs, the admin page)."""
+        return self._native.name
+
+    @property
+    def queues(self) -> list[str]:
+        """The queues it claims from."""
+        return self._native.queues
+
+    @property
+    def concurrency(self) -> int:
+        """How many bodies run at once."""
+        return self._native.concurrency
+
+    @property
+    def prefetch(self) -> int:
+        """The most messages it holds unsettled."""
+        return self._native.prefetch
+
+    @property
+    def settled(self) -> int:
+        """How many messages it has settled so far."""
+        return self._native.settled
+
+    def _begin(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        if self._started:
+            raise RuntimeError("this worker has already run; make another with app.worker()")
+        self._started = True
+        host = self.app._native.host
+        n = self.concurrency if host.has_sync() else 1
+        self._serving = Serving(host, name=f"headway-{self.name}", sync_threads=n, loop=loop)
+        _live.add(self)
+
+    def _end(self) -> None:
+        if self._serving is not None:
+            self._serving.close()
+        _live.discard(self)
+        self._done.set()
+
+    def run(self) -> None:
+        """Runs until stopped, blocking this thread (the GIL released)."""
+        self._begin(None)
+        self._runner = threading.current_thread()
+        try:
+            self._native.run(GRACE)
+        finally:
+            self._end()
+
+    def start(self) -> None:
+        """Runs it on a background (daemon) thread and returns at once."""
+        self._begin(None)
+
+        def main() -> None:
+            try:
+                self._native.run(GRACE)
+            except BaseException as e:  # noqa: BLE001 - re-raised by stop()
+                self._error = e
+            finally:
+                self._end()
+
+        self._thread = threading.Thread(target=main, name=f"headway-{self.name}", daemon=True)
+        self._thread.start()
+
+    async def run_async(self) -> None:
+        """Runs until stopped on the running event loop; async bodies run on
+        that loop. Cancelling it stops the worker gracefully first."""
+        self._begin(asyncio.get_running_loop())
+        fut = self._native.run_future()
+        try:
+            await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            self._native.stop(GRACE)
+            await fut
+            raise
+        finally:
+            self._end()
+
+    def stop(self, grace: Span = GRACE, *, wait: bool = True) -> None:
+        """Stops it (see the class) and, with ``wait`` and called from outside
+        the worker, waits until it has: when this returns, what it held is
+        settled or given back. Re-raises an error that ended a
+        ``start()``-ed run. (From a signal handler, or inside a body, it only
+        asks: the thread that would wait is the one running the worker.)"""
+        self._native.stop(grace)
+        if not self._started or not wait:
+            return
+        me = threading.current_thread()
+        inside = me is self._runner or me.name.startswith(f"headway-{self.name}")
+        if inside:
+            return
+        if self._thread is not None:
+            self._thread.join()
+        else:
+            self._done.wait()
+        if self._error is not None and not isinstance(self._error, KeyboardInterrupt):
+            err, self._error = self._error, None
+            raise err
+
+    def _exit(self) -> None:
+        self._native.stop(GRACE)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(GRACE + 2.0)
+
+    def __repr__(self) -> str:
+        return f"<headway.Worker {self.name} queues={self.queues} concurrency={self.concurrency}>"
+
+
+# ---------------------------------------------------------------- beat
+
+
+class Beat:
+    """Sends tasks on rhythms (``Every``, ``Cron``, ``At``), keeping the
+    phase: the next time is computed from the time that was due, not from
+    when the tick ran, so an hourly entry stays on its minute after a late
+    tick. ``pending()`` answers ``(name, when)`` with ``when`` an aware UTC
+    ``datetime``. On a virtual clock its sleeps advance the clock."""
+
+    def __init__(self, app: App, native: _native._Beat) -> None:
+        self.app = app
+        self._native = native
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def add(
+        self,
+        name: str,
+        task: _TaskBase[Any, Any] | str,
+        args: Sequence[Any],
+        schedule: Rhythm,
+        *,
+        kwargs: Mapping[str, Any] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+    ) -> None:
+        """Schedules ``task`` (a task or a name) with ``args`` under ``name``
+        (replacing an entry of that name). The name identifies the entry,
+        not the task: one task may be scheduled twice under two names."""
+        tname = task if isinstance(task, str) else task.name
+        opts = _options(None, None, None, queue, priority, None)
+        self._native.add(name, tname, tuple(args), dict(kwargs) if kwargs else None, schedule, opts or None)
+
+    def remove(self, name: str) -> bool:
+        """Removes the entry ``name``; ``False`` when there was none."""
+        return self._native.remove(name)
+
+    def pending(self) -> list[tuple[str, datetime]]:
+        """Entry names and when each fires next, soonest first."""
+        return self._native.pending()
+
+    def tick(self) -> list[tuple[str, datetime, Handle[Any]]]:
+        """Sends what is due now; answers ``(name, due, handle)`` per send."""
+        return self._native.tick()
+
+    def run(self, until: datetime | float | None = None) -> None:
+        """Sends due entries and sleeps until the next, until ``stop()`` (or
+        until the app's clock reaches ``until``). Blocks; Ctrl-C stops it
+        and re-raises."""
+        _live.add(self)
+        try:
+            self._native.run(until)
+        finally:
+            _live.discard(self)
+
+    def start(self) -> None:
+        """Runs it on a background (daemon) thread and returns at once."""
+
+        def main() -> None:
+            try:
+                self._native.run(None)
+            except BaseException as e:  # noqa: BLE001 - re-raised by stop()
+                self._error = e
+
+        _live.add(self)
+        self._thread = threading.Thread(target=main, name="headway-beat", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops it after the tick in progress (and waits for a started one)."""
+        self._native.stop()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+            self._thread = None
+        _live.discard(self)
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+
+    def _exit(self) -> None:
+        self._native.stop()

@@ -1,0 +1,997 @@
+//! The task app: registry, sending, canvas, handles, workers and the beat.
+//!
+//! Underscore classes (`_App`, `_Worker`, `_Beat`) are driven by the
+//! `headway` package, which adds the decorator, the task objects and the
+//! threads; `Handle`, `Fixed` and `Exponential` are public as they are.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use headway_core::task::{
+    App, Backoff, Beat, Canvas, Clock, Handle, Options, Policy, Rate, Refused, Seams, Sig, State,
+    Worker, WorkerConfig,
+};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::gc::PyVisit;
+use pyo3::prelude::*;
+use pyo3::pyclass::CompareOp;
+use pyo3::types::{PyDict, PyGenericAlias, PyList, PyString, PyTuple, PyType};
+use pyo3::{IntoPyObjectExt, PyTraverseError};
+use serde_json::Value;
+
+use crate::brokers::seams_arg;
+use crate::host::{Entry, PyHost};
+use crate::json;
+use crate::rt::{block, check, panicked, refused, rt, Answer, SLICE};
+use crate::times::{clock_arg, instant_out, rhythm_arg, secs, span_ms, when_arg, When};
+use crate::{guard, int_arg, type_name};
+
+fn policy_err(e: headway_core::task::PolicyError) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+// ---------------------------------------------------------------- backoffs
+
+/// The same wait before every retry: `delay` seconds (or a `timedelta`).
+/// A negative delay raises `ValueError`.
+#[pyclass(module = "headway._native", name = "Fixed", frozen)]
+pub(crate) struct PyFixed {
+    inner: Backoff,
+}
+
+#[pymethods]
+impl PyFixed {
+    #[new]
+    fn new(delay: &Bound<'_, PyAny>) -> PyResult<Self> {
+        guard(|| {
+            Ok(PyFixed {
+                inner: Backoff::fixed(span_ms("delay", delay)?).map_err(policy_err)?,
+            })
+        })
+    }
+
+    /// The wait, in seconds.
+    #[getter]
+    fn delay(&self) -> f64 {
+        match self.inner {
+            Backoff::Fixed { delay } => secs(delay),
+            _ => 0.0,
+        }
+    }
+
+    /// Seconds waited before attempt `attempt` of run `task_id` (the first
+    /// attempt is 1 and never waits).
+    fn wait_before(&self, attempt: u32, task_id: &str) -> f64 {
+        secs(self.inner.delay(attempt, task_id))
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Fixed({})", self.delay())
+    }
+
+    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
+        let py = other.py();
+        match (op, other.cast::<PyFixed>()) {
+            (CompareOp::Eq, Ok(o)) => (self.inner == o.get().inner).into_py_any(py),
+            (CompareOp::Ne, Ok(o)) => (self.inner != o.get().inner).into_py_any(py),
+            _ => Ok(py.NotImplemented()),
+        }
+    }
+
+    fn __hash__(&self) -> u64 {
+        match self.inner {
+            Backoff::Fixed { delay } => delay as u64,
+            _ => 0,
+        }
+    }
+}
+
+/// A wait doubling from `base` to `cap` seconds. With `jitter` it is spread
+/// over [0, ceiling] (full jitter, AWS's measured best), the draw derived
+/// from the task id and the attempt, so a task waits the same on every
+/// machine and in both languages, and a test can assert it.
+///
+/// The defaults, 1 s doubling to 10 min, jittered, are moontask's preset
+/// (Celery's `retry_backoff_max` is also 600 s). Negative values raise
+/// `ValueError`.
+#[pyclass(module = "headway._native", name = "Exponential", frozen)]
+pub(crate) struct PyExponential {
+    inner: Backoff,
+}
+
+#[pymethods]
+impl PyExponential {
+    #[new]
+    #[pyo3(signature = (base=None, cap=None, jitter=true), text_signature = "(base=1.0, cap=600.0, jitter=True)")]
+    fn new(
+        base: Option<&Bound<'_, PyAny>>,
+        cap: Option<&Bound<'_, PyAny>>,
+        jitter: bool,
+    ) -> PyResult<Self> {
+        guard(|| {
+            let base = match base {
+                Some(b) if !b.is_none() => span_ms("base", b)?,
+                _ => 1_000,
+            };
+            let cap = match cap {
+                Some(c) if !c.is_none() => span_ms("cap", c)?,
+                _ => 600_000,
+            };
+            Ok(PyExponential {
+                inner: Backoff::exponential(base, cap, jitter).map_err(policy_err)?,
+            })
+        })
+    }
+
+    /// The first retry's ceiling, in seconds.
+    #[getter]
+    fn base(&self) -> f64 {
+        match self.inner {
+            Backoff::Exponential { base, .. } => secs(base),
+            _ => 0.0,
+        }
+    }
+
+    /// No wait is longer, in seconds.
+    #[getter]
+    fn cap(&self) -> f64 {
+        match self.inner {
+            Backoff::Exponential { cap, .. } => secs(cap),
+            _ => 0.0,
+        }
+    }
+
+    /// Whether the wait is spread over [0, ceiling].
+    #[getter]
+    fn jitter(&self) -> bool {
+        matches!(self.inner, Backoff::Exponential { jitter: true, .. })
+    }
+
+    /// Seconds waited before attempt `attempt` of run `task_id` (the first
+    /// attempt is 1 and never waits).
+    fn wait_before(&self, attempt: u32, task_id: &str) -> f64 {
+        secs(self.inner.delay(attempt, task_id))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Exponential(base={}, cap={}, jitter={})",
+            self.base(),
+            self.cap(),
+            if self.jitter() { "True" } else { "False" }
+        )
+    }
+
+    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
+        let py = other.py();
+        match (op, other.cast::<PyExponential>()) {
+            (CompareOp::Eq, Ok(o)) => (self.inner == o.get().inner).into_py_any(py),
+            (CompareOp::Ne, Ok(o)) => (self.inner != o.get().inner).into_py_any(py),
+            _ => Ok(py.NotImplemented()),
+        }
+    }
+
+    fn __hash__(&self) -> u64 {
+        match self.inner {
+            Backoff::Exponential { base, cap, jitter } => {
+                (base as u64).wrapping_mul(31).wrapping_add(cap as u64) ^ jitter as u64
+            }
+            _ => 0,
+        }
+    }
+}
+
+fn backoff_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Backoff> {
+    match obj {
+        None => Ok(Backoff::default()),
+        Some(o) if o.is_none() => Ok(Backoff::default()),
+        Some(o) => {
+            if let Ok(f) = o.cast::<PyFixed>() {
+                return Ok(f.get().inner);
+            }
+            if let Ok(e) = o.cast::<PyExponential>() {
+                return Ok(e.get().inner);
+            }
+            Err(PyTypeError::new_err(format!(
+                "`backoff` must be headway.Fixed or headway.Exponential, not {}",
+                type_name(o)
+            )))
+        }
+    }
+}
+
+fn rate_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Rate>> {
+    let Some(o) = obj else { return Ok(None) };
+    if o.is_none() {
+        return Ok(None);
+    }
+    if let Ok(s) = o.cast::<PyString>() {
+        return Rate::parse(s.to_str()?).map(Some).map_err(policy_err);
+    }
+    if let Ok(d) = o.cast::<PyDict>() {
+        let count = d
+            .get_item("count")?
+            .ok_or_else(|| PyValueError::new_err("invalid `rate`: a dict needs `count` and `per`"))?;
+        let per = d
+            .get_item("per")?
+            .ok_or_else(|| PyValueError::new_err("invalid `rate`: a dict needs `count` and `per`"))?;
+        let count = int_arg("rate.count", &count)?;
+        let count = u32::try_from(count)
+            .map_err(|_| PyValueError::new_err("invalid `rate`: `count` must be 0 or more"))?;
+        return Rate::new(count, span_ms("rate.per", &per)?)
+            .map(Some)
+            .map_err(policy_err);
+    }
+    Err(PyTypeError::new_err(format!(
+        "`rate` must be a string like \"10/m\" or a dict {{\"count\": 10, \"per\": 60.0}}, not {}",
+        type_name(o)
+    )))
+}
+
+// ---------------------------------------------------------------- options
+
+struct Opts<'a, 'py> {
+    eta: Option<&'a Bound<'py, PyAny>>,
+    countdown: Option<&'a Bound<'py, PyAny>>,
+    expires: Option<&'a Bound<'py, PyAny>>,
+    queue: Option<&'a Bound<'py, PyAny>>,
+    priority: Option<&'a Bound<'py, PyAny>>,
+    task_id: Option<&'a Bound<'py, PyAny>>,
+}
+
+fn some<'a, 'py>(o: Option<&'a Bound<'py, PyAny>>) -> Option<&'a Bound<'py, PyAny>> {
+    o.filter(|x| !x.is_none())
+}
+
+fn options(app: &App, o: Opts<'_, '_>) -> PyResult<Options> {
+    let mut out = Options::default();
+    if let Some(e) = some(o.eta) {
+        out.eta = Some(match when_arg("eta", e, true)? {
+            When::At(ms) => ms,
+            When::In(ms) => app.now().saturating_add(ms),
+        });
+    }
+    if let Some(c) = some(o.countdown) {
+        out.countdown = Some(span_ms("countdown", c)?);
+    }
+    if let Some(e) = some(o.expires) {
+        out.expires = Some(match when_arg("expires", e, true)? {
+            When::At(ms) => ms,
+            When::In(ms) => app.now().saturating_add(ms),
+        });
+    }
+    if let Some(q) = some(o.queue) {
+        out.queue = Some(q.extract::<String>().map_err(|_| {
+            PyTypeError::new_err(format!("`queue` must be a str, not {}", type_name(q)))
+        })?);
+    }
+    if let Some(p) = some(o.priority) {
+        let v = int_arg("priority", p)?;
+        out.priority = Some(
+            u8::try_from(v)
+                .map_err(|_| PyValueError::new_err("invalid `priority`: must be 0 to 9"))?,
+        );
+    }
+    if let Some(t) = some(o.task_id) {
+        out.id = Some(t.extract::<String>().map_err(|_| {
+            PyTypeError::new_err(format!("`task_id` must be a str, not {}", type_name(t)))
+        })?);
+    }
+    Ok(out)
+}
+
+const OPTION_NAMES: [&str; 6] = ["eta", "countdown", "expires", "queue", "priority", "task_id"];
+
+fn options_dict(app: &App, owner: &str, d: Option<&Bound<'_, PyAny>>) -> PyResult<Options> {
+    let Some(d) = some(d) else {
+        return Ok(Options::default());
+    };
+    let d = d.cast::<PyDict>().map_err(|_| {
+        PyTypeError::new_err(format!("{owner}: options must be a dict, not {}", type_name(d)))
+    })?;
+    for k in d.keys() {
+        let k: String = k.extract()?;
+        if !OPTION_NAMES.contains(&k.as_str()) {
+            return Err(PyTypeError::new_err(format!(
+                "{owner}: unexpected option {k:?} (expected one of eta, countdown, expires, queue, priority, task_id)"
+            )));
+        }
+    }
+    let eta = d.get_item("eta")?;
+    let countdown = d.get_item("countdown")?;
+    let expires = d.get_item("expires")?;
+    let queue = d.get_item("queue")?;
+    let priority = d.get_item("priority")?;
+    let task_id = d.get_item("task_id")?;
+    options(
+        app,
+        Opts {
+            eta: eta.as_ref(),
+            countdown: countdown.as_ref(),
+            expires: expires.as_ref(),
+            queue: queue.as_ref(),
+            priority: priority.as_ref(),
+            task_id: task_id.as_ref(),
+        },
+    )
+}
+
+/// A canvas tree from the package — `("sig", name, args, kwargs, immutable,
+/// options)`, `("chain", [...])`, `("group", [...])`, `("chord", [...],
+/// callback)` — as the core's `Canvas`, converted once at send.
+fn canvas_of(app: &App, tree: &Bound<'_, PyAny>) -> PyResult<Canvas> {
+    let t = tree
+        .cast::<PyTuple>()
+        .map_err(|_| PyTypeError::new_err(format!("a canvas node must be a tuple, not {}", type_name(tree))))?;
+    let kind: String = t.get_item(0)?.extract()?;
+    let list = |i: usize| -> PyResult<Vec<Canvas>> {
+        let items = t.get_item(i)?;
+        let mut out = Vec::new();
+        for x in items.try_iter()? {
+            out.push(canvas_of(app, &x?)?);
+        }
+        Ok(out)
+    };
+    match kind.as_str() {
+        "sig" => {
+            let name: String = t.get_item(1)?.extract()?;
+            let args = json::args(&name, &t.get_item(2)?)?;
+            let kw = t.get_item(3)?;
+            let kwargs = json::kwargs(&name, Some(&kw))?;
+            let immutable: bool = t.get_item(4)?.extract()?;
+            let opts = options_dict(app, &name, Some(&t.get_item(5)?))?;
+            let mut sig = Sig::new(name, args).with_kwargs(kwargs).with_options(opts);
+            if immutable {
+                sig = sig.immutable();
+            }
+            Ok(Canvas::Sig(sig))
+        }
+        "chain" => Ok(Canvas::Chain(list(1)?)),
+        "group" => Ok(Canvas::Group(list(1)?)),
+        "chord" => {
+            let parts = list(1)?;
+            let cb = canvas_of(app, &t.get_item(2)?)?;
+            Ok(Canvas::Chord(parts, Box::new(cb)))
+        }
+        other => Err(PyValueError::new_err(format!("unknown canvas node {other:?}"))),
+    }
+}
+
+// ---------------------------------------------------------------- Handle
+
+/// A run, or a set of runs (a group), to wait on, look at or revoke.
+///
+/// `get(timeout=None)` blocks (Ctrl-C still works) and answers the value, a
+/// group's list of values in order, or raises why it will not come:
+/// `TaskFailed`, `Revoked`, `Timeout` (the wait ran out; `timeout` is real
+/// seconds), `Missing`. `await handle` is the same without blocking a
+/// thread. `state()` answers Celery's state names.
+#[pyclass(module = "headway._native", name = "Handle", frozen)]
+pub(crate) struct PyHandle {
+    pub(crate) inner: Handle,
+}
+
+fn timeout_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
+    match some(obj) {
+        None => Ok(None),
+        Some(t) => {
+            let ms = span_ms("timeout", t)?;
+            Ok(Some(Duration::from_millis(ms.max(0) as u64)))
+        }
+    }
+}
+
+#[pymethods]
+impl PyHandle {
+    /// The run's id (a group's first part).
+    #[getter]
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+
+    /// Every id it waits on, in order (one, or a group's parts).
+    #[getter]
+    fn ids(&self) -> Vec<String> {
+        self.inner.ids().to_vec()
+    }
+
+    /// Waits for the value (a group: the list, in order). `timeout` is real
+    /// seconds (float or `timedelta`); `None` waits for ever.
+    #[pyo3(signature = (timeout=None))]
+    fn get<'py>(&self, py: Python<'py>, timeout: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+        guard(|| {
+            let t = timeout_arg(timeout)?;
+            let h = self.inner.clone();
+            let r = block(py, async move { h.get(t).await })?;
+            json::to_py(py, &check(py, r)?)
+        })
+    }
+
+    /// What the run is doing now, without waiting: `"PENDING"`,
+    /// `"RECEIVED"`, `"STARTED"`, `"RETRY"`, `"SUCCESS"`, `"FAILURE"` or
+    /// `"REVOKED"`. A group: FAILURE once any part failed, REVOKED once any
+    /// was revoked, SUCCESS once all succeeded, else the first unsettled
+    /// part's state.
+    fn state(&self, py: Python<'_>) -> PyResult<&'static str> {
+        guard(|| {
+            let h = self.inner.clone();
+            let r = block(py, async move { h.state().await })?;
+            Ok(check(py, r)?.name())
+        })
+    }
+
+    /// Revokes it: it will not start anywhere the broker reaches. With
+    /// `terminate`, a run in progress in this process stops (an async body
+    /// is cancelled; a sync body's late result is discarded) and is recorded
+    /// REVOKED.
+    #[pyo3(signature = (terminate=false))]
+    fn revoke(&self, py: Python<'_>, terminate: bool) -> PyResult<()> {
+        guard(|| {
+            let h = self.inner.clone();
+            let r = block(py, async move { h.revoke(terminate).await })?;
+            check(py, r)
+        })
+    }
+
+    /// Whether it has settled for good (SUCCESS, FAILURE or REVOKED).
+    fn ready(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.state_of(py)?.is_final())
+    }
+
+    /// Whether it succeeded.
+    fn successful(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.state_of(py)? == State::Success)
+    }
+
+    /// Whether it failed for good.
+    fn failed(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.state_of(py)? == State::Failure)
+    }
+
+    fn __await__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        rt()?;
+        let h = self.inner.clone();
+        let fut = pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            Ok(Answer(h.get(None).await))
+        })?;
+        fut.call_method0("__await__")
+    }
+
+    #[classmethod]
+    fn __class_getitem__<'py>(
+        cls: &Bound<'py, PyType>,
+        item: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyGenericAlias>> {
+        PyGenericAlias::new(cls.py(), cls.as_any(), item)
+    }
+
+    fn __repr__(&self) -> String {
+        if self.inner.is_set() {
+            format!("Handle(group of {})", self.inner.ids().len())
+        } else {
+            format!("Handle({:?})", self.inner.id())
+        }
+    }
+
+    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
+        let py = other.py();
+        match (op, other.cast::<PyHandle>()) {
+            (CompareOp::Eq, Ok(o)) => (self.inner.ids() == o.get().inner.ids()).into_py_any(py),
+            (CompareOp::Ne, Ok(o)) => (self.inner.ids() != o.get().inner.ids()).into_py_any(py),
+            _ => Ok(py.NotImplemented()),
+        }
+    }
+
+    fn __hash__(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.inner.ids().hash(&mut h);
+        h.finish()
+    }
+}
+
+impl PyHandle {
+    fn state_of(&self, py: Python<'_>) -> PyResult<State> {
+        guard(|| {
+            let h = self.inner.clone();
+            let r = block(py, async move { h.state().await })?;
+            check(py, r)
+        })
+    }
+}
+
+// ---------------------------------------------------------------- Worker
+
+/// Resolves to `None` or raises the refusal.
+struct Done(Result<(), Refused>);
+
+impl<'py> IntoPyObject<'py> for Done {
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match self.0 {
+            Ok(()) => Ok(py.None().into_bound(py)),
+            Err(r) => Err(refused(py, r)),
+        }
+    }
+}
+
+/// The core's worker. Internal: `headway.Worker` adds the runner threads.
+#[pyclass(module = "headway._native", name = "_Worker", frozen)]
+pub(crate) struct PyWorker {
+    inner: Worker,
+}
+
+#[pymethods]
+impl PyWorker {
+    /// Runs until stopped, blocking this thread with the GIL released. On
+    /// Ctrl-C it stops gracefully (`grace` seconds for runs in progress),
+    /// waits for that, and raises the `KeyboardInterrupt`; a second Ctrl-C
+    /// stops waiting.
+    fn run(&self, py: Python<'_>, grace: &Bound<'_, PyAny>) -> PyResult<()> {
+        guard(|| {
+            let grace = Duration::from_millis(span_ms("grace", grace)?.max(0) as u64);
+            let rt = rt()?;
+            let w = self.inner.clone();
+            let mut join = rt.spawn(async move { w.run().await });
+            let mut interrupted: Option<PyErr> = None;
+            let out = loop {
+                let got = py.detach(|| {
+                    rt.block_on(async { tokio::time::timeout(SLICE, &mut join).await.ok() })
+                });
+                if let Some(r) = got {
+                    break r;
+                }
+                if let Err(e) = py.check_signals() {
+                    if interrupted.is_some() {
+                        return Err(e);
+                    }
+                    self.inner.stop(grace);
+                    interrupted = Some(e);
+                }
+            };
+            let r = out.map_err(panicked)?;
+            check(py, r)?;
+            match interrupted {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
+        })
+    }
+
+    /// An awaitable that runs it on the shared runtime until stopped.
+    fn run_future<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        rt()?;
+        let w = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move { Ok(Done(w.run().await)) })
+    }
+
+    /// Stops claiming, gives prefetched messages back, waits up to `grace`
+    /// seconds for runs in progress, then cancels and gives back the rest.
+    /// Returns at once; `run` returns when it is all done.
+    fn stop(&self, grace: &Bound<'_, PyAny>) -> PyResult<()> {
+        guard(|| {
+            let ms = span_ms("grace", grace)?.max(0);
+            self.inner.stop(Duration::from_millis(ms as u64));
+            Ok(())
+        })
+    }
+
+    /// Its name (logs, the admin page).
+    #[getter]
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    /// The queues it claims from.
+    #[getter]
+    fn queues(&self) -> Vec<String> {
+        self.inner.queues().to_vec()
+    }
+    /// How many bodies run at once.
+    #[getter]
+    fn concurrency(&self) -> usize {
+        self.inner.concurrency()
+    }
+    /// The most messages it holds unsettled.
+    #[getter]
+    fn prefetch(&self) -> usize {
+        self.inner.prefetch()
+    }
+    /// How many messages it has settled.
+    #[getter]
+    fn settled(&self) -> u64 {
+        self.inner.settled()
+    }
+    /// Whether stop was called.
+    #[getter]
+    fn stopping(&self) -> bool {
+        self.inner.is_stopping()
+    }
+}
+
+// ---------------------------------------------------------------- Beat
+
+/// The core's beat. Internal: `headway.Beat` wraps it.
+#[pyclass(module = "headway._native", name = "_Beat", frozen)]
+pub(crate) struct PyBeat {
+    inner: Beat,
+    app: App,
+}
+
+#[pymethods]
+impl PyBeat {
+    /// Schedules task `task` (a name) with `args`/`kwargs` under `name`
+    /// (replacing an entry of that name) on `schedule`.
+    #[pyo3(signature = (name, task, args, kwargs, schedule, options=None))]
+    fn add(
+        &self,
+        name: &str,
+        task: &str,
+        args: &Bound<'_, PyAny>,
+        kwargs: Option<&Bound<'_, PyAny>>,
+        schedule: &Bound<'_, PyAny>,
+        options: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        guard(|| {
+            let rhythm = rhythm_arg("schedule", schedule)?;
+            let a = json::args(task, args)?;
+            let kw = json::kwargs(task, kwargs)?;
+            let opts = options_dict(&self.app, task, options)?;
+            let sig = Sig::new(task, a).with_kwargs(kw).with_options(opts);
+            let py = args.py();
+            check(py, self.inner.add(name, sig, rhythm))
+        })
+    }
+
+    /// Removes the entry `name`; `False` when there was none.
+    fn remove(&self, name: &str) -> bool {
+        self.inner.remove(name)
+    }
+
+    /// Entry names and when each fires next (aware UTC `datetime`), soonest
+    /// first.
+    fn pending<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let items = self
+            .inner
+            .pending()
+            .into_iter()
+            .map(|(n, at)| Ok((n, instant_out(py, at)?)))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, items)
+    }
+
+    /// Sends what is due now: `(name, due, handle)` for each send.
+    fn tick<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        guard(|| {
+            let b = self.inner.clone();
+            let r = block(py, async move { b.tick().await })?;
+            let fired = check(py, r)?;
+            let items = fired
+                .into_iter()
+                .map(|f| {
+                    Ok((
+                        f.name,
+                        instant_out(py, f.due)?,
+                        Py::new(py, PyHandle { inner: f.handle })?,
+                    ))
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            PyList::new(py, items)
+        })
+    }
+
+    /// Sends due entries and sleeps until the next, until `stop()` — or,
+    /// with `until` (an instant), until the app's clock reaches it. Blocks
+    /// with the GIL released; Ctrl-C stops it and raises.
+    #[pyo3(signature = (until=None))]
+    fn run(&self, py: Python<'_>, until: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        guard(|| {
+            let until = match some(until) {
+                Some(u) => Some(crate::times::instant_arg("until", u)?),
+                None => None,
+            };
+            let rt = rt()?;
+            let b = self.inner.clone();
+            let mut join = rt.spawn(async move { b.run(until).await });
+            let mut interrupted: Option<PyErr> = None;
+            let out = loop {
+                let got = py.detach(|| {
+                    rt.block_on(async { tokio::time::timeout(SLICE, &mut join).await.ok() })
+                });
+                if let Some(r) = got {
+                    break r;
+                }
+                if let Err(e) = py.check_signals() {
+                    if interrupted.is_some() {
+                        return Err(e);
+                    }
+                    self.inner.stop();
+                    interrupted = Some(e);
+                }
+            };
+            check(py, out.map_err(panicked)?)?;
+            match interrupted {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
+        })
+    }
+
+    /// Stops `run` after the tick in progress.
+    fn stop(&self) {
+        self.inner.stop();
+    }
+}
+
+// ---------------------------------------------------------------- App
+
+/// The core's app. Internal: `headway.App` wraps it.
+#[pyclass(module = "headway._native", name = "_App", frozen)]
+pub(crate) struct PyApp {
+    app: App,
+    host: Py<PyHost>,
+}
+
+fn seams_for(
+    py: Python<'_>,
+    broker: &Bound<'_, PyAny>,
+    backend: Option<&Bound<'_, PyAny>>,
+    clock: &Arc<dyn Clock>,
+) -> PyResult<Seams> {
+    let mut seams = seams_arg(py, "broker", broker, clock)?;
+    match backend {
+        None => {}
+        Some(b) if b.is_none() => {}
+        Some(b) if b.is_exact_instance_of::<pyo3::types::PyBool>() => {
+            if b.is_truthy()? {
+                return Err(PyValueError::new_err(
+                    "invalid `backend`: True is not a store; pass None (the broker's), False (none) or a URL",
+                ));
+            }
+            seams.backend = None;
+        }
+        Some(b) => {
+            let other = seams_arg(py, "backend", b, clock)?;
+            seams.backend = other.backend;
+            seams.counter = other.counter;
+        }
+    }
+    Ok(seams)
+}
+
+#[pymethods]
+impl PyApp {
+    #[new]
+    #[pyo3(signature = (broker, backend=None, clock=None))]
+    fn new(
+        py: Python<'_>,
+        broker: &Bound<'_, PyAny>,
+        backend: Option<&Bound<'_, PyAny>>,
+        clock: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        guard(|| {
+            rt()?;
+            let clock = clock_arg(clock)?;
+            let seams = seams_for(py, broker, backend, &clock)?;
+            Ok(PyApp {
+                app: App::new(seams, clock),
+                host: Py::new(py, PyHost::new())?,
+            })
+        })
+    }
+
+    /// The host the app's bodies are served from.
+    #[getter]
+    fn host(&self, py: Python<'_>) -> Py<PyHost> {
+        self.host.clone_ref(py)
+    }
+
+    /// The app's time, in epoch seconds.
+    fn now(&self) -> f64 {
+        secs(self.app.now())
+    }
+
+    /// Registers `func` under `name` with a policy (replacing an earlier one).
+    #[pyo3(signature = (name, func, *, bind=false, is_async=false, queue=None, retries=0, backoff=None, timeout=None, acks_late=false, ignore_result=false, rate=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn register(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        func: Py<PyAny>,
+        bind: bool,
+        is_async: bool,
+        queue: Option<String>,
+        retries: i64,
+        backoff: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        acks_late: bool,
+        ignore_result: bool,
+        rate: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        guard(|| {
+            let retries = u32::try_from(retries)
+                .map_err(|_| PyValueError::new_err("invalid `retries`: must be 0 or more"))?;
+            let timeout = match some(timeout) {
+                Some(t) => Some(span_ms("timeout", t)?),
+                None => None,
+            };
+            let policy = Policy {
+                queue: queue.unwrap_or_else(|| "default".into()),
+                retries,
+                backoff: backoff_arg(backoff)?,
+                timeout,
+                acks_late,
+                ignore_result,
+                rate: rate_arg(rate)?,
+            };
+            policy.check().map_err(policy_err)?;
+            if name.is_empty() {
+                return Err(PyValueError::new_err("invalid `name`: must not be empty"));
+            }
+            let body = self.host.get().inner.insert(
+                name,
+                Entry {
+                    func,
+                    bind,
+                    is_async,
+                },
+            );
+            check(py, self.app.register(name, policy, body))
+        })
+    }
+
+    /// Publishes a run of `name`; with `known`, a name this app has not
+    /// registered is refused (`UnknownTask`).
+    #[pyo3(signature = (name, args, kwargs=None, *, eta=None, countdown=None, expires=None, queue=None, priority=None, task_id=None, known=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        args: &Bound<'_, PyAny>,
+        kwargs: Option<&Bound<'_, PyAny>>,
+        eta: Option<&Bound<'_, PyAny>>,
+        countdown: Option<&Bound<'_, PyAny>>,
+        expires: Option<&Bound<'_, PyAny>>,
+        queue: Option<&Bound<'_, PyAny>>,
+        priority: Option<&Bound<'_, PyAny>>,
+        task_id: Option<&Bound<'_, PyAny>>,
+        known: bool,
+    ) -> PyResult<PyHandle> {
+        guard(|| {
+            if known && !self.app.has_task(name) {
+                return Err(refused(py, Refused::UnknownTask(name.to_string())));
+            }
+            let a = json::args(name, args)?;
+            let kw = json::kwargs(name, kwargs)?;
+            let opts = options(
+                &self.app,
+                Opts {
+                    eta,
+                    countdown,
+                    expires,
+                    queue,
+                    priority,
+                    task_id,
+                },
+            )?;
+            let app = self.app.clone();
+            let name = name.to_string();
+            let r = block(py, async move {
+                if known {
+                    app.send(&name, a, kw, opts).await
+                } else {
+                    app.send_task(&name, a, kw, opts).await
+                }
+            })?;
+            Ok(PyHandle {
+                inner: check(py, r)?,
+            })
+        })
+    }
+
+    /// Publishes a canvas tree (see `canvas_of`) and answers its handle.
+    fn send_canvas(&self, py: Python<'_>, tree: &Bound<'_, PyAny>) -> PyResult<PyHandle> {
+        guard(|| {
+            let canvas = canvas_of(&self.app, tree)?;
+            let app = self.app.clone();
+            let r = block(py, async move { app.send_canvas(canvas).await })?;
+            Ok(PyHandle {
+                inner: check(py, r)?,
+            })
+        })
+    }
+
+    /// A handle on the run `id`, sent by anyone.
+    fn handle(&self, id: &str) -> PyHandle {
+        PyHandle {
+            inner: self.app.handle(id),
+        }
+    }
+
+    /// Every registered name, sorted.
+    fn task_names(&self) -> Vec<String> {
+        self.app.task_names()
+    }
+
+    /// Whether `name` is registered.
+    fn has_task(&self, name: &str) -> bool {
+        self.app.has_task(name)
+    }
+
+    /// A worker over `queues` (the core's `["default"]` when `None`).
+    #[pyo3(signature = (queues=None, concurrency=4, prefetch=None, name=None))]
+    fn worker(
+        &self,
+        queues: Option<Vec<String>>,
+        concurrency: i64,
+        prefetch: Option<i64>,
+        name: Option<String>,
+    ) -> PyResult<PyWorker> {
+        guard(|| {
+            let d = WorkerConfig::default();
+            let concurrency = usize::try_from(concurrency)
+                .map_err(|_| PyValueError::new_err("invalid `concurrency`: must be at least 1"))?;
+            let prefetch = match prefetch {
+                Some(p) => Some(usize::try_from(p).map_err(|_| {
+                    PyValueError::new_err("invalid `prefetch`: must be 0 or more")
+                })?),
+                None => None,
+            };
+            let cfg = WorkerConfig {
+                queues: queues.unwrap_or(d.queues),
+                concurrency,
+                prefetch,
+                name,
+            };
+            let py_err = |r: Refused| PyValueError::new_err(r.to_string());
+            Ok(PyWorker {
+                inner: self.app.worker(cfg).map_err(py_err)?,
+            })
+        })
+    }
+
+    /// A new beat on this app.
+    fn beat(&self) -> PyBeat {
+        PyBeat {
+            inner: self.app.beat(),
+            app: self.app.clone(),
+        }
+    }
+
+    /// Revokes runs by id.
+    #[pyo3(signature = (ids, terminate=false))]
+    fn revoke(&self, py: Python<'_>, ids: Vec<String>, terminate: bool) -> PyResult<()> {
+        guard(|| {
+            let app = self.app.clone();
+            let r = block(py, async move { app.revoke(&ids, terminate).await })?;
+            check(py, r)
+        })
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.host)
+    }
+}
+
+/// JSON for a value in a test helper: round-trips `obj` through the same
+/// conversion task arguments take (raises like a send would).
+#[pyfunction]
+fn _json_roundtrip<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let v: Value = json::to_json("value", &json::Path::Root("value"), obj)?;
+    json::to_py(py, &v)
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyFixed>()?;
+    m.add_class::<PyExponential>()?;
+    m.add_class::<PyHandle>()?;
+    m.add_class::<PyWorker>()?;
+    m.add_class::<PyBeat>()?;
+    m.add_class::<PyApp>()?;
+    m.add_function(wrap_pyfunction!(_json_roundtrip, m)?)?;
+    Ok(())
+}

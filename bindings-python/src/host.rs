@@ -1,0 +1,567 @@
+//! Python bodies, called through the core's `HostQueue` in batches.
+//!
+//! The core never calls Python from a tokio thread. A registered body is a
+//! `HostQueue` body: a run pushes a call and waits for its answer. Python
+//! threads take the calls (shared/BINDINGS.md §2.2):
+//! - **sync bodies**: runner threads (as many as the worker's concurrency)
+//!   block in `take_blocking` with the GIL released, attach once, and then
+//!   keep taking while there is work — one GIL crossing per busy stretch, not
+//!   per message — answering each call as it returns, so a slow body never
+//!   holds back a fast one's result;
+//! - **async bodies**: a pump thread takes calls in batches and hands each
+//!   batch to an asyncio loop with one `call_soon_threadsafe`; the loop
+//!   starts a task per call and answers from its done callback. Calls the
+//!   core withdrew (a timeout, a terminate, a stop) are reported by
+//!   `cancelled()`; the pump hands them to the loop, which cancels their tasks.
+//!
+//! A sync body cannot be interrupted: when the core stops waiting for it, its
+//! late answer is discarded by `finish`.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use headway_core::task::{Body, Call, Context, Failure, HostQueue};
+use pyo3::exceptions::PyLookupError;
+use pyo3::gc::PyVisit;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::PyTraverseError;
+use serde_json::Value;
+
+use crate::json::{self, Path};
+use crate::rt::{failure_of, SLICE};
+use crate::times::instant_out;
+
+/// How many async calls one pump wake-up hands to the loop at most.
+const ASYNC_BATCH: usize = 256;
+
+/// A registered body.
+pub(crate) struct Entry {
+    pub(crate) func: Py<PyAny>,
+    pub(crate) bind: bool,
+    pub(crate) is_async: bool,
+}
+
+/// The queues and the registry one app (or one scheduler) serves from.
+pub(crate) struct Host {
+    pub(crate) sync_q: Arc<HostQueue>,
+    pub(crate) async_q: Arc<HostQueue>,
+    entries: RwLock<HashMap<String, Arc<Entry>>>,
+}
+
+impl Host {
+    pub(crate) fn new() -> Arc<Host> {
+        Arc::new(Host {
+            sync_q: HostQueue::new(),
+            async_q: HostQueue::new(),
+            entries: RwLock::new(HashMap::new()),
+        })
+    }
+
+    fn entry(&self, key: &str) -> Option<Arc<Entry>> {
+        self.entries
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned()
+    }
+
+    /// Registers `func` under `key` and answers the core body that queues
+    /// its calls (on the sync or the async queue).
+    pub(crate) fn insert(&self, key: &str, entry: Entry) -> Arc<dyn Body> {
+        let q = if entry.is_async {
+            &self.async_q
+        } else {
+            &self.sync_q
+        };
+        let body = q.body(key);
+        self.entries
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.to_string(), Arc::new(entry));
+        body
+    }
+}
+
+// ---------------------------------------------------------------- Context
+
+/// What a task body is told about the run it is in.
+///
+/// `retries` is how many attempts before this one failed, `attempt` is this
+/// one counting from 1, and `last` says whether a failure now is final — a
+/// body that must not repeat a side effect checks it before doing the work
+/// again. `now` is the app's time when the run started (aware UTC
+/// `datetime`). Passed first to a `bind=True` body; `headway.current()`
+/// answers it anywhere inside a run.
+#[pyclass(module = "headway._native", name = "Context", frozen)]
+pub(crate) struct PyCtx {
+    pub(crate) inner: Context,
+}
+
+#[pymethods]
+impl PyCtx {
+    /// The run's id (also its result's key; a retry keeps it).
+    #[getter]
+    fn id(&self) -> &str {
+        &self.inner.id
+    }
+    /// The task's registered name.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.inner.name
+    }
+    /// The queue the message came from.
+    #[getter]
+    fn queue(&self) -> &str {
+        &self.inner.queue
+    }
+    /// Attempts before this one that failed.
+    #[getter]
+    fn retries(&self) -> u32 {
+        self.inner.retries
+    }
+    /// This attempt, counting from 1.
+    #[getter]
+    fn attempt(&self) -> u32 {
+        self.inner.attempt
+    }
+    /// Whether a failure now is final (no retry follows).
+    #[getter]
+    fn last(&self) -> bool {
+        self.inner.last
+    }
+    /// The app's time when the run started, as an aware UTC `datetime`.
+    #[getter]
+    fn now<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        instant_out(py, self.inner.now)
+    }
+    /// The run's keyword arguments (a fresh dict).
+    #[getter]
+    fn kwargs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        json::dict(py, &self.inner.kwargs)
+    }
+    /// The first run of the canvas this run belongs to, if any.
+    #[getter]
+    fn root_id(&self) -> Option<&str> {
+        self.inner.root_id.as_deref()
+    }
+    /// The run that sent this one (the previous link of a chain), if any.
+    #[getter]
+    fn parent_id(&self) -> Option<&str> {
+        self.inner.parent_id.as_deref()
+    }
+    fn __repr__(&self) -> String {
+        let c = &self.inner;
+        format!(
+            "Context(id={:?}, name={:?}, queue={:?}, retries={}, attempt={}, last={})",
+            c.id,
+            c.name,
+            c.queue,
+            c.retries,
+            c.attempt,
+            if c.last { "True" } else { "False" }
+        )
+    }
+}
+
+enum Current {
+    Rust(Context),
+    Py(Py<PyCtx>),
+}
+
+thread_local! {
+    /// The run a sync body on this thread is in.
+    static CURRENT: RefCell<Option<Current>> = const { RefCell::new(None) };
+}
+
+/// The context variable async bodies read: set in each task's context.
+pub(crate) static CURRENT_VAR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+pub(crate) fn current_var(py: Python<'_>) -> PyResult<&Py<PyAny>> {
+    CURRENT_VAR.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        let kw = PyDict::new(py);
+        kw.set_item("default", py.None())?;
+        Ok(py
+            .import("contextvars")?
+            .getattr("ContextVar")?
+            .call(("headway.current",), Some(&kw))?
+            .unbind())
+    })
+}
+
+/// The `Context` of the run this code is inside — a sync body, an async
+/// body, or anything either calls. `LookupError` outside a run.
+#[pyfunction]
+pub(crate) fn current(py: Python<'_>) -> PyResult<Py<PyCtx>> {
+    let v = current_var(py)?.bind(py).call_method0("get")?;
+    if !v.is_none() {
+        return Ok(v.cast_into::<PyCtx>()?.unbind());
+    }
+    CURRENT.with(|c| {
+        let mut slot = c.borrow_mut();
+        match slot.take() {
+            Some(Current::Py(p)) => {
+                let out = p.clone_ref(py);
+                *slot = Some(Current::Py(p));
+                Ok(out)
+            }
+            Some(Current::Rust(ctx)) => {
+                let p = Py::new(py, PyCtx { inner: ctx })?;
+                let out = p.clone_ref(py);
+                *slot = Some(Current::Py(p));
+                Ok(out)
+            }
+            None => Err(PyLookupError::new_err(
+                "headway.current() was called outside a task run",
+            )),
+        }
+    })
+}
+
+/// A `Context` for a direct call of a `bind=True` task (`task(...)` runs
+/// the body here, not on a worker): first attempt, last, the app's now.
+#[pyfunction]
+fn _direct_context(id: String, name: String, queue: String, now: f64) -> PyCtx {
+    PyCtx {
+        inner: Context {
+            id,
+            name,
+            queue,
+            retries: 0,
+            attempt: 1,
+            last: true,
+            now: (now * 1000.0).round() as i64,
+            kwargs: serde_json::Map::new(),
+            root_id: None,
+            parent_id: None,
+        },
+    }
+}
+
+/// Restores the previous current run when a body returns (or unwinds).
+struct Restore(Option<Current>);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let prev = self.0.take();
+        CURRENT.with(|c| *c.borrow_mut() = prev);
+    }
+}
+
+// ---------------------------------------------------------------- serving
+
+/// A stop flag shared by one worker's threads.
+#[pyclass(module = "headway._native", name = "_Flag", frozen)]
+pub(crate) struct PyFlag {
+    pub(crate) inner: Arc<AtomicBool>,
+}
+
+#[pymethods]
+impl PyFlag {
+    #[new]
+    fn new() -> Self {
+        PyFlag {
+            inner: Arc::new(AtomicBool::new(false)),
+        }
+    }
+    /// Asks the threads serving with it to stop.
+    fn set(&self) {
+        self.inner.store(true, Ordering::SeqCst);
+    }
+    /// Whether it was set.
+    fn is_set(&self) -> bool {
+        self.inner.load(Ordering::SeqCst)
+    }
+}
+
+fn returned_awaitable(key: &str) -> Failure {
+    Failure::new(
+        "TypeError",
+        format!(
+            "{key}: the body returned an awaitable; declare it `async def` so headway runs it on its event loop"
+        ),
+    )
+}
+
+fn run_sync(py: Python<'_>, host: &Host, call: Call) {
+    let Call {
+        seq,
+        key,
+        ctx,
+        args,
+    } = call;
+    let result = match host.entry(&key) {
+        None => Err(Failure::new(
+            "NotRegistered",
+            format!("no Python body is registered as {key:?}"),
+        )),
+        Some(e) => call_sync(py, &e, &key, ctx, &args),
+    };
+    host.sync_q.finish(seq, result);
+}
+
+fn call_sync(
+    py: Python<'_>,
+    e: &Entry,
+    key: &str,
+    ctx: Context,
+    args: &[Value],
+) -> Result<Value, Failure> {
+    let prepared = (|| -> PyResult<_> {
+        let kwargs = if ctx.kwargs.is_empty() {
+            None
+        } else {
+            Some(json::dict(py, &ctx.kwargs)?)
+        };
+        let mut items: Vec<Bound<'_, PyAny>> = Vec::with_capacity(args.len() + 1);
+        let current = if e.bind {
+            let p = Py::new(py, PyCtx { inner: ctx })?;
+            items.push(p.bind(py).clone().into_any());
+            Current::Py(p)
+        } else {
+            Current::Rust(ctx)
+        };
+        for a in args {
+            items.push(json::to_py(py, a)?);
+        }
+        Ok((PyTuple::new(py, items)?, kwargs, current))
+    })();
+    let (tuple, kwargs, current) = prepared.map_err(|err| failure_of(py, &err))?;
+    let prev = CURRENT.with(|c| c.borrow_mut().replace(current));
+    let restore = Restore(prev);
+    let ret = e.func.bind(py).call(tuple, kwargs.as_ref());
+    drop(restore);
+    match ret {
+        Ok(v) => result_json(py, key, &v),
+        Err(err) => Err(failure_of(py, &err)),
+    }
+}
+
+/// A body's return value as JSON, or the failure saying why it cannot be.
+pub(crate) fn result_json(py: Python<'_>, key: &str, v: &Bound<'_, PyAny>) -> Result<Value, Failure> {
+    match json::to_json(key, &Path::Root("result"), v) {
+        Ok(j) => Ok(j),
+        Err(err) => {
+            if v.hasattr("__await__").unwrap_or(false) {
+                if v.hasattr("close").unwrap_or(false) {
+                    let _ = v.call_method0("close");
+                }
+                return Err(returned_awaitable(key));
+            }
+            Err(failure_of(py, &err))
+        }
+    }
+}
+
+/// The queues and registry of an app or a scheduler, served by Python
+/// threads. Internal: `headway` drives it.
+#[pyclass(module = "headway._native", name = "_Host", frozen)]
+pub(crate) struct PyHost {
+    pub(crate) inner: Arc<Host>,
+}
+
+#[pymethods]
+impl PyHost {
+    #[new]
+    pub(crate) fn new() -> Self {
+        PyHost { inner: Host::new() }
+    }
+
+    /// Whether any sync body is registered.
+    fn has_sync(&self) -> bool {
+        self.entries_any(false)
+    }
+
+    /// Whether any async body is registered.
+    fn has_async(&self) -> bool {
+        self.entries_any(true)
+    }
+
+    /// Serves sync calls on this thread until `flag` is set: blocks with the
+    /// GIL released, then runs calls attached for as long as they keep coming.
+    fn serve(&self, py: Python<'_>, flag: &PyFlag) {
+        let host = self.inner.clone();
+        let stop = flag.inner.clone();
+        loop {
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
+            let calls = py.detach(|| host.sync_q.take_blocking(1, SLICE));
+            // Withdrawn sync calls cannot be interrupted; their answers are
+            // dropped by `finish`. Drained so the list does not grow.
+            let _ = host.sync_q.cancelled();
+            if calls.is_empty() {
+                continue;
+            }
+            for c in calls {
+                run_sync(py, &host, c);
+            }
+            loop {
+                let more = host.sync_q.take(1);
+                if more.is_empty() {
+                    break;
+                }
+                for c in more {
+                    run_sync(py, &host, c);
+                }
+            }
+        }
+    }
+
+    /// Serves async calls until `flag` is set: takes them in batches with the
+    /// GIL released and hands each batch to `deliver(batch)` — a list of
+    /// `(seq, name, func, args, kwargs, context)` — and each list of
+    /// withdrawn calls to `cancel(seqs)`. Both run on this thread and are
+    /// expected to post to the loop (`call_soon_threadsafe`).
+    fn pump(
+        &self,
+        py: Python<'_>,
+        flag: &PyFlag,
+        deliver: &Bound<'_, PyAny>,
+        cancel: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let host = self.inner.clone();
+        let stop = flag.inner.clone();
+        loop {
+            let stopping = stop.load(Ordering::SeqCst);
+            let calls = if stopping {
+                Vec::new()
+            } else {
+                py.detach(|| host.async_q.take_blocking(ASYNC_BATCH, SLICE))
+            };
+            let gone = host.async_q.cancelled();
+            if !gone.is_empty() {
+                cancel.call1((gone,))?;
+            }
+            if stopping {
+                return Ok(());
+            }
+            if calls.is_empty() {
+                continue;
+            }
+            let mut seqs = Vec::with_capacity(calls.len());
+            let batch = PyList::empty(py);
+            for c in calls {
+                let Call {
+                    seq,
+                    key,
+                    ctx,
+                    args,
+                } = c;
+                let Some(e) = host.entry(&key) else {
+                    host.async_q.finish(
+                        seq,
+                        Err(Failure::new(
+                            "NotRegistered",
+                            format!("no Python body is registered as {key:?}"),
+                        )),
+                    );
+                    continue;
+                };
+                let item = (|| -> PyResult<Bound<'_, PyTuple>> {
+                    let kwargs = if ctx.kwargs.is_empty() {
+                        py.None().into_bound(py)
+                    } else {
+                        json::dict(py, &ctx.kwargs)?.into_any()
+                    };
+                    let p = Py::new(py, PyCtx { inner: ctx })?;
+                    let mut items: Vec<Bound<'_, PyAny>> = Vec::with_capacity(args.len() + 1);
+                    if e.bind {
+                        items.push(p.bind(py).clone().into_any());
+                    }
+                    for a in &args {
+                        items.push(json::to_py(py, a)?);
+                    }
+                    PyTuple::new(
+                        py,
+                        [
+                            seq.into_pyobject(py)?.into_any(),
+                            pyo3::types::PyString::new(py, &key).into_any(),
+                            e.func.bind(py).clone(),
+                            PyTuple::new(py, items)?.into_any(),
+                            kwargs,
+                            p.into_bound(py).into_any(),
+                        ],
+                    )
+                })();
+                match item {
+                    Ok(t) => {
+                        seqs.push(seq);
+                        batch.append(t)?;
+                    }
+                    Err(err) => host.async_q.finish(seq, Err(failure_of(py, &err))),
+                }
+            }
+            if seqs.is_empty() {
+                continue;
+            }
+            if let Err(err) = deliver.call1((batch,)) {
+                let f = failure_of(py, &err);
+                host.async_q
+                    .finish_many(seqs.into_iter().map(|s| (s, Err(f.clone()))).collect());
+            }
+        }
+    }
+
+    /// Answers async call `seq` of task `name` with its return value.
+    fn finish(&self, py: Python<'_>, seq: u64, name: &str, value: &Bound<'_, PyAny>) {
+        let r = result_json(py, name, value);
+        self.inner.async_q.finish(seq, r);
+    }
+
+    /// Answers async call `seq` with the exception its body raised.
+    fn fail(&self, py: Python<'_>, seq: u64, exc: &Bound<'_, PyAny>) {
+        let err = PyErr::from_value(exc.clone());
+        self.inner.async_q.finish(seq, Err(failure_of(py, &err)));
+    }
+
+    /// Answers async call `seq` as cancelled (its task was cancelled).
+    fn cancelled(&self, seq: u64) {
+        self.inner.async_q.finish(
+            seq,
+            Err(Failure::new("CancelledError", "the run's task was cancelled")),
+        );
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        let g = match self.inner.entries.try_read() {
+            Ok(g) => g,
+            Err(_) => return Ok(()),
+        };
+        for e in g.values() {
+            visit.call(&e.func)?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        if let Ok(mut g) = self.inner.entries.write() {
+            g.clear();
+        }
+    }
+}
+
+impl PyHost {
+    fn entries_any(&self, want_async: bool) -> bool {
+        self.inner
+            .entries
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .any(|e| e.is_async == want_async)
+    }
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<PyCtx>()?;
+    m.add_class::<PyFlag>()?;
+    m.add_class::<PyHost>()?;
+    m.add_function(wrap_pyfunction!(current, m)?)?;
+    m.add_function(wrap_pyfunction!(_direct_context, m)?)?;
+    m.add("_CURRENT", current_var(py)?.clone_ref(py))?;
+    Ok(())
+}

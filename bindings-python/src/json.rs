@@ -1,0 +1,208 @@
+//! Python values ↔ `serde_json::Value`: what a task's arguments and results
+//! travel as.
+//!
+//! Accepted: `dict` (str keys), `list`, `tuple` (sent as a list), `str`,
+//! `int` (64-bit signed or unsigned), `float` (finite), `bool`, `None`, and
+//! their subclasses (an `IntEnum` is an int, a `str` enum a string).
+//! Anything else is a `TypeError` naming where it was found — `add: args[1]
+//! is a set` — raised at send time, never a silent drop or a `str()` of it:
+//! a message that changed shape on the way is worse than one refused.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use serde_json::{Map, Number, Value};
+
+use crate::type_name;
+
+/// Where a value sits, for error messages (`args[1]["k"][0]`).
+pub(crate) enum Path<'a> {
+    /// The argument's own name: `args`, `kwargs`, `result`.
+    Root(&'a str),
+    Index(&'a Path<'a>, usize),
+    Key(&'a Path<'a>, &'a str),
+}
+
+impl Path<'_> {
+    fn render(&self, out: &mut String) {
+        match self {
+            Path::Root(r) => out.push_str(r),
+            Path::Index(p, i) => {
+                p.render(out);
+                out.push_str(&format!("[{i}]"));
+            }
+            Path::Key(p, k) => {
+                p.render(out);
+                out.push_str(&format!("[{k:?}]"));
+            }
+        }
+    }
+
+    fn text(&self) -> String {
+        let mut s = String::new();
+        self.render(&mut s);
+        s
+    }
+}
+
+fn refuse(owner: &str, path: &Path<'_>, obj: &Bound<'_, PyAny>) -> PyErr {
+    PyTypeError::new_err(format!(
+        "{owner}: {} is a {}, which JSON cannot carry (use dict, list, tuple, str, int, float, bool or None)",
+        path.text(),
+        type_name(obj)
+    ))
+}
+
+/// A Python value as JSON; `owner` (the task's name) and `path` name it in
+/// errors.
+pub(crate) fn to_json(owner: &str, path: &Path<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Value> {
+    if obj.is_none() {
+        return Ok(Value::Null);
+    }
+    // Exact types first: they are nearly every value, and the checks are a
+    // pointer comparison each.
+    if let Ok(s) = obj.cast_exact::<PyString>() {
+        return Ok(Value::String(s.to_str()?.to_owned()));
+    }
+    if obj.is_exact_instance_of::<PyBool>() {
+        return Ok(Value::Bool(obj.is_truthy()?));
+    }
+    if obj.is_instance_of::<PyInt>() {
+        return int(owner, path, obj);
+    }
+    if let Ok(f) = obj.cast::<PyFloat>() {
+        let v = f.value();
+        return Number::from_f64(v).map(Value::Number).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "{owner}: {} is {v}, and JSON carries only finite numbers",
+                path.text()
+            ))
+        });
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(Value::String(s.to_str()?.to_owned()));
+    }
+    if let Ok(l) = obj.cast::<PyList>() {
+        let mut out = Vec::with_capacity(l.len());
+        for (i, item) in l.iter().enumerate() {
+            out.push(to_json(owner, &Path::Index(path, i), &item)?);
+        }
+        return Ok(Value::Array(out));
+    }
+    if let Ok(t) = obj.cast::<PyTuple>() {
+        let mut out = Vec::with_capacity(t.len());
+        for (i, item) in t.iter().enumerate() {
+            out.push(to_json(owner, &Path::Index(path, i), &item)?);
+        }
+        return Ok(Value::Array(out));
+    }
+    if let Ok(d) = obj.cast::<PyDict>() {
+        return Ok(Value::Object(object(owner, path, d)?));
+    }
+    Err(refuse(owner, path, obj))
+}
+
+fn int(owner: &str, path: &Path<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Value> {
+    if let Ok(i) = obj.extract::<i64>() {
+        return Ok(Value::Number(i.into()));
+    }
+    if let Ok(u) = obj.extract::<u64>() {
+        return Ok(Value::Number(u.into()));
+    }
+    Err(PyValueError::new_err(format!(
+        "{owner}: {} is an int beyond 64 bits, which JSON numbers here cannot carry exactly",
+        path.text()
+    )))
+}
+
+/// A dict with str keys as a JSON object.
+pub(crate) fn object(
+    owner: &str,
+    path: &Path<'_>,
+    d: &Bound<'_, PyDict>,
+) -> PyResult<Map<String, Value>> {
+    let mut out = Map::new();
+    for (k, v) in d.iter() {
+        let Ok(key) = k.cast::<PyString>() else {
+            return Err(PyTypeError::new_err(format!(
+                "{owner}: {} has a key of type {}; JSON object keys must be str",
+                path.text(),
+                type_name(&k)
+            )));
+        };
+        let key = key.to_str()?;
+        let value = to_json(owner, &Path::Key(path, key), &v)?;
+        out.insert(key.to_owned(), value);
+    }
+    Ok(out)
+}
+
+/// Positional arguments (any iterable of values) as a JSON list.
+pub(crate) fn args(owner: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<Value>> {
+    let root = Path::Root("args");
+    if let Ok(t) = obj.cast::<PyTuple>() {
+        let mut out = Vec::with_capacity(t.len());
+        for (i, item) in t.iter().enumerate() {
+            out.push(to_json(owner, &Path::Index(&root, i), &item)?);
+        }
+        return Ok(out);
+    }
+    if let Ok(l) = obj.cast::<PyList>() {
+        let mut out = Vec::with_capacity(l.len());
+        for (i, item) in l.iter().enumerate() {
+            out.push(to_json(owner, &Path::Index(&root, i), &item)?);
+        }
+        return Ok(out);
+    }
+    Err(PyTypeError::new_err(format!(
+        "{owner}: `args` must be a tuple or a list, not {}",
+        type_name(obj)
+    )))
+}
+
+/// Keyword arguments (a dict with str keys, or None) as a JSON object.
+pub(crate) fn kwargs(owner: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Map<String, Value>> {
+    match obj {
+        None => Ok(Map::new()),
+        Some(o) if o.is_none() => Ok(Map::new()),
+        Some(o) => match o.cast::<PyDict>() {
+            Ok(d) => object(owner, &Path::Root("kwargs"), d),
+            Err(_) => Err(PyTypeError::new_err(format!(
+                "{owner}: `kwargs` must be a dict, not {}",
+                type_name(o)
+            ))),
+        },
+    }
+}
+
+/// A JSON value as a Python object.
+pub(crate) fn to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match v {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                i.into_pyobject(py)?.into_any()
+            } else if let Some(u) = n.as_u64() {
+                u.into_pyobject(py)?.into_any()
+            } else {
+                PyFloat::new(py, n.as_f64().unwrap_or(f64::NAN)).into_any()
+            }
+        }
+        Value::String(s) => PyString::new(py, s).into_any(),
+        Value::Array(a) => {
+            let items = a.iter().map(|x| to_py(py, x)).collect::<PyResult<Vec<_>>>()?;
+            PyList::new(py, items)?.into_any()
+        }
+        Value::Object(o) => dict(py, o)?.into_any(),
+    })
+}
+
+/// A JSON object as a dict.
+pub(crate) fn dict<'py>(py: Python<'py>, o: &Map<String, Value>) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (k, v) in o {
+        d.set_item(k, to_py(py, v)?)?;
+    }
+    Ok(d)
+}

@@ -1,0 +1,212 @@
+//! The runtime bridge: the core's one tokio runtime, blocking on it without
+//! holding the GIL, and the core's `Refused` as Python exceptions.
+//!
+//! Every sync entry point that waits on the core goes through [`block`]: it
+//! polls the future once while attached (the in-memory broker answers at
+//! once, so a send costs no GIL release), then waits detached in slices of
+//! [`SLICE`], re-attaching between slices to run `py.check_signals()` — so
+//! Ctrl-C interrupts a blocking `get()` and the GIL is never held while the
+//! core works (shared/BINDINGS.md §2.2, §2.5).
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use headway_core::task::{Failure, Refused};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
+use serde_json::Value;
+use tokio::runtime::Runtime;
+
+use crate::PanicError;
+
+/// How long a blocking wait stays detached before it looks at signals:
+/// 100 ms, inside BINDINGS.md's 100–200 ms, so Ctrl-C is felt at once.
+pub(crate) const SLICE: Duration = Duration::from_millis(100);
+
+/// The shared runtime, or a `RuntimeError` in a forked child (tokio's
+/// threads do not survive `fork()`: use the `spawn` or `forkserver` start
+/// methods).
+pub(crate) fn rt() -> PyResult<&'static Runtime> {
+    let rt =
+        headway_core::runtime::runtime().map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    // pyo3-async-runtimes (`await handle`, `run_async`) runs on this same
+    // runtime rather than building a second one. Once; later calls are no-ops.
+    static SHARED: std::sync::Once = std::sync::Once::new();
+    SHARED.call_once(|| {
+        let _ = pyo3_async_runtimes::tokio::init_with_runtime(rt);
+    });
+    Ok(rt)
+}
+
+/// Runs `fut` to completion on the shared runtime without holding the GIL,
+/// checking for signals between slices (a pending `KeyboardInterrupt` is
+/// raised and the future dropped).
+pub(crate) fn block<F>(py: Python<'_>, fut: F) -> PyResult<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    let rt = rt()?;
+    let mut fut = pin!(fut);
+    {
+        let _entered = rt.enter();
+        let mut cx = Context::from_waker(Waker::noop());
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return Ok(v);
+        }
+    }
+    loop {
+        let got = py.detach(|| {
+            rt.block_on(async { tokio::time::timeout(SLICE, fut.as_mut()).await.ok() })
+        });
+        if let Some(v) = got {
+            return Ok(v);
+        }
+        py.check_signals()?;
+    }
+}
+
+struct Errors {
+    refused: Py<PyType>,
+    task_failed: Py<PyType>,
+    timeout: Py<PyType>,
+    revoked: Py<PyType>,
+    missing: Py<PyType>,
+    unknown: Py<PyType>,
+    broker: Py<PyType>,
+}
+
+static ERRORS: PyOnceLock<Errors> = PyOnceLock::new();
+
+fn errors(py: Python<'_>) -> PyResult<&Errors> {
+    ERRORS.get_or_try_init(py, || {
+        let m = py.import("headway._errors")?;
+        let get = |n: &str| -> PyResult<Py<PyType>> { Ok(m.getattr(n)?.cast_into::<PyType>()?.unbind()) };
+        Ok(Errors {
+            refused: get("Refused")?,
+            task_failed: get("TaskFailed")?,
+            timeout: get("Timeout")?,
+            revoked: get("Revoked")?,
+            missing: get("Missing")?,
+            unknown: get("UnknownTask")?,
+            broker: get("BrokerError")?,
+        })
+    })
+}
+
+/// The core's `Refused` as the matching `headway` exception. One match over
+/// every variant: a new variant in the core fails to compile here rather
+/// than falling through to a generic error (polars' `error.rs` rule).
+pub(crate) fn refused(py: Python<'_>, r: Refused) -> PyErr {
+    let e = match errors(py) {
+        Ok(e) => e,
+        Err(err) => return err,
+    };
+    let made = match r {
+        Refused::Failed(f) => e
+            .task_failed
+            .bind(py)
+            .call1((f.kind, f.message, f.traceback, f.module)),
+        Refused::Timeout => e
+            .timeout
+            .bind(py)
+            .call1(("timed out waiting for the result",)),
+        Refused::Revoked(id) => e.revoked.bind(py).call1((id,)),
+        Refused::Missing(why) => e
+            .missing
+            .bind(py)
+            .call1((format!("no result: {why}"),)),
+        Refused::UnknownTask(name) => e.unknown.bind(py).call1((name,)),
+        Refused::Broker(why) => e
+            .broker
+            .bind(py)
+            .call1((format!("broker error: {why}"),)),
+        Refused::Invalid(why) => return PyValueError::new_err(why),
+    };
+    match made {
+        Ok(exc) => PyErr::from_value(exc),
+        Err(err) => err,
+    }
+}
+
+/// `Err(Refused)` as an exception, for `?`.
+pub(crate) fn check<T>(py: Python<'_>, r: Result<T, Refused>) -> PyResult<T> {
+    r.map_err(|e| refused(py, e))
+}
+
+/// Whether `err` is one of headway's `Refused`.
+#[allow(dead_code)]
+pub(crate) fn is_refused(py: Python<'_>, err: &PyErr) -> bool {
+    errors(py).is_ok_and(|e| err.is_instance(py, e.refused.bind(py)))
+}
+
+/// A Python exception raised by a body, as the core's `Failure`: the type's
+/// name, `str(e)`, the formatted traceback and the type's module — what
+/// `TaskFailed` shows on the caller's side.
+pub(crate) fn failure_of(py: Python<'_>, err: &PyErr) -> Failure {
+    let value = err.value(py);
+    let ty = value.get_type();
+    let kind = ty
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "Exception".into());
+    let message = value
+        .str()
+        .map(|s| s.to_string())
+        .unwrap_or_else(|_| "<str() failed>".into());
+    let module = ty.module().ok().map(|m| m.to_string());
+    let traceback = format_traceback(py, value).ok();
+    Failure {
+        kind,
+        message,
+        traceback,
+        module,
+    }
+}
+
+static FORMAT_EXCEPTION: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+fn format_traceback(py: Python<'_>, value: &Bound<'_, pyo3::exceptions::PyBaseException>) -> PyResult<String> {
+    let f = FORMAT_EXCEPTION.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py.import("traceback")?.getattr("format_exception")?.unbind())
+    })?;
+    let lines = f.bind(py).call1((value,))?;
+    let joined = pyo3::types::PyString::new(py, "").call_method1("join", (lines,))?;
+    Ok(joined.extract()?)
+}
+
+/// What a result wait answers, turned into Python on the loop that awaits
+/// it (pyo3-async-runtimes converts it attached).
+pub(crate) struct Answer(pub(crate) Result<Value, Refused>);
+
+impl<'py> IntoPyObject<'py> for Answer {
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match self.0 {
+            Ok(v) => crate::json::to_py(py, &v),
+            Err(r) => Err(refused(py, r)),
+        }
+    }
+}
+
+/// A Rust panic caught in a spawned task, as `PanicError`.
+pub(crate) fn panicked(e: tokio::task::JoinError) -> PyErr {
+    if e.is_panic() {
+        let p = e.into_panic();
+        let msg = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        PanicError::new_err(format!("headway panicked (a bug, please report it): {msg}"))
+    } else {
+        PyRuntimeError::new_err("headway's runtime cancelled the task (is the process exiting?)")
+    }
+}

@@ -1,0 +1,196 @@
+//! `headway.schedule`: jobs on rhythms inside one process, no broker.
+//!
+//! The core's `Scheduler` keeps the timetable (the beat's, so they agree on
+//! when something is due) and calls a `Job`; here a job is a `HostQueue`
+//! body, so a Python job runs on the same runner threads and asyncio pump as
+//! a task body, told about its run by the same `Context` (`name`, `now` =
+//! the time it was due).
+
+use std::sync::Arc;
+
+use headway_core::task::{Body, BoxFuture, Clock, Context, Failure, Job, Scheduler};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use serde_json::Map;
+
+use crate::guard;
+use crate::host::{Entry, PyHost};
+use crate::rt::{block, panicked, rt, SLICE};
+use crate::times::{clock_arg, instant_arg, instant_out, rhythm_arg, secs};
+
+struct HostJob {
+    body: Arc<dyn Body>,
+}
+
+impl Job for HostJob {
+    fn fire(&self, name: &str, due: i64) -> BoxFuture<'static, Result<(), Failure>> {
+        let ctx = Context {
+            id: format!("{name}@{due}"),
+            name: name.to_string(),
+            queue: String::new(),
+            retries: 0,
+            attempt: 1,
+            last: true,
+            now: due,
+            kwargs: Map::new(),
+            root_id: None,
+            parent_id: None,
+        };
+        let call = self.body.call(ctx, Vec::new());
+        Box::pin(async move { call.await.map(|_| ()) })
+    }
+}
+
+/// The core's scheduler. Internal: `headway.schedule.Scheduler` wraps it.
+#[pyclass(module = "headway._native", name = "_Scheduler", frozen)]
+pub(crate) struct PyScheduler {
+    inner: Scheduler,
+    clock: Arc<dyn Clock>,
+    host: Py<PyHost>,
+}
+
+#[pymethods]
+impl PyScheduler {
+    #[new]
+    #[pyo3(signature = (clock=None))]
+    fn new(py: Python<'_>, clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        guard(|| {
+            rt()?;
+            let clock = clock_arg(clock)?;
+            Ok(PyScheduler {
+                inner: Scheduler::new(clock.clone()),
+                clock,
+                host: Py::new(py, PyHost::new())?,
+            })
+        })
+    }
+
+    /// The host its jobs are served from.
+    #[getter]
+    fn host(&self, py: Python<'_>) -> Py<PyHost> {
+        self.host.clone_ref(py)
+    }
+
+    /// Its clock's time, in epoch seconds.
+    fn now(&self) -> f64 {
+        secs(self.clock.now())
+    }
+
+    /// Adds (or replaces) the job `name`: `func()` on `rhythm`.
+    fn add(
+        &self,
+        name: &str,
+        func: Py<PyAny>,
+        is_async: bool,
+        rhythm: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        guard(|| {
+            let r = rhythm_arg("rhythm", rhythm)?;
+            let body = self.host.get().inner.insert(
+                name,
+                Entry {
+                    func,
+                    bind: false,
+                    is_async,
+                },
+            );
+            self.inner
+                .add(name, Arc::new(HostJob { body }), r)
+                .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
+        })
+    }
+
+    /// Removes the job `name`; `False` when there was none.
+    fn remove(&self, name: &str) -> bool {
+        self.inner.remove(name)
+    }
+
+    /// Job names and when each fires next (aware UTC `datetime`), soonest
+    /// first.
+    fn pending<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let items = self
+            .inner
+            .pending()
+            .into_iter()
+            .map(|(n, at)| Ok((n, instant_out(py, at)?)))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, items)
+    }
+
+    /// Calls what is due now, waits for those calls, and answers `(name,
+    /// due)` of each call made.
+    fn tick<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        guard(|| {
+            let s = self.inner.clone();
+            let fired = block(py, async move { s.tick().await })?;
+            let items = fired
+                .into_iter()
+                .map(|(n, at)| Ok((n, instant_out(py, at)?)))
+                .collect::<PyResult<Vec<_>>>()?;
+            PyList::new(py, items)
+        })
+    }
+
+    /// Calls due jobs and sleeps until the next, until `stop()` (or, with
+    /// `until`, until the clock reaches it). Ctrl-C stops it and raises.
+    #[pyo3(signature = (until=None))]
+    fn run(&self, py: Python<'_>, until: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        guard(|| {
+            let until = match until {
+                Some(u) if !u.is_none() => Some(instant_arg("until", u)?),
+                _ => None,
+            };
+            let rt = rt()?;
+            let s = self.inner.clone();
+            let mut join = rt.spawn(async move { s.run(until).await });
+            loop {
+                let got = py.detach(|| {
+                    rt.block_on(async { tokio::time::timeout(SLICE, &mut join).await.ok() })
+                });
+                if let Some(r) = got {
+                    return r.map_err(panicked);
+                }
+                if let Err(e) = py.check_signals() {
+                    self.inner.stop();
+                    let _ = py.detach(|| rt.block_on(&mut join));
+                    return Err(e);
+                }
+            }
+        })
+    }
+
+    /// Stops `run` after the tick in progress.
+    fn stop(&self) {
+        self.inner.stop();
+    }
+
+    /// How the job `name` has gone: `{"fired", "failed", "skipped",
+    /// "last_error"}` (`None` for an unknown name).
+    fn stats<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Option<Bound<'py, PyDict>>> {
+        use std::sync::atomic::Ordering;
+        let Some(s) = self.inner.stats(name) else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("fired", s.fired.load(Ordering::Relaxed))?;
+        d.set_item("failed", s.failed.load(Ordering::Relaxed))?;
+        d.set_item("skipped", s.skipped.load(Ordering::Relaxed))?;
+        let last = s
+            .last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|f| f.to_string());
+        d.set_item("last_error", last)?;
+        Ok(Some(d))
+    }
+
+    fn __traverse__(&self, visit: pyo3::gc::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        visit.call(&self.host)
+    }
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyScheduler>()?;
+    Ok(())
+}

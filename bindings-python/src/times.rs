@@ -1,0 +1,500 @@
+//! Task-side time: instants, spans, the virtual clock and the rhythms.
+//!
+//! Units (shared/API.md, "Units and clocks"): the core's task side counts
+//! `i64` milliseconds since the Unix epoch. Python passes an instant as an
+//! aware `datetime` or epoch seconds (`float`/`int`), and a span as float
+//! seconds or a `timedelta`. Instants the library hands back (`ctx.now`,
+//! `beat.pending()`) are aware `datetime`s in UTC; a clock's own reading
+//! (`VirtualClock.now()`) is epoch seconds, like `time.time()`.
+//!
+//! A naive `datetime` is refused: Python reads it as local time, which makes
+//! the same code schedule differently on two machines.
+
+use std::sync::{Arc, LazyLock};
+
+use headway_core::task::{Clock, Cron, Every, Rhythm, SystemClock, VirtualClock};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::pyclass::CompareOp;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDelta, PyType};
+use pyo3::IntoPyObjectExt;
+
+use crate::{float_arg, guard, span_arg, type_name};
+
+struct Dt {
+    datetime: Py<PyType>,
+    timedelta: Py<PyType>,
+    epoch: Py<PyAny>,
+}
+
+static DT: PyOnceLock<Dt> = PyOnceLock::new();
+
+fn dt(py: Python<'_>) -> PyResult<&Dt> {
+    DT.get_or_try_init(py, || {
+        let m = py.import("datetime")?;
+        let datetime = m.getattr("datetime")?.cast_into::<PyType>()?;
+        let utc = m.getattr("timezone")?.getattr("utc")?;
+        let epoch = datetime.call((1970, 1, 1, 0, 0, 0, 0, utc), None)?;
+        Ok(Dt {
+            datetime: datetime.unbind(),
+            timedelta: m.getattr("timedelta")?.cast_into::<PyType>()?.unbind(),
+            epoch: epoch.unbind(),
+        })
+    })
+}
+
+/// `ms` since the epoch as an aware UTC `datetime` (exact: epoch plus a
+/// timedelta, no float on the way).
+pub(crate) fn instant_out(py: Python<'_>, ms: i64) -> PyResult<Bound<'_, PyAny>> {
+    let d = dt(py)?;
+    let days = ms.div_euclid(86_400_000);
+    let rest = ms.rem_euclid(86_400_000);
+    let delta = PyDelta::new(
+        py,
+        days as i32,
+        (rest / 1000) as i32,
+        ((rest % 1000) * 1000) as i32,
+        false,
+    )?;
+    d.epoch.bind(py).call_method1("__add__", (delta,))
+}
+
+/// What an instant argument was.
+pub(crate) enum When {
+    /// An absolute instant (ms since the epoch).
+    At(i64),
+    /// A `timedelta`: this long from now (ms).
+    In(i64),
+}
+
+/// An instant: an aware `datetime`, epoch seconds, or (when `relative`) a
+/// `timedelta` from now. `TypeError`/`ValueError` naming `name`.
+pub(crate) fn when_arg(name: &'static str, obj: &Bound<'_, PyAny>, relative: bool) -> PyResult<When> {
+    let py = obj.py();
+    let d = dt(py)?;
+    if obj.is_instance(d.datetime.bind(py))? {
+        if obj.getattr("tzinfo")?.is_none() || obj.call_method0("utcoffset")?.is_none() {
+            return Err(PyValueError::new_err(format!(
+                "`{name}` must be a timezone-aware datetime (a naive one is read as local time, \
+                 which differs between machines); use datetime(..., tzinfo=timezone.utc)"
+            )));
+        }
+        let ts: f64 = obj.call_method0("timestamp")?.extract()?;
+        return Ok(When::At((ts * 1000.0).round() as i64));
+    }
+    if obj.is_instance(d.timedelta.bind(py))? {
+        if !relative {
+            return Err(PyTypeError::new_err(format!(
+                "`{name}` must be an aware datetime or epoch seconds, not a timedelta"
+            )));
+        }
+        return Ok(When::In(span_ms(name, obj)?));
+    }
+    if obj.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "`{name}` must be an aware datetime or epoch seconds, not bool"
+        )));
+    }
+    let what = if relative {
+        "an aware datetime, epoch seconds or a timedelta"
+    } else {
+        "an aware datetime or epoch seconds"
+    };
+    let s = float_arg("_", obj).map_err(|_| {
+        PyTypeError::new_err(format!("`{name}` must be {what}, not {}", type_name(obj)))
+    })?;
+    if !s.is_finite() {
+        return Err(PyValueError::new_err(format!(
+            "`{name}` must be a finite number of epoch seconds"
+        )));
+    }
+    Ok(When::At((s * 1000.0).round() as i64))
+}
+
+/// An absolute instant (no `timedelta`).
+pub(crate) fn instant_arg(name: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    match when_arg(name, obj, false)? {
+        When::At(ms) => Ok(ms),
+        When::In(_) => unreachable!("relative is false"),
+    }
+}
+
+/// A span (float seconds or `timedelta`) in ms, rounded to the nearest.
+pub(crate) fn span_ms(name: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    let ns = span_arg(name, obj)?;
+    Ok(((ns as i128 + 500_000).div_euclid(1_000_000)) as i64)
+}
+
+/// Epoch ms as float seconds.
+pub(crate) fn secs(ms: i64) -> f64 {
+    ms as f64 / 1000.0
+}
+
+/// The system clock, one `Arc` for the process, so two apps on it are seen
+/// to share a clock.
+pub(crate) static SYSTEM: LazyLock<Arc<dyn Clock>> = LazyLock::new(|| Arc::new(SystemClock));
+
+/// The clock an `App`/`Scheduler` reads: the system clock for `None`, or a
+/// `VirtualClock`'s.
+pub(crate) fn clock_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<dyn Clock>> {
+    match obj {
+        None => Ok(SYSTEM.clone()),
+        Some(o) if o.is_none() => Ok(SYSTEM.clone()),
+        Some(o) => match o.cast::<PyVirtualClock>() {
+            Ok(c) => Ok(c.get().inner.clone() as Arc<dyn Clock>),
+            Err(_) => Err(PyTypeError::new_err(format!(
+                "`clock` must be a headway.testing.VirtualClock or None (the system clock), not {}",
+                type_name(o)
+            ))),
+        },
+    }
+}
+
+/// Whether two clocks are one.
+pub(crate) fn same_clock(a: &Arc<dyn Clock>, b: &Arc<dyn Clock>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+}
+
+// ------------------------------------------------------------- VirtualClock
+
+/// A clock that workers and beats *sleep on*: a sleep advances it instead of
+/// waiting, so a retry schedule or an hour of beats runs in milliseconds and
+/// prints the same every time (shared/API.md, "Time in tests").
+///
+/// `start` is an aware `datetime` or epoch seconds (0: 1970-01-01 UTC).
+/// What it moves is what the queue schedules — etas, retry backoffs,
+/// expiry, beats. A body's `timeout` and `get(timeout=...)` stay real waits:
+/// no clock makes a stuck body finish sooner.
+#[pyclass(module = "headway._native", name = "VirtualClock", frozen)]
+pub(crate) struct PyVirtualClock {
+    pub(crate) inner: Arc<VirtualClock>,
+}
+
+#[pymethods]
+impl PyVirtualClock {
+    #[new]
+    #[pyo3(signature = (start=None), text_signature = "(start=0.0)")]
+    fn new(start: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        guard(|| {
+            let ms = match start {
+                Some(s) if !s.is_none() => instant_arg("start", s)?,
+                _ => 0,
+            };
+            Ok(PyVirtualClock {
+                inner: VirtualClock::new(ms),
+            })
+        })
+    }
+
+    /// Now, in epoch seconds (like `time.time()`).
+    fn now(&self) -> f64 {
+        secs(self.inner.now())
+    }
+
+    /// Now, as an aware UTC `datetime`.
+    fn datetime<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        instant_out(py, self.inner.now())
+    }
+
+    /// Moves it forward by `seconds` (float or `timedelta`); a negative step
+    /// does nothing: time here never runs backwards.
+    fn advance(&self, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
+        guard(|| {
+            self.inner.advance(span_ms("seconds", seconds)?);
+            Ok(())
+        })
+    }
+
+    /// Moves it to `when` (aware `datetime` or epoch seconds) if that is later.
+    fn advance_to(&self, when: &Bound<'_, PyAny>) -> PyResult<()> {
+        guard(|| {
+            self.inner.advance_to(instant_arg("when", when)?);
+            Ok(())
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("VirtualClock(now={})", secs(self.inner.now()))
+    }
+}
+
+// ------------------------------------------------------------- rhythms
+
+fn rhythm_err(e: headway_core::task::RhythmError) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+fn opt_instant(py: Python<'_>, ms: Option<i64>) -> PyResult<Py<PyAny>> {
+    match ms {
+        Some(m) => Ok(instant_out(py, m)?.unbind()),
+        None => Ok(py.None()),
+    }
+}
+
+fn first_of(py: Python<'_>, r: &Rhythm, now: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    let n = instant_arg("now", now)?;
+    opt_instant(py, r.first(n))
+}
+
+fn after_of(py: Python<'_>, r: &Rhythm, at: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    let a = instant_arg("at", at)?;
+    opt_instant(py, r.after(a))
+}
+
+fn hash_of(r: &Rhythm) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    format!("{r:?}").hash(&mut h);
+    h.finish()
+}
+
+/// Once per `interval` (float seconds or `timedelta`).
+///
+/// Without `anchor` the slots count from when the entry is added, and the
+/// first fires one interval after that (Celery beat and APScheduler both
+/// wait: firing at once on every restart turns a crash loop into a job
+/// storm). With `anchor` (an instant) the slots are `anchor + k·interval`,
+/// the same on every machine: `Every(3600, anchor=0)` is "on the hour".
+/// An interval under a millisecond raises `ValueError`.
+#[pyclass(module = "headway._native", name = "Every", frozen)]
+pub(crate) struct PyEvery {
+    pub(crate) inner: Rhythm,
+}
+
+#[pymethods]
+impl PyEvery {
+    /// The first time it fires at or after `now` (aware `datetime` or
+    /// epoch seconds), as an aware UTC `datetime`; `None` if never.
+    fn first(&self, py: Python<'_>, now: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        first_of(py, &self.inner, now)
+    }
+
+    /// The first time it fires strictly after `at` — pass the time that
+    /// was *due*, which is how a late tick keeps the phase. `None` when it
+    /// never fires again.
+    fn after(&self, py: Python<'_>, at: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        after_of(py, &self.inner, at)
+    }
+
+    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
+        let py = other.py();
+        match (op, other.cast::<Self>()) {
+            (CompareOp::Eq, Ok(o)) => (self.inner == o.get().inner).into_py_any(py),
+            (CompareOp::Ne, Ok(o)) => (self.inner != o.get().inner).into_py_any(py),
+            _ => Ok(py.NotImplemented()),
+        }
+    }
+
+    fn __hash__(&self) -> u64 {
+        hash_of(&self.inner)
+    }
+
+    #[new]
+    #[pyo3(signature = (interval, anchor=None))]
+    fn new(interval: &Bound<'_, PyAny>, anchor: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        guard(|| {
+            let ms = span_ms("interval", interval)?;
+            let every = match anchor {
+                Some(a) if !a.is_none() => {
+                    Every::anchored(ms, instant_arg("anchor", a)?).map_err(rhythm_err)?
+                }
+                _ => Every::new(ms).map_err(rhythm_err)?,
+            };
+            Ok(PyEvery {
+                inner: Rhythm::Every(every),
+            })
+        })
+    }
+
+    /// The interval, in seconds.
+    #[getter]
+    fn interval(&self) -> f64 {
+        match &self.inner {
+            Rhythm::Every(e) => secs(e.interval()),
+            _ => 0.0,
+        }
+    }
+
+    /// The anchor the slots count from (aware UTC `datetime`), or `None`.
+    #[getter]
+    fn anchor(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        match &self.inner {
+            Rhythm::Every(e) => opt_instant(py, e.anchor()),
+            _ => Ok(py.None()),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        match &self.inner {
+            Rhythm::Every(e) => match e.anchor() {
+                Some(a) => format!("Every({}, anchor={})", secs(e.interval()), secs(a)),
+                None => format!("Every({})", secs(e.interval())),
+            },
+            _ => "Every(?)".into(),
+        }
+    }
+}
+
+/// The minutes a 5-field crontab line names, read in the IANA time zone
+/// `tz` ("UTC", "Europe/London").
+///
+/// Fields: minute, hour, day of month, month, day of week, with `*`, lists,
+/// ranges, steps and names (`MON-FRI`, `JAN`); `@hourly`, `@daily`,
+/// `@weekly`, `@monthly`, `@yearly`. Across a daylight-saving change (Vixie
+/// cron's rules, as the croner crate implements them): a fixed time that does
+/// not exist that day fires at the first instant after the gap, a fixed time
+/// that happens twice fires once, and a wildcard or step line keeps its
+/// real-time rhythm. A line that is not 5 fields, never fires, or an unknown
+/// zone raises `ValueError`.
+#[pyclass(module = "headway._native", name = "Cron", frozen)]
+pub(crate) struct PyCron {
+    pub(crate) inner: Rhythm,
+}
+
+#[pymethods]
+impl PyCron {
+    /// The first time it fires at or after `now` (aware `datetime` or
+    /// epoch seconds), as an aware UTC `datetime`; `None` if never.
+    fn first(&self, py: Python<'_>, now: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        first_of(py, &self.inner, now)
+    }
+
+    /// The first time it fires strictly after `at` — pass the time that
+    /// was *due*, which is how a late tick keeps the phase. `None` when it
+    /// never fires again.
+    fn after(&self, py: Python<'_>, at: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        after_of(py, &self.inner, at)
+    }
+
+    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
+        let py = other.py();
+        match (op, other.cast::<Self>()) {
+            (CompareOp::Eq, Ok(o)) => (self.inner == o.get().inner).into_py_any(py),
+            (CompareOp::Ne, Ok(o)) => (self.inner != o.get().inner).into_py_any(py),
+            _ => Ok(py.NotImplemented()),
+        }
+    }
+
+    fn __hash__(&self) -> u64 {
+        hash_of(&self.inner)
+    }
+
+    #[new]
+    #[pyo3(signature = (expr, tz="UTC"))]
+    fn new(expr: &str, tz: &str) -> PyResult<Self> {
+        guard(|| {
+            Ok(PyCron {
+                inner: Rhythm::Cron(Cron::new(expr, tz).map_err(rhythm_err)?),
+            })
+        })
+    }
+
+    /// The crontab line as given.
+    #[getter]
+    fn expr(&self) -> String {
+        match &self.inner {
+            Rhythm::Cron(c) => c.expr().to_string(),
+            _ => String::new(),
+        }
+    }
+
+    /// The time zone's IANA name.
+    #[getter]
+    fn tz(&self) -> String {
+        match &self.inner {
+            Rhythm::Cron(c) => c.tz_name().to_string(),
+            _ => String::new(),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Cron({:?}, tz={:?})", self.expr(), self.tz())
+    }
+}
+
+/// Once, at `when` (an aware `datetime` or epoch seconds). A time already
+/// past still fires, once, at once: a one-off added a little late should run.
+#[pyclass(module = "headway._native", name = "At", frozen)]
+pub(crate) struct PyAt {
+    pub(crate) inner: Rhythm,
+}
+
+#[pymethods]
+impl PyAt {
+    /// The first time it fires at or after `now` (aware `datetime` or
+    /// epoch seconds), as an aware UTC `datetime`; `None` if never.
+    fn first(&self, py: Python<'_>, now: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        first_of(py, &self.inner, now)
+    }
+
+    /// The first time it fires strictly after `at` — pass the time that
+    /// was *due*, which is how a late tick keeps the phase. `None` when it
+    /// never fires again.
+    fn after(&self, py: Python<'_>, at: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        after_of(py, &self.inner, at)
+    }
+
+    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
+        let py = other.py();
+        match (op, other.cast::<Self>()) {
+            (CompareOp::Eq, Ok(o)) => (self.inner == o.get().inner).into_py_any(py),
+            (CompareOp::Ne, Ok(o)) => (self.inner != o.get().inner).into_py_any(py),
+            _ => Ok(py.NotImplemented()),
+        }
+    }
+
+    fn __hash__(&self) -> u64 {
+        hash_of(&self.inner)
+    }
+
+    #[new]
+    fn new(when: &Bound<'_, PyAny>) -> PyResult<Self> {
+        guard(|| {
+            Ok(PyAt {
+                inner: Rhythm::At(instant_arg("when", when)?),
+            })
+        })
+    }
+
+    /// When it fires, as an aware UTC `datetime`.
+    #[getter]
+    fn when<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match &self.inner {
+            Rhythm::At(ms) => instant_out(py, *ms),
+            _ => instant_out(py, 0),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        match &self.inner {
+            Rhythm::At(ms) => format!("At({})", secs(*ms)),
+            _ => "At(?)".into(),
+        }
+    }
+}
+
+/// A rhythm argument: `Every`, `Cron` or `At`.
+pub(crate) fn rhythm_arg(name: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<Rhythm> {
+    if let Ok(e) = obj.cast::<PyEvery>() {
+        return Ok(e.get().inner.clone());
+    }
+    if let Ok(c) = obj.cast::<PyCron>() {
+        return Ok(c.get().inner.clone());
+    }
+    if let Ok(a) = obj.cast::<PyAt>() {
+        return Ok(a.get().inner.clone());
+    }
+    Err(PyTypeError::new_err(format!(
+        "`{name}` must be headway.Every, headway.Cron or headway.At, not {}",
+        type_name(obj)
+    )))
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyVirtualClock>()?;
+    m.add_class::<PyEvery>()?;
+    m.add_class::<PyCron>()?;
+    m.add_class::<PyAt>()?;
+    Ok(())
+}
