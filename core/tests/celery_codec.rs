@@ -28,7 +28,10 @@ fn captures(name: &str) -> Vec<(String, String)> {
 
 fn sender_for(envelope: &Value) -> Sender {
     let mut s = Sender::this_process("celery");
-    s.reply_to = envelope["properties"]["reply_to"].as_str().unwrap().to_string();
+    s.reply_to = envelope["properties"]["reply_to"]
+        .as_str()
+        .unwrap()
+        .to_string();
     s
 }
 
@@ -56,7 +59,10 @@ fn a_plain_task_round_trips_byte_for_byte() {
     let m = round_trip("simple").remove(0);
     assert_eq!(m.task, "tasks.add");
     assert_eq!(m.args, vec![json!(2), json!(3)]);
-    assert_eq!(m.queue, "default", "Celery's `celery` queue is headway's `default`");
+    assert_eq!(
+        m.queue, "default",
+        "Celery's `celery` queue is headway's `default`"
+    );
     assert_eq!(m.headers["origin"], json!("gen700@vm"));
     assert_eq!(m.retries, 0);
 }
@@ -87,7 +93,10 @@ fn chord_parts_carry_the_callback() {
 #[test]
 fn a_chain_inside_a_chord_carries_it_on_its_last_link() {
     let m = round_trip("chord_chainpart").remove(0);
-    assert_eq!(m.group.as_deref(), Some("567d76af-b90f-43b0-875c-2f7d3167b9dc"));
+    assert_eq!(
+        m.group.as_deref(),
+        Some("567d76af-b90f-43b0-875c-2f7d3167b9dc")
+    );
     assert_eq!(m.group_index, Some(0));
     assert_eq!(m.chord.as_ref().unwrap().callback.task, "tasks.tsum");
     assert_eq!(m.chain.len(), 1);
@@ -115,7 +124,11 @@ fn groups_links_and_typed_values_round_trip() {
         Some(Typed::DateTime("2026-01-02T03:04:05.006789+00:00".into()))
     );
     assert_eq!(
-        Typed::from_value(&t.args[1]).unwrap().unwrap().uuid_hyphenated().unwrap(),
+        Typed::from_value(&t.args[1])
+            .unwrap()
+            .unwrap()
+            .uuid_hyphenated()
+            .unwrap(),
         "00000000-0000-0000-0000-000000000001"
     );
     assert_eq!(
@@ -136,10 +149,15 @@ fn eta_expires_and_priority_are_read() {
     assert_eq!(m.eta, typed::parse_iso("2026-12-02T09:03:15.273183+00:00"));
     assert_eq!(m.expires.unwrap() - m.eta.unwrap(), 50_000);
     // Written back: the same headers but for sub-millisecond digits.
-    let again: Value =
-        serde_json::from_str(&s.encode_tagged(&m, m.eta.unwrap() - 10_000, "t".into()).json)
-            .unwrap();
-    assert_eq!(again["headers"]["eta"], json!("2026-12-02T09:03:15.273000+00:00"));
+    let again: Value = serde_json::from_str(
+        &s.encode_tagged(&m, m.eta.unwrap() - 10_000, "t".into())
+            .json,
+    )
+    .unwrap();
+    assert_eq!(
+        again["headers"]["eta"],
+        json!("2026-12-02T09:03:15.273000+00:00")
+    );
     assert_eq!(again["properties"]["expiration"], json!("60000"));
     assert_eq!(again["properties"]["priority"], json!(5));
 }

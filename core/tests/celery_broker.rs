@@ -1,0 +1,355 @@
+//! Celery's Redis layout, checked key by key on a redis-server of the
+//! test's own (no Python needed; `celery_interop.rs` runs a real Celery).
+//! Times come from a virtual clock, so visibility timeouts and etas of an
+//! hour pass in microseconds.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use headway_core::broker::celery::{CeleryBroker, CeleryOptions};
+use headway_core::task::{
+    Backend, Broker, Clock, Counter, Failure, Inspector, Joined, Message, Outcome, State,
+    VirtualClock,
+};
+use serde_json::{Map, Value, json};
+
+const START: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+const HOUR: i64 = 3_600_000;
+
+async fn broker(s: &support::RedisServer, clock: &Arc<VirtualClock>) -> Arc<CeleryBroker> {
+    CeleryBroker::connect(&s.url(), CeleryOptions::default(), clock.clone())
+        .await
+        .unwrap()
+}
+
+fn msg(id: &str, task: &str, queue: &str) -> Message {
+    Message::new(
+        id.into(),
+        task.into(),
+        vec![json!(1)],
+        Map::new(),
+        queue.into(),
+    )
+}
+
+fn qs(q: &str) -> Vec<String> {
+    vec![q.to_string()]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_steps_fifo_and_the_unacked_pair() {
+    let Some(s) = support::RedisServer::start() else {
+        return;
+    };
+    let clock = VirtualClock::new(START);
+    let b = broker(&s, &clock).await;
+    let mut batch = Vec::new();
+    for (id, p) in [
+        ("p9", 9),
+        ("p4", 4),
+        ("a", 0),
+        ("p7", 7),
+        ("b", 0),
+        ("p2", 2),
+    ] {
+        let mut m = msg(id, "t", "default");
+        m.priority = Some(p);
+        batch.push(m);
+    }
+    b.publish(batch).await.unwrap();
+    // kombu's keys: the bare queue for 0-2, `\x06\x16<step>` for 3, 6, 9.
+    assert_eq!(s.cli(&["LLEN", "celery"]), "3");
+    assert_eq!(s.cli(&["LLEN", "celery\x06\x163"]), "1");
+    assert_eq!(s.cli(&["LLEN", "celery\x06\x166"]), "1");
+    assert_eq!(s.cli(&["LLEN", "celery\x06\x169"]), "1");
+    let got = b.consume(&qs("default"), 10, Duration::ZERO).await.unwrap();
+    let ids: Vec<&str> = got.iter().map(|d| d.message.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["a", "b", "p2", "p4", "p7", "p9"],
+        "lower step first, FIFO within"
+    );
+    // Each claim sits in `unacked` as [envelope, exchange, routing_key].
+    assert_eq!(s.cli(&["HLEN", "unacked"]), "6");
+    assert_eq!(s.cli(&["ZCARD", "unacked_index"]), "6");
+    let tag = String::from_utf8(got[0].receipt.raw.as_ref().unwrap().to_vec()).unwrap();
+    let entry: Value = serde_json::from_str(&s.cli(&["HGET", "unacked", &tag])).unwrap();
+    assert_eq!(entry[1], json!(""));
+    assert_eq!(entry[2], json!("celery"));
+    assert_eq!(entry[0]["properties"]["delivery_tag"], json!(tag));
+    let score: f64 = s.cli(&["ZSCORE", "unacked_index", &tag]).parse().unwrap();
+    assert_eq!(
+        (score * 1000.0).round() as i64,
+        START,
+        "scored at claim time"
+    );
+    // ack removes both; reject without requeue too; with requeue it goes to
+    // the back (LPUSH), marked redelivered.
+    b.ack(vec![got[0].receipt.clone()]).await.unwrap();
+    b.reject(got[1].receipt.clone(), false).await.unwrap();
+    b.publish(vec![msg("c", "t", "default")]).await.unwrap();
+    b.reject(got[2].receipt.clone(), true).await.unwrap();
+    assert_eq!(s.cli(&["HLEN", "unacked"]), "3");
+    let again = b.consume(&qs("default"), 10, Duration::ZERO).await.unwrap();
+    let ids: Vec<&str> = again.iter().map(|d| d.message.id.as_str()).collect();
+    assert_eq!(ids, ["c", "p2"]);
+    assert!(again[1].redelivered && !again[0].redelivered);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recover_restores_dead_consumers_claims_under_the_mutex() {
+    let Some(s) = support::RedisServer::start() else {
+        return;
+    };
+    let clock = VirtualClock::new(START);
+    let dead = broker(&s, &clock).await;
+    dead.publish(vec![msg("x", "t", "q"), msg("y", "t", "q")])
+        .await
+        .unwrap();
+    let held = dead.consume(&qs("q"), 1, Duration::ZERO).await.unwrap();
+    assert_eq!(held[0].message.id, "x");
+    drop(held);
+    drop(dead); // its re-scoring stops with it: as good as killed
+    let live = broker(&s, &clock).await;
+    assert_eq!(
+        live.recover().await.unwrap(),
+        0,
+        "not yet past the visibility timeout"
+    );
+    clock.advance(HOUR + 1);
+    // Another restorer holds kombu's mutex: nothing happens (MutexHeld).
+    s.cli(&["SET", "unacked_mutex", "someone", "PX", "300000"]);
+    assert_eq!(live.recover().await.unwrap(), 0);
+    s.cli(&["DEL", "unacked_mutex"]);
+    assert_eq!(live.recover().await.unwrap(), 1);
+    assert_eq!(s.cli(&["EXISTS", "unacked_mutex"]), "0", "released");
+    // Restored to the front (RPUSH): consumed before y.
+    let got = live.consume(&qs("q"), 2, Duration::ZERO).await.unwrap();
+    let ids: Vec<&str> = got.iter().map(|d| d.message.id.as_str()).collect();
+    assert_eq!(ids, ["x", "y"]);
+    assert!(got[0].redelivered);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_eta_is_rescored_so_nobody_restores_it() {
+    let Some(s) = support::RedisServer::start() else {
+        return;
+    };
+    let clock = VirtualClock::new(START);
+    let a = broker(&s, &clock).await;
+    let other = broker(&s, &clock).await;
+    let mut m = msg("later", "t", "default");
+    m.eta = Some(START + 3 * HOUR);
+    a.publish(vec![m]).await.unwrap();
+    // Claimed and held, the Celery way: in `unacked`, not handed out.
+    assert!(
+        a.consume(&qs("default"), 5, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(s.cli(&["HLEN", "unacked"]), "1");
+    assert_eq!(
+        a.next_eta(&qs("default")).await.unwrap(),
+        Some(START + 3 * HOUR)
+    );
+    let q = a.queues().await.unwrap();
+    assert_eq!(q[0].delayed, 1);
+    // Three visibility timeouts pass; the holder re-scores as it lives.
+    for _ in 0..3 {
+        clock.advance(HOUR - 1000);
+        assert_eq!(a.heartbeat().await.unwrap(), 1);
+        assert_eq!(
+            other.recover().await.unwrap(),
+            0,
+            "a live holder's eta is not restored"
+        );
+    }
+    clock.advance_to(START + 3 * HOUR);
+    let got = a.consume(&qs("default"), 5, Duration::ZERO).await.unwrap();
+    assert_eq!(got.len(), 1);
+    a.ack(vec![got[0].receipt.clone()]).await.unwrap();
+    assert_eq!(s.cli(&["HLEN", "unacked"]), "0");
+    assert_eq!(s.cli(&["LLEN", "celery"]), "0", "ran once, never restored");
+    // Without re-scoring (a dead holder) the eta is restored like Celery's.
+    let mut m = msg("orphan", "t", "default");
+    m.eta = Some(clock.now() + 3 * HOUR);
+    a.publish(vec![m]).await.unwrap();
+    assert!(
+        a.consume(&qs("default"), 5, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    drop(a);
+    clock.advance(HOUR + 1);
+    assert_eq!(other.recover().await.unwrap(), 1);
+    // release() gives back what a stopping consumer holds at once.
+    let c = broker(&s, &clock).await;
+    assert!(
+        c.consume(&qs("default"), 5, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(c.close().await.unwrap(), 1);
+    assert_eq!(s.cli(&["LLEN", "celery"]), "1");
+    assert_eq!(s.cli(&["HLEN", "unacked"]), "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undecodable_messages_are_dropped_and_kept_aside() {
+    let Some(s) = support::RedisServer::start() else {
+        return;
+    };
+    let clock = VirtualClock::new(START);
+    let b = broker(&s, &clock).await;
+    s.cli(&["LPUSH", "celery", "not json at all"]);
+    s.cli(&[
+        "LPUSH",
+        "celery",
+        r#"{"body": "x", "content-type": "application/x-python-serialize", "properties": {"delivery_tag": "p1", "delivery_info": {"exchange": "", "routing_key": "celery"}}}"#,
+    ]);
+    b.publish(vec![msg("ok", "t", "default")]).await.unwrap();
+    let got = b.consume(&qs("default"), 5, Duration::ZERO).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].message.id, "ok");
+    assert_eq!(
+        s.cli(&["HLEN", "unacked"]),
+        "1",
+        "the pickle one is not left unacked"
+    );
+    assert_eq!(s.cli(&["LLEN", "headway.celery.quarantine"]), "2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_are_celerys_meta_and_final_states_stay() {
+    let Some(s) = support::RedisServer::start() else {
+        return;
+    };
+    let clock = VirtualClock::new(START);
+    let b = broker(&s, &clock).await;
+    let mut o = Outcome::new("r1", State::Success, START);
+    o.result = Some(json!({"b": 1, "a": [1.5, "é"]}));
+    b.store(vec![o]).await.unwrap();
+    assert_eq!(
+        s.cli(&["GET", "celery-task-meta-r1"]),
+        r#"{"status": "SUCCESS", "result": {"b": 1, "a": [1.5, "\u00e9"]}, "traceback": null, "children": [], "date_done": "2026-01-01T00:00:00+00:00", "task_id": "r1"}"#
+    );
+    let ttl: i64 = s.cli(&["TTL", "celery-task-meta-r1"]).parse().unwrap();
+    assert!((86_390..=86_400).contains(&ttl), "SETEX result_expires");
+    let mut f = Outcome::new("r1", State::Failure, START);
+    f.error = Some(Failure::new("ValueError", "late"));
+    b.store(vec![f]).await.unwrap();
+    assert_eq!(b.fetch("r1").await.unwrap().unwrap().state, State::Success);
+    // A Celery worker's write (SETEX + PUBLISH) wakes a waiter.
+    let b2 = b.clone();
+    let w = tokio::spawn(async move { b2.wait("r2", Duration::from_secs(10)).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let meta = r#"{"status": "FAILURE", "result": {"exc_type": "KeyError", "exc_message": ["k"], "exc_module": "builtins"}, "traceback": "Traceback\nKeyError: 'k'\n", "children": [], "date_done": "2026-12-02T09:04:33.649639+00:00", "task_id": "r2"}"#;
+    s.cli(&["SETEX", "celery-task-meta-r2", "86400", meta]);
+    s.cli(&["PUBLISH", "celery-task-meta-r2", meta]);
+    let started = std::time::Instant::now();
+    let o = w.await.unwrap().unwrap().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "woken by the publish, not a poll"
+    );
+    let e = o.error.unwrap();
+    assert_eq!((e.kind.as_str(), e.message.as_str()), ("KeyError", "k"));
+    assert_eq!(b.counts().await.unwrap()[&State::Failure], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chord_members_are_celerys_and_the_last_part_sends_the_callback() {
+    let Some(s) = support::RedisServer::start() else {
+        return;
+    };
+    let clock = VirtualClock::new(START);
+    let b = broker(&s, &clock).await;
+    let mut cb = msg("cb", "tsum", "default");
+    cb.args = vec![];
+    b.open("g", 2).await.unwrap();
+    assert_eq!(s.cli(&["GET", "celery-taskset-meta-g.s"]), "2");
+    // Parts as Celery sends them: group g, group_index i, embed.chord.
+    let mut parts = Vec::new();
+    for (i, id) in ["p0", "p1"].iter().enumerate() {
+        let mut m = msg(id, "add", "default");
+        m.group = Some("g".into());
+        m.group_index = Some(i as u32);
+        m.chord = Some(Box::new(headway_core::task::Chord {
+            key: "g".into(),
+            size: 2,
+            callback: Box::new(cb.clone()),
+        }));
+        parts.push(m);
+    }
+    b.publish(parts).await.unwrap();
+    let got = b.consume(&qs("default"), 5, Duration::ZERO).await.unwrap();
+    assert_eq!(got.len(), 2);
+    for (id, v) in [("p1", 20), ("p0", 10)] {
+        let mut o = Outcome::new(id, State::Success, START);
+        o.result = Some(json!(v));
+        b.store(vec![o]).await.unwrap();
+    }
+    let callback = &got[0].message.chord.as_ref().unwrap().callback;
+    assert_eq!(
+        b.arrive("g", "p1", 2, callback).await.unwrap(),
+        Joined::Waiting
+    );
+    assert_eq!(
+        s.cli(&["ZRANGE", "celery-taskset-meta-g.j", "0", "-1", "WITHSCORES"]),
+        "[1, \"p1\", \"SUCCESS\", 20]\n1"
+    );
+    // A redelivered part adds the same member: it does not count twice.
+    assert_eq!(
+        b.arrive("g", "p1", 2, callback).await.unwrap(),
+        Joined::Waiting
+    );
+    assert_eq!(
+        b.arrive("g", "p0", 2, callback).await.unwrap(),
+        Joined::Sent
+    );
+    assert_eq!(s.cli(&["EXISTS", "celery-taskset-meta-g.s"]), "0", "closed");
+    let sent = b.consume(&qs("default"), 5, Duration::ZERO).await.unwrap();
+    assert_eq!(sent[0].message.id, "cb");
+    assert_eq!(
+        sent[0].message.args,
+        vec![json!([10, 20])],
+        "in group-index order"
+    );
+    assert_eq!(sent[0].message.parent_id.as_deref(), Some("p0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revokes_travel_over_the_pidbox_and_persist() {
+    let Some(s) = support::RedisServer::start() else {
+        return;
+    };
+    let clock = VirtualClock::new(START);
+    let a = broker(&s, &clock).await;
+    let b = broker(&s, &clock).await;
+    let ids = vec![
+        "6192a3c5-aeef-45a0-b931-c63afc72ece0".to_string(),
+        "mine".to_string(),
+    ];
+    // Celery's own revoke broadcast, as captured.
+    let celery = r#"{"body": "eyJtZXRob2QiOiAicmV2b2tlIiwgImFyZ3VtZW50cyI6IHsidGFza19pZCI6ICI2MTkyYTNjNS1hZWVmLTQ1YTAtYjkzMS1jNjNhZmM3MmVjZTAiLCAidGVybWluYXRlIjogZmFsc2UsICJzaWduYWwiOiAiU0lHVEVSTSJ9LCAiZGVzdGluYXRpb24iOiBudWxsLCAicGF0dGVybiI6IG51bGwsICJtYXRjaGVyIjogbnVsbH0=", "content-encoding": "utf-8", "content-type": "application/json", "headers": {"clock": 1, "expires": 0}, "properties": {"delivery_mode": 2, "delivery_info": {"exchange": "celery.pidbox", "routing_key": ""}, "priority": 0, "body_encoding": "base64", "delivery_tag": "f4e3cdf1-e623-4aa7-bb38-aada6483a72c"}}"#;
+    assert_eq!(
+        s.cli(&["PUBLISH", "/0.celery.pidbox", celery]),
+        "2",
+        "both subscribed"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(a.revoked(&ids).await.unwrap(), [true, false]);
+    // headway's revoke reaches the other consumer, and outlives a restart.
+    a.revoke(vec!["mine".into()], START + HOUR).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(b.revoked(&ids).await.unwrap(), [true, true]);
+    let late = broker(&s, &clock).await;
+    assert_eq!(late.revoked(&ids[1..]).await.unwrap(), [true]);
+    clock.advance(HOUR);
+    assert_eq!(late.revoked(&ids[1..]).await.unwrap(), [false], "expired");
+}
