@@ -709,14 +709,14 @@ impl Sender {
         m.expires = time_field(body, "expires")?;
         m.retries = as_u32(body.get("retries")).unwrap_or(0);
         m.group = get_str(body, "taskset");
-        if let Some(cb) = body.get("chord").filter(|c| !c.is_null()) {
-            if let Some(key) = m.group.clone() {
-                m.chord = Some(Box::new(Chord {
-                    key,
-                    size: 0,
-                    callback: Box::new(self.callback_message(cb)?),
-                }));
-            }
+        if let Some(cb) = body.get("chord").filter(|c| !c.is_null())
+            && let Some(key) = m.group.clone()
+        {
+            m.chord = Some(Box::new(Chord {
+                key,
+                size: 0,
+                callback: Box::new(self.callback_message(cb)?),
+            }));
         }
         Ok(m)
     }
