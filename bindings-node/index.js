@@ -24,6 +24,37 @@ function loadAddon() {
   }
 }
 
+// One set of native functions per JS environment, shared by every instance:
+// a method is `fn(id, ...numbers)`, so each call site sees one target.
+const F = native._flow();
+const {
+  bucketTake,
+  bucketNext,
+  bucketTokens,
+  windowTake,
+  windowLeft,
+  windowNext,
+  gateEnter,
+  gateLeave,
+  gateHeld,
+  backoffCeiling,
+  backoffDelay,
+  backoffMore,
+  backoffSchedule,
+  poolTake,
+  poolDelay,
+  poolMade,
+  poolUnmade,
+  poolGive,
+  poolDrop,
+  poolEvict,
+  poolClose,
+  poolRefusal,
+  poolLive,
+  poolIdle,
+  poolBusy,
+} = F;
+
 const perf = globalThis.performance;
 const NONE = 4294967295; // an id no item ever gets
 const TIMER_MAX = 2 ** 31 - 1; // setTimeout's longest sleep
@@ -147,7 +178,7 @@ class Limits {
 
   constructor(options) {
     const { size, idle, keep, life } = opts(options);
-    const n = native._limits(optNum('size', size), optNum('idle', idle), optNum('keep', keep), optNum('life', life));
+    const n = F.limitsNew(optNum('size', size), optNum('idle', idle), optNum('keep', keep), optNum('life', life));
     this.#h = n.handle;
     fix(this, { size: n.size, idle: n.idle, keep: n.keep, life: n.life });
   }
@@ -167,7 +198,7 @@ class Breaker {
 
   constructor(options) {
     const { k, window } = opts(options);
-    const n = native._breaker(optNum('k', k), optNum('window', window));
+    const n = F.breakerNew(optNum('k', k), optNum('window', window));
     this.#h = n.handle;
     fix(this, { k: n.k, window: n.window });
   }
@@ -178,29 +209,21 @@ class Breaker {
 let backoffHandle;
 
 class Backoff {
-  #h;
-  #ceiling;
-  #delay;
-  #more;
-  #schedule;
+  #id;
   static {
-    backoffHandle = (o) => (o !== null && typeof o === 'object' && #h in o ? o.#h : undefined);
+    backoffHandle = (o) => (o !== null && typeof o === 'object' && #id in o ? o.#id : undefined);
   }
 
   constructor(options) {
     const { base, factor, cap, attempts, jitter } = opts(options);
     if (jitter !== undefined && typeof jitter !== 'string') throw argType('jitter', 'of type string', jitter);
-    const n = native._backoff(optNum('base', base), optNum('factor', factor), optNum('cap', cap), optNum('attempts', attempts), jitter);
-    this.#h = n.handle;
-    this.#ceiling = n.ceiling;
-    this.#delay = n.delay;
-    this.#more = n.more;
-    this.#schedule = n.schedule;
+    const n = F.backoffNew(this, optNum('base', base), optNum('factor', factor), optNum('cap', cap), optNum('attempts', attempts), jitter);
+    this.#id = n.id;
     fix(this, { base: n.base, factor: n.factor, cap: n.cap, attempts: n.attempts, jitter: n.jitter });
   }
 
   ceiling(retry) {
-    return this.#ceiling(num('retry', retry));
+    return backoffCeiling(this.#id, num('retry', retry));
   }
 
   delay(retry, random, previous) {
@@ -209,17 +232,17 @@ class Backoff {
     else if (typeof random !== 'number') throw argType('random', NUMBER, random);
     if (previous === undefined) previous = 0;
     else if (typeof previous !== 'number') throw argType('previous', NUMBER, previous);
-    return this.#delay(retry, random, previous);
+    return backoffDelay(this.#id, retry, random, previous);
   }
 
   more(made) {
-    return this.#more(num('made', made));
+    return backoffMore(this.#id, num('made', made));
   }
 
   schedule(randoms) {
     if (randoms === undefined) randoms = [];
     else if (!Array.isArray(randoms)) throw argType('randoms', 'an array of numbers', randoms);
-    return this.#schedule(randoms);
+    return backoffSchedule(this.#id, randoms);
   }
 }
 
@@ -245,7 +268,7 @@ class Ward {
     if (backoff !== undefined && (o = backoffHandle(backoff)) === undefined) {
       throw argType('backoff', 'an instance of Backoff', backoff);
     }
-    this.#h = native._ward(b, o);
+    this.#h = F.wardNew(b, o);
     fix(this, { breaker, backoff });
   }
 }
@@ -261,19 +284,7 @@ let poolLends;
 let poolMapped;
 
 class Pool {
-  #h;
-  #take;
-  #delay;
-  #made;
-  #unmade;
-  #give;
-  #drop;
-  #evict;
-  #close;
-  #refusal;
-  #live;
-  #idle;
-  #busy;
+  #pid;
   // The core pools slot ids; these map them to the JS values (identity is
   // the Map's, which is `===` but for NaN). `#held[id]` counts the core's
   // entries for an id (idle or lent) and `#out[id]` the lent ones, both
@@ -286,7 +297,7 @@ class Pool {
   #spare = [];
 
   static {
-    poolHandle = (o) => (o !== null && typeof o === 'object' && #h in o ? o.#h : undefined);
+    poolHandle = (o) => (o !== null && typeof o === 'object' && #pid in o ? o.#pid : undefined);
     poolMapped = (pool) => pool.#ids.size;
     poolLends = (pool, item) => {
       const id = pool.#ids.get(item);
@@ -301,20 +312,7 @@ class Pool {
     if (limits === undefined) l = limitsHandle((defaultLimits ??= new Limits()));
     else if ((l = limitsHandle(limits)) === undefined) throw argType('limits', 'an instance of Limits', limits);
     if (ward !== undefined && (w = wardHandle(ward)) === undefined) throw argType('ward', 'an instance of Ward', ward);
-    const n = native._pool(l, w);
-    this.#h = n.handle;
-    this.#take = n.take;
-    this.#delay = n.delay;
-    this.#made = n.made;
-    this.#unmade = n.unmade;
-    this.#give = n.give;
-    this.#drop = n.drop;
-    this.#evict = n.evict;
-    this.#close = n.close;
-    this.#refusal = n.refusal;
-    this.#live = n.live;
-    this.#idle = n.idle;
-    this.#busy = n.busy;
+    this.#pid = F.poolNew(this, l, w);
     fix(this, { limits: limits === undefined ? defaultLimits : limits, ward });
   }
 
@@ -353,7 +351,7 @@ class Pool {
     else if (typeof now !== 'number') throw argType('now', NUMBER, now);
     if (roll === undefined) roll = Math.random();
     else if (typeof roll !== 'number') throw argType('roll', NUMBER, roll);
-    const r = this.#take(now, roll);
+    const r = poolTake(this.#pid, now, roll);
     if (r >= 0) {
       this.#out[r]++;
       return { kind: 'ready', item: this.#items[r] };
@@ -368,19 +366,19 @@ class Pool {
     if (r === -1) return MAKE;
     if (r === -2) return WAIT;
     if (r === -3) return SHED;
-    return { kind: 'later', delay: this.#delay() };
+    return { kind: 'later', delay: poolDelay(this.#pid) };
   }
 
   made(item, now) {
     now = clock('now', now);
     const id = this.#id(item);
-    this.#made(id, now);
+    poolMade(this.#pid, id, now);
     this.#held[id]++;
     this.#out[id]++;
   }
 
   unmade(now, roll) {
-    this.#unmade(clock('now', now), draw('roll', roll));
+    poolUnmade(this.#pid, clock('now', now), draw('roll', roll));
   }
 
   give(item, now) {
@@ -390,13 +388,13 @@ class Pool {
     if (id === undefined) {
       // A stranger: the core fills a reserved room with it, or refuses it.
       id = this.#id(item);
-      const kept = this.#give(id, now);
+      const kept = poolGive(this.#pid, id, now);
       if (kept) this.#held[id] = 1;
       else this.#forget(id);
       return kept;
     }
     const lent = this.#out[id] > 0;
-    const kept = this.#give(id, now);
+    const kept = poolGive(this.#pid, id, now);
     if (lent) {
       this.#out[id]--;
       if (!kept) {
@@ -413,37 +411,37 @@ class Pool {
     const id = this.#ids.get(item);
     if (id === undefined || this.#out[id] === 0) {
       // Not lent: the core frees the room a take reserved, if any.
-      this.#drop(NONE);
+      poolDrop(this.#pid, NONE);
       return;
     }
-    this.#drop(id);
+    poolDrop(this.#pid, id);
     this.#out[id]--;
     this.#held[id]--;
     this.#forget(id);
   }
 
   evict(now) {
-    return this.#gone(this.#evict(clock('now', now)));
+    return this.#gone(poolEvict(this.#pid, clock('now', now)));
   }
 
   close() {
-    return this.#gone(this.#close());
+    return this.#gone(poolClose(this.#pid));
   }
 
   refusal(now) {
-    return this.#refusal(clock('now', now));
+    return poolRefusal(this.#pid, clock('now', now));
   }
 
   get live() {
-    return this.#live();
+    return poolLive(this.#pid);
   }
 
   get idle() {
-    return this.#idle();
+    return poolIdle(this.#pid);
   }
 
   get busy() {
-    return this.#busy();
+    return poolBusy(this.#pid);
   }
 }
 
@@ -458,22 +456,18 @@ function pick(pools, now, first, second) {
     if (h === undefined) throw argType(`pools[${i}]`, 'an instance of Pool', pools[i]);
     handles[i] = h;
   }
-  return native._pick(handles, now, first, second);
+  return F.pick(handles, now, first, second);
 }
 
 // ---------------------------------------------------------------- Bucket
 
 class Bucket {
-  #take;
-  #next;
-  #tokens;
+  #id;
 
   constructor(rate, options) {
     const { burst, at } = opts(options);
-    const n = native._bucket(num('rate', rate), optNum('burst', burst), optNum('at', at));
-    this.#take = n.take;
-    this.#next = n.next;
-    this.#tokens = n.tokens;
+    const n = F.bucketNew(this, num('rate', rate), optNum('burst', burst), optNum('at', at));
+    this.#id = n.id;
     fix(this, { rate: n.rate, burst: n.burst });
   }
 
@@ -482,18 +476,18 @@ class Bucket {
     else if (typeof now !== 'number') throw argType('now', NUMBER, now);
     if (n === undefined) n = 1;
     else if (typeof n !== 'number') throw argType('n', NUMBER, n);
-    return this.#take(now, n);
+    return bucketTake(this.#id, now, n);
   }
 
   next(now, n) {
     now = clock('now', now);
     if (n === undefined) n = 1;
     else if (typeof n !== 'number') throw argType('n', NUMBER, n);
-    return this.#next(now, n);
+    return bucketNext(this.#id, now, n);
   }
 
   tokens(now) {
-    return this.#tokens(clock('now', now));
+    return bucketTokens(this.#id, clock('now', now));
   }
 
   async wait(n, options) {
@@ -503,8 +497,8 @@ class Bucket {
     for (;;) {
       if (signal !== undefined) signal.throwIfAborted();
       const now = perf.now();
-      if (this.#take(now, n)) return;
-      const wait = this.#next(now, n);
+      if (bucketTake(this.#id, now, n)) return;
+      const wait = bucketNext(this.#id, now, n);
       if (wait === Infinity) {
         throw outOfRange('n', `can never be taken: more than the burst (${this.burst}) or a zero rate (received ${n})`);
       }
@@ -516,58 +510,50 @@ class Bucket {
 // ---------------------------------------------------------------- Window
 
 class Window {
-  #take;
-  #left;
-  #next;
+  #id;
 
   constructor(allow, window) {
-    const n = native._window(num('allow', allow), num('window', window));
-    this.#take = n.take;
-    this.#left = n.left;
-    this.#next = n.next;
+    const n = F.windowNew(this, num('allow', allow), num('window', window));
+    this.#id = n.id;
     fix(this, { allow: n.allow, window: n.window });
   }
 
   take(now) {
     if (now === undefined) now = perf.now();
     else if (typeof now !== 'number') throw argType('now', NUMBER, now);
-    return this.#take(now);
+    return windowTake(this.#id, now);
   }
 
   left(now) {
-    return this.#left(clock('now', now));
+    return windowLeft(this.#id, clock('now', now));
   }
 
   next(now) {
-    return this.#next(clock('now', now));
+    return windowNext(this.#id, clock('now', now));
   }
 }
 
 // ---------------------------------------------------------------- Gate
 
 class Gate {
-  #enter;
-  #leave;
-  #held;
+  #id;
 
   constructor(limit) {
-    const n = native._gate(num('limit', limit));
-    this.#enter = n.enter;
-    this.#leave = n.leave;
-    this.#held = n.held;
+    const n = F.gateNew(this, num('limit', limit));
+    this.#id = n.id;
     fix(this, { limit: n.limit });
   }
 
   enter() {
-    return this.#enter();
+    return gateEnter(this.#id);
   }
 
   leave() {
-    this.#leave();
+    gateLeave(this.#id);
   }
 
   get held() {
-    return this.#held();
+    return gateHeld(this.#id);
   }
 }
 
@@ -929,16 +915,18 @@ module.exports = {
   version: native.version,
 };
 
-// Hidden: the benchmark's floors and the panic tests.
+// Hidden: the benchmark's floors, the panic tests and the leak probes.
 Object.defineProperties(module.exports, {
   _native: { value: native },
-  // The napi floor: a bound native function that reads two numbers and
-  // answers true — the call Bucket.take makes, doing nothing.
-  _noop: { value: native._floor().noop },
+  _flow: { value: F },
+  // The napi floor: a native function that reads two numbers and answers
+  // true — the call Bucket.take makes, doing nothing.
+  _noop: { value: F.noop },
   // The same empty call through napi-rs's #[napi] glue, for comparison.
   _noopNapi: { value: native._noopNapi },
   _panic: { value: native._panic },
-  _panicBound: { value: () => native._panicBound().panic() },
-  // How many items a Pool maps to slot ids: the leak test's probe.
+  _panicRaw: { value: F.panic },
+  // How many native flow values are alive; how many items a Pool maps.
+  _alive: { value: F.alive },
   _mapped: { value: (pool) => poolMapped(pool) },
 });

@@ -40,31 +40,40 @@ test('a Rust panic in a #[napi] function is a thrown Error, and the process live
   assert.equal(new Pool().take(0).kind, 'make');
 });
 
-test('a Rust panic in a bound (hot-path) function is a thrown Error too', () => {
-  assert.throws(() => headway._panicBound(), (err) => {
+test('a Rust panic in a raw (hot-path) callback is a thrown Error too', () => {
+  assert.throws(() => headway._panicRaw(), (err) => {
     assert.ok(err instanceof Error);
-    assert.match(err.message, /deliberate panic in a bound function/);
+    assert.match(err.message, /deliberate panic in a raw callback/);
     return true;
   });
-  assert.throws(() => headway._panicBound(), /deliberate/); // and again: nothing was poisoned
+  assert.throws(() => headway._panicRaw(), /deliberate/); // and again: nothing was poisoned
+  assert.equal(new headway.Bucket(1).take(0), true);
 });
 
-test('the native factories refuse foreign handles', () => {
-  const n = headway._native;
-  assert.throws(() => n._pool({}, undefined), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE', message: /"limits"/ });
-  const limits = n._limits(undefined, undefined, undefined, undefined);
-  const breaker = n._breaker(undefined, undefined);
+test('the native functions refuse foreign handles and forged ids', () => {
+  const f = headway._flow;
+  const owner = {};
+  assert.throws(() => f.poolNew(owner, {}, undefined), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE', message: /"limits"/ });
+  const limits = f.limitsNew(undefined, undefined, undefined, undefined);
+  const breaker = f.breakerNew(undefined, undefined);
   // A breaker's handle where a ward's is wanted: the external's type is checked.
-  assert.throws(() => n._pool(limits.handle, breaker.handle), { name: 'TypeError', message: /"ward"/ });
-  assert.throws(() => n._pick([limits.handle], 0, 0, 0), { name: 'TypeError', message: /"pools"/ });
-  const take = n._bucket(1, undefined, undefined).take;
-  assert.throws(() => take('x', 1), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE', message: /"now"/ });
+  assert.throws(() => f.poolNew(owner, limits.handle, breaker.handle), { name: 'TypeError', message: /"ward"/ });
+  assert.throws(() => f.wardNew(limits.handle, undefined), { name: 'TypeError', message: /"breaker"/ });
+  assert.throws(() => f.wardNew(undefined, 1e6), { name: 'TypeError', message: /"backoff"/ });
+  assert.throws(() => f.bucketNew(42, 1), { name: 'TypeError', message: /"owner"/ });
+  // An id that names no live object is refused, never read.
+  assert.throws(() => f.bucketTake(1e6, 0, 1), { name: 'TypeError', code: 'ERR_INVALID_THIS' });
+  assert.throws(() => f.poolTake(-1, 0, 0.5), { name: 'TypeError', code: 'ERR_INVALID_THIS' });
+  assert.throws(() => f.pick([1e6], 0, 0, 0), { name: 'TypeError', message: /"pools"/ });
+  const { id } = f.bucketNew(owner, 1);
+  assert.throws(() => f.bucketTake(id, 'x', 1), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE', message: /"now"/ });
+  assert.equal(f.bucketTake(id, 0, 1), true);
 });
 
 test('finalizers free the native state of collected objects', async () => {
   setFlagsFromString('--expose-gc');
   const gc = runInNewContext('gc');
-  const alive = headway._native._alive;
+  const alive = headway._alive;
   const settle = async () => {
     for (let i = 0; i < 5; i++) {
       gc();

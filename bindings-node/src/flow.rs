@@ -1,32 +1,57 @@
-//! The flow-control half of the core, as factories of bound functions.
+//! The flow-control half of the core, as native functions over slabs.
 //!
-//! Each `_name` factory below validates its arguments through the core (which
-//! refuses what cannot be accepted, naming the argument) and returns a plain
-//! object of functions bound to one core value; `bindings-node/index.js`
-//! wraps that object in the public class. The JS side checks argument types
-//! and fills draws and clocks (`Math.random()`, `performance.now()`); every
-//! default and every rule is the core's.
+//! `_flow()` builds, once per JS environment, the object of functions that
+//! `bindings-node/index.js` wraps in the public classes. A factory
+//! (`bucketNew(owner, rate, burst, at)`, ...) validates its arguments
+//! through the core — which refuses what cannot be accepted, naming the
+//! argument — stores the core value in a slab and ties the slot to `owner`,
+//! the JS object, so the slot is freed when the object is collected. A method
+//! (`bucketTake(id, now, n)`, ...) is the id plus plain numbers.
+//!
+//! The JS side checks argument types and fills clocks and draws
+//! (`performance.now()`, `Math.random()`); every default and every rule is
+//! the core's.
 
 use std::cell::Cell;
 use std::ptr;
-use std::rc::Rc;
 
 use headway_core::flow::{
     Backoff, Breaker, Bucket, Gate, Jitter, Limits, Load, Pool, Taken, Ward, Window, pick,
 };
 use napi::bindgen_prelude::{External, ToNapiValue};
-use napi::{Env, JsValue, sys};
+use napi::sys;
 use napi_derive::napi;
 
-use crate::raw::{Bound, Fail, Ret, Slot, bound, factory};
+use crate::raw::{E, Fail, Funcs, Ret, Slab, function, method, napi_ret, own};
 use crate::units::{int, int32, ms, ns, span};
+
+/// Every slab of one JS environment.
+#[derive(Default)]
+pub struct Flow {
+    pub buckets: Slab<Bucket>,
+    pub windows: Slab<Window>,
+    pub gates: Slab<Gate>,
+    pub backoffs: Slab<Backoff>,
+    pub pools: Slab<PoolState>,
+}
+
+impl Flow {
+    /// How many native flow values are alive, for the finalizer test.
+    fn live(&self) -> usize {
+        self.buckets.live()
+            + self.windows.live()
+            + self.gates.live()
+            + self.backoffs.live()
+            + self.pools.live()
+    }
+}
 
 fn external<T: 'static>(env: sys::napi_env, value: T) -> Ret {
     unsafe { External::to_napi_value(env, External::new(value)) }.map_err(|_| Fail::Napi)
 }
 
-/// Reads the core value a config handle (`Limits`, `Breaker`, `Backoff`,
-/// `Ward`) carries; the type check is napi-rs's registry of live externals.
+/// Reads the core value a config handle (`Limits`, `Breaker`, `Ward`)
+/// carries; napi-rs's registry of live externals checks its type.
 fn handle<T: Clone + 'static>(
     env: sys::napi_env,
     v: sys::napi_value,
@@ -41,165 +66,138 @@ fn handle<T: Clone + 'static>(
         .ok_or(Fail::Type(name, "made by headway"))
 }
 
+fn opt_handle<T: Clone + 'static>(
+    e: E,
+    v: sys::napi_value,
+    name: &'static str,
+) -> Result<Option<T>, Fail> {
+    let mut t = 0;
+    crate::raw::ok(unsafe { sys::napi_typeof(e.0, v, &mut t) })?;
+    if t == sys::ValueType::napi_undefined || t == sys::ValueType::napi_null {
+        Ok(None)
+    } else {
+        handle(e.0, v, name).map(Some)
+    }
+}
+
 // ---------------------------------------------------------------- Limits
 
-/// Validates pool limits (ms spans) and returns `{ handle, size, idle, keep,
-/// life }` with the core's defaults filled in (HikariCP / database/sql).
-#[napi(js_name = "_limits", catch_unwind)]
-pub fn limits<'env>(
-    env: &'env Env,
-    size: Option<f64>,
-    idle: Option<f64>,
-    keep: Option<f64>,
-    life: Option<f64>,
-) -> napi::Result<napi::Unknown<'env>> {
-    factory(env, |env| {
-        let d = Limits::default();
-        let l = Limits::new(
-            size.map_or(Ok(d.size()), |x| int("size", x))?,
-            idle.map_or(Ok(d.idle()), |x| int("idle", x))?,
-            keep.map_or(Ok(d.keep()), |x| span("keep", x))?,
-            life.map_or(Ok(d.life()), |x| span("life", x))?,
-        )?;
-        let h = external(env, l)?;
-        Bound::new(env, ())?
-            .set(c"handle", h)?
-            .number(c"size", l.size() as f64)?
-            .number(c"idle", l.idle() as f64)?
-            .number(c"keep", ms(l.keep()))?
-            .number(c"life", ms(l.life()))
-            .map(Bound::finish)
-    })
-}
+// limitsNew(size, idle, keep, life) -> { handle, size, idle, keep, life }
+// with the core's defaults (HikariCP / database/sql) for what is undefined.
+function!(limits_new, 4, |f, e, a| {
+    let d = Limits::default();
+    let l = Limits::new(
+        e.opt_f64(a[0], "size")?
+            .map_or(Ok(d.size()), |x| int("size", x))?,
+        e.opt_f64(a[1], "idle")?
+            .map_or(Ok(d.idle()), |x| int("idle", x))?,
+        e.opt_f64(a[2], "keep")?
+            .map_or(Ok(d.keep()), |x| span("keep", x))?,
+        e.opt_f64(a[3], "life")?
+            .map_or(Ok(d.life()), |x| span("life", x))?,
+    )?;
+    e.object(&[
+        (c"handle", external(e.0, l)?),
+        (c"size", e.num(l.size() as f64)?),
+        (c"idle", e.num(l.idle() as f64)?),
+        (c"keep", e.num(ms(l.keep()))?),
+        (c"life", e.num(ms(l.life()))?),
+    ])
+});
 
 // ---------------------------------------------------------------- Breaker
 
-/// Validates a breaker (SRE book defaults: k = 2, two minutes) and returns
-/// `{ handle, k, window }`.
-#[napi(js_name = "_breaker", catch_unwind)]
-pub fn breaker<'env>(
-    env: &'env Env,
-    k: Option<f64>,
-    window: Option<f64>,
-) -> napi::Result<napi::Unknown<'env>> {
-    factory(env, |env| {
-        let d = Breaker::default();
-        let b = Breaker::new(
-            k.unwrap_or(d.k()),
-            window.map_or(Ok(d.window()), |x| span("window", x))?,
-        )?;
-        let (k, w) = (b.k(), b.window());
-        let h = external(env, b)?;
-        Bound::new(env, ())?
-            .set(c"handle", h)?
-            .number(c"k", k)?
-            .number(c"window", ms(w))
-            .map(Bound::finish)
-    })
-}
+// breakerNew(k, window) -> { handle, k, window }; SRE book defaults.
+function!(breaker_new, 2, |f, e, a| {
+    let d = Breaker::default();
+    let b = Breaker::new(
+        e.opt_f64(a[0], "k")?.unwrap_or(d.k()),
+        e.opt_f64(a[1], "window")?
+            .map_or(Ok(d.window()), |x| span("window", x))?,
+    )?;
+    let (k, w) = (b.k(), b.window());
+    e.object(&[
+        (c"handle", external(e.0, b)?),
+        (c"k", e.num(k)?),
+        (c"window", e.num(ms(w))?),
+    ])
+});
 
 // ---------------------------------------------------------------- Backoff
 
-bound!(backoff_ceiling, Backoff, 1, |s, e, a| {
-    let retry = e.i32(a[0], "retry")?;
+// backoffNew(owner, base, factor, cap, attempts, jitter) -> { id, base,
+// factor, cap, attempts, jitter }; gRPC's retry defaults.
+function!(backoff_new, 6, |f, e, a| {
+    let d = Backoff::default();
+    let jitter = match e.opt_str(a[5], "jitter")? {
+        None => d.jitter(),
+        Some(name) => Jitter::parse(&name).ok_or_else(|| {
+            Fail::Range(
+                "jitter".into(),
+                format!("must be 'rigid', 'full', 'equal' or 'decorrelated' (received '{name}')"),
+            )
+        })?,
+    };
+    let b = Backoff::new(
+        e.opt_f64(a[1], "base")?
+            .map_or(Ok(d.base()), |x| span("base", x))?,
+        e.opt_f64(a[2], "factor")?.unwrap_or(d.factor()),
+        e.opt_f64(a[3], "cap")?
+            .map_or(Ok(d.cap()), |x| span("cap", x))?,
+        e.opt_f64(a[4], "attempts")?
+            .map_or(Ok(d.attempts()), |x| int32("attempts", x))?,
+        jitter,
+    )?;
+    let id = f.backoffs.insert(b)?;
+    own(e.0, a[0], f, |f| &f.backoffs, id)?;
+    e.object(&[
+        (c"id", e.num(id as f64)?),
+        (c"base", e.num(ms(b.base()))?),
+        (c"factor", e.num(b.factor())?),
+        (c"cap", e.num(ms(b.cap()))?),
+        (c"attempts", e.num(b.attempts() as f64)?),
+        (c"jitter", e.str(b.jitter().name())?),
+    ])
+});
+
+method!(backoff_ceiling, backoffs, 2, |s, e, a| {
+    let retry = e.i32(a[1], "retry")?;
     e.num(ms(s.ceiling(retry)))
 });
 
-bound!(backoff_delay, Backoff, 3, |s, e, a| {
-    let retry = e.i32(a[0], "retry")?;
-    let random = e.f64(a[1], "random")?;
-    let previous = ns(e.f64(a[2], "previous")?);
+method!(backoff_delay, backoffs, 4, |s, e, a| {
+    let retry = e.i32(a[1], "retry")?;
+    let random = e.f64(a[2], "random")?;
+    let previous = ns(e.f64(a[3], "previous")?);
     e.num(ms(s.delay(retry, random, previous)))
 });
 
-bound!(backoff_more, Backoff, 1, |s, e, a| {
-    let made = e.i32(a[0], "made")?;
+method!(backoff_more, backoffs, 2, |s, e, a| {
+    let made = e.i32(a[1], "made")?;
     e.bool(s.more(made))
 });
 
-bound!(backoff_schedule, Backoff, 1, |s, e, a| {
-    let randoms = e.f64s(a[0], "randoms")?;
+method!(backoff_schedule, backoffs, 2, |s, e, a| {
+    let randoms = e.f64s(a[1], "randoms")?;
     e.nums(s.schedule(&randoms).into_iter().map(ms))
 });
 
-/// A backoff (gRPC's retry defaults: 100 ms doubling to 1 s, three attempts,
-/// full jitter) as `{ handle, ceiling, delay, more, schedule, base, factor,
-/// cap, attempts, jitter }`.
-#[napi(js_name = "_backoff", catch_unwind)]
-pub fn backoff<'env>(
-    env: &'env Env,
-    base: Option<f64>,
-    factor: Option<f64>,
-    cap: Option<f64>,
-    attempts: Option<f64>,
-    jitter: Option<String>,
-) -> napi::Result<napi::Unknown<'env>> {
-    factory(env, |env| {
-        let d = Backoff::default();
-        let jitter = match jitter {
-            None => d.jitter(),
-            Some(name) => Jitter::parse(&name).ok_or_else(|| {
-                Fail::Range(
-                    "jitter".into(),
-                    format!(
-                        "must be 'rigid', 'full', 'equal' or 'decorrelated' (received '{name}')"
-                    ),
-                )
-            })?,
-        };
-        let b = Backoff::new(
-            base.map_or(Ok(d.base()), |x| span("base", x))?,
-            factor.unwrap_or(d.factor()),
-            cap.map_or(Ok(d.cap()), |x| span("cap", x))?,
-            attempts.map_or(Ok(d.attempts()), |x| int32("attempts", x))?,
-            jitter,
-        )?;
-        let h = external(env, b)?;
-        let name = b.jitter().name();
-        let mut jv = ptr::null_mut();
-        if unsafe {
-            sys::napi_create_string_utf8(env, name.as_ptr().cast(), name.len() as isize, &mut jv)
-        } != sys::Status::napi_ok
-        {
-            return Err(Fail::Napi);
-        }
-        Bound::new(env, b)?
-            .func(c"ceiling", Some(backoff_ceiling))?
-            .func(c"delay", Some(backoff_delay))?
-            .func(c"more", Some(backoff_more))?
-            .func(c"schedule", Some(backoff_schedule))?
-            .set(c"handle", h)?
-            .number(c"base", ms(b.base()))?
-            .number(c"factor", b.factor())?
-            .number(c"cap", ms(b.cap()))?
-            .number(c"attempts", b.attempts() as f64)?
-            .set(c"jitter", jv)
-            .map(Bound::finish)
-    })
-}
-
 // ---------------------------------------------------------------- Ward
 
-/// A ward from a breaker handle and a backoff handle (either may be absent);
-/// it keeps its own copies, as the core's `Ward::new` takes them by value.
-#[napi(js_name = "_ward", catch_unwind)]
-pub fn ward<'env>(
-    env: &'env Env,
-    breaker: Option<napi::Unknown<'env>>,
-    backoff: Option<napi::Unknown<'env>>,
-) -> napi::Result<napi::Unknown<'env>> {
-    factory(env, |env| {
-        let b = match breaker {
-            Some(v) => Some(handle::<Breaker>(env, v.raw(), "breaker")?),
-            None => None,
-        };
-        let o = match backoff {
-            Some(v) => Some(handle::<Backoff>(env, v.raw(), "backoff")?),
-            None => None,
-        };
-        external(env, Ward::new(b, o))
-    })
-}
+// wardNew(breakerHandle?, backoffId?) -> handle. The ward keeps its own
+// copies, as the core's `Ward::new` takes them by value.
+function!(ward_new, 2, |f, e, a| {
+    let breaker = opt_handle::<Breaker>(e, a[0], "breaker")?;
+    let backoff = match e.opt_f64(a[1], "backoff")? {
+        None => None,
+        Some(_) => Some(
+            f.backoffs
+                .with(e.id(a[1])?, |b| *b)
+                .map_err(|_| Fail::Type("backoff", "an instance of Backoff"))?,
+        ),
+    };
+    external(e.0, Ward::new(breaker, backoff))
+});
 
 // ---------------------------------------------------------------- Pool
 
@@ -208,18 +206,31 @@ pub fn ward<'env>(
 /// reference per item.
 pub struct PoolState {
     pool: Pool<u32>,
-    /// The span of the last `Later`, read by `delay()` only on that answer.
+    /// The span of the last `Later`, read by `poolDelay` only on that answer.
     later: i64,
 }
 
-/// What `take` answers, as one int32: an id ≥ 0 is `Ready(id)`, `-16 - id`
-/// is `Stale(id)`; `-1` Make, `-2` Wait, `-3` Shed, `-4` Later (its span via
-/// `delay()`). One small integer keeps the hot call free of allocation.
+// poolNew(owner, limitsHandle, wardHandle?) -> id
+function!(pool_new, 3, |f, e, a| {
+    let limits = handle::<Limits>(e.0, a[1], "limits")?;
+    let ward = opt_handle::<Ward>(e, a[2], "ward")?;
+    let id = f.pools.insert(PoolState {
+        pool: Pool::new(limits, ward),
+        later: 0,
+    })?;
+    own(e.0, a[0], f, |f| &f.pools, id)?;
+    e.num(id as f64)
+});
+
+/// What `take` answers, as one int32: an item id ≥ 0 is `Ready(id)`,
+/// `-16 - id` is `Stale(id)`; `-1` Make, `-2` Wait, `-3` Shed, `-4` Later
+/// (its span via `poolDelay`). One small integer keeps the hot call free of
+/// allocation.
 #[inline(always)]
 fn code(s: &mut PoolState, t: Taken<u32>) -> i32 {
     match t {
-        Taken::Ready(id) => id as i32,
-        Taken::Stale(id) => -16 - id as i32,
+        Taken::Ready(item) => item as i32,
+        Taken::Stale(item) => -16 - item as i32,
         Taken::Make => -1,
         Taken::Wait => -2,
         Taken::Shed => -3,
@@ -230,131 +241,87 @@ fn code(s: &mut PoolState, t: Taken<u32>) -> i32 {
     }
 }
 
-bound!(pool_take, PoolState, 2, |s, e, a| {
-    let now = ns(e.f64(a[0], "now")?);
-    let roll = e.f64(a[1], "roll")?;
+fn item(e: E, v: sys::napi_value) -> Result<u32, Fail> {
+    let x = e.f64(v, "item")?;
+    let i = x as u32;
+    if i as f64 == x {
+        Ok(i)
+    } else {
+        Err(Fail::Range("item".into(), "must be a slot id".into()))
+    }
+}
+
+method!(pool_take, pools, 3, |s, e, a| {
+    let now = ns(e.f64(a[1], "now")?);
+    let roll = e.f64(a[2], "roll")?;
     let t = s.pool.take(now, roll);
     e.int(code(s, t))
 });
 
-bound!(pool_delay, PoolState, 0, |s, e, a| e.num(ms(s.later)));
+method!(pool_delay, pools, 1, |s, e, a| e.num(ms(s.later)));
 
-bound!(pool_made, PoolState, 2, |s, e, a| {
-    let id = e.u32(a[0], "id")?;
-    s.pool.made(id, ns(e.f64(a[1], "now")?));
+method!(pool_made, pools, 3, |s, e, a| {
+    let it = item(e, a[1])?;
+    s.pool.made(it, ns(e.f64(a[2], "now")?));
     e.undefined()
 });
 
-bound!(pool_unmade, PoolState, 2, |s, e, a| {
-    let now = ns(e.f64(a[0], "now")?);
-    s.pool.unmade(now, e.f64(a[1], "roll")?);
+method!(pool_unmade, pools, 3, |s, e, a| {
+    let now = ns(e.f64(a[1], "now")?);
+    s.pool.unmade(now, e.f64(a[2], "roll")?);
     e.undefined()
 });
 
-bound!(pool_give, PoolState, 2, |s, e, a| {
-    let id = e.u32(a[0], "id")?;
-    let kept = s.pool.give(id, ns(e.f64(a[1], "now")?));
+method!(pool_give, pools, 3, |s, e, a| {
+    let it = item(e, a[1])?;
+    let kept = s.pool.give(it, ns(e.f64(a[2], "now")?));
     e.bool(kept)
 });
 
-bound!(pool_drop, PoolState, 1, |s, e, a| {
-    let id = e.u32(a[0], "id")?;
-    s.pool.drop(&id);
+method!(pool_drop, pools, 2, |s, e, a| {
+    let it = item(e, a[1])?;
+    s.pool.drop(&it);
     e.undefined()
 });
 
-bound!(pool_evict, PoolState, 1, |s, e, a| {
-    let gone = s.pool.evict(ns(e.f64(a[0], "now")?));
+method!(pool_evict, pools, 2, |s, e, a| {
+    let gone = s.pool.evict(ns(e.f64(a[1], "now")?));
     e.nums(gone.into_iter().map(f64::from))
 });
 
-bound!(pool_close, PoolState, 0, |s, e, a| {
+method!(pool_close, pools, 1, |s, e, a| {
     let gone = s.pool.close();
     e.nums(gone.into_iter().map(f64::from))
 });
 
-bound!(pool_refusal, PoolState, 1, |s, e, a| {
-    e.num(s.pool.refusal(ns(e.f64(a[0], "now")?)))
-});
+method!(pool_refusal, pools, 2, |s, e, a| e
+    .num(s.pool.refusal(ns(e.f64(a[1], "now")?))));
+method!(pool_live, pools, 1, |s, e, a| e.num(s.pool.live() as f64));
+method!(pool_idle, pools, 1, |s, e, a| e.num(s.pool.idle() as f64));
+method!(pool_busy, pools, 1, |s, e, a| e.num(s.pool.busy() as f64));
 
-bound!(pool_live, PoolState, 0, |s, e, a| e
-    .num(s.pool.live() as f64));
-bound!(pool_idle, PoolState, 0, |s, e, a| e
-    .num(s.pool.idle() as f64));
-bound!(pool_busy, PoolState, 0, |s, e, a| e
-    .num(s.pool.busy() as f64));
-
-type PoolRc = Rc<Slot<PoolState>>;
-
-/// A pool from a limits handle and an optional ward handle, as an object of
-/// bound functions plus `handle`, which `_pick` reads.
-#[napi(js_name = "_pool", catch_unwind)]
-pub fn pool<'env>(
-    env: &'env Env,
-    limits: napi::Unknown<'env>,
-    ward: Option<napi::Unknown<'env>>,
-) -> napi::Result<napi::Unknown<'env>> {
-    factory(env, |env| {
-        let l = handle::<Limits>(env, limits.raw(), "limits")?;
-        let w = match ward {
-            Some(v) => Some(handle::<Ward>(env, v.raw(), "ward")?),
-            None => None,
-        };
-        let b = Bound::new(
-            env,
-            PoolState {
-                pool: Pool::new(l, w),
-                later: 0,
-            },
-        )?;
-        let h = external::<PoolRc>(env, b.state().clone())?;
-        b.func(c"take", Some(pool_take))?
-            .func(c"delay", Some(pool_delay))?
-            .func(c"made", Some(pool_made))?
-            .func(c"unmade", Some(pool_unmade))?
-            .func(c"give", Some(pool_give))?
-            .func(c"drop", Some(pool_drop))?
-            .func(c"evict", Some(pool_evict))?
-            .func(c"close", Some(pool_close))?
-            .func(c"refusal", Some(pool_refusal))?
-            .func(c"live", Some(pool_live))?
-            .func(c"idle", Some(pool_idle))?
-            .func(c"busy", Some(pool_busy))?
-            .set(c"handle", h)
-            .map(Bound::finish)
-    })
-}
-
-/// One slot of the array `pick` was given, read only if the core asks: the
-/// core compares two pools, so only two are ever looked at.
+/// One pool of those `pick` was given, read only if the core asks: the core
+/// compares two, so only two are ever looked at.
 #[derive(Clone, Copy)]
 struct Lazy<'a> {
-    env: sys::napi_env,
-    handles: sys::napi_value,
+    e: E,
+    flow: &'a Flow,
+    ids: sys::napi_value,
     i: u32,
-    bad: &'a Cell<Option<u32>>,
+    bad: &'a Cell<bool>,
 }
 
 impl Lazy<'_> {
     fn with<R>(&self, f: impl FnOnce(&PoolState) -> R, worst: R) -> R {
-        let mut el = ptr::null_mut();
-        let mut raw = ptr::null_mut();
-        let got = unsafe {
-            sys::napi_get_element(self.env, self.handles, self.i, &mut el) == sys::Status::napi_ok
-                && sys::napi_get_value_external(self.env, el, &mut raw) == sys::Status::napi_ok
-        };
-        let state = if got {
-            unsafe { External::<PoolRc>::inner_from_raw(raw) }
-        } else {
-            None
-        };
-        match state.and_then(|rc| rc.cell.try_borrow().ok().map(|s| f(&s))) {
-            Some(r) => r,
-            None => {
-                self.bad.set(Some(self.i));
-                worst
-            }
-        }
+        let got = self
+            .e
+            .at(self.ids, self.i)
+            .and_then(|v| self.e.id(v))
+            .and_then(|id| self.flow.pools.with(id, f));
+        got.unwrap_or_else(|_| {
+            self.bad.set(true);
+            worst
+        })
     }
 }
 
@@ -367,155 +334,189 @@ impl Load for Lazy<'_> {
     }
 }
 
-/// Which pool to ask (the core's two random choices) among the pools whose
-/// handles are in `handles`; -1 when there are none.
-#[napi(js_name = "_pick", catch_unwind)]
-pub fn pick_pool(
-    env: &Env,
-    handles: napi::Unknown<'_>,
-    now: f64,
-    first: f64,
-    second: f64,
-) -> napi::Result<i32> {
-    let env = env.raw();
-    let run = || -> Result<i32, Fail> {
-        let mut len = 0u32;
-        if unsafe { sys::napi_get_array_length(env, handles.raw(), &mut len) }
-            != sys::Status::napi_ok
-        {
-            return Err(Fail::Type("pools", "an array of Pool"));
-        }
-        let bad = Cell::new(None);
-        let lazy = |i| Lazy {
-            env,
-            handles: handles.raw(),
-            i,
-            bad: &bad,
-        };
-        // A stack buffer for the usual handful of pools; no allocation.
-        const STACK: usize = 16;
-        let answer = if len as usize <= STACK {
-            let mut buf = [lazy(0); STACK];
-            for (i, slot) in buf.iter_mut().enumerate().take(len as usize) {
-                *slot = lazy(i as u32);
-            }
-            pick(&buf[..len as usize], ns(now), first, second)
-        } else {
-            let all: Vec<Lazy> = (0..len).map(lazy).collect();
-            pick(&all, ns(now), first, second)
-        };
-        if bad.get().is_some() {
-            return Err(Fail::Type("pools", "an array of Pool"));
-        }
-        Ok(answer.map_or(-1, |i| i as i32))
+// pick(ids, now, first, second) -> index or -1: the core's two random choices.
+function!(pool_pick, 4, |f, e, a| {
+    let len = e.len(a[0], "pools", "an array of Pool")?;
+    let (now, first, second) = (
+        ns(e.f64(a[1], "now")?),
+        e.f64(a[2], "first")?,
+        e.f64(a[3], "second")?,
+    );
+    let bad = Cell::new(false);
+    let lazy = |i| Lazy {
+        e,
+        flow: f,
+        ids: a[0],
+        i,
+        bad: &bad,
     };
-    run().map_err(|fail| {
-        unsafe { fail.throw(env) };
-        napi::Error::from_status(napi::Status::PendingException)
-    })
-}
+    // A stack buffer for the usual handful of pools: no allocation.
+    const STACK: usize = 16;
+    let answer = if len as usize <= STACK {
+        let mut buf = [lazy(0); STACK];
+        for (i, slot) in buf.iter_mut().enumerate().take(len as usize) {
+            *slot = lazy(i as u32);
+        }
+        pick(&buf[..len as usize], now, first, second)
+    } else {
+        let all: Vec<Lazy> = (0..len).map(lazy).collect();
+        pick(&all, now, first, second)
+    };
+    if bad.get() {
+        return Err(Fail::Type("pools", "an array of Pool"));
+    }
+    e.int(answer.map_or(-1, |i| i as i32))
+});
 
 // ---------------------------------------------------------------- Bucket
 
-bound!(bucket_take, Bucket, 2, |s, e, a| {
-    let now = ns(e.f64(a[0], "now")?);
-    let n = e.f64(a[1], "n")?;
+// bucketNew(owner, rate, burst?, at?) -> { id, rate, burst }; burst is the
+// core's (omitted: the rate when above 1, else 1).
+function!(bucket_new, 4, |f, e, a| {
+    let rate = e.f64(a[1], "rate")?;
+    let burst = e.opt_f64(a[2], "burst")?;
+    let at = match e.opt_f64(a[3], "at")? {
+        None => 0,
+        Some(x) if x.is_nan() => {
+            return Err(Fail::Range(
+                "at".into(),
+                "must be a number of milliseconds, not NaN".into(),
+            ));
+        }
+        Some(x) => ns(x),
+    };
+    let b = Bucket::new(rate, burst, at)?;
+    let id = f.buckets.insert(b)?;
+    own(e.0, a[0], f, |f| &f.buckets, id)?;
+    e.object(&[
+        (c"id", e.num(id as f64)?),
+        (c"rate", e.num(b.rate())?),
+        (c"burst", e.num(b.burst())?),
+    ])
+});
+
+method!(bucket_take, buckets, 3, |s, e, a| {
+    let now = ns(e.f64(a[1], "now")?);
+    let n = e.f64(a[2], "n")?;
     e.bool(s.take(now, n))
 });
 
-bound!(bucket_next, Bucket, 2, |s, e, a| {
-    let now = ns(e.f64(a[0], "now")?);
-    let n = e.f64(a[1], "n")?;
+method!(bucket_next, buckets, 3, |s, e, a| {
+    let now = ns(e.f64(a[1], "now")?);
+    let n = e.f64(a[2], "n")?;
     e.num(ms(s.next(now, n)))
 });
 
-bound!(bucket_tokens, Bucket, 1, |s, e, a| {
-    e.num(s.tokens(ns(e.f64(a[0], "now")?)))
-});
-
-/// A token bucket as `{ take, next, tokens, rate, burst }`; `burst` is the
-/// core's (omitted: the rate when above 1, else 1).
-#[napi(js_name = "_bucket", catch_unwind)]
-pub fn bucket<'env>(
-    env: &'env Env,
-    rate: f64,
-    burst: Option<f64>,
-    at: Option<f64>,
-) -> napi::Result<napi::Unknown<'env>> {
-    factory(env, |env| {
-        let at = at.map_or(Ok(0), span_at)?;
-        let b = Bucket::new(rate, burst, at)?;
-        Bound::new(env, b)?
-            .func(c"take", Some(bucket_take))?
-            .func(c"next", Some(bucket_next))?
-            .func(c"tokens", Some(bucket_tokens))?
-            .number(c"rate", b.rate())?
-            .number(c"burst", b.burst())
-            .map(Bound::finish)
-    })
-}
-
-/// An instant in ms (any origin, so negative is fine); NaN refused.
-fn span_at(x: f64) -> Result<i64, Fail> {
-    if x.is_nan() {
-        Err(Fail::Range(
-            "at".into(),
-            "must be a number of milliseconds, not NaN".into(),
-        ))
-    } else {
-        Ok(ns(x))
-    }
-}
+method!(bucket_tokens, buckets, 2, |s, e, a| e
+    .num(s.tokens(ns(e.f64(a[1], "now")?))));
 
 // ---------------------------------------------------------------- Window
 
-bound!(window_take, Window, 1, |s, e, a| {
-    e.bool(s.take(ns(e.f64(a[0], "now")?)))
+// windowNew(owner, allow, window) -> { id, allow, window }
+function!(window_new, 3, |f, e, a| {
+    let w = Window::new(
+        int("allow", e.f64(a[1], "allow")?)?,
+        span("window", e.f64(a[2], "window")?)?,
+    )?;
+    let (allow, length) = (w.allow(), w.span());
+    let id = f.windows.insert(w)?;
+    own(e.0, a[0], f, |f| &f.windows, id)?;
+    e.object(&[
+        (c"id", e.num(id as f64)?),
+        (c"allow", e.num(allow as f64)?),
+        (c"window", e.num(ms(length))?),
+    ])
 });
 
-bound!(window_left, Window, 1, |s, e, a| {
-    e.num(s.left(ns(e.f64(a[0], "now")?)) as f64)
-});
-
-bound!(window_next, Window, 1, |s, e, a| {
-    e.num(ms(s.next(ns(e.f64(a[0], "now")?))))
-});
-
-/// A sliding window as `{ take, left, next, allow, window }`.
-#[napi(js_name = "_window", catch_unwind)]
-pub fn window<'env>(env: &'env Env, allow: f64, window: f64) -> napi::Result<napi::Unknown<'env>> {
-    factory(env, |env| {
-        let w = Window::new(int("allow", allow)?, span("window", window)?)?;
-        let (allow, span) = (w.allow(), w.span());
-        Bound::new(env, w)?
-            .func(c"take", Some(window_take))?
-            .func(c"left", Some(window_left))?
-            .func(c"next", Some(window_next))?
-            .number(c"allow", allow as f64)?
-            .number(c"window", ms(span))
-            .map(Bound::finish)
-    })
-}
+method!(window_take, windows, 2, |s, e, a| e
+    .bool(s.take(ns(e.f64(a[1], "now")?))));
+method!(window_left, windows, 2, |s, e, a| e
+    .num(s.left(ns(e.f64(a[1], "now")?)) as f64));
+method!(window_next, windows, 2, |s, e, a| e
+    .num(ms(s.next(ns(e.f64(a[1], "now")?)))));
 
 // ---------------------------------------------------------------- Gate
 
-bound!(gate_enter, Gate, 0, |s, e, a| e.bool(s.enter()));
-bound!(gate_leave, Gate, 0, |s, e, a| {
+// gateNew(owner, limit) -> { id, limit }
+function!(gate_new, 2, |f, e, a| {
+    let g = Gate::new(int("limit", e.f64(a[1], "limit")?)?)?;
+    let id = f.gates.insert(g)?;
+    own(e.0, a[0], f, |f| &f.gates, id)?;
+    e.object(&[
+        (c"id", e.num(id as f64)?),
+        (c"limit", e.num(g.limit() as f64)?),
+    ])
+});
+
+method!(gate_enter, gates, 1, |s, e, a| e.bool(s.enter()));
+method!(gate_leave, gates, 1, |s, e, a| {
     s.leave();
     e.undefined()
 });
-bound!(gate_held, Gate, 0, |s, e, a| e.num(s.held() as f64));
+method!(gate_held, gates, 1, |s, e, a| e.num(s.held() as f64));
 
-/// A concurrency gate as `{ enter, leave, held, limit }`.
-#[napi(js_name = "_gate", catch_unwind)]
-pub fn gate<'env>(env: &'env Env, limit: f64) -> napi::Result<napi::Unknown<'env>> {
-    factory(env, |env| {
-        let g = Gate::new(int("limit", limit)?)?;
-        Bound::new(env, g)?
-            .func(c"enter", Some(gate_enter))?
-            .func(c"leave", Some(gate_leave))?
-            .func(c"held", Some(gate_held))?
-            .number(c"limit", g.limit() as f64)
-            .map(Bound::finish)
+// ---------------------------------------------------------------- probes
+
+// The benchmark's floor: reads two numbers and answers true — the call
+// `Bucket.take` makes, doing nothing.
+function!(noop, 2, |f, e, a| {
+    let _ = e.f64(a[0], "a")?;
+    let _ = e.f64(a[1], "b")?;
+    e.bool(true)
+});
+
+fn deliberate() -> Ret {
+    panic!("headway: a deliberate panic in a raw callback")
+}
+
+// Panics, to prove a panic in a raw callback becomes a thrown Error.
+function!(panic_raw, 0, |f, e, a| deliberate());
+
+// How many native flow values are alive on this environment.
+function!(alive, 0, |f, e, a| e.num(f.live() as f64));
+
+/// The native functions of one JS environment, all sharing its slabs.
+#[napi(js_name = "_flow", catch_unwind)]
+pub fn flow(env: &napi::Env) -> napi::Result<napi::Unknown<'_>> {
+    napi_ret(env, |env| {
+        Ok(Funcs::new(env, Flow::default())?
+            .add(c"limitsNew", Some(limits_new))?
+            .add(c"breakerNew", Some(breaker_new))?
+            .add(c"wardNew", Some(ward_new))?
+            .add(c"backoffNew", Some(backoff_new))?
+            .add(c"backoffCeiling", Some(backoff_ceiling))?
+            .add(c"backoffDelay", Some(backoff_delay))?
+            .add(c"backoffMore", Some(backoff_more))?
+            .add(c"backoffSchedule", Some(backoff_schedule))?
+            .add(c"poolNew", Some(pool_new))?
+            .add(c"poolTake", Some(pool_take))?
+            .add(c"poolDelay", Some(pool_delay))?
+            .add(c"poolMade", Some(pool_made))?
+            .add(c"poolUnmade", Some(pool_unmade))?
+            .add(c"poolGive", Some(pool_give))?
+            .add(c"poolDrop", Some(pool_drop))?
+            .add(c"poolEvict", Some(pool_evict))?
+            .add(c"poolClose", Some(pool_close))?
+            .add(c"poolRefusal", Some(pool_refusal))?
+            .add(c"poolLive", Some(pool_live))?
+            .add(c"poolIdle", Some(pool_idle))?
+            .add(c"poolBusy", Some(pool_busy))?
+            .add(c"pick", Some(pool_pick))?
+            .add(c"bucketNew", Some(bucket_new))?
+            .add(c"bucketTake", Some(bucket_take))?
+            .add(c"bucketNext", Some(bucket_next))?
+            .add(c"bucketTokens", Some(bucket_tokens))?
+            .add(c"windowNew", Some(window_new))?
+            .add(c"windowTake", Some(window_take))?
+            .add(c"windowLeft", Some(window_left))?
+            .add(c"windowNext", Some(window_next))?
+            .add(c"gateNew", Some(gate_new))?
+            .add(c"gateEnter", Some(gate_enter))?
+            .add(c"gateLeave", Some(gate_leave))?
+            .add(c"gateHeld", Some(gate_held))?
+            .add(c"noop", Some(noop))?
+            .add(c"panic", Some(panic_raw))?
+            .add(c"alive", Some(alive))?
+            .finish())
     })
 }

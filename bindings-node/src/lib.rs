@@ -1,13 +1,13 @@
 //! The native addon behind `require('headway')`.
 //!
 //! It converts values and maps errors; every rule is `headway-core`'s. The
-//! public classes live in `index.js`, which wraps the factories here:
-//! - [`raw`]: bound functions (one Node-API call per method, no unwrap) and
-//!   the error mapping (`TypeError`/`RangeError` with Node's codes; a panic
-//!   becomes an `Error`);
+//! public classes live in `index.js`, which wraps the functions here:
+//! - [`raw`]: raw Node-API callbacks (one call per method, no unwrap), the
+//!   slabs that hold core values by id, and the error mapping
+//!   (`TypeError`/`RangeError` with Node's codes; a panic becomes an `Error`);
 //! - [`units`]: milliseconds to nanoseconds and back;
-//! - [`flow`]: the factories for `Limits`, `Breaker`, `Backoff`, `Ward`,
-//!   `Pool`, `pick`, `Bucket`, `Window` and `Gate`.
+//! - [`flow`]: `_flow()`, the functions for `Limits`, `Breaker`, `Backoff`,
+//!   `Ward`, `Pool`, `pick`, `Bucket`, `Window` and `Gate`.
 #![deny(clippy::all)]
 // napi-derive registers exports only outside `cfg(test)`, so in the unit-test
 // build the factories look unused.
@@ -18,38 +18,15 @@ mod raw;
 mod units;
 
 use napi_derive::napi;
-use raw::{Bound, bound, factory};
 
-/// The crate's version, which `index.js` checks against `package.json`.
+/// The crate's version, which the tests check against `package.json`.
 #[napi]
 pub fn version() -> String {
     env!("CARGO_PKG_VERSION").to_string()
 }
 
-bound!(noop_cb, (), 2, |s, e, a| {
-    let _ = e.f64(a[0], "a")?;
-    let _ = e.f64(a[1], "b")?;
-    e.bool(true)
-});
-
-/// The benchmark's floor: a bound function that reads two numbers and
-/// answers `true` — the same call `Bucket.take` makes, doing nothing.
-#[napi(js_name = "_floor", catch_unwind)]
-pub fn floor(env: &napi::Env) -> napi::Result<napi::Unknown<'_>> {
-    factory(env, |env| {
-        Bound::new(env, ())?
-            .func(c"noop", Some(noop_cb))
-            .map(Bound::finish)
-    })
-}
-
-/// How many native flow objects are alive: the finalizer test's probe.
-#[napi(js_name = "_alive")]
-pub fn alive() -> f64 {
-    raw::alive() as f64
-}
-
-/// The same empty call through `#[napi]`'s generated glue, for comparison.
+/// An empty call with two numbers through `#[napi]`'s generated glue, for
+/// the benchmark to compare with the raw floor (`_flow().noop`).
 #[napi(js_name = "_noopNapi", catch_unwind)]
 pub fn noop(_a: f64, _b: f64) -> bool {
     true
@@ -60,20 +37,4 @@ pub fn noop(_a: f64, _b: f64) -> bool {
 #[napi(js_name = "_panic", catch_unwind)]
 pub fn panic_now() {
     panic!("headway: a deliberate panic");
-}
-
-fn deliberate() -> raw::Ret {
-    panic!("headway: a deliberate panic in a bound function")
-}
-
-bound!(panic_cb, (), 0, |s, e, a| deliberate());
-
-/// A bound function that panics, to prove the same for [`raw::call`].
-#[napi(js_name = "_panicBound", catch_unwind)]
-pub fn panic_bound(env: &napi::Env) -> napi::Result<napi::Unknown<'_>> {
-    factory(env, |env| {
-        Bound::new(env, ())?
-            .func(c"panic", Some(panic_cb))
-            .map(Bound::finish)
-    })
 }

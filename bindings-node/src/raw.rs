@@ -1,16 +1,21 @@
-//! Bound native functions: the hot path, one Node-API call and nothing else.
+//! Raw Node-API callbacks: the hot path, one Node-API call and nothing else.
 //!
 //! A `#[napi]` class method pays for `napi_unwrap`, a type-tag check and a
 //! borrow-scope registration on every call — about 290 ns here, against about
-//! 20 ns for a bare Node-API callback. So every method of a flow object is a
-//! plain JS function created with `napi_create_function` whose callback data
-//! is an `Rc<Slot<S>>` (a `RefCell` of the core value): the call finds its state without
-//! unwrapping anything, reads its numbers, and answers. The JS wrapper keeps
-//! the functions in private fields; a finalizer drops each function's `Rc`, so
-//! the core value lives exactly as long as the JS object that holds it.
+//! 20 ns for a bare Node-API callback. So every method of a flow object is one
+//! plain native function per JS environment, shared by every instance (one
+//! call target, so V8's call sites stay monomorphic however many buckets an
+//! application holds), whose callback data is that environment's [`Flow`]:
+//! the slabs of core values. An instance is a slot id in a slab, passed as the
+//! first argument; the call reads its numbers, borrows the slot, and answers.
 //!
-//! Every callback catches panics (a Rust panic becomes a thrown `Error`, never
-//! an abort) and maps failures to the Errors Node's own APIs throw:
+//! Slots are freed when the JS object that owns one is collected (a
+//! finalizer on the owner, see [`own`]). An id that names no live slot —
+//! possible only for a caller that forged one — is refused, never read: this
+//! file has no unchecked pointer from JS.
+//!
+//! Every callback catches panics (a Rust panic becomes a thrown `Error`,
+//! never an abort) and maps failures to the Errors Node's own APIs throw:
 //! `TypeError` with `code: 'ERR_INVALID_ARG_TYPE'`, `RangeError` with
 //! `code: 'ERR_OUT_OF_RANGE'`.
 
@@ -22,13 +27,17 @@ use std::rc::Rc;
 
 use napi::sys;
 
-/// Why a call failed; thrown into JS by [`call`] (and [`Fail::throw`]).
+use crate::flow::Flow;
+
+/// Why a call failed; thrown into JS by [`Fail::throw`].
 #[derive(Debug)]
 pub enum Fail {
     /// An argument of the wrong type: its name and what it must be.
     Type(&'static str, &'static str),
     /// An argument out of range: its name and why.
     Range(String, String),
+    /// An id that names no live native object.
+    Gone,
     /// A Rust panic, with its message.
     Panic(String),
     /// A Node-API call failed (an exception may already be pending).
@@ -46,7 +55,7 @@ fn cstring(s: String) -> CString {
 }
 
 impl Fail {
-    /// Throws this failure as a JS error in `env`.
+    /// Throws this failure as a JS error in `env`, unless one is pending.
     ///
     /// # Safety
     /// `env` must be the live environment of the current callback.
@@ -66,6 +75,14 @@ impl Fail {
                     let msg = cstring(format!("The value of \"{arg}\" is out of range: it {why}"));
                     sys::napi_throw_range_error(env, c"ERR_OUT_OF_RANGE".as_ptr(), msg.as_ptr());
                 }
+                Fail::Gone => {
+                    sys::napi_throw_type_error(
+                        env,
+                        c"ERR_INVALID_THIS".as_ptr(),
+                        c"headway: no such native object (it was collected, or never made)"
+                            .as_ptr(),
+                    );
+                }
                 Fail::Panic(msg) => {
                     let msg = cstring(msg);
                     sys::napi_throw_error(env, c"GenericFailure".as_ptr(), msg.as_ptr());
@@ -74,7 +91,7 @@ impl Fail {
                     sys::napi_throw_error(
                         env,
                         c"GenericFailure".as_ptr(),
-                        c"a Node-API call failed".as_ptr(),
+                        c"headway: a Node-API call failed".as_ptr(),
                     );
                 }
             }
@@ -82,38 +99,7 @@ impl Fail {
     }
 }
 
-thread_local! {
-    /// How many bound states are alive on this thread, for the test that
-    /// proves finalizers free them.
-    static ALIVE: Cell<i64> = const { Cell::new(0) };
-}
-
-/// How many bound states are alive on this thread.
-pub fn alive() -> i64 {
-    ALIVE.with(Cell::get)
-}
-
-/// One core value shared by the functions bound to it, counted while alive.
-pub struct Slot<S> {
-    pub cell: RefCell<S>,
-}
-
-impl<S> Slot<S> {
-    fn new(state: S) -> Self {
-        ALIVE.with(|a| a.set(a.get() + 1));
-        Slot {
-            cell: RefCell::new(state),
-        }
-    }
-}
-
-impl<S> Drop for Slot<S> {
-    fn drop(&mut self) {
-        ALIVE.with(|a| a.set(a.get() - 1));
-    }
-}
-
-/// What a bound callback answers.
+/// What a callback answers.
 pub type Ret = Result<sys::napi_value, Fail>;
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
@@ -127,7 +113,7 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 }
 
 #[inline(always)]
-fn ok(status: sys::napi_status) -> Result<(), Fail> {
+pub fn ok(status: sys::napi_status) -> Result<(), Fail> {
     if status == sys::Status::napi_ok {
         Ok(())
     } else {
@@ -135,14 +121,16 @@ fn ok(status: sys::napi_status) -> Result<(), Fail> {
     }
 }
 
-/// The environment of one callback, with the conversions a bound function
-/// needs. `Copy`, and valid only for the callback it was made in.
+// ---------------------------------------------------------------- values
+
+/// The environment of one callback, with the conversions the callbacks
+/// need. `Copy`, and valid only for the callback it was made in.
 #[derive(Clone, Copy)]
 pub struct E(pub sys::napi_env);
 
 impl E {
     /// A number argument. The JS wrapper has checked its type; this is the
-    /// guard for a caller that reached the bound function some other way.
+    /// guard for a caller that reached the native function some other way.
     #[inline(always)]
     pub fn f64(self, v: sys::napi_value, name: &'static str) -> Result<f64, Fail> {
         let mut x = 0.0;
@@ -168,19 +156,52 @@ impl E {
         }
     }
 
-    /// An integer id.
+    /// A slot id (any number; one that names no live slot is refused later).
     #[inline(always)]
-    pub fn u32(self, v: sys::napi_value, name: &'static str) -> Result<u32, Fail> {
-        let x = self.f64(v, name)?;
-        let i = x as u32;
-        if i as f64 == x {
-            Ok(i)
+    pub fn id(self, v: sys::napi_value) -> Result<u32, Fail> {
+        let mut id = 0u32;
+        if unsafe { sys::napi_get_value_uint32(self.0, v, &mut id) } == sys::Status::napi_ok {
+            Ok(id)
         } else {
-            Err(Fail::Range(
-                name.to_string(),
-                "must be a non-negative 32-bit integer".to_string(),
-            ))
+            Err(Fail::Gone)
         }
+    }
+
+    /// A number argument that may be `undefined` (or `null`): `None` then.
+    pub fn opt_f64(self, v: sys::napi_value, name: &'static str) -> Result<Option<f64>, Fail> {
+        if self.absent(v)? {
+            Ok(None)
+        } else {
+            self.f64(v, name).map(Some)
+        }
+    }
+
+    /// A string argument that may be `undefined` (or `null`).
+    pub fn opt_str(self, v: sys::napi_value, name: &'static str) -> Result<Option<String>, Fail> {
+        if self.absent(v)? {
+            return Ok(None);
+        }
+        let mut len = 0usize;
+        if unsafe { sys::napi_get_value_string_utf8(self.0, v, ptr::null_mut(), 0, &mut len) }
+            != sys::Status::napi_ok
+        {
+            return Err(Fail::Type(name, "of type string"));
+        }
+        let mut buf = vec![0u8; len + 1];
+        let mut got = 0usize;
+        ok(unsafe {
+            sys::napi_get_value_string_utf8(self.0, v, buf.as_mut_ptr().cast(), len + 1, &mut got)
+        })?;
+        buf.truncate(got);
+        String::from_utf8(buf)
+            .map(Some)
+            .map_err(|_| Fail::Type(name, "valid UTF-8"))
+    }
+
+    fn absent(self, v: sys::napi_value) -> Result<bool, Fail> {
+        let mut t = 0;
+        ok(unsafe { sys::napi_typeof(self.0, v, &mut t) })?;
+        Ok(t == sys::ValueType::napi_undefined || t == sys::ValueType::napi_null)
     }
 
     #[inline(always)]
@@ -211,6 +232,14 @@ impl E {
         Ok(out)
     }
 
+    pub fn str(self, s: &str) -> Ret {
+        let mut out = ptr::null_mut();
+        ok(unsafe {
+            sys::napi_create_string_utf8(self.0, s.as_ptr().cast(), s.len() as isize, &mut out)
+        })?;
+        Ok(out)
+    }
+
     /// A JS array of numbers.
     pub fn nums(self, xs: impl ExactSizeIterator<Item = f64>) -> Ret {
         let mut arr = ptr::null_mut();
@@ -222,37 +251,219 @@ impl E {
         Ok(arr)
     }
 
-    /// The numbers of a JS array (an array-like of numbers).
+    /// The numbers of a JS array.
     pub fn f64s(self, v: sys::napi_value, name: &'static str) -> Result<Vec<f64>, Fail> {
-        let mut is_array = false;
-        ok(unsafe { sys::napi_is_array(self.0, v, &mut is_array) })?;
-        if !is_array {
-            return Err(Fail::Type(name, "an array of numbers"));
-        }
-        let mut len = 0u32;
-        ok(unsafe { sys::napi_get_array_length(self.0, v, &mut len) })?;
+        let len = self.len(v, name, "an array of numbers")?;
         let mut out = Vec::with_capacity(len as usize);
         for i in 0..len {
-            let mut el = ptr::null_mut();
-            ok(unsafe { sys::napi_get_element(self.0, v, i, &mut el) })?;
-            out.push(self.f64(el, name)?);
+            out.push(self.f64(self.at(v, i)?, name)?);
         }
         Ok(out)
     }
+
+    /// The length of a JS array.
+    pub fn len(
+        self,
+        v: sys::napi_value,
+        name: &'static str,
+        expected: &'static str,
+    ) -> Result<u32, Fail> {
+        let mut is_array = false;
+        ok(unsafe { sys::napi_is_array(self.0, v, &mut is_array) })?;
+        if !is_array {
+            return Err(Fail::Type(name, expected));
+        }
+        let mut len = 0u32;
+        ok(unsafe { sys::napi_get_array_length(self.0, v, &mut len) })?;
+        Ok(len)
+    }
+
+    /// Element `i` of a JS array.
+    pub fn at(self, arr: sys::napi_value, i: u32) -> Ret {
+        let mut el = ptr::null_mut();
+        ok(unsafe { sys::napi_get_element(self.0, arr, i, &mut el) })?;
+        Ok(el)
+    }
+
+    /// A plain object with numeric (and other) properties, for a factory's
+    /// answer.
+    pub fn object(self, props: &[(&CStr, sys::napi_value)]) -> Ret {
+        let mut obj = ptr::null_mut();
+        ok(unsafe { sys::napi_create_object(self.0, &mut obj) })?;
+        for (name, v) in props {
+            ok(unsafe { sys::napi_set_named_property(self.0, obj, name.as_ptr(), *v) })?;
+        }
+        Ok(obj)
+    }
 }
 
-/// Runs one bound callback: fetches `N` arguments and the state the function
-/// was bound to, runs `f` with the state borrowed, catches a panic, and throws
-/// a failure. Missing arguments arrive as `undefined` (Node-API fills them).
+// ---------------------------------------------------------------- slabs
+
+/// Core values of one kind, by slot id. Ids of collected owners are reused.
+pub struct Slab<S> {
+    store: RefCell<Store<S>>,
+    /// Ids whose owner was collected while the store was borrowed; freed at
+    /// the next insert. A `Cell` so that a finalizer can never panic on it.
+    dead: Cell<Vec<u32>>,
+}
+
+struct Store<S> {
+    slots: Vec<Option<S>>,
+    free: Vec<u32>,
+    live: usize,
+}
+
+impl<S> Default for Slab<S> {
+    fn default() -> Self {
+        Slab {
+            store: RefCell::new(Store {
+                slots: Vec::new(),
+                free: Vec::new(),
+                live: 0,
+            }),
+            dead: Cell::new(Vec::new()),
+        }
+    }
+}
+
+impl<S> Store<S> {
+    fn remove(&mut self, id: u32) {
+        if let Some(slot) = self.slots.get_mut(id as usize)
+            && slot.take().is_some()
+        {
+            self.free.push(id);
+            self.live -= 1;
+        }
+    }
+}
+
+impl<S> Slab<S> {
+    /// Stores a value and answers its id.
+    pub fn insert(&self, value: S) -> Result<u32, Fail> {
+        let mut st = self.store.try_borrow_mut().map_err(|_| reentrant())?;
+        for id in self.dead.take() {
+            st.remove(id);
+        }
+        st.live += 1;
+        if let Some(id) = st.free.pop() {
+            st.slots[id as usize] = Some(value);
+            Ok(id)
+        } else {
+            let id = u32::try_from(st.slots.len())
+                .map_err(|_| Fail::Panic("headway: too many native objects".into()))?;
+            st.slots.push(Some(value));
+            Ok(id)
+        }
+    }
+
+    /// Runs `f` on the value at `id`.
+    #[inline(always)]
+    pub fn with_mut<R>(
+        &self,
+        id: u32,
+        f: impl FnOnce(&mut S) -> Result<R, Fail>,
+    ) -> Result<R, Fail> {
+        let mut st = self.store.try_borrow_mut().map_err(|_| reentrant())?;
+        match st.slots.get_mut(id as usize) {
+            Some(Some(s)) => f(s),
+            _ => Err(Fail::Gone),
+        }
+    }
+
+    /// Runs `f` on the value at `id`, read-only (several may be read at once).
+    pub fn with<R>(&self, id: u32, f: impl FnOnce(&S) -> R) -> Result<R, Fail> {
+        let st = self.store.try_borrow().map_err(|_| reentrant())?;
+        match st.slots.get(id as usize) {
+            Some(Some(s)) => Ok(f(s)),
+            _ => Err(Fail::Gone),
+        }
+    }
+
+    /// Frees the slot of a collected owner, now or (if the store is busy) at
+    /// the next insert.
+    fn release(&self, id: u32) {
+        match self.store.try_borrow_mut() {
+            Ok(mut st) => st.remove(id),
+            Err(_) => {
+                let mut dead = self.dead.take();
+                dead.push(id);
+                self.dead.set(dead);
+            }
+        }
+    }
+
+    /// How many values are alive.
+    pub fn live(&self) -> usize {
+        self.store.try_borrow().map_or(0, |st| st.live)
+    }
+}
+
+fn reentrant() -> Fail {
+    Fail::Panic("headway: re-entrant call on native state".into())
+}
+
+struct Reaper<S: 'static> {
+    flow: Rc<Flow>,
+    slab: fn(&Flow) -> &Slab<S>,
+    id: u32,
+}
+
+unsafe extern "C" fn reap<S: 'static>(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: `data` is the `Box<Reaper<S>>` that `own` leaked, passed
+        // back exactly once by this finalizer.
+        let r = unsafe { Box::from_raw(data as *mut Reaper<S>) };
+        (r.slab)(&r.flow).release(r.id);
+    }));
+}
+
+/// Ties slot `id` to the JS object `owner`: when `owner` is collected, the
+/// slot is freed.
+pub fn own<S: 'static>(
+    env: sys::napi_env,
+    owner: sys::napi_value,
+    flow: &Rc<Flow>,
+    slab: fn(&Flow) -> &Slab<S>,
+    id: u32,
+) -> Result<(), Fail> {
+    let reaper = Box::into_raw(Box::new(Reaper {
+        flow: flow.clone(),
+        slab,
+        id,
+    }));
+    let status = unsafe {
+        sys::napi_add_finalizer(
+            env,
+            owner,
+            reaper.cast(),
+            Some(reap::<S>),
+            ptr::null_mut(),
+            ptr::null_mut(),
+        )
+    };
+    if status != sys::Status::napi_ok {
+        // SAFETY: not handed to Node, so still ours.
+        drop(unsafe { Box::from_raw(reaper) });
+        slab(flow).release(id);
+        return Err(Fail::Type("owner", "an object"));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- calls
+
+/// Runs one callback with `N` arguments and its environment's [`Flow`]:
+/// catches a panic, throws a failure. Missing arguments arrive as
+/// `undefined` (Node-API fills them).
 ///
 /// # Safety
 /// `env` and `info` come from Node-API for this call, and the function's data
-/// was set by [`Bound::func`] to an `Rc<Slot<S>>` of this same `S`.
+/// is the `Rc<Flow>` that [`Funcs::add`] stored.
 #[inline(always)]
-pub unsafe fn call<S: 'static, const N: usize>(
+pub unsafe fn call_flow<const N: usize>(
     env: sys::napi_env,
     info: sys::napi_callback_info,
-    f: impl FnOnce(&mut S, E, &[sys::napi_value; N]) -> Ret,
+    f: impl FnOnce(&Rc<Flow>, E, &[sys::napi_value; N]) -> Ret,
 ) -> sys::napi_value {
     let mut argc = N;
     let mut argv = [ptr::null_mut(); N];
@@ -271,14 +482,11 @@ pub unsafe fn call<S: 'static, const N: usize>(
         unsafe { Fail::Napi.throw(env) };
         return ptr::null_mut();
     }
-    // SAFETY: `data` is the `Rc::into_raw` that `Bound::func` stored, kept
-    // alive until this function's finalizer runs.
-    let cell = unsafe { &(*(data as *const Slot<S>)).cell };
-    let result = catch_unwind(AssertUnwindSafe(|| match cell.try_borrow_mut() {
-        Ok(mut state) => f(&mut state, E(env), &argv),
-        Err(_) => Err(Fail::Panic("headway: re-entrant call on one object".into())),
-    }));
-    match result {
+    // SAFETY: `data` is an `Rc::into_raw(Rc<Flow>)` kept alive until this
+    // function's finalizer runs; `ManuallyDrop` borrows it without touching
+    // the count.
+    let flow = std::mem::ManuallyDrop::new(unsafe { Rc::from_raw(data as *const Flow) });
+    match catch_unwind(AssertUnwindSafe(|| f(&flow, E(env), &argv))) {
         Ok(Ok(v)) => v,
         Ok(Err(fail)) => {
             unsafe { fail.throw(env) };
@@ -291,61 +499,75 @@ pub unsafe fn call<S: 'static, const N: usize>(
     }
 }
 
-/// Declares a bound callback: `bound!(name, State, N, |state, env, args| body)`.
-macro_rules! bound {
-    ($name:ident, $state:ty, $n:literal, |$s:ident, $e:ident, $a:ident| $body:expr) => {
+/// Declares a method callback: `method!(name, slab, N, |s, e, a| body)` runs
+/// `body` with `s` the value whose id is the first of the `N` arguments `a`.
+macro_rules! method {
+    ($name:ident, $slab:ident, $n:literal, |$s:ident, $e:ident, $a:ident| $body:expr) => {
         unsafe extern "C" fn $name(
             env: ::napi::sys::napi_env,
             info: ::napi::sys::napi_callback_info,
         ) -> ::napi::sys::napi_value {
             #[allow(unused_variables)]
             unsafe {
-                $crate::raw::call::<$state, $n>(env, info, |$s, $e, $a| $body)
+                $crate::raw::call_flow::<$n>(env, info, |flow, $e, $a| {
+                    let id = $e.id($a[0])?;
+                    flow.$slab.with_mut(id, |$s| $body)
+                })
             }
         }
     };
 }
-pub(crate) use bound;
+pub(crate) use method;
 
-unsafe extern "C" fn drop_rc<S>(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
-    // SAFETY: `data` is one `Rc::into_raw` made by `Bound::func`.
-    let _ = catch_unwind(|| unsafe { drop(Rc::from_raw(data as *const Slot<S>)) });
+/// Declares a callback that is handed the [`Flow`] itself (a factory).
+macro_rules! function {
+    ($name:ident, $n:literal, |$f:ident, $e:ident, $a:ident| $body:expr) => {
+        unsafe extern "C" fn $name(
+            env: ::napi::sys::napi_env,
+            info: ::napi::sys::napi_callback_info,
+        ) -> ::napi::sys::napi_value {
+            #[allow(unused_variables)]
+            unsafe {
+                $crate::raw::call_flow::<$n>(env, info, |$f, $e, $a| $body)
+            }
+        }
+    };
+}
+pub(crate) use function;
+
+unsafe extern "C" fn drop_flow(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
+    // SAFETY: one `Rc::into_raw` made by `Funcs::add`, released once here.
+    let _ = catch_unwind(|| unsafe { drop(Rc::from_raw(data as *const Flow)) });
 }
 
-/// Builds the plain object a factory hands to the JS wrapper: one bound
-/// function per method, all sharing one core value.
-pub struct Bound<S: 'static> {
+/// Builds the object of native functions `index.js` calls, every one bound
+/// to the same [`Flow`].
+pub struct Funcs {
     env: sys::napi_env,
     obj: sys::napi_value,
-    state: Rc<Slot<S>>,
+    flow: Rc<Flow>,
 }
 
-impl<S: 'static> Bound<S> {
-    pub fn new(env: sys::napi_env, state: S) -> Result<Self, Fail> {
+impl Funcs {
+    pub fn new(env: sys::napi_env, flow: Flow) -> Result<Self, Fail> {
         let mut obj = ptr::null_mut();
         ok(unsafe { sys::napi_create_object(env, &mut obj) })?;
-        Ok(Bound {
+        Ok(Funcs {
             env,
             obj,
-            state: Rc::new(Slot::new(state)),
+            flow: Rc::new(flow),
         })
     }
 
-    /// The shared state, for a handle that another native call reads.
-    pub fn state(&self) -> &Rc<Slot<S>> {
-        &self.state
-    }
-
-    /// Adds a function bound to the state under `name`.
-    pub fn func(self, name: &CStr, cb: sys::napi_callback) -> Result<Self, Fail> {
-        let data = Rc::into_raw(self.state.clone()) as *mut c_void;
+    /// Adds a function under `name`.
+    pub fn add(self, name: &CStr, cb: sys::napi_callback) -> Result<Self, Fail> {
+        let data = Rc::into_raw(self.flow.clone()) as *mut c_void;
         let mut f = ptr::null_mut();
-        let bytes = name.to_bytes();
         let made = unsafe {
             sys::napi_create_function(
                 self.env,
                 name.as_ptr(),
-                bytes.len() as isize,
+                name.to_bytes().len() as isize,
                 cb,
                 data,
                 &mut f,
@@ -353,37 +575,26 @@ impl<S: 'static> Bound<S> {
         };
         if made != sys::Status::napi_ok {
             // SAFETY: the function was not made, so nobody else owns `data`.
-            unsafe { drop(Rc::from_raw(data as *const Slot<S>)) };
+            unsafe { drop(Rc::from_raw(data as *const Flow)) };
             return Err(Fail::Napi);
         }
-        let fin = unsafe {
+        if unsafe {
             sys::napi_add_finalizer(
                 self.env,
                 f,
                 data,
-                Some(drop_rc::<S>),
+                Some(drop_flow),
                 ptr::null_mut(),
                 ptr::null_mut(),
             )
-        };
-        if fin != sys::Status::napi_ok {
-            // The function exists but cannot free its state: leak one Rc
+        } != sys::Status::napi_ok
+        {
+            // The function exists but cannot free its share: leak one Rc
             // rather than risk a use after free.
             return Err(Fail::Napi);
         }
-        self.set(name, f)
-    }
-
-    /// Adds a plain value under `name`.
-    pub fn set(self, name: &CStr, v: sys::napi_value) -> Result<Self, Fail> {
-        ok(unsafe { sys::napi_set_named_property(self.env, self.obj, name.as_ptr(), v) })?;
+        ok(unsafe { sys::napi_set_named_property(self.env, self.obj, name.as_ptr(), f) })?;
         Ok(self)
-    }
-
-    /// Adds a number under `name`.
-    pub fn number(self, name: &CStr, x: f64) -> Result<Self, Fail> {
-        let v = E(self.env).num(x)?;
-        self.set(name, v)
     }
 
     pub fn finish(self) -> sys::napi_value {
@@ -391,9 +602,9 @@ impl<S: 'static> Bound<S> {
     }
 }
 
-/// Runs a factory body and converts its failure into a thrown error, for the
-/// `#[napi]` factories that build [`Bound`] objects.
-pub fn factory<'env>(
+/// Runs a `#[napi]` function body that answers a raw value, converting its
+/// failure into a thrown error.
+pub fn napi_ret<'env>(
     env: &'env napi::Env,
     f: impl FnOnce(sys::napi_env) -> Ret,
 ) -> napi::Result<napi::Unknown<'env>> {
