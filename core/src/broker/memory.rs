@@ -10,17 +10,34 @@
 //! Claimed messages are kept until acked; `reject(requeue)` puts one back at
 //! the head of its queue, as RabbitMQ and kombu's Redis transport do, so a
 //! message handed back by a stopping worker runs next rather than last.
+//!
+//! It follows headway's Redis layout wherever the two can agree, so one
+//! model-based test holds both to the same observable behaviour:
+//! - each claim is held by a named consumer ([`MemoryBroker::handle`] gives a
+//!   second consumer on the same broker, as a second process is on Redis); a
+//!   settle by another consumer, or of a claim already settled or recovered,
+//!   is a no-op (the receipt's tag fences it);
+//! - a consumer's lease never runs out by itself (its process is the
+//!   broker's), but [`MemoryBroker::expire`] makes it so, as a dying worker
+//!   would, and `recover()` then hands back what it held — oldest claim at
+//!   the head, marked redelivered — and dead-letters a message lost with its
+//!   holder `max_deliveries` times ("worker lost ×3");
+//! - bytes pushed by [`MemoryBroker::push_raw`] go through the same decoder
+//!   as a Redis claim ([`crate::task::dead::decode`]), and what does not
+//!   decode is quarantined in the queue's dead letters.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 
 use crate::task::clock::{BoxFuture, Clock};
+use crate::task::dead::{self, DEAD_KEPT, DeadLetter, MAX_DELIVERIES, MAX_MESSAGE_BYTES};
 use crate::task::message::Message;
 use crate::task::spec::{
-    Backend, Broker, Counter, Delivery, Inspector, Joined, QueueInfo, Receipt, RunEvent,
+    Backend, Broker, ConsumerInfo, Counter, Delivery, Inspector, Joined, QueueInfo, Receipt,
+    RunEvent,
 };
 
 /// How many run events the memory broker keeps: the last thousand.
@@ -30,15 +47,81 @@ use crate::task::state::{Outcome, Refused, State};
 /// Priority steps: 0 is claimed first (kombu's Redis order: lower first).
 const STEPS: usize = 10;
 
+/// The consumer name of a broker made by [`MemoryBroker::new`].
+pub const LOCAL: &str = "local";
+
+/// How a [`MemoryBroker`] is set up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryOptions {
+    /// How many times a consumer may be lost holding a message before it is
+    /// dead-lettered ([`MAX_DELIVERIES`], 3).
+    pub max_deliveries: u32,
+    /// The size cap for raw bytes pushed onto a queue
+    /// ([`MAX_MESSAGE_BYTES`], 16 MiB). Published messages are values here,
+    /// not bytes, so the cap is not checked on publish.
+    pub max_message_bytes: usize,
+}
+
+impl Default for MemoryOptions {
+    fn default() -> Self {
+        MemoryOptions {
+            max_deliveries: MAX_DELIVERIES,
+            max_message_bytes: MAX_MESSAGE_BYTES,
+        }
+    }
+}
+
+/// What waits on a queue: a message, or bytes still to be decoded.
+#[derive(Clone)]
+enum Payload {
+    Msg(Message),
+    Raw(Arc<[u8]>),
+}
+
+#[derive(Clone)]
+struct Entry {
+    payload: Payload,
+    /// How many times a consumer was lost holding it.
+    lost: u32,
+    /// Handed out before (requeued, recovered, re-queued from the dead).
+    redelivered: bool,
+}
+
+impl Entry {
+    fn fresh(m: Message) -> Entry {
+        Entry {
+            payload: Payload::Msg(m),
+            lost: 0,
+            redelivered: false,
+        }
+    }
+}
+
+struct Dead {
+    letter: DeadLetter,
+    step: usize,
+}
+
 #[derive(Default)]
 struct Queue {
-    steps: [VecDeque<Message>; STEPS],
+    steps: [VecDeque<Entry>; STEPS],
     unacked: u64,
+    /// Newest first, at most [`DEAD_KEPT`].
+    dead: VecDeque<Dead>,
 }
 
 impl Queue {
     fn len(&self) -> usize {
         self.steps.iter().map(VecDeque::len).sum()
+    }
+
+    fn bury(&mut self, letter: DeadLetter, step: usize) {
+        eprintln!(
+            "headway memory broker: queue {:?}: dead-lettered a message ({})",
+            letter.queue, letter.reason
+        );
+        self.dead.push_front(Dead { letter, step });
+        self.dead.truncate(DEAD_KEPT);
     }
 }
 
@@ -46,16 +129,31 @@ fn step(m: &Message) -> usize {
     (m.priority.unwrap_or(0) as usize).min(STEPS - 1)
 }
 
+/// A claim: who holds it, from where, and what it was.
+struct Held {
+    consumer: Arc<str>,
+    queue: String,
+    step: usize,
+    message: Message,
+    lost: u32,
+}
+
 #[derive(Default)]
 struct Inner {
     queues: HashMap<String, Queue>,
     /// (eta, seq) → message.
     delayed: BTreeMap<(i64, u64), Message>,
-    unacked: HashMap<u64, Message>,
+    /// By tag, which grows with every claim: oldest claim first.
+    unacked: BTreeMap<u64, Held>,
+    /// Consumers that have claimed, and those whose lease was made to run out.
+    consumers: BTreeSet<Arc<str>>,
+    expired: HashSet<Arc<str>>,
     revoked: HashMap<String, i64>,
     results: HashMap<String, Outcome>,
     chords: HashMap<String, (u32, HashSet<String>)>,
     events: VecDeque<RunEvent>,
+    /// Per beat entry, the latest due time fired.
+    fired: HashMap<String, i64>,
     seq: u64,
 }
 
@@ -77,7 +175,7 @@ impl Inner {
             }
             _ => {
                 let s = step(&m);
-                self.queue(&m.queue).steps[s].push_back(m);
+                self.queue(&m.queue).steps[s].push_back(Entry::fresh(m));
             }
         }
     }
@@ -89,54 +187,164 @@ impl Inner {
             }
             let m = entry.remove();
             let s = step(&m);
-            self.queue(&m.queue).steps[s].push_back(m);
+            self.queue(&m.queue).steps[s].push_back(Entry::fresh(m));
         }
     }
 }
 
-/// A broker, result store, chord counter and inspector over maps.
-pub struct MemoryBroker {
+struct Shared {
     inner: Mutex<Inner>,
     clock: Arc<dyn Clock>,
     published: Notify,
     stored: Notify,
+    opts: MemoryOptions,
+}
+
+/// A broker, result store, chord counter and inspector over maps.
+///
+/// Each value is one consumer of a shared in-memory broker: `new` makes the
+/// broker and its consumer [`LOCAL`], `handle` another consumer of it.
+pub struct MemoryBroker {
+    shared: Arc<Shared>,
+    consumer: Arc<str>,
 }
 
 impl MemoryBroker {
     /// An empty broker whose time comes from `clock` (the app's).
     pub fn new(clock: Arc<dyn Clock>) -> Arc<MemoryBroker> {
+        MemoryBroker::with_options(clock, MemoryOptions::default())
+    }
+
+    /// An empty broker set up by `opts`.
+    pub fn with_options(clock: Arc<dyn Clock>, opts: MemoryOptions) -> Arc<MemoryBroker> {
         Arc::new(MemoryBroker {
-            inner: Mutex::new(Inner::default()),
-            clock,
-            published: Notify::new(),
-            stored: Notify::new(),
+            shared: Arc::new(Shared {
+                inner: Mutex::new(Inner::default()),
+                clock,
+                published: Notify::new(),
+                stored: Notify::new(),
+                opts,
+            }),
+            consumer: Arc::from(LOCAL),
         })
+    }
+
+    /// Another consumer named `consumer` of this same broker: what a second
+    /// worker process is on a shared broker. It sees the same queues,
+    /// results and dead letters; its claims are its own.
+    pub fn handle(&self, consumer: &str) -> Arc<MemoryBroker> {
+        Arc::new(MemoryBroker {
+            shared: self.shared.clone(),
+            consumer: Arc::from(consumer),
+        })
+    }
+
+    /// This consumer's name.
+    pub fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
+    /// How it was set up.
+    pub fn options(&self) -> &MemoryOptions {
+        &self.shared.opts
+    }
+
+    /// Makes `consumer`'s lease run out now, as a worker that died would:
+    /// the next `recover()` hands back what it holds. A claim by it renews
+    /// its lease (as on Redis), so it only stays lost if it stays quiet.
+    pub fn expire(&self, consumer: &str) {
+        let mut g = self.lock();
+        if let Some(c) = g.consumers.get(consumer).cloned() {
+            g.expired.insert(c);
+        }
+    }
+
+    /// Puts `raw` on `queue` as another producer would, unchecked: it is
+    /// decoded when claimed, and quarantined if it is not a message.
+    pub fn push_raw(&self, queue: &str, raw: &[u8]) {
+        self.lock().queue(queue).steps[0].push_back(Entry {
+            payload: Payload::Raw(Arc::from(raw)),
+            lost: 0,
+            redelivered: false,
+        });
+        self.shared.published.notify_waiters();
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves maps that are still
         // consistent (every update is a single insert or remove), so a
         // poisoned lock is taken over rather than propagated.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now(&self) -> i64 {
+        self.shared.clock.now()
     }
 
     fn claim(&self, queues: &[String], max: usize) -> Vec<Delivery> {
-        let now = self.clock.now();
+        let now = self.now();
+        let cap = self.shared.opts.max_message_bytes;
         let mut g = self.lock();
         g.promote(now);
+        let me = match g.consumers.get(&*self.consumer) {
+            Some(c) => c.clone(),
+            None => {
+                g.consumers.insert(self.consumer.clone());
+                self.consumer.clone()
+            }
+        };
+        // A claim renews the lease, as Redis's claim script does.
+        g.expired.remove(&me);
         let mut out = Vec::new();
         for name in queues {
-            while out.len() < max {
+            // Bytes that did not decode count towards `max`, as on Redis,
+            // where the claim script takes them before they are read.
+            let mut taken = 0;
+            while out.len() + taken < max {
                 let Some(q) = g.queues.get_mut(name) else {
                     break;
                 };
-                let Some(m) = q.steps.iter_mut().find_map(VecDeque::pop_front) else {
+                let Some((s, e)) = q
+                    .steps
+                    .iter_mut()
+                    .enumerate()
+                    .find_map(|(s, l)| l.pop_front().map(|e| (s, e)))
+                else {
                     break;
+                };
+                let m = match e.payload {
+                    Payload::Msg(m) => m,
+                    Payload::Raw(raw) => match dead::decode(&raw, cap) {
+                        Ok(m) => m,
+                        Err(why) => {
+                            taken += 1;
+                            q.bury(
+                                DeadLetter {
+                                    queue: name.clone(),
+                                    id: why.id,
+                                    reason: why.reason,
+                                    at: now,
+                                    raw: raw.to_vec(),
+                                },
+                                s,
+                            );
+                            continue;
+                        }
+                    },
                 };
                 q.unacked += 1;
                 g.seq += 1;
                 let tag = g.seq;
-                g.unacked.insert(tag, m.clone());
+                g.unacked.insert(
+                    tag,
+                    Held {
+                        consumer: me.clone(),
+                        queue: name.clone(),
+                        step: s,
+                        message: m.clone(),
+                        lost: e.lost,
+                    },
+                );
                 out.push(Delivery {
                     receipt: Receipt {
                         queue: name.clone(),
@@ -144,7 +352,7 @@ impl MemoryBroker {
                         token: tag,
                         raw: None,
                     },
-                    redelivered: false,
+                    redelivered: e.redelivered,
                     message: m,
                 });
             }
@@ -155,17 +363,22 @@ impl MemoryBroker {
         out
     }
 
-    fn settle(g: &mut Inner, r: &Receipt) -> Option<Message> {
-        let m = g.unacked.remove(&r.tag)?;
-        if let Some(q) = g.queues.get_mut(&r.queue) {
+    /// Removes the claim `r` if this consumer holds it.
+    fn settle(&self, g: &mut Inner, r: &Receipt) -> Option<Held> {
+        match g.unacked.get(&r.tag) {
+            Some(h) if h.consumer == self.consumer && h.queue == r.queue => {}
+            _ => return None,
+        }
+        let h = g.unacked.remove(&r.tag)?;
+        if let Some(q) = g.queues.get_mut(&h.queue) {
             q.unacked = q.unacked.saturating_sub(1);
         }
-        Some(m)
+        Some(h)
     }
 
     /// Messages ready on `queue` now (all priority steps), for tests.
     pub fn ready(&self, queue: &str) -> usize {
-        let now = self.clock.now();
+        let now = self.now();
         let mut g = self.lock();
         g.promote(now);
         g.queues.get(queue).map_or(0, Queue::len)
@@ -180,18 +393,72 @@ impl MemoryBroker {
     pub fn delayed(&self) -> usize {
         self.lock().delayed.len()
     }
+
+    fn recover_now(&self) -> usize {
+        let now = self.now();
+        let max = self.shared.opts.max_deliveries.max(1);
+        let mut g = self.lock();
+        if g.expired.is_empty() {
+            return 0;
+        }
+        // Lost consumers by name, each one's claims newest first, each put at
+        // the head: the oldest claim ends up first — the order Redis's
+        // recover script gives, so both brokers answer the same.
+        let mut lost: Vec<Arc<str>> = g.expired.iter().cloned().collect();
+        lost.sort();
+        let mut n = 0;
+        for c in lost {
+            let tags: Vec<u64> = g
+                .unacked
+                .iter()
+                .rev()
+                .filter(|(_, h)| h.consumer == c)
+                .map(|(t, _)| *t)
+                .collect();
+            for t in tags {
+                let h = g.unacked.remove(&t).expect("just listed");
+                let lost = h.lost + 1;
+                let q = g.queue(&h.queue);
+                q.unacked = q.unacked.saturating_sub(1);
+                if lost >= max {
+                    q.bury(
+                        DeadLetter {
+                            queue: h.queue.clone(),
+                            id: Some(h.message.id.clone()),
+                            reason: dead::lost_reason(lost),
+                            at: now,
+                            raw: h.message.to_json(),
+                        },
+                        h.step,
+                    );
+                } else {
+                    q.steps[h.step].push_front(Entry {
+                        payload: Payload::Msg(h.message),
+                        lost,
+                        redelivered: true,
+                    });
+                    n += 1;
+                }
+            }
+        }
+        drop(g);
+        if n > 0 {
+            self.shared.published.notify_waiters();
+        }
+        n
+    }
 }
 
 impl Broker for MemoryBroker {
     fn publish(&self, messages: Vec<Message>) -> BoxFuture<'_, Result<(), Refused>> {
-        let now = self.clock.now();
+        let now = self.now();
         {
             let mut g = self.lock();
             for m in messages {
                 g.push(m, now);
             }
         }
-        self.published.notify_waiters();
+        self.shared.published.notify_waiters();
         Box::pin(async { Ok(()) })
     }
 
@@ -207,10 +474,10 @@ impl Broker for MemoryBroker {
             }
             let deadline = tokio::time::Instant::now() + wait;
             loop {
-                let published = self.published.notified();
+                let published = self.shared.published.notified();
                 tokio::pin!(published);
                 published.as_mut().enable();
-                let moved = self.clock.moved();
+                let moved = self.shared.clock.moved();
                 let got = self.claim(queues, max);
                 if !got.is_empty() {
                     return Ok(got);
@@ -222,10 +489,10 @@ impl Broker for MemoryBroker {
                 // Wake for a publish, a move of a virtual clock, the next eta
                 // on the system clock, or the end of the wait.
                 let mut until = deadline;
-                if !self.clock.is_virtual()
+                if !self.shared.clock.is_virtual()
                     && let Some(eta) = self.next_due(queues)
                 {
-                    let ms = (eta - self.clock.now()).max(0) as u64;
+                    let ms = (eta - self.now()).max(0) as u64;
                     until = until.min(now + Duration::from_millis(ms));
                 }
                 tokio::select! {
@@ -240,32 +507,38 @@ impl Broker for MemoryBroker {
     fn ack(&self, receipts: Vec<Receipt>) -> BoxFuture<'_, Result<(), Refused>> {
         let mut g = self.lock();
         for r in &receipts {
-            MemoryBroker::settle(&mut g, r);
+            self.settle(&mut g, r);
         }
         Box::pin(async { Ok(()) })
     }
 
     fn reject(&self, receipt: Receipt, requeue: bool) -> BoxFuture<'_, Result<(), Refused>> {
         let mut g = self.lock();
-        if let Some(m) = MemoryBroker::settle(&mut g, &receipt)
+        if let Some(h) = self.settle(&mut g, &receipt)
             && requeue
         {
-            let s = step(&m);
-            g.queue(&receipt.queue).steps[s].push_front(m);
+            g.queue(&h.queue).steps[h.step].push_front(Entry {
+                payload: Payload::Msg(h.message),
+                lost: h.lost,
+                redelivered: true,
+            });
             drop(g);
-            self.published.notify_waiters();
+            self.shared.published.notify_waiters();
         }
         Box::pin(async { Ok(()) })
     }
 
     fn retry(&self, receipt: Receipt, next: Message) -> BoxFuture<'_, Result<(), Refused>> {
-        let now = self.clock.now();
+        let now = self.now();
         {
             let mut g = self.lock();
-            MemoryBroker::settle(&mut g, &receipt);
-            g.push(next, now);
+            // Fenced: a claim no longer held (recovered, settled) publishes
+            // nothing, so a late retry cannot double the run.
+            if self.settle(&mut g, &receipt).is_some() {
+                g.push(next, now);
+            }
         }
-        self.published.notify_waiters();
+        self.shared.published.notify_waiters();
         Box::pin(async { Ok(()) })
     }
 
@@ -283,13 +556,81 @@ impl Broker for MemoryBroker {
     }
 
     fn revoked<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Vec<bool>, Refused>> {
-        let now = self.clock.now();
+        let now = self.now();
         let g = self.lock();
         let out = ids
             .iter()
             .map(|id| g.revoked.get(id).is_some_and(|&until| until > now))
             .collect();
         Box::pin(async move { Ok(out) })
+    }
+
+    /// Two beats on one in-memory broker (one process) fire each entry's
+    /// slots once: a slot is granted only if it is later than the latest one
+    /// fired for that entry.
+    fn claim_slot<'a>(&'a self, entry: &'a str, due: i64) -> BoxFuture<'a, Result<bool, Refused>> {
+        let mut g = self.lock();
+        let ok = match g.fired.get_mut(entry) {
+            Some(last) if *last >= due => false,
+            Some(last) => {
+                *last = due;
+                true
+            }
+            None => {
+                g.fired.insert(entry.to_string(), due);
+                true
+            }
+        };
+        Box::pin(async move { Ok(ok) })
+    }
+
+    fn recover(&self) -> BoxFuture<'_, Result<usize, Refused>> {
+        let n = self.recover_now();
+        Box::pin(async move { Ok(n) })
+    }
+
+    fn requeue_dead<'a>(
+        &'a self,
+        queue: &'a str,
+        ids: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<usize, Refused>> {
+        let mut n = 0;
+        {
+            let mut g = self.lock();
+            if let Some(q) = g.queues.get_mut(queue) {
+                let mut kept = VecDeque::with_capacity(q.dead.len());
+                // Oldest (the back) first.
+                while let Some(d) = q.dead.pop_back() {
+                    let wanted =
+                        ids.is_empty() || d.letter.id.as_ref().is_some_and(|id| ids.contains(id));
+                    if n < limit && wanted {
+                        q.steps[d.step].push_back(Entry {
+                            payload: Payload::Raw(Arc::from(d.letter.raw)),
+                            lost: 0,
+                            redelivered: true,
+                        });
+                        n += 1;
+                    } else {
+                        kept.push_front(d);
+                    }
+                }
+                q.dead = kept;
+            }
+        }
+        if n > 0 {
+            self.shared.published.notify_waiters();
+        }
+        Box::pin(async move { Ok(n) })
+    }
+
+    fn purge_dead<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<usize, Refused>> {
+        let n = self
+            .lock()
+            .queues
+            .get_mut(queue)
+            .map_or(0, |q| std::mem::take(&mut q.dead).len());
+        Box::pin(async move { Ok(n) })
     }
 }
 
@@ -316,7 +657,7 @@ impl Backend for MemoryBroker {
                 }
             }
         }
-        self.stored.notify_waiters();
+        self.shared.stored.notify_waiters();
         Box::pin(async { Ok(()) })
     }
 
@@ -333,7 +674,7 @@ impl Backend for MemoryBroker {
         Box::pin(async move {
             let deadline = tokio::time::Instant::now() + timeout;
             loop {
-                let stored = self.stored.notified();
+                let stored = self.shared.stored.notified();
                 tokio::pin!(stored);
                 stored.as_mut().enable();
                 if let Some(o) = self.lock().results.get(id)
@@ -366,7 +707,7 @@ impl Counter for MemoryBroker {
         size: u32,
         callback: &'a Message,
     ) -> BoxFuture<'a, Result<Joined, Refused>> {
-        let now = self.clock.now();
+        let now = self.now();
         let joined = {
             let mut g = self.lock();
             let entry = g
@@ -383,7 +724,7 @@ impl Counter for MemoryBroker {
             }
         };
         if joined == Joined::Sent {
-            self.published.notify_waiters();
+            self.shared.published.notify_waiters();
         }
         Box::pin(async move { Ok(joined) })
     }
@@ -442,6 +783,52 @@ impl Inspector for MemoryBroker {
             *out.entry(o.state).or_insert(0) += 1;
         }
         Box::pin(async move { Ok(out) })
+    }
+
+    /// Every consumer that has claimed, with what it holds (oldest claim
+    /// first). A live one's lease never runs out by itself: `i64::MAX`;
+    /// one made to expire has none.
+    fn consumers(&self) -> BoxFuture<'_, Result<Vec<ConsumerInfo>, Refused>> {
+        let g = self.lock();
+        let out = g
+            .consumers
+            .iter()
+            .map(|c| ConsumerInfo {
+                name: c.to_string(),
+                lease_until: (!g.expired.contains(c)).then_some(i64::MAX),
+                holding: g
+                    .unacked
+                    .values()
+                    .filter(|h| h.consumer == *c)
+                    .map(|h| h.message.id.clone())
+                    .collect(),
+            })
+            .collect();
+        Box::pin(async move { Ok(out) })
+    }
+
+    fn dead_letters<'a>(
+        &'a self,
+        queue: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<DeadLetter>, Refused>> {
+        let out = self.lock().queues.get(queue).map_or_else(Vec::new, |q| {
+            q.dead
+                .iter()
+                .take(limit)
+                .map(|d| d.letter.clone())
+                .collect()
+        });
+        Box::pin(async move { Ok(out) })
+    }
+
+    fn dead_count<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<u64, Refused>> {
+        let n = self
+            .lock()
+            .queues
+            .get(queue)
+            .map_or(0, |q| q.dead.len() as u64);
+        Box::pin(async move { Ok(n) })
     }
 }
 

@@ -57,10 +57,11 @@ use tokio::time::Instant;
 use crate::flow::{Backoff, Jitter, MILLI};
 use crate::task::app::Seams;
 use crate::task::clock::{BoxFuture, Clock};
+use crate::task::dead::{self, DEAD_KEPT, DeadLetter, MAX_DELIVERIES, MAX_MESSAGE_BYTES};
 use crate::task::message::Message;
 use crate::task::policy::seeded;
 use crate::task::spec::{
-    Backend, Broker, Counter, Delivery, Inspector, Joined, QueueInfo, Receipt,
+    Backend, Broker, ConsumerInfo, Counter, Delivery, Inspector, Joined, QueueInfo, Receipt,
 };
 use crate::task::state::{Outcome, Refused, State};
 
@@ -89,6 +90,21 @@ pub struct RedisOptions {
     /// PEM roots to verify a `rediss://` server against instead of the
     /// platform's (a private CA).
     pub tls_ca: Option<Vec<u8>>,
+    /// How many times a consumer may be lost holding a message before
+    /// `recover()` dead-letters it as a poison pill
+    /// ([`MAX_DELIVERIES`], 3). Every process recovering one queue should
+    /// agree on it.
+    pub max_deliveries: u32,
+    /// The size cap for one message ([`MAX_MESSAGE_BYTES`], 16 MiB): a
+    /// publish of a bigger one is refused, and a bigger one put on a queue
+    /// by another producer is dead-lettered by the claim script without
+    /// ever being sent to a worker.
+    pub max_message_bytes: usize,
+    /// How long a beat leads without renewing (30 s, the same as the
+    /// consumer lease: BullMQ's lock duration). Renewed every third of it
+    /// by the broker's own task; a standby beat takes over within one
+    /// `beat_lease` of the leader dying or pausing.
+    pub beat_lease: Duration,
 }
 
 impl Default for RedisOptions {
@@ -101,6 +117,9 @@ impl Default for RedisOptions {
             recover_every: Some(Duration::from_secs(30)),
             patience: Duration::from_secs(10),
             tls_ca: None,
+            max_deliveries: MAX_DELIVERIES,
+            max_message_bytes: MAX_MESSAGE_BYTES,
+            beat_lease: Duration::from_secs(30),
         }
     }
 }
@@ -115,6 +134,9 @@ impl std::fmt::Debug for RedisOptions {
             .field("recover_every", &self.recover_every)
             .field("patience", &self.patience)
             .field("tls_ca", &self.tls_ca.as_ref().map(|_| "<pem>"))
+            .field("max_deliveries", &self.max_deliveries)
+            .field("max_message_bytes", &self.max_message_bytes)
+            .field("beat_lease", &self.beat_lease)
             .finish()
     }
 }
@@ -129,9 +151,6 @@ const SLICE: Duration = Duration::from_millis(100);
 /// How many messages one publish script carries: keeps each script short
 /// (Redis runs one at a time) and Lua's stack small.
 const CHUNK: usize = 500;
-
-/// How many undecodable messages a queue's dead list keeps (the oldest go).
-const DEAD_CAP: i64 = 10_000;
 
 /// Connecting gives up after 2 s; a reply after 10 s (a stuck server or a
 /// pipeline of thousands of scripts).
@@ -172,6 +191,10 @@ struct Scripts {
     arrive: Script,
     stats: Script,
     store: Script,
+    bury: Script,
+    dead: Script,
+    holders: Script,
+    beat: Script,
 }
 
 impl Scripts {
@@ -185,10 +208,14 @@ impl Scripts {
             arrive: Script::new(include_str!("redis/lua/arrive.lua"), true),
             stats: Script::new(include_str!("redis/lua/stats.lua"), true),
             store: Script::new(include_str!("redis/lua/store.lua"), false),
+            bury: Script::new(include_str!("redis/lua/bury.lua"), true),
+            dead: Script::new(include_str!("redis/lua/dead.lua"), true),
+            holders: Script::new(include_str!("redis/lua/holders.lua"), true),
+            beat: Script::new(include_str!("redis/lua/beat.lua"), true),
         }
     }
 
-    fn all(&self) -> [&Script; 8] {
+    fn all(&self) -> [&Script; 12] {
         [
             &self.publish,
             &self.claim,
@@ -198,6 +225,10 @@ impl Scripts {
             &self.arrive,
             &self.stats,
             &self.store,
+            &self.bury,
+            &self.dead,
+            &self.holders,
+            &self.beat,
         ]
     }
 }
@@ -437,6 +468,12 @@ pub struct RedisBroker {
     result_ms: u64,
     recover_every: Option<Duration>,
     patience: Duration,
+    max_deliveries: u32,
+    max_bytes: usize,
+    beat_lease: Duration,
+    /// Whether this process's beat holds the beat lease: the background
+    /// task renews it (owner-checked) while it does.
+    beat_leader: AtomicBool,
     clock: Arc<dyn Clock>,
     scripts: Scripts,
     /// Queues registered in `P:queues` on the link epoch it holds (a new
@@ -539,6 +576,60 @@ fn unheld(el: &[u8]) -> Option<(u64, u8, &[u8])> {
     Some((token, step, &rest[c2 + 1..]))
 }
 
+/// A ready payload's bytes when it is marked redelivered (`!<n>!<bytes>`).
+fn unmark(p: &[u8]) -> Option<&[u8]> {
+    let rest = p.strip_prefix(b"!")?;
+    let bang = rest.iter().position(|c| *c == b'!')?;
+    if bang == 0 || !rest[..bang].iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(&rest[bang + 1..])
+}
+
+/// A dead letter as the scripts keep it: `<header JSON>\n<bytes>`.
+fn dead_element(now: i64, step: u8, why: &dead::Undecodable, raw: &[u8]) -> Vec<u8> {
+    let mut head = serde_json::json!({"at": now, "reason": why.reason, "step": step});
+    if let Some(id) = &why.id {
+        head["id"] = serde_json::Value::String(id.clone());
+    }
+    let mut out = serde_json::to_vec(&head).expect("a header always serialises");
+    out.push(b'\n');
+    out.extend_from_slice(raw);
+    out
+}
+
+#[derive(serde::Deserialize)]
+struct DeadHead {
+    at: i64,
+    reason: String,
+    #[serde(default)]
+    id: Option<String>,
+}
+
+/// A dead letter read back; one kept before dead letters had headers is its
+/// bytes alone.
+fn undead(queue: &str, el: &[u8]) -> DeadLetter {
+    if el.starts_with(b"{\"at\":")
+        && let Some(nl) = el.iter().position(|c| *c == b'\n')
+        && let Ok(h) = serde_json::from_slice::<DeadHead>(&el[..nl])
+    {
+        return DeadLetter {
+            queue: queue.to_string(),
+            id: h.id,
+            reason: h.reason,
+            at: h.at,
+            raw: el[nl + 1..].to_vec(),
+        };
+    }
+    DeadLetter {
+        queue: queue.to_string(),
+        id: None,
+        reason: "unknown: kept before dead letters had reasons".into(),
+        at: 0,
+        raw: el.to_vec(),
+    }
+}
+
 impl RedisBroker {
     /// Connects to `url` (`redis://` or `rediss://`, see [`RedisUrl`]) and
     /// starts the background task that refreshes this consumer's leases,
@@ -567,6 +658,21 @@ impl RedisBroker {
         if options.result_expires < Duration::from_millis(1) {
             return Err(Refused::Invalid(
                 "invalid `result_expires`: must be positive".into(),
+            ));
+        }
+        if options.max_deliveries == 0 {
+            return Err(Refused::Invalid(
+                "invalid `max_deliveries`: must be at least 1".into(),
+            ));
+        }
+        if options.max_message_bytes == 0 {
+            return Err(Refused::Invalid(
+                "invalid `max_message_bytes`: must be at least 1".into(),
+            ));
+        }
+        if options.beat_lease < Duration::from_millis(30) {
+            return Err(Refused::Invalid(
+                "invalid `beat_lease`: must be at least 30 ms".into(),
             ));
         }
         let consumer = match options.consumer {
@@ -643,6 +749,10 @@ impl RedisBroker {
             result_ms: options.result_expires.as_millis().max(1) as u64,
             recover_every: options.recover_every,
             patience: options.patience,
+            max_deliveries: options.max_deliveries,
+            max_bytes: options.max_message_bytes,
+            beat_lease: options.beat_lease,
+            beat_leader: AtomicBool::new(false),
             clock,
             scripts: Scripts::new(),
             known: Mutex::new((0, HashSet::new())),
@@ -704,6 +814,10 @@ impl RedisBroker {
     /// refused.
     pub async fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
+        if self.beat_leader.swap(false, Ordering::SeqCst) {
+            // A standby beat takes over at its next slot, not a lease later.
+            let _ = self.one(self.beat_cmd("", 0, "release"), false).await;
+        }
         let queues: Vec<String> = self.touched().iter().cloned().collect();
         let mut p = ::redis::pipe();
         for q in &queues {
@@ -846,7 +960,7 @@ impl RedisBroker {
         }
         let mut p = ::redis::pipe();
         self.register(&mut p, &[q]);
-        p.add_command(evalsha(&self.scripts.recover, &self.base(q)));
+        p.add_command(self.recover_cmd(q));
         let got = self.run(&p, false).await?;
         if let Some(n) = got.last().and_then(int)
             && n > 0
@@ -875,15 +989,30 @@ impl RedisBroker {
         let qs: Vec<&str> = by.iter().map(|(q, _)| *q).collect();
         self.register(p, &qs);
         let now = self.now_arg();
+        let mut encoded = Vec::with_capacity(messages.len());
         for (q, ms) in by {
-            let base = self.base(q);
-            for chunk in ms.chunks(CHUNK) {
+            for m in ms {
+                let json = m.to_json();
+                if json.len() > self.max_bytes {
+                    return Err(Refused::Invalid(format!(
+                        "invalid `message` {:?}: {} bytes encoded, over the `max_message_bytes` cap of {}",
+                        crate::task::spec::truncate(m.id.clone(), 64),
+                        json.len(),
+                        self.max_bytes
+                    )));
+                }
+                encoded.push((q, m, json));
+            }
+        }
+        for chunk in encoded.chunk_by(|a, b| a.0 == b.0) {
+            let base = self.base(chunk[0].0);
+            for part in chunk.chunks(CHUNK) {
                 let mut c = evalsha(&self.scripts.publish, &base);
                 c.arg(&now);
-                for m in chunk {
+                for (_, m, json) in part {
                     c.arg(step_arg(step_of(m)))
                         .arg(m.eta.map(|e| e.to_string()).unwrap_or_default())
-                        .arg(m.to_json());
+                        .arg(json.as_slice());
                 }
                 p.add_command(c).ignore();
             }
@@ -903,7 +1032,8 @@ impl RedisBroker {
             .arg(max)
             .arg(self.lease.as_millis() as u64)
             .arg(self.now_arg())
-            .arg(adopt.unwrap_or_default());
+            .arg(adopt.unwrap_or_default())
+            .arg(self.max_bytes);
         let _gate = self.gate.read().await;
         let v = self.one(c, false).await?;
         let Value::Array(parts) = v else {
@@ -915,13 +1045,25 @@ impl RedisBroker {
         };
         let eta = parts.get(1).and_then(int).unwrap_or(-1);
         let now = parts.get(2).and_then(int).unwrap_or(0);
+        if let Some(n) = parts.get(3).and_then(int)
+            && n > 0
+        {
+            log(&format!(
+                "queue {q:?}: {n} message(s) over the size cap of {} bytes moved to {} unread",
+                self.max_bytes,
+                self.key(q, "dead", "")
+            ));
+        }
         let mut out = Vec::with_capacity(els.len());
         let mut dead = Vec::new();
         for el in els {
             let Some(el) = bytes(el) else { continue };
             match self.delivery(q, el) {
-                Some(d) => out.push(d),
-                None => dead.push(el.to_vec()),
+                Ok(d) => out.push(d),
+                Err((why, step, raw)) => {
+                    let letter = dead_element(now, step, &why, raw);
+                    dead.push((el.to_vec(), letter, why.reason));
+                }
             }
         }
         if !out.is_empty() {
@@ -935,14 +1077,20 @@ impl RedisBroker {
         Ok((out, (eta >= 0).then(|| (eta - now).max(0))))
     }
 
-    fn delivery(&self, q: &str, el: &[u8]) -> Option<Delivery> {
-        let (token, _, payload) = unheld(el)?;
-        let (redelivered, json) = match payload.strip_prefix(b"!") {
-            Some(j) => (true, j),
+    /// A claimed element as a delivery, or why it is quarantined (with its
+    /// step and its bytes as they were published).
+    fn delivery<'e>(
+        &self,
+        q: &str,
+        el: &'e [u8],
+    ) -> Result<Delivery, (dead::Undecodable, u8, &'e [u8])> {
+        let (token, step, payload) = unheld(el).unwrap_or((0, 0, el));
+        let (redelivered, raw) = match unmark(payload) {
+            Some(rest) => (true, rest),
             None => (false, payload),
         };
-        let message = Message::from_json(json).ok()?;
-        Some(Delivery {
+        let message = dead::decode(raw, self.max_bytes).map_err(|e| (e, step, raw))?;
+        Ok(Delivery {
             message,
             receipt: Receipt {
                 queue: q.to_string(),
@@ -954,24 +1102,60 @@ impl RedisBroker {
         })
     }
 
-    /// Moves claims that do not decode to `P{Q}:dead` (capped), with a log
-    /// line: a poison message must not block the queue or vanish unseen.
-    async fn bury(&self, q: &str, els: Vec<Vec<u8>>) {
+    /// Moves claims that do not decode from the held list to `P{Q}:dead`
+    /// with their reasons (one script: fenced, capped), and logs why: a
+    /// malformed message must neither block the queue nor vanish unseen.
+    async fn bury(&self, q: &str, items: Vec<(Vec<u8>, Vec<u8>, String)>) {
+        let reasons: Vec<&str> = items.iter().map(|(_, _, r)| r.as_str()).collect();
         log(&format!(
-            "queue {q:?}: {} message(s) could not be decoded; moved to {}",
-            els.len(),
-            self.key(q, "dead", "")
+            "queue {q:?}: quarantined {} message(s) in {}: {}",
+            items.len(),
+            self.key(q, "dead", ""),
+            reasons.join("; ")
         ));
-        let held = self.key(q, "held:", &self.consumer);
-        let dead = self.key(q, "dead", "");
-        let mut p = ::redis::pipe();
-        for el in &els {
-            let payload = unheld(el).map_or(el.as_slice(), |(_, _, p)| p);
-            p.cmd("LREM").arg(&held).arg(1).arg(el.as_slice()).ignore();
-            p.cmd("LPUSH").arg(&dead).arg(payload).ignore();
+        let mut c = evalsha(&self.scripts.bury, &self.base(q));
+        c.arg(&self.consumer);
+        for (el, letter, _) in &items {
+            c.arg(el.as_slice()).arg(letter.as_slice());
         }
-        p.cmd("LTRIM").arg(&dead).arg(0).arg(DEAD_CAP - 1).ignore();
-        let _ = self.run(&p, true).await;
+        if let Err(e) = self.one(c, true).await {
+            // Left in the held list: the sweep hands it back and the next
+            // claim quarantines it again.
+            log(&format!(
+                "queue {q:?}: could not quarantine ({e}); retried at the next sweep"
+            ));
+        }
+    }
+
+    fn recover_cmd(&self, q: &str) -> Cmd {
+        let mut c = evalsha(&self.scripts.recover, &self.base(q));
+        c.arg(self.max_deliveries).arg(self.now_arg());
+        c
+    }
+
+    fn beat_cmd(&self, entry: &str, due: i64, mode: &str) -> Cmd {
+        let mut c = evalsha(&self.scripts.beat, &self.key("beat", "beat:", ""));
+        c.arg(&self.consumer)
+            .arg(entry)
+            .arg(due)
+            .arg(self.beat_lease.as_millis() as u64)
+            .arg(mode);
+        c
+    }
+
+    /// Puts `raw` on `queue` (priority step 0, at the tail) as another
+    /// producer would, unchecked: it is decoded when claimed, and
+    /// quarantined if it is not a message headway will run. For tests and
+    /// tools; an app publishes with [`Broker::publish`].
+    pub async fn push_raw(&self, queue: &str, raw: &[u8]) -> Result<(), Refused> {
+        check_name("queue", queue)?;
+        let mut p = ::redis::pipe();
+        self.register(&mut p, &[queue]);
+        p.cmd("LPUSH")
+            .arg(self.key(queue, "ready:", "0"))
+            .arg(raw)
+            .ignore();
+        self.run(&p, true).await.map(|_| ())
     }
 
     fn take_blocker(&self) -> Option<MultiplexedConnection> {
@@ -1481,7 +1665,7 @@ impl Drop for Moved {
 async fn tick(weak: Weak<RedisBroker>) {
     let (every, recover_every) = match weak.upgrade() {
         Some(b) => (
-            (b.lease / 3).max(Duration::from_millis(10)),
+            (b.lease.min(b.beat_lease) / 3).max(Duration::from_millis(10)),
             b.recover_every,
         ),
         None => return,
@@ -1496,6 +1680,7 @@ async fn tick(weak: Weak<RedisBroker>) {
         }
         round += 1;
         b.refresh(round.is_multiple_of(3)).await;
+        b.renew_beat().await;
         if let Some(r) = recover_every
             && last_recover.elapsed() >= r
         {
@@ -1511,6 +1696,104 @@ async fn tick(weak: Weak<RedisBroker>) {
 }
 
 impl RedisBroker {
+    /// Renews this process's beat lease while it leads, owner-checked: a
+    /// beat that was paused past its lease finds another beat holds it and
+    /// stops leading, rather than both leading (redbeat#127).
+    async fn renew_beat(&self) {
+        if !self.beat_leader.load(Ordering::SeqCst) {
+            return;
+        }
+        match self.one(self.beat_cmd("", 0, "renew"), false).await {
+            Ok(v) if int(&v) == Some(1) => {}
+            Ok(_) => {
+                self.beat_leader.store(false, Ordering::SeqCst);
+                log(
+                    "the beat lease was taken by another beat (this one paused or lost Redis past it); standing by",
+                );
+            }
+            // Redis away: the lease may lapse, and the next claim finds out.
+            Err(_) => {}
+        }
+    }
+
+    async fn claim_slot_inner(&self, entry: &str, due: i64) -> Result<bool, Refused> {
+        // A standby asks again until the leader has fired the slot or its
+        // lease has lapsed (then this beat takes over and fires it): each
+        // slot fires once even when the leader dies or pauses right
+        // before it. Bounded by one lease and a poll.
+        let poll =
+            (self.beat_lease / 20).clamp(Duration::from_millis(10), Duration::from_millis(500));
+        let deadline = Instant::now() + self.beat_lease + poll;
+        loop {
+            let v = self.one(self.beat_cmd(entry, due, "claim"), true).await?;
+            match int(&v) {
+                Some(1) => {
+                    if !self.beat_leader.swap(true, Ordering::SeqCst) {
+                        log("this beat holds the beat lease; it fires the schedule");
+                    }
+                    return Ok(true);
+                }
+                Some(2) if Instant::now() < deadline => tokio::time::sleep(poll).await,
+                _ => return Ok(false),
+            }
+        }
+    }
+
+    async fn consumers_inner(&self) -> Result<Vec<ConsumerInfo>, Refused> {
+        let v = self
+            .one(
+                ::redis::cmd("SMEMBERS").arg(self.queues_key()).clone(),
+                false,
+            )
+            .await?;
+        let mut names: Vec<String> = match v {
+            Value::Array(a) | Value::Set(a) => a
+                .iter()
+                .filter_map(|x| bytes(x).map(|b| String::from_utf8_lossy(b).into_owned()))
+                .collect(),
+            _ => Vec::new(),
+        };
+        names.sort();
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut p = ::redis::pipe();
+        for q in &names {
+            p.add_command(evalsha(&self.scripts.holders, &self.base(q)));
+        }
+        let now = self.clock.now();
+        let mut by: BTreeMap<String, ConsumerInfo> = BTreeMap::new();
+        for v in self.run(&p, false).await? {
+            let Value::Array(cs) = v else { continue };
+            for c in cs {
+                let Value::Array(f) = c else { continue };
+                let Some(name) = f.first().and_then(bytes) else {
+                    continue;
+                };
+                let name = String::from_utf8_lossy(name).into_owned();
+                let pttl = f.get(1).and_then(int).unwrap_or(-2);
+                let info = by.entry(name.clone()).or_insert_with(|| ConsumerInfo {
+                    name,
+                    lease_until: Some(i64::MAX),
+                    holding: Vec::new(),
+                });
+                // The earliest lease of its queues; none once one is gone.
+                info.lease_until = match (info.lease_until, pttl > 0) {
+                    (Some(u), true) => Some(u.min(now + pttl)),
+                    _ => None,
+                };
+                if let Some(Value::Array(ids)) = f.get(2) {
+                    info.holding.extend(
+                        ids.iter()
+                            .filter_map(bytes)
+                            .map(|b| String::from_utf8_lossy(b).into_owned()),
+                    );
+                }
+            }
+        }
+        Ok(by.into_values().collect())
+    }
+
     async fn recover_inner(&self) -> Result<usize, Refused> {
         let v = self
             .one(
@@ -1531,7 +1814,7 @@ impl RedisBroker {
         let mut p = ::redis::pipe();
         for q in &names {
             let q = String::from_utf8_lossy(q);
-            p.add_command(evalsha(&self.scripts.recover, &self.base(&q)));
+            p.add_command(self.recover_cmd(&q));
         }
         let got = self.run(&p, true).await?;
         Ok(got.iter().filter_map(int).sum::<i64>().max(0) as usize)
@@ -1657,6 +1940,51 @@ impl Broker for RedisBroker {
     fn recover(&self) -> BoxFuture<'_, Result<usize, Refused>> {
         Box::pin(self.recover_inner())
     }
+
+    /// One beat leads (an owner-checked lease), and each entry's slots fire
+    /// once, in order, across every beat on this Redis (see `beat.lua`). A
+    /// standby's claim waits up to one `beat_lease` for the leader to fire
+    /// the slot or lapse.
+    fn claim_slot<'a>(&'a self, entry: &'a str, due: i64) -> BoxFuture<'a, Result<bool, Refused>> {
+        Box::pin(self.claim_slot_inner(entry, due))
+    }
+
+    fn requeue_dead<'a>(
+        &'a self,
+        queue: &'a str,
+        ids: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<usize, Refused>> {
+        Box::pin(async move {
+            check_name("queue", queue)?;
+            if limit == 0 {
+                return Ok(0);
+            }
+            let mut c = evalsha(&self.scripts.dead, &self.base(queue));
+            c.arg("requeue").arg(limit);
+            for id in ids {
+                c.arg(id);
+            }
+            let n = int(&self.one(c, true).await?).unwrap_or(0).max(0) as usize;
+            if n > 0 {
+                log(&format!("queue {queue:?}: re-queued {n} dead letter(s)"));
+            }
+            Ok(n)
+        })
+    }
+
+    fn purge_dead<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<usize, Refused>> {
+        Box::pin(async move {
+            check_name("queue", queue)?;
+            let mut c = evalsha(&self.scripts.dead, &self.base(queue));
+            c.arg("purge").arg(0);
+            let n = int(&self.one(c, true).await?).unwrap_or(0).max(0) as usize;
+            if n > 0 {
+                log(&format!("queue {queue:?}: purged {n} dead letter(s)"));
+            }
+            Ok(n)
+        })
+    }
 }
 
 impl Backend for RedisBroker {
@@ -1740,6 +2068,58 @@ impl Inspector for RedisBroker {
     fn counts(&self) -> BoxFuture<'_, Result<BTreeMap<State, u64>, Refused>> {
         Box::pin(self.counts_inner())
     }
+
+    /// Every consumer of every queue, with the ids it holds (oldest claim
+    /// first) and when its earliest lease runs out (`None`: one has).
+    fn consumers(&self) -> BoxFuture<'_, Result<Vec<ConsumerInfo>, Refused>> {
+        Box::pin(self.consumers_inner())
+    }
+
+    fn dead_letters<'a>(
+        &'a self,
+        queue: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<DeadLetter>, Refused>> {
+        Box::pin(async move {
+            check_name("queue", queue)?;
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
+            let v = self
+                .one(
+                    ::redis::cmd("LRANGE")
+                        .arg(self.key(queue, "dead", ""))
+                        .arg(0)
+                        .arg(limit.min(DEAD_KEPT) as i64 - 1)
+                        .clone(),
+                    false,
+                )
+                .await?;
+            Ok(match v {
+                Value::Array(a) => a
+                    .iter()
+                    .filter_map(bytes)
+                    .map(|el| undead(queue, el))
+                    .collect(),
+                _ => Vec::new(),
+            })
+        })
+    }
+
+    fn dead_count<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<u64, Refused>> {
+        Box::pin(async move {
+            check_name("queue", queue)?;
+            let v = self
+                .one(
+                    ::redis::cmd("LLEN")
+                        .arg(self.key(queue, "dead", ""))
+                        .clone(),
+                    false,
+                )
+                .await?;
+            Ok(int(&v).unwrap_or(0).max(0) as u64)
+        })
+    }
 }
 
 #[cfg(test)]
@@ -1755,6 +2135,28 @@ mod tests {
         let s = stored(&o);
         assert!(s.starts_with(b"SUCCESS|"));
         assert_eq!(unstored(&s), Some(o));
+    }
+
+    #[test]
+    fn marks_and_dead_letters_parse() {
+        assert_eq!(unmark(b"!0!{}"), Some(&b"{}"[..]));
+        assert_eq!(unmark(b"!12!x!y"), Some(&b"x!y"[..]));
+        assert_eq!(unmark(b"!!{}"), None);
+        assert_eq!(unmark(b"!{}"), None);
+        assert_eq!(unmark(b"{}"), None);
+        let why = dead::Undecodable {
+            reason: "bad JSON: \"x\"\n".into(),
+            id: Some("a".into()),
+        };
+        let el = dead_element(7, 3, &why, b"\x00raw\nbytes");
+        let d = undead("q", &el);
+        assert_eq!(
+            (d.at, d.id.as_deref(), d.reason.as_str(), d.raw.as_slice()),
+            (7, Some("a"), why.reason.as_str(), &b"\x00raw\nbytes"[..])
+        );
+        assert_eq!(undead("q", b"{\"a\":1}").raw, b"{\"a\":1}");
+        // The scripts' cap is the Rust one.
+        assert!(COMMON.contains(&format!("local DEAD_KEPT = {DEAD_KEPT}\n")));
     }
 
     #[test]

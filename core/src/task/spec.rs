@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::clock::BoxFuture;
+use super::dead::DeadLetter;
 use super::message::Message;
 use super::state::{Outcome, Refused, State};
 
@@ -102,7 +103,34 @@ pub trait Broker: Send + Sync + 'static {
 
     /// Hands back what consumers whose lease ran out were holding, and
     /// answers how many. Brokers without leases answer 0.
+    ///
+    /// A message whose holder was lost this way `max_deliveries` times (3,
+    /// [`super::dead::MAX_DELIVERIES`]) goes to its queue's dead letters with
+    /// the reason `worker lost ×N` instead, and is not counted: a message
+    /// that kills every worker that runs it must not loop for ever.
     fn recover(&self) -> BoxFuture<'_, Result<usize, Refused>> {
+        Box::pin(async { Ok(0) })
+    }
+
+    /// Puts dead letters of `queue` back on it, oldest first, at most
+    /// `limit`; only those whose id is in `ids` unless `ids` is empty. Each
+    /// goes back as it was (its bytes), marked redelivered, with its count
+    /// of lost workers reset — what an operator does after fixing the task
+    /// or the producer. Answers how many went back. Brokers that keep no
+    /// dead letters answer 0.
+    fn requeue_dead<'a>(
+        &'a self,
+        queue: &'a str,
+        ids: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<usize, Refused>> {
+        let _ = (queue, ids, limit);
+        Box::pin(async { Ok(0) })
+    }
+
+    /// Drops every dead letter of `queue` for good, answering how many.
+    fn purge_dead<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<usize, Refused>> {
+        let _ = queue;
         Box::pin(async { Ok(0) })
     }
 }
@@ -233,5 +261,20 @@ pub trait Inspector: Send + Sync + 'static {
     fn recent(&self, limit: usize) -> BoxFuture<'_, Result<Vec<RunEvent>, Refused>> {
         let _ = limit;
         Box::pin(async { Ok(Vec::new()) })
+    }
+    /// The dead letters of `queue`, newest first, at most `limit`: what was
+    /// quarantined or dead-lettered as a poison pill, with why and its bytes.
+    fn dead_letters<'a>(
+        &'a self,
+        queue: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<DeadLetter>, Refused>> {
+        let _ = (queue, limit);
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    /// How many dead letters `queue` keeps now.
+    fn dead_count<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<u64, Refused>> {
+        let _ = queue;
+        Box::pin(async { Ok(0) })
     }
 }

@@ -1,12 +1,16 @@
--- claim: ARGV consumer, max, lease ms, now ('' = TIME), adopt ('' = none).
+-- claim: ARGV consumer, max, lease ms, now ('' = TIME), adopt ('' = none),
+-- size cap (bytes).
 -- Refreshes the consumer's lease, moves due delayed messages to their steps,
 -- stamps the element a BLMOVE brought in (adopt) and claims up to max more,
--- step 0 first, each stamped with a fresh fencing token. Answers
--- {claimed held elements, next eta or -1, now}.
+-- step 0 first, each stamped with a fresh fencing token. A payload over the
+-- size cap is never handed out: it goes to the dead letters ("too large")
+-- and counts towards max, as any message taken is. Answers {claimed held
+-- elements, next eta or -1, now, how many went to the dead letters}.
 local c = ARGV[1]
 local max = tonumber(ARGV[2])
 local now = clock(ARGV[4])
 local adopt = ARGV[5]
+local cap = tonumber(ARGV[6])
 local held = base .. 'held:' .. c
 local seq = base .. 'seq'
 redis.call('SET', base .. 'lease:' .. c, '1', 'PX', ARGV[3])
@@ -18,24 +22,38 @@ for i = 1, #due do
   redis.call('ZREM', delayed, due[i])
   if s then redis.call('LPUSH', base .. 'ready:' .. s, p) end
 end
+-- Answers whether payload p (from step s) is over the cap, burying it if so.
+local bad = 0
+local function oversize(s, p)
+  if not cap then return false end
+  local size = #p
+  local mark = string.match(p, '^!%d+!')
+  if mark then size = size - #mark end
+  if size <= cap then return false end
+  local _, body = unmark(p)
+  bury(now, s, body, 'too large: ' .. size .. ' bytes (the cap is ' .. cap .. ' bytes)')
+  bad = bad + 1
+  return true
+end
 local out = {}
 if adopt ~= '' then
-  if redis.call('LREM', held, 1, adopt) == 1 and adopt ~= MARK then
+  if redis.call('LREM', held, 1, adopt) == 1 and adopt ~= MARK
+    and not oversize('0', adopt) then
     local el = redis.call('INCR', seq) .. ':0:' .. adopt
     redis.call('LPUSH', held, el)
     out[#out + 1] = el
   end
 end
 for s = 0, 9 do
-  if #out >= max then break end
+  if #out + bad >= max then break end
   local key = base .. 'ready:' .. s
-  while #out < max do
-    local ps = redis.call('RPOP', key, max - #out)
+  while #out + bad < max do
+    local ps = redis.call('RPOP', key, max - #out - bad)
     if not ps then break end
     local t = redis.call('INCRBY', seq, #ps) - #ps
     local els = {}
     for i = 1, #ps do
-      if ps[i] ~= MARK then
+      if ps[i] ~= MARK and not oversize(tostring(s), ps[i]) then
         t = t + 1
         els[#els + 1] = t .. ':' .. s .. ':' .. ps[i]
       end
@@ -47,4 +65,4 @@ for s = 0, 9 do
   end
 end
 local nxt = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
-return {out, nxt[2] or '-1', tostring(now)}
+return {out, nxt[2] or '-1', tostring(now), bad}

@@ -17,7 +17,8 @@ local MARK = '~'
 local function put(now, step, eta, payload)
   local e = tonumber(eta)
   if e and e > now then
-    local n = redis.call('INCR', base .. 'seq')
+    -- Zero-padded, so members due at the same time sort in publish order.
+    local n = string.format('%015d', redis.call('INCR', base .. 'seq'))
     redis.call('ZADD', base .. 'delayed', e, step .. ':' .. n .. ':' .. payload)
     return 1
   end
@@ -39,8 +40,33 @@ local function unheld(el)
   if s then return s, p end
   return '0', el
 end
--- The redelivered form of a payload: "!" before the JSON.
-local function marked(p)
-  if string.sub(p, 1, 1) == '!' then return p end
-  return '!' .. p
+-- A payload handed out before (requeued, recovered) is marked "!<n>!"
+-- before its bytes, n the times a consumer was lost holding it. Answers n
+-- (0 when unmarked) and the bytes.
+local function unmark(p)
+  local n, rest = string.match(p, '^!(%d+)!(.*)$')
+  if n then return tonumber(n), rest end
+  return 0, p
+end
+-- The redelivered form of a payload, with `add` more lost consumers.
+-- Answers the marked payload and its new count.
+local function marked(p, add)
+  local n, rest = unmark(p)
+  n = n + add
+  return '!' .. n .. '!' .. rest, n
+end
+-- The id headway's own JSON opens with, when it is there (an id with a quote
+-- or a backslash is not read: the dead letter then has none).
+local function peek_id(p)
+  return string.match(p, '^{"id":"([^"\\]*)"')
+end
+-- Dead letters: "<header JSON>\n<bytes>", newest at the head, capped. The
+-- reason is written by headway's scripts only (no quote or backslash in it).
+local DEAD_KEPT = 10000
+local function bury(now, step, raw, reason, id)
+  local head = '{"at":' .. now .. ',"reason":"' .. reason .. '","step":' .. step
+  if id then head = head .. ',"id":"' .. id .. '"' end
+  local dead = base .. 'dead'
+  redis.call('LPUSH', dead, head .. '}\n' .. raw)
+  redis.call('LTRIM', dead, 0, DEAD_KEPT - 1)
 end

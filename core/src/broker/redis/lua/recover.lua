@@ -1,7 +1,14 @@
--- recover: every consumer of the queue whose lease key has expired has its
--- held list moved back to the head of the steps, oldest claim first, marked
--- redelivered, and is forgotten. Answers how many messages went back.
+-- recover: ARGV max deliveries, now ('' = TIME). Every consumer of the queue
+-- whose lease key has expired, in name order, has its held list moved back
+-- to the head of the steps, oldest claim first, marked redelivered with one
+-- more lost consumer, and is forgotten. A message lost with its consumer
+-- `max deliveries` times goes to the dead letters instead ("worker lost ×N"):
+-- a poison pill that kills every worker that runs it does not loop for ever.
+-- Answers how many messages went back (not counting the dead).
+local max = tonumber(ARGV[1]) or 3
+local now = nil
 local cs = redis.call('SMEMBERS', base .. 'consumers')
+table.sort(cs)
 local moved = 0
 for _, c in ipairs(cs) do
   if redis.call('EXISTS', base .. 'lease:' .. c) == 0 then
@@ -10,8 +17,15 @@ for _, c in ipairs(cs) do
     for i = 1, #els do
       local s, p = unheld(els[i])
       if p ~= MARK then
-        redis.call('RPUSH', base .. 'ready:' .. s, marked(p))
-        moved = moved + 1
+        local m, n = marked(p, 1)
+        if n >= max then
+          now = now or clock(ARGV[2])
+          local _, body = unmark(p)
+          bury(now, s, body, 'worker lost \195\151' .. n, peek_id(body))
+        else
+          redis.call('RPUSH', base .. 'ready:' .. s, m)
+          moved = moved + 1
+        end
       end
     end
     redis.call('DEL', held)

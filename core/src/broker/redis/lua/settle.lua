@@ -10,7 +10,7 @@ local mode = ARGV[3]
 if redis.call('LREM', held, 1, el) == 0 then return 0 end
 if mode == 'requeue' then
   local s, p = unheld(el)
-  if p ~= MARK then redis.call('RPUSH', base .. 'ready:' .. s, marked(p)) end
+  if p ~= MARK then redis.call('RPUSH', base .. 'ready:' .. s, (marked(p, 0))) end
 elseif mode == 'retry' then
   if put(clock(ARGV[4]), ARGV[5], ARGV[6], ARGV[7]) > 0 then ring() end
 end

@@ -22,7 +22,7 @@ for i = #els, 1, -1 do
   elseif not keep[t] then
     redis.call('LREM', held, 1, el)
     if p ~= MARK then
-      redis.call('RPUSH', base .. 'ready:' .. s, marked(p))
+      redis.call('RPUSH', base .. 'ready:' .. s, (marked(p, 0)))
       moved = moved + 1
     end
   end
