@@ -301,9 +301,15 @@ async fn process(s: Arc<Shared>, d: Delivery, revoked: bool, acked: bool) {
         // A claim that could not be settled goes back rather than sit held by
         // a live consumer for ever (a claim already acked is not affected:
         // the broker's fencing makes this a no-op).
-        warn(&s.name, &format!("could not settle a message ({e}); giving it back"));
+        warn(
+            &s.name,
+            &format!("could not settle a message ({e}); giving it back"),
+        );
         if let Err(e) = s.app.broker().reject(receipt, true).await {
-            warn(&s.name, &format!("could not give it back either ({e}); the broker's recovery will"));
+            warn(
+                &s.name,
+                &format!("could not give it back either ({e}); the broker's recovery will"),
+            );
         }
     }
     s.done.fetch_add(1, Ordering::Relaxed);
