@@ -23,6 +23,9 @@ use super::message::{Chord, Join, Message, Sig, new_id};
 use super::state::Refused;
 
 /// A piece of work that has not been published yet.
+// A `Sig` is a few hundred bytes (kwargs and carried options are ordered
+// maps); a canvas is built once per send, so boxing it would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Canvas {
     /// One run.
