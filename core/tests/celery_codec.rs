@@ -63,7 +63,7 @@ fn a_plain_task_round_trips_byte_for_byte() {
         m.queue, "default",
         "Celery's `celery` queue is headway's `default`"
     );
-    assert_eq!(m.headers["origin"], json!("gen700@vm"));
+    assert_eq!(m.carried_header("origin"), Some(&json!("gen700@vm")));
     assert_eq!(m.retries, 0);
 }
 
@@ -116,8 +116,9 @@ fn groups_links_and_typed_values_round_trip() {
     let g = round_trip("group");
     assert!(g.iter().all(|m| m.group.is_some() && m.chord.is_none()));
     let l = round_trip("link").remove(0);
-    assert_eq!(l.callbacks.len(), 1);
-    assert_eq!(l.errbacks[0]["immutable"], json!(true));
+    let c = l.carried.as_ref().unwrap();
+    assert_eq!(c.callbacks.len(), 1);
+    assert_eq!(c.errbacks[0]["immutable"], json!(true));
     let t = round_trip("typed").remove(0);
     assert_eq!(
         Typed::from_value(&t.args[0]).unwrap(),

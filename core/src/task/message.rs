@@ -68,16 +68,26 @@ pub struct Message {
     /// prepended as one list argument when it runs (unless immutable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub join: Option<Join>,
-    /// Protocol headers headway carries but does not act on, kept through
-    /// retries and restores: Celery's `shadow`, `timelimit`, `origin`,
-    /// `stamps`, `replaced_task_nesting` and any custom `apply_async(headers=…)`
-    /// entry. Empty for messages headway makes.
+    /// What the message carries for another system but headway does not
+    /// act on (Celery headers, `link` callbacks), kept through retries and
+    /// restores. Boxed, and `None` for messages headway makes, so a message
+    /// stays small.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carried: Option<Box<Carried>>,
+}
+
+/// Protocol data a message carries unchanged for another system.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Carried {
+    /// Headers headway does not act on: Celery's `shadow`, `timelimit`,
+    /// `origin`, `stamps`, `replaced_task_nesting` and any custom
+    /// `apply_async(headers=…)` entry.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub headers: Map<String, Value>,
-    /// Celery `link` signatures (raw signature dicts), carried unchanged.
+    /// Celery `link` signatures (raw signature dicts).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub callbacks: Vec<Value>,
-    /// Celery `link_error` signatures (raw signature dicts), carried unchanged.
+    /// Celery `link_error` signatures (raw signature dicts).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errbacks: Vec<Value>,
 }
@@ -218,10 +228,18 @@ impl Message {
             chain: Vec::new(),
             chord: None,
             join: None,
-            headers: Map::new(),
-            callbacks: Vec::new(),
-            errbacks: Vec::new(),
+            carried: None,
         }
+    }
+
+    /// What it carries for another system, made on first use.
+    pub fn carried_mut(&mut self) -> &mut Carried {
+        self.carried.get_or_insert_default()
+    }
+
+    /// A carried header, if any.
+    pub fn carried_header(&self, key: &str) -> Option<&Value> {
+        self.carried.as_ref().and_then(|c| c.headers.get(key))
     }
 
     /// Encodes the message as headway's own JSON wire form.

@@ -34,7 +34,7 @@ pub use connect::open;
 pub use dead::{DEAD_KEPT, DeadLetter, MAX_DELIVERIES, MAX_MESSAGE_BYTES, Undecodable};
 pub use handle::Handle;
 pub use host::{Call, HostQueue};
-pub use message::{Chord, Join, Message, Options, Sig, new_id};
+pub use message::{Carried, Chord, Join, Message, Options, Sig, new_id};
 pub use policy::{Backoff, Policy, PolicyError, Rate};
 pub use rhythm::{Cron, Every, Rhythm, RhythmError};
 pub use schedule::{Job, Scheduler};

@@ -268,7 +268,7 @@ impl Sender {
         } else {
             (None, None)
         };
-        let carried = |k: &str| m.headers.get(k).cloned();
+        let carried = |k: &str| m.carried_header(k).cloned();
         let mut headers: Vec<(String, J)> = Vec::with_capacity(24);
         for k in V2_HEADERS {
             let v = match k {
@@ -295,9 +295,11 @@ impl Sender {
             };
             headers.push((k.to_string(), v));
         }
-        for (k, v) in &m.headers {
-            if !V2_HEADERS.contains(&k.as_str()) {
-                headers.push((k.clone(), J::V(v.clone())));
+        if let Some(c) = &m.carried {
+            for (k, v) in &c.headers {
+                if !V2_HEADERS.contains(&k.as_str()) {
+                    headers.push((k.clone(), J::V(v.clone())));
+                }
             }
         }
         let mut props: Vec<(&'static str, J)> = vec![
@@ -363,9 +365,14 @@ impl Sender {
                 J::V(Value::Array(v.to_vec()))
             }
         };
+        let none: &[Value] = &[];
+        let (cbs, ebs) = match &m.carried {
+            Some(c) => (c.callbacks.as_slice(), c.errbacks.as_slice()),
+            None => (none, none),
+        };
         let embed = J::O(vec![
-            ("callbacks", list(&m.callbacks)),
-            ("errbacks", list(&m.errbacks)),
+            ("callbacks", list(cbs)),
+            ("errbacks", list(ebs)),
             ("chain", chain.map_or(J::V(Value::Null), J::A)),
             ("chord", chord.unwrap_or(J::V(Value::Null))),
         ]);
@@ -640,7 +647,7 @@ impl Sender {
         if let Some(hm) = h.as_object() {
             for (k, v) in hm {
                 if !MODELLED.contains(&k.as_str()) && k != "redelivered" {
-                    m.headers.insert(k.clone(), v.clone());
+                    m.carried_mut().headers.insert(k.clone(), v.clone());
                 }
             }
         }
@@ -651,19 +658,23 @@ impl Sender {
                 Some(_) => Err(bad(format!("embed.{k} is not a list"))),
             }
         };
-        m.callbacks = list("callbacks")?;
-        m.errbacks = list("errbacks")?;
+        let (callbacks, errbacks) = (list("callbacks")?, list("errbacks")?);
+        if !callbacks.is_empty() || !errbacks.is_empty() {
+            let c = m.carried_mut();
+            c.callbacks = callbacks;
+            c.errbacks = errbacks;
+        }
         let mut wire_chain = list("chain")?;
         // The wire's first element is the chain's last link.
         if let Some(last) = wire_chain.first_mut()
             && let Some(opts) = last.get_mut("options").and_then(Value::as_object_mut)
-            && let Some(cb) = opts.remove("chord").filter(|c| !c.is_null())
+            && let Some(cb) = opts.shift_remove("chord").filter(|c| !c.is_null())
         {
             let key = opts
-                .remove("group_id")
+                .shift_remove("group_id")
                 .and_then(|g| g.as_str().map(str::to_string))
                 .ok_or_else(|| bad("a chain link carries a chord but no group_id"))?;
-            m.group_index = as_u32(opts.remove("group_index").as_ref());
+            m.group_index = as_u32(opts.shift_remove("group_index").as_ref());
             m.group = Some(key.clone());
             m.chord = Some(Box::new(Chord {
                 key,
