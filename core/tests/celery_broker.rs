@@ -353,3 +353,50 @@ async fn revokes_travel_over_the_pidbox_and_persist() {
     clock.advance(HOUR);
     assert_eq!(late.revoked(&ids[1..]).await.unwrap(), [false], "expired");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_this_app_does_not_run_go_back_for_another_consumer() {
+    use headway_core::broker::celery::UnknownTasks;
+    use headway_core::task::{App, Policy, body};
+    let Some(s) = support::RedisServer::start() else {
+        return;
+    };
+    let clock = VirtualClock::new(START);
+    for mode in [UnknownTasks::Requeue, UnknownTasks::Fail] {
+        s.cli(&["FLUSHALL"]);
+        let b = CeleryBroker::connect(
+            &s.url(),
+            CeleryOptions {
+                unknown_tasks: mode,
+                ..CeleryOptions::default()
+            },
+            clock.clone(),
+        )
+        .await
+        .unwrap();
+        let app = App::new(b.seams(), clock.clone());
+        b.route_for(&app);
+        app.register(
+            "mine",
+            Policy::default(),
+            body(|_, _| async { Ok(json!(1)) }),
+        )
+        .unwrap();
+        b.publish(vec![
+            msg("c1", "celery.only", "default"),
+            msg("m1", "mine", "default"),
+        ])
+        .await
+        .unwrap();
+        let got = b.consume(&qs("default"), 5, Duration::ZERO).await.unwrap();
+        let ids: Vec<&str> = got.iter().map(|d| d.message.id.as_str()).collect();
+        match mode {
+            UnknownTasks::Requeue => {
+                assert_eq!(ids, ["m1"]);
+                assert_eq!(s.cli(&["LLEN", "celery"]), "1", "back on the queue");
+                assert_eq!(s.cli(&["HLEN", "unacked"]), "1", "only m1 is held");
+            }
+            UnknownTasks::Fail => assert_eq!(ids, ["c1", "m1"]),
+        }
+    }
+}

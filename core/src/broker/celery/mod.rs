@@ -52,7 +52,7 @@ use redis::{AsyncConnectionConfig, Script};
 use serde_json::Value;
 use tokio::sync::Notify;
 
-pub use codec::{CodecError, Decoded, Encoded, Sender};
+pub use codec::{CodecError, Decoded, Encoded, Router, Sender};
 pub use typed::{Typed, TypedError};
 
 use super::redis::RedisUrl;
@@ -100,6 +100,23 @@ pub struct CeleryOptions {
     /// How long a revoke is remembered: 10800 s, Celery's
     /// `CELERY_WORKER_REVOKE_EXPIRES`.
     pub revoke_keep: Duration,
+    /// What a consumer does with a task name its app does not register
+    /// (once [`CeleryBroker::route_for`] has told it the app): hand it back
+    /// for another consumer — a Celery worker on the same queue — by
+    /// default, logging the name once.
+    pub unknown_tasks: UnknownTasks,
+}
+
+/// What a consumer does with a message for a task its app does not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnknownTasks {
+    /// Put it back at the end of its queue for another consumer (the
+    /// default: a queue shared with Celery workers carries their tasks too).
+    #[default]
+    Requeue,
+    /// Hand it to the worker, which records FAILURE `NotRegistered` as a
+    /// Celery worker does.
+    Fail,
 }
 
 impl Default for CeleryOptions {
@@ -116,6 +133,7 @@ impl Default for CeleryOptions {
             unacked_mutex_expire: Duration::from_secs(300),
             unacked_restore_limit: None,
             revoke_keep: Duration::from_secs(10_800),
+            unknown_tasks: UnknownTasks::Requeue,
         }
     }
 }
@@ -195,6 +213,8 @@ pub struct CeleryBroker {
     opts: CeleryOptions,
     node: String,
     sender: Sender,
+    app: std::sync::RwLock<Option<Weak<crate::task::app::AppInner>>>,
+    warned: Mutex<HashSet<String>>,
     clock: Arc<dyn Clock>,
     local: Mutex<Local>,
     seq: AtomicU64,
@@ -311,6 +331,8 @@ impl CeleryBroker {
             cmd: tokio::sync::Mutex::new(Some(cmd)),
             blocking: tokio::sync::Mutex::new(None),
             sender: Sender::this_process(&opts.default_queue),
+            app: std::sync::RwLock::new(None),
+            warned: Mutex::new(HashSet::new()),
             opts,
             node,
             clock,
@@ -382,6 +404,7 @@ impl CeleryBroker {
     /// this broker (the bindings do). Holds the app weakly.
     pub fn route_for(&self, app: &crate::task::App) {
         let weak = Arc::downgrade(&app.inner);
+        *self.app.write().unwrap_or_else(|e| e.into_inner()) = Some(weak.clone());
         let router: codec::Router = Arc::new(move |task: &str| {
             let inner = weak.upgrade()?;
             crate::task::App { inner }.policy_of(task).map(|p| p.queue)
@@ -391,6 +414,34 @@ impl CeleryBroker {
             .routes
             .write()
             .unwrap_or_else(|e| e.into_inner()) = Some(router);
+    }
+
+    /// Whether `task` is one this consumer hands back (see
+    /// [`UnknownTasks`]), logging each such name once.
+    fn is_foreign(&self, task: &str) -> bool {
+        if self.opts.unknown_tasks != UnknownTasks::Requeue {
+            return false;
+        }
+        let inner = self
+            .app
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(Weak::upgrade);
+        let Some(inner) = inner else {
+            return false;
+        };
+        if (crate::task::App { inner }).has_task(task) {
+            return false;
+        }
+        let mut w = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+        if w.insert(task.to_string()) {
+            eprintln!(
+                "headway celery broker {}: task {task:?} is not registered here; handing it back for another consumer",
+                self.node
+            );
+        }
+        true
     }
 
     /// The Redis database number (it names the pidbox channel).
@@ -504,6 +555,7 @@ impl CeleryBroker {
         let now = self.clock.now();
         let mut n = 0;
         let mut dropped = Vec::new();
+        let mut foreign = Vec::new();
         for (key, tag, raw) in claimed {
             if tag.is_empty() {
                 self.quarantine(&raw, "not a kombu JSON envelope").await;
@@ -513,6 +565,10 @@ impl CeleryBroker {
                 Err(e) => {
                     self.quarantine(&raw, &e.to_string()).await;
                     dropped.push(tag);
+                }
+                Ok(d) if self.is_foreign(&d.message.task) => {
+                    let _ = key;
+                    foreign.push(tag);
                 }
                 Ok(d) => {
                     let _ = key;
@@ -563,6 +619,13 @@ impl CeleryBroker {
         }
         if !dropped.is_empty() {
             self.drop_tags(&dropped).await?;
+        }
+        for t in &foreign {
+            self.restore_tag(t, true).await?;
+        }
+        if n == 0 && !foreign.is_empty() {
+            // Only other consumers' work came: do not spin on it.
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         Ok(n)
     }
