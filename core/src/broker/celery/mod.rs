@@ -105,6 +105,11 @@ pub struct CeleryOptions {
     /// for another consumer — a Celery worker on the same queue — by
     /// default, logging the name once.
     pub unknown_tasks: UnknownTasks,
+    /// How often a consuming broker runs [`Broker::recover`] by itself, the
+    /// first time as soon as it consumes: 100 s, what a Celery worker's
+    /// timer amounts to (`maybe_restore_messages` every 10 s, scanning on
+    /// every 10th call). `None`: only when called.
+    pub restore_every: Option<Duration>,
 }
 
 /// What a consumer does with a message for a task its app does not run.
@@ -134,6 +139,7 @@ impl Default for CeleryOptions {
             unacked_restore_limit: None,
             revoke_keep: Duration::from_secs(10_800),
             unknown_tasks: UnknownTasks::Requeue,
+            restore_every: Some(Duration::from_secs(100)),
         }
     }
 }
@@ -219,6 +225,7 @@ pub struct CeleryBroker {
     local: Mutex<Local>,
     seq: AtomicU64,
     lamport: AtomicU64,
+    consumed: std::sync::atomic::AtomicBool,
     stored: Notify,
     revoked_bell: Notify,
     waits: Mutex<HashMap<String, (usize, Arc<Notify>)>>,
@@ -339,6 +346,7 @@ impl CeleryBroker {
             local: Mutex::new(Local::default()),
             seq: AtomicU64::new(0),
             lamport: AtomicU64::new(0),
+            consumed: std::sync::atomic::AtomicBool::new(false),
             stored: Notify::new(),
             revoked_bell: Notify::new(),
             waits: Mutex::new(HashMap::new()),
@@ -1198,17 +1206,44 @@ async fn listen(me: Weak<CeleryBroker>, mut ready: Option<tokio::sync::oneshot::
 }
 
 /// Re-scores held claims every quarter of the visibility timeout (at least
-/// every 250 ms, at most every 5 minutes).
+/// every 250 ms, at most every 5 minutes), and — once this broker consumes —
+/// restores dead consumers' claims every `restore_every`, as a Celery
+/// worker's timer does.
 async fn rescore_loop(me: Weak<CeleryBroker>) {
-    let period = {
+    let (period, restore_every) = {
         let Some(b) = me.upgrade() else { return };
-        (b.opts.visibility_timeout / 4).clamp(Duration::from_millis(250), Duration::from_secs(300))
+        (
+            (b.opts.visibility_timeout / 4)
+                .clamp(Duration::from_millis(250), Duration::from_secs(300)),
+            b.opts.restore_every,
+        )
     };
+    let tick = period.min(Duration::from_secs(1));
+    let mut last_rescore = tokio::time::Instant::now();
+    let mut last_restore: Option<tokio::time::Instant> = None;
     loop {
-        tokio::time::sleep(period).await;
+        tokio::time::sleep(tick).await;
         let Some(b) = me.upgrade() else { return };
-        if let Err(e) = b.heartbeat().await {
-            eprintln!("headway celery broker: could not re-score held claims: {e}");
+        let now = tokio::time::Instant::now();
+        if now.duration_since(last_rescore) >= period {
+            last_rescore = now;
+            if let Err(e) = b.heartbeat().await {
+                eprintln!("headway celery broker: could not re-score held claims: {e}");
+            }
+        }
+        if let Some(every) = restore_every
+            && b.consumed.load(Ordering::Relaxed)
+            && last_restore.is_none_or(|t| now.duration_since(t) >= every)
+        {
+            last_restore = Some(now);
+            match b.recover().await {
+                Ok(0) => {}
+                Ok(n) => eprintln!(
+                    "headway celery broker {}: restored {n} claim(s) older than the visibility timeout",
+                    b.node
+                ),
+                Err(e) => eprintln!("headway celery broker: could not restore claims: {e}"),
+            }
         }
     }
 }
@@ -1252,6 +1287,7 @@ impl Broker for CeleryBroker {
             for q in queues {
                 self.remember_queue(q);
             }
+            self.consumed.store(true, Ordering::Relaxed);
             let deadline = tokio::time::Instant::now() + wait;
             let mut first = true;
             loop {
