@@ -45,7 +45,7 @@ fn round_trip(name: &str) -> Vec<Message> {
         let again = s.encode_tagged(&d.message, 0, tag);
         assert_eq!(again.json, raw, "{name}: re-encoding changed the text");
         let step = env["properties"]["priority"].as_u64().unwrap();
-        assert_eq!(key.starts_with("celery"), true);
+        assert!(key.starts_with("celery"));
         if step == 0 {
             assert_eq!(key, "celery");
         }
