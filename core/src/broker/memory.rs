@@ -281,7 +281,8 @@ impl MemoryBroker {
         self.shared.clock.now()
     }
 
-    fn claim(&self, queues: &[String], max: usize) -> Vec<Delivery> {
+    /// Claims up to `max`; also answers whether anything was quarantined.
+    fn claim(&self, queues: &[String], max: usize) -> (Vec<Delivery>, bool) {
         let now = self.now();
         let cap = self.shared.opts.max_message_bytes;
         let mut g = self.lock();
@@ -296,6 +297,7 @@ impl MemoryBroker {
         // A claim renews the lease, as Redis's claim script does.
         g.expired.remove(&me);
         let mut out = Vec::new();
+        let mut buried = false;
         for name in queues {
             // Bytes that did not decode count towards `max`, as on Redis,
             // where the claim script takes them before they are read.
@@ -318,6 +320,7 @@ impl MemoryBroker {
                         Ok(m) => m,
                         Err(why) => {
                             taken += 1;
+                            buried = true;
                             q.bury(
                                 DeadLetter {
                                     queue: name.clone(),
@@ -360,7 +363,7 @@ impl MemoryBroker {
                 break;
             }
         }
-        out
+        (out, buried)
     }
 
     /// Removes the claim `r` if this consumer holds it.
@@ -478,13 +481,18 @@ impl Broker for MemoryBroker {
                 tokio::pin!(published);
                 published.as_mut().enable();
                 let moved = self.shared.clock.moved();
-                let got = self.claim(queues, max);
+                let (got, buried) = self.claim(queues, max);
                 if !got.is_empty() {
                     return Ok(got);
                 }
                 let now = tokio::time::Instant::now();
                 if now >= deadline {
                     return Ok(got);
+                }
+                // What was quarantined made room: look again at once rather
+                // than wait for the next publish.
+                if buried {
+                    continue;
                 }
                 // Wake for a publish, a move of a virtual clock, the next eta
                 // on the system clock, or the end of the wait.

@@ -1664,8 +1664,12 @@ impl Drop for Moved {
 /// what a dropped consumer held is then recovered elsewhere).
 async fn tick(weak: Weak<RedisBroker>) {
     let (every, recover_every) = match weak.upgrade() {
+        // Often enough for the lease refreshes (a third of each lease) and
+        // for `recover_every`, however short it is set.
         Some(b) => (
-            (b.lease.min(b.beat_lease) / 3).max(Duration::from_millis(10)),
+            (b.lease.min(b.beat_lease) / 3)
+                .min(b.recover_every.unwrap_or(Duration::MAX))
+                .max(Duration::from_millis(10)),
             b.recover_every,
         ),
         None => return,

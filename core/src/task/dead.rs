@@ -142,8 +142,10 @@ fn diagnose(raw: &[u8], typed: &serde_json::Error) -> Undecodable {
     let Value::Object(o) = &v else {
         return refuse("not JSON: not an object", None);
     };
+    // The id: headway's at the top, a kombu envelope's in its headers.
     let id = o
         .get("id")
+        .or_else(|| o.get("headers").and_then(|h| h.get("id")))
         .and_then(Value::as_str)
         .and_then(|s| non_empty(s.to_string()));
     // A kombu envelope (Celery's layout) on a headway queue: say which, and
