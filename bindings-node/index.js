@@ -922,6 +922,8 @@ Object.defineProperties(module.exports, {
   // The napi floor: a native function that reads two numbers and answers
   // true — the call Bucket.take makes, doing nothing.
   _noop: { value: F.noop },
+  // The same with an instance id first, as every method call carries.
+  _noop3: { value: F.noop3 },
   // The same empty call through napi-rs's #[napi] glue, for comparison.
   _noopNapi: { value: native._noopNapi },
   _panic: { value: native._panic },

@@ -114,6 +114,7 @@ function group(title, headwayRow, rows, note) {
 }
 
 const floor = headway._noop;
+const floor3 = headway._noop3;
 const napiNoop = headway._noopNapi;
 
 // Bucket.take ------------------------------------------------------------
@@ -122,15 +123,22 @@ const napiNoop = headway._noopNapi;
   const b2 = new Bucket(1e12);
   const tb = new TokenBucket({ bucketSize: 1e12, tokensPerInterval: 1e12, interval: 'second' });
   const jb = new JsBucket(1e12, 1e12);
+  const many = Array.from({ length: 8 }, () => new Bucket(1e12));
   const rows = await measure([
-    sync('napi floor: _noop(now, 1), an empty bound native fn', (n) => {
+    sync('napi floor: _noop(now, 1), an empty native fn', (n) => {
       for (let i = 0; i < n; i++) sink += floor(i * 1e-3, 1) ? 1 : 0;
+    }),
+    sync('_noop3(id, now, 1): the floor plus the instance id a method carries', (n) => {
+      for (let i = 0; i < n; i++) sink += floor3(0, i * 1e-3, 1) ? 1 : 0;
     }),
     sync('_noopNapi(now, 1): the same through #[napi] glue', (n) => {
       for (let i = 0; i < n; i++) sink += napiNoop(i * 1e-3, 1) ? 1 : 0;
     }),
     sync('headway Bucket.take(now, 1)', (n) => {
       for (let i = 0; i < n; i++) sink += b.take(i * 1e-3, 1) ? 1 : 0;
+    }),
+    sync('headway Bucket.take(now, 1) over 8 buckets — one call site, many instances', (n) => {
+      for (let i = 0; i < n; i++) sink += many[i & 7].take(i * 1e-3, 1) ? 1 : 0;
     }),
     sync('headway Bucket.take() — reads performance.now()', (n) => {
       for (let i = 0; i < n; i++) sink += b2.take() ? 1 : 0;
@@ -142,7 +150,7 @@ const napiNoop = headway._noopNapi;
       for (let i = 0; i < n; i++) sink += jb.take(i * 1e-3, 1) ? 1 : 0;
     }),
   ]);
-  group('Bucket.take', 2, rows, 'target: headway Bucket.take(now, 1) within 1.2× of the napi floor');
+  group('Bucket.take', 3, rows, 'target: headway Bucket.take(now, 1) within 1.2× of the napi floor');
 }
 
 // Window.take ------------------------------------------------------------
@@ -155,7 +163,7 @@ const napiNoop = headway._noopNapi;
   const rl = new RateLimiter({ tokensPerInterval: 1e12, interval: 'second' });
   const jw = new JsWindow(1e6, 1);
   const rows = await measure([
-    sync('napi floor: _noop(now, 1), an empty bound native fn', (n) => {
+    sync('napi floor: _noop(now, 1), an empty native fn', (n) => {
       for (let i = 0; i < n; i++) sink += floor(i * 1e-3, 1) ? 1 : 0;
     }),
     sync('headway Window.take(now)', (n) => {
@@ -286,6 +294,7 @@ const find = (title, prefix, col = 1) => groups.find((g) => g.title === title).r
 const ratio = (a, b) => [find(...a, 1) / find(...b, 1), find(...a, 2) / find(...b, 2)];
 const targets = [
   ['Bucket.take(now, 1) ≤ 1.2× the napi floor', ratio(['Bucket.take', 'headway Bucket.take(now, 1)'], ['Bucket.take', 'napi floor']), 1.2],
+  ['(for scale) Bucket.take(now, 1) vs the floor plus the id', ratio(['Bucket.take', 'headway Bucket.take(now, 1)'], ['Bucket.take', '_noop3']), 1.2],
   ['retry success ≤ 1× cockatiel', ratio(['retry, success on the first try', 'headway await retry(fn)'], ['retry, success on the first try', 'cockatiel']), 1],
   ['Pool take+give ≤ ⅓ generic-pool acquire+release', ratio(['pool acquire+release', 'headway Pool take(now)'], ['pool acquire+release', 'generic-pool await acquire']), 1 / 3],
   ['Pooled acquire+release ≤ ⅓ generic-pool acquire+release', ratio(['pool acquire+release', 'headway Pooled await acquire'], ['pool acquire+release', 'generic-pool await acquire']), 1 / 3],

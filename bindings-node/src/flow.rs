@@ -465,6 +465,15 @@ function!(noop, 2, |f, e, a| {
     e.bool(true)
 });
 
+// The floor with the instance id too: what a method call costs before any
+// work, which is what `Bucket.take` is compared with beside the floor.
+function!(noop3, 3, |f, e, a| {
+    let _ = e.id(a[0])?;
+    let _ = e.f64(a[1], "a")?;
+    let _ = e.f64(a[2], "b")?;
+    e.bool(true)
+});
+
 fn deliberate() -> Ret {
     panic!("headway: a deliberate panic in a raw callback")
 }
@@ -515,6 +524,7 @@ pub fn flow(env: &napi::Env) -> napi::Result<napi::Unknown<'_>> {
             .add(c"gateLeave", Some(gate_leave))?
             .add(c"gateHeld", Some(gate_held))?
             .add(c"noop", Some(noop))?
+            .add(c"noop3", Some(noop3))?
             .add(c"panic", Some(panic_raw))?
             .add(c"alive", Some(alive))?
             .finish())
