@@ -81,6 +81,9 @@ enum Payload {
 #[derive(Clone)]
 struct Entry {
     payload: Payload,
+    /// The bytes it came as, when it was pushed raw: what a dead letter
+    /// keeps, as Redis keeps the bytes it was given.
+    raw: Option<Arc<[u8]>>,
     /// How many times a consumer was lost holding it.
     lost: u32,
     /// Handed out before (requeued, recovered, re-queued from the dead).
@@ -91,6 +94,7 @@ impl Entry {
     fn fresh(m: Message) -> Entry {
         Entry {
             payload: Payload::Msg(m),
+            raw: None,
             lost: 0,
             redelivered: false,
         }
@@ -105,6 +109,9 @@ struct Dead {
 #[derive(Default)]
 struct Queue {
     steps: [VecDeque<Entry>; STEPS],
+    /// (eta, seq) → message, moved to its step by a claim of this queue
+    /// once due (as Redis's claim script does).
+    delayed: BTreeMap<(i64, u64), Message>,
     unacked: u64,
     /// Newest first, at most [`DEAD_KEPT`].
     dead: VecDeque<Dead>,
@@ -135,19 +142,20 @@ struct Held {
     queue: String,
     step: usize,
     message: Message,
+    raw: Option<Arc<[u8]>>,
     lost: u32,
 }
 
 #[derive(Default)]
 struct Inner {
     queues: HashMap<String, Queue>,
-    /// (eta, seq) → message.
-    delayed: BTreeMap<(i64, u64), Message>,
     /// By tag, which grows with every claim: oldest claim first.
     unacked: BTreeMap<u64, Held>,
-    /// Consumers that have claimed, and those whose lease was made to run out.
+    /// Consumers that have claimed; the (consumer, queue) leases they hold,
+    /// one per queue as on Redis; those made to run out.
     consumers: BTreeSet<Arc<str>>,
-    expired: HashSet<Arc<str>>,
+    leased: HashSet<(Arc<str>, String)>,
+    expired: BTreeSet<(Arc<str>, String)>,
     revoked: HashMap<String, i64>,
     results: HashMap<String, Outcome>,
     chords: HashMap<String, (u32, HashSet<String>)>,
@@ -170,8 +178,7 @@ impl Inner {
             Some(eta) if eta > now => {
                 self.seq += 1;
                 let seq = self.seq;
-                self.queue(&m.queue);
-                self.delayed.insert((eta, seq), m);
+                self.queue(&m.queue).delayed.insert((eta, seq), m);
             }
             _ => {
                 let s = step(&m);
@@ -180,14 +187,17 @@ impl Inner {
         }
     }
 
-    fn promote(&mut self, now: i64) {
-        while let Some(entry) = self.delayed.first_entry() {
+    /// Moves what is due on `queue` to its steps.
+    fn promote(&mut self, queue: &str, now: i64) {
+        let Some(q) = self.queues.get_mut(queue) else {
+            return;
+        };
+        while let Some(entry) = q.delayed.first_entry() {
             if entry.key().0 > now {
                 break;
             }
             let m = entry.remove();
-            let s = step(&m);
-            self.queue(&m.queue).steps[s].push_back(Entry::fresh(m));
+            q.steps[step(&m)].push_back(Entry::fresh(m));
         }
     }
 }
@@ -254,9 +264,13 @@ impl MemoryBroker {
     /// its lease (as on Redis), so it only stays lost if it stays quiet.
     pub fn expire(&self, consumer: &str) {
         let mut g = self.lock();
-        if let Some(c) = g.consumers.get(consumer).cloned() {
-            g.expired.insert(c);
-        }
+        let mine: Vec<(Arc<str>, String)> = g
+            .leased
+            .iter()
+            .filter(|(c, _)| &**c == consumer)
+            .cloned()
+            .collect();
+        g.expired.extend(mine);
     }
 
     /// Puts `raw` on `queue` as another producer would, unchecked: it is
@@ -264,6 +278,7 @@ impl MemoryBroker {
     pub fn push_raw(&self, queue: &str, raw: &[u8]) {
         self.lock().queue(queue).steps[0].push_back(Entry {
             payload: Payload::Raw(Arc::from(raw)),
+            raw: None,
             lost: 0,
             redelivered: false,
         });
@@ -286,7 +301,6 @@ impl MemoryBroker {
         let now = self.now();
         let cap = self.shared.opts.max_message_bytes;
         let mut g = self.lock();
-        g.promote(now);
         let me = match g.consumers.get(&*self.consumer) {
             Some(c) => c.clone(),
             None => {
@@ -294,14 +308,20 @@ impl MemoryBroker {
                 self.consumer.clone()
             }
         };
-        // A claim renews the lease, as Redis's claim script does.
-        g.expired.remove(&me);
         let mut out = Vec::new();
         let mut buried = false;
         for name in queues {
+            // A claim renews this queue's lease, as Redis's claim script does.
+            let pair = (me.clone(), name.clone());
+            g.expired.remove(&pair);
+            g.leased.insert(pair);
+            g.promote(name, now);
             // Bytes that did not decode count towards `max`, as on Redis,
-            // where the claim script takes them before they are read.
+            // where the claim script takes them before they are read. Too
+            // large ones are dead-lettered first, the others after the pass
+            // (Redis: by the claim script, then by the client).
             let mut taken = 0;
+            let mut undecoded = Vec::new();
             while out.len() + taken < max {
                 let Some(q) = g.queues.get_mut(name) else {
                     break;
@@ -314,23 +334,25 @@ impl MemoryBroker {
                 else {
                     break;
                 };
-                let m = match e.payload {
-                    Payload::Msg(m) => m,
+                let (m, raw) = match e.payload {
+                    Payload::Msg(m) => (m, e.raw),
                     Payload::Raw(raw) => match dead::decode(&raw, cap) {
-                        Ok(m) => m,
+                        Ok(m) => (m, Some(raw)),
                         Err(why) => {
                             taken += 1;
                             buried = true;
-                            q.bury(
-                                DeadLetter {
-                                    queue: name.clone(),
-                                    id: why.id,
-                                    reason: why.reason,
-                                    at: now,
-                                    raw: raw.to_vec(),
-                                },
-                                s,
-                            );
+                            let letter = DeadLetter {
+                                queue: name.clone(),
+                                id: why.id,
+                                reason: why.reason,
+                                at: now,
+                                raw: raw.to_vec(),
+                            };
+                            if raw.len() > cap {
+                                q.bury(letter, s);
+                            } else {
+                                undecoded.push((letter, s));
+                            }
                             continue;
                         }
                     },
@@ -345,6 +367,7 @@ impl MemoryBroker {
                         queue: name.clone(),
                         step: s,
                         message: m.clone(),
+                        raw,
                         lost: e.lost,
                     },
                 );
@@ -358,6 +381,11 @@ impl MemoryBroker {
                     redelivered: e.redelivered,
                     message: m,
                 });
+            }
+            if let Some(q) = g.queues.get_mut(name) {
+                for (letter, s) in undecoded {
+                    q.bury(letter, s);
+                }
             }
             if out.len() >= max {
                 break;
@@ -383,7 +411,7 @@ impl MemoryBroker {
     pub fn ready(&self, queue: &str) -> usize {
         let now = self.now();
         let mut g = self.lock();
-        g.promote(now);
+        g.promote(queue, now);
         g.queues.get(queue).map_or(0, Queue::len)
     }
 
@@ -394,7 +422,7 @@ impl MemoryBroker {
 
     /// Messages waiting for an eta, for tests.
     pub fn delayed(&self) -> usize {
-        self.lock().delayed.len()
+        self.lock().queues.values().map(|q| q.delayed.len()).sum()
     }
 
     fn recover_now(&self) -> usize {
@@ -404,18 +432,20 @@ impl MemoryBroker {
         if g.expired.is_empty() {
             return 0;
         }
-        // Lost consumers by name, each one's claims newest first, each put at
-        // the head: the oldest claim ends up first — the order Redis's
-        // recover script gives, so both brokers answer the same.
-        let mut lost: Vec<Arc<str>> = g.expired.iter().cloned().collect();
-        lost.sort();
+        // Lost (consumer, queue) leases, by consumer name within a queue,
+        // each one's claims newest first, each put at the head: the oldest
+        // claim ends up first — the order Redis's recover script gives, so
+        // both brokers answer the same.
+        let lost: Vec<(Arc<str>, String)> = std::mem::take(&mut g.expired).into_iter().collect();
         let mut n = 0;
-        for c in lost {
+        for pair in lost {
+            g.leased.remove(&pair);
+            let (c, queue) = pair;
             let tags: Vec<u64> = g
                 .unacked
                 .iter()
                 .rev()
-                .filter(|(_, h)| h.consumer == c)
+                .filter(|(_, h)| h.consumer == c && h.queue == queue)
                 .map(|(t, _)| *t)
                 .collect();
             for t in tags {
@@ -430,13 +460,14 @@ impl MemoryBroker {
                             id: Some(h.message.id.clone()),
                             reason: dead::lost_reason(lost),
                             at: now,
-                            raw: h.message.to_json(),
+                            raw: h.raw.map_or_else(|| h.message.to_json(), |r| r.to_vec()),
                         },
                         h.step,
                     );
                 } else {
                     q.steps[h.step].push_front(Entry {
                         payload: Payload::Msg(h.message),
+                        raw: h.raw,
                         lost,
                         redelivered: true,
                     });
@@ -527,6 +558,7 @@ impl Broker for MemoryBroker {
         {
             g.queue(&h.queue).steps[h.step].push_front(Entry {
                 payload: Payload::Msg(h.message),
+                raw: h.raw,
                 lost: h.lost,
                 redelivered: true,
             });
@@ -615,6 +647,7 @@ impl Broker for MemoryBroker {
                     if n < limit && wanted {
                         q.steps[d.step].push_back(Entry {
                             payload: Payload::Raw(Arc::from(d.letter.raw)),
+                            raw: None,
                             lost: 0,
                             redelivered: true,
                         });
@@ -645,10 +678,10 @@ impl Broker for MemoryBroker {
 impl MemoryBroker {
     fn next_due(&self, queues: &[String]) -> Option<i64> {
         let g = self.lock();
-        g.delayed
+        queues
             .iter()
-            .find(|(_, m)| queues.contains(&m.queue))
-            .map(|((eta, _), _)| *eta)
+            .filter_map(|q| g.queues.get(q)?.delayed.keys().next().map(|k| k.0))
+            .min()
     }
 }
 
@@ -753,7 +786,7 @@ impl Inspector for MemoryBroker {
                     .filter(|(_, s)| !s.is_empty())
                     .map(|(i, s)| (i as u8, s.len() as u64))
                     .collect(),
-                delayed: g.delayed.values().filter(|m| &m.queue == name).count() as u64,
+                delayed: q.delayed.len() as u64,
                 unacked: q.unacked,
             })
             .collect();
@@ -803,7 +836,7 @@ impl Inspector for MemoryBroker {
             .iter()
             .map(|c| ConsumerInfo {
                 name: c.to_string(),
-                lease_until: (!g.expired.contains(c)).then_some(i64::MAX),
+                lease_until: (!g.expired.iter().any(|(x, _)| x == c)).then_some(i64::MAX),
                 holding: g
                     .unacked
                     .values()
