@@ -29,6 +29,7 @@ function loadAddon() {
 const F = native._flow();
 const {
   bucketTake,
+  bucketTake1,
   bucketNext,
   bucketTokens,
   windowTake,
@@ -474,8 +475,8 @@ class Bucket {
   take(now, n) {
     if (now === undefined) now = perf.now();
     else if (typeof now !== 'number') throw argType('now', NUMBER, now);
-    if (n === undefined) n = 1;
-    else if (typeof n !== 'number') throw argType('n', NUMBER, n);
+    if (n === undefined || n === 1) return bucketTake1(this.#id, now);
+    if (typeof n !== 'number') throw argType('n', NUMBER, n);
     return bucketTake(this.#id, now, n);
   }
 

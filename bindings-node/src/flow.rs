@@ -401,6 +401,10 @@ method!(bucket_take, buckets, 3, |s, e, a| {
     e.bool(s.take(now, n))
 });
 
+// The common case, one token, with one argument fewer (each costs ~3 ns).
+method!(bucket_take1, buckets, 2, |s, e, a| e
+    .bool(s.take(ns(e.f64(a[1], "now")?), 1.0)));
+
 method!(bucket_next, buckets, 3, |s, e, a| {
     let now = ns(e.f64(a[1], "now")?);
     let n = e.f64(a[2], "n")?;
@@ -513,6 +517,7 @@ pub fn flow(env: &napi::Env) -> napi::Result<napi::Unknown<'_>> {
             .add(c"pick", Some(pool_pick))?
             .add(c"bucketNew", Some(bucket_new))?
             .add(c"bucketTake", Some(bucket_take))?
+            .add(c"bucketTake1", Some(bucket_take1))?
             .add(c"bucketNext", Some(bucket_next))?
             .add(c"bucketTokens", Some(bucket_tokens))?
             .add(c"windowNew", Some(window_new))?
