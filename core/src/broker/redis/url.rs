@@ -107,6 +107,22 @@ impl RedisUrl {
         if host.is_empty() {
             return Err(bad("the host is missing"));
         }
+        // A name or an IPv4 address; an IPv6 address (in brackets), with a
+        // zone after `%`. Anything else is refused rather than passed on to
+        // a resolver: `redis://a:b:1` means an IPv6 host without brackets.
+        let v6 = hostport.starts_with('[');
+        let ok = |c: char| {
+            c.is_ascii_alphanumeric()
+                || matches!(c, '.' | '-' | '_')
+                || (v6 && matches!(c, ':' | '%'))
+        };
+        if !host.chars().all(ok) {
+            return Err(bad(if !v6 && host.contains(':') {
+                "an IPv6 host needs brackets: redis://[::1]:6379"
+            } else {
+                "the host has a character a host name or address cannot have"
+            }));
+        }
         let port = match port {
             None | Some("") => DEFAULT_PORT,
             Some(p) => p
@@ -160,12 +176,31 @@ impl RedisUrl {
     }
 }
 
+/// Writes `s` percent-encoded but for RFC 3986's unreserved characters, so
+/// a username with `:`, `@` or `%` in it prints as a URL that parses back.
+fn encoded(f: &mut fmt::Formatter<'_>, s: &str) -> fmt::Result {
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            f.write_str(std::str::from_utf8(&[b]).expect("ASCII"))?;
+        } else {
+            write!(f, "%{b:02X}")?;
+        }
+    }
+    Ok(())
+}
+
 impl fmt::Display for RedisUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(if self.tls { "rediss://" } else { "redis://" })?;
         match (&self.username, &self.password) {
-            (Some(u), Some(_)) => write!(f, "{u}:***@")?,
-            (Some(u), None) => write!(f, "{u}@")?,
+            (Some(u), Some(_)) => {
+                encoded(f, u)?;
+                f.write_str(":***@")?
+            }
+            (Some(u), None) => {
+                encoded(f, u)?;
+                f.write_str("@")?
+            }
             (None, Some(_)) => f.write_str(":***@")?,
             (None, None) => {}
         }
@@ -213,6 +248,27 @@ mod tests {
         assert_eq!(u.to_string(), "redis://[::1]:7000/2");
         let u = RedisUrl::parse("redis://user:@h").unwrap();
         assert_eq!((u.username.as_deref(), u.password), (Some("user"), None));
+        // A username with URL characters prints encoded, and parses back.
+        let u = RedisUrl::parse("redis://a%40b%3Ac:pw@h").unwrap();
+        assert_eq!(u.username.as_deref(), Some("a@b:c"));
+        assert_eq!(u.to_string(), "redis://a%40b%3Ac:***@h:6379/0");
+        let back = RedisUrl::parse(&u.to_string()).unwrap();
+        assert_eq!(back.username, u.username);
+        let u = RedisUrl::parse("redis://[fe80::1%25eth0]:1").unwrap();
+        assert_eq!(u.host, "fe80::1%25eth0");
+    }
+
+    #[test]
+    fn refuses_hosts_that_are_not_hosts() {
+        for (url, why) in [
+            ("redis://a:b:6379", "brackets"),
+            ("redis://[nter2@::1]:700", "brackets"),
+            ("redis://c^che.ex<", "cannot have"),
+            ("redis://h st", "cannot have"),
+        ] {
+            let e = RedisUrl::parse(url).unwrap_err().to_string();
+            assert!(e.contains(why), "{url}: {e}");
+        }
     }
 
     #[test]
