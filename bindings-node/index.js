@@ -659,8 +659,17 @@ class Pooled {
     this.#close = o.close;
     this.#timeout = timeout;
     if (every > 0 && every !== Infinity) {
-      this.#timer = setInterval(() => this.#sweep(), Math.min(every, TIMER_MAX));
-      this.#timer.unref();
+      // Unref'd, so it never keeps the process alive, and holding the pool
+      // only weakly, so a forgotten Pooled is still collected (its timer
+      // then stops itself).
+      const self = new WeakRef(this);
+      const timer = setInterval(() => {
+        const pooled = self.deref();
+        if (pooled === undefined) clearInterval(timer);
+        else pooled.#sweep();
+      }, Math.min(every, TIMER_MAX));
+      timer.unref();
+      this.#timer = timer;
     }
   }
 

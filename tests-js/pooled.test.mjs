@@ -5,6 +5,8 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 
 import { Backoff, Breaker, Limits, Pooled, Ward } from 'headway';
 
@@ -257,6 +259,24 @@ test('bad options', () => {
   assert.throws(() => new Pooled({ open: () => 1, timeout: -1 }), { code: 'ERR_OUT_OF_RANGE', message: /"timeout"/ });
   assert.throws(() => new Pooled({ open: () => 1, evictEvery: '1' }), { code: 'ERR_INVALID_ARG_TYPE', message: /"evictEvery"/ });
   assert.throws(() => new Pooled({ open: () => 1, limits: {} }), { code: 'ERR_INVALID_ARG_TYPE', message: /"limits"/ });
+});
+
+test('a forgotten Pooled is collected: its evict timer holds it only weakly', async () => {
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc');
+  let collected = false;
+  const registry = new FinalizationRegistry(() => {
+    collected = true;
+  });
+  (() => {
+    const pool = new Pooled({ open: async () => ({}), evictEvery: 5 });
+    registry.register(pool, 'pool');
+  })();
+  for (let i = 0; i < 20 && !collected; i++) {
+    gc();
+    await sleep(10);
+  }
+  assert.equal(collected, true);
 });
 
 const CHILD = fileURLToPath(new URL('./fixtures/pooled-exit.mjs', import.meta.url));
