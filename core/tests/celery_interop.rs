@@ -803,3 +803,80 @@ async fn priorities_honoured_across_sides() {
     assert_eq!(order, [json!(0), json!(3), json!(9)]);
     stop(wk, h).await;
 }
+
+/// Drain rates on Celery's layout: a headway worker against a Celery worker
+/// (prefork, 2 processes) on the same queue type. `cargo test --test
+/// celery_interop -- --ignored drain_rates --nocapture`, or
+/// `bash interop/run.sh --ignored drain_rates`. Prints both and the ratio.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: run it by name"]
+async fn drain_rates() {
+    let Some(w) = world(3600.0) else { return };
+    let n_hw: usize = 20_000;
+    let n_celery: usize = 2_000;
+    let ran = Ran::default();
+    let (app, _b) = w.headway(&ran).await;
+    let quiet = Policy {
+        ignore_result: true,
+        ..Policy::default()
+    };
+    app.register("bench.noop", quiet, body(|_, _| async { Ok(Value::Null) }))
+        .unwrap();
+    let msgs: Vec<_> = (0..n_hw)
+        .map(|i| {
+            headway_core::task::Message::new(
+                headway_core::task::new_id(),
+                "bench.noop".into(),
+                vec![json!(i)],
+                Map::new(),
+                "default".into(),
+            )
+        })
+        .collect();
+    for chunk in msgs.chunks(1000) {
+        headway_core::task::Broker::publish(app.broker().as_ref(), chunk.to_vec())
+            .await
+            .unwrap();
+    }
+    let started = Instant::now();
+    let wk = Worker::new(
+        app.clone(),
+        WorkerConfig {
+            queues: vec!["default".into()],
+            concurrency: 8,
+            ..WorkerConfig::default()
+        },
+    )
+    .unwrap();
+    let w2 = wk.clone();
+    let h = tokio::spawn(async move { w2.run().await.unwrap() });
+    while wk.settled() < n_hw as u64 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let hw_rate = n_hw as f64 / started.elapsed().as_secs_f64();
+    stop(wk, h).await;
+    // Celery: the same no-op, published by Celery, drained by a prefork worker.
+    let out = w
+        .py()
+        .args(["bench.py", &n_celery.to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let celery_rate: f64 = text
+        .trim()
+        .lines()
+        .last()
+        .unwrap_or("0")
+        .parse()
+        .unwrap_or(0.0);
+    println!(
+        "drain on Celery's layout: headway {hw_rate:.0} msg/s, Celery {celery_rate:.0} msg/s, ratio {:.1}x\n{}",
+        hw_rate / celery_rate.max(1e-9),
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .rev()
+            .take(5)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

@@ -226,6 +226,9 @@ pub struct CeleryBroker {
     seq: AtomicU64,
     lamport: AtomicU64,
     consumed: std::sync::atomic::AtomicBool,
+    /// Run events not yet written: a worker records one per settle, and one
+    /// round trip each would cost as much as the settle itself.
+    events: Mutex<Vec<String>>,
     stored: Notify,
     revoked_bell: Notify,
     waits: Mutex<HashMap<String, (usize, Arc<Notify>)>>,
@@ -347,6 +350,7 @@ impl CeleryBroker {
             seq: AtomicU64::new(0),
             lamport: AtomicU64::new(0),
             consumed: std::sync::atomic::AtomicBool::new(false),
+            events: Mutex::new(Vec::new()),
             stored: Notify::new(),
             revoked_bell: Notify::new(),
             waits: Mutex::new(HashMap::new()),
@@ -422,6 +426,23 @@ impl CeleryBroker {
             .routes
             .write()
             .unwrap_or_else(|e| e.into_inner()) = Some(router);
+    }
+
+    /// Writes buffered run events in one pipeline (the recorder flushes at
+    /// 256, the background loop every 250 ms or so, `recent` before reading).
+    async fn flush_events(&self) -> Result<(), Refused> {
+        let batch = std::mem::take(&mut *self.events.lock().unwrap_or_else(|e| e.into_inner()));
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let mut p = redis::pipe();
+        p.lpush(&self.keys.events, &batch).ignore();
+        p.ltrim(&self.keys.events, 0, EVENTS_KEPT - 1).ignore();
+        let mut c = self.conn().await?;
+        match p.query_async::<()>(&mut c).await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.fail(e).await),
+        }
     }
 
     /// Whether `task` is one this consumer hands back (see
@@ -1218,12 +1239,13 @@ async fn rescore_loop(me: Weak<CeleryBroker>) {
             b.opts.restore_every,
         )
     };
-    let tick = period.min(Duration::from_secs(1));
+    let tick = period.min(Duration::from_millis(250));
     let mut last_rescore = tokio::time::Instant::now();
     let mut last_restore: Option<tokio::time::Instant> = None;
     loop {
         tokio::time::sleep(tick).await;
         let Some(b) = me.upgrade() else { return };
+        let _ = b.flush_events().await;
         let now = tokio::time::Instant::now();
         if now.duration_since(last_rescore) >= period {
             last_rescore = now;
@@ -1785,22 +1807,16 @@ impl Inspector for CeleryBroker {
     }
 
     fn record(&self, events: Vec<RunEvent>) -> BoxFuture<'_, Result<(), Refused>> {
+        let full = {
+            let mut buf = self.events.lock().unwrap_or_else(|e| e.into_inner());
+            buf.extend(events.iter().filter_map(|e| serde_json::to_string(e).ok()));
+            buf.len() >= 256
+        };
         Box::pin(async move {
-            if events.is_empty() {
-                return Ok(());
+            if full {
+                self.flush_events().await?;
             }
-            let mut p = redis::pipe();
-            for e in &events {
-                if let Ok(j) = serde_json::to_string(e) {
-                    p.lpush(&self.keys.events, j).ignore();
-                }
-            }
-            p.ltrim(&self.keys.events, 0, EVENTS_KEPT - 1).ignore();
-            let mut c = self.conn().await?;
-            match p.query_async::<()>(&mut c).await {
-                Ok(()) => Ok(()),
-                Err(e) => Err(self.fail(e).await),
-            }
+            Ok(())
         })
     }
 
@@ -1809,6 +1825,7 @@ impl Inspector for CeleryBroker {
             if limit == 0 {
                 return Ok(Vec::new());
             }
+            self.flush_events().await?;
             let mut c = self.conn().await?;
             let raw: Vec<String> = match redis::cmd("LRANGE")
                 .arg(&self.keys.events)
