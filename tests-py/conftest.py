@@ -1,6 +1,25 @@
-"""Fail with instructions, not a wall of ImportErrors, when headway is not built."""
+"""Fail with instructions, not a wall of ImportErrors, when headway is not built;
+and the task suite's brokers.
+
+Task tests take the ``make_app`` fixture, parametrized over brokers: the
+in-memory one always, and headway's Redis layout on a redis-server this
+session starts on a free loopback port (skipped, with the reason printed,
+when ``redis-server`` is not installed — unless ``HEADWAY_REQUIRE_REDIS=1``,
+which makes that a failure).
+"""
 
 from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,3 +30,128 @@ except ImportError as e:  # pragma: no cover - only on an unbuilt checkout
         f"headway is not built ({e}). Build it first: "
         "`maturin develop -m bindings-python/Cargo.toml` or `pip install .`"
     ) from e
+
+import headway
+from headway.testing import VirtualClock
+
+#: Where every task test's virtual clock starts: 2026-01-01T00:00:00Z.
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = START.timestamp()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """A redis-server of the test session's own, on a free loopback port."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.port = _free_port()
+        self.proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--port", str(self.port),
+                "--bind", "127.0.0.1",
+                "--save", "",
+                "--appendonly", "no",
+                "--dir", str(tmp),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if self.command("PING") == b"+PONG":
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.05)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def command(self, *args: str) -> bytes:
+        """One command over RESP; answers the first reply line."""
+        parts = [f"*{len(args)}\r\n".encode()]
+        for a in args:
+            b = a.encode()
+            parts.append(b"$%d\r\n%s\r\n" % (len(b), b))
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+            s.sendall(b"".join(parts))
+            return s.recv(65536).split(b"\r\n", 1)[0]
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    if shutil.which("redis-server") is None:
+        why = "redis-server is not installed (apt-get install redis-server)"
+        if os.environ.get("HEADWAY_REQUIRE_REDIS") == "1":
+            pytest.fail(f"HEADWAY_REQUIRE_REDIS=1 but {why}")
+        print(f"\nskipping the redis broker: {why}")
+        pytest.skip(why)
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()
+
+
+MakeApp = Callable[..., headway.App]
+
+
+class Apps:
+    """Makes apps on one broker kind, and stops their workers at the end."""
+
+    def __init__(self, kind: str, server: RedisServer | None) -> None:
+        self.kind = kind
+        self.server = server
+        self.workers: list[headway.Worker] = []
+
+    def app(self, clock: VirtualClock | None | str = "virtual", **kw: Any) -> headway.App:
+        if clock == "virtual":
+            clock = VirtualClock(start=START)
+        assert not isinstance(clock, str)
+        if self.kind == "memory":
+            return headway.App("memory://", clock=clock, **kw)
+        assert self.server is not None
+        if self.kind == "celery":
+            # Celery's key names are fixed: a clean database per test.
+            self.server.command("FLUSHALL")
+            broker = headway.RedisBroker.celery(self.server.url)
+        else:
+            broker = headway.RedisBroker(self.server.url, prefix=f"t{uuid.uuid4().hex[:8]}:")
+        return headway.App(broker, clock=clock, **kw)
+
+    def start(self, app: headway.App, **kw: Any) -> headway.Worker:
+        w = app.worker(**kw)
+        w.start()
+        self.workers.append(w)
+        return w
+
+    def close(self) -> None:
+        for w in self.workers:
+            try:
+                w.stop(1.0)
+            except Exception:  # noqa: BLE001 - teardown
+                pass
+
+
+@pytest.fixture(params=["memory", "redis", "celery"])
+def apps(request: pytest.FixtureRequest) -> Iterator[Apps]:
+    server: RedisServer | None = None
+    if request.param in ("redis", "celery"):
+        server = request.getfixturevalue("redis_server")
+    a = Apps(request.param, server)
+    yield a
+    a.close()

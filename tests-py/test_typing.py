@@ -31,6 +31,8 @@ def test_usage_file_and_guide_type_check_strictly() -> None:
         "--strict",
         "tests-py/typing_usage.py",
         "examples/guide.py",
+        "examples/01_queue.py",
+        "examples/02_canvas.py",
     )
     assert out.returncode == 0, out.stdout + out.stderr
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import assert_never, assert_type
+from collections.abc import Callable
+from typing import Any, assert_never, assert_type
 
 import headway
 from headway import (
@@ -152,6 +153,99 @@ async def main() -> None:
     assert_type(sync.use_sync(lambda c: c.query()), int)
     sync.close()
 
+
+# ---------------------------------------------------------------- tasks
+
+from datetime import datetime, timezone  # noqa: E402
+
+from headway import (  # noqa: E402
+    App,
+    AsyncTask,
+    Context,
+    Cron,
+    Every,
+    Exponential,
+    Fixed,
+    Handle,
+    Signature,
+    Task,
+    chain,
+    chord,
+    group,
+)
+from headway.schedule import Scheduler  # noqa: E402
+from headway.testing import VirtualClock  # noqa: E402
+
+vclock = VirtualClock(start=datetime(2026, 1, 1, tzinfo=timezone.utc))
+app = App("memory://", clock=vclock)
+
+
+@app.task
+def add(x: int, y: int) -> int:
+    return x + y
+
+
+@app.task(name="typed.greet", retries=2, backoff=Fixed(1.0), timeout=5.0, rate="10/m")
+def greet(name: str) -> str:
+    return f"hello {name}"
+
+
+@app.task(bind=True, backoff=Exponential(base=0.5, cap=30.0))
+def bound(ctx: Context, n: int) -> list[int]:
+    return [ctx.attempt, n]
+
+
+@app.task
+async def aadd(x: int, y: int) -> int:
+    return x + y
+
+
+t_add: Task[[int, int], int] = add
+t_aadd: AsyncTask[[int, int], int] = aadd
+t_bound: Task[[int], list[int]] = bound  # the Context is not the caller's to pass
+assert_type(add(1, 2), int)
+assert_type(add.delay(1, 2), Handle[int])
+assert_type(greet.apply_async(("ada",), countdown=5, priority=3), Handle[str])
+assert_type(bound.delay(3), Handle[list[int]])
+assert_type(aadd.delay(1, 2), Handle[int])
+assert_type(add.s(1, 2), Signature[int])
+assert_type(add.si(1, 2) | add.s(3), chain)
+assert_type(chain(add.s(1, 2), add.s(3)).send(), Handle[Any])
+assert_type(group(add.s(i, i) for i in range(3)), group)
+assert_type(chord([add.s(1, 1)], add.s(0)).delay(), Handle[Any])
+assert_type(app.send("typed.greet", ("ada",)), Handle[Any])
+assert_type(app.send_task("elsewhere", kwargs={"a": 1}), Handle[Any])
+state: str = app.handle("id").state()
+assert_type(app.task_names(), list[str])
+
+
+def use_handle(h: Handle[int]) -> int:
+    if h.ready() and h.successful():
+        return h.get(timeout=1.0)
+    h.revoke(terminate=True)
+    return -1
+
+
+async def await_handle(h: Handle[int]) -> int:
+    v = await h
+    assert_type(v, int)
+    return v
+
+
+async def run_worker() -> None:
+    w = app.worker(queues=["default"], concurrency=2)
+    w.stop(0.1, wait=False)
+    await w.run_async()
+
+
+beat = app.beat()
+beat.add("every", add, (1, 2), Every(60))
+beat.add("nightly", "typed.greet", ("ada",), Cron("0 3 * * *", tz="Europe/London"))
+assert_type(beat.pending(), list[tuple[str, datetime]])
+sched = Scheduler(clock=vclock)
+sched.add("job", lambda: None, Every(10))
+assert_type(sched.pending(), list[tuple[str, datetime]])
+assert_type(headway.current, Callable[[], Context])
 
 try:
     headway._native._panic()

@@ -430,11 +430,9 @@ class _TaskBase(Generic[P, R]):
         result to it, a chord does not hand it the parts' results."""
         return Signature(self.app, self.name, args, kwargs, immutable=True)
 
-    def _direct(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        if not self.bind:
-            return args
-        ctx = _native._direct_context(str(uuid.uuid4()), self.name, self.queue, self.app.now())
-        return (ctx, *args)
+    def _direct(self) -> Context:
+        """A Context for a direct call: a run of its own, here and now."""
+        return _native._direct_context(str(uuid.uuid4()), self.name, self.queue, self.app.now())
 
     def __repr__(self) -> str:
         return f"<task {self.name}>"
@@ -442,10 +440,17 @@ class _TaskBase(Generic[P, R]):
 
 class Task(_TaskBase[P, R]):
     """A registered sync body. ``task(...)`` runs it here and now (as
-    Celery's ``__call__`` does); ``delay``/``apply_async`` publish a run."""
+    Celery's ``__call__`` does) as a run of its own — ``headway.current()``
+    inside answers a fresh first-attempt ``Context`` — while
+    ``delay``/``apply_async`` publish a run."""
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        result: R = self._fn(*self._direct(args), **kwargs)
+        ctx = self._direct()
+        token = _native._CURRENT.set(ctx)
+        try:
+            result: R = self._fn(ctx, *args, **kwargs) if self.bind else self._fn(*args, **kwargs)
+        finally:
+            _native._CURRENT.reset(token)
         return result
 
 
@@ -454,8 +459,17 @@ class AsyncTask(_TaskBase[P, R]):
     now; ``delay``/``apply_async`` publish a run."""
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
-        coro: Coroutine[Any, Any, R] = self._fn(*self._direct(args), **kwargs)
-        return coro
+        return self._run(self._direct(), args, kwargs)
+
+    async def _run(self, ctx: Context, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+        token = _native._CURRENT.set(ctx)
+        try:
+            result: R = await (
+                self._fn(ctx, *args, **kwargs) if self.bind else self._fn(*args, **kwargs)
+            )
+        finally:
+            _native._CURRENT.reset(token)
+        return result
 
 
 class _Decorator(Protocol):
@@ -822,12 +836,13 @@ class Worker:
         _live.discard(self)
         self._done.set()
 
-    def run(self) -> None:
-        """Runs until stopped, blocking this thread (the GIL released)."""
+    def run(self, grace: Span = GRACE) -> None:
+        """Runs until stopped, blocking this thread (the GIL released).
+        Ctrl-C stops it as ``stop(grace)`` does, then re-raises."""
         self._begin(None)
         self._runner = threading.current_thread()
         try:
-            self._native.run(GRACE)
+            self._native.run(grace)
         finally:
             self._end()
 

@@ -22,8 +22,8 @@ use serde_json::Value;
 use crate::brokers::seams_arg;
 use crate::host::{Entry, PyHost};
 use crate::json;
-use crate::rt::{block, check, panicked, refused, rt, Answer, SLICE};
-use crate::times::{clock_arg, instant_out, rhythm_arg, secs, span_ms, when_arg, When};
+use crate::rt::{Answer, SLICE, block, check, panicked, refused, rt};
+use crate::times::{When, clock_arg, instant_out, rhythm_arg, secs, span_ms, when_arg};
 use crate::{guard, int_arg, type_name};
 
 fn policy_err(e: headway_core::task::PolicyError) -> PyErr {
@@ -209,12 +209,12 @@ fn rate_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Rate>> {
         return Rate::parse(s.to_str()?).map(Some).map_err(policy_err);
     }
     if let Ok(d) = o.cast::<PyDict>() {
-        let count = d
-            .get_item("count")?
-            .ok_or_else(|| PyValueError::new_err("invalid `rate`: a dict needs `count` and `per`"))?;
-        let per = d
-            .get_item("per")?
-            .ok_or_else(|| PyValueError::new_err("invalid `rate`: a dict needs `count` and `per`"))?;
+        let count = d.get_item("count")?.ok_or_else(|| {
+            PyValueError::new_err("invalid `rate`: a dict needs `count` and `per`")
+        })?;
+        let per = d.get_item("per")?.ok_or_else(|| {
+            PyValueError::new_err("invalid `rate`: a dict needs `count` and `per`")
+        })?;
         let count = int_arg("rate.count", &count)?;
         let count = u32::try_from(count)
             .map_err(|_| PyValueError::new_err("invalid `rate`: `count` must be 0 or more"))?;
@@ -280,20 +280,30 @@ fn options(app: &App, o: Opts<'_, '_>) -> PyResult<Options> {
     Ok(out)
 }
 
-const OPTION_NAMES: [&str; 6] = ["eta", "countdown", "expires", "queue", "priority", "task_id"];
+const OPTION_NAMES: [&str; 6] = [
+    "eta",
+    "countdown",
+    "expires",
+    "queue",
+    "priority",
+    "task_id",
+];
 
 fn options_dict(app: &App, owner: &str, d: Option<&Bound<'_, PyAny>>) -> PyResult<Options> {
     let Some(d) = some(d) else {
         return Ok(Options::default());
     };
     let d = d.cast::<PyDict>().map_err(|_| {
-        PyTypeError::new_err(format!("{owner}: options must be a dict, not {}", type_name(d)))
+        PyTypeError::new_err(format!(
+            "{owner}: options must be a dict, not {}",
+            type_name(d)
+        ))
     })?;
     for k in d.keys() {
         let k: String = k.extract()?;
         if !OPTION_NAMES.contains(&k.as_str()) {
             return Err(PyTypeError::new_err(format!(
-                "{owner}: unexpected option {k:?} (expected one of eta, countdown, expires, queue, priority, task_id)"
+                "{owner}: unexpected option '{k}' (expected one of eta, countdown, expires, queue, priority, task_id)"
             )));
         }
     }
@@ -320,9 +330,12 @@ fn options_dict(app: &App, owner: &str, d: Option<&Bound<'_, PyAny>>) -> PyResul
 /// options)`, `("chain", [...])`, `("group", [...])`, `("chord", [...],
 /// callback)` — as the core's `Canvas`, converted once at send.
 fn canvas_of(app: &App, tree: &Bound<'_, PyAny>) -> PyResult<Canvas> {
-    let t = tree
-        .cast::<PyTuple>()
-        .map_err(|_| PyTypeError::new_err(format!("a canvas node must be a tuple, not {}", type_name(tree))))?;
+    let t = tree.cast::<PyTuple>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "a canvas node must be a tuple, not {}",
+            type_name(tree)
+        ))
+    })?;
     let kind: String = t.get_item(0)?.extract()?;
     let list = |i: usize| -> PyResult<Vec<Canvas>> {
         let items = t.get_item(i)?;
@@ -353,7 +366,9 @@ fn canvas_of(app: &App, tree: &Bound<'_, PyAny>) -> PyResult<Canvas> {
             let cb = canvas_of(app, &t.get_item(2)?)?;
             Ok(Canvas::Chord(parts, Box::new(cb)))
         }
-        other => Err(PyValueError::new_err(format!("unknown canvas node {other:?}"))),
+        other => Err(PyValueError::new_err(format!(
+            "unknown canvas node {other:?}"
+        ))),
     }
 }
 
@@ -398,7 +413,11 @@ impl PyHandle {
     /// Waits for the value (a group: the list, in order). `timeout` is real
     /// seconds (float or `timedelta`); `None` waits for ever.
     #[pyo3(signature = (timeout=None))]
-    fn get<'py>(&self, py: Python<'py>, timeout: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         guard(|| {
             let t = timeout_arg(timeout)?;
             let h = self.inner.clone();
@@ -469,7 +488,7 @@ impl PyHandle {
         if self.inner.is_set() {
             format!("Handle(group of {})", self.inner.ids().len())
         } else {
-            format!("Handle({:?})", self.inner.id())
+            format!("Handle({})", crate::host::quoted(self.inner.id()))
         }
     }
 
@@ -862,6 +881,7 @@ impl PyApp {
         known: bool,
     ) -> PyResult<PyHandle> {
         guard(|| {
+            rt()?;
             if known && !self.app.has_task(name) {
                 return Err(refused(py, Refused::UnknownTask(name.to_string())));
             }
@@ -935,12 +955,13 @@ impl PyApp {
             let d = WorkerConfig::default();
             let concurrency = usize::try_from(concurrency)
                 .map_err(|_| PyValueError::new_err("invalid `concurrency`: must be at least 1"))?;
-            let prefetch = match prefetch {
-                Some(p) => Some(usize::try_from(p).map_err(|_| {
-                    PyValueError::new_err("invalid `prefetch`: must be 0 or more")
-                })?),
-                None => None,
-            };
+            let prefetch =
+                match prefetch {
+                    Some(p) => Some(usize::try_from(p).map_err(|_| {
+                        PyValueError::new_err("invalid `prefetch`: must be 0 or more")
+                    })?),
+                    None => None,
+                };
             let cfg = WorkerConfig {
                 queues: queues.unwrap_or(d.queues),
                 concurrency,

@@ -15,7 +15,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::rt::{block, check};
-use crate::times::{same_clock, span_ms, SYSTEM};
+use crate::times::{SYSTEM, same_clock, span_ms};
 use crate::{guard, type_name};
 
 #[derive(Clone)]
@@ -248,14 +248,14 @@ impl PyRedisBroker {
     fn __repr__(&self) -> String {
         match &self.kind {
             Kind::Native { options } => format!(
-                "RedisBroker({:?}, prefix={:?}, lease={})",
-                self.shown,
-                options.prefix,
+                "RedisBroker({}, prefix={}, lease={})",
+                crate::host::quoted(&self.shown),
+                crate::host::quoted(&options.prefix),
                 options.lease.as_secs_f64()
             ),
             Kind::Celery { options } => format!(
-                "RedisBroker.celery({:?}, visibility_timeout={})",
-                self.shown,
+                "RedisBroker.celery({}, visibility_timeout={})",
+                crate::host::quoted(&self.shown),
                 options.visibility_timeout.as_secs_f64()
             ),
         }

@@ -23,16 +23,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use headway_core::task::{Body, Call, Context, Failure, HostQueue};
+use pyo3::PyTraverseError;
 use pyo3::exceptions::PyLookupError;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyTuple};
-use pyo3::PyTraverseError;
 use serde_json::Value;
 
 use crate::json::{self, Path};
-use crate::rt::{failure_of, SLICE};
+use crate::rt::{SLICE, failure_of};
 use crate::times::instant_out;
 
 /// How many async calls one pump wake-up hands to the loop at most.
@@ -156,15 +156,20 @@ impl PyCtx {
     fn __repr__(&self) -> String {
         let c = &self.inner;
         format!(
-            "Context(id={:?}, name={:?}, queue={:?}, retries={}, attempt={}, last={})",
-            c.id,
-            c.name,
-            c.queue,
+            "Context(id={}, name={}, queue={}, retries={}, attempt={}, last={})",
+            quoted(&c.id),
+            quoted(&c.name),
+            quoted(&c.queue),
             c.retries,
             c.attempt,
             if c.last { "True" } else { "False" }
         )
     }
+}
+
+/// `s` as Python's `repr` of a plain string spells it.
+pub(crate) fn quoted(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
 enum Current {
@@ -341,7 +346,11 @@ fn call_sync(
 }
 
 /// A body's return value as JSON, or the failure saying why it cannot be.
-pub(crate) fn result_json(py: Python<'_>, key: &str, v: &Bound<'_, PyAny>) -> Result<Value, Failure> {
+pub(crate) fn result_json(
+    py: Python<'_>,
+    key: &str,
+    v: &Bound<'_, PyAny>,
+) -> Result<Value, Failure> {
     match json::to_json(key, &Path::Root("result"), v) {
         Ok(j) => Ok(j),
         Err(err) => {
@@ -522,7 +531,10 @@ impl PyHost {
     fn cancelled(&self, seq: u64) {
         self.inner.async_q.finish(
             seq,
-            Err(Failure::new("CancelledError", "the run's task was cancelled")),
+            Err(Failure::new(
+                "CancelledError",
+                "the run's task was cancelled",
+            )),
         );
     }
 

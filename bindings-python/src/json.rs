@@ -33,7 +33,10 @@ impl Path<'_> {
             }
             Path::Key(p, k) => {
                 p.render(out);
-                out.push_str(&format!("[{k:?}]"));
+                // Python's spelling: ['key'].
+                out.push_str("['");
+                out.push_str(&k.replace('\\', "\\\\").replace('\'', "\\'"));
+                out.push_str("']");
             }
         }
     }
@@ -46,10 +49,15 @@ impl Path<'_> {
 }
 
 fn refuse(owner: &str, path: &Path<'_>, obj: &Bound<'_, PyAny>) -> PyErr {
+    let t = type_name(obj);
+    let article = if t.starts_with(['a', 'e', 'i', 'o', 'u', 'A', 'E', 'I', 'O', 'U']) {
+        "an"
+    } else {
+        "a"
+    };
     PyTypeError::new_err(format!(
-        "{owner}: {} is a {}, which JSON cannot carry (use dict, list, tuple, str, int, float, bool or None)",
+        "{owner}: {} is {article} {t}, which JSON cannot carry (use dict, list, tuple, str, int, float, bool or None)",
         path.text(),
-        type_name(obj)
     ))
 }
 
@@ -191,7 +199,10 @@ pub(crate) fn to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAn
         }
         Value::String(s) => PyString::new(py, s).into_any(),
         Value::Array(a) => {
-            let items = a.iter().map(|x| to_py(py, x)).collect::<PyResult<Vec<_>>>()?;
+            let items = a
+                .iter()
+                .map(|x| to_py(py, x))
+                .collect::<PyResult<Vec<_>>>()?;
             PyList::new(py, items)?.into_any()
         }
         Value::Object(o) => dict(py, o)?.into_any(),

@@ -60,9 +60,8 @@ where
         }
     }
     loop {
-        let got = py.detach(|| {
-            rt.block_on(async { tokio::time::timeout(SLICE, fut.as_mut()).await.ok() })
-        });
+        let got = py
+            .detach(|| rt.block_on(async { tokio::time::timeout(SLICE, fut.as_mut()).await.ok() }));
         if let Some(v) = got {
             return Ok(v);
         }
@@ -85,7 +84,8 @@ static ERRORS: PyOnceLock<Errors> = PyOnceLock::new();
 fn errors(py: Python<'_>) -> PyResult<&Errors> {
     ERRORS.get_or_try_init(py, || {
         let m = py.import("headway._errors")?;
-        let get = |n: &str| -> PyResult<Py<PyType>> { Ok(m.getattr(n)?.cast_into::<PyType>()?.unbind()) };
+        let get =
+            |n: &str| -> PyResult<Py<PyType>> { Ok(m.getattr(n)?.cast_into::<PyType>()?.unbind()) };
         Ok(Errors {
             refused: get("Refused")?,
             task_failed: get("TaskFailed")?,
@@ -107,24 +107,19 @@ pub(crate) fn refused(py: Python<'_>, r: Refused) -> PyErr {
         Err(err) => return err,
     };
     let made = match r {
-        Refused::Failed(f) => e
-            .task_failed
-            .bind(py)
-            .call1((f.kind, f.message, f.traceback, f.module)),
+        Refused::Failed(f) => {
+            e.task_failed
+                .bind(py)
+                .call1((f.kind, f.message, f.traceback, f.module))
+        }
         Refused::Timeout => e
             .timeout
             .bind(py)
             .call1(("timed out waiting for the result",)),
         Refused::Revoked(id) => e.revoked.bind(py).call1((id,)),
-        Refused::Missing(why) => e
-            .missing
-            .bind(py)
-            .call1((format!("no result: {why}"),)),
+        Refused::Missing(why) => e.missing.bind(py).call1((format!("no result: {why}"),)),
         Refused::UnknownTask(name) => e.unknown.bind(py).call1((name,)),
-        Refused::Broker(why) => e
-            .broker
-            .bind(py)
-            .call1((format!("broker error: {why}"),)),
+        Refused::Broker(why) => e.broker.bind(py).call1((format!("broker error: {why}"),)),
         Refused::Invalid(why) => return PyValueError::new_err(why),
     };
     match made {
@@ -159,7 +154,7 @@ pub(crate) fn failure_of(py: Python<'_>, err: &PyErr) -> Failure {
         .map(|s| s.to_string())
         .unwrap_or_else(|_| "<str() failed>".into());
     let module = ty.module().ok().map(|m| m.to_string());
-    let traceback = format_traceback(py, value).ok();
+    let traceback = format_traceback(py, err).ok();
     Failure {
         kind,
         message,
@@ -170,11 +165,18 @@ pub(crate) fn failure_of(py: Python<'_>, err: &PyErr) -> Failure {
 
 static FORMAT_EXCEPTION: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
-fn format_traceback(py: Python<'_>, value: &Bound<'_, pyo3::exceptions::PyBaseException>) -> PyResult<String> {
+fn format_traceback(py: Python<'_>, err: &PyErr) -> PyResult<String> {
     let f = FORMAT_EXCEPTION.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
-        Ok(py.import("traceback")?.getattr("format_exception")?.unbind())
+        Ok(py
+            .import("traceback")?
+            .getattr("format_exception")?
+            .unbind())
     })?;
-    let lines = f.bind(py).call1((value,))?;
+    // The three-argument form: on 3.11 a fetched error keeps its traceback
+    // beside the value, not in `__traceback__`.
+    let lines = f
+        .bind(py)
+        .call1((err.get_type(py), err.value(py), err.traceback(py)))?;
     let joined = pyo3::types::PyString::new(py, "").call_method1("join", (lines,))?;
     Ok(joined.extract()?)
 }

@@ -15,7 +15,7 @@ use serde_json::Map;
 
 use crate::guard;
 use crate::host::{Entry, PyHost};
-use crate::rt::{block, panicked, rt, SLICE};
+use crate::rt::{SLICE, block, panicked, rt};
 use crate::times::{clock_arg, instant_arg, instant_out, rhythm_arg, secs};
 
 struct HostJob {

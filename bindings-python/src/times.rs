@@ -13,12 +13,12 @@
 use std::sync::{Arc, LazyLock};
 
 use headway_core::task::{Clock, Cron, Every, Rhythm, SystemClock, VirtualClock};
+use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDelta, PyType};
-use pyo3::IntoPyObjectExt;
 
 use crate::{float_arg, guard, span_arg, type_name};
 
@@ -70,7 +70,11 @@ pub(crate) enum When {
 
 /// An instant: an aware `datetime`, epoch seconds, or (when `relative`) a
 /// `timedelta` from now. `TypeError`/`ValueError` naming `name`.
-pub(crate) fn when_arg(name: &'static str, obj: &Bound<'_, PyAny>, relative: bool) -> PyResult<When> {
+pub(crate) fn when_arg(
+    name: &'static str,
+    obj: &Bound<'_, PyAny>,
+    relative: bool,
+) -> PyResult<When> {
     let py = obj.py();
     let d = dt(py)?;
     if obj.is_instance(d.datetime.bind(py))? {
@@ -409,7 +413,11 @@ impl PyCron {
     }
 
     fn __repr__(&self) -> String {
-        format!("Cron({:?}, tz={:?})", self.expr(), self.tz())
+        format!(
+            "Cron({}, tz={})",
+            crate::host::quoted(&self.expr()),
+            crate::host::quoted(&self.tz())
+        )
     }
 }
 

@@ -1,0 +1,422 @@
+"""Whole processes: Ctrl-C on a blocking ``run()``, a process that must exit
+after ``stop()`` (and at exit without one), a forked child, the CLI, the
+demo — and, on Redis, workers killed with SIGKILL whose messages another
+worker recovers (issue 4), and two workers sharing a queue.
+
+Each child gets a time limit; a child that hangs fails the test instead of
+hanging the suite."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import headway
+
+from conftest import RedisServer
+
+ROOT = Path(__file__).resolve().parent.parent
+LIMIT = 20.0
+
+
+def write(tmp: Path, name: str, body: str) -> Path:
+    p = tmp / name
+    p.write_text(textwrap.dedent(body))
+    return p
+
+
+class Child:
+    """A Python child process whose stdout is read line by line."""
+
+    def __init__(self, args: list[str], cwd: Path | None = None, env: dict[str, str] | None = None):
+        self.proc = subprocess.Popen(
+            args,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        self.lines: list[str] = []
+
+    def until(self, text: str, limit: float = LIMIT) -> list[str]:
+        deadline = time.monotonic() + limit
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                err = self.proc.stderr.read() if self.proc.stderr else ""
+                raise AssertionError(f"child ended before {text!r}: {self.lines} {err}")
+            self.lines.append(line.rstrip("\n"))
+            if text in line:
+                return self.lines
+        raise AssertionError(f"no {text!r} within {limit} s: {self.lines}")
+
+    def finish(self, limit: float = LIMIT) -> tuple[int, str, str]:
+        try:
+            out, err = self.proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            raise AssertionError(f"child did not exit within {limit} s: {self.lines} {out} {err}")
+        self.lines.extend(out.splitlines())
+        return self.proc.returncode, "\n".join(self.lines), err
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def python(script: Path, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> Child:
+    return Child([sys.executable, str(script), *args], cwd=cwd, env=env)
+
+
+def test_ctrl_c_stops_a_blocking_run_gracefully(tmp_path: Path) -> None:
+    script = write(
+        tmp_path,
+        "run.py",
+        """
+        import sys, time, headway
+        app = headway.App()
+
+        @app.task(name="slow")
+        def slow():
+            print("body started", flush=True)
+            time.sleep(0.5)
+            print("body finished", flush=True)
+            return 1
+
+        w = app.worker()
+        h = slow.delay()
+        try:
+            w.run()
+        except KeyboardInterrupt:
+            print("interrupted; state", h.state(), flush=True)
+            sys.exit(0)
+        print("run returned without an interrupt", flush=True)
+        sys.exit(1)
+        """,
+    )
+    child = python(script)
+    try:
+        child.until("body started")
+        sent = time.monotonic()
+        child.proc.send_signal(signal.SIGINT)
+        code, out, err = child.finish(limit=5)
+        assert time.monotonic() - sent < 5
+    finally:
+        child.kill()
+    assert code == 0, err
+    # The run in progress was given its grace and finished before run() raised.
+    assert out.splitlines()[-2:] == ["body finished", "interrupted; state SUCCESS"]
+
+
+def test_the_process_exits_after_stop_and_at_exit(tmp_path: Path) -> None:
+    stopped = write(
+        tmp_path,
+        "stopped.py",
+        """
+        import asyncio, headway
+        app = headway.App()
+
+        @app.task(name="s")
+        def s(x):
+            return x
+
+        @app.task(name="a")
+        async def a(x):
+            await asyncio.sleep(0)
+            return x
+
+        w = app.worker()
+        w.start()
+        print(s.delay(1).get(timeout=10), a.delay(2).get(timeout=10), flush=True)
+        w.stop()
+        print("stopped", flush=True)
+        """,
+    )
+    forgotten = write(
+        tmp_path,
+        "forgotten.py",
+        """
+        import headway
+        app = headway.App()
+
+        @app.task(name="s")
+        def s(x):
+            return x
+
+        app.worker().start()
+        print(s.delay(3).get(timeout=10), flush=True)
+        # No stop(): the atexit hook stops the worker.
+        """,
+    )
+    for script, expected in ((stopped, "1 2\nstopped"), (forgotten, "3")):
+        start = time.monotonic()
+        out = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, timeout=LIMIT
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == expected
+        assert time.monotonic() - start < 10
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_fails_loudly(tmp_path: Path) -> None:
+    script = write(
+        tmp_path,
+        "fork.py",
+        """
+        import os, headway
+        app = headway.App()
+
+        @app.task(name="t")
+        def t():
+            return 1
+
+        t.delay()  # the runtime now lives in this (the parent) process
+        pid = os.fork()
+        if pid == 0:
+            try:
+                t.delay()
+            except RuntimeError as e:
+                print("child:", e, flush=True)
+                os._exit(0)
+            os._exit(3)
+        _, status = os.waitpid(pid, 0)
+        print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+        """,
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=LIMIT)
+    assert out.returncode == 0, out.stderr
+    assert "child: headway's runtime was started in a parent process" in out.stdout
+    assert "'spawn' or 'forkserver'" in out.stdout
+    assert "child exit 0" in out.stdout
+
+
+TINY = """
+import os, headway
+
+broker = os.environ.get("TINY_BROKER", "memory://")
+if broker.startswith("redis"):
+    broker = headway.RedisBroker(broker, prefix=os.environ["TINY_PREFIX"])
+app = headway.App(broker)
+
+@app.task(name="tiny.add")
+def add(x, y):
+    return x + y
+
+@app.task(name="tiny.hello", queue="extra")
+def hello(name):
+    return f"hello {name}"
+"""
+
+
+def _cli(*args: str) -> list[str]:
+    exe = shutil.which("headway", path=str(Path(sys.executable).parent))
+    return [exe, *args] if exe else [sys.executable, "-m", "headway", *args]
+
+
+def test_cli_worker_on_a_tiny_app(tmp_path: Path) -> None:
+    write(tmp_path, "tinyapp.py", TINY)
+    child = Child(
+        _cli("worker", "-A", "tinyapp:app", "-c", "2", "-Q", "default,extra"), cwd=tmp_path
+    )
+    try:
+        lines = child.until("ready")
+        assert "queues default,extra, concurrency 2, prefetch 8" in lines[0]
+        assert lines[1] == "tasks: tiny.add, tiny.hello"
+        child.proc.send_signal(signal.SIGTERM)
+        code, out, err = child.finish(limit=5)
+    finally:
+        child.kill()
+    assert code == 0, err
+    assert out.splitlines()[-1].endswith("stopped after settling 0")
+
+
+def test_cli_refuses_a_bad_app(tmp_path: Path) -> None:
+    write(tmp_path, "notapp.py", "app = 42\n")
+    out = subprocess.run(
+        _cli("worker", "-A", "notapp:app"), cwd=tmp_path, capture_output=True, text=True, timeout=LIMIT
+    )
+    assert out.returncode != 0
+    assert "is not a headway.App" in out.stderr
+    out = subprocess.run(
+        _cli("worker", "-A", "missing_module"), cwd=tmp_path, capture_output=True, text=True, timeout=LIMIT
+    )
+    assert out.returncode != 0 and "cannot import" in out.stderr
+
+
+def test_cli_worker_runs_tasks_sent_from_another_process(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    write(tmp_path, "tinyapp.py", TINY)
+    prefix = f"cli{uuid.uuid4().hex[:6]}:"
+    env = {"TINY_BROKER": redis_server.url, "TINY_PREFIX": prefix}
+    child = Child(_cli("worker", "-A", "tinyapp", "-Q", "default,extra"), cwd=tmp_path, env=env)
+    try:
+        child.until("ready")
+        app = headway.App(headway.RedisBroker(redis_server.url, prefix=prefix))
+        assert app.send_task("tiny.add", (2, 3)).get(timeout=LIMIT) == 5
+        assert app.send_task("tiny.hello", ("ada",), queue="extra").get(timeout=LIMIT) == "hello ada"
+        child.proc.send_signal(signal.SIGINT)
+        code, out, err = child.finish(limit=5)
+    finally:
+        child.kill()
+    assert code == 0, err
+    assert out.splitlines()[-1].endswith("stopped after settling 2")
+
+
+def test_cli_beat_runs_the_apps_beat(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "beatapp.py",
+        """
+        import headway
+        app = headway.App()
+
+        @app.task(name="b.tick")
+        def tick():
+            return None
+
+        app.beat().add("tick", tick, (), headway.Every(3600))
+        """,
+    )
+    child = Child(_cli("beat", "-A", "beatapp:app"), cwd=tmp_path)
+    try:
+        lines = child.until("ready")
+        assert lines[0] == "headway beat: app beatapp:app, 1 entries"
+        assert lines[1].startswith("  tick: next at ")
+        child.proc.send_signal(signal.SIGTERM)
+        code, out, err = child.finish(limit=5)
+    finally:
+        child.kill()
+    assert code == 0, err
+    assert out.splitlines()[-1] == "headway beat: stopped"
+
+
+DEMO = """\
+headway demo: the memory broker on a virtual clock starting 2026-01-01 00:00 UTC
+tasks: demo.add, demo.charge, demo.mul, demo.square, demo.tick, demo.total
+1. a worker: 4 runner threads on default
+2. a retried task (retries=3, backoff=Fixed(30.0))
+  00:00:00  charge('order-7') attempt 1: ConnectionError, retry in 30 s
+  00:00:30  charge('order-7') attempt 2: ok
+  00:00:30  -> 'charged order-7' (SUCCESS)
+3. a chain: add(1, 2) | mul(10)
+  00:00:30  -> 30
+4. a chord: total(square(i) for i in 1..4)
+  00:00:30  -> 30
+5. a beat: 'heartbeat' every 60 s, three ticks
+  00:01:30  beat sent heartbeat -> 'heartbeat ran at 00:01:30'
+  00:02:30  beat sent heartbeat -> 'heartbeat ran at 00:02:30'
+  00:03:30  beat sent heartbeat -> 'heartbeat ran at 00:03:30'
+done: the worker settled 12 messages; virtual time 00:03:30
+"""
+
+
+def test_headway_demo_prints_the_same_every_run() -> None:
+    for args in (_cli("demo"), [sys.executable, "-m", "headway", "demo"]):
+        out = subprocess.run(args, capture_output=True, text=True, timeout=LIMIT)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == DEMO
+
+
+# ---------------------------------------------------------------- issue 4
+
+WORKER = """
+import sys, time, headway
+
+url, prefix, consumer, log, mode = sys.argv[1:6]
+app = headway.App(headway.RedisBroker(url, consumer=consumer, prefix=prefix, lease=1.0))
+
+@app.task(name="job", acks_late=mode != "early")
+def job(i):
+    with open(log, "a") as f:
+        f.write(f"{consumer} {i}\\n")
+    if mode == "hold":
+        time.sleep(600)
+    return i
+
+w = app.worker(concurrency=2)
+print("ready", flush=True)
+try:
+    w.run()
+except KeyboardInterrupt:
+    pass
+"""
+
+
+def _runs(log: Path) -> list[tuple[str, int]]:
+    if not log.exists():
+        return []
+    return [(a, int(b)) for a, b in (line.split() for line in log.read_text().splitlines())]
+
+
+def test_a_killed_worker_loses_nothing(tmp_path: Path, redis_server: RedisServer) -> None:
+    script = write(tmp_path, "worker.py", WORKER)
+    log = tmp_path / "runs.log"
+    prefix = f"k9{uuid.uuid4().hex[:6]}:"
+    app = headway.App(headway.RedisBroker(redis_server.url, prefix=prefix))
+    handles = [app.send_task("job", (i,)) for i in range(6)]
+    doomed = python(script, redis_server.url, prefix, "doomed", str(log), "hold")
+    rescuer: Child | None = None
+    try:
+        doomed.until("ready")
+        deadline = time.monotonic() + LIMIT
+        while len(_runs(log)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(_runs(log)) == 2  # two running (concurrency 2), four prefetched
+        time.sleep(0.3)
+        doomed.proc.send_signal(signal.SIGKILL)
+        doomed.proc.wait(10)
+        rescuer = python(script, redis_server.url, prefix, "rescuer", str(log), "late")
+        rescuer.until("ready")
+        assert [h.get(timeout=LIMIT) for h in handles] == list(range(6))
+    finally:
+        doomed.kill()
+        if rescuer is not None:
+            rescuer.kill()
+    runs = _runs(log)
+    per = Counter(i for _, i in runs)
+    assert sorted(per) == list(range(6))  # none lost
+    assert all(n <= 2 for n in per.values())  # each ran at most twice
+    assert {i for who, i in runs if who == "rescuer"} == set(range(6))
+
+
+def test_two_workers_on_one_queue_run_each_message_once(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    script = write(tmp_path, "worker.py", WORKER)
+    log = tmp_path / "runs.log"
+    prefix = f"two{uuid.uuid4().hex[:6]}:"
+    workers = [
+        python(script, redis_server.url, prefix, f"w{n}", str(log), "early") for n in (1, 2)
+    ]
+    try:
+        for w in workers:
+            w.until("ready")
+        app = headway.App(headway.RedisBroker(redis_server.url, prefix=prefix))
+        handles = [app.send_task("job", (i,)) for i in range(40)]
+        assert [h.get(timeout=LIMIT) for h in handles] == list(range(40))
+        for w in workers:
+            w.proc.send_signal(signal.SIGINT)
+        for w in workers:
+            code, _, err = w.finish(limit=10)
+            assert code == 0, err
+    finally:
+        for w in workers:
+            w.kill()
+    per = Counter(i for _, i in _runs(log))
+    assert per == Counter(range(40))
