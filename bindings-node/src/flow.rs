@@ -397,7 +397,7 @@ function!(bucket_new, 4, |f, e, a| {
 
 method!(bucket_take, buckets, 3, |s, e, a| {
     let now = ns(e.f64(a[1], "now")?);
-    let n = e.f64(a[2], "n")?;
+    let n = Bucket::check(e.f64(a[2], "n")?)?;
     e.bool(s.take(now, n))
 });
 
@@ -407,7 +407,7 @@ method!(bucket_take1, buckets, 2, |s, e, a| e
 
 method!(bucket_next, buckets, 3, |s, e, a| {
     let now = ns(e.f64(a[1], "now")?);
-    let n = e.f64(a[2], "n")?;
+    let n = Bucket::check(e.f64(a[2], "n")?)?;
     e.num(ms(s.next(now, n)))
 });
 

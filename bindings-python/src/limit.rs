@@ -11,7 +11,7 @@ use crate::{float_arg, guard, int_arg, invalid, now_arg, secs_out, span_arg, spa
 #[inline]
 fn n_arg(n: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
     match n {
-        Some(o) if !o.is_none() => float_arg("n", o),
+        Some(o) if !o.is_none() => flow::Bucket::check(float_arg("n", o)?).map_err(crate::invalid),
         _ => Ok(1.0),
     }
 }

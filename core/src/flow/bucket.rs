@@ -75,10 +75,30 @@ impl Bucket {
         }
     }
 
+    /// Refuses a token count that is NaN, infinite or negative: taking a
+    /// negative count would add tokens past the burst. The bindings call this
+    /// before `take`/`next` to raise a typed error; `take` and `next`
+    /// themselves answer "no" and "never" for such a count.
+    #[inline]
+    pub fn check(n: f64) -> Result<f64, Invalid> {
+        if n.is_finite() && n >= 0.0 {
+            Ok(n)
+        } else {
+            Err(Invalid::new(
+                "n",
+                "must be a finite number of tokens, not negative",
+            ))
+        }
+    }
+
     /// Whether `n` tokens are available now, taking them if they are. Time
-    /// that runs backwards adds nothing.
+    /// that runs backwards adds nothing; an invalid `n` (see
+    /// [`Bucket::check`]) is never taken.
     #[inline]
     pub fn take(&mut self, now: Nanos, n: f64) -> bool {
+        if !(n >= 0.0 && n.is_finite()) {
+            return false;
+        }
         let level = self.level(now);
         if now > self.at {
             self.tokens = level;
@@ -97,6 +117,9 @@ impl Bucket {
     /// the burst, or a zero rate). What a caller sleeps rather than spinning,
     /// and what a `Retry-After` is computed from.
     pub fn next(&self, now: Nanos, n: f64) -> Nanos {
+        if !(n >= 0.0 && n.is_finite()) {
+            return i64::MAX;
+        }
         let level = self.level(now);
         if level >= n {
             return 0;
@@ -158,6 +181,19 @@ mod tests {
         assert!(b.take(0, 1.0));
         let wait = b.next(0, 1.0);
         assert!(b.take(wait, 1.0));
+    }
+
+    #[test]
+    fn invalid_counts_are_never_taken() {
+        let mut b = Bucket::new(1.0, Some(1.0), 0).unwrap();
+        assert!(!b.take(0, -5.0));
+        assert!(!b.take(0, f64::NAN));
+        assert_eq!(b.tokens(0), 1.0);
+        assert_eq!(b.next(0, -1.0), i64::MAX);
+        assert_eq!(Bucket::check(-1.0).unwrap_err().arg, "n");
+        assert!(Bucket::check(f64::INFINITY).is_err());
+        assert_eq!(Bucket::check(0.0), Ok(0.0));
+        assert!(b.take(0, 0.0));
     }
 
     #[test]
