@@ -78,6 +78,11 @@ test('bucket: bad arguments', () => {
   named(() => new Bucket(1).take('0'), TypeError, 'ERR_INVALID_ARG_TYPE', 'now');
   named(() => new Bucket(1).take(0, '1'), TypeError, 'ERR_INVALID_ARG_TYPE', 'n');
   named(() => new Bucket(1).next(0, null), TypeError, 'ERR_INVALID_ARG_TYPE', 'n');
+  named(() => new Bucket(1).take(NaN), RangeError, 'ERR_OUT_OF_RANGE', 'now');
+  named(() => new Bucket(1).take(Infinity, 1), RangeError, 'ERR_OUT_OF_RANGE', 'now');
+  named(() => new Window(1, 1000).take(NaN), RangeError, 'ERR_OUT_OF_RANGE', 'now');
+  named(() => new Bucket(1, { burst: 1 }).take(0, -5), RangeError, 'ERR_OUT_OF_RANGE', 'n');
+  named(() => new Bucket(1).next(0, NaN), RangeError, 'ERR_OUT_OF_RANGE', 'n');
   named(() => new Bucket(1).tokens({}), TypeError, 'ERR_INVALID_ARG_TYPE', 'now');
 });
 

@@ -98,6 +98,12 @@ def test_bucket_refuses_bad_arguments(
         b.take(0.0, n="one")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="`now` must be a number"):
         b.next(object())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="`n`"):
+        Bucket(1.0, burst=1.0).take(0.0, n=-5.0)
+    with pytest.raises(ValueError, match="`n`"):
+        b.next(0.0, n=math.nan)
+    with pytest.raises(ValueError, match="`now`"):
+        b.take(math.nan)
 
 
 @pytest.mark.asyncio

@@ -252,7 +252,7 @@ fn item(e: E, v: sys::napi_value) -> Result<u32, Fail> {
 }
 
 method!(pool_take, pools, 3, |s, e, a| {
-    let now = ns(e.f64(a[1], "now")?);
+    let now = e.now(a[1])?;
     let roll = e.f64(a[2], "roll")?;
     let t = s.pool.take(now, roll);
     e.int(code(s, t))
@@ -262,19 +262,19 @@ method!(pool_delay, pools, 1, |s, e, a| e.num(ms(s.later)));
 
 method!(pool_made, pools, 3, |s, e, a| {
     let it = item(e, a[1])?;
-    s.pool.made(it, ns(e.f64(a[2], "now")?));
+    s.pool.made(it, e.now(a[2])?);
     e.undefined()
 });
 
 method!(pool_unmade, pools, 3, |s, e, a| {
-    let now = ns(e.f64(a[1], "now")?);
+    let now = e.now(a[1])?;
     s.pool.unmade(now, e.f64(a[2], "roll")?);
     e.undefined()
 });
 
 method!(pool_give, pools, 3, |s, e, a| {
     let it = item(e, a[1])?;
-    let kept = s.pool.give(it, ns(e.f64(a[2], "now")?));
+    let kept = s.pool.give(it, e.now(a[2])?);
     e.bool(kept)
 });
 
@@ -285,7 +285,7 @@ method!(pool_drop, pools, 2, |s, e, a| {
 });
 
 method!(pool_evict, pools, 2, |s, e, a| {
-    let gone = s.pool.evict(ns(e.f64(a[1], "now")?));
+    let gone = s.pool.evict(e.now(a[1])?);
     e.nums(gone.into_iter().map(f64::from))
 });
 
@@ -295,7 +295,7 @@ method!(pool_close, pools, 1, |s, e, a| {
 });
 
 method!(pool_refusal, pools, 2, |s, e, a| e
-    .num(s.pool.refusal(ns(e.f64(a[1], "now")?))));
+    .num(s.pool.refusal(e.now(a[1])?)));
 method!(pool_live, pools, 1, |s, e, a| e.num(s.pool.live() as f64));
 method!(pool_idle, pools, 1, |s, e, a| e.num(s.pool.idle() as f64));
 method!(pool_busy, pools, 1, |s, e, a| e.num(s.pool.busy() as f64));
@@ -337,11 +337,7 @@ impl Load for Lazy<'_> {
 // pick(ids, now, first, second) -> index or -1: the core's two random choices.
 function!(pool_pick, 4, |f, e, a| {
     let len = e.len(a[0], "pools", "an array of Pool")?;
-    let (now, first, second) = (
-        ns(e.f64(a[1], "now")?),
-        e.f64(a[2], "first")?,
-        e.f64(a[3], "second")?,
-    );
+    let (now, first, second) = (e.now(a[1])?, e.f64(a[2], "first")?, e.f64(a[3], "second")?);
     let bad = Cell::new(false);
     let lazy = |i| Lazy {
         e,
@@ -396,23 +392,23 @@ function!(bucket_new, 4, |f, e, a| {
 });
 
 method!(bucket_take, buckets, 3, |s, e, a| {
-    let now = ns(e.f64(a[1], "now")?);
+    let now = e.now(a[1])?;
     let n = Bucket::check(e.f64(a[2], "n")?)?;
     e.bool(s.take(now, n))
 });
 
 // The common case, one token, with one argument fewer (each costs ~3 ns).
 method!(bucket_take1, buckets, 2, |s, e, a| e
-    .bool(s.take(ns(e.f64(a[1], "now")?), 1.0)));
+    .bool(s.take(e.now(a[1])?, 1.0)));
 
 method!(bucket_next, buckets, 3, |s, e, a| {
-    let now = ns(e.f64(a[1], "now")?);
+    let now = e.now(a[1])?;
     let n = Bucket::check(e.f64(a[2], "n")?)?;
     e.num(ms(s.next(now, n)))
 });
 
 method!(bucket_tokens, buckets, 2, |s, e, a| e
-    .num(s.tokens(ns(e.f64(a[1], "now")?))));
+    .num(s.tokens(e.now(a[1])?)));
 
 // ---------------------------------------------------------------- Window
 
@@ -433,11 +429,11 @@ function!(window_new, 3, |f, e, a| {
 });
 
 method!(window_take, windows, 2, |s, e, a| e
-    .bool(s.take(ns(e.f64(a[1], "now")?))));
+    .bool(s.take(e.now(a[1])?)));
 method!(window_left, windows, 2, |s, e, a| e
-    .num(s.left(ns(e.f64(a[1], "now")?)) as f64));
+    .num(s.left(e.now(a[1])?) as f64));
 method!(window_next, windows, 2, |s, e, a| e
-    .num(ms(s.next(ns(e.f64(a[1], "now")?)))));
+    .num(ms(s.next(e.now(a[1])?))));
 
 // ---------------------------------------------------------------- Gate
 

@@ -141,6 +141,21 @@ impl E {
         }
     }
 
+    /// A `now` argument: finite milliseconds, as core nanoseconds. NaN or an
+    /// infinity is refused rather than read as 0 (Python raises the same).
+    #[inline(always)]
+    pub fn now(self, v: sys::napi_value) -> Result<i64, Fail> {
+        let x = self.f64(v, "now")?;
+        if x.is_finite() {
+            Ok(crate::units::ns(x))
+        } else {
+            Err(Fail::Range(
+                "now".to_string(),
+                format!("must be a finite number of milliseconds (received {x})"),
+            ))
+        }
+    }
+
     /// An integer argument that fits in an `i32`.
     #[inline(always)]
     pub fn i32(self, v: sys::napi_value, name: &'static str) -> Result<i32, Fail> {
