@@ -753,6 +753,13 @@ pub(crate) struct PyApp {
     host: Py<PyHost>,
 }
 
+impl PyApp {
+    /// The core app, for other native classes that work on it (the admin).
+    pub(crate) fn core(&self) -> &App {
+        &self.app
+    }
+}
+
 fn seams_for(
     py: Python<'_>,
     broker: &Bound<'_, PyAny>,

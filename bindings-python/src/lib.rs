@@ -15,6 +15,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
+mod admin;
 mod app;
 mod backoff;
 mod brokers;
@@ -132,5 +133,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     app::register(m)?;
     brokers::register(m)?;
     sched::register(m)?;
+    admin::register(m)?;
     Ok(())
 }

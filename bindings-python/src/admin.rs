@@ -1,0 +1,260 @@
+//! The admin interface for Python: the core's `Admin` behind two small
+//! classes that `headway.admin` drives from ASGI.
+//!
+//! No rules here: the ASGI adapter hands over the method, the path with its
+//! query, the headers and the body; the core answers the status, headers and
+//! body, or the head of a live stream whose frames `_AdminStream.next` pumps.
+//! Every wait runs on the core's runtime as an asyncio awaitable
+//! (`future_into_py`), so the GIL is never held while the core works and a
+//! cancelled await drops the Rust future with it.
+
+use std::sync::{Arc, Mutex};
+
+use headway_core::admin::{Admin, AdminConfig, EventStream, Reply, Request};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use crate::app::PyApp;
+use crate::guard;
+use crate::rt::{panicked, rt};
+
+/// One admin over one app. Internal: `headway.admin.asgi` wraps it.
+#[pyclass(module = "headway._native", name = "_Admin", frozen)]
+pub(crate) struct PyAdmin {
+    inner: Admin,
+}
+
+#[pymethods]
+impl PyAdmin {
+    /// An admin over `app` (a `headway._native._App`). `token` `None` or
+    /// empty: one is generated (see `token_generated`). `max_body` `None`:
+    /// the core's 64 KiB.
+    #[new]
+    #[pyo3(signature = (app, token=None, read_only=false, max_body=None, allowed_origins=None))]
+    fn new(
+        app: &Bound<'_, PyApp>,
+        token: Option<String>,
+        read_only: bool,
+        max_body: Option<i64>,
+        allowed_origins: Option<Vec<String>>,
+    ) -> PyResult<Self> {
+        guard(|| {
+            rt()?;
+            let d = AdminConfig::default();
+            let max_body = match max_body {
+                None => d.max_body,
+                Some(n) => usize::try_from(n).ok().filter(|n| *n > 0).ok_or_else(|| {
+                    PyValueError::new_err("invalid `max_body`: must be a positive number of bytes")
+                })?,
+            };
+            let cfg = AdminConfig {
+                token,
+                read_only,
+                max_body,
+                allowed_origins: allowed_origins.unwrap_or_default(),
+            };
+            Ok(PyAdmin {
+                inner: Admin::new(app.get().core().clone(), cfg),
+            })
+        })
+    }
+
+    /// The token: the configured one or the generated one.
+    #[getter]
+    fn token(&self) -> &str {
+        self.inner.token()
+    }
+
+    /// Whether the token was generated (and so must be printed).
+    #[getter]
+    fn token_generated(&self) -> bool {
+        self.inner.token_generated()
+    }
+
+    /// Whether every change is refused.
+    #[getter]
+    fn read_only(&self) -> bool {
+        self.inner.read_only()
+    }
+
+    /// The most body bytes worth reading: past it the answer is 413 anyway.
+    #[getter]
+    fn max_body(&self) -> usize {
+        self.inner.max_body()
+    }
+
+    /// An awaitable answering `(status, headers, body, stream)`: `headers` a
+    /// list of `(name, value)` strings, `body` bytes, `stream` an
+    /// `_AdminStream` to pump after the head, or `None`.
+    fn handle<'py>(
+        &self,
+        py: Python<'py>,
+        method: String,
+        path: String,
+        headers: Vec<(String, String)>,
+        body: &[u8],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let rt = rt()?;
+        let admin = self.inner.clone();
+        let req = Request {
+            method,
+            path,
+            headers,
+            body: body.to_vec(),
+        };
+        // Spawned, so a panic comes back as a JoinError (PanicError) rather
+        // than unwinding through the loop's callback.
+        let join = rt.spawn(async move { admin.handle(req).await });
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let reply = join.await.map_err(panicked)?;
+            Ok(Answered(reply))
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "_Admin(read_only={}, max_body={})",
+            if self.inner.read_only() {
+                "True"
+            } else {
+                "False"
+            },
+            self.inner.max_body()
+        )
+    }
+}
+
+/// A reply, turned into Python on the loop that awaits it.
+struct Answered(Reply);
+
+impl<'py> IntoPyObject<'py> for Answered {
+    type Target = PyTuple;
+    type Output = Bound<'py, PyTuple>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let (head, stream) = match self.0 {
+            Reply::Full(r) => (r, None),
+            Reply::Stream(r, s) => (r, Some(s)),
+        };
+        let headers = PyList::empty(py);
+        for (k, v) in &head.headers {
+            headers.append((k.as_str(), v.as_str()))?;
+        }
+        let body = PyBytes::new(py, &head.body);
+        let stream: Py<PyAny> = match stream {
+            Some(s) => Py::new(
+                py,
+                PyAdminStream {
+                    inner: Arc::new(Mutex::new(Slot {
+                        stream: Some(s),
+                        closed: false,
+                    })),
+                },
+            )?
+            .into_any(),
+            None => py.None(),
+        };
+        PyTuple::new(
+            py,
+            [
+                head.status.into_pyobject(py)?.into_any(),
+                headers.into_any(),
+                body.into_any(),
+                stream.into_bound(py),
+            ],
+        )
+    }
+}
+
+struct Slot {
+    /// The stream, or `None` while a `next` holds it (or once closed).
+    stream: Option<EventStream>,
+    closed: bool,
+}
+
+/// The frames of a live stream. Internal: the ASGI adapter awaits `next()`
+/// until the client goes away, then calls `close()`, which drops the core's
+/// stream (and its timer) at once.
+#[pyclass(module = "headway._native", name = "_AdminStream", frozen)]
+pub(crate) struct PyAdminStream {
+    inner: Arc<Mutex<Slot>>,
+}
+
+#[pymethods]
+impl PyAdminStream {
+    /// An awaitable answering the next frame's bytes (the first at once, then
+    /// one per core tick), or `None` once closed. Cancelling the await drops
+    /// the stream: a cancelled `next` means the client is gone.
+    fn next<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        rt()?;
+        let slot = self.inner.clone();
+        let taken = {
+            let mut s = slot.lock().unwrap_or_else(|e| e.into_inner());
+            if s.closed {
+                None
+            } else {
+                match s.stream.take() {
+                    Some(st) => Some(st),
+                    None => {
+                        return Err(PyRuntimeError::new_err(
+                            "_AdminStream.next: the previous next() has not finished",
+                        ));
+                    }
+                }
+            }
+        };
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let Some(mut st) = taken else {
+                return Ok(Frame(None));
+            };
+            let frame = st.next().await;
+            let mut s = slot.lock().unwrap_or_else(|e| e.into_inner());
+            if s.closed {
+                // Closed while waiting: the stream is dropped here.
+                return Ok(Frame(None));
+            }
+            s.stream = Some(st);
+            Ok(Frame(frame))
+        })
+    }
+
+    /// Drops the stream; every later `next()` answers `None`. Idempotent.
+    fn close(&self) {
+        let st = {
+            let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            s.closed = true;
+            s.stream.take()
+        };
+        drop(st);
+    }
+
+    /// Whether `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).closed
+    }
+}
+
+/// A frame as `bytes`, or `None`.
+struct Frame(Option<Vec<u8>>);
+
+impl<'py> IntoPyObject<'py> for Frame {
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(match self.0 {
+            Some(b) => PyBytes::new(py, &b).into_any(),
+            None => py.None().into_bound(py),
+        })
+    }
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyAdmin>()?;
+    m.add_class::<PyAdminStream>()?;
+    Ok(())
+}
