@@ -89,6 +89,9 @@ from ._tasks import (
     group,
 )
 
+# `headway.admin.asgi(app)`: the admin interface (imports the task side).
+from . import admin
+
 _T = TypeVar("_T")
 
 #: What ``Pool[T].take`` answers: one of the six classes. ``match`` on it.
