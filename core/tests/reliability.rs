@@ -639,6 +639,65 @@ async fn stop_finishes_in_flight_runs_and_gives_prefetched_back_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_run_whose_success_is_stored_is_not_run_again() {
+    for kit in kits().await {
+        let app = App::new(kit.seams(), Arc::new(SystemClock));
+        let runs = Arc::new(AtomicU32::new(0));
+        let r2 = runs.clone();
+        app.register(
+            "once",
+            Policy {
+                acks_late: true,
+                ..Policy::default()
+            },
+            body(move |_, _| {
+                r2.fetch_add(1, Ordering::SeqCst);
+                async { Ok(json!("first")) }
+            }),
+        )
+        .unwrap();
+        let hd = app
+            .send("once", vec![], Map::new(), Options::default())
+            .await
+            .unwrap();
+        // It ran and stored its result, and its worker died before the ack:
+        // the claim is handed back, marked redelivered.
+        let b = kit.broker();
+        let qs = vec!["default".to_string()];
+        let got = b.consume(&qs, 1, Duration::ZERO).await.unwrap();
+        let mut ok = headway_core::task::Outcome::new(hd.id(), State::Success, 1);
+        ok.result = Some(json!("first"));
+        app.backend().unwrap().store(vec![ok]).await.unwrap();
+        b.reject(got[0].receipt.clone(), true).await.unwrap();
+        let (w, h) = worker(&app, WorkerConfig::default());
+        assert_eq!(
+            hd.get(Some(Duration::from_secs(5))).await.unwrap(),
+            json!("first")
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while kit
+            .inspector()
+            .queues()
+            .await
+            .unwrap()
+            .iter()
+            .any(|q| q.unacked > 0 || !q.ready.is_empty())
+        {
+            assert!(Instant::now() < deadline, "never settled");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            0,
+            "{}: not run again",
+            kit.name()
+        );
+        w.stop(Duration::from_secs(1));
+        h.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversize_publish_is_refused_naming_the_cap() {
     let Some(s) = RedisServer::start() else {
         return;
@@ -960,6 +1019,163 @@ async fn a_poison_pill_that_aborts_its_worker_process_is_dead_lettered_after_thr
     h.await.unwrap();
 }
 
+/// Appends one line to the ledger: a file outside the broker, written with
+/// O_APPEND so lines from several processes do not interleave.
+fn ledger(path: &str, line: &str) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    f.write_all(format!("{line}\n").as_bytes()).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_a_worker_holding_50_acks_late_runs_loses_none() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let path = s.dir.join("ledger").to_string_lossy().into_owned();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let b = redis(
+        &s,
+        "survivor",
+        Duration::from_secs(30),
+        Some(Duration::from_millis(100)),
+    )
+    .await;
+    let app = App::new(b.seams(), clock);
+    let late = Policy {
+        acks_late: true,
+        ..Policy::default()
+    };
+    // The survivor's own work on another queue, running all along.
+    let own = Arc::new(AtomicU32::new(0));
+    let o2 = own.clone();
+    app.register(
+        "own",
+        late.clone(),
+        body(move |_, _| {
+            o2.fetch_add(1, Ordering::SeqCst);
+            async { Ok(Value::Null) }
+        }),
+    )
+    .unwrap();
+    let p2 = path.clone();
+    app.register(
+        "job",
+        Policy {
+            queue: "jobs".into(),
+            ..late
+        },
+        body(move |ctx, _| {
+            ledger(&p2, &format!("start {} survivor", ctx.id));
+            async { Ok(Value::Null) }
+        }),
+    )
+    .unwrap();
+    let (wc, hc) = worker(
+        &app,
+        WorkerConfig {
+            queues: vec!["other".into()],
+            ..WorkerConfig::default()
+        },
+    );
+    let mut own_hs = Vec::new();
+    let mut jobs = Vec::new();
+    for i in 0..50 {
+        jobs.push(
+            app.send("job", vec![json!(i)], Map::new(), Options::default())
+                .await
+                .unwrap(),
+        );
+    }
+    // A worker process takes all 50 and holds them running…
+    let mut child = spawn_child("holder", &s.url(), "holder", &[("HEADWAY_LEDGER", &path)]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = std::fs::read_to_string(&path).map_or(0, |t| t.lines().count());
+        if n >= 50 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the holder started {n} of 50");
+        own_hs.push(
+            app.send(
+                "own",
+                vec![],
+                Map::new(),
+                Options {
+                    queue: Some("other".into()),
+                    ..Options::default()
+                },
+            )
+            .await
+            .unwrap(),
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // …and is killed -9 with every one in flight.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (wb, hb) = worker(
+        &app,
+        WorkerConfig {
+            queues: vec!["jobs".into()],
+            ..WorkerConfig::default()
+        },
+    );
+    for _ in 0..20 {
+        own_hs.push(
+            app.send(
+                "own",
+                vec![],
+                Map::new(),
+                Options {
+                    queue: Some("other".into()),
+                    ..Options::default()
+                },
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    for hd in jobs.iter().chain(&own_hs) {
+        hd.get(Some(Duration::from_secs(10))).await.unwrap();
+    }
+    // The ledger: lost = enqueued − done = 0; each job ran at most twice
+    // (once cut off, once whole); the survivor's own runs once each.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut runs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for l in text.lines() {
+        let mut p = l.split(' ').skip(1);
+        let (id, who) = (p.next().unwrap(), p.next().unwrap());
+        runs.entry(id.to_string())
+            .or_default()
+            .push(who.to_string());
+    }
+    assert_eq!(runs.len(), 50, "every job ran");
+    for (id, who) in &runs {
+        assert_eq!(
+            who,
+            &["holder", "survivor"],
+            "{id}: cut off once, run again once"
+        );
+    }
+    for hd in &jobs {
+        assert_eq!(app.state_of(hd.id()).await.unwrap(), State::Success);
+    }
+    assert_eq!(
+        own.load(Ordering::SeqCst) as usize,
+        own_hs.len(),
+        "its own runs untouched"
+    );
+    for (w, h) in [(wb, hb), (wc, hc)] {
+        w.stop(Duration::from_secs(1));
+        h.await.unwrap();
+    }
+}
+
 /// Not a test on its own: what a child process does when one of the tests
 /// above runs this binary with `HEADWAY_CHILD` set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1051,6 +1267,49 @@ async fn child() {
                     concurrency: 1,
                     prefetch: Some(1),
                     name: None,
+                },
+            )
+            .unwrap();
+            w.run().await.unwrap();
+        }
+        "holder" => {
+            let path = std::env::var("HEADWAY_LEDGER").unwrap();
+            let b = RedisBroker::connect(
+                &url,
+                RedisOptions {
+                    consumer: Some(name.clone()),
+                    lease: Duration::from_millis(300),
+                    recover_every: None,
+                    ..RedisOptions::default()
+                },
+                clock.clone(),
+            )
+            .await
+            .unwrap();
+            let app = App::new(b.seams(), clock);
+            app.register(
+                "job",
+                Policy {
+                    queue: "jobs".into(),
+                    acks_late: true,
+                    ..Policy::default()
+                },
+                body(move |ctx, _| {
+                    ledger(&path, &format!("start {} holder", ctx.id));
+                    async {
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                        Ok(Value::Null)
+                    }
+                }),
+            )
+            .unwrap();
+            let w = Worker::new(
+                app,
+                WorkerConfig {
+                    queues: vec!["jobs".into()],
+                    concurrency: 50,
+                    prefetch: Some(50),
+                    name: Some(name),
                 },
             )
             .unwrap();

@@ -122,17 +122,15 @@ pub fn url(data: &[u8]) {
         .and_then(|(_, rest)| rest.rsplit_once('@'))
         .and_then(|(auth, _)| auth.split_once(':'))
         .map(|(_, p)| p)
-        .filter(|p| p.len() >= 6 && text.matches(*p).count() == 1);
+        .filter(|p| !p.is_empty() && text.matches(*p).count() == 1);
     match RedisUrl::parse(text) {
         Ok(u) => {
+            // What it prints does not depend on the password at all.
             let shown = u.to_string();
-            let debug = format!("{u:?}");
-            if let Some(p) = u.password.as_deref().filter(|p| p.len() >= 6) {
-                let rest = shown.replace(":***@", "@");
-                if !rest.contains(p) {
-                    assert!(!shown.contains(p) && !debug.contains(p), "{shown}");
-                }
-            }
+            let mut other = u.clone();
+            other.password = other.password.as_ref().map(|_| "\u{1}another".to_string());
+            assert_eq!(shown, other.to_string());
+            assert_eq!(format!("{u:?}"), format!("{other:?}"));
             let back = RedisUrl::parse(&shown).expect("what it prints parses");
             assert_eq!(
                 (back.tls, &back.host, back.port, back.db),
@@ -143,8 +141,17 @@ pub fn url(data: &[u8]) {
         Err(e) => {
             let why = e.to_string();
             assert!(why.starts_with("invalid `url`"), "{why}");
-            if let Some(p) = secret {
-                assert!(!why.contains(p), "a refusal quoted the password: {why}");
+            // The password's place, marked: a refusal never quotes it. (A
+            // `%` in it could change the answer; then nothing is checked.)
+            if let Some(p) = secret.filter(|p| !p.contains('%')) {
+                let mark = "\u{1}".repeat(p.len());
+                if let Err(e2) = RedisUrl::parse(&text.replacen(p, &mark, 1)) {
+                    let why2 = e2.to_string();
+                    assert!(
+                        !why2.contains('\u{1}'),
+                        "a refusal quoted the password: {why2:?}"
+                    );
+                }
             }
         }
     }

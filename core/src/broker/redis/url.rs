@@ -107,18 +107,28 @@ impl RedisUrl {
         if host.is_empty() {
             return Err(bad("the host is missing"));
         }
-        // A name or an IPv4 address; an IPv6 address (in brackets), with a
-        // zone after `%`. Anything else is refused rather than passed on to
-        // a resolver: `redis://a:b:1` means an IPv6 host without brackets.
+        // A name or an IPv4 address; or an IPv6 address in brackets, with
+        // a zone after `%` (RFC 6874). Anything else is refused rather than
+        // passed on to a resolver: `redis://a:b:1` is an IPv6 host without
+        // brackets.
         let v6 = hostport.starts_with('[');
-        let ok = |c: char| {
-            c.is_ascii_alphanumeric()
-                || matches!(c, '.' | '-' | '_')
-                || (v6 && matches!(c, ':' | '%'))
+        let name_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
+        let ok = if v6 {
+            let (addr, zone) = host.split_once('%').unwrap_or((&host, "x"));
+            addr.contains(':')
+                && addr
+                    .chars()
+                    .all(|c| c.is_ascii_hexdigit() || matches!(c, ':' | '.'))
+                && !zone.is_empty()
+                && zone.chars().all(|c| name_char(c) || c == '~')
+        } else {
+            host.chars().all(name_char)
         };
-        if !host.chars().all(ok) {
+        if !ok {
             return Err(bad(if !v6 && host.contains(':') {
                 "an IPv6 host needs brackets: redis://[::1]:6379"
+            } else if v6 {
+                "the host in brackets is not an IPv6 address"
             } else {
                 "the host has a character a host name or address cannot have"
             }));
@@ -197,9 +207,11 @@ impl fmt::Display for RedisUrl {
                 encoded(f, u)?;
                 f.write_str(":***@")?
             }
+            // `user@host` would read as a password (redis-cli's rule, and
+            // ours): a username alone is written `user:@host`.
             (Some(u), None) => {
                 encoded(f, u)?;
-                f.write_str("@")?
+                f.write_str(":@")?
             }
             (None, Some(_)) => f.write_str(":***@")?,
             (None, None) => {}
@@ -247,7 +259,12 @@ mod tests {
         assert_eq!((u.host.as_str(), u.port, u.db), ("::1", 7000, 2));
         assert_eq!(u.to_string(), "redis://[::1]:7000/2");
         let u = RedisUrl::parse("redis://user:@h").unwrap();
-        assert_eq!((u.username.as_deref(), u.password), (Some("user"), None));
+        assert_eq!(
+            (u.username.as_deref(), u.password.as_deref()),
+            (Some("user"), None)
+        );
+        assert_eq!(u.to_string(), "redis://user:@h:6379/0");
+        assert_eq!(RedisUrl::parse(&u.to_string()).unwrap(), u);
         // A username with URL characters prints encoded, and parses back.
         let u = RedisUrl::parse("redis://a%40b%3Ac:pw@h").unwrap();
         assert_eq!(u.username.as_deref(), Some("a@b:c"));
@@ -265,6 +282,8 @@ mod tests {
             ("redis://[nter2@::1]:700", "brackets"),
             ("redis://c^che.ex<", "cannot have"),
             ("redis://h st", "cannot have"),
+            ("redis://[...I%l]:", "not an IPv6"),
+            ("redis://[host]:1", "not an IPv6"),
         ] {
             let e = RedisUrl::parse(url).unwrap_err().to_string();
             assert!(e.contains(why), "{url}: {e}");
