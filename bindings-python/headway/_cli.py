@@ -2,6 +2,7 @@
 
     headway worker -A module:app [-c 4] [-Q a,b]   run a worker
     headway beat -A module:app                     run the app's beat
+    headway admin -A module:app [--port 5555]      serve the admin (uvicorn)
     headway demo                                   a worker, a retry, a chain,
                                                    a chord and a beat, on the
                                                    memory broker and a virtual
@@ -87,6 +88,28 @@ def _beat(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _admin(ns: argparse.Namespace) -> int:
+    from .admin import serve
+
+    app = _load(ns.app)
+    worker = None
+    if ns.worker:
+        # A worker in this process: what a memory-broker app needs to show
+        # anything moving (a Redis app's workers may run anywhere).
+        worker = app.worker(concurrency=ns.worker)
+        worker.start()
+    try:
+        signal.signal(signal.SIGTERM, _term)
+        serve(app, host=ns.host, port=ns.port, token=ns.token, read_only=ns.read_only)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if worker is not None:
+            worker.stop(ns.grace)
+    print("headway admin: stopped", flush=True)
+    return 0
+
+
 def _demo(ns: argparse.Namespace) -> int:
     from ._demo import demo
 
@@ -112,6 +135,24 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("beat", help="run the app's beat (app.beat())")
     b.add_argument("-A", "--app", required=True, help="module:app")
     b.set_defaults(run=_beat)
+
+    a = sub.add_parser("admin", help="serve the admin page and API (uvicorn)")
+    a.add_argument("-A", "--app", required=True, help="module:app")
+    a.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
+    a.add_argument("--port", type=int, default=5555, help="port (5555)")
+    a.add_argument(
+        "--token",
+        default=os.environ.get("HEADWAY_ADMIN_TOKEN") or None,
+        help="the token (default $HEADWAY_ADMIN_TOKEN; none: one is generated and printed)",
+    )
+    a.add_argument("--read-only", action="store_true", help="refuse every send and revoke")
+    a.add_argument(
+        "--worker", type=int, default=0, metavar="N", help="also run a worker of N here (0: none)"
+    )
+    a.add_argument(
+        "--grace", type=float, default=GRACE, help=f"seconds runs get at a stop ({GRACE:g})"
+    )
+    a.set_defaults(run=_admin)
 
     d = sub.add_parser("demo", help="a real demo on the memory broker and a virtual clock")
     d.set_defaults(run=_demo)

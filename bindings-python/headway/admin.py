@@ -241,3 +241,50 @@ def asgi(
             flush=True,
         )
     return admin
+
+
+#: How long a stopping server waits for open responses before cancelling
+#: them: 2 s. A live stream never ends by itself, so without a bound uvicorn
+#: would wait for every open page to be closed (uvicorn's own default waits
+#: forever).
+SHUTDOWN_GRACE = 2
+
+
+def serve(
+    app: App,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 5555,
+    token: str | None = None,
+    read_only: bool = False,
+    log_level: str = "warning",
+) -> None:
+    """Serves ``app``'s admin with uvicorn until Ctrl-C or SIGTERM.
+
+    Bound to 127.0.0.1 unless ``host`` says otherwise: an admin can send and
+    revoke, so it is not put on a network by default. Prints the address
+    (with the token when it was generated) before serving. Needs uvicorn
+    (``pip install 'headway[admin]'``).
+    """
+    try:
+        import uvicorn
+    except ImportError as e:
+        raise SystemExit(
+            "headway admin needs uvicorn: pip install 'headway[admin]' (or uvicorn)"
+        ) from e
+    admin = asgi(app, token=token, read_only=read_only, announce=False)
+    shown = f"[{host}]" if ":" in host else host
+    where = f"http://{shown}:{port}/"
+    secret = admin.token if admin.token_generated else "<your token>"
+    mode = " (read-only)" if admin.read_only else ""
+    print(f"headway admin{mode}: {where}?token={secret}", flush=True)
+    if admin.token_generated:
+        print("headway admin: the token was generated; pass --token to choose one", flush=True)
+    uvicorn.run(
+        admin,
+        host=host,
+        port=port,
+        log_level=log_level,
+        lifespan="on",
+        timeout_graceful_shutdown=SHUTDOWN_GRACE,
+    )
