@@ -42,6 +42,8 @@ class AdminApp:
 
     def __init__(self, native: _native._Admin) -> None:
         self._native = native
+        self._streams: set[_native._AdminStream] = set()
+        self._closing = False
 
     @property
     def token(self) -> str:
@@ -65,6 +67,14 @@ class AdminApp:
 
     def __repr__(self) -> str:
         return f"AdminApp(read_only={self.read_only}, max_body={self.max_body})"
+
+    def close_streams(self) -> None:
+        """Ends every open live stream (each within one tick, under a second)
+        and every one opened later: what a stopping server calls first, since
+        a stream never ends by itself and would hold the shutdown."""
+        self._closing = True
+        for s in list(self._streams):
+            s.close()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope.get("type")
@@ -96,7 +106,13 @@ class AdminApp:
         if stream is None:
             await send({"type": "http.response.body", "body": payload})
             return
-        await _pump(stream, receive, send)
+        if self._closing:
+            stream.close()
+        self._streams.add(stream)
+        try:
+            await _pump(stream, receive, send)
+        finally:
+            self._streams.discard(stream)
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:
@@ -273,6 +289,14 @@ def serve(
             "headway admin needs uvicorn: pip install 'headway[admin]' (or uvicorn)"
         ) from e
     admin = asgi(app, token=token, read_only=read_only, announce=False)
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: Any = None) -> None:
+            # Open pages' streams end first, so their responses finish
+            # cleanly instead of being cancelled at the grace's end.
+            admin.close_streams()
+            await super().shutdown(sockets)
+
     shown = f"[{host}]" if ":" in host else host
     where = f"http://{shown}:{port}/"
     secret = admin.token if admin.token_generated else "<your token>"
@@ -280,7 +304,7 @@ def serve(
     print(f"headway admin{mode}: {where}?token={secret}", flush=True)
     if admin.token_generated:
         print("headway admin: the token was generated; pass --token to choose one", flush=True)
-    uvicorn.run(
+    config = uvicorn.Config(
         admin,
         host=host,
         port=port,
@@ -288,3 +312,4 @@ def serve(
         lifespan="on",
         timeout_graceful_shutdown=SHUTDOWN_GRACE,
     )
+    Server(config).run()
