@@ -72,6 +72,10 @@ impl Default for MemoryOptions {
 }
 
 /// What waits on a queue: a message, or bytes still to be decoded.
+///
+/// Messages are by far the common case, so they are held inline: boxing
+/// them to shrink the rare raw variant would cost an allocation per publish.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 enum Payload {
     Msg(Message),
