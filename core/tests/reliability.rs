@@ -543,7 +543,7 @@ async fn stop_finishes_in_flight_runs_and_gives_prefetched_back_at_once() {
                 body(move |ctx, _| {
                     s2.fetch_add(1, Ordering::SeqCst);
                     async move {
-                        tokio::time::sleep(Duration::from_millis(400)).await;
+                        tokio::time::sleep(Duration::from_millis(1200)).await;
                         Ok(json!(ctx.id))
                     }
                 }),
@@ -588,7 +588,7 @@ async fn stop_finishes_in_flight_runs_and_gives_prefetched_back_at_once() {
             let t0 = Instant::now();
             w.stop(Duration::from_secs(5));
             // Prefetched messages go back at once, long before the runs end.
-            let back = Instant::now() + Duration::from_millis(200);
+            let back = Instant::now() + Duration::from_millis(500);
             loop {
                 let info = insp.queues().await.unwrap();
                 if ready(&info) == 8 {
@@ -601,13 +601,16 @@ async fn stop_finishes_in_flight_runs_and_gives_prefetched_back_at_once() {
                 );
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            assert!(t0.elapsed() < Duration::from_millis(300));
+            assert!(
+                t0.elapsed() < Duration::from_millis(600),
+                "long before the runs end"
+            );
             // The two in flight finish within the grace, are acked and stored.
             h.await.unwrap();
             let took = t0.elapsed();
             assert!(
-                took < Duration::from_secs(2),
-                "{} late={late}: stop took {took:?}",
+                took >= Duration::from_millis(900) && took < Duration::from_secs(3),
+                "{} late={late}: stop took {took:?}: the runs finish within the grace",
                 kit.name()
             );
             assert_eq!(started.load(Ordering::SeqCst), 2, "nothing else started");
@@ -774,7 +777,7 @@ async fn beat_slots_fire_once_across_brokers_and_a_standby_takes_over() {
     assert!(!b.claim_slot("e", 1000).await.unwrap());
     assert!(!a.claim_slot("e", 1000).await.unwrap());
     assert!(!a.claim_slot("e", 500).await.unwrap());
-    assert!(t.elapsed() < Duration::from_millis(100));
+    assert!(t.elapsed() < Duration::from_millis(300), "at once");
     assert_eq!(s.cli(&["GET", "headway:{beat}:beat:lease"]), "beat-a");
     // A newer slot while a leads and renews: b, standing by, waits a lease
     // for a to fire it, then gives up (a never fires slot 2000 here).
@@ -791,7 +794,7 @@ async fn beat_slots_fire_once_across_brokers_and_a_standby_takes_over() {
     a.close().await;
     let t = Instant::now();
     assert!(b.claim_slot("e", 4000).await.unwrap());
-    assert!(t.elapsed() < Duration::from_millis(100));
+    assert!(t.elapsed() < Duration::from_millis(300), "at once");
     assert_eq!(s.cli(&["GET", "headway:{beat}:beat:lease"]), "beat-b");
     // b is dropped without closing: its lease lapses, and c takes over
     // within one lease, firing the slot b never did.

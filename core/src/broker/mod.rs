@@ -8,5 +8,5 @@ pub mod celery;
 pub mod memory;
 pub mod redis;
 
-pub use memory::MemoryBroker;
+pub use memory::{MemoryBroker, MemoryOptions};
 pub use redis::{RedisBroker, RedisOptions, RedisUrl};
