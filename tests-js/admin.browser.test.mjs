@@ -1,0 +1,291 @@
+// The admin page in a real browser: Debian's headless `chromium`, driven by
+// playwright-core (no browser download: `executablePath`). For each adapter
+// that can serve here — Python's (`headway admin`, uvicorn, in a subprocess)
+// and Node's (`admin.handler` on `http.createServer`) — with a worker
+// running tasks: open the page with the token, see the counts move, send a
+// task from the form and see it succeed, revoke a queued one and see it
+// REVOKED, and check that XSS payloads render as text. The last run saves a
+// screenshot to docs/admin.png (HEADWAY_ADMIN_SCREENSHOT overrides the path).
+//
+// Without chromium (or a Python with headway and uvicorn for the Python
+// server) the test is skipped with the reason printed — unless
+// HEADWAY_REQUIRE_REDIS=1 (as CI sets), which makes that a failure.
+//
+// Waits are bounded polls on what the page shows, never sleeps that hope.
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { test } from 'node:test';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const root = join(here, '..');
+const CHROMIUM = process.env.HEADWAY_CHROMIUM || '/usr/bin/chromium';
+const REQUIRE = process.env.HEADWAY_REQUIRE_REDIS === '1';
+const TOKEN = 'browser-test-token-0123456789';
+const WAIT = 20000;
+const SCREENSHOT = process.env.HEADWAY_ADMIN_SCREENSHOT || join(root, 'docs', 'admin.png');
+const FLAGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
+
+const XSS = [
+  '<script>window.__xss = 1</script>',
+  '"><img src=x onerror="window.__xss = 2">',
+  'javascript:window.__xss = 3',
+];
+
+function python() {
+  if (process.env.HEADWAY_PYTHON) return process.env.HEADWAY_PYTHON;
+  const venv = join(root, '.venv', 'bin', 'python');
+  return existsSync(venv) ? venv : 'python3';
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+async function until(what, fn, ms = WAIT) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function api(base, method, path, body) {
+  const res = await fetch(base + path, {
+    method,
+    headers: {
+      Authorization: `Bearer ${TOKEN}`,
+      ...(body === undefined ? {} : { 'Content-Type': 'application/json' }),
+    },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, body: text ? JSON.parse(text) : null };
+}
+
+/** Why a Python server cannot run here, or null. */
+function pythonMissing() {
+  const r = spawnSync(python(), ['-c', 'import headway.admin, uvicorn'], { encoding: 'utf8' });
+  if (r.error) return `${python()} cannot run (${r.error.code})`;
+  if (r.status !== 0) return `${python()} lacks headway or uvicorn: ${r.stderr.trim().split('\n').pop()}`;
+  return null;
+}
+
+/** Python's adapter: `headway admin` with a worker in its process. */
+async function pythonServer() {
+  const port = await freePort();
+  const proc = spawn(
+    python(),
+    ['-m', 'headway', 'admin', '-A', 'admin_app:app', '--port', String(port), '--token', TOKEN, '--worker', '1'],
+    { cwd: join(here, 'fixtures'), stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let log = '';
+  proc.stdout.on('data', (d) => (log += d));
+  proc.stderr.on('data', (d) => (log += d));
+  const base = `http://127.0.0.1:${port}`;
+  await until('the Python admin to listen', async () => {
+    if (proc.exitCode !== null) throw new Error(`headway admin exited: ${log}`);
+    try {
+      return (await fetch(base + '/health')).ok;
+    } catch {
+      return false;
+    }
+  });
+  return {
+    base,
+    log: () => log,
+    async stop() {
+      if (proc.exitCode !== null) return;
+      const gone = new Promise((r) => proc.once('exit', r));
+      proc.kill('SIGTERM');
+      const t = setTimeout(() => proc.kill('SIGKILL'), 8000);
+      await gone;
+      clearTimeout(t);
+    },
+  };
+}
+
+const servers = [{ name: 'python (headway admin, uvicorn)', missing: pythonMissing, start: pythonServer }];
+
+async function launch() {
+  const { chromium } = await import('playwright-core');
+  const dir = mkdtempSync(join(tmpdir(), 'headway-chromium-'));
+  const ctx = await chromium.launchPersistentContext(dir, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: FLAGS,
+    viewport: { width: 1280, height: 900 },
+    deviceScaleFactor: 1,
+  });
+  return {
+    ctx,
+    async close() {
+      await ctx.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+const tile = (page, state) => page.locator(`#counts .n[data-state="${state}"]`);
+
+async function runRowState(page, id) {
+  return page.locator(`#runs tbody tr[data-id="${id}"]`).getAttribute('data-state', { timeout: 500 }).catch(() => null);
+}
+
+async function drive(server, screenshot) {
+  const browser = await launch();
+  const problems = [];
+  try {
+    const page = await browser.ctx.newPage();
+    page.on('dialog', (d) => {
+      problems.push(`a dialog opened: ${d.message()}`);
+      d.dismiss();
+    });
+    page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+    page.on('console', (m) => {
+      if (m.type() === 'error') problems.push(`console error: ${m.text()}`);
+    });
+
+    // Without the token: refused. With it: a cookie, then the page.
+    assert.equal((await fetch(server.base + '/')).status, 401);
+    const opened = await page.goto(`${server.base}/?token=${TOKEN}`);
+    assert.equal(opened.status(), 200);
+    assert.equal(new URL(page.url()).search, '', 'the token left the address bar');
+    assert.equal(await page.title(), 'headway admin');
+    assert.equal(opened.headers()['content-security-policy'], "default-src 'self'; frame-ancestors 'none'");
+    await page.locator('#live[data-live="live"]').waitFor({ timeout: WAIT });
+    await until('the task list', async () => (await page.locator('#send-task option').count()) === 4);
+
+    // The counts move while the worker runs a batch (one body at a time).
+    const before = Number(await tile(page, 'SUCCESS').textContent());
+    const N = 16;
+    for (let i = 0; i < N; i++) {
+      const r = await api(server.base, 'POST', '/api/send', { task: 'slow', args: [i] });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+    }
+    const seen = new Set();
+    await until(`SUCCESS to reach ${before + N}`, async () => {
+      const n = Number(await tile(page, 'SUCCESS').textContent());
+      seen.add(n);
+      return n >= before + N;
+    });
+    const between = [...seen].filter((n) => n > before && n < before + N);
+    assert.ok(between.length >= 1, `the page never showed the batch in progress: saw ${[...seen]}`);
+
+    // Send from the form and follow it to SUCCESS.
+    await page.selectOption('#send-task', 'add');
+    await page.fill('#send-args', '[20, 22]');
+    await page.fill('#send-kwargs', '{}');
+    await page.click('#send-submit');
+    await page.locator('#send-result[data-state="SUCCESS"]').waitFor({ timeout: WAIT });
+    const sentId = await page.locator('#send-result .id').textContent();
+    const one = await api(server.base, 'GET', `/api/runs/${sentId}`);
+    assert.equal(one.body.result, 42);
+
+    // A bad form input is refused with its reason, on the page.
+    await page.fill('#send-args', '[1, 2');
+    await page.click('#send-submit');
+    await page.locator('#send-result[data-state="error"]').waitFor({ timeout: WAIT });
+    assert.match(await page.locator('#send-result').textContent(), /Args are not JSON/);
+
+    // Queue one for an hour from now, then revoke it from its row.
+    await page.selectOption('#send-task', 'echo');
+    await page.fill('#send-args', '["later"]');
+    await page.fill('#send-countdown', '3600');
+    await page.click('#send-submit');
+    await page.locator('#send-result[data-state="PENDING"]').waitFor({ timeout: WAIT });
+    const queuedId = await page.locator('#send-result .id').textContent();
+    const row = page.locator(`#runs tbody tr[data-id="${queuedId}"]`);
+    await row.locator('button[data-action="revoke"]').click({ timeout: WAIT });
+    await until('the queued run to show REVOKED', async () => (await runRowState(page, queuedId)) === 'REVOKED');
+    assert.equal(await row.locator('.state').textContent(), 'REVOKED');
+    assert.equal(await row.locator('button[data-action="revoke"]').count(), 0);
+    await page.fill('#send-countdown', '');
+
+    // XSS payloads as args, as a result and as an error: shown as text.
+    await page.fill('#send-args', JSON.stringify(XSS));
+    await page.click('#send-submit');
+    await page.locator('#send-result[data-state="SUCCESS"]').waitFor({ timeout: WAIT });
+    const xssId = await page.locator('#send-result .id').textContent();
+    const failed = await api(server.base, 'POST', '/api/send', { task: 'boom', args: [XSS[1]] });
+    assert.equal(failed.status, 200);
+    await until('the XSS run to be listed', async () => (await runRowState(page, xssId)) === 'SUCCESS');
+    await until('the failure to be listed', async () =>
+      (await page.locator(`#failures tbody tr[data-id="${failed.body.id}"]`).count()) === 1,
+    );
+    const xssRow = page.locator(`#runs tbody tr[data-id="${xssId}"]`);
+    const argsText = await xssRow.locator('code.args').textContent();
+    for (const p of XSS) assert.ok(argsText.includes(JSON.stringify(p).slice(1, -1)) || argsText.includes(p), argsText);
+    assert.ok(argsText.includes('<script>'), argsText);
+    assert.ok(argsText.includes('<img src=x onerror='), argsText);
+    const failureText = await page.locator(`#failures tbody tr[data-id="${failed.body.id}"] .detail`).textContent();
+    assert.ok(failureText.includes('<img src=x onerror="window.__xss = 2">'), failureText);
+    const injected = await page.evaluate(() => ({
+      xss: window.__xss,
+      imgs: document.querySelectorAll('img').length,
+      scripts: [...document.scripts].map((s) => s.getAttribute('src')),
+      jsLinks: document.querySelectorAll('[href^="javascript:"], [src^="javascript:"]').length,
+      handlers: [...document.querySelectorAll('*')].filter((e) =>
+        [...e.attributes].some((a) => a.name.startsWith('on')),
+      ).length,
+    }));
+    assert.deepEqual(injected, { xss: undefined, imgs: 0, scripts: ['app.js'], jsLinks: 0, handlers: 0 });
+
+    assert.deepEqual(problems, []);
+    if (screenshot) {
+      // Settle on a quiet page: the runs listing refreshed, nothing moving.
+      await page.locator('#updated').waitFor({ timeout: WAIT });
+      await page.evaluate(() => window.scrollTo(0, 0));
+      mkdirSync(dirname(SCREENSHOT), { recursive: true });
+      await page.screenshot({ path: SCREENSHOT, fullPage: true });
+    }
+    await page.close();
+  } finally {
+    await browser.close();
+  }
+}
+
+for (const [i, s] of servers.entries()) {
+  test(`admin page in headless chromium: ${s.name}`, { timeout: 180000 }, async (t) => {
+    const why = !existsSync(CHROMIUM)
+      ? `${CHROMIUM} is not installed (apt-get install -y chromium)`
+      : s.missing();
+    if (why) {
+      if (REQUIRE) assert.fail(`HEADWAY_REQUIRE_REDIS=1 but ${why}`);
+      console.log(`skipping the browser test (${s.name}): ${why}`);
+      t.skip(why);
+      return;
+    }
+    const server = await s.start();
+    try {
+      await drive(server, i === servers.length - 1);
+    } catch (e) {
+      if (server.log) e.message += `\n--- server output ---\n${server.log()}`;
+      throw e;
+    } finally {
+      await server.stop();
+    }
+  });
+}
