@@ -579,6 +579,10 @@ fn unheld(el: &[u8]) -> Option<(u64, u8, &[u8])> {
 /// A ready payload's bytes when it is marked redelivered (`!<n>!<bytes>`).
 fn unmark(p: &[u8]) -> Option<&[u8]> {
     let rest = p.strip_prefix(b"!")?;
+    // `!{` is the mark as it was before the count.
+    if rest.first() == Some(&b'{') {
+        return Some(rest);
+    }
     let bang = rest.iter().position(|c| *c == b'!')?;
     if bang == 0 || !rest[..bang].iter().all(u8::is_ascii_digit) {
         return None;
@@ -2146,7 +2150,7 @@ mod tests {
         assert_eq!(unmark(b"!0!{}"), Some(&b"{}"[..]));
         assert_eq!(unmark(b"!12!x!y"), Some(&b"x!y"[..]));
         assert_eq!(unmark(b"!!{}"), None);
-        assert_eq!(unmark(b"!{}"), None);
+        assert_eq!(unmark(b"!{}"), Some(&b"{}"[..]));
         assert_eq!(unmark(b"{}"), None);
         let why = dead::Undecodable {
             reason: "bad JSON: \"x\"\n".into(),

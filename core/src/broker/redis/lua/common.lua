@@ -46,6 +46,8 @@ end
 local function unmark(p)
   local n, rest = string.match(p, '^!(%d+)!(.*)$')
   if n then return tonumber(n), rest end
+  -- "!{" is the mark as it was before the count (0 lost).
+  if string.sub(p, 1, 2) == '!{' then return 0, string.sub(p, 2) end
   return 0, p
 end
 -- The redelivered form of a payload, with `add` more lost consumers.
