@@ -58,6 +58,8 @@ __all__ = [
     "current",
     "pick",
     # Hidden helpers (pyo3 lists every module member in __all__).
+    "_Admin",
+    "_AdminStream",
     "_App",
     "_Beat",
     "_CURRENT",

@@ -289,14 +289,6 @@ def serve(
             "headway admin needs uvicorn: pip install 'headway[admin]' (or uvicorn)"
         ) from e
     admin = asgi(app, token=token, read_only=read_only, announce=False)
-
-    class Server(uvicorn.Server):
-        async def shutdown(self, sockets: Any = None) -> None:
-            # Open pages' streams end first, so their responses finish
-            # cleanly instead of being cancelled at the grace's end.
-            admin.close_streams()
-            await super().shutdown(sockets)
-
     shown = f"[{host}]" if ":" in host else host
     where = f"http://{shown}:{port}/"
     secret = admin.token if admin.token_generated else "<your token>"
@@ -312,4 +304,14 @@ def serve(
         lifespan="on",
         timeout_graceful_shutdown=SHUTDOWN_GRACE,
     )
-    Server(config).run()
+    server = uvicorn.Server(config)
+    stop = server.shutdown
+
+    async def shutdown(sockets: Any = None) -> None:
+        # Open pages' streams end first, so their responses finish cleanly
+        # instead of being cancelled at the grace's end.
+        admin.close_streams()
+        await stop(sockets)
+
+    server.shutdown = shutdown  # type: ignore[method-assign]
+    server.run()
