@@ -925,6 +925,9 @@ module.exports = {
   version: native.version,
 };
 
+// The task queue (App, tasks, canvas, workers, beat, schedule, testing): tasks.js.
+Object.assign(module.exports, require('./tasks.js'));
+
 // Hidden: the benchmark's floors, the panic tests and the leak probes.
 Object.defineProperties(module.exports, {
   _native: { value: native },

@@ -2,4 +2,25 @@
 import headway from './index.js';
 
 export const { Limits, Pool, Ward, Breaker, pick, Backoff, Bucket, Window, Gate, retry, Pooled, version } = headway;
+export const {
+  App,
+  Task,
+  Handle,
+  Worker,
+  Beat,
+  Signature,
+  Context,
+  RedisBroker,
+  chain,
+  group,
+  chord,
+  Fixed,
+  Exponential,
+  Every,
+  Cron,
+  At,
+  Scheduler,
+  schedule,
+  testing,
+} = headway;
 export default headway;

@@ -7,7 +7,10 @@
 //!   (`TypeError`/`RangeError` with Node's codes; a panic becomes an `Error`);
 //! - [`units`]: milliseconds to nanoseconds and back;
 //! - [`flow`]: `_flow()`, the functions for `Limits`, `Breaker`, `Backoff`,
-//!   `Ward`, `Pool`, `pick`, `Bucket`, `Window` and `Gate`.
+//!   `Ward`, `Pool`, `pick`, `Bucket`, `Window` and `Gate`;
+//! - [`tasks`]: the task queue (`NativeApp`, workers, beats, the scheduler,
+//!   clocks, Redis brokers) and the hub that answers its Promises, for
+//!   `tasks.js`.
 #![deny(clippy::all)]
 // napi-derive registers exports only outside `cfg(test)`, so in the unit-test
 // build the factories look unused.
@@ -15,6 +18,7 @@
 
 mod flow;
 mod raw;
+mod tasks;
 mod units;
 
 use napi_derive::napi;

@@ -29,6 +29,13 @@ impl Handle {
         Handle { app, ids, all }
     }
 
+    /// A handle over `ids` of `app`; `all` makes `get` answer the list of
+    /// results in the order of `ids` (moontask's `Handle::of`). What a
+    /// binding that keeps only the ids on its side rebuilds a set from.
+    pub fn of(app: App, ids: Vec<String>, all: bool) -> Handle {
+        Handle { app, ids, all }
+    }
+
     /// The ids it waits on.
     pub fn ids(&self) -> &[String] {
         &self.ids

@@ -1,0 +1,512 @@
+//! The app: registry, sending, handles; the body queue JS drains; workers
+//! and beats.
+//!
+//! A registered JS body is a core `HostQueue` body (the one mechanism both
+//! bindings use): a run pushes a call and waits for its answer. The queue's
+//! bell is the environment's hub bell, so calls arriving wake the JS thread
+//! once; `tasks.js` then drains them with one `take(max)` per batch, runs
+//! each body (sync, or an awaited Promise), and answers the batch with one
+//! `finish(ok, failed)`. Calls the core withdrew after JS took them (a
+//! timeout, a terminate, a stop past its grace) come back from
+//! `cancelled()`, so an async body's `ctx.signal` can abort.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use headway_core::task::{App, Beat, Call, Failure, Handle, HostQueue, Sig, Worker, WorkerConfig};
+use napi::bindgen_prelude::Either;
+use napi_derive::napi;
+use serde_json::Value;
+
+use super::codec::{self, OptsIn, SendIn, garbled, parse};
+use super::hub::{Answer, bell, drive, quote};
+use super::time::NativeClock;
+use super::{Refusal, brokers::NativeSeams, ms};
+
+// ---------------------------------------------------------------- host
+
+/// The calls waiting for JS bodies of one app (or one scheduler).
+#[napi]
+pub struct NativeHost {
+    pub(crate) q: Arc<HostQueue>,
+}
+
+fn push_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
+    // Serialising a `Value` or a `str` into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, v);
+}
+
+/// Calls as one JSON text: `[[seq, key, id, queue, retries, attempt, last,
+/// now, args, kwargs | null, rootId | null, parentId | null], ...]`.
+fn encode_calls(calls: &[Call]) -> String {
+    let mut out = Vec::with_capacity(calls.len() * 96 + 2);
+    out.push(b'[');
+    for (i, c) in calls.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let x = &c.ctx;
+        out.push(b'[');
+        out.extend_from_slice(c.seq.to_string().as_bytes());
+        out.push(b',');
+        push_json(&mut out, &*c.key);
+        out.push(b',');
+        push_json(&mut out, &x.id);
+        out.push(b',');
+        push_json(&mut out, &x.queue);
+        out.extend_from_slice(
+            format!(
+                ",{},{},{},{},",
+                x.retries,
+                x.attempt,
+                u8::from(x.last),
+                x.now
+            )
+            .as_bytes(),
+        );
+        push_json(&mut out, &c.args);
+        out.push(b',');
+        if x.kwargs.is_empty() {
+            out.extend_from_slice(b"null");
+        } else {
+            push_json(&mut out, &x.kwargs);
+        }
+        out.push(b',');
+        push_json(&mut out, &x.root_id);
+        out.push(b',');
+        push_json(&mut out, &x.parent_id);
+        out.push(b']');
+    }
+    out.push(b']');
+    // serde_json writes UTF-8 only.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+#[napi]
+impl NativeHost {
+    /// Up to `max` calls at once, as JSON text (see `encode_calls`); `null`
+    /// when none wait.
+    #[napi(catch_unwind)]
+    pub fn take(&self, max: u32) -> Option<String> {
+        let calls = self.q.take(max.max(1) as usize);
+        if calls.is_empty() {
+            None
+        } else {
+            Some(encode_calls(&calls))
+        }
+    }
+
+    /// Answers a batch: `ok` is `[[seq, value], ...]`, `failed` is `[[seq,
+    /// type, message, stack | null], ...]` (either may be empty). A call the
+    /// core stopped waiting for is dropped.
+    #[napi(catch_unwind)]
+    pub fn finish(&self, ok: String, failed: String) -> napi::Result<()> {
+        let mut results: Vec<(u64, Result<Value, Failure>)> = Vec::new();
+        if !ok.is_empty() {
+            let v: Vec<(u64, Value)> = serde_json::from_str(&ok)
+                .map_err(|e| napi::Error::from_reason(garbled("answers", e).message))?;
+            results.extend(v.into_iter().map(|(s, v)| (s, Ok(v))));
+        }
+        if !failed.is_empty() {
+            let v: Vec<(u64, String, String, Option<String>)> = serde_json::from_str(&failed)
+                .map_err(|e| napi::Error::from_reason(garbled("failures", e).message))?;
+            results.extend(v.into_iter().map(|(s, kind, message, stack)| {
+                (
+                    s,
+                    Err(Failure {
+                        kind,
+                        message,
+                        traceback: stack,
+                        module: None,
+                    }),
+                )
+            }));
+        }
+        self.q.finish_many(results);
+        Ok(())
+    }
+
+    /// Calls JS took that the core no longer waits for: their bodies should
+    /// be cancelled (`ctx.signal` aborts), and their answers are discarded.
+    #[napi]
+    pub fn cancelled(&self) -> Vec<f64> {
+        self.q.cancelled().into_iter().map(|s| s as f64).collect()
+    }
+
+    /// How many calls wait to be taken.
+    #[napi(getter)]
+    pub fn waiting(&self) -> u32 {
+        self.q.len() as u32
+    }
+}
+
+// ---------------------------------------------------------------- app
+
+/// The registry, the seams and the clock (`tasks.js`'s `App` wraps it).
+#[napi]
+pub struct NativeApp {
+    app: App,
+    host: Arc<HostQueue>,
+}
+
+fn handle_of(app: &App, ids: &str, all: bool) -> Result<Handle, Refusal> {
+    if all {
+        let ids: Vec<String> = parse("handle", ids)?;
+        Ok(Handle::of(app.clone(), ids, true))
+    } else {
+        Ok(app.handle(ids))
+    }
+}
+
+fn handle_json(h: &Handle) -> String {
+    let mut s = String::from("{\"ids\":");
+    s.push_str(&serde_json::to_string(h.ids()).unwrap_or_else(|_| "[]".into()));
+    s.push_str(if h.is_set() {
+        ",\"all\":true}"
+    } else {
+        ",\"all\":false}"
+    });
+    s
+}
+
+fn json_text(v: Value) -> String {
+    serde_json::to_string(&v).unwrap_or_else(|_| "null".into())
+}
+
+fn refused(r: Refusal) -> napi::Result<Answer> {
+    Ok(napi::bindgen_prelude::Either3::C(r))
+}
+
+#[napi]
+impl NativeApp {
+    /// An app on `seams` (consumed) reading `clock`.
+    #[napi(constructor, catch_unwind)]
+    pub fn new(seams: &NativeSeams, clock: &NativeClock) -> napi::Result<Self> {
+        let s = seams.take().ok_or_else(|| {
+            napi::Error::from_reason("headway: these seams were already given to an App")
+        })?;
+        let host = HostQueue::new();
+        host.set_bell(Some(bell()?));
+        let app = App::new(s, clock.clock.clone());
+        if let Some(c) = &seams.celery {
+            c.route_for(&app);
+        }
+        Ok(NativeApp { app, host })
+    }
+
+    /// The queue its JS bodies are served from.
+    #[napi(getter)]
+    pub fn host(&self) -> NativeHost {
+        NativeHost {
+            q: self.host.clone(),
+        }
+    }
+
+    /// Registers (or replaces) the body `name` with a policy (JSON, see
+    /// `codec::policy`). `null`, or why not.
+    #[napi(catch_unwind)]
+    pub fn register(&self, name: String, policy: String) -> Option<Refusal> {
+        let p = match codec::policy(&policy) {
+            Ok(p) => p,
+            Err(e) => return Some(e),
+        };
+        let body = self.host.body(&name);
+        self.app.register(&name, p, body).err().map(Refusal::from)
+    }
+
+    /// Publishes a run: `req` is `[name, args, kwargs, options]`. With
+    /// `known`, a name this app has not registered is refused
+    /// (`UNKNOWN_TASK`); without, it is Celery's `send_task`. Answers the
+    /// run's id.
+    #[napi(catch_unwind)]
+    pub fn send(&self, req: String, known: bool) -> napi::Result<Answer> {
+        let SendIn(name, args, kwargs, opts) = match parse::<SendIn>("send", &req) {
+            Ok(r) => r,
+            Err(e) => return refused(e),
+        };
+        let opts = match codec::options(opts) {
+            Ok(o) => o,
+            Err(e) => return refused(e),
+        };
+        let app = self.app.clone();
+        let kwargs = kwargs.unwrap_or_default();
+        drive(
+            async move {
+                if known {
+                    app.send(&name, args, kwargs, opts).await
+                } else {
+                    app.send_task(&name, args, kwargs, opts).await
+                }
+            },
+            |h| h.id().to_string(),
+            |h| quote(h.id()),
+        )
+    }
+
+    /// Publishes a canvas tree (see `codec::canvas`); answers
+    /// `{"ids": [...], "all": bool}`.
+    #[napi(js_name = "sendCanvas", catch_unwind)]
+    pub fn send_canvas(&self, tree: String) -> napi::Result<Answer> {
+        let v: Value = match parse("canvas", &tree) {
+            Ok(v) => v,
+            Err(e) => return refused(e),
+        };
+        let canvas = match codec::canvas(v) {
+            Ok(c) => c,
+            Err(e) => return refused(e),
+        };
+        let app = self.app.clone();
+        drive(
+            async move { app.send_canvas(canvas).await },
+            |h| handle_json(&h),
+            |h| handle_json(&h),
+        )
+    }
+
+    /// Waits for a run's value (a set: the list, in order), at most
+    /// `timeout` real ms (`null`: for ever). Answers JSON text.
+    #[napi(catch_unwind)]
+    pub fn get(&self, ids: String, all: bool, timeout: Option<f64>) -> napi::Result<Answer> {
+        let h = match handle_of(&self.app, &ids, all) {
+            Ok(h) => h,
+            Err(e) => return refused(e),
+        };
+        let t = timeout.map(|t| Duration::from_millis(ms(t).max(0) as u64));
+        drive(async move { h.get(t).await }, json_text, json_text)
+    }
+
+    /// What the run (or the set) is doing now: a state name.
+    #[napi(catch_unwind)]
+    pub fn state(&self, ids: String, all: bool) -> napi::Result<Answer> {
+        let h = match handle_of(&self.app, &ids, all) {
+            Ok(h) => h,
+            Err(e) => return refused(e),
+        };
+        drive(
+            async move { h.state().await },
+            |s| s.name().to_string(),
+            |s| quote(s.name()),
+        )
+    }
+
+    /// Revokes the run (or the set); with `terminate`, a run in progress in
+    /// this process stops.
+    #[napi(catch_unwind)]
+    pub fn revoke(&self, ids: String, all: bool, terminate: bool) -> napi::Result<Answer> {
+        let h = match handle_of(&self.app, &ids, all) {
+            Ok(h) => h,
+            Err(e) => return refused(e),
+        };
+        drive(
+            async move { h.revoke(terminate).await },
+            |()| String::new(),
+            |()| "null".to_string(),
+        )
+    }
+
+    /// Every registered name, sorted.
+    #[napi(js_name = "taskNames")]
+    pub fn task_names(&self) -> Vec<String> {
+        self.app.task_names()
+    }
+
+    /// Whether `name` is registered.
+    #[napi(js_name = "hasTask")]
+    pub fn has_task(&self, name: String) -> bool {
+        self.app.has_task(&name)
+    }
+
+    /// The app's time, epoch ms.
+    #[napi]
+    pub fn now(&self) -> f64 {
+        self.app.now() as f64
+    }
+
+    /// A worker over `queues` (the core's `["default"]` when `null`).
+    #[napi(catch_unwind)]
+    pub fn worker(
+        &self,
+        queues: Option<Vec<String>>,
+        concurrency: Option<f64>,
+        prefetch: Option<f64>,
+        name: Option<String>,
+    ) -> Either<NativeWorker, Refusal> {
+        let d = WorkerConfig::default();
+        let count = |x: f64, what: &str| -> Result<usize, Refusal> {
+            if x.fract() != 0.0 || x < 0.0 || !x.is_finite() {
+                return Err(Refusal::invalid(format!(
+                    "invalid `{what}`: must be a whole number, at least 1"
+                )));
+            }
+            Ok(x as usize)
+        };
+        let concurrency = match concurrency.map(|c| count(c, "concurrency")).transpose() {
+            Ok(c) => c.unwrap_or(d.concurrency),
+            Err(e) => return Either::B(e),
+        };
+        let prefetch = match prefetch.map(|p| count(p, "prefetch")).transpose() {
+            Ok(p) => p,
+            Err(e) => return Either::B(e),
+        };
+        let cfg = WorkerConfig {
+            queues: queues.unwrap_or(d.queues),
+            concurrency,
+            prefetch,
+            name,
+        };
+        match self.app.worker(cfg) {
+            Ok(w) => Either::A(NativeWorker { w }),
+            Err(e) => Either::B(Refusal::from(e)),
+        }
+    }
+
+    /// A new beat on this app.
+    #[napi]
+    pub fn beat(&self) -> NativeBeat {
+        NativeBeat {
+            beat: self.app.beat(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------- worker
+
+/// The core's worker.
+#[napi]
+pub struct NativeWorker {
+    w: Worker,
+}
+
+#[napi]
+impl NativeWorker {
+    /// Runs until stopped; answers (a ticket) once every message it held is
+    /// settled or given back.
+    #[napi(catch_unwind)]
+    pub fn run(&self) -> napi::Result<Answer> {
+        let w = self.w.clone();
+        drive(
+            async move { w.run().await },
+            |()| String::new(),
+            |()| "null".to_string(),
+        )
+    }
+
+    /// Stops claiming, gives prefetched messages back, waits up to `grace`
+    /// ms for runs in progress, then cancels and gives back the rest.
+    /// Returns at once; `run` answers when it is all done.
+    #[napi]
+    pub fn stop(&self, grace: f64) {
+        self.w.stop(Duration::from_millis(ms(grace).max(0) as u64));
+    }
+
+    #[napi(getter)]
+    pub fn name(&self) -> String {
+        self.w.name().to_string()
+    }
+    #[napi(getter)]
+    pub fn queues(&self) -> Vec<String> {
+        self.w.queues().to_vec()
+    }
+    #[napi(getter)]
+    pub fn concurrency(&self) -> u32 {
+        self.w.concurrency() as u32
+    }
+    #[napi(getter)]
+    pub fn prefetch(&self) -> u32 {
+        self.w.prefetch() as u32
+    }
+    #[napi(getter)]
+    pub fn settled(&self) -> f64 {
+        self.w.settled() as f64
+    }
+    #[napi(getter)]
+    pub fn stopping(&self) -> bool {
+        self.w.is_stopping()
+    }
+}
+
+// ---------------------------------------------------------------- beat
+
+/// The core's beat.
+#[napi]
+pub struct NativeBeat {
+    beat: Beat,
+}
+
+/// A beat entry: `[name, task, args, kwargs | null, options | null]`.
+#[derive(serde::Deserialize)]
+struct EntryIn(
+    String,
+    String,
+    Vec<Value>,
+    Option<serde_json::Map<String, Value>>,
+    Option<OptsIn>,
+);
+
+fn pairs(items: impl IntoIterator<Item = (String, i64)>) -> String {
+    let v: Vec<(String, i64)> = items.into_iter().collect();
+    serde_json::to_string(&v).unwrap_or_else(|_| "[]".into())
+}
+
+#[napi]
+impl NativeBeat {
+    /// Schedules an entry (replacing one of that name) on a rhythm (JSON,
+    /// see `codec::rhythm`). `null`, or why not.
+    #[napi(catch_unwind)]
+    pub fn add(&self, entry: String, rhythm: String) -> Option<Refusal> {
+        let go = || -> Result<(), Refusal> {
+            let EntryIn(name, task, args, kwargs, opts) = parse("beat entry", &entry)?;
+            let r = codec::rhythm(&rhythm)?;
+            let sig = Sig::new(task, args)
+                .with_kwargs(kwargs.unwrap_or_default())
+                .with_options(codec::options(opts)?);
+            self.beat.add(&name, sig, r).map_err(Refusal::from)
+        };
+        go().err()
+    }
+
+    /// Removes the entry `name`; `false` when there was none.
+    #[napi]
+    pub fn remove(&self, name: String) -> bool {
+        self.beat.remove(&name)
+    }
+
+    /// `[[name, at], ...]`, soonest first (epoch ms).
+    #[napi]
+    pub fn pending(&self) -> String {
+        pairs(self.beat.pending())
+    }
+
+    /// Sends what is due now; answers `[[name, due, id], ...]`.
+    #[napi(catch_unwind)]
+    pub fn tick(&self) -> napi::Result<Answer> {
+        let b = self.beat.clone();
+        let render = |fired: Vec<headway_core::task::Fired>| {
+            let v: Vec<(String, i64, String)> = fired
+                .into_iter()
+                .map(|f| (f.name, f.due, f.handle.id().to_string()))
+                .collect();
+            serde_json::to_string(&v).unwrap_or_else(|_| "[]".into())
+        };
+        drive(async move { b.tick().await }, render, render)
+    }
+
+    /// Sends due entries and sleeps until the next, until `stop()` (or until
+    /// the app's clock reaches `until`, epoch ms).
+    #[napi(catch_unwind)]
+    pub fn run(&self, until: Option<f64>) -> napi::Result<Answer> {
+        let b = self.beat.clone();
+        let until = until.map(ms);
+        drive(
+            async move { b.run(until).await },
+            |()| String::new(),
+            |()| "null".to_string(),
+        )
+    }
+
+    /// Stops `run` after the tick in progress.
+    #[napi]
+    pub fn stop(&self) {
+        self.beat.stop();
+    }
+}

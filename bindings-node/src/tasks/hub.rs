@@ -1,0 +1,248 @@
+//! The one bell of a JS environment, and the Promises it answers.
+//!
+//! The task side's futures run on the core's one tokio runtime. When one
+//! finishes, its answer is pushed onto this environment's list of settled
+//! tickets and the bell — one ThreadsafeFunction per environment — is rung,
+//! at most once until JS drains: a burst of a thousand settled `get()`s costs
+//! one event-loop wake-up and one native call (`_hubDrain`), which answers
+//! them all as one JSON text. The same bell is what the core's `HostQueue`
+//! rings when calls for JS bodies arrive (`app.rs`), so one wake-up serves
+//! both.
+//!
+//! Lifetimes (shared/BINDINGS.md §2.7): the bell is *weak* — it keeps the
+//! process alive only while a ticket is outstanding (a pending `get()`, a
+//! running `worker.run()`): it is ref'd when the count of outstanding
+//! tickets leaves zero and unref'd when it returns there. After
+//! `worker.stop()` and the last answer nothing native keeps Node up.
+//!
+//! Every call that touches a broker first polls its future once on the JS
+//! thread (inside the runtime's context): the in-memory broker answers at
+//! once, so a send, a `get()` of a settled run or a `state()` costs no
+//! thread hop, no ticket and no wake-up. Only a future still pending after
+//! that poll is spawned and given a ticket.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskCx, Poll, Waker};
+
+use futures_util::FutureExt;
+use headway_core::task::Refused;
+use napi::bindgen_prelude::{Either3, Function};
+use napi::sys;
+use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
+use napi::{Env, Status};
+use napi_derive::napi;
+
+use super::{Refusal, rt};
+
+type Bell = ThreadsafeFunction<(), (), (), Status, false, true>;
+
+/// What a finished future answers: a JSON text, or why not.
+pub(crate) enum Settled {
+    Ok(String),
+    Err(Refusal),
+}
+
+/// The part of the hub tokio threads touch.
+pub(crate) struct Shared {
+    done: Mutex<Vec<(u32, Settled)>>,
+    rung: AtomicBool,
+    bell: Bell,
+}
+
+impl Shared {
+    /// Wakes the JS thread, unless a wake-up is already on its way.
+    pub(crate) fn ring(&self) {
+        if !self.rung.swap(true, Ordering::AcqRel) {
+            let _ = self.bell.call((), ThreadsafeFunctionCallMode::NonBlocking);
+        }
+    }
+
+    fn push(&self, ticket: u32, s: Settled) {
+        self.done
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((ticket, s));
+        self.ring();
+    }
+}
+
+/// One environment's hub (lives on its JS thread).
+pub(crate) struct Hub {
+    pub(crate) shared: Arc<Shared>,
+    env: sys::napi_env,
+    next: Cell<u32>,
+    outstanding: Cell<u32>,
+}
+
+thread_local! {
+    /// Each JS environment runs on its own thread (worker_threads too), so a
+    /// thread-local is one hub per environment.
+    static HUB: RefCell<Option<Rc<Hub>>> = const { RefCell::new(None) };
+}
+
+/// This environment's hub.
+pub(crate) fn hub() -> napi::Result<Rc<Hub>> {
+    HUB.with(|h| h.borrow().clone()).ok_or_else(|| {
+        napi::Error::from_reason("headway: the task hub is not initialised (load headway first)")
+    })
+}
+
+impl Hub {
+    fn set_ref(&self, on: bool) {
+        if self.shared.bell.aborted() {
+            return;
+        }
+        let raw = self.shared.bell.raw();
+        // SAFETY: called on the environment's own thread, and the bell is not
+        // finalised (not aborted), so `raw` is live.
+        unsafe {
+            if on {
+                sys::napi_ref_threadsafe_function(self.env, raw);
+            } else {
+                sys::napi_unref_threadsafe_function(self.env, raw);
+            }
+        }
+    }
+
+    /// A new ticket: the bell keeps the process alive until it is answered.
+    fn ticket(&self) -> u32 {
+        let t = self.next.get();
+        self.next.set(t.wrapping_add(1).max(1));
+        let n = self.outstanding.get();
+        if n == 0 {
+            self.set_ref(true);
+        }
+        self.outstanding.set(n + 1);
+        t
+    }
+}
+
+/// Installs the bell: `bell()` is called on the JS thread whenever settled
+/// tickets or calls for bodies are waiting. Once per environment.
+#[napi(js_name = "_hubInit", catch_unwind)]
+pub fn hub_init(env: &Env, bell: Function<(), ()>) -> napi::Result<()> {
+    if HUB.with(|h| h.borrow().is_some()) {
+        return Ok(());
+    }
+    let tsfn: Bell = bell
+        .build_threadsafe_function::<()>()
+        .weak::<true>()
+        .callee_handled::<false>()
+        .build()?;
+    let hub = Hub {
+        shared: Arc::new(Shared {
+            done: Mutex::new(Vec::new()),
+            rung: AtomicBool::new(false),
+            bell: tsfn,
+        }),
+        env: env.raw(),
+        next: Cell::new(1),
+        outstanding: Cell::new(0),
+    };
+    HUB.with(|h| *h.borrow_mut() = Some(Rc::new(hub)));
+    Ok(())
+}
+
+/// Everything settled since the last drain, as one JSON text:
+/// `[[ticket, 1, payload] | [ticket, 0, refusal], ...]`, or `null`. Clears
+/// the bell first, so anything settling after this rings again.
+#[napi(js_name = "_hubDrain", catch_unwind)]
+pub fn hub_drain() -> napi::Result<Option<String>> {
+    let hub = hub()?;
+    hub.shared.rung.store(false, Ordering::Release);
+    let done = std::mem::take(&mut *hub.shared.done.lock().unwrap_or_else(|e| e.into_inner()));
+    if done.is_empty() {
+        return Ok(None);
+    }
+    let n = hub.outstanding.get().saturating_sub(done.len() as u32);
+    hub.outstanding.set(n);
+    if n == 0 {
+        hub.set_ref(false);
+    }
+    let mut out = String::with_capacity(done.len() * 48 + 2);
+    out.push('[');
+    for (i, (t, s)) in done.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('[');
+        out.push_str(&t.to_string());
+        match s {
+            Settled::Ok(text) => {
+                out.push_str(",1,");
+                out.push_str(text);
+            }
+            Settled::Err(r) => {
+                out.push_str(",0,");
+                out.push_str(&serde_json::to_string(r).unwrap_or_else(|_| "null".into()));
+            }
+        }
+        out.push(']');
+    }
+    out.push(']');
+    Ok(Some(out))
+}
+
+/// How many tickets wait for an answer (tests: nothing is left behind).
+#[napi(js_name = "_hubOutstanding")]
+pub fn hub_outstanding() -> napi::Result<u32> {
+    Ok(hub()?.outstanding.get())
+}
+
+/// What a call that may finish at once answers JS: the payload text (done),
+/// a ticket number (answered later through the bell), or a refusal.
+pub(crate) type Answer = Either3<String, u32, Refusal>;
+
+/// Polls `fut` once here; answers at once when it is ready (`now` renders
+/// its value), else spawns it on the core's runtime and answers a ticket
+/// whose payload `later` renders as JSON text.
+pub(crate) fn drive<T, F>(
+    fut: F,
+    now: impl FnOnce(T) -> String,
+    later: fn(T) -> String,
+) -> napi::Result<Answer>
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T, Refused>> + Send + 'static,
+{
+    let rt = rt()?;
+    let mut fut = Box::pin(fut);
+    {
+        let _inside = rt.enter();
+        let mut cx = TaskCx::from_waker(Waker::noop());
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return Ok(match v {
+                Ok(v) => Either3::A(now(v)),
+                Err(r) => Either3::C(Refusal::from(r)),
+            });
+        }
+    }
+    let hub = hub()?;
+    let ticket = hub.ticket();
+    let shared = hub.shared.clone();
+    rt.spawn(async move {
+        let s = match AssertUnwindSafe(fut).catch_unwind().await {
+            Ok(Ok(v)) => Settled::Ok(later(v)),
+            Ok(Err(r)) => Settled::Err(Refusal::from(r)),
+            Err(p) => Settled::Err(Refusal::panic(p)),
+        };
+        shared.push(ticket, s);
+    });
+    Ok(Either3::B(ticket))
+}
+
+/// The bell, for a `HostQueue` to ring when calls arrive.
+pub(crate) fn bell() -> napi::Result<Arc<dyn Fn() + Send + Sync>> {
+    let shared = hub()?.shared.clone();
+    Ok(Arc::new(move || shared.ring()))
+}
+
+/// JSON text of a string.
+pub(crate) fn quote(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}

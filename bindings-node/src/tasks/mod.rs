@@ -1,0 +1,124 @@
+//! The task queue half of the core, for `bindings-node/tasks.js`.
+//!
+//! Values cross as JSON text: `tasks.js` checks types and builds one JSON
+//! request per call (arguments, options, a policy, a canvas tree), the
+//! native side parses it with serde and hands it to the core, and answers
+//! come back as JSON text that V8 parses in one go. One string each way is
+//! cheaper than a Node-API call per field, and it is the same path a
+//! message's arguments take through a broker anyway.
+//!
+//! - [`hub`]: the environment's bell and the Promises it answers;
+//! - [`codec`]: requests (options, policies, rhythms, canvases) into core
+//!   values, refusals out;
+//! - [`app`]: `NativeApp` (registry, sending, handles), the body queue JS
+//!   drains, workers and beats;
+//! - [`time`]: `NativeClock` (the system clock or a virtual one) and the
+//!   rhythm and backoff helpers;
+//! - [`brokers`]: `NativeRedis` (headway's Redis layout or Celery's) and the
+//!   seams an app is built on;
+//! - [`sched`]: the broker-less in-process scheduler.
+//!
+//! No rule lives here: every default and every check is the core's; this
+//! converts units (ms as JS numbers, rounded) and maps refusals.
+
+// A `Refusal` is a few strings: it travels only on the failure path, once
+// per refused call, so boxing it would buy nothing.
+#![allow(clippy::result_large_err)]
+
+pub(crate) mod app;
+pub(crate) mod brokers;
+pub(crate) mod codec;
+pub(crate) mod hub;
+pub(crate) mod sched;
+pub(crate) mod time;
+
+use headway_core::task::Refused;
+use napi_derive::napi;
+use serde::Serialize;
+
+/// Why a task-side call did not answer a value, as `tasks.js` turns it into
+/// an `Error` with a `code`: the core's `Refused::code()` (`FAILED`,
+/// `TIMEOUT`, `REVOKED`, `MISSING`, `UNKNOWN_TASK`, `BROKER`, `INVALID`),
+/// or `PANIC` for a Rust panic caught in a spawned future.
+#[napi(object)]
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Refusal {
+    pub code: String,
+    pub message: String,
+    /// FAILED: the remote error's type name (`TypeError`, `ValueError`).
+    pub remote_type: Option<String>,
+    /// FAILED: its message.
+    pub remote_message: Option<String>,
+    /// FAILED: its stack or traceback text.
+    pub remote_traceback: Option<String>,
+    /// FAILED: its module, when the remote side had one (Python).
+    pub remote_module: Option<String>,
+    /// REVOKED: the run's id; UNKNOWN_TASK: the name.
+    pub id: Option<String>,
+}
+
+impl Refusal {
+    fn bare(code: &str, message: String) -> Refusal {
+        Refusal {
+            code: code.to_string(),
+            message,
+            remote_type: None,
+            remote_message: None,
+            remote_traceback: None,
+            remote_module: None,
+            id: None,
+        }
+    }
+
+    /// A Rust panic caught in a spawned future.
+    pub(crate) fn panic(payload: Box<dyn std::any::Any + Send>) -> Refusal {
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a Rust panic".into());
+        Refusal::bare(
+            "PANIC",
+            format!("headway panicked (a bug, please report it): {msg}"),
+        )
+    }
+
+    /// An argument the core cannot accept.
+    pub(crate) fn invalid(why: impl Into<String>) -> Refusal {
+        Refusal::bare("INVALID", why.into())
+    }
+}
+
+impl From<Refused> for Refusal {
+    // One match over every variant: a new one in the core fails to compile
+    // here rather than falling through (polars' `error.rs` rule).
+    fn from(r: Refused) -> Refusal {
+        let message = r.to_string();
+        let code = r.code();
+        let mut out = Refusal::bare(code, message);
+        match r {
+            Refused::Failed(f) => {
+                out.remote_type = Some(f.kind);
+                out.remote_message = Some(f.message);
+                out.remote_traceback = f.traceback;
+                out.remote_module = f.module;
+            }
+            Refused::Revoked(id) => out.id = Some(id),
+            Refused::UnknownTask(name) => out.id = Some(name),
+            Refused::Timeout | Refused::Missing(_) | Refused::Broker(_) | Refused::Invalid(_) => {}
+        }
+        out
+    }
+}
+
+/// The core's one runtime, or an `Error` in a forked child.
+pub(crate) fn rt() -> napi::Result<&'static tokio::runtime::Runtime> {
+    headway_core::runtime::runtime().map_err(|e| napi::Error::from_reason(e.to_string()))
+}
+
+/// A JS number of milliseconds as the core's `i64`, rounded to the nearest
+/// (`tasks.js` refuses NaN; ±Infinity saturate).
+pub(crate) fn ms(x: f64) -> i64 {
+    x.round() as i64
+}

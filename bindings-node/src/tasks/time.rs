@@ -1,0 +1,133 @@
+//! Task-side time: the clock an app reads, and the rhythm and backoff
+//! helpers.
+//!
+//! Instants are epoch milliseconds as JS numbers (`tasks.js` turns a `Date`
+//! into one with `getTime()`); spans are milliseconds.
+
+use std::sync::{Arc, LazyLock};
+
+use headway_core::task::{Backoff, Clock, SystemClock, VirtualClock};
+use napi::bindgen_prelude::Either;
+use napi_derive::napi;
+
+use super::codec::{backoff_text, rhythm};
+use super::{Refusal, ms};
+
+/// The system clock, one `Arc` for the process, so two apps on it are seen
+/// to share one (a `RedisBroker` refuses an app on another clock).
+pub(crate) static SYSTEM: LazyLock<Arc<dyn Clock>> = LazyLock::new(|| Arc::new(SystemClock));
+
+/// Whether two clocks are one.
+pub(crate) fn same_clock(a: &Arc<dyn Clock>, b: &Arc<dyn Clock>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+}
+
+/// The clock an app, a broker or a scheduler reads: the system clock, or a
+/// virtual one that sleeping advances (`testing.VirtualClock`).
+#[napi]
+pub struct NativeClock {
+    pub(crate) clock: Arc<dyn Clock>,
+    virt: Option<Arc<VirtualClock>>,
+}
+
+#[napi]
+impl NativeClock {
+    /// The system clock.
+    #[napi(factory)]
+    pub fn system() -> Self {
+        NativeClock {
+            clock: SYSTEM.clone(),
+            virt: None,
+        }
+    }
+
+    /// A virtual clock reading `start` (epoch ms) until something moves it.
+    #[napi(factory, js_name = "virtualAt")]
+    pub fn virtual_at(start: f64) -> Self {
+        let v = VirtualClock::new(ms(start));
+        NativeClock {
+            clock: v.clone(),
+            virt: Some(v),
+        }
+    }
+
+    /// Now, in epoch ms.
+    #[napi]
+    pub fn now(&self) -> f64 {
+        self.clock.now() as f64
+    }
+
+    /// Moves a virtual clock forward by `by` ms (a negative step does
+    /// nothing: time here never runs backwards).
+    #[napi]
+    pub fn advance(&self, by: f64) {
+        if let Some(v) = &self.virt {
+            v.advance(ms(by));
+        }
+    }
+
+    /// Moves a virtual clock to `at` (epoch ms) if that is later.
+    #[napi(js_name = "advanceTo")]
+    pub fn advance_to(&self, at: f64) {
+        if let Some(v) = &self.virt {
+            v.advance_to(ms(at));
+        }
+    }
+
+    /// Whether sleeping on it advances it.
+    #[napi(getter, js_name = "isVirtual")]
+    pub fn is_virtual(&self) -> bool {
+        self.virt.is_some()
+    }
+}
+
+/// Checks a rhythm request (`{every, anchor}`, `{cron, tz}`, `{at}`):
+/// `null` when the core accepts it.
+#[napi(js_name = "_rhythmCheck", catch_unwind)]
+pub fn rhythm_check(spec: String) -> Option<Refusal> {
+    rhythm(&spec).err()
+}
+
+/// The first time the rhythm fires at or after `now` (epoch ms); `null`
+/// when it never does.
+#[napi(js_name = "_rhythmFirst", catch_unwind)]
+pub fn rhythm_first(spec: String, now: f64) -> Either<Option<f64>, Refusal> {
+    match rhythm(&spec) {
+        Ok(r) => Either::A(r.first(ms(now)).map(|t| t as f64)),
+        Err(e) => Either::B(e),
+    }
+}
+
+/// The first time the rhythm fires strictly after `at` — pass the time that
+/// was due, which is how a late tick keeps the phase; `null` when never.
+#[napi(js_name = "_rhythmAfter", catch_unwind)]
+pub fn rhythm_after(spec: String, at: f64) -> Either<Option<f64>, Refusal> {
+    match rhythm(&spec) {
+        Ok(r) => Either::A(r.after(ms(at)).map(|t| t as f64)),
+        Err(e) => Either::B(e),
+    }
+}
+
+/// A backoff request (`{fixed}` or `{base, cap, jitter}`) with the core's
+/// defaults filled in, as JSON text; or why the core refuses it.
+#[napi(js_name = "_backoffNorm", catch_unwind)]
+pub fn backoff_norm(spec: String) -> Either<String, Refusal> {
+    match backoff_text(&spec) {
+        Ok(Backoff::Fixed { delay }) => Either::A(format!("{{\"fixed\":{delay}}}")),
+        Ok(Backoff::Exponential { base, cap, jitter }) => Either::A(format!(
+            "{{\"base\":{base},\"cap\":{cap},\"jitter\":{jitter}}}"
+        )),
+        Err(e) => Either::B(e),
+    }
+}
+
+/// The wait in ms before attempt `attempt` (the first is 1 and never waits)
+/// of the run `id`: the jitter is derived from the id and the attempt, the
+/// same on every machine and in both languages.
+#[napi(js_name = "_backoffWait", catch_unwind)]
+pub fn backoff_wait(spec: String, attempt: u32, id: String) -> Either<f64, Refusal> {
+    match backoff_text(&spec) {
+        Ok(b) => Either::A(b.delay(attempt, &id) as f64),
+        Err(e) => Either::B(e),
+    }
+}
