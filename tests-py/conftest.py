@@ -1,11 +1,12 @@
 """Fail with instructions, not a wall of ImportErrors, when headway is not built;
 and the task suite's brokers.
 
-Task tests take the ``make_app`` fixture, parametrized over brokers: the
-in-memory one always, and headway's Redis layout on a redis-server this
-session starts on a free loopback port (skipped, with the reason printed,
-when ``redis-server`` is not installed — unless ``HEADWAY_REQUIRE_REDIS=1``,
-which makes that a failure).
+Task tests take the ``apps`` fixture, parametrized over brokers: the
+in-memory one always; headway's Redis layout and Celery's (``RedisBroker``,
+``RedisBroker.celery``) on a redis-server this session starts on a free
+loopback port — skipped, with the reason printed, when ``redis-server`` is
+not installed, unless ``HEADWAY_REQUIRE_REDIS=1``, which makes that a
+failure.
 """
 
 from __future__ import annotations
@@ -79,15 +80,24 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def command(self, *args: str) -> bytes:
-        """One command over RESP; answers the first reply line."""
-        parts = [f"*{len(args)}\r\n".encode()]
-        for a in args:
-            b = a.encode()
-            parts.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    def command(self, *args: str, db: int = 0) -> bytes:
+        """One command over RESP on database ``db``; answers the reply's
+        first line."""
+        parts = []
+        for cmd in (("SELECT", str(db)), args):
+            parts.append(f"*{len(cmd)}\r\n".encode())
+            for a in cmd:
+                b = a.encode()
+                parts.append(b"$%d\r\n%s\r\n" % (len(b), b))
         with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
             s.sendall(b"".join(parts))
-            return s.recv(65536).split(b"\r\n", 1)[0]
+            got = b""
+            while got.count(b"\r\n") < 2:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+            return got.split(b"\r\n")[1]
 
     def stop(self) -> None:
         self.proc.kill()
@@ -113,6 +123,8 @@ MakeApp = Callable[..., headway.App]
 class Apps:
     """Makes apps on one broker kind, and stops their workers at the end."""
 
+    db = 0
+
     def __init__(self, kind: str, server: RedisServer | None) -> None:
         self.kind = kind
         self.server = server
@@ -126,9 +138,10 @@ class Apps:
             return headway.App("memory://", clock=clock, **kw)
         assert self.server is not None
         if self.kind == "celery":
-            # Celery's key names are fixed: a clean database per test.
-            self.server.command("FLUSHALL")
-            broker = headway.RedisBroker.celery(self.server.url)
+            # Celery's key names are fixed: a database of the test's own.
+            Apps.db = Apps.db % 15 + 1
+            assert self.server.command("FLUSHDB", db=Apps.db) == b"+OK"
+            broker = headway.RedisBroker.celery(self.server.url.rsplit("/", 1)[0] + f"/{Apps.db}")
         else:
             broker = headway.RedisBroker(self.server.url, prefix=f"t{uuid.uuid4().hex[:8]}:")
         return headway.App(broker, clock=clock, **kw)

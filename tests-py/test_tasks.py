@@ -155,8 +155,15 @@ def test_unknown_names_and_send_task(apps: Apps) -> None:
     assert h.state() == "PENDING"
     with pytest.raises(Timeout):
         h.get(timeout=0.05)
-    # A worker that receives it records it failed rather than dropping it.
     apps.start(app)
+    if apps.kind == "celery":
+        # On a queue shared with Celery workers, a name this worker does not
+        # run is handed back for a consumer that does.
+        with pytest.raises(Timeout):
+            h.get(timeout=0.5)
+        assert h.state() == "PENDING"
+        return
+    # A worker that receives it records it failed rather than dropping it.
     with pytest.raises(TaskFailed) as failed:
         h.get(timeout=WAIT)
     assert failed.value.type == "NotRegistered"
@@ -657,7 +664,8 @@ def test_queues_and_priorities(apps: Apps) -> None:
     low = mail.apply_async(("low",), priority=9)
     high = mail.apply_async(("high",), priority=0)
     other = mail.apply_async(("elsewhere",), queue="other")
-    apps.start(app, queues="mail", concurrency=1)
+    # One claim at a time, so claim order is run order.
+    apps.start(app, queues="mail", concurrency=1, prefetch=1)
     assert low.get(timeout=WAIT) == "low" and high.get(timeout=WAIT) == "high"
     assert order == ["high", "low"]
     assert other.state() == "PENDING"

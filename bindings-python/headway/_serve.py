@@ -26,7 +26,8 @@ import inspect
 import sys
 import threading
 import time
-from collections.abc import Coroutine
+import types
+from collections.abc import Coroutine, Generator
 from typing import Any
 
 from . import _native
@@ -41,6 +42,29 @@ _Call = tuple[int, str, Any, tuple[Any, ...], "dict[str, Any] | None", _native.C
 
 async def _awaiting(aw: Any) -> Any:
     return await aw
+
+
+@types.coroutine
+def _resume(coro: Coroutine[Any, Any, Any], first: Any) -> Generator[Any, Any, Any]:
+    """Drives ``coro`` on from its first step, which ``_dispatch`` ran
+    eagerly and which yielded ``first``: what ``yield from`` does, for a
+    coroutine that has already started. The Task running this sees exactly
+    what it would have seen running ``coro`` itself (the futures it waits
+    on, cancellation thrown in)."""
+    value = first
+    while True:
+        try:
+            sent = yield value
+        except BaseException as e:  # noqa: BLE001 - forwarded, as yield from does
+            try:
+                value = coro.throw(e)
+            except StopIteration as stop:
+                return stop.value
+        else:
+            try:
+                value = coro.send(sent)
+            except StopIteration as stop:
+                return stop.value
 
 
 class Serving:
@@ -123,24 +147,31 @@ class Serving:
                 t.cancel()
 
     def _dispatch(self, batch: list[_Call]) -> None:
-        """Loop thread: starts a task per call, answered when it is done."""
+        """Loop thread: runs each call's first step now (most bodies finish
+        in it, and then no Task is made), and the rest in a Task."""
         loop = asyncio.get_running_loop()
         host = self._host
+        current = _native._CURRENT
         for seq, name, fn, args, kwargs, ctx in batch:
+            token = current.set(ctx)
             try:
-                aw = fn(*args, **kwargs) if kwargs else fn(*args)
-            except BaseException as e:  # noqa: BLE001 - a body's failure, whatever it is
-                host.fail(seq, e)
-                continue
-            if not inspect.isawaitable(aw):
-                host.finish(seq, name, aw)
-                continue
-            coro: Coroutine[Any, Any, Any] = (
-                aw if inspect.iscoroutine(aw) else _awaiting(aw)
-            )
-            c = contextvars.copy_context()
-            c.run(_native._CURRENT.set, ctx)
-            task = loop.create_task(coro, context=c)
+                try:
+                    aw = fn(*args, **kwargs) if kwargs else fn(*args)
+                    if not inspect.iscoroutine(aw):
+                        if not inspect.isawaitable(aw):
+                            host.finish(seq, name, aw)
+                            continue
+                        aw = _awaiting(aw)
+                    first = aw.send(None)
+                except StopIteration as stop:
+                    host.finish(seq, name, stop.value)
+                    continue
+                except BaseException as e:  # noqa: BLE001 - a body's failure, whatever it is
+                    host.fail(seq, e)
+                    continue
+                task = loop.create_task(_resume(aw, first), context=contextvars.copy_context())
+            finally:
+                current.reset(token)
             self._tasks[seq] = task
             task.add_done_callback(functools.partial(self._done, seq, name))
 

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headway_core::task::{
-    App, Backoff, Beat, Canvas, Clock, Handle, Options, Policy, Rate, Refused, Seams, Sig, State,
-    Worker, WorkerConfig,
+    App, Backoff, Beat, Canvas, Clock, Handle, Options, Policy, Rate, Refused, Sig, State, Worker,
+    WorkerConfig,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::gc::PyVisit;
@@ -765,8 +765,10 @@ fn seams_for(
     broker: &Bound<'_, PyAny>,
     backend: Option<&Bound<'_, PyAny>>,
     clock: &Arc<dyn Clock>,
-) -> PyResult<Seams> {
-    let mut seams = seams_arg(py, "broker", broker, clock)?;
+) -> PyResult<crate::brokers::Made> {
+    let made = seams_arg(py, "broker", broker, clock)?;
+    let celery = made.celery;
+    let mut seams = made.seams;
     match backend {
         None => {}
         Some(b) if b.is_none() => {}
@@ -779,12 +781,12 @@ fn seams_for(
             seams.backend = None;
         }
         Some(b) => {
-            let other = seams_arg(py, "backend", b, clock)?;
+            let other = seams_arg(py, "backend", b, clock)?.seams;
             seams.backend = other.backend;
             seams.counter = other.counter;
         }
     }
-    Ok(seams)
+    Ok(crate::brokers::Made { seams, celery })
 }
 
 #[pymethods]
@@ -800,9 +802,15 @@ impl PyApp {
         guard(|| {
             rt()?;
             let clock = clock_arg(clock)?;
-            let seams = seams_for(py, broker, backend, &clock)?;
+            let made = seams_for(py, broker, backend, &clock)?;
+            let app = App::new(made.seams, clock);
+            if let Some(c) = made.celery {
+                // A Celery worker publishes the next link itself and knows
+                // only what the signature names: links carry this app's queues.
+                c.route_for(&app);
+            }
             Ok(PyApp {
-                app: App::new(seams, clock),
+                app,
                 host: Py::new(py, PyHost::new())?,
             })
         })

@@ -75,8 +75,15 @@ impl PyRedisBroker {
     }
 
     /// The connected broker for `clock`, connecting now if needed.
-    pub(crate) fn connect(&self, py: Python<'_>, clock: &Arc<dyn Clock>) -> PyResult<Seams> {
-        Ok(self.connection(py, clock)?.seams())
+    pub(crate) fn connect(&self, py: Python<'_>, clock: &Arc<dyn Clock>) -> PyResult<Made> {
+        let c = self.connection(py, clock)?;
+        Ok(Made {
+            seams: c.seams(),
+            celery: match c {
+                Connected::Celery(b) => Some(b),
+                Connected::Native(_) => None,
+            },
+        })
     }
 
     fn connection(&self, py: Python<'_>, clock: &Arc<dyn Clock>) -> PyResult<Connected> {
@@ -262,22 +269,32 @@ impl PyRedisBroker {
     }
 }
 
+/// What a `broker=` / `backend=` argument made: the seams, and the Celery
+/// broker behind them when it is one (it routes links by the app's queues).
+pub(crate) struct Made {
+    pub(crate) seams: Seams,
+    pub(crate) celery: Option<Arc<CeleryBroker>>,
+}
+
 /// The seams for a `broker=` / `backend=` argument on `clock`.
 pub(crate) fn seams_arg(
     py: Python<'_>,
     name: &str,
     obj: &Bound<'_, PyAny>,
     clock: &Arc<dyn Clock>,
-) -> PyResult<Seams> {
+) -> PyResult<Made> {
     if let Ok(s) = obj.extract::<String>() {
         let lower = s.to_ascii_lowercase();
         if lower == "memory://" || lower == "memory" {
             let b = MemoryBroker::new(clock.clone());
-            return Ok(Seams {
-                broker: b.clone(),
-                backend: Some(b.clone()),
-                counter: Some(b.clone()),
-                inspector: Some(b),
+            return Ok(Made {
+                seams: Seams {
+                    broker: b.clone(),
+                    backend: Some(b.clone()),
+                    counter: Some(b.clone()),
+                    inspector: Some(b),
+                },
+                celery: None,
             });
         }
         if lower.starts_with("redis://") || lower.starts_with("rediss://") {

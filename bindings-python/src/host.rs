@@ -291,6 +291,30 @@ fn returned_awaitable(key: &str) -> Failure {
     )
 }
 
+/// How long a runner that ran out of calls looks for the next before it
+/// sleeps: long enough to bridge the core's turnaround, short enough not to
+/// matter on an idle worker.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(100);
+
+fn spin_for_work(q: &HostQueue) -> bool {
+    let until = std::time::Instant::now() + SPIN;
+    let mut i = 0u32;
+    loop {
+        if !q.is_empty() {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        i += 1;
+        if i % 16 == 0 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 fn run_sync(py: Python<'_>, host: &Host, call: Call) {
     let Call {
         seq,
@@ -398,24 +422,26 @@ impl PyHost {
             if stop.load(Ordering::SeqCst) {
                 return;
             }
-            let calls = py.detach(|| host.sync_q.take_blocking(1, SLICE));
+            // Wait, detached, until there is work — without taking any: a
+            // call is taken only by a thread that holds the GIL, so no call
+            // sits in a thread that is still waiting for it while another
+            // runner could have run it.
+            let _ = py.detach(|| host.sync_q.take_blocking(0, SLICE));
             // Withdrawn sync calls cannot be interrupted; their answers are
             // dropped by `finish`. Drained so the list does not grow.
             let _ = host.sync_q.cancelled();
-            if calls.is_empty() {
-                continue;
-            }
-            for c in calls {
-                run_sync(py, &host, c);
-            }
             loop {
-                let more = host.sync_q.take(1);
-                if more.is_empty() {
+                let calls = host.sync_q.take(1);
+                let Some(c) = calls.into_iter().next() else {
+                    // The core sends the next call microseconds after an
+                    // answer; a short detached spin catches it without a
+                    // sleep and a wake-up (two context switches).
+                    if py.detach(|| spin_for_work(&host.sync_q)) {
+                        continue;
+                    }
                     break;
-                }
-                for c in more {
-                    run_sync(py, &host, c);
-                }
+                };
+                run_sync(py, &host, c);
             }
         }
     }
