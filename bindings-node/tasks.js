@@ -1487,3 +1487,8 @@ module.exports = {
 
 // Hidden: how many Promises wait on the bell (tests: nothing is left behind).
 Object.defineProperty(module.exports, '_outstanding', { value: () => native._hubOutstanding() });
+
+// Hidden, for admin.js: an App's native half, and a native answer as a Promise.
+Object.defineProperty(module.exports, '_admin', {
+  value: Object.freeze({ nativeOf: (app) => (app instanceof App ? app[APP] : undefined), answer }),
+});
