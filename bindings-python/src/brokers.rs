@@ -62,7 +62,9 @@ impl Connected {
 /// It connects on first use, with the clock of the `App` it is given to.
 #[pyclass(module = "headway._native", name = "RedisBroker", frozen)]
 pub(crate) struct PyRedisBroker {
-    url: String,
+    /// The URL as given (with its password), to connect with.
+    dial: String,
+    /// The URL as shown (password redacted).
     shown: String,
     kind: Kind,
     connected: Mutex<Option<(Connected, Arc<dyn Clock>)>>,
@@ -95,7 +97,7 @@ impl PyRedisBroker {
             }
             return Ok(c.clone());
         }
-        let url = self.url.clone();
+        let url = self.dial.clone();
         let kind = self.kind.clone();
         let clk = clock.clone();
         let made = block(py, async move {
@@ -158,7 +160,7 @@ impl PyRedisBroker {
                 ..RedisOptions::default()
             };
             Ok(PyRedisBroker {
-                url: url.to_string(),
+                dial: url.to_string(),
                 shown,
                 kind: Kind::Native { options },
                 connected: Mutex::new(None),
@@ -195,7 +197,7 @@ impl PyRedisBroker {
                 options.visibility_timeout = Duration::from_millis(ms as u64);
             }
             Ok(PyRedisBroker {
-                url: url.to_string(),
+                dial: url.to_string(),
                 shown,
                 kind: Kind::Celery { options },
                 connected: Mutex::new(None),

@@ -172,6 +172,9 @@ pub(crate) fn quoted(s: &str) -> String {
     format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
+// One slot per thread, replaced per call: its size does not matter, and
+// boxing the context would cost an allocation per run.
+#[allow(clippy::large_enum_variant)]
 enum Current {
     Rust(Context),
     Py(Py<PyCtx>),
@@ -307,7 +310,7 @@ fn spin_for_work(q: &HostQueue) -> bool {
             return false;
         }
         i += 1;
-        if i % 16 == 0 {
+        if i.is_multiple_of(16) {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();

@@ -178,7 +178,7 @@ fn format_traceback(py: Python<'_>, err: &PyErr) -> PyResult<String> {
         .bind(py)
         .call1((err.get_type(py), err.value(py), err.traceback(py)))?;
     let joined = pyo3::types::PyString::new(py, "").call_method1("join", (lines,))?;
-    Ok(joined.extract()?)
+    joined.extract()
 }
 
 /// What a result wait answers, turned into Python on the loop that awaits

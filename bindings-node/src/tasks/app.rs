@@ -149,6 +149,13 @@ pub struct NativeApp {
     host: Arc<HostQueue>,
 }
 
+impl NativeApp {
+    /// The core app, for other native classes that work on it (the admin).
+    pub(crate) fn core(&self) -> &App {
+        &self.app
+    }
+}
+
 fn handle_of(app: &App, ids: &str, all: bool) -> Result<Handle, Refusal> {
     if all {
         let ids: Vec<String> = parse("handle", ids)?;

@@ -1,0 +1,203 @@
+'use strict';
+// The admin interface as a `(req, res)` handler for `http.createServer` or
+// Express (`app.use('/admin', admin.handler(app, { token }))`).
+//
+// Everything it answers is the core's: the page, the JSON reports, sending
+// and revoking, the live stream, the token, CSRF and origin checks, and the
+// security headers. This file only reads the request (stopping at maxBody),
+// hands it over, writes the answer back, and pumps a live stream's frames
+// until the client goes away — then drops the native stream, so no open
+// page keeps the process alive.
+
+const native = require('./headway.node');
+const tasks = require('./tasks.js');
+
+const { nativeOf, answer } = tasks._admin;
+
+// A native answer's payload: JSON text when it came at once, the value
+// itself when it came through the bell (the hub splices it into its batch).
+const json = (text) => JSON.parse(text);
+const same = (v) => v;
+
+function typeError(message) {
+  const e = new TypeError(message);
+  e.code = 'ERR_INVALID_ARG_TYPE';
+  return e;
+}
+
+function rangeError(message) {
+  const e = new RangeError(message);
+  e.code = 'ERR_OUT_OF_RANGE';
+  return e;
+}
+
+/**
+ * The body, cut at `max + 1` bytes: the core answers 413 past `max`, so the
+ * rest is not read (nor kept). Resolves `null` if the client went away.
+ */
+function readBody(req, max) {
+  // Express's body parsers may have read it already.
+  if (Buffer.isBuffer(req.body)) return Promise.resolve(req.body.subarray(0, max + 1));
+  if (typeof req.body === 'string') return Promise.resolve(Buffer.from(req.body).subarray(0, max + 1));
+  if (req.readableEnded) return Promise.resolve(Buffer.alloc(0));
+  return new Promise((resolve) => {
+    const parts = [];
+    let size = 0;
+    const done = (v) => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onGone);
+      req.off('close', onClose);
+      resolve(v);
+    };
+    const onData = (chunk) => {
+      parts.push(chunk);
+      size += chunk.length;
+      if (size > max) {
+        // Enough to refuse: stop reading, keep nothing more.
+        req.pause();
+        done(Buffer.concat(parts, size).subarray(0, max + 1));
+      }
+    };
+    const onEnd = () => done(Buffer.concat(parts, size));
+    const onGone = () => done(null);
+    const onClose = () => {
+      if (!req.complete) done(null);
+    };
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('error', onGone);
+    req.on('close', onClose);
+  });
+}
+
+function writeHead(res, status, headers) {
+  // `[[name, value], ...]` may repeat a name (Set-Cookie): Node takes a
+  // flat raw-headers array for that.
+  const flat = [];
+  for (const [k, v] of headers) flat.push(k, v);
+  res.writeHead(status, flat);
+}
+
+async function pump(admin, id, req, res) {
+  let gone = false;
+  let wake = null;
+  const leave = () => {
+    gone = true;
+    admin.close(id); // ends a next() waiting for its tick at once
+    if (wake) wake();
+  };
+  req.on('close', leave);
+  res.on('close', leave);
+  res.on('error', leave);
+  try {
+    res.flushHeaders();
+    while (!gone && !res.destroyed) {
+      const frame = await answer(admin.next(id), json, same);
+      if (frame === null || gone) break;
+      if (!res.write(frame)) {
+        // A slow client: wait for it to drain (or leave) before the next.
+        await new Promise((ok) => {
+          wake = ok;
+          res.once('drain', ok);
+        });
+        wake = null;
+      }
+    }
+    if (!gone && !res.writableEnded) res.end();
+  } finally {
+    req.off('close', leave);
+    res.off('close', leave);
+    res.off('error', leave);
+    admin.close(id);
+  }
+}
+
+/**
+ * A `(req, res)` handler serving `app`'s admin. `token`: what every route but
+ * `/health` needs (null or empty: one is generated and, with `announce`,
+ * printed to stderr). `readOnly`: refuse every send and revoke (403).
+ * `maxBody`: the largest request body (64 KiB, the core's default).
+ * `allowedOrigins`: origins besides the page's own host whose pages may make
+ * changes with the session cookie, compared exactly.
+ */
+function handler(app, options) {
+  const a = nativeOf(app);
+  if (a === undefined) throw typeError('invalid `app`: expected a headway App');
+  if (options !== undefined && (options === null || typeof options !== 'object')) {
+    throw typeError('invalid `options`: expected an object');
+  }
+  const o = options || {};
+  for (const k of Object.keys(o)) {
+    if (!['token', 'readOnly', 'maxBody', 'allowedOrigins', 'announce'].includes(k)) {
+      throw typeError(`invalid option \`${k}\`: expected token, readOnly, maxBody, allowedOrigins or announce`);
+    }
+  }
+  if (o.token !== undefined && o.token !== null && typeof o.token !== 'string') {
+    throw typeError('invalid `token`: expected a string');
+  }
+  if (o.readOnly !== undefined && typeof o.readOnly !== 'boolean') {
+    throw typeError('invalid `readOnly`: expected a boolean');
+  }
+  if (o.maxBody !== undefined && o.maxBody !== null) {
+    if (typeof o.maxBody !== 'number') throw typeError('invalid `maxBody`: expected a number of bytes');
+    if (!Number.isInteger(o.maxBody) || o.maxBody < 1 || o.maxBody > 0xffffffff) {
+      throw rangeError('invalid `maxBody`: must be a positive whole number of bytes');
+    }
+  }
+  const origins = o.allowedOrigins === undefined ? [] : o.allowedOrigins;
+  if (!Array.isArray(origins) || origins.some((x) => typeof x !== 'string')) {
+    throw typeError('invalid `allowedOrigins`: expected an array of strings');
+  }
+  const admin = new native.NativeAdmin(a, o.token ?? null, o.readOnly === true, o.maxBody ?? null, origins);
+  if (admin.tokenGenerated && o.announce !== false) {
+    process.stderr.write(`headway admin: generated token ${admin.token} (open the page as /?token=${admin.token})\n`);
+  }
+  const max = admin.maxBody;
+
+  async function serve(req, res) {
+    const body = await readBody(req, max);
+    if (body === null) return; // the client left
+    const raw = await answer(admin.handle(req.method, req.url || '/', req.rawHeaders, body), json, same);
+    if (res.destroyed) {
+      if (raw.stream !== null) admin.close(raw.stream);
+      return;
+    }
+    writeHead(res, raw.status, raw.headers);
+    if (raw.stream === null) {
+      if (!req.readableEnded && !req.complete) {
+        // Refused before the whole body came (413): close rather than read on.
+        res.shouldKeepAlive = false;
+        res.end(raw.body, () => req.destroy());
+      } else {
+        res.end(raw.body);
+      }
+      return;
+    }
+    await pump(admin, raw.stream, req, res);
+  }
+
+  function handle(req, res, next) {
+    serve(req, res).catch((e) => {
+      if (typeof next === 'function') return next(e);
+      if (!res.headersSent) {
+        res.writeHead(500, { 'Content-Type': 'text/plain; charset=utf-8' });
+        res.end('headway admin: internal error\n');
+      } else {
+        res.destroy(e);
+      }
+      process.emitWarning(`headway admin: ${e && e.message}`);
+    });
+  }
+  Object.defineProperties(handle, {
+    token: { value: admin.token, enumerable: true },
+    tokenGenerated: { value: admin.tokenGenerated, enumerable: true },
+    readOnly: { value: admin.readOnly, enumerable: true },
+    maxBody: { value: max, enumerable: true },
+    openStreams: { get: () => admin.openStreams, enumerable: true },
+    closeStreams: { value: () => admin.closeAll(), enumerable: true },
+  });
+  return handle;
+}
+
+module.exports = { handler };

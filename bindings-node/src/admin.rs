@@ -1,0 +1,272 @@
+//! The admin interface for Node: the core's `Admin` behind `NativeAdmin`,
+//! which `bindings-node/admin.js` drives from a `(req, res)` handler.
+//!
+//! No rules here: the handler hands over the method, the URL below the
+//! mount point, the raw headers and the body; the core answers the status,
+//! headers and body, or the head of a live stream whose frames `next(id)`
+//! gives one at a time. Answers are the hub's (`tasks/hub.rs`): a reply the
+//! core has at once (the memory broker) comes back from the call itself,
+//! anything slower as a ticket answered through the environment's bell.
+//!
+//! A stream is kept here by number until `close(id)`, which also ends a
+//! `next` still waiting for its tick, so a page that goes away leaves no
+//! outstanding ticket and nothing keeps the process alive.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures_util::future::{Either, select};
+use headway_core::admin::{Admin, AdminConfig, EventStream, Reply, Request};
+use headway_core::task::Refused;
+use napi::bindgen_prelude::Buffer;
+use napi_derive::napi;
+use serde::Serialize;
+use tokio::sync::Notify;
+
+use crate::tasks::app::NativeApp;
+use crate::tasks::hub::{Answer, drive};
+
+/// One open stream: the core's stream (out while a `next` waits on it), and
+/// the flag and wake-up `close` uses.
+struct Slot {
+    stream: Mutex<Option<EventStream>>,
+    closed: AtomicBool,
+    wake: Notify,
+}
+
+type Streams = Arc<Mutex<HashMap<u32, Arc<Slot>>>>;
+
+/// One admin over one app (`admin.js`'s `handler` wraps it).
+#[napi]
+pub struct NativeAdmin {
+    inner: Admin,
+    streams: Streams,
+    next_id: Arc<AtomicU32>,
+}
+
+/// A reply as `admin.js` reads it.
+#[derive(Serialize)]
+struct ReplyOut<'a> {
+    status: u16,
+    /// `[[name, value], ...]`, in order (`Set-Cookie` may repeat).
+    headers: &'a [(String, String)],
+    /// The body as text: every body the core makes is UTF-8 (the page, its
+    /// script and style, JSON, plain text).
+    body: std::borrow::Cow<'a, str>,
+    /// The stream's number for `next`/`close`, or `null`.
+    stream: Option<u32>,
+}
+
+fn render(reply: Reply, streams: &Streams, next_id: &AtomicU32) -> String {
+    let (head, stream) = match reply {
+        Reply::Full(r) => (r, None),
+        Reply::Stream(r, s) => (r, Some(s)),
+    };
+    let id = stream.map(|s| {
+        let id = next_id.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        let slot = Arc::new(Slot {
+            stream: Mutex::new(Some(s)),
+            closed: AtomicBool::new(false),
+            wake: Notify::new(),
+        });
+        streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, slot);
+        id
+    });
+    let out = ReplyOut {
+        status: head.status,
+        headers: &head.headers,
+        body: String::from_utf8_lossy(&head.body),
+        stream: id,
+    };
+    serde_json::to_string(&out).unwrap_or_else(|_| "null".into())
+}
+
+fn same(s: String) -> String {
+    s
+}
+
+#[napi]
+impl NativeAdmin {
+    /// An admin over `app`. `token` null or empty: one is generated
+    /// (`tokenGenerated`). `maxBody` null: the core's 64 KiB.
+    #[napi(constructor, catch_unwind)]
+    pub fn new(
+        app: &NativeApp,
+        token: Option<String>,
+        read_only: bool,
+        max_body: Option<u32>,
+        allowed_origins: Option<Vec<String>>,
+    ) -> napi::Result<Self> {
+        let d = AdminConfig::default();
+        let max_body = match max_body {
+            None => d.max_body,
+            Some(0) => {
+                return Err(napi::Error::new(
+                    napi::Status::InvalidArg,
+                    "invalid `maxBody`: must be a positive number of bytes",
+                ));
+            }
+            Some(n) => n as usize,
+        };
+        let cfg = AdminConfig {
+            token,
+            read_only,
+            max_body,
+            allowed_origins: allowed_origins.unwrap_or_default(),
+        };
+        Ok(NativeAdmin {
+            inner: Admin::new(app.core().clone(), cfg),
+            streams: Arc::new(Mutex::new(HashMap::new())),
+            next_id: Arc::new(AtomicU32::new(0)),
+        })
+    }
+
+    /// The token: the one given or the one generated.
+    #[napi(getter)]
+    pub fn token(&self) -> String {
+        self.inner.token().to_string()
+    }
+
+    /// Whether the token was generated (and so must be printed).
+    #[napi(getter, js_name = "tokenGenerated")]
+    pub fn token_generated(&self) -> bool {
+        self.inner.token_generated()
+    }
+
+    /// Whether every change is refused.
+    #[napi(getter, js_name = "readOnly")]
+    pub fn read_only(&self) -> bool {
+        self.inner.read_only()
+    }
+
+    /// The most body bytes worth reading: past it the answer is 413 anyway.
+    #[napi(getter, js_name = "maxBody")]
+    pub fn max_body(&self) -> u32 {
+        u32::try_from(self.inner.max_body()).unwrap_or(u32::MAX)
+    }
+
+    /// How many streams are open (tests: none is left behind).
+    #[napi(getter, js_name = "openStreams")]
+    pub fn open_streams(&self) -> u32 {
+        self.streams.lock().unwrap_or_else(|e| e.into_inner()).len() as u32
+    }
+
+    /// Answers one request: `headers` flat as Node's `req.rawHeaders`
+    /// (`[name, value, name, value, ...]`). The answer's JSON text is
+    /// `{status, headers, body, stream}`.
+    #[napi(catch_unwind)]
+    pub fn handle(
+        &self,
+        method: String,
+        path: String,
+        headers: Vec<String>,
+        body: Buffer,
+    ) -> napi::Result<Answer> {
+        let mut pairs = Vec::with_capacity(headers.len() / 2);
+        let mut it = headers.into_iter();
+        while let (Some(k), Some(v)) = (it.next(), it.next()) {
+            pairs.push((k, v));
+        }
+        let req = Request {
+            method,
+            path,
+            headers: pairs,
+            body: body.to_vec(),
+        };
+        let admin = self.inner.clone();
+        let streams = self.streams.clone();
+        let next_id = self.next_id.clone();
+        drive(
+            async move {
+                let reply = admin.handle(req).await;
+                Ok::<_, Refused>(render(reply, &streams, &next_id))
+            },
+            same,
+            same,
+        )
+    }
+
+    /// The next frame of stream `id` as JSON text (a string), or `null` once
+    /// it is closed (or unknown). The first comes at once, then one per core
+    /// tick.
+    #[napi(catch_unwind)]
+    pub fn next(&self, id: u32) -> napi::Result<Answer> {
+        let slot = self
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .cloned();
+        drive(
+            async move {
+                let Some(slot) = slot else {
+                    return Ok::<_, Refused>("null".to_string());
+                };
+                if slot.closed.load(Ordering::Acquire) {
+                    return Ok("null".into());
+                }
+                let taken = slot.stream.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let Some(mut st) = taken else {
+                    return Err(Refused::Invalid(
+                        "admin stream: the previous next() has not finished".into(),
+                    ));
+                };
+                let frame = {
+                    let next = std::pin::pin!(st.next());
+                    let woken = std::pin::pin!(slot.wake.notified());
+                    match select(next, woken).await {
+                        Either::Left((f, _)) => f,
+                        Either::Right(_) => None,
+                    }
+                };
+                if slot.closed.load(Ordering::Acquire) {
+                    // Closed while waiting: the stream is dropped here.
+                    return Ok("null".into());
+                }
+                *slot.stream.lock().unwrap_or_else(|e| e.into_inner()) = Some(st);
+                Ok(match frame {
+                    Some(b) => serde_json::to_string(&String::from_utf8_lossy(&b))
+                        .unwrap_or_else(|_| "null".into()),
+                    None => "null".into(),
+                })
+            },
+            same,
+            same,
+        )
+    }
+
+    /// Drops stream `id` and ends a `next` waiting on it. Idempotent.
+    #[napi(catch_unwind)]
+    pub fn close(&self, id: u32) {
+        let slot = self
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        if let Some(slot) = slot {
+            slot.closed.store(true, Ordering::Release);
+            slot.wake.notify_one();
+            drop(slot.stream.lock().unwrap_or_else(|e| e.into_inner()).take());
+        }
+    }
+
+    /// Closes every open stream: what a stopping server calls, since a
+    /// stream never ends by itself.
+    #[napi(js_name = "closeAll", catch_unwind)]
+    pub fn close_all(&self) {
+        let ids: Vec<u32> = self
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        for id in ids {
+            self.close(id);
+        }
+    }
+}
