@@ -928,6 +928,9 @@ module.exports = {
 // The task queue (App, tasks, canvas, workers, beat, schedule, testing): tasks.js.
 Object.assign(module.exports, require('./tasks.js'));
 
+// The admin interface: admin.handler(app, { token }) for http or Express.
+module.exports.admin = Object.freeze(require('./admin.js'));
+
 // Hidden: the benchmark's floors, the panic tests and the leak probes.
 Object.defineProperties(module.exports, {
   _native: { value: native },

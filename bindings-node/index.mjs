@@ -22,5 +22,6 @@ export const {
   Scheduler,
   schedule,
   testing,
+  admin,
 } = headway;
 export default headway;
