@@ -40,6 +40,9 @@ function readBody(req, max) {
   if (Buffer.isBuffer(req.body)) return Promise.resolve(req.body.subarray(0, max + 1));
   if (typeof req.body === 'string') return Promise.resolve(Buffer.from(req.body).subarray(0, max + 1));
   if (req.readableEnded) return Promise.resolve(Buffer.alloc(0));
+  // A declared length past max is refused (413) whatever comes: read none.
+  const declared = Number(req.headers['content-length']);
+  if (Number.isFinite(declared) && declared > max) return Promise.resolve(Buffer.alloc(0));
   return new Promise((resolve) => {
     const parts = [];
     let size = 0;

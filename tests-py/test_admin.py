@@ -355,11 +355,12 @@ def test_bad_sends_get_a_4xx_with_a_reason(apps: Apps) -> None:
         r = await call(admin, "POST", "/api/send", bearer(JSON), chunks)
         assert (r.status, r.json()["error"]) == (413, "too_large"), r
         assert r.unread == 7  # type: ignore[attr-defined]
-        # A declared length past max_body is refused whatever arrives.
+        # A declared length past max_body is refused before any of it is read.
         r = await call(
             admin, "POST", "/api/send", bearer(JSON, ("content-length", "999999")), b"{}"
         )
         assert r.status == 413, r
+        assert r.unread == 1  # type: ignore[attr-defined]
 
     asyncio.run(main())
 

@@ -90,11 +90,17 @@ class AdminApp:
             raise ValueError(f"headway admin: unsupported ASGI scope type {kind!r}")
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body, disconnected = await _read_body(receive, self._native.max_body)
-        if disconnected:
-            return
+        headers_in = _headers(scope)
+        max_body = self._native.max_body
+        if _declared(headers_in) > max_body:
+            # Refused (413) whatever comes: read none of it.
+            body = b""
+        else:
+            body, disconnected = await _read_body(receive, max_body)
+            if disconnected:
+                return
         status, headers, payload, stream = await self._native.handle(
-            scope.get("method", "GET"), _target(scope), _headers(scope), body
+            scope.get("method", "GET"), _target(scope), headers_in, body
         )
         await send(
             {
@@ -147,6 +153,17 @@ async def _read_body(receive: Receive, max_body: int) -> tuple[bytes, bool]:
             return b"".join(parts)[: max_body + 1], False
         if not message.get("more_body", False):
             return b"".join(parts), False
+
+
+def _declared(headers: list[tuple[str, str]]) -> int:
+    """The declared Content-Length, or -1."""
+    for k, v in headers:
+        if k.lower() == "content-length":
+            try:
+                return int(v.strip())
+            except ValueError:
+                return -1
+    return -1
 
 
 def _target(scope: Scope) -> str:
