@@ -8,12 +8,27 @@ use serde_json::{Map, json};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_record_run_events() {
     let app = App::memory(Some(VirtualClock::new(1_000_000)));
-    app.register("ok", Policy::default(), body(|_, a| async move { Ok(json!(a.len())) })).unwrap();
-    app.register("bad", Policy::default(), body(|_, _| async { Err(Failure::new("ValueError", "<b>no</b>")) }))
-        .unwrap();
+    app.register(
+        "ok",
+        Policy::default(),
+        body(|_, a| async move { Ok(json!(a.len())) }),
+    )
+    .unwrap();
+    app.register(
+        "bad",
+        Policy::default(),
+        body(|_, _| async { Err(Failure::new("ValueError", "<b>no</b>")) }),
+    )
+    .unwrap();
     let long = "x".repeat(10_000);
-    let a = app.send("ok", vec![json!(long)], Map::new(), Options::default()).await.unwrap();
-    let b = app.send("bad", vec![], Map::new(), Options::default()).await.unwrap();
+    let a = app
+        .send("ok", vec![json!(long)], Map::new(), Options::default())
+        .await
+        .unwrap();
+    let b = app
+        .send("bad", vec![], Map::new(), Options::default())
+        .await
+        .unwrap();
     let insp = app.inspector().unwrap().clone();
     let q = insp.queues().await.unwrap();
     assert_eq!(q[0].name, "default");

@@ -199,7 +199,10 @@ impl<T: Clone + PartialEq> Pool<T> {
     /// Every item the pool knows, idle and lent, for a binding that must show
     /// its garbage collector what the pool holds (Python's `__traverse__`).
     pub fn items(&self) -> impl Iterator<Item = &T> {
-        self.free.iter().map(|i| &i.item).chain(self.lent.iter().map(|(t, _)| t))
+        self.free
+            .iter()
+            .map(|i| &i.item)
+            .chain(self.lent.iter().map(|(t, _)| t))
     }
 
     /// How many exist right now: idle, lent, and being made.
