@@ -221,7 +221,11 @@ async fn undecodable_messages_are_dropped_and_kept_aside() {
         "1",
         "the pickle one is not left unacked"
     );
-    assert_eq!(s.cli(&["LLEN", "headway.celery.quarantine"]), "2");
+    // Both set aside in the queue's dead letters, with their reasons.
+    assert_eq!(s.cli(&["LLEN", "headway.celery.dead:celery"]), "2");
+    let dead = b.dead_letters("default", 10).await.unwrap();
+    assert!(dead[0].reason.starts_with("content type not allowed"));
+    assert!(dead[1].reason.starts_with("not JSON"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

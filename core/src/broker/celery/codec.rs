@@ -89,6 +89,11 @@ const V2_HEADERS: [&str; 19] = [
 ];
 
 /// Headers the message model holds itself; never copied into `headers`.
+/// The header headway counts lost holders in on Celery's layout (see
+/// `CeleryBroker::recover`): not carried onto a retry, which is a new
+/// delivery with a count of its own.
+pub const LOST_HEADER: &str = "headway_lost";
+
 const MODELLED: [&str; 10] = [
     "lang",
     "task",
@@ -606,12 +611,14 @@ impl Sender {
             .map(|p| p.min(255) as u8)
             .filter(|&p| p != 0);
 
-        let message = if headers.get("task").and_then(Value::as_str).is_some() {
-            self.decode_v2(&headers, &body, &queue)?
-        } else {
-            self.decode_v1(&body, &queue)?
-        };
-        let mut message = message;
+        // Protocol 2 only: Celery's protocol 1 (the task in the body, no
+        // `task` header) is refused, as headway refuses any other protocol.
+        if headers.get("task").and_then(Value::as_str).is_none() {
+            return Err(bad(
+                "headers.task is missing (Celery task protocol 1 is not read)",
+            ));
+        }
+        let mut message = self.decode_v2(&headers, &body, &queue)?;
         message.priority = priority;
         Ok(Decoded {
             message,
@@ -646,7 +653,7 @@ impl Sender {
         m.group_index = as_u32(h.get("group_index"));
         if let Some(hm) = h.as_object() {
             for (k, v) in hm {
-                if !MODELLED.contains(&k.as_str()) && k != "redelivered" {
+                if !MODELLED.contains(&k.as_str()) && k != "redelivered" && k != LOST_HEADER {
                     m.carried_mut().headers.insert(k.clone(), v.clone());
                 }
             }
@@ -692,37 +699,6 @@ impl Sender {
                 .group
                 .clone()
                 .ok_or_else(|| bad("embed.chord is set but headers.group is not"))?;
-            m.chord = Some(Box::new(Chord {
-                key,
-                size: 0,
-                callback: Box::new(self.callback_message(cb)?),
-            }));
-        }
-        Ok(m)
-    }
-
-    /// Protocol v1: the whole task in the body.
-    fn decode_v1(&self, body: &Value, queue: &str) -> Result<Message, CodecError> {
-        let id = get_str(body, "id").ok_or_else(|| bad("no task header and no v1 id"))?;
-        let task = get_str(body, "task").ok_or_else(|| bad("no task name"))?;
-        let args = body
-            .get("args")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let kwargs = body
-            .get("kwargs")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        let mut m = Message::new(id, task, args, kwargs, self.model_queue(queue));
-        m.eta = time_field(body, "eta")?;
-        m.expires = time_field(body, "expires")?;
-        m.retries = as_u32(body.get("retries")).unwrap_or(0);
-        m.group = get_str(body, "taskset");
-        if let Some(cb) = body.get("chord").filter(|c| !c.is_null())
-            && let Some(key) = m.group.clone()
-        {
             m.chord = Some(Box::new(Chord {
                 key,
                 size: 0,

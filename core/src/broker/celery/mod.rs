@@ -36,6 +36,7 @@
 
 mod b64;
 pub mod codec;
+pub mod dead;
 pub mod pidbox;
 pub mod pyjson;
 pub mod result;
@@ -43,7 +44,7 @@ mod scripts;
 pub mod typed;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -58,6 +59,7 @@ pub use typed::{Typed, TypedError};
 use super::redis::RedisUrl;
 use crate::task::app::Seams;
 use crate::task::clock::{BoxFuture, Clock};
+use crate::task::dead::{DEAD_KEPT, DeadLetter, MAX_DELIVERIES, MAX_MESSAGE_BYTES, lost_reason};
 use crate::task::message::{Message, new_id};
 use crate::task::spec::{
     Backend, Broker, ConsumerInfo, Counter, Delivery, Inspector, Joined, QueueInfo, Receipt,
@@ -110,6 +112,26 @@ pub struct CeleryOptions {
     /// timer amounts to (`maybe_restore_messages` every 10 s, scanning on
     /// every 10th call). `None`: only when called.
     pub restore_every: Option<Duration>,
+    /// How many times a message's holder may be lost (its claim restored by
+    /// [`Broker::recover`]) before the next restore dead-letters it as a
+    /// poison pill instead ([`MAX_DELIVERIES`], 3). Counted in the
+    /// envelope's `headway_lost` header; every headway process restoring
+    /// one queue should agree on it.
+    pub max_deliveries: u32,
+    /// The size cap for one envelope ([`MAX_MESSAGE_BYTES`], 16 MiB): a
+    /// publish of a bigger one is refused, and a bigger one put on a queue
+    /// by another producer goes to the dead letters unparsed (by the claim
+    /// script, never sent to the consumer).
+    pub max_message_bytes: usize,
+    /// How long a beat leads without renewing: 30 s, as on headway's own
+    /// layout (BullMQ's lock duration). Renewed every third of it by the
+    /// broker's own task; a standby beat takes over within one `beat_lease`
+    /// of the leader dying or pausing.
+    pub beat_lease: Duration,
+    /// How long a write (publish, ack, result, restore) waits for Redis to
+    /// come back before it is refused: 10 s, as on headway's own layout —
+    /// long enough for a restart, short enough that a caller learns.
+    pub patience: Duration,
 }
 
 /// What a consumer does with a message for a task its app does not run.
@@ -140,6 +162,10 @@ impl Default for CeleryOptions {
             revoke_keep: Duration::from_secs(10_800),
             unknown_tasks: UnknownTasks::Requeue,
             restore_every: Some(Duration::from_secs(100)),
+            max_deliveries: MAX_DELIVERIES,
+            max_message_bytes: MAX_MESSAGE_BYTES,
+            beat_lease: Duration::from_secs(30),
+            patience: Duration::from_secs(10),
         }
     }
 }
@@ -168,6 +194,21 @@ impl CeleryOptions {
                 "invalid `default_queue`: must not be empty".into(),
             ));
         }
+        if self.max_deliveries == 0 {
+            return Err(Refused::Invalid(
+                "invalid `max_deliveries`: must be at least 1".into(),
+            ));
+        }
+        if self.max_message_bytes == 0 {
+            return Err(Refused::Invalid(
+                "invalid `max_message_bytes`: must be at least 1".into(),
+            ));
+        }
+        if self.beat_lease < Duration::from_millis(30) {
+            return Err(Refused::Invalid(
+                "invalid `beat_lease`: must be at least 30 ms".into(),
+            ));
+        }
         Ok(())
     }
 }
@@ -180,12 +221,51 @@ struct Held {
     id: String,
 }
 
+/// One envelope a claim took.
+struct Taken {
+    /// The headway queue and priority step of the list it came from.
+    queue: String,
+    step: u8,
+    /// Its delivery tag in `unacked` ("": Redis could not parse it, so it
+    /// never got there).
+    tag: String,
+    raw: Vec<u8>,
+}
+
+/// One list a claim polls.
+struct Polled {
+    key: String,
+    /// The Celery queue name (the routing key a hold records).
+    rk: String,
+    queue: String,
+    step: u8,
+}
+
+/// One message on its way to the dead letters.
+struct Burial {
+    /// Its `unacked` tag ("": it never got there).
+    tag: String,
+    /// Its `unacked` entry as read, to compare before moving ("": presence).
+    entry: Vec<u8>,
+    /// The dead letter ([`dead::element`]).
+    element: Vec<u8>,
+    reason: String,
+}
+
+/// What became of a restored tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Restored {
+    /// Back on its queue.
+    Back,
+    /// In the dead letters.
+    Dead,
+    /// Not there any more (settled or restored by someone else).
+    Gone,
+}
+
 /// How many chord parts' group indexes are remembered between receipt and
 /// arrival: enough for any prefetch, small enough to bound memory.
 const PARTS_KEPT: usize = 65_536;
-
-/// How many undecodable envelopes are kept for a person to look at.
-const QUARANTINE_KEPT: isize = 1000;
 
 /// How many run events are kept.
 const EVENTS_KEPT: isize = 1000;
@@ -209,11 +289,37 @@ struct Local {
     queues: HashSet<String>,
 }
 
+/// A settle or a hand-back that could not reach Redis within the patience:
+/// kept, and retried by the background task until it lands (each is
+/// idempotent: an `unacked` entry is removed once, a push happens once).
+#[derive(Debug, Clone)]
+enum Owed {
+    /// Acks (or drops) of these tags.
+    Drop(Vec<String>),
+    /// A reject with requeue, or a release: the tag back on its queue.
+    Restore(String, bool),
+    /// An envelope a BRPOP took whose hold did not land: back to the front
+    /// of the list it came from.
+    PushBack(String, Vec<u8>),
+}
+
 /// Celery's Redis layout behind headway's four seams.
 pub struct CeleryBroker {
     me: Weak<CeleryBroker>,
     client: redis::Client,
+    url: RedisUrl,
     db: i64,
+    /// Failed attempts to reach Redis since the last answer (0: connected):
+    /// an outage is logged when it starts and when it ends.
+    failures: AtomicU32,
+    /// Settles and hand-backs waiting for Redis.
+    owed: Mutex<Vec<Owed>>,
+    /// This broker's beat lease owner: the node name and a random suffix,
+    /// so two beats on one host never share a lease.
+    beat_owner: String,
+    /// Whether this broker's beat holds the lease: the background task
+    /// renews it (owner-checked) while it does.
+    beat_leader: AtomicBool,
     cmd: tokio::sync::Mutex<Option<MultiplexedConnection>>,
     blocking: tokio::sync::Mutex<Option<MultiplexedConnection>>,
     opts: CeleryOptions,
@@ -243,7 +349,9 @@ struct Keys {
     mutex: String,
     revoked: String,
     events: String,
-    quarantine: String,
+    dead: String,
+    beat_lease: String,
+    beat_fired: String,
     pidbox: String,
     pidbox_patterns: Vec<String>,
     result_prefix: String,
@@ -258,10 +366,18 @@ struct Scripts {
     store: Script,
     arrive: Script,
     fire: Script,
+    bury: Script,
+    dead: Script,
+    beat: Script,
 }
 
-fn broker_err(e: redis::RedisError) -> Refused {
-    Refused::Broker(format!("redis: {e}"))
+impl std::fmt::Debug for CeleryBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CeleryBroker")
+            .field("url", &self.url)
+            .field("node", &self.node)
+            .finish()
+    }
 }
 
 fn is_conn_error(e: &redis::RedisError) -> bool {
@@ -325,7 +441,9 @@ impl CeleryBroker {
             mutex: format!("{p}unacked_mutex"),
             revoked: format!("{p}headway.celery.revoked"),
             events: format!("{p}headway.celery.events"),
-            quarantine: format!("{p}headway.celery.quarantine"),
+            dead: format!("{p}headway.celery.dead:"),
+            beat_lease: format!("{p}headway.celery.beat.lease"),
+            beat_fired: format!("{p}headway.celery.beat.fired"),
             pidbox: pidbox::channel(p, db),
             pidbox_patterns: patterns,
             result_prefix: rp,
@@ -334,10 +452,16 @@ impl CeleryBroker {
             .consumer
             .clone()
             .unwrap_or_else(|| format!("headway@{}", codec::hostname()));
+        let beat_owner = format!("{node}#{}-{}", std::process::id(), &new_id()[..8]);
         let broker = Arc::new_cyclic(|me| CeleryBroker {
             me: me.clone(),
             client,
+            url: parsed,
             db,
+            failures: AtomicU32::new(0),
+            owed: Mutex::new(Vec::new()),
+            beat_owner,
+            beat_leader: AtomicBool::new(false),
             cmd: tokio::sync::Mutex::new(Some(cmd)),
             blocking: tokio::sync::Mutex::new(None),
             sender: Sender::this_process(&opts.default_queue),
@@ -365,6 +489,9 @@ impl CeleryBroker {
                 store: Script::new(scripts::STORE),
                 arrive: Script::new(scripts::ARRIVE),
                 fire: Script::new(scripts::FIRE),
+                bury: Script::new(scripts::BURY),
+                dead: Script::new(scripts::DEAD),
+                beat: Script::new(scripts::BEAT),
             },
         });
         broker.load_revoked().await?;
@@ -391,6 +518,10 @@ impl CeleryBroker {
     /// another consumer runs it now rather than after the visibility
     /// timeout: call it when the worker has stopped.
     pub async fn close(&self) -> Result<usize, Refused> {
+        if self.beat_leader.swap(false, Ordering::SeqCst) {
+            // A standby beat takes over at its next slot, not a lease later.
+            let _ = self.beat_call("", 0, "release").await;
+        }
         self.release().await
     }
 
@@ -482,6 +613,10 @@ impl CeleryBroker {
         self.local.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn log(&self, what: &str) {
+        eprintln!("headway celery broker {}: {what}", self.node);
+    }
+
     async fn conn(&self) -> Result<MultiplexedConnection, Refused> {
         let mut g = self.cmd.lock().await;
         if let Some(c) = g.as_ref() {
@@ -490,22 +625,86 @@ impl CeleryBroker {
         let cfg = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(5)))
             .set_response_timeout(Some(Duration::from_secs(30)));
-        let c = self
+        match self
             .client
             .get_multiplexed_async_connection_with_config(&cfg)
             .await
-            .map_err(broker_err)?;
-        *g = Some(c.clone());
-        Ok(c)
+        {
+            Ok(c) => {
+                let n = self.failures.swap(0, Ordering::SeqCst);
+                if n > 0 {
+                    self.log(&format!(
+                        "reconnected to {} after {n} attempt(s); resuming",
+                        self.url
+                    ));
+                }
+                *g = Some(c.clone());
+                Ok(c)
+            }
+            Err(e) => {
+                if self.failures.fetch_add(1, Ordering::SeqCst) == 0 {
+                    self.log(&format!(
+                        "cannot reach {}: {}; retrying",
+                        self.url,
+                        self.url.scrub(&e.to_string())
+                    ));
+                }
+                Err(self.refused(&e))
+            }
+        }
+    }
+
+    fn refused(&self, e: &redis::RedisError) -> Refused {
+        Refused::Broker(format!("{}: {}", self.url, self.url.scrub(&e.to_string())))
     }
 
     /// Turns a Redis error into a refusal, dropping the connection when the
     /// error says it is dead so the next call reconnects.
     async fn fail(&self, e: redis::RedisError) -> Refused {
-        if is_conn_error(&e) {
-            *self.cmd.lock().await = None;
+        if is_conn_error(&e) && self.cmd.lock().await.take().is_some() {
+            self.failures.fetch_max(1, Ordering::SeqCst);
+            self.log(&format!(
+                "connection to {} lost ({}); reconnecting",
+                self.url,
+                self.url.scrub(&e.to_string())
+            ));
         }
-        broker_err(e)
+        self.refused(&e)
+    }
+
+    /// Runs `op` on the command connection, waiting through an outage: on a
+    /// connection error (or a Redis still loading its data after a restart)
+    /// it reconnects and tries again, backing off from 50 ms to 1 s, for up
+    /// to `patience`. Any other error is answered at once.
+    async fn patiently<T, F, Fut>(&self, mut op: F) -> Result<T, Refused>
+    where
+        F: FnMut(MultiplexedConnection) -> Fut,
+        Fut: std::future::Future<Output = Result<T, redis::RedisError>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.opts.patience;
+        let mut wait = Duration::from_millis(50);
+        loop {
+            let why = match self.conn().await {
+                Ok(c) => match op(c).await {
+                    Ok(v) => return Ok(v),
+                    Err(e) => {
+                        let transient = is_conn_error(&e) || e.code() == Some("LOADING");
+                        let why = self.fail(e).await;
+                        if !transient {
+                            return Err(why);
+                        }
+                        why
+                    }
+                },
+                Err(why) => why,
+            };
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Err(why);
+            }
+            tokio::time::sleep(wait.min(deadline - now)).await;
+            wait = (wait * 2).min(Duration::from_secs(1));
+        }
     }
 
     /// The list key of `queue` (a headway name) at `step`.
@@ -565,42 +764,98 @@ impl CeleryBroker {
         (key, self.sender.encode(m, self.clock.now()))
     }
 
-    /// Keeps an undecodable envelope for a person to look at (bounded), and
-    /// logs why — Celery logs and drops it.
-    async fn quarantine(&self, raw: &[u8], why: &str) {
-        eprintln!("headway celery broker: dropping a message: {why}");
-        if let Ok(mut c) = self.conn().await {
-            let _: Result<(), _> = redis::pipe()
-                .lpush(&self.keys.quarantine, raw)
-                .ltrim(&self.keys.quarantine, 0, QUARANTINE_KEPT - 1)
-                .query_async(&mut c)
-                .await;
+    /// The dead-letter list of `queue` (a headway name):
+    /// `headway.celery.dead:<Celery queue name>`, a key no Celery worker
+    /// reads (see `docs/celery.md`).
+    pub fn dead_key(&self, queue: &str) -> String {
+        format!("{}{}", self.keys.dead, self.sender.wire_queue(queue))
+    }
+
+    /// Moves messages to `queue`'s dead letters, one [`scripts::BURY`] each
+    /// (fenced on their `unacked` entries), and logs why: a message set
+    /// aside must neither block the queue nor vanish unseen. Answers how
+    /// many moved; one that could not (Redis away past the patience) is
+    /// left where it was — in `unacked`, restored and quarantined again
+    /// later — and logged.
+    async fn bury(&self, queue: &str, what: &str, items: Vec<Burial>) -> usize {
+        if items.is_empty() {
+            return 0;
         }
+        let key = self.dead_key(queue);
+        let reasons: Vec<&str> = items.iter().map(|b| b.reason.as_str()).collect();
+        self.log(&format!(
+            "queue {queue:?}: {what} {} message(s) in {key}: {}",
+            items.len(),
+            reasons.join("; ")
+        ));
+        let mut n = 0;
+        for b in &items {
+            let mut inv = self.scripts.bury.prepare_invoke();
+            inv.key(&self.keys.unacked)
+                .key(&self.keys.index)
+                .key(&key)
+                .arg(&b.tag)
+                .arg(b.entry.as_slice())
+                .arg(b.element.as_slice())
+                .arg(DEAD_KEPT);
+            let inv = &inv;
+            match self
+                .patiently(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
+                .await
+            {
+                Ok(1) => n += 1,
+                Ok(_) => {}
+                Err(e) => self.log(&format!(
+                    "queue {queue:?}: could not move a message to {key} ({e}){}",
+                    if b.tag.is_empty() {
+                        "; its bytes are lost"
+                    } else {
+                        "; it stays in `unacked` and is set aside again after a restore"
+                    }
+                )),
+            }
+        }
+        n
     }
 
     /// Turns claimed envelopes into deliveries (held when their eta is
-    /// still ahead), quarantining what cannot be read.
-    async fn admit(&self, claimed: Vec<(String, String, Vec<u8>)>) -> Result<usize, Refused> {
+    /// still ahead), quarantining what cannot be read ([`dead::decode`]).
+    async fn admit(&self, claimed: Vec<Taken>) -> Result<usize, Refused> {
         let now = self.clock.now();
         let mut n = 0;
-        let mut dropped = Vec::new();
+        let mut bad: Vec<(String, Burial)> = Vec::new();
         let mut foreign = Vec::new();
-        for (key, tag, raw) in claimed {
-            if tag.is_empty() {
-                self.quarantine(&raw, "not a kombu JSON envelope").await;
-                continue;
-            }
-            match self.sender.decode(&raw) {
-                Err(e) => {
-                    self.quarantine(&raw, &e.to_string()).await;
-                    dropped.push(tag);
+        for Taken {
+            queue,
+            step,
+            tag,
+            raw,
+        } in claimed
+        {
+            let decoded = match dead::decode(&self.sender, &raw, self.opts.max_message_bytes) {
+                // Parsed by headway, not by Redis's cjson: it never reached
+                // `unacked`, so it is nobody's to run.
+                Ok(_) if tag.is_empty() => Err(crate::task::dead::Undecodable {
+                    reason: "bad JSON: not readable by Redis's cjson".into(),
+                    id: None,
+                }),
+                other => other,
+            };
+            match decoded {
+                Err(why) => {
+                    let element = dead::element(now, &why.reason, step, why.id.as_deref(), &raw);
+                    bad.push((
+                        queue,
+                        Burial {
+                            tag,
+                            entry: Vec::new(),
+                            element,
+                            reason: why.reason,
+                        },
+                    ));
                 }
-                Ok(d) if self.is_foreign(&d.message.task) => {
-                    let _ = key;
-                    foreign.push(tag);
-                }
+                Ok(d) if self.is_foreign(&d.message.task) => foreign.push(tag),
                 Ok(d) => {
-                    let _ = key;
                     let local = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
                     let m = d.message;
                     let delivery = Delivery {
@@ -646,11 +901,19 @@ impl CeleryBroker {
                 }
             }
         }
-        if !dropped.is_empty() {
-            self.drop_tags(&dropped).await?;
+        while !bad.is_empty() {
+            let q = bad[0].0.clone();
+            let (mine, rest): (Vec<_>, Vec<_>) = bad.into_iter().partition(|(x, _)| *x == q);
+            bad = rest;
+            self.bury(
+                &q,
+                "quarantined",
+                mine.into_iter().map(|(_, b)| b).collect(),
+            )
+            .await;
         }
         for t in &foreign {
-            self.restore_tag(t, true).await?;
+            self.restore_tag(t, true, false).await?;
         }
         if n == 0 && !foreign.is_empty() {
             // Only other consumers' work came: do not spin on it.
@@ -660,17 +923,77 @@ impl CeleryBroker {
     }
 
     async fn drop_tags(&self, tags: &[String]) -> Result<(), Refused> {
-        let mut c = self.conn().await?;
-        let r: Result<(), _> = redis::pipe()
-            .atomic()
+        let mut p = redis::pipe();
+        p.atomic()
             .zrem(&self.keys.index, tags)
-            .hdel(&self.keys.unacked, tags)
-            .query_async(&mut c)
-            .await;
-        match r {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.fail(e).await),
+            .hdel(&self.keys.unacked, tags);
+        let p = &p;
+        self.patiently(|mut c| async move { p.query_async::<()>(&mut c).await })
+            .await
+    }
+
+    /// Keeps a settle that could not land, for the background task.
+    fn owe(&self, what: Owed, why: &Refused) {
+        self.log(&format!(
+            "{why}; a settle is kept to retry when Redis is back"
+        ));
+        self.owed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(what);
+    }
+
+    /// Retries kept settles (the background task, each round).
+    async fn pay(&self) {
+        let owed: Vec<Owed> =
+            std::mem::take(&mut *self.owed.lock().unwrap_or_else(|e| e.into_inner()));
+        if owed.is_empty() {
+            return;
         }
+        let n = owed.len();
+        let mut left = Vec::new();
+        for (i, o) in owed.iter().enumerate() {
+            let r = match o {
+                Owed::Drop(tags) => self.drop_tags(tags).await,
+                Owed::Restore(tag, leftmost) => {
+                    self.restore_tag(tag, *leftmost, false).await.map(|_| ())
+                }
+                Owed::PushBack(key, raw) => {
+                    let mut p = redis::pipe();
+                    p.rpush(key, raw.as_slice()).ignore();
+                    let p = &p;
+                    self.patiently(|mut c| async move { p.query_async::<()>(&mut c).await })
+                        .await
+                }
+            };
+            if r.is_err() {
+                left.extend(owed[i..].iter().cloned());
+                break;
+            }
+        }
+        if left.is_empty() {
+            self.log(&format!("{n} kept settle(s) landed"));
+        } else {
+            self.owed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(left);
+        }
+    }
+
+    /// The tags kept settles name: still this consumer's, so neither
+    /// re-scored away nor restored by its own `recover()`.
+    fn owed_tags(&self) -> Vec<String> {
+        let g = self.owed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        for o in g.iter() {
+            match o {
+                Owed::Drop(tags) => out.extend(tags.iter().cloned()),
+                Owed::Restore(tag, _) => out.push(tag.clone()),
+                Owed::PushBack(..) => {}
+            }
+        }
+        out
     }
 
     /// What is ready to hand out: claimed messages in the inbox, then held
@@ -713,28 +1036,44 @@ impl CeleryBroker {
         Ok(n)
     }
 
-    fn poll_keys(&self, queues: &[String]) -> (Vec<String>, Vec<String>) {
-        let mut keys = Vec::new();
-        let mut rks = Vec::new();
+    /// The lists `queues` are polled in: `for step in steps: for q in
+    /// queues` (kombu's order).
+    fn poll_keys(&self, queues: &[String]) -> Vec<Polled> {
+        let mut out = Vec::new();
         for &step in &self.opts.priority_steps {
             for q in queues {
-                keys.push(self.queue_key(q, step));
-                rks.push(self.sender.wire_queue(q).to_string());
+                out.push(Polled {
+                    key: self.queue_key(q, step),
+                    rk: self.sender.wire_queue(q).to_string(),
+                    queue: q.clone(),
+                    step,
+                });
             }
         }
-        (keys, rks)
+        out
     }
 
     async fn claim(&self, queues: &[String], max: usize) -> Result<usize, Refused> {
-        let (keys, rks) = self.poll_keys(queues);
+        let polled = self.poll_keys(queues);
         let mut inv = self.scripts.claim.prepare_invoke();
         inv.key(&self.keys.unacked).key(&self.keys.index);
-        for k in &keys {
-            inv.key(k);
+        for p in &polled {
+            inv.key(&p.key);
         }
-        inv.arg(max).arg(self.now_secs()).arg(keys.len());
-        for rk in &rks {
-            inv.arg(rk);
+        for p in &polled {
+            inv.key(self.dead_key(&p.queue));
+        }
+        inv.arg(max)
+            .arg(self.now_secs())
+            .arg(self.clock.now())
+            .arg(self.opts.max_message_bytes)
+            .arg(DEAD_KEPT)
+            .arg(polled.len());
+        for p in &polled {
+            inv.arg(&p.rk);
+        }
+        for p in &polled {
+            inv.arg(p.step);
         }
         for _ in 0..max.min(64) {
             inv.arg(new_id());
@@ -744,21 +1083,39 @@ impl CeleryBroker {
             Ok(v) => v,
             Err(e) => return Err(self.fail(e).await),
         };
-        let mut claimed = Vec::with_capacity(flat.len() / 3);
         let mut it = flat.into_iter();
-        while let (Some(k), Some(t), Some(raw)) = (it.next(), it.next(), it.next()) {
-            claimed.push((
-                String::from_utf8_lossy(&k).into_owned(),
-                String::from_utf8_lossy(&t).into_owned(),
-                raw,
+        let buried: usize = it
+            .next()
+            .and_then(|b| String::from_utf8(b).ok()?.parse().ok())
+            .unwrap_or(0);
+        if buried > 0 {
+            self.log(&format!(
+                "quarantined {buried} message(s) over the size cap of {} bytes, unread, in their queues' dead letters",
+                self.opts.max_message_bytes
             ));
+        }
+        let mut claimed = Vec::new();
+        while let (Some(k), Some(t), Some(raw)) = (it.next(), it.next(), it.next()) {
+            let Some(p) = polled.iter().find(|p| p.key.as_bytes() == k.as_slice()) else {
+                continue;
+            };
+            claimed.push(Taken {
+                queue: p.queue.clone(),
+                step: p.step,
+                tag: String::from_utf8_lossy(&t).into_owned(),
+                raw,
+            });
         }
         self.admit(claimed).await
     }
 
-    /// One BRPOP over every step key, then kombu's hold of what it got.
+    /// One BRPOP over every step key, then kombu's hold of what it got. An
+    /// envelope over the size cap goes to the dead letters unparsed; one
+    /// whose hold cannot reach Redis within the patience is kept, to go
+    /// back to the front of its list when Redis is back.
     async fn block(&self, queues: &[String], wait: Duration) -> Result<usize, Refused> {
-        let (keys, _) = self.poll_keys(queues);
+        let polled = self.poll_keys(queues);
+        let keys: Vec<&str> = polled.iter().map(|p| p.key.as_str()).collect();
         let secs = wait.as_secs_f64().max(0.01);
         let mut g = self.blocking.lock().await;
         if g.is_none() {
@@ -769,7 +1126,7 @@ impl CeleryBroker {
                 self.client
                     .get_multiplexed_async_connection_with_config(&cfg)
                     .await
-                    .map_err(broker_err)?,
+                    .map_err(|e| self.refused(&e))?,
             );
         }
         let c = g.as_mut().expect("just connected");
@@ -782,38 +1139,69 @@ impl CeleryBroker {
             Ok(v) => v,
             Err(e) => {
                 *g = None;
-                return Err(broker_err(e));
+                return Err(self.refused(&e));
             }
         };
         drop(g);
         let Some((key, raw)) = got else {
             return Ok(0);
         };
-        let rk = queues
-            .iter()
-            .find(|q| {
-                let base = self.queue_key(q, 0);
-                key == base || key.starts_with(&format!("{base}{}", self.opts.sep))
-            })
-            .map(|q| self.sender.wire_queue(q).to_string())
-            .unwrap_or_default();
-        let mut c = self.conn().await?;
-        let tag: String = match self
-            .scripts
-            .hold
-            .key(&self.keys.unacked)
+        let Some(p) = polled.iter().find(|p| p.key == key) else {
+            // Not a key asked for: cannot happen; put it back.
+            self.owe(
+                Owed::PushBack(key, raw),
+                &Refused::Broker("an unexpected BRPOP key".into()),
+            );
+            return Ok(0);
+        };
+        if raw.len() > self.opts.max_message_bytes {
+            let reason = format!(
+                "too large: {} bytes (the cap is {} bytes)",
+                raw.len(),
+                self.opts.max_message_bytes
+            );
+            let element = dead::element(self.clock.now(), &reason, p.step, None, &raw);
+            drop(raw);
+            self.bury(
+                &p.queue,
+                "quarantined",
+                vec![Burial {
+                    tag: String::new(),
+                    entry: Vec::new(),
+                    element,
+                    reason,
+                }],
+            )
+            .await;
+            return Ok(0);
+        }
+        let mut inv = self.scripts.hold.prepare_invoke();
+        inv.key(&self.keys.unacked)
             .key(&self.keys.index)
             .arg(self.now_secs())
-            .arg(&raw)
+            .arg(raw.as_slice())
             .arg(new_id())
-            .arg(rk)
-            .invoke_async(&mut c)
-            .await
-        {
-            Ok(t) => t,
-            Err(e) => return Err(self.fail(e).await),
+            .arg(&p.rk);
+        let held = {
+            let inv = &inv;
+            self.patiently(|mut c| async move { inv.invoke_async::<String>(&mut c).await })
+                .await
         };
-        self.admit(vec![(key, tag, raw)]).await
+        drop(inv);
+        let tag = match held {
+            Ok(t) => t,
+            Err(e) => {
+                self.owe(Owed::PushBack(key, raw), &e);
+                return Err(e);
+            }
+        };
+        self.admit(vec![Taken {
+            queue: p.queue.clone(),
+            step: p.step,
+            tag,
+            raw,
+        }])
+        .await
     }
 
     /// Gives back everything this consumer holds (etas waiting, claims not
@@ -828,7 +1216,7 @@ impl CeleryBroker {
         };
         let mut n = 0;
         for t in tags {
-            if self.restore_tag(&t, false).await? {
+            if self.restore_tag(&t, false, false).await? == Restored::Back {
                 n += 1;
             }
         }
@@ -837,21 +1225,29 @@ impl CeleryBroker {
 
     /// kombu's `restore_by_tag`: the `unacked` entry of `tag` back onto its
     /// queue with `redelivered` set — at the back (`leftmost`, LPUSH) for a
-    /// reject, at the front (RPUSH) for a restore. `false` when the entry
-    /// was gone (settled or restored by someone else).
-    async fn restore_tag(&self, tag: &str, leftmost: bool) -> Result<bool, Refused> {
-        let mut c = self.conn().await?;
-        let entry: Option<Vec<u8>> = match redis::cmd("HGET")
-            .arg(&self.keys.unacked)
-            .arg(tag)
-            .query_async(&mut c)
-            .await
-        {
-            Ok(v) => v,
-            Err(e) => return Err(self.fail(e).await),
+    /// reject, at the front (RPUSH) for a restore. [`Restored::Gone`] when
+    /// the entry was gone (settled or restored by someone else).
+    ///
+    /// With `lost` (a restore of a holder that is gone) the envelope's
+    /// `headway_lost` header counts one more lost holder, and a message
+    /// whose count reaches `max_deliveries` goes to its queue's dead
+    /// letters instead ("worker lost ×N"), marked redelivered with the
+    /// count taken off — the bytes a re-queue puts back.
+    async fn restore_tag(
+        &self,
+        tag: &str,
+        leftmost: bool,
+        lost: bool,
+    ) -> Result<Restored, Refused> {
+        let entry: Option<Vec<u8>> = {
+            let mut get = redis::cmd("HGET");
+            get.arg(&self.keys.unacked).arg(tag);
+            let get = &get;
+            self.patiently(|mut c| async move { get.query_async(&mut c).await })
+                .await?
         };
         let Some(entry) = entry else {
-            return Ok(false);
+            return Ok(Restored::Gone);
         };
         let parsed: Option<(Value, String, String)> =
             serde_json::from_slice::<Value>(&entry).ok().and_then(|v| {
@@ -863,12 +1259,34 @@ impl CeleryBroker {
                 ))
             });
         let Some((mut env, _exchange, rk)) = parsed else {
-            self.quarantine(&entry, "an unreadable unacked entry").await;
-            self.drop_tags(&[tag.to_string()]).await?;
-            return Ok(false);
+            let reason = "bad message: an unreadable `unacked` entry".to_string();
+            let element = dead::element(self.clock.now(), &reason, 0, None, &entry);
+            let q = self.opts.default_queue.clone();
+            let q = self.sender.model_queue(&q);
+            self.bury(
+                &q,
+                "quarantined",
+                vec![Burial {
+                    tag: tag.to_string(),
+                    entry: entry.clone(),
+                    element,
+                    reason,
+                }],
+            )
+            .await;
+            return Ok(Restored::Dead);
         };
+        let mut count = 0u64;
         if let Some(h) = env.get_mut("headers").and_then(Value::as_object_mut) {
             h.insert("redelivered".into(), Value::Bool(true));
+            if lost {
+                count = h
+                    .get(codec::LOST_HEADER)
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0)
+                    .saturating_add(1);
+                h.insert(codec::LOST_HEADER.into(), Value::from(count));
+            }
         }
         if let Some(di) = env
             .get_mut("properties")
@@ -883,27 +1301,66 @@ impl CeleryBroker {
             .and_then(Value::as_u64)
             .map(|p| p.min(9) as u8);
         let step = self.step_of(priority);
+        if lost && count >= u64::from(self.opts.max_deliveries) {
+            if let Some(h) = env.get_mut("headers").and_then(Value::as_object_mut) {
+                h.shift_remove(codec::LOST_HEADER);
+            }
+            let id = env
+                .get("headers")
+                .and_then(|h| h.get("id"))
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            let reason = lost_reason(count.min(u64::from(u32::MAX)) as u32);
+            let raw = pyjson::dumps(&env);
+            let element = dead::element(
+                self.clock.now(),
+                &reason,
+                step,
+                id.as_deref(),
+                raw.as_bytes(),
+            );
+            let q = self.sender.model_queue(&rk);
+            let n = self
+                .bury(
+                    &q,
+                    "dead-lettered a poison pill:",
+                    vec![Burial {
+                        tag: tag.to_string(),
+                        entry,
+                        element,
+                        reason,
+                    }],
+                )
+                .await;
+            return Ok(if n == 1 {
+                Restored::Dead
+            } else {
+                Restored::Gone
+            });
+        }
         let key = if step == 0 {
             format!("{}{rk}", self.opts.global_keyprefix)
         } else {
             format!("{}{rk}{}{step}", self.opts.global_keyprefix, self.opts.sep)
         };
-        let r: Result<i64, _> = self
-            .scripts
-            .restore
-            .key(&self.keys.unacked)
+        let pushed = pyjson::dumps(&env);
+        let mut inv = self.scripts.restore.prepare_invoke();
+        inv.key(&self.keys.unacked)
             .key(&self.keys.index)
             .key(&key)
             .arg(tag)
             .arg(&entry)
-            .arg(pyjson::dumps(&env))
-            .arg(if leftmost { "l" } else { "r" })
-            .invoke_async(&mut c)
-            .await;
-        match r {
-            Ok(n) => Ok(n == 1),
-            Err(e) => Err(self.fail(e).await),
-        }
+            .arg(&pushed)
+            .arg(if leftmost { "l" } else { "r" });
+        let inv = &inv;
+        let n = self
+            .patiently(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
+            .await?;
+        Ok(if n == 1 {
+            Restored::Back
+        } else {
+            Restored::Gone
+        })
     }
 
     /// Re-scores the index entries of everything this consumer holds, and
@@ -916,13 +1373,18 @@ impl CeleryBroker {
             let g = self.lock();
             g.out.iter().map(|(k, h)| (*k, h.tag.clone())).collect()
         };
-        if tags.is_empty() {
+        // Settles kept through an outage are still this consumer's to make.
+        let owed = self.owed_tags();
+        if tags.is_empty() && owed.is_empty() {
             return Ok(0);
         }
         let mut c = self.conn().await?;
         let mut inv = self.scripts.rescore.prepare_invoke();
         inv.key(&self.keys.index).arg(self.now_secs());
         for (_, t) in &tags {
+            inv.arg(t);
+        }
+        for t in &owed {
             inv.arg(t);
         }
         let gone: Vec<String> = match inv.invoke_async(&mut c).await {
@@ -940,7 +1402,7 @@ impl CeleryBroker {
                 }
             }
         }
-        Ok(tags.len() - gone.len())
+        Ok((tags.len() + owed.len()).saturating_sub(gone.len()))
     }
 
     async fn load_revoked(&self) -> Result<(), Refused> {
@@ -1076,21 +1538,14 @@ impl CeleryBroker {
         if outcomes.is_empty() {
             return Ok(());
         }
-        let mut c = self.conn().await?;
         let ex = self.expires_secs();
         for o in outcomes {
             let meta = result::encode_meta(o, None, None);
-            let r: Result<i64, _> = self
-                .scripts
-                .store
-                .key(self.meta_key(&o.id))
-                .arg(meta)
-                .arg(ex)
-                .invoke_async(&mut c)
-                .await;
-            if let Err(e) = r {
-                return Err(self.fail(e).await);
-            }
+            let mut inv = self.scripts.store.prepare_invoke();
+            inv.key(self.meta_key(&o.id)).arg(meta).arg(ex);
+            let inv = &inv;
+            self.patiently(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
+                .await?;
         }
         self.stored.notify_waiters();
         Ok(())
@@ -1227,30 +1682,48 @@ async fn listen(me: Weak<CeleryBroker>, mut ready: Option<tokio::sync::oneshot::
 }
 
 /// Re-scores held claims every quarter of the visibility timeout (at least
-/// every 250 ms, at most every 5 minutes), and — once this broker consumes —
-/// restores dead consumers' claims every `restore_every`, as a Celery
-/// worker's timer does.
+/// every 250 ms, at most every 5 minutes), retries settles kept through an
+/// outage, renews the beat lease while this broker's beat leads (every third
+/// of `beat_lease`), and — once this broker consumes — restores dead
+/// consumers' claims every `restore_every`, as a Celery worker's timer does.
 async fn rescore_loop(me: Weak<CeleryBroker>) {
-    let (period, restore_every) = {
+    let (period, restore_every, renew_every) = {
         let Some(b) = me.upgrade() else { return };
         (
             (b.opts.visibility_timeout / 4)
                 .clamp(Duration::from_millis(250), Duration::from_secs(300)),
             b.opts.restore_every,
+            b.opts.beat_lease / 3,
         )
     };
-    let tick = period.min(Duration::from_millis(250));
+    let tick = period
+        .min(Duration::from_millis(250))
+        .min(renew_every)
+        .max(Duration::from_millis(10));
     let mut last_rescore = tokio::time::Instant::now();
     let mut last_restore: Option<tokio::time::Instant> = None;
+    let mut last_renew = tokio::time::Instant::now();
+    let mut rescore_failing = false;
     loop {
         tokio::time::sleep(tick).await;
         let Some(b) = me.upgrade() else { return };
-        let _ = b.flush_events().await;
         let now = tokio::time::Instant::now();
+        if now.duration_since(last_renew) >= renew_every {
+            last_renew = now;
+            b.renew_beat().await;
+        }
+        let _ = b.flush_events().await;
+        b.pay().await;
         if now.duration_since(last_rescore) >= period {
             last_rescore = now;
-            if let Err(e) = b.heartbeat().await {
-                eprintln!("headway celery broker: could not re-score held claims: {e}");
+            match b.heartbeat().await {
+                Ok(_) => rescore_failing = false,
+                // Once per outage: the connection's own log says when it ends.
+                Err(e) if !rescore_failing => {
+                    rescore_failing = true;
+                    b.log(&format!("could not re-score held claims: {e}"));
+                }
+                Err(_) => {}
             }
         }
         if let Some(every) = restore_every
@@ -1260,11 +1733,11 @@ async fn rescore_loop(me: Weak<CeleryBroker>) {
             last_restore = Some(now);
             match b.recover().await {
                 Ok(0) => {}
-                Ok(n) => eprintln!(
-                    "headway celery broker {}: restored {n} claim(s) older than the visibility timeout",
-                    b.node
-                ),
-                Err(e) => eprintln!("headway celery broker: could not restore claims: {e}"),
+                Ok(n) => b.log(&format!(
+                    "restored {n} claim(s) older than the visibility timeout"
+                )),
+                Err(e) if !rescore_failing => b.log(&format!("could not restore claims: {e}")),
+                Err(_) => {}
             }
         }
     }
@@ -1284,15 +1757,23 @@ impl Broker for CeleryBroker {
             }
             let mut p = redis::pipe();
             for m in &ready {
-                self.remember_queue(&m.queue);
                 let (key, enc) = self.encode(m);
+                if enc.json.len() > self.opts.max_message_bytes {
+                    return Err(Refused::Invalid(format!(
+                        "invalid `message` {:?}: {} bytes encoded, over the `max_message_bytes` cap of {}",
+                        crate::task::spec::truncate(m.id.clone(), 64),
+                        enc.json.len(),
+                        self.opts.max_message_bytes
+                    )));
+                }
                 p.lpush(key, enc.json).ignore();
             }
-            let mut c = self.conn().await?;
-            match p.query_async::<()>(&mut c).await {
-                Ok(()) => Ok(()),
-                Err(e) => Err(self.fail(e).await),
+            for m in &ready {
+                self.remember_queue(&m.queue);
             }
+            let p = &p;
+            self.patiently(|mut c| async move { p.query_async::<()>(&mut c).await })
+                .await
         })
     }
 
@@ -1351,7 +1832,10 @@ impl Broker for CeleryBroker {
             if tags.is_empty() {
                 return Ok(());
             }
-            self.drop_tags(&tags).await
+            if let Err(e) = self.drop_tags(&tags).await {
+                self.owe(Owed::Drop(tags), &e);
+            }
+            Ok(())
         })
     }
 
@@ -1361,11 +1845,20 @@ impl Broker for CeleryBroker {
             let Some(tag) = tags.into_iter().next() else {
                 return Ok(());
             };
-            if requeue {
-                self.restore_tag(&tag, true).await.map(|_| ())
+            let r = if requeue {
+                self.restore_tag(&tag, true, false).await.map(|_| ())
             } else {
-                self.drop_tags(&[tag]).await
+                self.drop_tags(std::slice::from_ref(&tag)).await
+            };
+            if let Err(e) = r {
+                let owed = if requeue {
+                    Owed::Restore(tag, true)
+                } else {
+                    Owed::Drop(vec![tag])
+                };
+                self.owe(owed, &e);
             }
+            Ok(())
         })
     }
 
@@ -1381,11 +1874,9 @@ impl Broker for CeleryBroker {
                     .hdel(&self.keys.unacked, &tags)
                     .ignore();
             }
-            let mut c = self.conn().await?;
-            match p.query_async::<()>(&mut c).await {
-                Ok(()) => Ok(()),
-                Err(e) => Err(self.fail(e).await),
-            }
+            let p = &p;
+            self.patiently(|mut c| async move { p.query_async::<()>(&mut c).await })
+                .await
         })
     }
 
@@ -1413,11 +1904,9 @@ impl Broker for CeleryBroker {
                 .arg(now)
                 .ignore();
             p.publish(&self.keys.pidbox, env).ignore();
-            let mut c = self.conn().await?;
-            match p.query_async::<()>(&mut c).await {
-                Ok(()) => Ok(()),
-                Err(e) => Err(self.fail(e).await),
-            }
+            let p = &p;
+            self.patiently(|mut c| async move { p.query_async::<()>(&mut c).await })
+                .await
         })
     }
 
@@ -1454,28 +1943,21 @@ impl Broker for CeleryBroker {
         })
     }
 
+    /// One beat leads (an owner-checked lease), and each entry's slots fire
+    /// once, in order, across every beat on this Redis ([`scripts::BEAT`],
+    /// the scheme of headway's own layout). A standby's claim waits up to
+    /// one `beat_lease` for the leader to fire the slot or lapse.
     fn claim_slot<'a>(&'a self, entry: &'a str, due: i64) -> BoxFuture<'a, Result<bool, Refused>> {
-        Box::pin(async move {
-            let key = format!(
-                "{}headway.celery.beat:{entry}:{due}",
-                self.opts.global_keyprefix
-            );
-            let mut c = self.conn().await?;
-            let r: Result<Option<String>, _> = redis::cmd("SET")
-                .arg(key)
-                .arg(&self.node)
-                .arg("NX")
-                .arg("PX")
-                .arg(86_400_000)
-                .query_async(&mut c)
-                .await;
-            match r {
-                Ok(v) => Ok(v.is_some()),
-                Err(e) => Err(self.fail(e).await),
-            }
-        })
+        Box::pin(self.claim_slot_inner(entry, due))
     }
 
+    /// kombu's `restore_visible` under `unacked_mutex`: every claim older
+    /// than `visibility_timeout` that this consumer does not hold goes back
+    /// to the front of its queue, marked redelivered, with one more lost
+    /// holder counted in its `headway_lost` header. One whose count reaches
+    /// `max_deliveries` (3) goes to its queue's dead letters instead
+    /// ("worker lost ×3") and is not counted. A Celery worker's restore
+    /// keeps the header but does not add to it (see `docs/celery.md`).
     fn recover(&self) -> BoxFuture<'_, Result<usize, Refused>> {
         Box::pin(async move {
             let token = new_id();
@@ -1507,13 +1989,14 @@ impl Broker for CeleryBroker {
             let result = match tags {
                 Err(e) => Err(self.fail(e).await),
                 Ok(tags) => {
-                    let mine: HashSet<String> =
+                    let mut mine: HashSet<String> =
                         self.lock().out.values().map(|h| h.tag.clone()).collect();
+                    mine.extend(self.owed_tags());
                     let mut r = Ok(());
                     for t in tags.iter().filter(|t| !mine.contains(*t)) {
-                        match self.restore_tag(t, false).await {
-                            Ok(true) => n += 1,
-                            Ok(false) => {}
+                        match self.restore_tag(t, false, true).await {
+                            Ok(Restored::Back) => n += 1,
+                            Ok(_) => {}
                             Err(e) => {
                                 r = Err(e);
                                 break;
@@ -1531,6 +2014,69 @@ impl Broker for CeleryBroker {
                 .invoke_async(&mut c)
                 .await;
             result.map(|()| n)
+        })
+    }
+
+    /// Puts dead letters of `queue` back, oldest first, at most `limit`
+    /// (only those whose id is in `ids` unless it is empty), each as its
+    /// bytes at the back of the step list it came from, in one script. A
+    /// poison pill was kept marked redelivered with its lost count taken
+    /// off, so it goes back that way; quarantined bytes go back as they
+    /// were (and are quarantined again if still bad).
+    fn requeue_dead<'a>(
+        &'a self,
+        queue: &'a str,
+        ids: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<usize, Refused>> {
+        Box::pin(async move {
+            if limit == 0 {
+                return Ok(0);
+            }
+            self.remember_queue(queue);
+            let mut inv = self.scripts.dead.prepare_invoke();
+            inv.key(self.dead_key(queue));
+            for &step in &self.opts.priority_steps {
+                inv.key(self.queue_key(queue, step));
+            }
+            inv.arg("requeue")
+                .arg(limit)
+                .arg(self.opts.priority_steps.len());
+            for &step in &self.opts.priority_steps {
+                inv.arg(step);
+            }
+            for id in ids {
+                inv.arg(id);
+            }
+            let inv = &inv;
+            let n = self
+                .patiently(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
+                .await?
+                .max(0) as usize;
+            if n > 0 {
+                self.log(&format!("queue {queue:?}: re-queued {n} dead letter(s)"));
+            }
+            Ok(n)
+        })
+    }
+
+    fn purge_dead<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<usize, Refused>> {
+        Box::pin(async move {
+            let mut inv = self.scripts.dead.prepare_invoke();
+            inv.key(self.dead_key(queue))
+                .key(self.queue_key(queue, 0))
+                .arg("purge")
+                .arg(0)
+                .arg(0);
+            let inv = &inv;
+            let n = self
+                .patiently(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
+                .await?
+                .max(0) as usize;
+            if n > 0 {
+                self.log(&format!("queue {queue:?}: purged {n} dead letter(s)"));
+            }
+            Ok(n)
         })
     }
 }
@@ -1569,6 +2115,86 @@ impl CeleryBroker {
             m.args.insert(0, Value::Array(results));
         }
         Ok(Some(m))
+    }
+
+    async fn beat_call(&self, entry: &str, due: i64, mode: &str) -> Result<i64, Refused> {
+        let mut inv = self.scripts.beat.prepare_invoke();
+        inv.key(&self.keys.beat_lease)
+            .key(&self.keys.beat_fired)
+            .arg(&self.beat_owner)
+            .arg(entry)
+            .arg(due)
+            .arg(self.opts.beat_lease.as_millis() as u64)
+            .arg(mode);
+        let inv = &inv;
+        self.patiently(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
+            .await
+    }
+
+    async fn claim_slot_inner(&self, entry: &str, due: i64) -> Result<bool, Refused> {
+        // A standby asks again until the leader has fired the slot or its
+        // lease has lapsed (then this beat takes over and fires it): each
+        // slot fires once even when the leader dies or pauses right before
+        // it. Bounded by one lease and a poll.
+        let lease = self.opts.beat_lease;
+        let poll = (lease / 20).clamp(Duration::from_millis(10), Duration::from_millis(500));
+        let deadline = tokio::time::Instant::now() + lease + poll;
+        loop {
+            match self.beat_call(entry, due, "claim").await? {
+                1 => {
+                    if !self.beat_leader.swap(true, Ordering::SeqCst) {
+                        self.log("this beat holds the beat lease; it fires the schedule");
+                    }
+                    return Ok(true);
+                }
+                2 if tokio::time::Instant::now() < deadline => tokio::time::sleep(poll).await,
+                _ => return Ok(false),
+            }
+        }
+    }
+
+    /// Renews this broker's beat lease while it leads, owner-checked: a
+    /// beat that was paused past its lease finds another beat holds it and
+    /// stops leading, rather than both leading (redbeat#127).
+    async fn renew_beat(&self) {
+        if !self.beat_leader.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut inv = self.scripts.beat.prepare_invoke();
+        inv.key(&self.keys.beat_lease)
+            .key(&self.keys.beat_fired)
+            .arg(&self.beat_owner)
+            .arg("")
+            .arg(0)
+            .arg(self.opts.beat_lease.as_millis() as u64)
+            .arg("renew");
+        let Ok(mut c) = self.conn().await else { return };
+        match inv.invoke_async::<i64>(&mut c).await {
+            Ok(1) => {}
+            Ok(_) => {
+                self.beat_leader.store(false, Ordering::SeqCst);
+                self.log(
+                    "the beat lease was taken by another beat (this one paused or lost Redis past it); standing by",
+                );
+            }
+            // Redis away: the lease may lapse, and the next claim finds out.
+            Err(e) => {
+                let _ = self.fail(e).await;
+            }
+        }
+    }
+
+    /// Puts `raw` on `queue` (its step-0 list, at the back) as another
+    /// producer would, unchecked: it is decoded when claimed, and
+    /// quarantined if it is not a message headway will run. For tests and
+    /// tools; an app publishes with [`Broker::publish`].
+    pub async fn push_raw(&self, queue: &str, raw: &[u8]) -> Result<(), Refused> {
+        self.remember_queue(queue);
+        let mut p = redis::pipe();
+        p.lpush(self.queue_key(queue, 0), raw).ignore();
+        let p = &p;
+        self.patiently(|mut c| async move { p.query_async::<()>(&mut c).await })
+            .await
     }
 
     fn next_held(&self, queues: &[String]) -> Option<i64> {
@@ -1817,6 +2443,44 @@ impl Inspector for CeleryBroker {
                 self.flush_events().await?;
             }
             Ok(())
+        })
+    }
+
+    fn dead_letters<'a>(
+        &'a self,
+        queue: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<DeadLetter>, Refused>> {
+        Box::pin(async move {
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
+            let mut c = self.conn().await?;
+            let raw: Vec<Vec<u8>> = match redis::cmd("LRANGE")
+                .arg(self.dead_key(queue))
+                .arg(0)
+                .arg(limit.min(DEAD_KEPT) as i64 - 1)
+                .query_async(&mut c)
+                .await
+            {
+                Ok(v) => v,
+                Err(e) => return Err(self.fail(e).await),
+            };
+            Ok(raw.iter().map(|el| dead::letter(queue, el)).collect())
+        })
+    }
+
+    fn dead_count<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<u64, Refused>> {
+        Box::pin(async move {
+            let mut c = self.conn().await?;
+            match redis::cmd("LLEN")
+                .arg(self.dead_key(queue))
+                .query_async::<u64>(&mut c)
+                .await
+            {
+                Ok(n) => Ok(n),
+                Err(e) => Err(self.fail(e).await),
+            }
         })
     }
 

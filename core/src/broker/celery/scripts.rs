@@ -4,52 +4,72 @@
 /// Claims up to `max` envelopes, each moved from its queue list into kombu's
 /// `unacked` hash and `unacked_index` sorted set in the same step — kombu
 /// does the pop and the hold in two round trips, and a crash between them
-/// loses the message; here there is no such gap.
+/// loses the message; here there is no such gap. An envelope over the size
+/// cap is never parsed nor sent to the consumer: it goes to its queue's dead
+/// letters ("too large") in the same step, and counts towards `max` as any
+/// message taken does.
 ///
-/// KEYS: unacked, unacked_index, then the queue keys in polling order.
+/// KEYS: unacked, unacked_index, then K queue keys in polling order, then
+/// the K dead-letter lists they go to (one per queue key).
 /// ARGV: max, now (float Unix seconds: the index score, as kombu's
-/// `time()`), K (the number of queue keys), K routing keys (one per queue
-/// key, used when an envelope lacks `delivery_info.routing_key`), then spare
-/// delivery tags for envelopes without one.
-/// Returns a flat list: key, tag ("" when the envelope could not be read
-/// and was left out of `unacked`), raw — three per message.
+/// `time()`), now (ms, for dead letters), the size cap (bytes), how many
+/// dead letters a list keeps, K, K routing keys (one per queue key, used
+/// when an envelope lacks `delivery_info.routing_key`), K priority steps
+/// (one per queue key), then spare delivery tags for envelopes without one.
+/// Returns a flat list: how many went to the dead letters, then key, tag
+/// ("" when the envelope could not be read and was left out of `unacked`),
+/// raw — three per message.
 pub const CLAIM: &str = r#"
 local max = tonumber(ARGV[1])
 local now = ARGV[2]
-local k = tonumber(ARGV[3])
-local spare = 4 + k
-local out = {}
+local now_ms = ARGV[3]
+local cap = tonumber(ARGV[4])
+local kept = tonumber(ARGV[5])
+local k = tonumber(ARGV[6])
+local spare = 7 + 2 * k
+local out = {'0'}
+local buried = 0
 local n = 0
-for i = 3, #KEYS do
+for i = 1, k do
+  local key = KEYS[2 + i]
   while n < max do
-    local raw = redis.call('RPOP', KEYS[i])
+    local raw = redis.call('RPOP', key)
     if not raw then break end
     n = n + 1
-    local tag = ''
-    local ok, env = pcall(cjson.decode, raw)
-    if ok and type(env) == 'table' then
-      local ex, rk = '', ARGV[3 + i - 2]
-      local p = env['properties']
-      if type(p) == 'table' then
-        if type(p['delivery_tag']) == 'string' then tag = p['delivery_tag'] end
-        local di = p['delivery_info']
-        if type(di) == 'table' then
-          if type(di['exchange']) == 'string' then ex = di['exchange'] end
-          if type(di['routing_key']) == 'string' then rk = di['routing_key'] end
+    if #raw > cap then
+      local dead = KEYS[2 + k + i]
+      redis.call('LPUSH', dead, '{"at":' .. now_ms .. ',"reason":"too large: ' .. #raw ..
+        ' bytes (the cap is ' .. cap .. ' bytes)","step":' .. ARGV[6 + k + i] .. '}\n' .. raw)
+      redis.call('LTRIM', dead, 0, kept - 1)
+      buried = buried + 1
+    else
+      local tag = ''
+      local ok, env = pcall(cjson.decode, raw)
+      if ok and type(env) == 'table' then
+        local ex, rk = '', ARGV[6 + i]
+        local p = env['properties']
+        if type(p) == 'table' then
+          if type(p['delivery_tag']) == 'string' then tag = p['delivery_tag'] end
+          local di = p['delivery_info']
+          if type(di) == 'table' then
+            if type(di['exchange']) == 'string' then ex = di['exchange'] end
+            if type(di['routing_key']) == 'string' then rk = di['routing_key'] end
+          end
         end
+        if tag == '' then
+          tag = ARGV[spare]
+          spare = spare + 1
+        end
+        redis.call('ZADD', KEYS[2], now, tag)
+        redis.call('HSET', KEYS[1], tag, '[' .. raw .. ', ' .. cjson.encode(ex) .. ', ' .. cjson.encode(rk) .. ']')
       end
-      if tag == '' then
-        tag = ARGV[spare]
-        spare = spare + 1
-      end
-      redis.call('ZADD', KEYS[2], now, tag)
-      redis.call('HSET', KEYS[1], tag, '[' .. raw .. ', ' .. cjson.encode(ex) .. ', ' .. cjson.encode(rk) .. ']')
+      out[#out + 1] = key
+      out[#out + 1] = tag
+      out[#out + 1] = raw
     end
-    out[#out + 1] = KEYS[i]
-    out[#out + 1] = tag
-    out[#out + 1] = raw
   end
 end
+out[1] = tostring(buried)
 return out
 "#;
 
@@ -186,5 +206,133 @@ pub const FIRE: &str = r#"
 if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 redis.call('LPUSH', KEYS[4], ARGV[1])
+return 1
+"#;
+
+/// Moves one message to a dead-letter list: quarantine and poison pills.
+/// With a tag, only if its `unacked` entry is still there (and, when
+/// given, still the one read: a compare-and-swap like [`RESTORE`]), taking
+/// it out of `unacked` and the index in the same step; without one (bytes
+/// that never reached `unacked`), just the push.
+///
+/// KEYS: unacked, unacked_index, the dead-letter list. ARGV: tag ("" for
+/// none), the entry as read ("" to check presence only), the dead letter,
+/// how many the list keeps. Returns 1 when moved.
+pub const BURY: &str = r#"
+if ARGV[1] ~= '' then
+  if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+  if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
+  redis.call('ZREM', KEYS[2], ARGV[1])
+end
+redis.call('LPUSH', KEYS[3], ARGV[3])
+redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[4]) - 1)
+return 1
+"#;
+
+/// Re-queues or purges a queue's dead letters in one step. Mode `purge`
+/// drops them all and answers how many. Mode `requeue` puts them back,
+/// oldest first, at most `limit` — only those whose header names one of the
+/// ids, when ids are given — each pushed as its bytes (LPUSH: the back, like
+/// a publish) onto the step key its header names (the largest step not
+/// above it). Answers how many went back.
+///
+/// KEYS: the dead-letter list, then the queue's step keys in step order.
+/// ARGV: mode, limit, S (the number of steps), S steps, then ids.
+pub const DEAD: &str = r#"
+local dead = KEYS[1]
+if ARGV[1] == 'purge' then
+  local n = redis.call('LLEN', dead)
+  redis.call('DEL', dead)
+  return n
+end
+local limit = tonumber(ARGV[2])
+local ns = tonumber(ARGV[3])
+local function key_of(step)
+  local k = KEYS[2]
+  for j = 1, ns do
+    if tonumber(ARGV[3 + j]) <= step then k = KEYS[1 + j] end
+  end
+  return k
+end
+-- "<header>\n<bytes>"; anything else is bytes alone.
+local function split(el)
+  if string.sub(el, 1, 6) == '{"at":' then
+    local nl = string.find(el, '\n', 1, true)
+    if nl then return string.sub(el, 1, nl - 1), string.sub(el, nl + 1) end
+  end
+  return '', el
+end
+local function back(el)
+  local head, raw = split(el)
+  local s = tonumber(string.match(head, '"step":(%d+)') or '0')
+  redis.call('LPUSH', key_of(s), raw)
+end
+local n = 0
+if #ARGV <= 3 + ns then
+  while n < limit do
+    local el = redis.call('RPOP', dead)
+    if not el then break end
+    back(el)
+    n = n + 1
+  end
+else
+  local want = {}
+  for i = 4 + ns, #ARGV do want[ARGV[i]] = true end
+  local els = redis.call('LRANGE', dead, 0, -1)
+  local keep = {}
+  for i = #els, 1, -1 do
+    local head = split(els[i])
+    local id = string.match(head, '"id":"([^"\\]*)"')
+    if n < limit and id and want[id] then
+      back(els[i])
+      n = n + 1
+    else
+      keep[#keep + 1] = els[i]
+    end
+  end
+  if n > 0 then
+    redis.call('DEL', dead)
+    for i = 1, #keep, 1000 do
+      redis.call('LPUSH', dead, unpack(keep, i, math.min(i + 999, #keep)))
+    end
+  end
+end
+return n
+"#;
+
+/// Beat single-fire, the scheme of headway's own layout (`beat.lua`): one
+/// beat leads at a time, holding a lease that is only ever renewed or
+/// released by its owner (a beat paused past its lease that comes back
+/// cannot renew or use a lease another beat took — redbeat#127), and a hash
+/// keeps the latest due fired per entry, so a slot at or before it is
+/// refused whoever asks.
+///
+/// KEYS: the lease, the fired hash. ARGV: owner, entry, due, lease ms, mode.
+/// Mode `claim`: 1 granted (this beat leads and nothing at or after due was
+/// fired), 0 refused for good (fired already), 2 another beat leads (ask
+/// again until it fires the slot or its lease lapses). `renew` / `release`:
+/// 1 when this beat held the lease.
+pub const BEAT: &str = r#"
+local owner = ARGV[1]
+local mode = ARGV[5]
+local cur = redis.call('GET', KEYS[1])
+if mode == 'renew' then
+  if cur == owner then
+    redis.call('PEXPIRE', KEYS[1], ARGV[4])
+    return 1
+  end
+  return 0
+elseif mode == 'release' then
+  if cur == owner then
+    redis.call('DEL', KEYS[1])
+    return 1
+  end
+  return 0
+end
+local last = redis.call('HGET', KEYS[2], ARGV[2])
+if last and tonumber(last) >= tonumber(ARGV[3]) then return 0 end
+if cur and cur ~= owner then return 2 end
+redis.call('SET', KEYS[1], owner, 'PX', ARGV[4])
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 return 1
 "#;
