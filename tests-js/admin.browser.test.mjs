@@ -1,7 +1,7 @@
 // The admin page in a real browser: Debian's headless `chromium`, driven by
 // playwright-core (no browser download: `executablePath`). For each adapter
 // that can serve here — Python's (`headway admin`, uvicorn, in a subprocess)
-// and Node's (`admin.handler` on `http.createServer`) — with a worker
+// and Node's (`admin.handler` on `http.createServer`, in this process) — with a worker
 // running tasks: open the page with the token, see the counts move, send a
 // task from the form and see it succeed, revoke a queued one and see it
 // REVOKED, and check that XSS payloads render as text. The last run saves a
@@ -127,7 +127,54 @@ async function pythonServer() {
   };
 }
 
-const servers = [{ name: 'python (headway admin, uvicorn)', missing: pythonMissing, start: pythonServer }];
+/** Why Node's adapter cannot run here, or null. */
+async function nodeMissing() {
+  try {
+    const h = await import('headway');
+    return typeof h.admin?.handler === 'function' && typeof h.App === 'function'
+      ? null
+      : 'this build of headway has no App or admin';
+  } catch (e) {
+    return `headway does not load (${e.message})`;
+  }
+}
+
+/** Node's adapter: admin.handler on http.createServer, a worker in this process. */
+async function nodeServer() {
+  const { App, admin } = await import('headway');
+  const http = await import('node:http');
+  const app = new App();
+  app.task('add', ([x, y]) => x + y);
+  // Long enough that a batch takes several of the stream's ticks.
+  app.task('slow', async ([i]) => {
+    await new Promise((r) => setTimeout(r, 150));
+    return i;
+  });
+  app.task('echo', (args) => args);
+  app.task('boom', ([why]) => {
+    throw new RangeError(why);
+  });
+  const worker = app.worker({ concurrency: 1 });
+  const running = worker.run();
+  const handler = admin.handler(app, { token: TOKEN });
+  const server = http.createServer(handler);
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    base: `http://127.0.0.1:${server.address().port}`,
+    async stop() {
+      handler.closeStreams();
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+      await worker.stop({ grace: 1000 });
+      await running;
+    },
+  };
+}
+
+const servers = [
+  { name: 'python (headway admin, uvicorn)', missing: pythonMissing, start: pythonServer },
+  { name: 'node (admin.handler, http.createServer)', missing: nodeMissing, start: nodeServer },
+];
 
 async function launch() {
   const { chromium } = await import('playwright-core');
@@ -271,7 +318,7 @@ for (const [i, s] of servers.entries()) {
   test(`admin page in headless chromium: ${s.name}`, { timeout: 180000 }, async (t) => {
     const why = !existsSync(CHROMIUM)
       ? `${CHROMIUM} is not installed (apt-get install -y chromium)`
-      : s.missing();
+      : await s.missing();
     if (why) {
       if (REQUIRE) assert.fail(`HEADWAY_REQUIRE_REDIS=1 but ${why}`);
       console.log(`skipping the browser test (${s.name}): ${why}`);
