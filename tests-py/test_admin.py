@@ -470,6 +470,39 @@ def test_close_streams_ends_open_streams_cleanly(apps: Apps) -> None:
     asyncio.run(main())
 
 
+def test_a_cancelled_stream_is_dropped() -> None:
+    # What a server does at shutdown past its grace: cancel the app's task.
+    app = headway.App("memory://")
+    admin = asgi(app, token=T)
+
+    async def main() -> None:
+        first = asyncio.Event()
+
+        async def receive() -> dict[str, Any]:
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+
+        async def send(m: Any) -> None:
+            if m.get("more_body"):
+                first.set()
+
+        incoming = [{"type": "http.request", "body": b"", "more_body": False}]
+
+        async def receive_once() -> dict[str, Any]:
+            return incoming.pop(0) if incoming else await receive()
+
+        task = asyncio.ensure_future(admin(scope("GET", "/api/stream", bearer()), receive_once, send))
+        await asyncio.wait_for(first.wait(), WAIT)
+        (native,) = admin._streams
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert native.closed
+        assert admin._streams == set()
+
+    asyncio.run(main())
+
+
 # ---------------------------------------------------------------- ASGI
 
 

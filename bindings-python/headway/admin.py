@@ -207,12 +207,12 @@ def _headers(scope: Scope) -> list[tuple[str, str]]:
 async def _pump(stream: _native._AdminStream, receive: Receive, send: Send) -> None:
     """Sends the stream's frames until the client goes away, then drops it."""
     gone = asyncio.ensure_future(_disconnected(receive))
+    frame_task: asyncio.Future[bytes | None] | None = None
     try:
         while not gone.done():
             frame_task = asyncio.ensure_future(stream.next())
             done, _ = await asyncio.wait({frame_task, gone}, return_when=asyncio.FIRST_COMPLETED)
             if frame_task not in done:
-                frame_task.cancel()
                 break
             frame = frame_task.result()
             if frame is None:
@@ -228,6 +228,11 @@ async def _pump(stream: _native._AdminStream, receive: Receive, send: Send) -> N
             except OSError:
                 pass
     finally:
+        # Also when this task is cancelled (a server's shutdown): a pending
+        # next() is cancelled, which drops the Rust future, and the stream
+        # is dropped now rather than at its next tick.
+        if frame_task is not None and not frame_task.done():
+            frame_task.cancel()
         stream.close()
         gone.cancel()
 
