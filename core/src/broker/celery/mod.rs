@@ -1703,7 +1703,9 @@ async fn rescore_loop(me: Weak<CeleryBroker>) {
     let mut last_rescore = tokio::time::Instant::now();
     let mut last_restore: Option<tokio::time::Instant> = None;
     let mut last_renew = tokio::time::Instant::now();
-    let mut rescore_failing = false;
+    // Each kind of failure is logged once per outage: the connection's own
+    // log says when it ends.
+    let (mut rescore_failing, mut restore_failing) = (false, false);
     loop {
         tokio::time::sleep(tick).await;
         let Some(b) = me.upgrade() else { return };
@@ -1718,7 +1720,6 @@ async fn rescore_loop(me: Weak<CeleryBroker>) {
             last_rescore = now;
             match b.heartbeat().await {
                 Ok(_) => rescore_failing = false,
-                // Once per outage: the connection's own log says when it ends.
                 Err(e) if !rescore_failing => {
                     rescore_failing = true;
                     b.log(&format!("could not re-score held claims: {e}"));
@@ -1732,11 +1733,18 @@ async fn rescore_loop(me: Weak<CeleryBroker>) {
         {
             last_restore = Some(now);
             match b.recover().await {
-                Ok(0) => {}
-                Ok(n) => b.log(&format!(
-                    "restored {n} claim(s) older than the visibility timeout"
-                )),
-                Err(e) if !rescore_failing => b.log(&format!("could not restore claims: {e}")),
+                Ok(n) => {
+                    restore_failing = false;
+                    if n > 0 {
+                        b.log(&format!(
+                            "restored {n} claim(s) older than the visibility timeout"
+                        ));
+                    }
+                }
+                Err(e) if !restore_failing => {
+                    restore_failing = true;
+                    b.log(&format!("could not restore claims: {e}"));
+                }
                 Err(_) => {}
             }
         }
