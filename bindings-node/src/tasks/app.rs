@@ -126,6 +126,16 @@ impl NativeHost {
         Ok(())
     }
 
+    /// `finish(ok, failed)` then `take(max)`, in one crossing: what a busy
+    /// host does between batches.
+    #[napi(catch_unwind)]
+    pub fn swap(&self, ok: String, failed: String, max: u32) -> napi::Result<Option<String>> {
+        if !ok.is_empty() || !failed.is_empty() {
+            self.finish(ok, failed)?;
+        }
+        Ok(self.take(max))
+    }
+
     /// Calls JS took that the core no longer waits for: their bodies should
     /// be cancelled (`ctx.signal` aborts), and their answers are discarded.
     #[napi]

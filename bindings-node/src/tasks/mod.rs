@@ -112,9 +112,15 @@ impl From<Refused> for Refusal {
     }
 }
 
-/// The core's one runtime, or an `Error` in a forked child.
+/// The core's one runtime. Node never forks without exec, so the core's
+/// fork check (a `getpid` per call) is made once and the answer kept.
 pub(crate) fn rt() -> napi::Result<&'static tokio::runtime::Runtime> {
-    headway_core::runtime::runtime().map_err(|e| napi::Error::from_reason(e.to_string()))
+    static RT: std::sync::OnceLock<&'static tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    if let Some(rt) = RT.get() {
+        return Ok(rt);
+    }
+    let rt = headway_core::runtime::runtime().map_err(|e| napi::Error::from_reason(e.to_string()))?;
+    Ok(RT.get_or_init(|| rt))
 }
 
 /// A JS number of milliseconds as the core's `i64`, rounded to the nearest
