@@ -436,3 +436,26 @@ def test_default_roll_is_drawn() -> None:
             p.unmade(0.0)
         seen.add(type(p.take(0.0)))
     assert seen == {Shed, Make}
+
+
+def test_a_cycle_through_a_pooled_item_is_collected() -> None:
+    import gc
+    import weakref
+
+    class Conn:
+        pool: Pool[Conn]
+
+    def make() -> weakref.ref[Conn]:
+        pool: Pool[Conn] = Pool()
+        idle, lent = Conn(), Conn()
+        idle.pool = pool
+        lent.pool = pool
+        for c in (idle, lent):
+            assert pool.take(0.0) == Make()
+            pool.made(c, 0.0)
+        pool.give(idle, 0.0)
+        return weakref.ref(lent)
+
+    ref = make()
+    gc.collect()
+    assert ref() is None

@@ -550,6 +550,23 @@ impl PyPool {
         generic_alias(cls, item)
     }
 
+    /// Shows the garbage collector every item the pool holds, idle and lent,
+    /// so a cycle through a pooled item (one that holds its own pool) is
+    /// collected.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        for item in self.inner.items() {
+            visit.call(&item.0)?;
+        }
+        Ok(())
+    }
+
+    /// Breaks such a cycle: the pool forgets everything it holds.
+    fn __clear__(&mut self) {
+        let limits = *self.inner.limits();
+        let ward = self.inner.ward().cloned();
+        self.inner = flow::Pool::new(limits, ward);
+    }
+
     /// Take one, be told to make one or to wait — or be handed one too old to
     /// use. `roll` is the draw the ward's breaker decides with.
     #[pyo3(signature = (now=None, roll=None))]
