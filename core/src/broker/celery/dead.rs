@@ -282,6 +282,43 @@ mod tests {
     }
 
     #[test]
+    fn mutated_envelopes_never_panic_and_reasons_stay_bounded() {
+        let s = sender();
+        let m = crate::task::Message::new(
+            "i1".into(),
+            "t".into(),
+            vec![serde_json::json!([1, {"a": "é"}])],
+            Default::default(),
+            "default".into(),
+        );
+        let good = s.encode(&m, 0).json.into_bytes();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..5000 {
+            let mut b = good.clone();
+            for _ in 0..(x % 4 + 1) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                if b.is_empty() {
+                    break;
+                }
+                let i = (x as usize) % b.len();
+                match x % 3 {
+                    0 => b[i] = (x >> 8) as u8,
+                    1 => {
+                        b.remove(i);
+                    }
+                    _ => b.truncate(i.max(1)),
+                }
+            }
+            if let Err(e) = decode(&s, &b, 1 << 20) {
+                assert!(!e.reason.is_empty() && e.reason.len() <= TEXT_MAX + 3);
+                assert!(e.id.is_none_or(|id| id.len() <= TEXT_MAX + 3));
+            }
+        }
+    }
+
+    #[test]
     fn letters_round_trip() {
         let el = element(7, "bad JSON: \"x\"", 3, Some("a\"b"), b"\x00raw\nbytes");
         let d = letter("q", &el);

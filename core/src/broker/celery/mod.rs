@@ -1277,6 +1277,14 @@ impl CeleryBroker {
             return Ok(Restored::Dead);
         };
         let mut count = 0u64;
+        if lost
+            && !env.get("headers").is_some_and(Value::is_object)
+            && let Some(o) = env.as_object_mut()
+        {
+            // Somewhere to count in, so even a headerless envelope cannot
+            // loop for ever.
+            o.insert("headers".into(), Value::Object(serde_json::Map::new()));
+        }
         if let Some(h) = env.get_mut("headers").and_then(Value::as_object_mut) {
             h.insert("redelivered".into(), Value::Bool(true));
             if lost {
