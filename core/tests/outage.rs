@@ -302,9 +302,21 @@ async fn outage(layout: &str) {
         worker_log.contains("resuming"),
         "{layout}: the broker did not log its reconnect:\n{worker_log}"
     );
-    // Each ran at most a few times: at least once, not a loop.
+    // A send during an outage shorter than the patience waits, and lands.
+    assert!(
+        refused.is_empty(),
+        "{layout}: sends failed: {:?}",
+        &refused[..refused.len().min(5)]
+    );
+    // Each ran at most a few times — at least once, not a loop — as its
+    // first attempt (nothing failed), by the worker process.
     for (id, r) in &runs {
         assert!(r.len() <= 3, "{layout}: {id} ran {} times", r.len());
+        for x in r.values() {
+            assert_eq!(x.attempt, 1, "{layout}: {id}");
+            assert!(x.worker.starts_with("outage-worker-"), "{layout}: {id}");
+            assert!(x.end.is_none_or(|e| e >= x.start));
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
