@@ -346,7 +346,7 @@ def test_run_async_on_the_callers_loop_and_await_handle(apps: Apps) -> None:
         h = where.delay()
         got = await h
         s = await sync_add.delay(1, 2)
-        w.stop(1.0, wait=False)
+        w.stop(1.0)  # on the worker's own loop: asks, does not block the loop
         await run
         return got, s, id(asyncio.get_running_loop())
 

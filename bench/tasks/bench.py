@@ -2,16 +2,37 @@
 
     python bench/tasks/bench.py [N]
 
-For each body kind (sync ``def``, ``async def``) it publishes N runs — one
-``task.delay()`` each, and as one ``group`` — starts a worker, and times the
-whole path until the worker has settled all N (publish, claim, ack, call the
-body through the core's HostQueue, store the result). Calls cross into
-Python in batches: a runner thread attaches once per busy stretch, the async
-pump hands the loop up to 256 calls per ``call_soon_threadsafe``.
+For each body kind (sync ``def``, ``async def``) and send style (one
+``task.delay()`` per run, or one ``group`` of N signatures) it reports:
+
+- ``publish``: sends per second, nothing consuming;
+- ``run``: from ``worker.start()`` until the worker has settled all N
+  (claim, ack, call the body through the core's HostQueue, store the result);
+- ``send→settled``: the whole path, first send to last settle, with the
+  worker running while the sends happen (what a service sees).
+
+Calls cross into Python in batches: a runner thread attaches once per busy
+stretch and keeps taking calls, the async pump hands the loop up to 256 calls
+per ``call_soon_threadsafe``, and an async body that never awaits is answered
+from its first step without a Task. The per-thread CPU split (``tokio`` vs
+``python``) shows where the time goes.
+
+Measured on the 2-core development machine (other jobs running; expect
+±30%), N = 100 000, concurrency 64, prefetch 1024:
+
+    sync  delay: publish ~300 k/s, run ~80 k/s, send→settled ~60 k/s
+    async delay: publish ~300 k/s, run ~95 k/s, send→settled ~65 k/s
+    (the Rust no-op body, `cargo bench -p headway-core --bench tasks`:
+     ~80-140 k/s send→settled on the same machine at the same time)
+
+The run phase spends ~85% of its CPU on the core's tokio threads and ~1.3 µs
+per call in Python: the core's per-message path, not the GIL crossing, is
+what bounds it.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any
@@ -23,7 +44,23 @@ CONCURRENCY = 64
 PREFETCH = 1024
 
 
-def run(kind: str, send: str, n: int) -> float:
+def cpu() -> dict[str, int]:
+    """CPU ticks per thread kind (``headway`` = the core's tokio threads)."""
+    out: dict[str, int] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        kind = "tokio" if name.startswith("headway") else "python"
+        out[kind] = out.get(kind, 0) + int(fields[11]) + int(fields[12])
+    return out
+
+
+def app_with(kind: str) -> tuple[headway.App, Any]:
     app = headway.App("memory://")
     if kind == "sync":
 
@@ -31,40 +68,68 @@ def run(kind: str, send: str, n: int) -> float:
         def noop(i: int) -> None:
             return None
 
-        task: Any = noop
-    else:
+        return app, noop
 
-        @app.task(name="noop")
-        async def anoop(i: int) -> None:
-            return None
+    @app.task(name="noop")
+    async def anoop(i: int) -> None:
+        return None
 
-        task = anoop
-    start = time.perf_counter()
-    if send == "delay":
+    return app, anoop
+
+
+def send(task: Any, style: str, n: int) -> None:
+    if style == "delay":
         delay = task.delay
         for i in range(n):
             delay(i)
     else:
         headway.group([task.s(i) for i in range(n)]).send()
-    published = time.perf_counter() - start
+
+
+def settle(w: headway.Worker, n: int) -> None:
+    while w.settled < n:
+        time.sleep(0.0005)
+
+
+def run(kind: str, style: str, n: int) -> None:
+    # Publish, then run.
+    app, task = app_with(kind)
+    t0 = time.perf_counter()
+    send(task, style, n)
+    t1 = time.perf_counter()
+    w = app.worker(concurrency=CONCURRENCY, prefetch=PREFETCH)
+    before = cpu()
+    t2 = time.perf_counter()
+    w.start()
+    settle(w, n)
+    t3 = time.perf_counter()
+    after = cpu()
+    w.stop(1.0)
+    # The worker running while the sends happen.
+    app, task = app_with(kind)
     w = app.worker(concurrency=CONCURRENCY, prefetch=PREFETCH)
     w.start()
-    while w.settled < n:
-        time.sleep(0.001)
-    total = time.perf_counter() - start
+    t4 = time.perf_counter()
+    send(task, style, n)
+    settle(w, n)
+    t5 = time.perf_counter()
     w.stop(1.0)
+    spent = {k: (after.get(k, 0) - before.get(k, 0)) / 100 for k in ("tokio", "python")}
     print(
-        f"python {kind:5} no-op, {send:5} send: {n} tasks, publish {n / published:>9,.0f}/s, "
-        f"send→settled {n / total:>9,.0f} tasks/s"
+        f"python {kind:5} no-op, {style:5}: publish {n / (t1 - t0):>9,.0f}/s, "
+        f"run {n / (t3 - t2):>9,.0f}/s, send→settled {n / (t5 - t4):>9,.0f} tasks/s "
+        f"(run cpu: tokio {spent['tokio']:.2f} s, python {spent['python']:.2f} s)"
     )
-    return n / total
 
 
 def main() -> None:
-    print(f"headway {headway.__version__}, memory broker, concurrency {CONCURRENCY}, prefetch {PREFETCH}")
+    print(
+        f"headway {headway.__version__}: memory broker, {N} tasks, "
+        f"concurrency {CONCURRENCY}, prefetch {PREFETCH}"
+    )
     for kind in ("sync", "async"):
-        for send in ("delay", "group"):
-            run(kind, send, N)
+        for style in ("delay", "group"):
+            run(kind, style, N)
 
 
 if __name__ == "__main__":

@@ -865,6 +865,7 @@ class Worker:
         """Runs until stopped on the running event loop; async bodies run on
         that loop. Cancelling it stops the worker gracefully first."""
         self._begin(asyncio.get_running_loop())
+        self._runner = threading.current_thread()
         fut = self._native.run_future()
         try:
             await asyncio.shield(fut)
@@ -879,8 +880,10 @@ class Worker:
         """Stops it (see the class) and, with ``wait`` and called from outside
         the worker, waits until it has: when this returns, what it held is
         settled or given back. Re-raises an error that ended a
-        ``start()``-ed run. (From a signal handler, or inside a body, it only
-        asks: the thread that would wait is the one running the worker.)"""
+        ``start()``-ed run. (From a signal handler, inside a body, or on the
+        loop running ``run_async()``, it only asks: the thread that would
+        wait is the one running the worker — await the ``run_async()`` task
+        to wait there.)"""
         self._native.stop(grace)
         if not self._started or not wait:
             return

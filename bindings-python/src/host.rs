@@ -422,7 +422,7 @@ impl PyHost {
         let host = self.inner.clone();
         let stop = flag.inner.clone();
         loop {
-            if stop.load(Ordering::SeqCst) {
+            if stop.load(Ordering::SeqCst) || host.sync_q.is_closed() {
                 return;
             }
             // Wait, detached, until there is work — without taking any: a
