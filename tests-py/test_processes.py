@@ -122,6 +122,35 @@ def test_ctrl_c_stops_a_blocking_run_gracefully(tmp_path: Path) -> None:
     assert out.splitlines()[-2:] == ["body finished", "interrupted; state SUCCESS"]
 
 
+def test_ctrl_c_interrupts_a_blocking_get(tmp_path: Path) -> None:
+    script = write(
+        tmp_path,
+        "get.py",
+        """
+        import headway
+        app = headway.App()
+        h = app.send_task("nobody.runs.this")
+        print("waiting", flush=True)
+        try:
+            h.get()
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        """,
+    )
+    child = python(script)
+    try:
+        child.until("waiting")
+        time.sleep(0.2)
+        sent = time.monotonic()
+        child.proc.send_signal(signal.SIGINT)
+        code, out, err = child.finish(limit=5)
+        assert time.monotonic() - sent < 2
+    finally:
+        child.kill()
+    assert code == 0, err
+    assert out.splitlines()[-1] == "interrupted"
+
+
 def test_the_process_exits_after_stop_and_at_exit(tmp_path: Path) -> None:
     stopped = write(
         tmp_path,

@@ -864,7 +864,8 @@ class Worker:
     async def run_async(self) -> None:
         """Runs until stopped on the running event loop; async bodies run on
         that loop. Cancelling it stops the worker gracefully first."""
-        self._begin(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        self._begin(loop)
         self._runner = threading.current_thread()
         fut = self._native.run_future()
         try:
@@ -874,7 +875,8 @@ class Worker:
             await fut
             raise
         finally:
-            self._end()
+            # Joining the runner threads takes up to a slice: not on the loop.
+            await loop.run_in_executor(None, self._end)
 
     def stop(self, grace: Span = GRACE, *, wait: bool = True) -> None:
         """Stops it (see the class) and, with ``wait`` and called from outside
@@ -916,7 +918,9 @@ class Beat:
     phase: the next time is computed from the time that was due, not from
     when the tick ran, so an hourly entry stays on its minute after a late
     tick. ``pending()`` answers ``(name, when)`` with ``when`` an aware UTC
-    ``datetime``. On a virtual clock its sleeps advance the clock."""
+    ``datetime``. On a virtual clock its sleeps advance the clock, so drive
+    it with ``run(until=...)`` or ``tick()`` there: a ``start()``-ed beat on
+    a virtual clock races through time."""
 
     def __init__(self, app: App, native: _native._Beat) -> None:
         self.app = app

@@ -70,7 +70,6 @@ where
 }
 
 struct Errors {
-    refused: Py<PyType>,
     task_failed: Py<PyType>,
     timeout: Py<PyType>,
     revoked: Py<PyType>,
@@ -87,7 +86,6 @@ fn errors(py: Python<'_>) -> PyResult<&Errors> {
         let get =
             |n: &str| -> PyResult<Py<PyType>> { Ok(m.getattr(n)?.cast_into::<PyType>()?.unbind()) };
         Ok(Errors {
-            refused: get("Refused")?,
             task_failed: get("TaskFailed")?,
             timeout: get("Timeout")?,
             revoked: get("Revoked")?,
@@ -131,12 +129,6 @@ pub(crate) fn refused(py: Python<'_>, r: Refused) -> PyErr {
 /// `Err(Refused)` as an exception, for `?`.
 pub(crate) fn check<T>(py: Python<'_>, r: Result<T, Refused>) -> PyResult<T> {
     r.map_err(|e| refused(py, e))
-}
-
-/// Whether `err` is one of headway's `Refused`.
-#[allow(dead_code)]
-pub(crate) fn is_refused(py: Python<'_>, err: &PyErr) -> bool {
-    errors(py).is_ok_and(|e| err.is_instance(py, e.refused.bind(py)))
 }
 
 /// A Python exception raised by a body, as the core's `Failure`: the type's
