@@ -329,6 +329,22 @@ def test_async_bodies_run_on_a_loop_thread(apps: Apps) -> None:
     assert len(set(loops)) == 1
 
 
+def test_async_bodies_run_inside_a_task(apps: Apps) -> None:
+    app = apps.app()
+
+    @app.task(name="in_task")
+    async def in_task() -> bool:
+        # asyncio.timeout() (and anyio, httpx...) need a current task, from
+        # the very first step of the body.
+        async with asyncio.timeout(5):
+            here = asyncio.current_task() is not None
+            await asyncio.sleep(0)
+        return here
+
+    apps.start(app)
+    assert in_task.delay().get(timeout=WAIT) is True
+
+
 def test_run_async_on_the_callers_loop_and_await_handle(apps: Apps) -> None:
     app = apps.app()
 

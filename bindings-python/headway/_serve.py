@@ -26,8 +26,6 @@ import inspect
 import sys
 import threading
 import time
-import types
-from collections.abc import Coroutine, Generator
 from typing import Any
 
 from . import _native
@@ -44,27 +42,12 @@ async def _awaiting(aw: Any) -> Any:
     return await aw
 
 
-@types.coroutine
-def _resume(coro: Coroutine[Any, Any, Any], first: Any) -> Generator[Any, Any, Any]:
-    """Drives ``coro`` on from its first step, which ``_dispatch`` ran
-    eagerly and which yielded ``first``: what ``yield from`` does, for a
-    coroutine that has already started. The Task running this sees exactly
-    what it would have seen running ``coro`` itself (the futures it waits
-    on, cancellation thrown in)."""
-    value = first
-    while True:
-        try:
-            sent = yield value
-        except BaseException as e:  # noqa: BLE001 - forwarded, as yield from does
-            try:
-                value = coro.throw(e)
-            except StopIteration as stop:
-                return stop.value
-        else:
-            try:
-                value = coro.send(sent)
-            except StopIteration as stop:
-                return stop.value
+#: Python 3.12+ can run a task's first step at once, the task already
+#: current (``eager_start``): a body that never awaits then costs no loop
+#: round trip. Earlier, every body gets a plain task — running a first step
+#: outside any task would break ``asyncio.current_task()`` and
+#: ``asyncio.timeout()`` (and the libraries built on them) inside it.
+_EAGER = sys.version_info >= (3, 12)
 
 
 class Serving:
@@ -147,8 +130,7 @@ class Serving:
                 t.cancel()
 
     def _dispatch(self, batch: list[_Call]) -> None:
-        """Loop thread: runs each call's first step now (most bodies finish
-        in it, and then no Task is made), and the rest in a Task."""
+        """Loop thread: starts a task per call, answered when it is done."""
         loop = asyncio.get_running_loop()
         host = self._host
         current = _native._CURRENT
@@ -157,21 +139,26 @@ class Serving:
             try:
                 try:
                     aw = fn(*args, **kwargs) if kwargs else fn(*args)
-                    if not inspect.iscoroutine(aw):
-                        if not inspect.isawaitable(aw):
-                            host.finish(seq, name, aw)
-                            continue
-                        aw = _awaiting(aw)
-                    first = aw.send(None)
-                except StopIteration as stop:
-                    host.finish(seq, name, stop.value)
-                    continue
                 except BaseException as e:  # noqa: BLE001 - a body's failure, whatever it is
                     host.fail(seq, e)
                     continue
-                task = loop.create_task(_resume(aw, first), context=contextvars.copy_context())
+                if not inspect.iscoroutine(aw):
+                    if not inspect.isawaitable(aw):
+                        host.finish(seq, name, aw)
+                        continue
+                    aw = _awaiting(aw)
+                c = contextvars.copy_context()
             finally:
                 current.reset(token)
+            if _EAGER:
+                task: asyncio.Future[Any] = asyncio.Task(  # type: ignore[call-arg,unused-ignore]
+                    aw, loop=loop, context=c, eager_start=True
+                )
+                if task.done():
+                    self._done(seq, name, task)
+                    continue
+            else:
+                task = loop.create_task(aw, context=c)
             self._tasks[seq] = task
             task.add_done_callback(functools.partial(self._done, seq, name))
 
