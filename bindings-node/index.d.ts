@@ -444,3 +444,576 @@ export declare class Pooled<T = unknown> {
    */
   close(): Promise<void>;
 }
+
+// ================================================================ Tasks
+//
+// The task queue (shared/API.md, "Tasks"): an App owns a broker, a result
+// store and a clock; a task is a name, a policy and a body; a worker runs
+// bodies on this event loop. Units: spans are milliseconds; an instant is a
+// `Date` or epoch milliseconds. Every call that touches a broker returns a
+// Promise. A refusal is an `Error` with a `code` (see `TaskError`); a value
+// of the wrong type is a `TypeError` (`ERR_INVALID_ARG_TYPE`), one the core
+// cannot accept a `RangeError` (`ERR_INVALID_ARG_VALUE` / `ERR_OUT_OF_RANGE`),
+// both naming the argument.
+
+/**
+ * What a task's arguments and results travel as. A value JSON cannot carry
+ * (undefined, a function, a symbol, a BigInt, a Date, a Map, a class
+ * instance, NaN) is refused at send naming where it is (`add: args[1] is a
+ * Date`), never silently dropped or stringified — as Python refuses its
+ * `datetime`. Numbers beyond 2^53 lose precision, as in `JSON.parse`.
+ */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** An instant: a `Date` or epoch milliseconds. */
+export type When = Date | number;
+
+/** Celery's state names, so either side reads the other's results. */
+export type State = 'PENDING' | 'RECEIVED' | 'STARTED' | 'RETRY' | 'SUCCESS' | 'FAILURE' | 'REVOKED';
+
+/** Why a task-side Promise rejected. */
+export interface TaskError extends Error {
+  /**
+   * `'FAILED'`: the body threw (or a chord part did) on its last attempt.
+   * `'TIMEOUT'`: the wait ran out first. `'REVOKED'`: revoked, expired or
+   * terminated. `'MISSING'`: the app keeps no results. `'UNKNOWN_TASK'`:
+   * `app.send` of a name this app does not run. `'BROKER'`: the broker or
+   * the store failed.
+   */
+  code: 'FAILED' | 'TIMEOUT' | 'REVOKED' | 'MISSING' | 'UNKNOWN_TASK' | 'BROKER';
+  /** FAILED: the remote error's type name (`err.name` for a JS body, the exception class for Python). */
+  remoteType?: string;
+  /** FAILED: its message. */
+  remoteMessage?: string;
+  /** FAILED: its stack (JS) or traceback text (Python); null when it had none. */
+  remoteTraceback?: string | null;
+  /** FAILED: the exception's module, for a Python body; else null. */
+  remoteModule?: string | null;
+  /** REVOKED: the run's id. */
+  id?: string;
+  /** UNKNOWN_TASK: the name. */
+  task?: string;
+}
+
+/** Per-send options (`task.send(args, options)`). */
+export interface SendOptions {
+  /** The keyword object (`ctx.kwargs` in a JS body, `**kwargs` in Python). */
+  kwargs?: { [key: string]: Json } | undefined;
+  /** Not to run before this instant. Wins over `countdown`, being the more specific. */
+  eta?: When | undefined;
+  /** Not to run before this many ms from now. */
+  countdown?: number | undefined;
+  /** Pointless after this instant: a worker that finds it expired records REVOKED without running it. */
+  expires?: When | undefined;
+  /** The queue (the task's policy queue when omitted). */
+  queue?: string | undefined;
+  /** 0 (first) to 9, as Celery's Redis transport orders its steps. */
+  priority?: number | undefined;
+  /** The run's id (a fresh v4 UUID when omitted, as Celery makes them). */
+  id?: string | undefined;
+}
+
+/** A signature's options: a send's, and `immutable`. */
+export interface SigOptions extends SendOptions {
+  /** Not given the previous link's result in a chain, nor the parts' results as a chord's callback. Default false. */
+  immutable?: boolean | undefined;
+}
+
+/** The same wait before every retry. */
+export interface FixedBackoff {
+  readonly kind: 'fixed';
+  /** The wait, ms. */
+  readonly delay: number;
+  /** The ms waited before attempt `attempt` (the first is 1 and never waits) of the run `taskId`. */
+  waitBefore(attempt: number, taskId: string): number;
+}
+
+/** A wait doubling from `base` to `cap`, optionally jittered. */
+export interface ExponentialBackoff {
+  readonly kind: 'exponential';
+  /** The first retry's ceiling, ms. */
+  readonly base: number;
+  /** No wait is longer, ms. */
+  readonly cap: number;
+  /** Whether the wait is spread over [0, ceiling]. */
+  readonly jitter: boolean;
+  /** The ms waited before attempt `attempt` (the first is 1 and never waits) of the run `taskId`. */
+  waitBefore(attempt: number, taskId: string): number;
+}
+
+/** How long a failed run waits before the next attempt. */
+export type TaskBackoff = FixedBackoff | ExponentialBackoff;
+
+/** The same wait before every retry: `delay` ms. A negative delay is a RangeError. */
+export declare function Fixed(delay: number): FixedBackoff;
+
+/**
+ * A wait doubling from `base` to `cap` ms. With `jitter` it is spread over
+ * [0, ceiling] — full jitter, AWS's measured best, so a thousand workers
+ * failing together do not retry in the same millisecond — the draw derived
+ * from the task id and the attempt, so a task waits the same on every
+ * machine and in both languages, and a test can assert it.
+ */
+export declare function Exponential(options?: {
+  /** Default 1 s (moontask's preset). */
+  base?: number | undefined;
+  /** Default 10 min (Celery's `retry_backoff_max` is also 600 s). */
+  cap?: number | undefined;
+  /** Default true. */
+  jitter?: boolean | undefined;
+}): ExponentialBackoff;
+
+/** Runs per window, per worker. */
+export interface Rate {
+  count: number;
+  /** The window, ms. */
+  per: number;
+}
+
+/**
+ * How a task is run, retried and confirmed. Each default is the safe side
+ * of its choice (moontask).
+ */
+export interface Policy {
+  /** Where its messages go. Default `'default'`. */
+  queue?: string | undefined;
+  /** How many times a failed run is tried again. Default 0: a retry repeats the first attempt's side effects. */
+  retries?: number | undefined;
+  /** The wait between attempts. Default `Exponential()`: 1 s doubling to 10 min, jittered by the task id. */
+  backoff?: TaskBackoff | undefined;
+  /**
+   * How long one run may take, real ms. Default none: a hung run is visible
+   * in the queue rather than silently cut. On a timeout the run fails with
+   * `TimeoutError` and `ctx.signal` aborts; a late answer is discarded.
+   */
+  timeout?: number | null | undefined;
+  /** Confirm after the run, not on receipt (at-least-once: a worker that dies mid-run has it run again). Default false. */
+  acksLate?: boolean | undefined;
+  /** Keep no result. Default false. */
+  ignoreResult?: boolean | undefined;
+  /** Runs per window, per worker: `'10/m'` (Celery's notation: s, m, h, d) or `{ count, per }`. Default none. */
+  rate?: string | Rate | null | undefined;
+}
+
+/**
+ * What a body is told about the run it is in. `retries` is how many
+ * attempts before this one failed, `attempt` is this one counting from 1,
+ * and `last` whether a failure now is final — a body that must not repeat a
+ * side effect checks it before doing the work again.
+ */
+export declare class Context {
+  private constructor();
+  /** The run's id (also its result's key; a retry keeps it). */
+  readonly id: string;
+  /** The task's registered name (a scheduler's job: the job's name). */
+  readonly name: string;
+  /** The queue the message came from. */
+  readonly queue: string;
+  /** Attempts before this one that failed. */
+  readonly retries: number;
+  /** This attempt, counting from 1. */
+  readonly attempt: number;
+  /** Whether a failure now is final (no retry follows). */
+  readonly last: boolean;
+  /** The app's time when the run started (a scheduler's job: the time it was due). */
+  readonly now: Date;
+  /** The keyword arguments. */
+  readonly kwargs: { [key: string]: Json };
+  /** The first run of the canvas this run belongs to, if any. */
+  readonly rootId: string | null;
+  /** The run that sent this one (the previous link of a chain), if any. */
+  readonly parentId: string | null;
+  /**
+   * Aborts when the core stops waiting for this run — its timeout, a
+   * `revoke(true)`, a worker stop past its grace — so an async body can stop
+   * its work. A sync body cannot be interrupted.
+   */
+  readonly signal: AbortSignal;
+}
+
+/** A body: the positional arguments and the context; a value, or a Promise of one. */
+export type Body<A extends Json[], R> = (args: A, ctx: Context) => R | PromiseLike<R>;
+
+/** A run, or a set of runs (a group), to wait on, look at or revoke. */
+export declare class Handle<R = unknown> {
+  private constructor();
+  /** The run's id (a group's first part). */
+  readonly id: string;
+  /** Every id it waits on, in order. */
+  readonly ids: string[];
+  /**
+   * The value (a group: the list, in order), waiting at most `timeout` real
+   * ms (omitted: for ever). Rejects with a `TaskError`: FAILED, TIMEOUT,
+   * REVOKED or MISSING.
+   */
+  get(timeout?: number | null): Promise<R>;
+  /**
+   * What it is doing now, without waiting. A group: FAILURE once any part
+   * failed, REVOKED once any was revoked, SUCCESS once all succeeded, else
+   * the first unsettled part's state.
+   */
+  state(): Promise<State>;
+  /**
+   * Revokes it: it will not start anywhere the broker reaches. With
+   * `terminate`, a run in progress in this process stops (`ctx.signal`
+   * aborts) and is recorded REVOKED; a run in another process is left to
+   * finish, since nothing else is reachable.
+   */
+  revoke(terminate?: boolean): Promise<void>;
+}
+
+/** A piece of work that has not been published; building one publishes nothing, so it can be sent twice. */
+export interface Canvas<R = unknown> {
+  /** Publishes every message and resolves to a handle on what it waits for. */
+  send(): Promise<Handle<R>>;
+}
+
+/**
+ * A run that has not been published: `task.sig(args, options)` or
+ * `app.sig(name, args, options)`. Unless `immutable`, a chain's link gets
+ * the previous result prepended, a chord's callback the parts' results.
+ */
+export declare class Signature<R = unknown> implements Canvas<R> {
+  private constructor();
+  readonly app: App;
+  readonly name: string;
+  readonly args: Json[];
+  readonly kwargs: { [key: string]: Json } | null;
+  readonly immutable: boolean;
+  send(): Promise<Handle<R>>;
+}
+
+/**
+ * Runs in order, each started when the one before it succeeds; a link that
+ * is not immutable gets the previous result prepended. Answers the last
+ * link's value. Chains inside are flattened; a group first is a chord over
+ * the rest (as in Celery); a group later is a RangeError at send.
+ */
+export declare function chain<R>(...links: [...Canvas[], Canvas<R>]): Canvas<R>;
+export declare function chain(links: readonly Canvas[]): Canvas;
+
+/** Runs all at once, answered as the list of results in the order given; a chain inside stays a chain. */
+export declare function group<R>(...parts: Canvas<R>[]): Canvas<R[]>;
+export declare function group<R>(parts: readonly Canvas<R>[]): Canvas<R[]>;
+
+/**
+ * `parts`, then `callback` with the list of their results (in order) as its
+ * first argument. The counter is opened at send, before any part can
+ * finish; a part that fails for good fails the callback (FAILED,
+ * `ChordError`), so nobody waits for ever.
+ */
+export declare function chord<R>(parts: readonly Canvas[], callback: Canvas<R>): Canvas<R>;
+
+/** A registered body: `app.task(name, fn, policy)`. */
+export declare class Task<A extends Json[] = Json[], R = unknown> {
+  private constructor();
+  /** The name its messages carry. */
+  readonly name: string;
+  /** Publishes a run of `args` and resolves to its handle. */
+  send(args?: A, options?: SendOptions): Promise<Handle<R>>;
+  /** The run of `args` as a canvas node (in a chain, the previous result is prepended to `args`). */
+  sig(args?: Json[], options?: SigOptions): Signature<R>;
+}
+
+/** How a worker is set up. */
+export interface WorkerOptions {
+  /** The queues to claim from, in order: an array or an `'a,b'` string. Default `['default']`. */
+  queues?: string | readonly string[] | null | undefined;
+  /** Bodies at once. Default 4 (moontask's preset). */
+  concurrency?: number | undefined;
+  /** Messages held unsettled at most (never below `concurrency`). Default concurrency × 4, Celery's prefetch multiplier. */
+  prefetch?: number | null | undefined;
+  /** A name for logs and the admin page. Default `worker-` and a random suffix. */
+  name?: string | undefined;
+}
+
+/**
+ * Runs tasks: claims from its queues, runs up to `concurrency` bodies at
+ * once on this event loop, and settles each as its policy says — early ack
+ * by default, late with `acksLate`; a failure within the retry budget goes
+ * back with an eta from the backoff.
+ */
+export declare class Worker {
+  private constructor();
+  readonly name: string;
+  readonly queues: string[];
+  readonly concurrency: number;
+  readonly prefetch: number;
+  /** How many messages it has settled so far. */
+  readonly settled: number;
+  /** Whether stop() was called. */
+  readonly stopping: boolean;
+  /**
+   * Runs until stopped; resolves once every message it held is settled or
+   * given back (and keeps the process alive until then). A worker runs
+   * once; a second `run()` rejects with `ERR_INVALID_STATE`.
+   */
+  run(): Promise<void>;
+  /**
+   * Stops claiming, gives prefetched messages back at once, lets runs in
+   * progress finish for `grace` ms (default 10 s: about what a supervisor
+   * waits between SIGTERM and SIGKILL), then cancels and gives back the
+   * rest — nothing it held is lost. Resolves when `run()` has; after that
+   * nothing of the worker keeps the process alive.
+   */
+  stop(options?: { grace?: number | undefined }): Promise<void>;
+}
+
+/** Once per `interval` ms. */
+export interface EveryRhythm {
+  readonly kind: 'every';
+  readonly interval: number;
+  /** The instant (epoch ms) slots are counted from, or null: from when the entry is added. */
+  readonly anchor: number | null;
+  /** The first time it fires at or after `now`; null if never. */
+  first(now: When): Date | null;
+  /** The first time it fires strictly after `at` — pass the time that was due; null if never again. */
+  after(at: When): Date | null;
+}
+
+/** On the minutes a crontab line names, in a time zone. */
+export interface CronRhythm {
+  readonly kind: 'cron';
+  readonly expr: string;
+  readonly tz: string;
+  first(now: When): Date | null;
+  after(at: When): Date | null;
+}
+
+/** Once, at an instant. */
+export interface AtRhythm {
+  readonly kind: 'at';
+  /** Epoch ms. */
+  readonly when: number;
+  first(now: When): Date | null;
+  after(at: When): Date | null;
+}
+
+/** When a beat entry or a scheduled job fires. */
+export type Rhythm = EveryRhythm | CronRhythm | AtRhythm;
+
+/**
+ * Once per `interval` ms. Without `anchor` the slots count from when the
+ * entry is added and the first fires one interval later (Celery beat and
+ * APScheduler both wait: firing at once on every restart turns a crash loop
+ * into a job storm); with `anchor` they are `anchor + k·interval`, the same
+ * on every machine (`Every(3_600_000, { anchor: 0 })` is on the hour).
+ */
+export declare function Every(interval: number, options?: { anchor?: When | undefined }): EveryRhythm;
+
+/**
+ * The minutes a 5-field crontab line names (lists, ranges, steps, names,
+ * `@hourly`...), read in the IANA zone `tz` (default "UTC"). Across a DST
+ * change (Vixie cron's rules, as the croner crate implements them): a fixed
+ * time that does not exist that day fires at the first instant after the
+ * gap, one that happens twice fires once, a wildcard or step line keeps its
+ * real-time rhythm. Not 5 fields, never firing, or an unknown zone is a
+ * RangeError.
+ */
+export declare function Cron(expr: string, options?: { tz?: string | undefined }): CronRhythm;
+
+/** Once, at `when`; a time already past still fires, once, at once. */
+export declare function At(when: When): AtRhythm;
+
+/**
+ * Sends tasks on rhythms, keeping the phase: the next time is computed from
+ * the time that was due, so an hourly entry stays on its minute after a late
+ * tick; slots missed entirely are coalesced into one send. On a virtual
+ * clock its sleeps advance the clock.
+ */
+export declare class Beat {
+  private constructor();
+  /**
+   * Schedules `task` (a Task or a name) with `args` under `name`, replacing
+   * an entry of that name. The name identifies the entry, not the task.
+   */
+  add(
+    name: string,
+    task: Task<any, any> | string,
+    args: Json[],
+    schedule: Rhythm,
+    options?: { kwargs?: { [key: string]: Json } | undefined; queue?: string | undefined; priority?: number | undefined },
+  ): void;
+  /** Removes the entry `name`; false when there was none. */
+  remove(name: string): boolean;
+  /** Entry names and when each fires next, soonest first. */
+  pending(): Array<[name: string, at: Date]>;
+  /** Sends what is due now; resolves to [name, due, handle] per send. */
+  tick(): Promise<Array<[name: string, due: Date, handle: Handle]>>;
+  /** Sends due entries and sleeps until the next, until stop() — or until the app's clock reaches `until`. */
+  run(until?: When | null): Promise<void>;
+  /** Stops it after the tick in progress; resolves when run() has. */
+  stop(): Promise<void>;
+}
+
+/**
+ * A clock that workers and beats sleep on: a sleep advances it instead of
+ * waiting, so a retry schedule or an hour of beats runs in milliseconds and
+ * prints the same every time. What it moves is what the queue schedules —
+ * etas, retry backoffs, expiry, beats; a body's `timeout` and
+ * `get(timeout)` stay real waits, since no clock makes a stuck body finish
+ * sooner. `testing.VirtualClock`.
+ */
+declare class VirtualClock {
+  /** A clock reading `start` (default 0: 1970-01-01 UTC) until something moves it. */
+  constructor(start?: When);
+  /** Now, epoch ms. */
+  now(): number;
+  /** Now, as a Date. */
+  date(): Date;
+  /** Moves it forward by `ms`; a negative step does nothing: time here never runs backwards. */
+  advance(ms: number): void;
+  /** Moves it to `when` if that is later. */
+  advanceTo(when: When): void;
+}
+export type { VirtualClock };
+
+/** What tests need: a clock that sleeping advances. */
+export declare const testing: {
+  readonly VirtualClock: typeof VirtualClock;
+};
+
+/**
+ * A broker, result store and chord counter on Redis. It connects when an
+ * App is built on it, with that app's clock (the Redis scripts read it when
+ * it is virtual); one broker serves one clock. `new App(...)` blocks the
+ * event loop for that connect, as Python's `App(...)` blocks: a loopback
+ * Redis answers in a millisecond, an unreachable one is refused after 5 s.
+ */
+export declare class RedisBroker {
+  /**
+   * headway's own layout (docs/redis-layout.md). `consumer` names this
+   * process's claims (default: host, pid and a random suffix; unique among
+   * live processes); `prefix` goes before every key (default `'headway:'`);
+   * `lease` ms is how long a consumer's claims survive it without a refresh
+   * (default 30 s, BullMQ's lock duration): what a dead worker held is back
+   * within two leases.
+   */
+  constructor(
+    url: string,
+    options?: { consumer?: string | undefined; prefix?: string | undefined; lease?: number | undefined },
+  );
+  /**
+   * Celery's layout and message format, so one queue is shared with Celery
+   * workers and producers. `visibilityTimeout` ms: how long a claim may stay
+   * unacked before any consumer hands it back (kombu's 3600 s).
+   */
+  static celery(
+    url: string,
+    options?: { consumer?: string | undefined; visibilityTimeout?: number | undefined },
+  ): RedisBroker;
+  /** The URL, password redacted (`redis://user:***@host`). */
+  readonly url: string;
+  readonly layout: 'headway' | 'celery';
+  /** Hands back what consumers whose lease (or visibility timeout) ran out were holding; resolves to how many. */
+  recover(): Promise<number>;
+  /** Lets go of this consumer's claims so another takes them now rather than after the lease: call it after the worker stopped. */
+  close(): Promise<void>;
+}
+
+/** How an app is built. */
+export interface AppOptions {
+  /**
+   * `'memory://'` (default: an in-process broker that is also its result
+   * store and chord counter), `'redis://host:port/db'` / `'rediss://…'`
+   * (headway's Redis layout with default options), or a RedisBroker.
+   */
+  broker?: string | RedisBroker | undefined;
+  /** Where results are kept: omitted, the broker's own; false, none (get() rejects MISSING); or another URL or RedisBroker. */
+  backend?: string | RedisBroker | false | null | undefined;
+  /** The only clock the task side reads: a testing.VirtualClock, or omitted for the system clock. */
+  clock?: VirtualClock | null | undefined;
+}
+
+/**
+ * The registry, the broker and the clock. Nothing is global: two apps in
+ * one process do not see each other's tasks. A bad broker URL is a
+ * RangeError; an unreachable Redis throws a `TaskError` with code BROKER
+ * (the password never shown).
+ */
+export declare class App {
+  constructor(options?: AppOptions);
+  /** The clock it was given (null: the system clock). */
+  readonly clock: VirtualClock | null;
+  /**
+   * Registers `fn(args, ctx)` under `name` (replacing an earlier one, which
+   * is what lets a test run one task under two policies) and answers the
+   * Task. `fn` may return a value or a Promise; a throw or a rejection is a
+   * task failure. A bad policy is a TypeError or RangeError now.
+   */
+  task<A extends Json[] = Json[], R = unknown>(name: string, fn: Body<A, R>, policy?: Policy): Task<A, Awaited<R>>;
+  /** Every registered name, sorted (so a page listing them is stable). */
+  taskNames(): string[];
+  /**
+   * Publishes a run of the task called `name` — the dispatcher's entry, for
+   * a name learnt at run time. Rejects with UNKNOWN_TASK for a name this app
+   * has not registered: a queue that accepts work nobody can run only moves
+   * the failure to a worker.
+   */
+  send<R = unknown>(name: string, args?: Json[], options?: SendOptions): Promise<Handle<R>>;
+  /** Celery's `send_task`: publishes a run of any name, for tasks another process (a Celery worker, say) runs. */
+  sendTask<R = unknown>(name: string, args?: Json[], options?: SendOptions): Promise<Handle<R>>;
+  /** A signature of any task name — one this app runs or one another process does. */
+  sig<R = unknown>(name: string, args?: Json[], options?: SigOptions): Signature<R>;
+  /** A handle on the run `id`, which some other process may have sent. */
+  handle<R = unknown>(id: string): Handle<R>;
+  /** The app's time, epoch ms (the virtual clock's, in tests). */
+  now(): number;
+  /** A worker of this app. */
+  worker(options?: WorkerOptions): Worker;
+  /** The app's beat — the same object every call, so a module can add entries and `npx headway beat` run them. */
+  beat(): Beat;
+}
+
+/** How a scheduled job has gone. */
+export interface JobStats {
+  /** Times it was called. */
+  fired: number;
+  /** Times it failed (threw or rejected). */
+  failed: number;
+  /** Slots skipped because it was still running. */
+  skipped: number;
+  /** The last failure, as `Type: message`. */
+  lastError: string | null;
+}
+
+/**
+ * Jobs on rhythms inside one process, with no broker behind it — what
+ * node-cron is reached for. The core keeps the timetable (the beat's own,
+ * so they agree on when something is due) and the phase. Two rules from
+ * APScheduler's defaults: a job still running when it is due again is
+ * skipped for that slot (max_instances = 1), and slots missed while the
+ * process was busy fire once, not once each (coalesce). A job that throws
+ * is logged and counted; the rhythm goes on.
+ */
+export declare class Scheduler {
+  constructor(options?: { clock?: VirtualClock | null | undefined });
+  readonly clock: VirtualClock | null;
+  /** Adds (or replaces) the job `name`: `fn(ctx)` on `rhythm` (`ctx.name` the job's, `ctx.now` the time it was due). */
+  add(name: string, fn: (ctx: Context) => unknown, rhythm: Rhythm): void;
+  /** Removes the job `name`; false when there was none. */
+  remove(name: string): boolean;
+  /** Job names and when each fires next, soonest first. */
+  pending(): Array<[name: string, at: Date]>;
+  /** How the job has gone; null for an unknown name. */
+  stats(name: string): JobStats | null;
+  /** Calls what is due now and waits for those calls; resolves to [name, due] per call. */
+  tick(): Promise<Array<[name: string, due: Date]>>;
+  /** Calls due jobs and sleeps until the next, until stop() — or until the clock reaches `until`. */
+  run(until?: When | null): Promise<void>;
+  /** Runs it in the background and returns at once. */
+  start(): void;
+  /** Stops it after the tick in progress; resolves when run() has. */
+  stop(): Promise<void>;
+}
+
+/** `headway.schedule`: the in-process scheduler and its rhythms, as Python's `headway.schedule`. */
+export declare const schedule: {
+  readonly Scheduler: typeof Scheduler;
+  readonly Every: typeof Every;
+  readonly Cron: typeof Cron;
+  readonly At: typeof At;
+};
+
+// The admin interface (bindings-node/admin.js, typed in admin.d.ts).
+export { admin, type AdminOptions, type AdminHandler } from './admin';

@@ -11,7 +11,15 @@ import headway, { Pool } from 'headway';
 
 const require = createRequire(import.meta.url);
 
-const EXPORTS = ['Backoff', 'Breaker', 'Bucket', 'Gate', 'Limits', 'Pool', 'Pooled', 'Ward', 'Window', 'pick', 'retry', 'version'];
+const FLOW = ['Backoff', 'Breaker', 'Bucket', 'Gate', 'Limits', 'Pool', 'Pooled', 'Ward', 'Window', 'pick', 'retry', 'version'];
+// The task queue (bindings-node/tasks.js).
+const TASKS = [
+  'App', 'At', 'Beat', 'Context', 'Cron', 'Every', 'Exponential', 'Fixed', 'Handle', 'RedisBroker', 'Scheduler',
+  'Signature', 'Task', 'Worker', 'chain', 'chord', 'group', 'schedule', 'testing',
+];
+// The admin interface (bindings-node/admin.js).
+const ADMIN = ['admin'];
+const EXPORTS = [...FLOW, ...TASKS, ...ADMIN].sort();
 
 test("require('headway') and import agree, and export exactly the API", () => {
   const cjs = require('headway');
@@ -26,9 +34,10 @@ test("require('headway') and import agree, and export exactly the API", () => {
 
 test('index.d.ts declares every export', () => {
   const dts = readFileSync(new URL('../bindings-node/index.d.ts', import.meta.url), 'utf8');
-  for (const k of EXPORTS) {
-    assert.match(dts, new RegExp(`export declare (class|function) ${k}\\b`), k);
+  for (const k of [...FLOW, ...TASKS]) {
+    assert.match(dts, new RegExp(`export declare (class|function|const) ${k}\\b`), k);
   }
+  for (const k of ADMIN) assert.match(dts, new RegExp(`export \\{[^}]*\\b${k}\\b[^}]*\\} from './admin'`), k);
 });
 
 test('a Rust panic in a #[napi] function is a thrown Error, and the process lives on', () => {

@@ -129,3 +129,105 @@ async function drivers(): Promise<void> {
 }
 
 void [v, evicted, closed, counts, index, delays, more, ok, wait, left, held, drivers];
+
+// ---------------------------------------------------------------- tasks
+import {
+  App,
+  At,
+  Cron,
+  Every,
+  Exponential,
+  Fixed,
+  RedisBroker,
+  Scheduler,
+  chain,
+  chord,
+  group,
+  schedule,
+  testing,
+  type Context,
+  type Handle,
+  type Json,
+  type Rhythm,
+  type State,
+  type TaskError,
+  type VirtualClock,
+} from 'headway';
+
+async function tasks(): Promise<void> {
+  const clock: VirtualClock = new testing.VirtualClock(new Date('2026-01-01T00:00:00Z'));
+  const app = new App({ clock });
+  new App({ broker: 'redis://127.0.0.1:6379/0', backend: false });
+  new App({ broker: new RedisBroker('redis://127.0.0.1:6379/0', { prefix: 'p:', lease: 5000 }) });
+  new App({ broker: RedisBroker.celery('redis://127.0.0.1:6379/0', { visibilityTimeout: 60_000 }) });
+
+  const add = app.task('add', ([x, y]: [number, number]) => x + y, {
+    retries: 3,
+    backoff: Exponential({ base: 500, cap: 60_000, jitter: true }),
+    timeout: 10_000,
+    acksLate: true,
+    rate: '10/m',
+  });
+  const greet = app.task('greet', async ([name]: [string], ctx: Context) => {
+    ctx.signal.throwIfAborted();
+    return `hello ${name}, attempt ${ctx.attempt} of ${ctx.queue} at ${ctx.now.toISOString()}`;
+  }, { backoff: Fixed(500), rate: { count: 5, per: 1000 } });
+
+  const h: Handle<number> = await add.send([1, 2], { countdown: 1000, priority: 0, id: 'run-1' });
+  const sum: number = await h.get(5000);
+  const hello: string = await (await greet.send(['ada'], { eta: new Date(), expires: Date.now() + 60_000 })).get();
+  const state: State = await h.state();
+  await h.revoke(true);
+  const byName = await app.send<number>('add', [1, 2], { kwargs: { plus: 1 } });
+  const other = await app.sendTask('elsewhere', [1]);
+  const some: unknown = await app.handle(other.id).get();
+
+  const c: number = await (await chain(add.sig([1, 2]), add.sig([3]), add.sig([4], { immutable: true })).send()).get();
+  const g: number[] = await (await group([add.sig([1, 1]), add.sig([2, 2])]).send()).get();
+  const d: string = await (await chord([add.sig([1, 1])], greet.sig())).send().then((x) => x.get());
+  await app.sig('remote.task', [1]).send();
+
+  try {
+    await h.get(10);
+  } catch (e) {
+    const err = e as TaskError;
+    const code: 'FAILED' | 'TIMEOUT' | 'REVOKED' | 'MISSING' | 'UNKNOWN_TASK' | 'BROKER' = err.code;
+    void [code, err.remoteType, err.remoteTraceback];
+  }
+
+  const w = app.worker({ queues: 'a,b', concurrency: 8, prefetch: 32 });
+  const running: Promise<void> = w.run();
+  await w.stop({ grace: 1000 });
+  await running;
+  void [w.name, w.queues, w.concurrency, w.prefetch, w.settled, w.stopping];
+
+  const beat = app.beat();
+  const r: Rhythm = Cron('*/5 * * * *', { tz: 'Europe/London' });
+  beat.add('tick', add, [1, 2], Every(60_000, { anchor: 0 }));
+  beat.add('once', 'add', [1, 2], At(new Date()), { queue: 'q' });
+  beat.add('cron', add, [1, 1], r);
+  const pending: Array<[string, Date]> = beat.pending();
+  for (const [name, due, fired] of await beat.tick()) void [name, due.getTime(), fired.id];
+  await beat.run(Date.now());
+  await beat.stop();
+
+  const s = new Scheduler({ clock });
+  s.add('flush', (ctx) => ctx.now, schedule.Every(1000));
+  await s.run(clock.now() + 60_000);
+  const stats = s.stats('flush');
+  void [stats?.fired, s.pending(), clock.date(), app.now(), app.taskNames(), Fixed(1).waitBefore(2, 'x')];
+  void [sum, hello, state, byName, some, c, g, d, pending];
+
+  // @ts-expect-error: args are the positional array
+  await add.send(1, 2);
+  // @ts-expect-error: a body's args are typed
+  await add.send(['one', 'two']);
+  // @ts-expect-error: backoff is Fixed(...) or Exponential(...)
+  app.task('bad', () => null, { backoff: 500 });
+  // @ts-expect-error: no such option
+  await add.send([1, 2], { eta_typo: 1 });
+  // @ts-expect-error: a Json value cannot be a Date
+  const j: Json = new Date();
+  void j;
+}
+void tasks;
