@@ -12,22 +12,22 @@ For each body kind (sync ``def``, ``async def``) and send style (one
   worker running while the sends happen (what a service sees).
 
 Calls cross into Python in batches: a runner thread attaches once per busy
-stretch and keeps taking calls, the async pump hands the loop up to 256 calls
-per ``call_soon_threadsafe``, and an async body that never awaits is answered
-from its first step without a Task. The per-thread CPU split (``tokio`` vs
+stretch and keeps taking calls, and the async pump hands the loop up to 256
+calls per ``call_soon_threadsafe``. The per-thread CPU split (``tokio`` vs
 ``python``) shows where the time goes.
 
-Measured on the 2-core development machine (other jobs running; expect
-±30%), N = 100 000, concurrency 64, prefetch 1024:
+Measured on the 2-core development machine (other jobs running, so ±30%),
+N = 100 000, concurrency 64, prefetch 1024, best of a few runs:
 
-    sync  delay: publish ~300 k/s, run ~80 k/s, send→settled ~60 k/s
-    async delay: publish ~300 k/s, run ~95 k/s, send→settled ~65 k/s
-    (the Rust no-op body, `cargo bench -p headway-core --bench tasks`:
-     ~80-140 k/s send→settled on the same machine at the same time)
+    sync  no-op: publish ~400 k/s (delay), run ~85-115 k/s, send→settled ~70-87 k/s
+    async no-op: publish ~400 k/s (delay), run ~60-87 k/s,  send→settled ~70-78 k/s
+    Rust no-op body (`cargo bench -p headway-core --bench tasks`), same
+    machine, same minutes: send→settled ~230-330 k/s
 
-The run phase spends ~85% of its CPU on the core's tokio threads and ~1.3 µs
-per call in Python: the core's per-message path, not the GIL crossing, is
-what bounds it.
+In the run phase the core's tokio threads spend ~11-14 µs of CPU per message
+(a host body suspends and is woken, where a Rust no-op completes inline);
+Python spends ~1 µs per sync call and ~8 µs per async call (an asyncio Task
+each).
 """
 
 from __future__ import annotations

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
 import inspect
 import sys
 import threading
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 from . import _native
@@ -150,28 +150,31 @@ class Serving:
                 c = contextvars.copy_context()
             finally:
                 current.reset(token)
+            run = self._run(seq, name, aw)
             if _EAGER:
                 task: asyncio.Future[Any] = asyncio.Task(  # type: ignore[call-arg,unused-ignore]
-                    aw, loop=loop, context=c, eager_start=True
+                    run, loop=loop, context=c, eager_start=True
                 )
                 if task.done():
-                    self._done(seq, name, task)
                     continue
             else:
-                task = loop.create_task(aw, context=c)
+                task = loop.create_task(run, context=c)
             self._tasks[seq] = task
-            task.add_done_callback(functools.partial(self._done, seq, name))
 
-    def _done(self, seq: int, name: str, task: asyncio.Future[Any]) -> None:
-        self._tasks.pop(seq, None)
-        if task.cancelled():
+    async def _run(self, seq: int, name: str, aw: Coroutine[Any, Any, Any]) -> None:
+        """A call's task: the body, answered from inside the task (no done
+        callback, so no extra turn of the loop per call)."""
+        try:
+            value = await aw
+        except asyncio.CancelledError:
             self._host.cancelled(seq)
-            return
-        e = task.exception()
-        if e is None:
-            self._host.finish(seq, name, task.result())
-        else:
+            raise
+        except BaseException as e:  # noqa: BLE001 - a body's failure, whatever it is
             self._host.fail(seq, e)
+            return
+        finally:
+            self._tasks.pop(seq, None)
+        self._host.finish(seq, name, value)
 
     # -- stopping ------------------------------------------------------
 

@@ -261,10 +261,91 @@ impl Drop for Restore {
 
 // ---------------------------------------------------------------- serving
 
-/// A stop flag shared by one worker's threads.
+/// How long a watching runner lets the runners already at work keep up
+/// before it joins them: if no call finished meanwhile they are stuck in
+/// bodies (blocked on I/O, sleeping), and another thread is worth its GIL
+/// traffic. 200 µs: far below any body worth a thread, far above the core's
+/// turnaround between calls.
+const HELP_AFTER: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// One worker's runner threads: a stop flag, and who runs calls.
+///
+/// Threads take turns as the one *watcher* (waiting for work with the GIL
+/// released); the rest sleep as followers. When work comes and nobody is
+/// running calls, the watcher runs them — attached, taking call after call —
+/// and hands the watch to a follower. When somebody already is, the watcher
+/// joins only if they make no progress for `HELP_AFTER`. So a stream of fast
+/// bodies is run by one thread with one GIL crossing per busy stretch, and
+/// bodies that block still run up to `concurrency` at a time.
+pub(crate) struct Crew {
+    stop: AtomicBool,
+    /// Threads running calls now.
+    active: std::sync::atomic::AtomicUsize,
+    /// Calls finished, ever: what "making progress" is measured by.
+    progress: std::sync::atomic::AtomicU64,
+    watching: std::sync::Mutex<bool>,
+    followers: std::sync::Condvar,
+}
+
+impl Crew {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Waits to be the watcher; `false` once stopped.
+    fn watch_turn(&self) -> bool {
+        let mut w = self.watching.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if self.stopped() {
+                return false;
+            }
+            if !*w {
+                *w = true;
+                return true;
+            }
+            w = self
+                .followers
+                .wait_timeout(w, SLICE)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    fn end_watch(&self) {
+        *self.watching.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        self.followers.notify_one();
+    }
+
+    /// As the watcher: waits until this thread should run calls (`true`) or
+    /// the crew stops (`false`).
+    fn watch(&self, q: &HostQueue) -> bool {
+        loop {
+            if self.stopped() || q.is_closed() {
+                return false;
+            }
+            let _ = q.take_blocking(0, SLICE);
+            // Withdrawn sync calls cannot be interrupted; their answers are
+            // dropped by `finish`. Drained so the list does not grow.
+            let _ = q.cancelled();
+            if q.is_empty() {
+                continue;
+            }
+            if self.active.load(Ordering::SeqCst) == 0 {
+                return true;
+            }
+            let before = self.progress.load(Ordering::SeqCst);
+            std::thread::sleep(HELP_AFTER);
+            if !q.is_empty() && self.progress.load(Ordering::SeqCst) == before {
+                return true;
+            }
+        }
+    }
+}
+
+/// A stop flag shared by one worker's threads, and their turn-taking.
 #[pyclass(module = "headway._native", name = "_Flag", frozen)]
 pub(crate) struct PyFlag {
-    pub(crate) inner: Arc<AtomicBool>,
+    pub(crate) inner: Arc<Crew>,
 }
 
 #[pymethods]
@@ -272,16 +353,23 @@ impl PyFlag {
     #[new]
     fn new() -> Self {
         PyFlag {
-            inner: Arc::new(AtomicBool::new(false)),
+            inner: Arc::new(Crew {
+                stop: AtomicBool::new(false),
+                active: std::sync::atomic::AtomicUsize::new(0),
+                progress: std::sync::atomic::AtomicU64::new(0),
+                watching: std::sync::Mutex::new(false),
+                followers: std::sync::Condvar::new(),
+            }),
         }
     }
     /// Asks the threads serving with it to stop.
     fn set(&self) {
-        self.inner.store(true, Ordering::SeqCst);
+        self.inner.stop.store(true, Ordering::SeqCst);
+        self.inner.followers.notify_all();
     }
     /// Whether it was set.
     fn is_set(&self) -> bool {
-        self.inner.load(Ordering::SeqCst)
+        self.inner.stopped()
     }
 }
 
@@ -420,19 +508,17 @@ impl PyHost {
     /// GIL released, then runs calls attached for as long as they keep coming.
     fn serve(&self, py: Python<'_>, flag: &PyFlag) {
         let host = self.inner.clone();
-        let stop = flag.inner.clone();
+        let crew = flag.inner.clone();
         loop {
-            if stop.load(Ordering::SeqCst) || host.sync_q.is_closed() {
+            if !py.detach(|| crew.watch_turn()) {
                 return;
             }
-            // Wait, detached, until there is work — without taking any: a
-            // call is taken only by a thread that holds the GIL, so no call
-            // sits in a thread that is still waiting for it while another
-            // runner could have run it.
-            let _ = py.detach(|| host.sync_q.take_blocking(0, SLICE));
-            // Withdrawn sync calls cannot be interrupted; their answers are
-            // dropped by `finish`. Drained so the list does not grow.
-            let _ = host.sync_q.cancelled();
+            let run = py.detach(|| crew.watch(&host.sync_q));
+            crew.end_watch();
+            if !run {
+                return;
+            }
+            crew.active.fetch_add(1, Ordering::SeqCst);
             loop {
                 let calls = host.sync_q.take(1);
                 let Some(c) = calls.into_iter().next() else {
@@ -445,7 +531,9 @@ impl PyHost {
                     break;
                 };
                 run_sync(py, &host, c);
+                crew.progress.fetch_add(1, Ordering::SeqCst);
             }
+            crew.active.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -462,9 +550,9 @@ impl PyHost {
         cancel: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let host = self.inner.clone();
-        let stop = flag.inner.clone();
+        let crew = flag.inner.clone();
         loop {
-            let stopping = stop.load(Ordering::SeqCst);
+            let stopping = crew.stopped();
             let calls = if stopping {
                 Vec::new()
             } else {
