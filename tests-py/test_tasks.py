@@ -313,6 +313,20 @@ def test_bind_and_current_in_sync_and_async_bodies(apps: Apps) -> None:
     assert direct[1:4] == ["bound", "default", 1] and direct[5] == 9
 
 
+def test_blocking_sync_bodies_run_concurrency_at_a_time(apps: Apps) -> None:
+    app = apps.app()
+    together = threading.Barrier(4, timeout=WAIT)
+
+    @app.task(name="meet")
+    def meet(i: int) -> int:
+        together.wait()  # passes only when four bodies run at once
+        return i
+
+    apps.start(app, concurrency=4)
+    hs = [meet.delay(i) for i in range(8)]
+    assert [h.get(timeout=WAIT) for h in hs] == list(range(8))
+
+
 def test_async_bodies_run_on_a_loop_thread(apps: Apps) -> None:
     app = apps.app()
     loops: list[int] = []
