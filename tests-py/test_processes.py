@@ -397,7 +397,8 @@ def test_a_killed_worker_loses_nothing(tmp_path: Path, redis_server: RedisServer
     script = write(tmp_path, "worker.py", WORKER)
     log = tmp_path / "runs.log"
     prefix = f"k9{uuid.uuid4().hex[:6]}:"
-    app = headway.App(headway.RedisBroker(redis_server.url, prefix=prefix))
+    broker = headway.RedisBroker(redis_server.url, prefix=prefix)
+    app = headway.App(broker)
     handles = [app.send_task("job", (i,)) for i in range(6)]
     doomed = python(script, redis_server.url, prefix, "doomed", str(log), "hold")
     rescuer: Child | None = None
@@ -410,6 +411,13 @@ def test_a_killed_worker_loses_nothing(tmp_path: Path, redis_server: RedisServer
         time.sleep(0.3)
         doomed.proc.send_signal(signal.SIGKILL)
         doomed.proc.wait(10)
+        # Once its lease (1 s) runs out, what it held is handed back.
+        recovered = 0
+        deadline = time.monotonic() + LIMIT
+        while recovered == 0 and time.monotonic() < deadline:
+            recovered = broker.recover()
+            time.sleep(0.1)
+        assert recovered == 6
         rescuer = python(script, redis_server.url, prefix, "rescuer", str(log), "late")
         rescuer.until("ready")
         assert [h.get(timeout=LIMIT) for h in handles] == list(range(6))
