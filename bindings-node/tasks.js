@@ -1489,8 +1489,18 @@ module.exports = {
   testing,
 };
 
-// Hidden: how many Promises wait on the bell (tests: nothing is left behind).
+// Hidden: how many Promises wait on the bell (tests: nothing is left behind),
+// and a Rust panic inside a task future, at once or on the runtime.
 Object.defineProperty(module.exports, '_outstanding', { value: () => native._hubOutstanding() });
+Object.defineProperty(module.exports, '_panic', {
+  value: (later) => {
+    try {
+      return answer(native._taskPanic(later), nothing, nothing);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  },
+});
 
 // Hidden, for admin.js: an App's native half, and a native answer as a Promise.
 Object.defineProperty(module.exports, '_admin', {

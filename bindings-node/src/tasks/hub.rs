@@ -246,3 +246,24 @@ pub(crate) fn bell() -> napi::Result<Arc<dyn Fn() + Send + Sync>> {
 pub(crate) fn quote(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
 }
+
+/// Panics inside a task-side future — at once (on the JS thread, inside the
+/// first poll: a thrown `Error`) or after one yield (on the runtime: a
+/// rejected Promise, code `PANIC`) — to prove neither aborts the process.
+#[napi(js_name = "_taskPanic", catch_unwind)]
+pub fn task_panic(later: bool) -> napi::Result<Answer> {
+    drive(
+        async move {
+            if later {
+                tokio::task::yield_now().await;
+            }
+            deliberate()
+        },
+        |()| String::new(),
+        |()| "null".to_string(),
+    )
+}
+
+fn deliberate() -> Result<(), Refused> {
+    panic!("headway: a deliberate panic in a task future")
+}
