@@ -1,0 +1,255 @@
+// Whole processes: a process must exit by itself after stop(); the CLI
+// worker and beat (SIGINT/SIGTERM stop them gracefully); and, on Redis
+// (issue 4), a worker killed with SIGKILL whose acksLate messages another
+// worker recovers, and two workers sharing a queue. Each child has a time
+// limit: one that hangs fails the test instead of hanging the suite.
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+import { App, RedisBroker } from 'headway';
+
+import { RedisServer } from './fixtures/brokers.mjs';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const FIX = (name) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url));
+const CLI = join(ROOT, 'bindings-node', 'cli.js');
+const LIMIT = 20_000;
+
+/** A child process whose stdout is read line by line. */
+class Child {
+  constructor(args, options = {}) {
+    this.proc = spawn(process.execPath, args, {
+      cwd: options.cwd ?? ROOT,
+      env: { ...process.env, ...(options.env ?? {}) },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    this.lines = [];
+    this.err = '';
+    this.waiters = [];
+    this.proc.stderr.on('data', (d) => {
+      this.err += d;
+    });
+    createInterface({ input: this.proc.stdout }).on('line', (line) => {
+      this.lines.push(line);
+      for (const w of this.waiters.splice(0)) w();
+    });
+    this.exited = new Promise((resolve) => {
+      this.proc.on('exit', (code, signal) => {
+        for (const w of this.waiters.splice(0)) w();
+        resolve({ code, signal });
+      });
+    });
+  }
+
+  /** Resolves once a line containing `text` has been printed. */
+  async until(text, limit = LIMIT) {
+    const deadline = Date.now() + limit;
+    for (;;) {
+      if (this.lines.some((l) => l.includes(text))) return this.lines;
+      if (this.proc.exitCode !== null || this.proc.signalCode !== null) {
+        throw new Error(`child ended before ${JSON.stringify(text)}: ${this.lines.join('\n')}\n${this.err}`);
+      }
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`no ${JSON.stringify(text)} within ${limit} ms: ${this.lines.join('\n')}\n${this.err}`);
+      await new Promise((r) => {
+        this.waiters.push(r);
+        setTimeout(r, Math.min(left, 200));
+      });
+    }
+  }
+
+  /** Resolves to the exit once the child has exited on its own within `limit`. */
+  async finish(limit = LIMIT) {
+    let timer;
+    const late = new Promise((r) => {
+      timer = setTimeout(() => r(null), limit);
+    });
+    const got = await Promise.race([this.exited, late]);
+    clearTimeout(timer);
+    if (got === null) {
+      this.kill();
+      throw new Error(`child did not exit within ${limit} ms: ${this.lines.join('\n')}\n${this.err}`);
+    }
+    return { ...got, out: this.lines.join('\n'), err: this.err };
+  }
+
+  kill() {
+    if (this.proc.exitCode === null && this.proc.signalCode === null) this.proc.kill('SIGKILL');
+  }
+}
+
+for (const mode of ['stopped', 'stuck', 'beat', 'scheduler', 'pending-get']) {
+  test(`a process exits on its own after stop() (${mode})`, () => {
+    const start = Date.now();
+    const r = spawnSync(process.execPath, [FIX('task-exit.mjs'), mode], { encoding: 'utf8', timeout: 10_000 });
+    assert.equal(r.error, undefined, `the child did not exit: ${r.error} ${r.stdout} ${r.stderr}`);
+    assert.equal(r.status, 0, r.stderr);
+    const expected = { stopped: '1 2\nstopped', stuck: 'stopped stuck', beat: 'stopped beat', scheduler: 'stopped scheduler', 'pending-get': '7' };
+    assert.equal(r.stdout.trim(), expected[mode]);
+    assert.ok(Date.now() - start < 10_000);
+  });
+}
+
+test('the CLI worker on a tiny app: header, ready, SIGTERM stops it gracefully', async () => {
+  const child = new Child([CLI, 'worker', 'tests-js/fixtures/tiny-app.mjs', '-c', '2', '-Q', 'default,extra']);
+  try {
+    const lines = await child.until('ready');
+    assert.match(lines[0], /^headway worker worker-\w+: app tests-js\/fixtures\/tiny-app.mjs, queues default,extra, concurrency 2, prefetch 8$/);
+    assert.equal(lines[1], 'tasks: tiny.add, tiny.hello');
+    child.proc.kill('SIGTERM');
+    const { code, out, err } = await child.finish(5000);
+    assert.equal(code, 0, err);
+    assert.match(out.split('\n').at(-1), /stopped after settling 0$/);
+  } finally {
+    child.kill();
+  }
+});
+
+test('npx headway runs the package bin', () => {
+  const r = spawnSync('npx', ['--no-install', 'headway', '--help'], { cwd: ROOT, encoding: 'utf8', timeout: LIMIT });
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, /usage: headway worker <app.js>/);
+});
+
+test('the CLI refuses a module that is not an app, and one that does not load', () => {
+  let r = spawnSync(process.execPath, [CLI, 'worker', 'tests-js/fixtures/not-app.mjs'], { cwd: ROOT, encoding: 'utf8', timeout: LIMIT });
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr, /does not export a headway App/);
+  r = spawnSync(process.execPath, [CLI, 'worker', 'tests-js/fixtures/missing.mjs'], { cwd: ROOT, encoding: 'utf8', timeout: LIMIT });
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr, /cannot import/);
+  r = spawnSync(process.execPath, [CLI, 'worker', 'tests-js/fixtures/tiny-app.mjs', '-c', 'many'], { cwd: ROOT, encoding: 'utf8', timeout: LIMIT });
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr, /-c must be a whole number/);
+  r = spawnSync(process.execPath, [CLI, 'serve'], { cwd: ROOT, encoding: 'utf8', timeout: LIMIT });
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr, /unknown command "serve"/);
+});
+
+test('the CLI beat runs the app\'s beat (a CommonJS module), SIGINT stops it', async () => {
+  const child = new Child([CLI, 'beat', 'tests-js/fixtures/beat-app.cjs']);
+  try {
+    const lines = await child.until('ready');
+    assert.equal(lines[0], 'headway beat: app tests-js/fixtures/beat-app.cjs, 1 entries');
+    assert.match(lines[1], /^ {2}tick: next at \d{4}-\d\d-\d\dT/);
+    child.proc.kill('SIGINT');
+    const { code, out, err } = await child.finish(5000);
+    assert.equal(code, 0, err);
+    assert.equal(out.split('\n').at(-1), 'headway beat: stopped');
+  } finally {
+    child.kill();
+  }
+});
+
+// ---------------------------------------------------------------- issue 4
+
+const missing = RedisServer.missing();
+
+describe('worker processes on Redis', { skip: missing ?? false }, () => {
+  let server;
+  let dir;
+  before(async () => {
+    server = await new RedisServer().start();
+    dir = mkdtempSync(join(tmpdir(), 'headway-procs-'));
+  });
+  after(() => {
+    server?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  const runs = (log) =>
+    existsSync(log)
+      ? readFileSync(log, 'utf8')
+          .split('\n')
+          .filter(Boolean)
+          .map((l) => {
+            const [who, i] = l.split(' ');
+            return [who, Number(i)];
+          })
+      : [];
+
+  test('the CLI worker runs tasks another process sends', async () => {
+    const prefix = `cli${randomUUID().slice(0, 6)}:`;
+    const env = { TINY_BROKER: server.url, TINY_PREFIX: prefix };
+    const child = new Child([CLI, 'worker', 'tests-js/fixtures/tiny-app.mjs', '-Q', 'default,extra'], { env });
+    try {
+      await child.until('ready');
+      const app = new App({ broker: new RedisBroker(server.url, { prefix }) });
+      assert.equal(await (await app.sendTask('tiny.add', [2, 3])).get(LIMIT), 5);
+      assert.equal(await (await app.sendTask('tiny.hello', ['ada'], { queue: 'extra' })).get(LIMIT), 'hello ada');
+      child.proc.kill('SIGINT');
+      const { code, out, err } = await child.finish(5000);
+      assert.equal(code, 0, err);
+      assert.match(out.split('\n').at(-1), /stopped after settling 2$/);
+    } finally {
+      child.kill();
+    }
+  });
+
+  test('a worker killed with SIGKILL loses nothing: another recovers and runs every acksLate message, each at most twice', async () => {
+    const log = join(dir, 'k9.log');
+    const prefix = `k9${randomUUID().slice(0, 6)}:`;
+    const app = new App({ broker: new RedisBroker(server.url, { prefix }) });
+    const handles = [];
+    for (let i = 0; i < 6; i++) handles.push(await app.sendTask('job', [i]));
+    const doomed = new Child([FIX('task-worker.mjs'), server.url, prefix, 'doomed', log, 'hold']);
+    let rescuer = null;
+    try {
+      await doomed.until('ready');
+      const deadline = Date.now() + LIMIT;
+      while (runs(log).length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      // Two running (concurrency 2), four prefetched: all six held, unacked.
+      assert.equal(runs(log).length, 2);
+      await new Promise((r) => setTimeout(r, 300));
+      doomed.proc.kill('SIGKILL');
+      const { signal } = await doomed.finish(10_000);
+      assert.equal(signal, 'SIGKILL');
+      rescuer = new Child([FIX('task-worker.mjs'), server.url, prefix, 'rescuer', log, 'late']);
+      await rescuer.until('ready');
+      assert.deepEqual(await Promise.all(handles.map((h) => h.get(LIMIT))), [0, 1, 2, 3, 4, 5]);
+    } finally {
+      doomed.kill();
+      rescuer?.kill();
+    }
+    const all = runs(log);
+    const per = new Map();
+    for (const [, i] of all) per.set(i, (per.get(i) ?? 0) + 1);
+    assert.deepEqual([...per.keys()].sort(), [0, 1, 2, 3, 4, 5]); // none lost
+    assert.ok([...per.values()].every((n) => n <= 2), JSON.stringify([...per])); // each at most twice
+    assert.deepEqual(
+      [...new Set(all.filter(([who]) => who === 'rescuer').map(([, i]) => i))].sort(),
+      [0, 1, 2, 3, 4, 5],
+    );
+  });
+
+  test('two worker processes on one queue run each message once', async () => {
+    const log = join(dir, 'two.log');
+    const prefix = `two${randomUUID().slice(0, 6)}:`;
+    const workers = [1, 2].map((n) => new Child([FIX('task-worker.mjs'), server.url, prefix, `w${n}`, log, 'early']));
+    try {
+      for (const w of workers) await w.until('ready');
+      const app = new App({ broker: new RedisBroker(server.url, { prefix }) });
+      const handles = [];
+      for (let i = 0; i < 40; i++) handles.push(await app.sendTask('job', [i]));
+      assert.deepEqual(await Promise.all(handles.map((h) => h.get(LIMIT))), [...Array(40).keys()]);
+      for (const w of workers) w.proc.kill('SIGINT');
+      for (const w of workers) {
+        const { code, err } = await w.finish(10_000);
+        assert.equal(code, 0, err);
+      }
+    } finally {
+      for (const w of workers) w.kill();
+    }
+    const per = new Map();
+    for (const [, i] of runs(log)) per.set(i, (per.get(i) ?? 0) + 1);
+    assert.equal(per.size, 40);
+    assert.ok([...per.values()].every((n) => n === 1), JSON.stringify([...per]));
+  });
+});
