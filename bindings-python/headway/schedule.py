@@ -34,7 +34,7 @@ from typing import Any
 from . import _native
 from ._native import At, Cron, Every, VirtualClock
 from ._serve import Serving
-from ._tasks import _is_async
+from ._tasks import GRACE, _is_async
 
 __all__ = ["At", "Cron", "Every", "Scheduler"]
 
@@ -134,7 +134,15 @@ class Scheduler:
             raise err
 
     def _exit(self) -> None:
+        # At exit: stop, give a job in progress the worker's grace, and stop
+        # the threads; a job still stuck after that is abandoned.
         self._native.stop()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(GRACE)
+        with self._lock:
+            if self._serving is not None:
+                self._serving.close()
+                self._serving = None
 
 
 def _on_exit() -> None:
