@@ -231,3 +231,27 @@ async function tasks(): Promise<void> {
   void j;
 }
 void tasks;
+
+// The admin interface.
+import { createServer } from 'node:http';
+import { admin, type AdminHandler, type AdminOptions } from 'headway';
+
+function adminUsage(app: App): void {
+  const options: AdminOptions = { token: 't', readOnly: true, maxBody: 1024, allowedOrigins: ['https://ops.example.com'] };
+  const h: AdminHandler = admin.handler(app, options);
+  const server = createServer(h);
+  const token: string = h.token;
+  const generated: boolean = admin.handler(app).tokenGenerated;
+  const open: number = h.openStreams;
+  h.closeStreams();
+  void [server, token, generated, open, h.readOnly, h.maxBody];
+  // @ts-expect-error: the first argument is an App
+  admin.handler({}, { token: 't' });
+  // @ts-expect-error: readOnly is a boolean
+  admin.handler(app, { readOnly: 'yes' });
+  // @ts-expect-error: no such option
+  admin.handler(app, { tokn: 't' });
+  // @ts-expect-error: token is read-only
+  h.token = 'x';
+}
+void adminUsage;
