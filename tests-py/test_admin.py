@@ -566,15 +566,7 @@ def test_bad_arguments_are_refused() -> None:
         asgi(app, token=T, max_body=0)
 
 
-def test_a_workers_run_events_are_listed(apps: Apps, request: pytest.FixtureRequest) -> None:
-    if apps.kind == "redis":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="core: headway's Redis layout does not record run events yet "
-                "(RedisBroker has no Inspector::record/recent), so no worker's run is listed",
-            )
-        )
+def test_a_workers_run_events_are_listed(apps: Apps) -> None:
     app, admin = make(apps)
     apps.start(app)
 
@@ -590,17 +582,7 @@ def test_a_workers_run_events_are_listed(apps: Apps, request: pytest.FixtureRequ
     asyncio.run(main())
 
 
-def test_overview_lists_tasks_before_any_send(
-    apps: Apps, request: pytest.FixtureRequest
-) -> None:
-    if apps.kind == "celery":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="core: CeleryBroker's Inspector::queues sends an empty pipeline when "
-                "it knows no queue yet (Redis: 'empty command'), so /api/overview is 502",
-            )
-        )
+def test_overview_lists_tasks_before_any_send(apps: Apps) -> None:
     _, admin = make(apps)
 
     async def main() -> None:

@@ -799,3 +799,32 @@ async fn throughput() {
     w.stop(Duration::from_secs(1));
     h.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_events_go_to_a_capped_stream() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let b = open(&s, "a", 30_000, VirtualClock::new(START)).await;
+    assert!(b.recent(10).await.unwrap().is_empty());
+    let ev = |i: i64| headway_core::task::RunEvent {
+        id: format!("id-{i}"),
+        task: "t".into(),
+        state: headway_core::task::State::Success,
+        at: START + i,
+        worker: "w".into(),
+        retries: 0,
+        runtime: Some(1),
+        args: "[]".into(),
+        detail: Some("<b>1</b>".into()),
+    };
+    b.record((0..5).map(ev).collect()).await.unwrap();
+    let got = b.recent(3).await.unwrap();
+    assert_eq!(
+        got.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+        ["id-4", "id-3", "id-2"],
+        "newest first"
+    );
+    assert_eq!(got[0], ev(4));
+    assert_eq!(s.cli(&["XLEN", "headway:events"]), "5");
+}

@@ -62,6 +62,7 @@ use crate::task::message::Message;
 use crate::task::policy::seeded;
 use crate::task::spec::{
     Backend, Broker, ConsumerInfo, Counter, Delivery, Inspector, Joined, QueueInfo, Receipt,
+    RunEvent,
 };
 use crate::task::state::{Outcome, Refused, State};
 
@@ -2068,9 +2069,86 @@ impl Counter for RedisBroker {
     }
 }
 
+/// How many run events the Redis layout keeps: about ten thousand, in a
+/// stream trimmed with `MAXLEN ~` (Redis trims whole nodes, so a little more
+/// may stay) — enough for an admin page's recent runs, bounded whatever the
+/// traffic.
+pub const EVENTS_KEPT: usize = 10_000;
+
+impl RedisBroker {
+    fn events_key(&self) -> String {
+        format!("{}events", self.prefix)
+    }
+}
+
 impl Inspector for RedisBroker {
     fn queues(&self) -> BoxFuture<'_, Result<Vec<QueueInfo>, Refused>> {
         Box::pin(self.stats())
+    }
+
+    /// Appends events to the capped stream `P:events` (one `XADD … MAXLEN ~`
+    /// each, in one pipeline), so an admin page in any process sees them.
+    fn record(&self, events: Vec<RunEvent>) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(async move {
+            if events.is_empty() {
+                return Ok(());
+            }
+            let key = self.events_key();
+            let mut p = ::redis::pipe();
+            for e in &events {
+                let json = serde_json::to_string(e).map_err(|e| Refused::Broker(e.to_string()))?;
+                p.cmd("XADD")
+                    .arg(&key)
+                    .arg("MAXLEN")
+                    .arg("~")
+                    .arg(EVENTS_KEPT)
+                    .arg("*")
+                    .arg("e")
+                    .arg(json)
+                    .ignore();
+            }
+            self.run(&p, false).await.map(|_| ())
+        })
+    }
+
+    /// The newest events first (`XREVRANGE … COUNT limit`).
+    fn recent(&self, limit: usize) -> BoxFuture<'_, Result<Vec<RunEvent>, Refused>> {
+        Box::pin(async move {
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
+            let v = self
+                .one(
+                    ::redis::cmd("XREVRANGE")
+                        .arg(self.events_key())
+                        .arg("+")
+                        .arg("-")
+                        .arg("COUNT")
+                        .arg(limit)
+                        .clone(),
+                    false,
+                )
+                .await?;
+            let mut out = Vec::new();
+            if let Value::Array(entries) = v {
+                for entry in entries {
+                    // [id, [field, value, ...]]
+                    let Value::Array(parts) = entry else { continue };
+                    let Some(Value::Array(fields)) = parts.get(1) else {
+                        continue;
+                    };
+                    for pair in fields.chunks(2) {
+                        if let [Value::BulkString(f), Value::BulkString(val)] = pair
+                            && f.as_slice() == b"e"
+                            && let Ok(ev) = serde_json::from_slice::<RunEvent>(val)
+                        {
+                            out.push(ev);
+                        }
+                    }
+                }
+            }
+            Ok(out)
+        })
     }
 
     fn counts(&self) -> BoxFuture<'_, Result<BTreeMap<State, u64>, Refused>> {

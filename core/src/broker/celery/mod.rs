@@ -2361,6 +2361,10 @@ impl Inspector for CeleryBroker {
         Box::pin(async move {
             let mut names: Vec<String> = self.lock().queues.iter().cloned().collect();
             names.sort();
+            if names.is_empty() {
+                // An empty pipeline is an error to Redis ("empty command").
+                return Ok(Vec::new());
+            }
             let mut p = redis::pipe();
             for q in &names {
                 for &s in &self.opts.priority_steps {
