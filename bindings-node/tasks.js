@@ -460,7 +460,10 @@ function run(host, calls) {
 function done(host, seq, key, v) {
   let json;
   try {
-    json = v === undefined ? 'null' : encode(key, 'result', v);
+    if (v === undefined || v === null) json = 'null';
+    else if (typeof v === 'number' && Number.isFinite(v)) json = `${v}`;
+    else if (typeof v === 'boolean') json = v ? 'true' : 'false';
+    else json = encode(key, 'result', v);
   } catch (e) {
     failed(host, seq, e);
     return;
@@ -1062,9 +1065,11 @@ function chord(parts, callback) {
 class Task {
   #app;
   #name;
+  #head;
   constructor(app, name) {
     this.#app = app;
     this.#name = name;
+    this.#head = `[${JSON.stringify(name)},`;
   }
 
   /** The name its messages carry. */
@@ -1080,7 +1085,7 @@ class Task {
    * 9, `id` fixes the run's id, `kwargs` the keyword object.
    */
   send(args, options) {
-    return sendOne(this.#app, this.#name, args, options, true);
+    return sendOne(this.#app, this.#name, args, options, true, this.#head);
   }
 
   /** A signature of a run of `args` (a canvas node). */
@@ -1093,11 +1098,16 @@ class Task {
   }
 }
 
-function sendOne(app, name, args, options, known) {
+function sendOne(app, name, args, options, known, head) {
   try {
-    const o = opts('options', options);
-    only(name, o, SEND_OPTIONS);
-    const req = `[${JSON.stringify(name)},${encodeArgs(name, args)},${encodeKwargs(name, o.kwargs)},${o === EMPTY ? 'null' : encodeOptions(o)}]`;
+    let req;
+    if (options === undefined) {
+      req = `${head ?? `[${JSON.stringify(name)},`}${encodeArgs(name, args)},null,null]`;
+    } else {
+      const o = opts('options', options);
+      only(name, o, SEND_OPTIONS);
+      req = `${head ?? `[${JSON.stringify(name)},`}${encodeArgs(name, args)},${encodeKwargs(name, o.kwargs)},${o === EMPTY ? 'null' : encodeOptions(o)}]`;
+    }
     return answer(
       app[APP].send(req, known),
       (id) => new Handle(app, [id], false),

@@ -10,6 +10,7 @@
 //! timeout, a terminate, a stop past its grace) come back from
 //! `cancelled()`, so an async body's `ctx.signal` can abort.
 
+use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,30 +40,27 @@ fn push_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
 /// Calls as one JSON text: `[[seq, key, id, queue, retries, attempt, last,
 /// now, args, kwargs | null, rootId | null, parentId | null], ...]`.
 fn encode_calls(calls: &[Call]) -> String {
-    let mut out = Vec::with_capacity(calls.len() * 96 + 2);
+    let mut out = Vec::with_capacity(calls.len() * 160 + 2);
     out.push(b'[');
     for (i, c) in calls.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
         let x = &c.ctx;
-        out.push(b'[');
-        out.extend_from_slice(c.seq.to_string().as_bytes());
-        out.push(b',');
+        let _ = write!(out, "[{},", c.seq);
         push_json(&mut out, &*c.key);
         out.push(b',');
         push_json(&mut out, &x.id);
         out.push(b',');
         push_json(&mut out, &x.queue);
-        out.extend_from_slice(
-            format!(
-                ",{},{},{},{},",
-                x.retries,
-                x.attempt,
-                u8::from(x.last),
-                x.now
-            )
-            .as_bytes(),
+        // Into the buffer, no intermediate String.
+        let _ = write!(
+            out,
+            ",{},{},{},{},",
+            x.retries,
+            x.attempt,
+            u8::from(x.last),
+            x.now
         );
         push_json(&mut out, &c.args);
         out.push(b',');

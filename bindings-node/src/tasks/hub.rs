@@ -22,6 +22,7 @@
 //! that poll is spawned and given a ticket.
 
 use std::cell::{Cell, RefCell};
+use std::fmt::Write;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
@@ -171,7 +172,7 @@ pub fn hub_drain() -> napi::Result<Option<String>> {
             out.push(',');
         }
         out.push('[');
-        out.push_str(&t.to_string());
+        let _ = write!(out, "{t}");
         match s {
             Settled::Ok(text) => {
                 out.push_str(",1,");
