@@ -840,6 +840,7 @@ function seamsOf(name, v, clock) {
 // ---------------------------------------------------------------- handles
 
 const APP = Symbol('app');
+const SEND = Symbol('send');
 
 /** A run, or a set of runs (a group), to wait on, look at or revoke. */
 class Handle {
@@ -1109,7 +1110,7 @@ function sendOne(app, name, args, options, known, head) {
       req = `${head ?? `[${JSON.stringify(name)},`}${encodeArgs(name, args)},${encodeKwargs(name, o.kwargs)},${o === EMPTY ? 'null' : encodeOptions(o)}]`;
     }
     return answer(
-      app[APP].send(req, known),
+      app[SEND](req, known),
       (id) => new Handle(app, [id], false),
       (id) => new Handle(app, [id], false),
     );
@@ -1295,6 +1296,7 @@ class App {
       throw argType('backend', 'a URL, a RedisBroker, false (no results) or undefined (the broker\'s)', true);
     } else if (o.backend !== undefined && o.backend !== null) seams.withBackend(seamsOf('backend', o.backend, clock));
     this[APP] = new native.NativeApp(seams, clock);
+    this[SEND] = this[APP].sender();
     this.#host = new Host(this[APP].host, TASK);
     /** The clock it was given (null: the system clock). */
     this.clock = o.clock === undefined ? null : o.clock;

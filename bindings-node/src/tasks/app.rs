@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headway_core::task::{App, Beat, Call, Failure, Handle, HostQueue, Sig, Worker, WorkerConfig};
-use napi::bindgen_prelude::Either;
+use napi::Env;
+use napi::bindgen_prelude::{Either, Unknown};
 use napi_derive::napi;
 use serde_json::Value;
 
@@ -150,6 +151,31 @@ impl NativeHost {
 
 // ---------------------------------------------------------------- app
 
+/// A send (see `NativeApp::send`), shared with the bare `sender` function.
+pub(crate) fn send_answer(app: &App, req: &str, known: bool) -> napi::Result<Answer> {
+    let SendIn(name, args, kwargs, opts) = match parse::<SendIn>("send", req) {
+        Ok(r) => r,
+        Err(e) => return refused(e),
+    };
+    let opts = match codec::options(opts) {
+        Ok(o) => o,
+        Err(e) => return refused(e),
+    };
+    let app = app.clone();
+    let kwargs = kwargs.unwrap_or_default();
+    drive(
+        async move {
+            if known {
+                app.send(&name, args, kwargs, opts).await
+            } else {
+                app.send_task(&name, args, kwargs, opts).await
+            }
+        },
+        |h| h.id().to_string(),
+        |h| quote(h.id()),
+    )
+}
+
 /// The registry, the seams and the clock (`tasks.js`'s `App` wraps it).
 #[napi]
 pub struct NativeApp {
@@ -232,30 +258,20 @@ impl NativeApp {
     /// Publishes a run: `req` is `[name, args, kwargs, options]`. With
     /// `known`, a name this app has not registered is refused
     /// (`UNKNOWN_TASK`); without, it is Celery's `send_task`. Answers the
-    /// run's id.
+    /// run's id. (`sender()` is the same as a bare function, for the hot
+    /// path.)
     #[napi(catch_unwind)]
     pub fn send(&self, req: String, known: bool) -> napi::Result<Answer> {
-        let SendIn(name, args, kwargs, opts) = match parse::<SendIn>("send", &req) {
-            Ok(r) => r,
-            Err(e) => return refused(e),
-        };
-        let opts = match codec::options(opts) {
-            Ok(o) => o,
-            Err(e) => return refused(e),
-        };
-        let app = self.app.clone();
-        let kwargs = kwargs.unwrap_or_default();
-        drive(
-            async move {
-                if known {
-                    app.send(&name, args, kwargs, opts).await
-                } else {
-                    app.send_task(&name, args, kwargs, opts).await
-                }
-            },
-            |h| h.id().to_string(),
-            |h| quote(h.id()),
-        )
+        send_answer(&self.app, &req, known)
+    }
+
+    /// `send(req, known)` as a bare Node-API function bound to this app (see
+    /// `fast.rs`): what `Task.send` calls.
+    #[napi(catch_unwind)]
+    pub fn sender<'e>(&self, env: &'e Env) -> napi::Result<Unknown<'e>> {
+        let f = super::fast::sender(env.raw(), self.app.clone())?;
+        // SAFETY: a function value just made in `env`.
+        Ok(unsafe { Unknown::from_raw_unchecked(env.raw(), f) })
     }
 
     /// Publishes a canvas tree (see `codec::canvas`); answers

@@ -16,7 +16,8 @@
 //!   rhythm and backoff helpers;
 //! - [`brokers`]: `NativeRedis` (headway's Redis layout or Celery's) and the
 //!   seams an app is built on;
-//! - [`sched`]: the broker-less in-process scheduler.
+//! - [`sched`]: the broker-less in-process scheduler;
+//! - [`fast`]: `send` as a bare Node-API function, the one per-message call.
 //!
 //! No rule lives here: every default and every check is the core's; this
 //! converts units (ms as JS numbers, rounded) and maps refusals.
@@ -28,6 +29,7 @@
 pub(crate) mod app;
 pub(crate) mod brokers;
 pub(crate) mod codec;
+pub(crate) mod fast;
 pub(crate) mod hub;
 pub(crate) mod sched;
 pub(crate) mod time;
@@ -119,7 +121,8 @@ pub(crate) fn rt() -> napi::Result<&'static tokio::runtime::Runtime> {
     if let Some(rt) = RT.get() {
         return Ok(rt);
     }
-    let rt = headway_core::runtime::runtime().map_err(|e| napi::Error::from_reason(e.to_string()))?;
+    let rt =
+        headway_core::runtime::runtime().map_err(|e| napi::Error::from_reason(e.to_string()))?;
     Ok(RT.get_or_init(|| rt))
 }
 
