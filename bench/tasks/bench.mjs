@@ -22,8 +22,8 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { App, group, version } from 'headway';
 
 const N = Number(process.argv[2] ?? 100_000);
-const CONCURRENCY = Number(process.env.CONCURRENCY ?? 1024);
-const PREFETCH = Number(process.env.PREFETCH ?? 4096);
+const CONCURRENCY = Number(process.env.CONCURRENCY ?? 128);
+const PREFETCH = Number(process.env.PREFETCH ?? 1024);
 const TICK = 1 / 100; // seconds per clock tick (USER_HZ = 100)
 
 function cpu() {
