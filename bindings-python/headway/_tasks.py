@@ -15,6 +15,7 @@ import functools
 import threading
 import uuid
 import weakref
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import (
@@ -101,21 +102,25 @@ def _options(
 # ---------------------------------------------------------------- canvas
 
 
-class _Canvas:
+class _Canvas(ABC):
     """What ``Signature``, ``chain``, ``group`` and ``chord`` share: sending
-    and ``|``. Building one publishes nothing, so it can be sent twice."""
+    and ``|``. Building one publishes nothing, so it can be sent twice.
 
-    def _tree(self) -> tuple[Any, ...]:
-        raise NotImplementedError
+    Each kind says how it is planned (``_tree``, the shape the core's canvas
+    is built from), which app sends it, how send-time arguments reach its
+    first runs, and which signatures it holds."""
 
-    def _app(self) -> App | None:
-        raise NotImplementedError
+    @abstractmethod
+    def _tree(self) -> tuple[Any, ...]: ...
 
-    def _partial(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> _Canvas:
-        raise NotImplementedError
+    @abstractmethod
+    def _app(self) -> App | None: ...
 
-    def _sigs(self) -> Iterable[Signature[Any]]:
-        raise NotImplementedError
+    @abstractmethod
+    def _partial(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> _Canvas: ...
+
+    @abstractmethod
+    def _sigs(self) -> Iterable[Signature[Any]]: ...
 
     def _send(self) -> Handle[Any]:
         app = self._app()
