@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# headway against BullMQ and Celery on one private redis-server, on this
+# machine, in one run; prints a table of rates and ratios and writes
+# bench/tasks/results.json (what is measured: bench/tasks/COMPARE.md).
+#
+#   bash bench/tasks/compare.sh            # N = 20 000, 2 000 round trips
+#   bash bench/tasks/compare.sh --quick    # N = 2 000, 200 round trips
+#
+# From a fresh clone it installs what it needs: BullMQ 6 (+ ioredis, its
+# default client) into bench/tasks/peers/node_modules from that folder's
+# lockfile; Celery 5.5 with Redis extras into interop/.venv when that
+# already imports celery, else into bench/tasks/.venv-celery; headway's
+# Python package from $HEADWAY_BENCH_PYTHON, ./.venv or /work/venv-py when
+# one imports headway, else `python3 -m venv .venv && .venv/bin/pip install .`
+# at the root; the Node addon with `npm install` at the root when
+# bindings-node/headway.node is missing. It needs redis-server, redis-cli,
+# node and python3 >= 3.11 on PATH.
+#
+# Every contender runs in its own process under a deadline
+# (HEADWAY_BENCH_TIMEOUT seconds, default 600, 240 with --quick); one that
+# fails or hangs is reported and makes the script exit 1 after the table.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+
+n=20000
+rtt=2000
+timeout_s="${HEADWAY_BENCH_TIMEOUT:-600}"
+quick=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick)
+      quick=1
+      n=2000
+      rtt=200
+      timeout_s="${HEADWAY_BENCH_TIMEOUT:-240}"
+      ;;
+    *)
+      echo "usage: bash bench/tasks/compare.sh [--quick]" >&2
+      exit 2
+      ;;
+  esac
+done
+export HEADWAY_BENCH_TIMEOUT="$timeout_s"
+
+say() { echo "compare: $*" >&2; }
+die() {
+  say "$*"
+  exit 1
+}
+
+for tool in redis-server redis-cli node npm python3 timeout; do
+  command -v "$tool" >/dev/null 2>&1 || die "$tool is not on PATH"
+done
+
+# ---------------------------------------------------------------- setup
+
+# BullMQ 6 and ioredis, from the lockfile.
+peers="$here/peers"
+if ! (cd "$peers" && node -e "require.resolve('bullmq'); require.resolve('ioredis')") >/dev/null 2>&1; then
+  say "installing BullMQ into $peers/node_modules"
+  (cd "$peers" && npm ci --no-audit --no-fund --loglevel=error) || die "npm ci in $peers failed"
+fi
+
+# Celery 5.5.
+cpy=""
+if [ -x "$root/interop/.venv/bin/python" ] && "$root/interop/.venv/bin/python" -c 'import celery, redis' >/dev/null 2>&1; then
+  cpy="$root/interop/.venv/bin/python"
+else
+  cvenv="$here/.venv-celery"
+  cpy="$cvenv/bin/python"
+  if ! "$cpy" -c 'import celery, redis' >/dev/null 2>&1; then
+    say "making $cvenv with celery[redis]>=5.5,<5.6"
+    rm -rf "$cvenv"
+    python3 -m venv "$cvenv" || die "python3 -m venv failed"
+    "$cvenv/bin/pip" install --quiet --disable-pip-version-check 'celery[redis]>=5.5,<5.6' \
+      || die "pip could not install celery[redis]>=5.5,<5.6"
+  fi
+fi
+
+# headway for Python.
+hpy=""
+for cand in "${HEADWAY_BENCH_PYTHON:-}" "$root/.venv/bin/python" /work/venv-py/bin/python; do
+  if [ -n "$cand" ] && [ -x "$cand" ] && "$cand" -c 'import headway' >/dev/null 2>&1; then
+    hpy="$cand"
+    break
+  fi
+done
+if [ -z "$hpy" ]; then
+  say "building headway's Python package into $root/.venv (a release build: minutes)"
+  (cd "$root" && { [ -x .venv/bin/python ] || python3 -m venv .venv; } && .venv/bin/pip install --quiet --disable-pip-version-check .) \
+    || die "pip install . failed"
+  hpy="$root/.venv/bin/python"
+fi
+
+# headway for Node.
+if [ ! -f "$root/bindings-node/headway.node" ]; then
+  say "building the Node addon with npm install at $root (a release build: minutes)"
+  (cd "$root" && npm install --no-audit --no-fund --loglevel=error) || die "npm install at the root failed"
+fi
+
+# ---------------------------------------------------------------- redis
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/headway-compare.XXXXXX")"
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
+  --logfile "$work/redis.log" &
+redis_pid=$!
+cleanup() {
+  kill "$redis_pid" 2>/dev/null || true
+  wait "$redis_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+for _ in $(seq 1 200); do
+  redis-cli -p "$port" ping >/dev/null 2>&1 && break
+  sleep 0.05
+done
+redis-cli -p "$port" ping >/dev/null 2>&1 || die "redis-server did not start on port $port"
+url="redis://127.0.0.1:$port/0"
+
+hw_version="$("$hpy" -c 'import headway; print(headway.__version__)')"
+celery_version="$("$cpy" -c 'import celery; print(celery.__version__)')"
+bullmq_version="$(cd "$peers" && node -p "require('bullmq/package.json').version" 2>/dev/null || echo '?')"
+say "redis-server $(redis-server --version | sed 's/.* v=\([^ ]*\).*/\1/') on $url; headway $hw_version, BullMQ $bullmq_version, Celery $celery_version"
+say "N = $n tasks per drain, $rtt round trips, deadline ${timeout_s}s per contender; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# ---------------------------------------------------------------- contenders
+
+failed=0
+# contend NAME FILL CMD...: flushes Redis; with FILL=celery a real Celery
+# producer first fills the Celery-layout queue with N runs; then runs CMD
+# under the deadline and keeps its last stdout line (a JSON object) in
+# $work/NAME.json.
+contend() {
+  local name="$1" fill="$2"
+  shift 2
+  redis-cli -p "$port" flushall >/dev/null
+  local rc=0 what=""
+  if [ "$fill" = celery ]; then
+    timeout -k 10 "$timeout_s" "$cpy" "$here/vs_celery.py" fill "$url" "$n" >"$work/$name.fill" 2>"$work/$name.err" || rc=$?
+    what="the Celery producer, filling the queue,"
+    [ "$rc" -eq 0 ] && say "running $name (the queue filled by Celery: $(tail -n 1 "$work/$name.fill"))"
+  else
+    say "running $name"
+  fi
+  if [ "$rc" -eq 0 ]; then
+    what=""
+    timeout -k 10 "$timeout_s" "$@" >"$work/$name.out" 2>"$work/$name.err" || rc=$?
+  fi
+  if [ "$rc" -eq 0 ] && tail -n 1 "$work/$name.out" | python3 -c 'import json, sys; json.loads(sys.stdin.read())' 2>/dev/null; then
+    tail -n 1 "$work/$name.out" >"$work/$name.json"
+    return 0
+  fi
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    say "$name FAILED: $what no answer within ${timeout_s}s"
+  else
+    say "$name FAILED: $what exit $rc"
+  fi
+  tail -n 15 "$work/$name.err" >&2 || true
+  echo "{\"error\": \"exit $rc\"}" >"$work/$name.json"
+  failed=1
+}
+
+contend headway-py - "$hpy" "$here/vs_headway.py" "$url" "$n" "$rtt"
+contend headway-js - node "$here/vs_headway.mjs" "$url" "$n" "$rtt"
+contend bullmq - node "$peers/vs_bullmq.mjs" "$url" "$n" "$rtt"
+contend celery - "$cpy" "$here/vs_celery.py" run "$url" "$n" "$rtt"
+contend headway-py-celery celery "$hpy" "$here/vs_headway.py" "$url" "$n" "$rtt" --layout celery
+contend headway-js-celery celery node "$here/vs_headway.mjs" "$url" "$n" "$rtt" --layout celery
+
+# ---------------------------------------------------------------- report
+
+python3 "$here/report.py" "$work" "$here/results.json" \
+  --n "$n" --rtt "$rtt" --quick "$quick" \
+  --versions "headway=$hw_version" "bullmq=$bullmq_version" "celery=$celery_version" \
+  "redis=$(redis-server --version | sed 's/.* v=\([^ ]*\).*/\1/')" "node=$(node --version)" \
+  "python=$("$hpy" -c 'import platform; print(platform.python_version())')" \
+  --machine "$(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg) at the end"
+
+if [ "$failed" -ne 0 ]; then
+  say "a contender failed (see above)"
+  exit 1
+fi

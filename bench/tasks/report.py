@@ -1,0 +1,172 @@
+"""The table of ``compare.sh``: reads each contender's JSON line from the run's
+work directory, prints a Markdown table with ratios against BullMQ and
+Celery and the targets met or missed, and writes ``results.json``.
+
+    python3 report.py WORKDIR OUT.json --n N --rtt RTT --quick 0|1 \
+        --versions k=v ... --machine TEXT
+
+Ratios: a rate's is ours ÷ the peer's (higher is better); a latency's is
+the peer's ÷ ours (how many times quicker ours is).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+from typing import Any
+
+ROWS = [
+    ("headway-py", "headway Python, own layout"),
+    ("headway-js", "headway Node, own layout"),
+    ("bullmq", "BullMQ {bullmq} (Node)"),
+    ("celery", "Celery {celery} (prefork -c 2)"),
+    ("headway-py-celery", "headway Python worker, Celery layout"),
+    ("headway-js-celery", "headway Node worker, Celery layout"),
+]
+
+
+def load(work: str, key: str) -> dict[str, Any]:
+    try:
+        with open(os.path.join(work, f"{key}.json")) as f:
+            got: dict[str, Any] = json.loads(f.read())
+    except (OSError, ValueError):
+        return {"error": "no result"}
+    fill = os.path.join(work, f"{key}.fill")
+    if os.path.exists(fill):
+        with open(fill) as f:
+            lines = f.read().strip().splitlines()
+        try:
+            got["filled_by_celery_at"] = json.loads(lines[-1])["enqueue"]
+        except (IndexError, KeyError, ValueError):
+            pass
+    return got
+
+
+def rate(v: float | None) -> str:
+    return "—" if v is None else f"{v:,.0f}"
+
+
+def ms(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2f}"
+
+
+def times(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v:.1f}×" if v < 100 else f"{v:,.0f}×"
+
+
+def ratio(a: float | None, b: float | None, invert: bool = False) -> float | None:
+    if a is None or b is None or a <= 0 or b <= 0:
+        return None
+    return b / a if invert else a / b
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("work")
+    ap.add_argument("out")
+    ap.add_argument("--n", type=int, required=True)
+    ap.add_argument("--rtt", type=int, required=True)
+    ap.add_argument("--quick", type=int, default=0)
+    ap.add_argument("--versions", nargs="*", default=[])
+    ap.add_argument("--machine", default="")
+    a = ap.parse_args()
+    versions = dict(v.split("=", 1) for v in a.versions)
+    res = {key: load(a.work, key) for key, _ in ROWS}
+    bull, cel = res["bullmq"], res["celery"]
+
+    head = (
+        "| contender | enqueue/s | bulk enqueue/s | drain/s | p50 ms | p99 ms "
+        "| drain ×BullMQ | drain ×Celery | enqueue ×BullMQ | enqueue ×Celery "
+        "| p50 ×BullMQ | p50 ×Celery |"
+    )
+    lines = [head, "|" + "---|" * 12]
+    for key, label in ROWS:
+        r = res[key]
+        name = label.format(**versions)
+        if "error" in r:
+            lines.append(f"| {name} | FAILED ({r['error']}) |" + " |" * 10)
+            continue
+        r["ratios"] = {
+            "drain_vs_bullmq": ratio(r.get("drain"), bull.get("drain")),
+            "drain_vs_celery": ratio(r.get("drain"), cel.get("drain")),
+            "enqueue_vs_bullmq": ratio(r.get("enqueue"), bull.get("enqueue")),
+            "enqueue_vs_celery": ratio(r.get("enqueue"), cel.get("enqueue")),
+            "p50_vs_bullmq": ratio(r.get("p50"), bull.get("p50"), invert=True),
+            "p50_vs_celery": ratio(r.get("p50"), cel.get("p50"), invert=True),
+        }
+        q = r["ratios"]
+        lines.append(
+            f"| {name} | {rate(r.get('enqueue'))} | {rate(r.get('enqueue_bulk'))} "
+            f"| {rate(r.get('drain'))} | {ms(r.get('p50'))} | {ms(r.get('p99'))} "
+            f"| {times(q['drain_vs_bullmq'])} | {times(q['drain_vs_celery'])} "
+            f"| {times(q['enqueue_vs_bullmq'])} | {times(q['enqueue_vs_celery'])} "
+            f"| {times(q['p50_vs_bullmq'])} | {times(q['p50_vs_celery'])} |"
+        )
+
+    targets: list[dict[str, Any]] = []
+
+    def target(what: str, got: float | None, goal: float, unit: str, lower: bool = False) -> None:
+        if got is None:
+            ok = None
+        else:
+            ok = got <= goal if lower else got >= goal
+        targets.append({"target": what, "measured": got, "goal": goal, "unit": unit, "met": ok})
+
+    py, js = res["headway-py"], res["headway-js"]
+    for key, who in (("headway-py", "Python"), ("headway-js", "Node")):
+        target(f"{who} drain ≥ 4× BullMQ", res[key].get("ratios", {}).get("drain_vs_bullmq"), 4, "×")
+        target(f"{who} drain ≥ 40× Celery", res[key].get("ratios", {}).get("drain_vs_celery"), 40, "×")
+    for key, who in (("headway-py-celery", "Python"), ("headway-js-celery", "Node")):
+        target(
+            f"{who} worker on Celery's layout ≥ 20× the Celery worker",
+            res[key].get("ratios", {}).get("drain_vs_celery"), 20, "×",
+        )
+    best = max((v for v in (py.get("enqueue"), py.get("enqueue_bulk")) if v), default=None)
+    target("enqueue ≥ 50k/s from one Python process (best of delay loop, group sends)", best, 50_000, "/s")
+    target("enqueue ≥ 50k/s from one Python process, one delay() at a time", py.get("enqueue"), 50_000, "/s")
+    target("Python p50 ≤ 0.5 ms", py.get("p50"), 0.5, "ms", lower=True)
+    target("Node p50 ≤ 0.5 ms", js.get("p50"), 0.5, "ms", lower=True)
+
+    print()
+    print(
+        f"N = {a.n} no-op tasks per drain, results stored; {a.rtt} sequential round trips; "
+        f"one redis-server; {a.machine}"
+    )
+    print()
+    print("\n".join(lines))
+    print()
+    for key, _ in ROWS:
+        r = res[key]
+        bits = [f"{k}: {r[k]}" for k in ("enqueue_how", "enqueue_bulk_how", "settings") if k in r]
+        if "filled_by_celery_at" in r:
+            bits.append(f"queue filled by a Celery producer at {r['filled_by_celery_at']:,.0f}/s")
+        if bits:
+            print(f"- {key}: " + "; ".join(bits))
+    print()
+    for t in targets:
+        mark = {True: "met", False: "MISSED", None: "not measured"}[t["met"]]
+        got = "—" if t["measured"] is None else f"{t['measured']:,.2f}{t['unit']}"
+        print(f"target {t['target']}: {got} — {mark}")
+
+    out = {
+        "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": "bash bench/tasks/compare.sh" + (" --quick" if a.quick else ""),
+        "n": a.n,
+        "round_trips": a.rtt,
+        "versions": versions,
+        "machine": a.machine,
+        "contenders": res,
+        "targets": targets,
+    }
+    with open(a.out, "w") as f:
+        json.dump(out, f, indent=2)
+        f.write("\n")
+    print(f"\nwrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()

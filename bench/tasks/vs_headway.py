@@ -1,0 +1,114 @@
+"""headway (Python) in the side-by-side benchmark (run by ``compare.sh``;
+prints one JSON line).
+
+    python vs_headway.py URL N RTT [--layout headway|celery]
+
+``--layout headway`` (``RedisBroker(url)``), with no worker running:
+
+1. enqueue: N ``noop.delay(i)`` from this one thread (each call returns once
+   Redis has the message), then — flushed away afterwards — N more as
+   ``group`` sends of 1000 signatures (one publish per 1000);
+2. drain: a worker starts on the N queued by step 1; the clock runs from
+   ``start()`` until it has settled all N (results stored);
+3. round trip: RTT sequential ``noop.delay(i).get()`` with the worker idle.
+
+``--layout celery`` (``RedisBroker.celery(url)``): the queue ``celery``
+already holds N ``bench.noop`` messages a real Celery producer sent
+(``vs_celery.py fill``); step 2 drains them (results stored in Celery's
+result format), step 3 round-trips through headway's client on that layout,
+and step 1, last and with the worker stopped, times headway's producer on
+Celery's layout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+import headway
+
+CONCURRENCY = int(os.environ.get("HEADWAY_BENCH_CONCURRENCY", "8"))
+PREFETCH = int(os.environ.get("HEADWAY_BENCH_PREFETCH", "512"))
+BATCH = 1000
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def until(cond: Any, deadline: float, what: str) -> None:
+    while not cond():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"headway-py: timed out waiting for {what}")
+        time.sleep(0.0005)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("url")
+    ap.add_argument("n", type=int)
+    ap.add_argument("rtt", type=int)
+    ap.add_argument("--layout", choices=["headway", "celery"], default="headway")
+    a = ap.parse_args()
+    deadline = time.monotonic() + float(os.environ.get("HEADWAY_BENCH_TIMEOUT", "600"))
+    celery = a.layout == "celery"
+    queue = "celery" if celery else "default"
+
+    def make() -> tuple[headway.App, Any]:
+        broker = headway.RedisBroker.celery(a.url) if celery else headway.RedisBroker(a.url)
+        app = headway.App(broker)
+
+        @app.task(name="bench.noop", queue=queue)
+        def noop(i: int) -> None:
+            return None
+
+        return app, noop
+
+    def enqueue(noop: Any) -> float:
+        delay = noop.delay
+        t0 = time.perf_counter()
+        for i in range(a.n):
+            delay(i)
+        return a.n / (time.perf_counter() - t0)
+
+    def bulk(noop: Any) -> float:
+        t0 = time.perf_counter()
+        for s in range(0, a.n, BATCH):
+            headway.group([noop.s(i) for i in range(s, min(a.n, s + BATCH))]).send()
+        return a.n / (time.perf_counter() - t0)
+
+    out: dict[str, Any] = {}
+    app, noop = make()
+    if not celery:
+        out["enqueue"] = enqueue(noop)
+        out["enqueue_how"] = "noop.delay(i) loop"
+    w = app.worker(queue, concurrency=CONCURRENCY, prefetch=PREFETCH)
+    t0 = time.perf_counter()
+    w.start()
+    until(lambda: w.settled >= a.n, deadline, f"the drain ({w.settled}/{a.n})")
+    out["drain"] = a.n / (time.perf_counter() - t0)
+    lat = []
+    for i in range(a.rtt):
+        s = time.perf_counter()
+        noop.delay(i).get(timeout=30)
+        lat.append((time.perf_counter() - s) * 1000)
+        if time.monotonic() > deadline:
+            raise SystemExit("headway-py: timed out in the round trips")
+    out["p50"], out["p99"] = pct(lat, 0.5), pct(lat, 0.99)
+    w.stop(5.0)
+    if celery:
+        out["enqueue"] = enqueue(noop)
+        out["enqueue_how"] = "noop.delay(i) loop, headway's producer on Celery's layout"
+    # The bulk send last: what it leaves queued is flushed by compare.sh.
+    out["enqueue_bulk"] = bulk(noop)
+    out["enqueue_bulk_how"] = f"group of {BATCH} signatures per send"
+    out["settings"] = f"concurrency {CONCURRENCY}, prefetch {PREFETCH}"
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
