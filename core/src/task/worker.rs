@@ -652,8 +652,37 @@ async fn collect(app: &App, parts: &[String]) -> Result<Vec<Value>, Failure> {
     Ok(out)
 }
 
-/// What follows a success: the chain's next link, or the chord's arrival.
+/// Sends the Celery `link` (`errors` false) or `link_error` callbacks `m`
+/// carries, given `arg`, as Celery 5.5 sends them (see
+/// [`crate::broker::celery::codec::apply_links`]). A signature that cannot
+/// be read is logged and skipped, as it cannot be run anywhere.
+async fn celery_links(app: &App, m: &Message, arg: Value, errors: bool) -> Result<(), Refused> {
+    let Some(c) = m.carried.as_deref() else {
+        return Ok(());
+    };
+    let (sigs, grouped) = if errors {
+        (&c.errbacks, true)
+    } else {
+        (&c.callbacks, c.callbacks.len() > 1)
+    };
+    if sigs.is_empty() {
+        return Ok(());
+    }
+    let (out, bad) =
+        crate::broker::celery::codec::apply_links(sigs, &arg, m, grouped, |s| app.message_of(s));
+    for e in bad {
+        eprintln!("headway worker: a callback of {} was not sent: {e}", m.id);
+    }
+    if out.is_empty() {
+        return Ok(());
+    }
+    app.broker().publish(out).await
+}
+
+/// What follows a success: Celery `link` callbacks, then the chain's next
+/// link, or the chord's arrival.
 async fn follow(app: &App, m: &Message, value: Value) -> Result<(), Refused> {
+    celery_links(app, m, value.clone(), false).await?;
     if let Some((next, rest)) = m.chain.split_first() {
         let mut n = app.message_of(next);
         if !next.immutable {
@@ -684,7 +713,17 @@ async fn follow(app: &App, m: &Message, value: Value) -> Result<(), Refused> {
 
 /// Records a run that will not succeed, and everything waiting on it: the
 /// rest of its chain, and its chord's callback (with that callback's chain).
+/// A failure (not a revoke, and not an unregistered name, as with Celery)
+/// then sends its Celery `link_error` callbacks with its id.
 async fn give_up(app: &App, m: &Message, state: State, f: Failure) -> Result<(), Refused> {
+    record_given_up(app, m, state, &f).await?;
+    if state == State::Failure && f.kind != "NotRegistered" {
+        celery_links(app, m, Value::String(m.id.clone()), true).await?;
+    }
+    Ok(())
+}
+
+async fn record_given_up(app: &App, m: &Message, state: State, f: &Failure) -> Result<(), Refused> {
     let now = app.now();
     let mut o = Outcome::new(m.id.clone(), state, now);
     o.retries = m.retries;
