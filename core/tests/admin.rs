@@ -1,6 +1,7 @@
 //! The admin interface, through explicit request values on the memory
 //! broker: routes, auth, CSRF and origin checks, validation, escaping, the
-//! live stream, and sends and revokes that a real worker then acts on.
+//! live stream, sends and revokes that a real worker then acts on, and dead
+//! letters a real worker quarantined, listed, re-queued and purged.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -179,6 +180,10 @@ async fn every_other_route_needs_the_token() {
         ("GET", "/api/stream"),
         ("POST", "/api/send"),
         ("POST", "/api/revoke"),
+        ("GET", "/api/dead?queue=default"),
+        ("POST", "/api/dead/requeue"),
+        ("POST", "/api/dead/purge"),
+        ("GET", "/api/audit"),
         ("GET", "/no/such/route"),
     ];
     let wrong: [fn(Request) -> Request; 5] = [
@@ -924,4 +929,340 @@ fn futures_are_send_for_the_bindings() {
     let frame = rt.block_on(s.next()).unwrap();
     assert!(frame.starts_with(b"retry: "));
     send(async move { s.next().await });
+}
+
+/// An app on a memory broker the test can push raw bytes onto, as another
+/// producer would.
+fn app_and_broker() -> (App, Arc<headway_core::broker::MemoryBroker>) {
+    use headway_core::broker::MemoryBroker;
+    use headway_core::task::{Seams, SystemClock};
+    let clock: Arc<dyn headway_core::task::Clock> = Arc::new(SystemClock);
+    let b = MemoryBroker::new(clock.clone());
+    let app = App::new(
+        Seams {
+            broker: b.clone(),
+            backend: Some(b.clone()),
+            counter: Some(b.clone()),
+            inspector: Some(b.clone()),
+        },
+        clock,
+    );
+    app.register(
+        "add",
+        Policy::default(),
+        body(|_, a| async move { Ok(json!(a.iter().filter_map(Value::as_i64).sum::<i64>())) }),
+    )
+    .unwrap();
+    (app, b)
+}
+
+/// `/api/dead?queue=` once it counts `n`.
+async fn dead_once(a: &Admin, queue: &str, n: u64) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = call(a, authed(get(&format!("/api/dead?queue={queue}")))).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        let v = body_json(&r);
+        if v["count"] == n {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{queue} never held {n} dead letters: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn ready(overview: &Value, queue: &str) -> u64 {
+    overview["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == queue)
+        .map_or(0, |q| q["ready"].as_u64().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_listed_requeued_purged_and_audited() {
+    let (app, b) = app_and_broker();
+    let a = admin(&app);
+    // What a worker quarantines: a pickle, a message without a task name,
+    // bytes that are not JSON (an XSS payload among them), and one good run.
+    b.push_raw("default", b"\x80\x04\x95pickle");
+    b.push_raw("default", br#"{"id":"d1","queue":"default"}"#);
+    b.push_raw("default", b"<script>alert(1)</script>\n\xff");
+    let w = start(&app);
+    let good = send(&a, "add", json!([1, 2])).await;
+    run_row(&a, &good, "SUCCESS").await;
+    let v = dead_once(&a, "default", 3).await;
+    stop(w).await;
+    assert_eq!(v["queue"], "default");
+    let letters = v["letters"].as_array().unwrap();
+    assert_eq!(letters.len(), 3);
+    // Newest first, each with its reason, size and an escaped preview.
+    let reasons: Vec<&str> = letters
+        .iter()
+        .map(|d| d["reason"].as_str().unwrap())
+        .collect();
+    assert!(reasons[0].starts_with("not JSON"), "{reasons:?}");
+    assert_eq!(reasons[1], "no task name");
+    assert!(reasons[2].starts_with("content type not allowed: a pickle"));
+    assert_eq!(letters[1]["id"], "d1");
+    assert_eq!(letters[0]["id"], Value::Null);
+    assert_eq!(letters[2]["size"], 9);
+    assert_eq!(letters[2]["preview"], "\\x80\\x04\\x95pickle");
+    assert_eq!(
+        letters[0]["preview"], "<script>alert(1)</script>\\n\\xff",
+        "shown as text, escaped where not printable"
+    );
+    assert_eq!(letters[0]["truncated"], false);
+    assert!(letters[0]["at"].as_i64().unwrap() > 0);
+    let raw = call(&a, authed(get("/api/dead?queue=default"))).await;
+    let text = String::from_utf8(raw.body).unwrap();
+    assert!(!text.contains("<script>"), "JSON escapes `<`: {text}");
+    // `limit` bounds the listing, not the count.
+    let one = body_json(&call(&a, authed(get("/api/dead?queue=default&limit=1"))).await);
+    assert_eq!(
+        (
+            one["count"].clone(),
+            one["letters"].as_array().unwrap().len()
+        ),
+        (json!(3), 1)
+    );
+    // The overview counts each queue's dead letters.
+    let o = body_json(&call(&a, authed(get("/api/overview"))).await);
+    assert_eq!(o["dead"], json!([{"queue": "default", "count": 3}]));
+    assert_eq!(ready(&o, "default"), 0);
+
+    // Requeue one by id: it is back on its queue, as it was.
+    let r = call(
+        &a,
+        authed(post(
+            "/api/dead/requeue",
+            &json!({"queue": "default", "ids": ["d1"]}),
+        )),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        body_json(&r),
+        json!({"queue": "default", "requeued": 1, "ids": ["d1"]})
+    );
+    let r = call(
+        &a,
+        authed(post(
+            "/api/dead/requeue",
+            &json!({"queue": "default", "ids": ["nope"]}),
+        )),
+    )
+    .await;
+    assert_eq!(body_json(&r)["requeued"], 0);
+    dead_once(&a, "default", 2).await;
+    let o = body_json(&call(&a, authed(get("/api/overview"))).await);
+    assert_eq!(ready(&o, "default"), 1);
+    // Requeue all, at most one: the oldest goes back first (the pickle).
+    let r = call(
+        &a,
+        authed(post(
+            "/api/dead/requeue",
+            &json!({"queue": "default", "limit": 1}),
+        )),
+    )
+    .await;
+    assert_eq!(body_json(&r)["requeued"], 1);
+    let v = dead_once(&a, "default", 1).await;
+    assert!(
+        v["letters"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("not JSON")
+    );
+    // Purge drops the rest for good; again, nothing.
+    let r = call(
+        &a,
+        authed(post("/api/dead/purge", &json!({"queue": "default"}))),
+    )
+    .await;
+    assert_eq!(body_json(&r), json!({"queue": "default", "purged": 1}));
+    let r = call(
+        &a,
+        authed(post("/api/dead/purge", &json!({"queue": "default"}))),
+    )
+    .await;
+    assert_eq!(body_json(&r)["purged"], 0);
+    dead_once(&a, "default", 0).await;
+    let o = body_json(&call(&a, authed(get("/api/overview"))).await);
+    assert_eq!(ready(&o, "default"), 2, "both re-queued letters wait again");
+
+    // The audit log: every change made, newest first.
+    let log = body_json(&call(&a, authed(get("/api/audit"))).await);
+    let actions: Vec<&str> = log["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "dead.purge",
+            "dead.purge",
+            "dead.requeue",
+            "dead.requeue",
+            "dead.requeue",
+            "send"
+        ]
+    );
+    let first = &log["audit"][0];
+    assert_eq!(first["by"], "token");
+    assert_eq!(first["outcome"], json!({"queue": "default", "purged": 0}));
+    assert!(first["at"].as_i64().unwrap() > 0);
+}
+
+#[tokio::test]
+async fn dead_letter_routes_validate() {
+    let (app, b) = app_and_broker();
+    let a = admin(&app);
+    b.push_raw("q", b"junk");
+    let bad_gets = [
+        "/api/dead",
+        "/api/dead?queue=",
+        "/api/dead?queue=q&limit=0",
+        "/api/dead?queue=q&limit=-1",
+        "/api/dead?queue=q&limit=x",
+        "/api/dead?queue=q&limit=10001",
+    ];
+    for p in bad_gets {
+        let r = call(&a, authed(get(p))).await;
+        assert_eq!(r.status, 400, "{p}");
+        assert_eq!(body_json(&r)["error"], "invalid", "{p}");
+    }
+    let long = "q".repeat(257);
+    let bad_posts = [
+        ("/api/dead/requeue", json!({})),
+        ("/api/dead/requeue", json!({"queue": ""})),
+        ("/api/dead/requeue", json!({"queue": long})),
+        ("/api/dead/requeue", json!({"queue": 5})),
+        ("/api/dead/requeue", json!({"queue": "q", "limit": 0})),
+        ("/api/dead/requeue", json!({"queue": "q", "limit": -3})),
+        ("/api/dead/requeue", json!({"queue": "q", "limit": 1.5})),
+        ("/api/dead/requeue", json!({"queue": "q", "limit": "2"})),
+        ("/api/dead/requeue", json!({"queue": "q", "ids": "d1"})),
+        ("/api/dead/requeue", json!({"queue": "q", "ids": []})),
+        ("/api/dead/requeue", json!({"queue": "q", "ids": [1]})),
+        ("/api/dead/requeue", json!({"queue": "q", "ids": [""]})),
+        ("/api/dead/requeue", json!({"queue": "q", "what": 1})),
+        ("/api/dead/purge", json!({})),
+        ("/api/dead/purge", json!({"queue": "q", "limit": 1})),
+    ];
+    for (p, body) in bad_posts {
+        let r = call(&a, authed(post(p, &body))).await;
+        assert_eq!(r.status, 400, "{p} {body}");
+        assert_eq!(body_json(&r)["error"], "invalid", "{p} {body}");
+    }
+    // Reads are GET, changes POST.
+    let r = call(&a, authed(post("/api/dead", &json!({"queue": "q"})))).await;
+    assert_eq!(r.status, 405);
+    let r = call(&a, authed(get("/api/dead/purge"))).await;
+    assert_eq!((r.status, r.get("Allow")), (405, Some("POST")));
+    // An unknown queue has none: 0, empty, nothing to do.
+    let v = body_json(&call(&a, authed(get("/api/dead?queue=nowhere"))).await);
+    assert_eq!(v, json!({"queue": "nowhere", "count": 0, "letters": []}));
+    let r = call(
+        &a,
+        authed(post("/api/dead/requeue", &json!({"queue": "nowhere"}))),
+    )
+    .await;
+    assert_eq!(body_json(&r)["requeued"], 0);
+    let r = call(
+        &a,
+        authed(post("/api/dead/purge", &json!({"queue": "nowhere"}))),
+    )
+    .await;
+    assert_eq!(body_json(&r)["purged"], 0);
+    // Refused changes are not audited; made ones are.
+    let log = body_json(&call(&a, authed(get("/api/audit"))).await);
+    assert_eq!(log["audit"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn dead_letter_changes_need_csrf_origin_and_a_writable_admin() {
+    let (app, _b) = app_and_broker();
+    let a = admin(&app);
+    let (cookie, csrf) = login(&a).await;
+    let purge = || post("/api/dead/purge", &json!({"queue": "q"})).header("Cookie", cookie.clone());
+    let r = call(&a, purge().header("Origin", ORIGIN)).await;
+    assert_eq!(
+        (r.status, body_json(&r)["error"].clone()),
+        (403, json!("csrf"))
+    );
+    let r = call(&a, purge().header(CSRF_HEADER, csrf.clone())).await;
+    assert_eq!(
+        (r.status, body_json(&r)["error"].clone()),
+        (403, json!("origin"))
+    );
+    let r = call(
+        &a,
+        purge()
+            .header(CSRF_HEADER, csrf.clone())
+            .header("Origin", "http://evil.example"),
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    let r = call(
+        &a,
+        post("/api/dead/requeue", &json!({"queue": "q"}))
+            .header("Cookie", cookie.clone())
+            .header(CSRF_HEADER, csrf.clone())
+            .header("Origin", ORIGIN),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = call(
+        &a,
+        purge().header(CSRF_HEADER, csrf).header("Origin", ORIGIN),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let log = body_json(&call(&a, authed(get("/api/audit"))).await);
+    assert_eq!(log["audit"][0]["by"], "session");
+    assert_eq!(log["audit"][0]["action"], "dead.purge");
+    assert_eq!(log["audit"].as_array().unwrap().len(), 2);
+
+    // Read-only: the list answers, every change is refused.
+    let ro = admin_with(
+        &app,
+        AdminConfig {
+            read_only: true,
+            ..AdminConfig::default()
+        },
+    );
+    assert_eq!(
+        call(&ro, authed(get("/api/dead?queue=q"))).await.status,
+        200
+    );
+    for p in ["/api/dead/requeue", "/api/dead/purge"] {
+        let r = call(&ro, authed(post(p, &json!({"queue": "q"})))).await;
+        assert_eq!(
+            (r.status, body_json(&r)["error"].clone()),
+            (403, json!("read_only")),
+            "{p}"
+        );
+    }
+    let log = body_json(&call(&ro, authed(get("/api/audit"))).await);
+    assert_eq!(log["audit"], json!([]));
+}
+
+#[test]
+fn previews_escape_what_is_not_printable_and_are_bounded() {
+    use headway_core::admin::{PREVIEW_MAX, preview};
+    assert_eq!(preview(b"{\"a\":1}"), "{\"a\":1}");
+    assert_eq!(preview(b"a\\b\t\r\n\x00\x7f"), "a\\\\b\\t\\r\\n\\x00\\x7f");
+    assert_eq!(preview("héllo".as_bytes()), "héllo");
+    assert_eq!(preview("\u{85}".as_bytes()), "\\u{85}");
+    assert_eq!(preview(b"\x80\xff"), "\\x80\\xff");
+    let big = vec![b'x'; PREVIEW_MAX + 10];
+    let p = preview(&big);
+    assert_eq!(p, format!("{}…", "x".repeat(PREVIEW_MAX)));
 }

@@ -15,6 +15,9 @@
 //!   `Origin`/`Referer` of this host or of `allowed_origins`; GET never
 //!   changes anything; read-only mode refuses every POST (403);
 //! - sending takes registered tasks only, JSON only, within `max_body`;
+//! - every change made (send, revoke, re-queueing or purging dead letters)
+//!   is kept in an audit log (`/api/audit`): when, how the caller proved
+//!   itself, what, and what came of it;
 //! - every reply carries CSP `default-src 'self'; frame-ancestors 'none'`,
 //!   `nosniff`, `no-referrer` and `no-store`; JSON escapes `<`, `>`, `&`; the
 //!   page renders data as text only.
@@ -32,7 +35,7 @@ use std::sync::{Arc, Mutex};
 pub use auth::{COOKIE, CSRF_HEADER};
 pub use http::{CSP, Reply, Request, Response, safe_json};
 pub use page::{APP_JS, STYLE_CSS};
-pub use reports::{DETAIL_MAX, EVENTS_READ, RUNS_DEFAULT};
+pub use reports::{DEAD_DEFAULT, DETAIL_MAX, EVENTS_READ, PREVIEW_MAX, RUNS_DEFAULT, preview};
 pub use stream::{EventStream, RETRY_MS, TICK};
 
 use crate::task::App;
@@ -46,6 +49,10 @@ pub const MAX_BODY: usize = 64 * 1024;
 /// records them: 100.
 pub const SENT_KEPT: usize = 100;
 
+/// How many changes the audit log keeps (the oldest go first): 1 000, a
+/// long day of an operator's clicks, in a few hundred KiB at most.
+pub const AUDIT_KEPT: usize = 1000;
+
 /// How an admin is set up.
 #[derive(Debug, Clone)]
 pub struct AdminConfig {
@@ -53,8 +60,9 @@ pub struct AdminConfig {
     /// generated — 32 random bytes, base64url — and [`Admin::token`] answers
     /// it for the adapter to print at start.
     pub token: Option<String>,
-    /// Refuse every change (send, revoke) with 403: a page to look at, like
-    /// Bull Board's read-only mode.
+    /// Refuse every change (send, revoke, re-queueing or purging dead
+    /// letters) with 403: a page to look at, like Bull Board's read-only
+    /// mode.
     pub read_only: bool,
     /// The largest request body read ([`MAX_BODY`] by default).
     pub max_body: usize,
@@ -89,6 +97,8 @@ pub(crate) struct Inner {
     pub(crate) max_body: usize,
     pub(crate) allowed_origins: Vec<String>,
     pub(crate) sent: Mutex<VecDeque<reports::Sent>>,
+    /// The changes made, oldest first (see [`AUDIT_KEPT`]).
+    pub(crate) audit: Mutex<VecDeque<serde_json::Value>>,
 }
 
 /// One admin over one app. Cheap to clone (shared).
@@ -130,6 +140,7 @@ impl Admin {
                     .map(|o| auth::normalise_origin(o))
                     .collect(),
                 sent: Mutex::new(VecDeque::new()),
+                audit: Mutex::new(VecDeque::new()),
             }),
         }
     }

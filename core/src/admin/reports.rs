@@ -1,5 +1,5 @@
 //! What the page and the JSON API report: queues, consumers, counts, runs,
-//! one run's stored outcome, failures.
+//! one run's stored outcome, failures, dead letters and the audit log.
 //!
 //! Everything is read through the app's seams (the [`Inspector`] and the
 //! result store), so a report reads the same for the memory broker, headway's
@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 
 use super::Inner;
 use crate::task::spec::{EVENT_TEXT_MAX, RunEvent, truncate};
-use crate::task::{QueueInfo, Refused, State};
+use crate::task::{DeadLetter, QueueInfo, Refused, State};
 
 /// How many run events a report reads: the memory broker's whole ring
 /// (`EVENTS_KEPT`), so filters see everything a worker kept.
@@ -26,6 +26,14 @@ pub const RUNS_DEFAULT: usize = 50;
 /// How much of one run's result or traceback `/api/runs/<id>` shows: 16 KiB,
 /// eight times what a run event keeps, for the one run someone asked about.
 pub const DETAIL_MAX: usize = 16 * 1024;
+
+/// How many dead letters `/api/dead` answers when not told: 20, the newest
+/// a page shows.
+pub const DEAD_DEFAULT: usize = 20;
+
+/// How many bytes of a dead letter its preview shows: 512, enough to tell
+/// a pickle from truncated JSON from another protocol's envelope.
+pub const PREVIEW_MAX: usize = 512;
 
 /// One run the admin sent itself: shown before any worker records it, so it
 /// can be revoked while it waits.
@@ -126,9 +134,16 @@ pub(crate) async fn overview(inner: &Inner) -> Result<Value, Refused> {
             })
         })
         .collect();
+    let mut dead = Vec::with_capacity(queues.len());
+    if let Some(i) = insp {
+        for q in &queues {
+            dead.push(json!({ "queue": q.name, "count": i.dead_count(&q.name).await? }));
+        }
+    }
     Ok(json!({
         "at": inner.app.now(),
         "read_only": inner.read_only,
+        "dead": dead,
         "inspector": insp.is_some(),
         "queues": queues.iter().map(queue_json).collect::<Vec<_>>(),
         "consumers": consumers.iter().map(|c| json!({
@@ -325,4 +340,70 @@ pub(crate) async fn run(inner: &Inner, id: &str) -> Result<Value, Refused> {
     o["stored_state"] = o["state"].clone();
     mark_revoked(inner, std::iter::once(&mut *o)).await?;
     Ok(out)
+}
+
+/// `bytes` as text that shows what they are: valid UTF-8 as itself, except
+/// `\`, control characters and invalid bytes, which are escaped (`\n`,
+/// `\x00`, `\u{85}`, `\x80`), cut at [`PREVIEW_MAX`] bytes of input. A
+/// pickle reads as `\x80\x04…`, JSON as JSON; the page still renders it as
+/// text only.
+pub fn preview(bytes: &[u8]) -> String {
+    let cut = &bytes[..bytes.len().min(PREVIEW_MAX)];
+    let mut out = String::with_capacity(cut.len() + 16);
+    for chunk in cut.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c if c.is_ascii_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+                c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    if bytes.len() > cut.len() {
+        out.push('…');
+    }
+    out
+}
+
+fn dead_json(d: &DeadLetter) -> Value {
+    json!({
+        "queue": d.queue,
+        "id": d.id,
+        "reason": d.reason,
+        "at": d.at,
+        "size": d.raw.len(),
+        "preview": preview(&d.raw),
+        "truncated": d.raw.len() > PREVIEW_MAX,
+    })
+}
+
+/// `/api/dead?queue=`: how many dead letters `queue` keeps and the newest
+/// `limit` of them, each with its reason, size and an escaped preview of
+/// its bytes (never the bytes themselves: they may be anything).
+pub(crate) async fn dead(inner: &Inner, queue: &str, limit: usize) -> Result<Value, Refused> {
+    let (count, letters) = match inner.app.inspector() {
+        Some(i) => (
+            i.dead_count(queue).await?,
+            i.dead_letters(queue, limit).await?,
+        ),
+        None => (0, Vec::new()),
+    };
+    Ok(json!({
+        "queue": queue,
+        "count": count,
+        "letters": letters.iter().map(dead_json).collect::<Vec<_>>(),
+    }))
+}
+
+/// `/api/audit`: the changes this admin made, newest first.
+pub(crate) fn audit(inner: &Inner) -> Value {
+    let log = inner.audit.lock().unwrap_or_else(|e| e.into_inner());
+    json!({ "audit": log.iter().rev().cloned().collect::<Vec<_>>() })
 }

@@ -12,25 +12,29 @@
 //! | `/api/failures?limit=` | GET | recent failures |
 //! | `/api/send` | POST | `{id}` of a new run of a registered task |
 //! | `/api/revoke` | POST | revokes (and with `terminate` stops) a run |
+//! | `/api/dead?queue=&limit=` | GET | a queue's dead-letter count and newest letters |
+//! | `/api/dead/requeue` | POST | puts a queue's dead letters back on it |
+//! | `/api/dead/purge` | POST | drops a queue's dead letters for good |
+//! | `/api/audit` | GET | the changes made through this admin, newest first |
 //! | `/api/stream` | GET | server-sent events of counts, ≥ 1 per second |
 //!
 //! Order of checks: the token (401), the route (404), the method (405,
 //! with `Allow`), then for a change: read-only (403), CSRF and origin for a
 //! cookie (403), size (413), media type (415), JSON (400), the task (404).
-//! GET never changes anything.
+//! GET never changes anything. Every change that was made is audited.
 
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use super::auth::{self, COOKIE};
+use super::auth::{self, COOKIE, Who};
 use super::http::{Reply, Request, Response, decode, secure};
 use super::page;
-use super::reports::{self, Filter, RUNS_DEFAULT, Sent};
+use super::reports::{self, DEAD_DEFAULT, Filter, RUNS_DEFAULT, Sent};
 use super::stream::EventStream;
-use super::{Inner, SENT_KEPT};
+use super::{AUDIT_KEPT, Inner, SENT_KEPT};
 use crate::task::spec::{EVENT_TEXT_MAX, truncate};
-use crate::task::{Options, Refused, State};
+use crate::task::{DEAD_KEPT, Options, Refused, State};
 
 /// The most runs a listing answers: the whole event ring.
 const RUNS_MAX: usize = reports::EVENTS_READ;
@@ -42,6 +46,13 @@ const COUNTDOWN_MAX_S: f64 = 30.0 * 86_400.0;
 /// The longest run id `/api/revoke` takes: 256 bytes, ample for a UUID or a
 /// caller's own scheme, and a bound on what lands in the revoke set.
 const ID_MAX: usize = 256;
+
+/// The longest queue name the dead-letter routes take: 256 bytes, like an
+/// id; a queue's name is a key, not prose.
+const QUEUE_MAX: usize = 256;
+
+/// The most ids one `/api/dead/requeue` names: 1 000, a page of choices.
+const IDS_MAX: usize = 1000;
 
 /// Answers one request, with the security headers on whatever it answers.
 pub(crate) async fn handle(inner: &Arc<Inner>, req: Request) -> Reply {
@@ -75,6 +86,10 @@ enum Route<'a> {
     Failures,
     Send,
     Revoke,
+    Dead,
+    DeadRequeue,
+    DeadPurge,
+    Audit,
     Stream,
 }
 
@@ -90,6 +105,10 @@ impl Route<'_> {
             "/api/failures" => Route::Failures,
             "/api/send" => Route::Send,
             "/api/revoke" => Route::Revoke,
+            "/api/dead" => Route::Dead,
+            "/api/dead/requeue" => Route::DeadRequeue,
+            "/api/dead/purge" => Route::DeadPurge,
+            "/api/audit" => Route::Audit,
             "/api/stream" => Route::Stream,
             p => match p.strip_prefix("/api/runs/") {
                 Some(id) if !id.is_empty() && !id.contains('/') => Route::Run(id),
@@ -99,7 +118,10 @@ impl Route<'_> {
     }
 
     fn changes(self) -> bool {
-        matches!(self, Route::Send | Route::Revoke)
+        matches!(
+            self,
+            Route::Send | Route::Revoke | Route::DeadRequeue | Route::DeadPurge
+        )
     }
 }
 
@@ -175,10 +197,16 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
             Ok(v) => v,
             Err(r) => return full(r),
         };
-        return full(match route {
-            Route::Send => send(inner, body).await,
-            _ => revoke(inner, body).await,
-        });
+        let (action, r) = match route {
+            Route::Send => ("send", send(inner, body).await),
+            Route::Revoke => ("revoke", revoke(inner, body).await),
+            Route::DeadRequeue => ("dead.requeue", requeue_dead(inner, body).await),
+            _ => ("dead.purge", purge_dead(inner, body).await),
+        };
+        if r.status == 200 {
+            audit(inner, who, action, &r);
+        }
+        return full(r);
     }
     if !get {
         return full(Response::error(405, "method", "use GET").and("Allow", "GET, HEAD"));
@@ -216,6 +244,11 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
             Err(r) => full(r),
         },
         Route::Run(id) => json_or(reports::run(inner, &decode(id, false)).await),
+        Route::Dead => match dead_query(&q) {
+            Ok((queue, limit)) => json_or(reports::dead(inner, &queue, limit).await),
+            Err(r) => full(r),
+        },
+        Route::Audit => full(Response::json(200, &reports::audit(inner))),
         Route::Stream => {
             Reply::Stream(
                 Response {
@@ -233,7 +266,9 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
                 EventStream::new(inner.clone()),
             )
         }
-        Route::Send | Route::Revoke => unreachable!("handled above"),
+        Route::Send | Route::Revoke | Route::DeadRequeue | Route::DeadPurge => {
+            unreachable!("handled above")
+        }
     }
 }
 
@@ -460,6 +495,132 @@ async fn revoke(inner: &Inner, b: Map<String, Value>) -> Response {
             200,
             &json!({ "id": id, "revoked": true, "terminate": terminate }),
         ),
+        Err(e) => broker_error(e),
+    }
+}
+
+/// Keeps one change made in the audit log: when, how the caller proved
+/// itself, which change, and what it answered.
+fn audit(inner: &Inner, who: Who, action: &str, r: &Response) {
+    let outcome: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    let entry = json!({
+        "at": inner.app.now(),
+        "by": match who {
+            Who::Bearer => "token",
+            Who::Session => "session",
+        },
+        "action": action,
+        "outcome": outcome,
+    });
+    let mut log = inner.audit.lock().unwrap_or_else(|e| e.into_inner());
+    if log.len() >= AUDIT_KEPT {
+        log.pop_front();
+    }
+    log.push_back(entry);
+}
+
+fn queue_name(v: Option<&str>) -> Result<String, Response> {
+    match v {
+        Some(q) if !q.is_empty() && q.len() <= QUEUE_MAX => Ok(q.to_string()),
+        _ => Err(invalid(format!(
+            "invalid `queue`: must be a queue name of 1 to {QUEUE_MAX} bytes"
+        ))),
+    }
+}
+
+fn dead_limit(v: Option<&Value>, default: usize) -> Result<usize, Response> {
+    match v {
+        None | Some(Value::Null) => Ok(default),
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|n| (1..=DEAD_KEPT).contains(n))
+            .ok_or_else(|| {
+                invalid(format!(
+                    "invalid `limit`: must be an integer from 1 to {DEAD_KEPT}"
+                ))
+            }),
+    }
+}
+
+/// `queue` (required) and `limit` (1 to [`DEAD_KEPT`], [`DEAD_DEFAULT`]
+/// when absent) from `/api/dead`'s query; other parameters are ignored, as
+/// `/api/runs` ignores them.
+fn dead_query(q: &[(String, String)]) -> Result<(String, usize), Response> {
+    let mut queue = None;
+    let mut limit = DEAD_DEFAULT;
+    for (k, v) in q {
+        match k.as_str() {
+            "queue" => queue = Some(v.as_str()),
+            "limit" => {
+                // Not a number: `false`, which `dead_limit` refuses.
+                let n = v.parse::<u64>().map_or(Value::Bool(false), Value::from);
+                limit = dead_limit(Some(&n), DEAD_DEFAULT)?;
+            }
+            _ => {}
+        }
+    }
+    Ok((queue_name(queue)?, limit))
+}
+
+/// `POST /api/dead/requeue`: `{"queue", "ids"?: [...], "limit"?}`. Puts
+/// the queue's dead letters back on it, oldest first — only those whose id
+/// is in `ids` when given, at most `limit` (all it keeps when absent).
+async fn requeue_dead(inner: &Inner, b: Map<String, Value>) -> Response {
+    match requeue_checked(inner, b).await {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+async fn requeue_checked(inner: &Inner, b: Map<String, Value>) -> Result<Response, Response> {
+    unknown_fields(&b, &["queue", "ids", "limit"])?;
+    let queue = queue_name(b.get("queue").and_then(Value::as_str))?;
+    let bad_ids = || {
+        invalid(format!(
+            "invalid `ids`: must be a list of at most {IDS_MAX} run ids of 1 to {ID_MAX} bytes"
+        ))
+    };
+    let ids: Vec<String> = match b.get("ids") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) if a.len() <= IDS_MAX => a
+            .iter()
+            .map(|v| match v {
+                Value::String(s) if !s.is_empty() && s.len() <= ID_MAX => Ok(s.clone()),
+                _ => Err(bad_ids()),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(bad_ids()),
+    };
+    if matches!(b.get("ids"), Some(Value::Array(a)) if a.is_empty()) {
+        return Err(invalid(
+            "invalid `ids`: an empty list names nothing; leave it out to re-queue all",
+        ));
+    }
+    let limit = dead_limit(b.get("limit"), DEAD_KEPT)?;
+    let n = inner
+        .app
+        .broker()
+        .requeue_dead(&queue, &ids, limit)
+        .await
+        .map_err(broker_error)?;
+    Ok(Response::json(
+        200,
+        &json!({ "queue": queue, "requeued": n, "ids": ids }),
+    ))
+}
+
+/// `POST /api/dead/purge`: `{"queue"}`. Drops every dead letter the queue
+/// keeps, for good.
+async fn purge_dead(inner: &Inner, b: Map<String, Value>) -> Response {
+    if let Err(r) = unknown_fields(&b, &["queue"]) {
+        return r;
+    }
+    let queue = match queue_name(b.get("queue").and_then(Value::as_str)) {
+        Ok(q) => q,
+        Err(r) => return r,
+    };
+    match inner.app.broker().purge_dead(&queue).await {
+        Ok(n) => Response::json(200, &json!({ "queue": queue, "purged": n })),
         Err(e) => broker_error(e),
     }
 }

@@ -214,6 +214,59 @@
     return tr;
   }
 
+  // Dead letters: the chosen queue's count and newest entries.
+  function deadRow(d) {
+    const tr = el('tr');
+    if (d.id) tr.dataset.id = d.id;
+    tr.dataset.reason = d.reason;
+    const actions = el('td', 'actions');
+    if (d.id && !readOnly) {
+      const b = el('button', 'requeue', 'Requeue');
+      b.type = 'button';
+      b.dataset.action = 'requeue';
+      actions.append(b);
+    }
+    const id = el('code', 'id', d.id || '—');
+    if (d.id) id.title = d.id;
+    tr.append(
+      el('td', 'muted when', when(d.at)),
+      el('td', 'reason', d.reason),
+      el('td', '', id),
+      el('td', 'num size', d.size),
+      el('td', '', el('pre', 'preview', d.preview)),
+      actions,
+    );
+    return tr;
+  }
+
+  const deadResult = $('#dead-result');
+  function deadSaid(text, bad) {
+    deadResult.replaceChildren(el('span', bad ? 'error' : 'muted', text));
+  }
+
+  async function refreshDead(dead) {
+    const select = $('#dead-queue');
+    const names = (dead || []).map((d) => d.queue);
+    fillSelect(select, names, null);
+    if (!select.value && names.length) select.value = names[0];
+    const queue = select.value;
+    for (const o of select.options) {
+      const d = (dead || []).find((x) => x.queue === o.value);
+      o.textContent = o.value + (d ? ' (' + d.count + ')' : '');
+    }
+    if (!queue) {
+      $('#dead-count').textContent = '';
+      setRows('dead', []);
+      return;
+    }
+    const r = await api('api/dead?' + new URLSearchParams({ queue, limit: '20' }).toString());
+    $('#dead-count').textContent = String(r.count);
+    $('#dead-count').dataset.count = String(r.count);
+    setRows('dead', (r.letters || []).map(deadRow));
+    $('#dead-requeue').disabled = readOnly || r.count === 0;
+    $('#dead-purge').disabled = readOnly || r.count === 0;
+  }
+
   let busy = false;
   async function refresh() {
     if (busy) return;
@@ -226,6 +279,7 @@
       }
       renderConsumers(o.consumers);
       renderTasks(o.tasks);
+      await refreshDead(o.dead);
       fillSelect($('#send-task'), o.task_names || [], null);
       const taskFilter = document.createElement('option');
       taskFilter.value = '';
@@ -293,7 +347,45 @@
     }
   });
 
-  ['#runs-state', '#runs-task'].forEach((s) => $(s).addEventListener('change', refresh));
+  ['#runs-state', '#runs-task', '#dead-queue'].forEach((s) => $(s).addEventListener('change', refresh));
+
+  // Requeue one (by id), requeue all, purge (a second click confirms).
+  async function deadChange(path, body, what) {
+    try {
+      const r = await post(path, body);
+      deadSaid(what + ': ' + (r.requeued !== undefined ? r.requeued + ' requeued' : r.purged + ' purged'), false);
+      await refresh();
+    } catch (e) {
+      deadSaid('Could not ' + what.toLowerCase() + ': ' + e.message, true);
+    }
+  }
+
+  $('#dead tbody').addEventListener('click', async (ev) => {
+    const btn = ev.target.closest('button[data-action="requeue"]');
+    const tr = btn && btn.closest('tr[data-id]');
+    if (!tr) return;
+    btn.disabled = true;
+    await deadChange('api/dead/requeue', { queue: $('#dead-queue').value, ids: [tr.dataset.id] }, 'Requeue');
+  });
+
+  $('#dead-requeue').addEventListener('click', () =>
+    deadChange('api/dead/requeue', { queue: $('#dead-queue').value }, 'Requeue'));
+
+  const purge = $('#dead-purge');
+  purge.addEventListener('click', async () => {
+    if (purge.dataset.armed !== 'true') {
+      purge.dataset.armed = 'true';
+      purge.textContent = 'Purge for good?';
+      setTimeout(() => {
+        purge.dataset.armed = 'false';
+        purge.textContent = 'Purge';
+      }, 5000);
+      return;
+    }
+    purge.dataset.armed = 'false';
+    purge.textContent = 'Purge';
+    await deadChange('api/dead/purge', { queue: $('#dead-queue').value }, 'Purge');
+  });
 
   // The send form: validate locally, send, then follow the new run's state.
   const result = $('#send-result');
@@ -367,6 +459,8 @@
 
   if (readOnly) {
     $('#send-section').hidden = true;
+    $('#dead-requeue').hidden = true;
+    $('#dead-purge').hidden = true;
     $('#read-only-badge').hidden = false;
   }
 
