@@ -2,7 +2,8 @@
 <json>``; prints one JSON line with the answer.
 
 Commands:
-- ``send {"name", "args", "kwargs", "queue", "countdown", "priority"}`` → ``{"id"}``
+- ``send {"name", "args", "kwargs", "queue", "countdown", "priority", "link",
+  "link_error"}`` → ``{"id"}`` (``link``/``link_error``: lists of specs, below)
 - ``canvas <spec>`` → ``{"id"}`` of what to wait on. A spec is
   ``{"sig": name, "args": [], "queue": q, "immutable": false}``,
   ``{"chain": [spec, ...]}`` or ``{"chord": [spec, ...], "body": spec}``.
@@ -48,6 +49,9 @@ def main():
     cmd, arg = sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
     if cmd == "send":
         opts = {k: arg[k] for k in ("queue", "countdown", "priority") if arg.get(k) is not None}
+        for k in ("link", "link_error"):
+            if arg.get(k):
+                opts[k] = [build(s) for s in arg[k]]
         r = app.send_task(arg["name"], args=arg.get("args", []), kwargs=arg.get("kwargs", {}), **opts)
         out = {"id": r.id}
     elif cmd == "canvas":

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use headway_core::broker::celery::{CeleryBroker, CeleryOptions};
 use headway_core::task::{
-    App, Canvas, Failure, Options, Policy, Refused, Sig, State, SystemClock, Worker, WorkerConfig,
-    body,
+    App, Canvas, Failure, Message, Options, Policy, Refused, Sig, State, SystemClock, Worker,
+    WorkerConfig, body,
 };
 use serde_json::{Map, Value, json};
 
@@ -801,6 +801,194 @@ async fn priorities_honoured_across_sides() {
     }
     let order: Vec<Value> = ran.lock().unwrap().iter().map(|r| r.1[0].clone()).collect();
     assert_eq!(order, [json!(0), json!(3), json!(9)]);
+    stop(wk, h).await;
+}
+
+/// A raw Celery signature dict, as Celery writes one into `embed`.
+fn raw_sig(task: &str, args: Value, queue: &str, immutable: bool) -> Value {
+    json!({"task": task, "args": args, "kwargs": {}, "options": {"queue": queue},
+           "subtask_type": null, "immutable": immutable})
+}
+
+/// The messages on Celery queue list `q`, oldest first, decoded.
+fn queued(server: &support::RedisServer, b: &CeleryBroker, q: &str) -> Vec<Message> {
+    let mut out: Vec<Message> = server
+        .cli(&["LRANGE", q, "0", "-1"])
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| b.sender().decode(l.as_bytes()).unwrap().message)
+        .collect();
+    out.reverse(); // LPUSH in, RPOP out
+    out
+}
+
+/// Celery `link` / `link_error` callbacks on a headway-run task, at the wire:
+/// sent as Celery 5.5 sends them (`trace.py`, `_call_task_errbacks`).
+/// Needs a redis-server, not Celery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_sent_as_celery_sends_them() {
+    let Some(server) = support::RedisServer::start() else {
+        return;
+    };
+    let url = format!("{}/0", server.url());
+    let b = CeleryBroker::connect(&url, CeleryOptions::default(), Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let app = App::new(b.seams(), Arc::new(SystemClock));
+    b.route_for(&app);
+    let ran = Ran::default();
+    hw_tasks(&app, &ran);
+    let hw = |id: &str, task: &str, args: Vec<Value>| {
+        Message::new(id.into(), task.into(), args, Map::new(), "hw".into())
+    };
+    // A success with two links (one immutable, one with a link of its own)
+    // and an errback that must not run.
+    let mut ok = hw("ok-1", "hw.add", vec![json!(2), json!(3)]);
+    let mut nested = raw_sig("tasks.add", json!([100]), "cb", false);
+    nested["options"]["link"] = json!([raw_sig("tasks.echo", json!([]), "cb", false)]);
+    ok.carried_mut().callbacks = vec![nested, raw_sig("tasks.add", json!([7]), "cb", true)];
+    ok.carried_mut().errbacks = vec![raw_sig("tasks.echo", json!(["no"]), "cb", false)];
+    // A failure with two errbacks (one immutable) and a link that must not run.
+    let mut bad = hw("bad-1", "hw.boom", vec![json!("x")]);
+    bad.root_id = Some("root-1".into());
+    bad.carried_mut().callbacks = vec![raw_sig("tasks.add", json!([1]), "eb", false)];
+    bad.carried_mut().errbacks = vec![
+        raw_sig("tasks.echo", json!(["err"]), "eb", false),
+        raw_sig("tasks.echo", json!(["imm"]), "eb", true),
+    ];
+    // One link of a success alone is not grouped; a bad signature is skipped.
+    let mut one = hw("one-1", "hw.add", vec![json!(1), json!(1)]);
+    one.carried_mut().callbacks = vec![raw_sig("tasks.add", json!([0]), "one", false)];
+    let mut revoked = hw("rev-1", "hw.boom", vec![json!("never")]);
+    revoked.carried_mut().errbacks = vec![raw_sig("tasks.echo", json!([]), "rev", false)];
+    headway_core::task::Broker::publish(&*b, vec![ok, bad, one, revoked])
+        .await
+        .unwrap();
+    headway_core::task::Broker::revoke(&*b, vec!["rev-1".into()], now_ms() + 3_600_000)
+        .await
+        .unwrap();
+    let (wk, h) = run_worker(&app, &["hw"]);
+    let until = Instant::now() + Duration::from_secs(20);
+    while ["cb", "eb", "one"]
+        .iter()
+        .map(|q| {
+            server
+                .cli(&["LLEN", q])
+                .trim()
+                .parse::<usize>()
+                .unwrap_or(0)
+        })
+        .sum::<usize>()
+        < 5
+        && Instant::now() < until
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(app.state_of("rev-1").await.unwrap(), State::Revoked);
+    stop(wk, h).await;
+
+    let cb = queued(&server, &b, "cb");
+    assert_eq!(cb.len(), 2, "two links, no errback: {cb:?}");
+    assert_eq!(
+        (cb[0].task.as_str(), &cb[0].args),
+        ("tasks.add", &vec![json!(5), json!(100)])
+    );
+    assert_eq!(
+        (cb[1].task.as_str(), &cb[1].args),
+        ("tasks.add", &vec![json!(7)])
+    );
+    for (i, m) in cb.iter().enumerate() {
+        assert_eq!(m.parent_id.as_deref(), Some("ok-1"));
+        assert_eq!(m.root_id.as_deref(), Some("ok-1"));
+        assert!(m.group.is_some(), "several links go out as a group");
+        assert_eq!(m.group_index, Some(i as u32));
+        assert_ne!(m.id, "ok-1");
+    }
+    assert_eq!(cb[0].group, cb[1].group);
+    let carried = cb[0]
+        .carried
+        .as_ref()
+        .expect("the link's own link is carried");
+    assert_eq!(carried.callbacks[0]["task"], json!("tasks.echo"));
+
+    let eb = queued(&server, &b, "eb");
+    assert_eq!(eb.len(), 2, "two errbacks, no link: {eb:?}");
+    assert_eq!(eb[0].args, vec![json!("bad-1"), json!("err")]);
+    assert_eq!(eb[1].args, vec![json!("imm")]);
+    for (i, m) in eb.iter().enumerate() {
+        assert_eq!(m.task, "tasks.echo");
+        assert_eq!(m.parent_id.as_deref(), Some("bad-1"));
+        assert_eq!(m.root_id.as_deref(), Some("root-1"));
+        assert_eq!(
+            m.group_index,
+            Some(i as u32),
+            "errbacks always go as a group"
+        );
+    }
+
+    let one = queued(&server, &b, "one");
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0].args, vec![json!(2), json!(0)]);
+    assert_eq!((one[0].group.as_ref(), one[0].group_index), (None, None));
+    assert_eq!(
+        server.cli(&["LLEN", "rev"]).trim(),
+        "0",
+        "a revoke sends no errback"
+    );
+}
+
+/// Celery sends `link` / `link_error` with a task a headway worker runs; a
+/// real Celery worker runs the callbacks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn celery_links_run_after_headway_tasks() {
+    let Some(mut w) = world(3600.0) else { return };
+    w.start_celery(0.0, true);
+    let ran = Ran::default();
+    let (_app, _b) = w.headway(&ran).await;
+    let (wk, h) = run_worker(&_app, &["hw"]);
+    let ok = w.drive(
+        "send",
+        json!({"name": "hw.add", "args": [2, 3], "queue": "hw",
+               "link": [{"sig": "tasks.add", "args": [100]}],
+               "link_error": [{"sig": "tasks.echo", "args": ["no"]}]}),
+    )["id"]
+        .clone();
+    let bad = w.drive(
+        "send",
+        json!({"name": "hw.boom", "args": ["x"], "queue": "hw",
+               "link": [{"sig": "tasks.add", "args": [1]}],
+               "link_error": [{"sig": "tasks.echo", "args": ["err"]},
+                              {"sig": "tasks.echo", "args": ["imm"], "immutable": true}]}),
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(w.drive("get", json!({"id": ok}))["ok"], json!(5));
+    assert_eq!(
+        w.drive("get", json!({"id": bad}))["error"],
+        json!("ValueError")
+    );
+    let until = Instant::now() + Duration::from_secs(20);
+    while w.ledger().len() < 3 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut got: Vec<(String, Value)> = w
+        .ledger()
+        .iter()
+        .map(|e| (e["task"].as_str().unwrap().to_string(), e["args"].clone()))
+        .collect();
+    got.sort_by_key(|g| g.1.to_string());
+    println!("{}", sides(&w, &ran));
+    let mut want = vec![
+        ("tasks.add".to_string(), json!(["5", "100"])),
+        (
+            "tasks.echo".to_string(),
+            json!([format!("'{bad}'"), "'err'"]),
+        ),
+        ("tasks.echo".to_string(), json!(["'imm'"])),
+    ];
+    want.sort_by_key(|g| g.1.to_string());
+    assert_eq!(got, want);
     stop(wk, h).await;
 }
 
