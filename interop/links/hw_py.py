@@ -1,0 +1,161 @@
+"""The headway Python side of ``interop/run_links.sh``.
+
+``python hw_py.py worker --queues hw [--concurrency N] [--prefetch N]`` runs
+a headway worker process on Celery's layout until SIGTERM (or SIGKILL);
+``python hw_py.py <command> <json>`` is a one-shot producer step that prints
+one JSON line:
+
+- ``send {"name", "args", "queue", "countdown", "priority"}`` → ``{"id"}``
+- ``canvas <spec>`` → ``{"id"}``: ``{"sig", "args", "queue", "immutable"}``,
+  ``{"chain": [spec...]}`` or ``{"chord": [spec...], "body": spec}``
+- ``get {"id", "timeout"}`` → ``{"ok"}`` or ``{"error", "message"}``
+- ``revoke {"id"}`` → ``{}``
+- ``typed {}``: what headway's Python API does with a datetime, a UUID and a
+  Decimal argument for ``c.typed`` (sent, or refused), and the answer.
+
+Environment: ``HEADWAY_LINKS_URL``, ``HEADWAY_LINKS_VT`` (visibility
+timeout, s), ``HEADWAY_LINKS_SLEEP`` (how long ``shared.slow`` sleeps
+here), ``HEADWAY_LINKS_WORKER`` (this worker's name) and
+``HEADWAY_LINKS_DIR``, where every run appends one JSON line (task, id,
+side, worker, args, at, parent_id, root_id) to ``ledger-<worker>.jsonl``.
+"""
+
+import datetime
+import decimal
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+
+import headway
+
+URL = os.environ["HEADWAY_LINKS_URL"]
+VT = float(os.environ.get("HEADWAY_LINKS_VT", "4"))
+NAME = os.environ.get("HEADWAY_LINKS_WORKER", "hw-py")
+SIDE = "headway-py"
+
+app = headway.App(headway.RedisBroker.celery(URL, visibility_timeout=VT))
+_ledger = None
+
+
+def note(ctx, args):
+    global _ledger
+    if _ledger is None:
+        _ledger = open(os.path.join(os.environ["HEADWAY_LINKS_DIR"], f"ledger-{NAME}.jsonl"), "a")
+    _ledger.write(json.dumps({
+        "task": ctx.name, "id": ctx.id, "side": SIDE, "worker": NAME,
+        "args": list(args),
+        "at": time.time(), "parent_id": ctx.parent_id, "root_id": ctx.root_id,
+    }) + "\n")
+    _ledger.flush()
+
+
+@app.task(name="h.add", queue="hw", bind=True)
+def add(ctx, x, y=0):
+    note(ctx, [x, y])
+    return x + y
+
+
+@app.task(name="h.mul", queue="hw", bind=True)
+def mul(ctx, x, y):
+    note(ctx, [x, y])
+    return x * y
+
+
+@app.task(name="h.tsum", queue="hw", bind=True)
+def tsum(ctx, xs):
+    note(ctx, [xs])
+    return sum(xs)
+
+
+@app.task(name="h.record", queue="hw", bind=True)
+def record(ctx, *args):
+    note(ctx, list(args))
+    return list(args)
+
+
+@app.task(name="h.fail", queue="hw", bind=True)
+def fail(ctx, msg):
+    note(ctx, [msg])
+    raise ValueError(msg)
+
+
+@app.task(name="h.echo", queue="hw", bind=True)
+def echo(ctx, *args):
+    """Answers its arguments and the Python types they arrived as."""
+    note(ctx, [repr(a) for a in args])
+    return {"types": [type(a).__name__ for a in args], "values": list(args)}
+
+
+@app.task(name="shared.slow", bind=True, acks_late=True)
+def slow(ctx, label):
+    note(ctx, [label])
+    time.sleep(float(os.environ.get("HEADWAY_LINKS_SLEEP", "0")))
+    return "headway:" + label
+
+
+def build(spec):
+    if "chain" in spec:
+        return headway.chain(*[build(s) for s in spec["chain"]])
+    if "chord" in spec:
+        return headway.chord([build(s) for s in spec["chord"]], build(spec["body"]))
+    return app.signature(spec["sig"], spec.get("args", []), immutable=spec.get("immutable", False),
+                         queue=spec.get("queue"))
+
+
+def get(arg):
+    try:
+        return {"ok": app.handle(arg["id"]).get(timeout=arg.get("timeout", 30))}
+    except headway.Refused as e:  # the harness asserts on the type
+        return {"error": type(e).__name__, "message": str(e)}
+
+
+def worker(argv):
+    opts = dict(zip(argv[::2], argv[1::2]))
+    w = app.worker(queues=opts.get("--queues", "hw"), concurrency=int(opts.get("--concurrency", "2")),
+                   prefetch=int(opts["--prefetch"]) if "--prefetch" in opts else None)
+    signal.signal(signal.SIGTERM, lambda *_: w.stop(grace=2.0, wait=False))
+    print(f"ready {NAME} pid {os.getpid()} queues {w.queues}", flush=True)
+    w.run()
+
+
+def main():
+    cmd = sys.argv[1]
+    if cmd == "worker":
+        return worker(sys.argv[2:])
+    arg = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+    if cmd == "send":
+        opts = {k: arg[k] for k in ("queue", "countdown", "priority") if arg.get(k) is not None}
+        out = {"id": app.send_task(arg["name"], arg.get("args", []), **opts).id}
+    elif cmd == "canvas":
+        out = {"id": build(arg).send().id}
+    elif cmd == "get":
+        out = get(arg)
+    elif cmd == "revoke":
+        app.handle(arg["id"]).revoke()
+        out = {}
+    elif cmd == "typed":
+        values = [datetime.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=datetime.timezone.utc),
+                  uuid.UUID("12345678-1234-5678-1234-567812345678"), decimal.Decimal("3.14159")]
+        try:
+            h = app.send_task("c.typed", values)
+            out = {"sent": "native"}
+        except TypeError as e:
+            # The Python binding takes JSON values only: send kombu's typed
+            # wire objects, which is what Celery writes for these types.
+            out = {"sent": "wire", "refused": str(e)}
+            h = app.send_task("c.typed", [
+                {"__type__": "datetime", "__value__": "2026-01-02T03:04:05.678901+00:00"},
+                {"__type__": "uuid", "__value__": {"hex": "12345678123456781234567812345678"}},
+                {"__type__": "decimal", "__value__": "3.14159"},
+            ])
+        out["answer"] = h.get(timeout=30)
+    else:
+        raise SystemExit(f"unknown command {cmd!r}")
+    print(json.dumps(out, default=repr))
+
+
+if __name__ == "__main__":
+    main()
