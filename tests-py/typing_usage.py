@@ -174,7 +174,7 @@ from headway import (  # noqa: E402
     group,
 )
 from headway.schedule import Scheduler  # noqa: E402
-from headway.testing import VirtualClock  # noqa: E402
+from headway.testing import VirtualClock, push_raw  # noqa: E402
 
 vclock = VirtualClock(start=datetime(2026, 1, 1, tzinfo=timezone.utc))
 app = App("memory://", clock=vclock)
@@ -246,6 +246,22 @@ sched = Scheduler(clock=vclock)
 sched.add("job", lambda: None, Every(10))
 assert_type(sched.pending(), list[tuple[str, datetime]])
 assert_type(headway.current, Callable[[], Context])
+
+dead = app.dead_letters("default", limit=10)
+assert_type(dead, list[headway.DeadLetter])
+for letter in dead:
+    assert_type(letter.reason, str)
+    assert_type(letter.queue, str)
+    assert_type(letter.id, str | None)
+    assert_type(letter.at, datetime)
+    assert_type(letter.raw, bytes)
+    assert_type(letter.size, int)
+assert_type(app.dead_letters(), list[headway.DeadLetter])
+assert_type(app.dead_count("default"), int)
+assert_type(app.requeue_dead("default"), int)
+assert_type(app.requeue_dead("default", 5, ids=["id-1"]), int)
+assert_type(app.purge_dead("default"), int)
+push_raw(app, "default", b"\x80 not a message")
 
 try:
     headway._native._panic()

@@ -36,6 +36,7 @@ __all__ = [
     "Bucket",
     "Context",
     "Cron",
+    "DeadLetter",
     "Every",
     "Exponential",
     "Fixed",
@@ -735,6 +736,31 @@ def current() -> Context:
     body, or anything either calls. ``LookupError`` outside a run."""
 
 @final
+class DeadLetter:
+    """One message set aside rather than run: bytes that are not a message
+    headway runs (quarantine), or a message that lost three workers (a
+    poison pill). Listed by ``App.dead_letters``."""
+
+    @property
+    def queue(self) -> str:
+        """The queue it was claimed from."""
+    @property
+    def id(self) -> str | None:
+        """Its task id, when it could be read."""
+    @property
+    def reason(self) -> str:
+        """Why: ``"not JSON: …"``, ``"no task name"``, ``"worker lost ×3"``, …."""
+    @property
+    def at(self) -> datetime:
+        """When it was set aside (aware UTC, the broker's clock)."""
+    @property
+    def raw(self) -> bytes:
+        """Its bytes as they were on the queue."""
+    @property
+    def size(self) -> int:
+        """``len(raw)``."""
+
+@final
 class Handle(Generic[_R_co]):
     """A run, or a set of runs (a group), to wait on, look at or revoke.
 
@@ -956,6 +982,11 @@ class _App:
     ) -> _Worker: ...
     def beat(self) -> _Beat: ...
     def revoke(self, ids: list[str], terminate: bool = False) -> None: ...
+    def dead_letters(self, queue: str, limit: int | None = None) -> list[DeadLetter]: ...
+    def dead_count(self, queue: str) -> int: ...
+    def requeue_dead(self, queue: str, limit: int | None = None, ids: list[str] | None = None) -> int: ...
+    def purge_dead(self, queue: str) -> int: ...
+    def _push_raw(self, queue: str, data: bytes) -> None: ...
 
 @final
 class _Scheduler:

@@ -31,7 +31,18 @@ from typing import (
 )
 
 from . import _native
-from ._native import At, Context, Cron, Every, Exponential, Fixed, Handle, RedisBroker, VirtualClock
+from ._native import (
+    At,
+    Context,
+    Cron,
+    DeadLetter,
+    Every,
+    Exponential,
+    Fixed,
+    Handle,
+    RedisBroker,
+    VirtualClock,
+)
 from ._serve import Serving
 
 __all__ = [
@@ -766,6 +777,36 @@ class App:
         if self._beat is None:
             self._beat = Beat(self, self._native.beat())
         return self._beat
+
+    # -- dead letters --------------------------------------------------
+
+    def dead_letters(self, queue: str = "default", limit: int = 100) -> list[DeadLetter]:
+        """The dead letters of ``queue``, newest first, at most ``limit``:
+        what a worker set aside rather than ran — bytes that are not a
+        message headway runs, or a message that lost three workers — each
+        with why, when and its bytes. An unknown queue has none; a limit
+        that is not an int is a ``TypeError``, a negative one ``ValueError``."""
+        return self._native.dead_letters(queue, limit)
+
+    def dead_count(self, queue: str = "default") -> int:
+        """How many dead letters ``queue`` keeps now (0 for an unknown queue)."""
+        return self._native.dead_count(queue)
+
+    def requeue_dead(
+        self, queue: str = "default", limit: int | None = None, *, ids: Sequence[str] | None = None
+    ) -> int:
+        """Puts dead letters of ``queue`` back on it as they were, oldest
+        first — at most ``limit`` (all when ``None``), only those whose id is
+        in ``ids`` when given — and answers how many went back. Do it after
+        fixing the task or the producer: a letter that is still bad is set
+        aside again by the next worker that claims it."""
+        if isinstance(ids, str):
+            raise TypeError("`ids` must be a list of ids, not str")
+        return self._native.requeue_dead(queue, limit, None if ids is None else list(ids))
+
+    def purge_dead(self, queue: str = "default") -> int:
+        """Drops every dead letter of ``queue`` for good; answers how many."""
+        return self._native.purge_dead(queue)
 
     def __repr__(self) -> str:
         return f"<headway.App tasks={self.task_names()}>"

@@ -20,6 +20,7 @@ use pyo3::{IntoPyObjectExt, PyTraverseError};
 use serde_json::Value;
 
 use crate::brokers::seams_arg;
+use crate::dead::{PyDeadLetter, Raw, limit_arg};
 use crate::host::{Entry, PyHost};
 use crate::json;
 use crate::rt::{Answer, SLICE, block, check, panicked, refused, rt};
@@ -751,6 +752,7 @@ impl PyBeat {
 pub(crate) struct PyApp {
     app: App,
     host: Py<PyHost>,
+    raw: Option<Raw>,
 }
 
 impl PyApp {
@@ -768,6 +770,7 @@ fn seams_for(
 ) -> PyResult<crate::brokers::Made> {
     let made = seams_arg(py, "broker", broker, clock)?;
     let celery = made.celery;
+    let raw = made.raw;
     let mut seams = made.seams;
     match backend {
         None => {}
@@ -786,7 +789,7 @@ fn seams_for(
             seams.counter = other.counter;
         }
     }
-    Ok(crate::brokers::Made { seams, celery })
+    Ok(crate::brokers::Made { seams, celery, raw })
 }
 
 #[pymethods]
@@ -812,6 +815,7 @@ impl PyApp {
             Ok(PyApp {
                 app,
                 host: Py::new(py, PyHost::new())?,
+                raw: made.raw,
             })
         })
     }
@@ -1008,10 +1012,88 @@ impl PyApp {
         })
     }
 
+    /// The dead letters of `queue`, newest first, at most `limit`.
+    #[pyo3(signature = (queue, limit=None))]
+    fn dead_letters(
+        &self,
+        py: Python<'_>,
+        queue: String,
+        limit: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<PyDeadLetter>> {
+        guard(|| {
+            let limit = limit_arg(limit, DEAD_LIST)?;
+            let Some(insp) = self.app.inspector().cloned() else {
+                return Ok(Vec::new());
+            };
+            let r = block(py, async move { insp.dead_letters(&queue, limit).await })?;
+            check(py, r)?
+                .into_iter()
+                .map(|d| PyDeadLetter::new(py, d))
+                .collect()
+        })
+    }
+
+    /// How many dead letters `queue` keeps now.
+    fn dead_count(&self, py: Python<'_>, queue: String) -> PyResult<u64> {
+        guard(|| {
+            let Some(insp) = self.app.inspector().cloned() else {
+                return Ok(0);
+            };
+            let r = block(py, async move { insp.dead_count(&queue).await })?;
+            check(py, r)
+        })
+    }
+
+    /// Puts dead letters of `queue` back on it, oldest first: at most
+    /// `limit` (all when `None`), only those whose id is in `ids` when given.
+    #[pyo3(signature = (queue, limit=None, ids=None))]
+    fn requeue_dead(
+        &self,
+        py: Python<'_>,
+        queue: String,
+        limit: Option<&Bound<'_, PyAny>>,
+        ids: Option<Vec<String>>,
+    ) -> PyResult<usize> {
+        guard(|| {
+            let limit = limit_arg(limit, usize::MAX)?;
+            let ids = ids.unwrap_or_default();
+            let b = self.app.broker().clone();
+            let r = block(py, async move { b.requeue_dead(&queue, &ids, limit).await })?;
+            check(py, r)
+        })
+    }
+
+    /// Drops every dead letter of `queue` for good; answers how many.
+    fn purge_dead(&self, py: Python<'_>, queue: String) -> PyResult<usize> {
+        guard(|| {
+            let b = self.app.broker().clone();
+            let r = block(py, async move { b.purge_dead(&queue).await })?;
+            check(py, r)
+        })
+    }
+
+    /// Puts `data` on `queue` as another producer would, unchecked (tests
+    /// and tools): a worker decodes it when it claims it, and quarantines
+    /// it as a dead letter if it is not a message headway runs.
+    fn _push_raw(&self, py: Python<'_>, queue: String, data: Vec<u8>) -> PyResult<()> {
+        guard(|| {
+            let Some(raw) = self.raw.clone() else {
+                return Err(PyValueError::new_err(
+                    "this app's broker takes no raw pushes",
+                ));
+            };
+            let r = block(py, async move { raw.push(&queue, &data).await })?;
+            check(py, r)
+        })
+    }
+
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.host)
     }
 }
+
+/// How many dead letters `dead_letters` answers when not told: 100.
+const DEAD_LIST: usize = 100;
 
 /// JSON for a value in a test helper: round-trips `obj` through the same
 /// conversion task arguments take (raises like a send would).

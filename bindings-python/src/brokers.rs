@@ -14,6 +14,7 @@ use headway_core::task::{Broker, Clock, Seams};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::dead::Raw;
 use crate::rt::{block, check};
 use crate::times::{SYSTEM, same_clock, span_ms};
 use crate::{guard, type_name};
@@ -81,6 +82,10 @@ impl PyRedisBroker {
         let c = self.connection(py, clock)?;
         Ok(Made {
             seams: c.seams(),
+            raw: Some(match &c {
+                Connected::Native(b) => Raw::Native(b.clone()),
+                Connected::Celery(b) => Raw::Celery(b.clone()),
+            }),
             celery: match c {
                 Connected::Celery(b) => Some(b),
                 Connected::Native(_) => None,
@@ -271,11 +276,13 @@ impl PyRedisBroker {
     }
 }
 
-/// What a `broker=` / `backend=` argument made: the seams, and the Celery
-/// broker behind them when it is one (it routes links by the app's queues).
+/// What a `broker=` / `backend=` argument made: the seams, the Celery
+/// broker behind them when it is one (it routes links by the app's queues),
+/// and the concrete broker, for raw pushes.
 pub(crate) struct Made {
     pub(crate) seams: Seams,
     pub(crate) celery: Option<Arc<CeleryBroker>>,
+    pub(crate) raw: Option<Raw>,
 }
 
 /// The seams for a `broker=` / `backend=` argument on `clock`.
@@ -294,9 +301,10 @@ pub(crate) fn seams_arg(
                     broker: b.clone(),
                     backend: Some(b.clone()),
                     counter: Some(b.clone()),
-                    inspector: Some(b),
+                    inspector: Some(b.clone()),
                 },
                 celery: None,
+                raw: Some(Raw::Memory(b)),
             });
         }
         if lower.starts_with("redis://") || lower.starts_with("rediss://") {

@@ -20,6 +20,7 @@ mod app;
 mod backoff;
 mod brokers;
 mod convert;
+mod dead;
 mod host;
 mod json;
 mod limit;
@@ -131,6 +132,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     times::register(m)?;
     host::register(m)?;
     app::register(m)?;
+    dead::register(m)?;
     brokers::register(m)?;
     sched::register(m)?;
     admin::register(m)?;

@@ -1,0 +1,133 @@
+//! Dead letters: what a worker set aside rather than ran (issue 7), as
+//! `headway.DeadLetter` values; and raw bytes pushed onto a queue as another
+//! producer would, for tests and tools.
+//!
+//! Listing, counting, re-queueing and purging are the core's (`Inspector`,
+//! `Broker`); this only converts.
+
+use std::sync::Arc;
+
+use headway_core::broker::celery::CeleryBroker;
+use headway_core::broker::{MemoryBroker, RedisBroker};
+use headway_core::task::{DeadLetter, Refused};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes};
+
+use crate::convert::int_arg;
+use crate::times::instant_out;
+
+/// The concrete broker behind an app's seams, for `_push_raw`.
+#[derive(Clone)]
+pub(crate) enum Raw {
+    Memory(Arc<MemoryBroker>),
+    Native(Arc<RedisBroker>),
+    Celery(Arc<CeleryBroker>),
+}
+
+impl Raw {
+    /// Puts `raw` on `queue` unchecked: decoded when claimed, quarantined
+    /// if it is not a message headway runs.
+    pub(crate) async fn push(&self, queue: &str, raw: &[u8]) -> Result<(), Refused> {
+        match self {
+            Raw::Memory(b) => {
+                b.push_raw(queue, raw);
+                Ok(())
+            }
+            Raw::Native(b) => b.push_raw(queue, raw).await,
+            Raw::Celery(b) => b.push_raw(queue, raw).await,
+        }
+    }
+}
+
+/// One message set aside rather than run: from which queue, its task id
+/// when it could be read, why, when (an aware UTC `datetime`, the broker's
+/// clock) and its bytes as they were on the queue.
+#[pyclass(module = "headway._native", name = "DeadLetter", frozen)]
+pub(crate) struct PyDeadLetter {
+    queue: String,
+    id: Option<String>,
+    reason: String,
+    at: Py<PyAny>,
+    raw: Py<PyBytes>,
+}
+
+impl PyDeadLetter {
+    pub(crate) fn new(py: Python<'_>, d: DeadLetter) -> PyResult<Self> {
+        Ok(PyDeadLetter {
+            at: instant_out(py, d.at)?.unbind(),
+            raw: PyBytes::new(py, &d.raw).unbind(),
+            queue: d.queue,
+            id: d.id,
+            reason: d.reason,
+        })
+    }
+}
+
+#[pymethods]
+impl PyDeadLetter {
+    /// The queue it was claimed from.
+    #[getter]
+    fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// Its task id, when it could be read.
+    #[getter]
+    fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
+    /// Why it was set aside (`"not JSON: …"`, `"worker lost ×3"`, …).
+    #[getter]
+    fn reason(&self) -> &str {
+        &self.reason
+    }
+
+    /// When it was set aside.
+    #[getter]
+    fn at(&self, py: Python<'_>) -> Py<PyAny> {
+        self.at.clone_ref(py)
+    }
+
+    /// Its bytes as they were on the queue.
+    #[getter]
+    fn raw(&self, py: Python<'_>) -> Py<PyBytes> {
+        self.raw.clone_ref(py)
+    }
+
+    /// How many bytes it is.
+    #[getter]
+    fn size(&self, py: Python<'_>) -> usize {
+        self.raw.bind(py).as_bytes().len()
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "DeadLetter(queue={}, id={}, reason={}, size={})",
+            crate::host::quoted(&self.queue),
+            self.id
+                .as_deref()
+                .map_or_else(|| "None".to_string(), crate::host::quoted),
+            crate::host::quoted(&self.reason),
+            self.size(py)
+        )
+    }
+}
+
+/// A `limit` argument as a count: `TypeError` for what is not an int (a
+/// bool included), `ValueError` for a negative one. `None` is `none`.
+pub(crate) fn limit_arg(obj: Option<&Bound<'_, PyAny>>, none: usize) -> PyResult<usize> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(none);
+    };
+    if obj.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err("`limit` must be an int, not bool"));
+    }
+    let n = int_arg("limit", obj)?;
+    usize::try_from(n).map_err(|_| PyValueError::new_err("invalid `limit`: must be 0 or more"))
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyDeadLetter>()
+}
