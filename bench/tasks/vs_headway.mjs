@@ -10,7 +10,8 @@
 // 2. drain: a worker starts on the N from step 1; the clock runs from run()
 //    until it has settled all N (results stored);
 // 3. round trip: RTT sequential `await (await task.send([i])).get()`.
-// --layout celery (RedisBroker.celery(url)): "celery" already holds N
+// --layout celery (RedisBroker.celery(url)): Celery's queue "celery" (headway's
+// 'default' on that layout) already holds N
 // bench.noop messages a real Celery producer sent; step 2 drains them, step
 // 3 round-trips on that layout, step 1 runs last with the worker stopped.
 import { App, RedisBroker, group } from 'headway';
@@ -23,7 +24,8 @@ const CONCURRENCY = Number(process.env.HEADWAY_BENCH_CONCURRENCY ?? 8);
 const PREFETCH = Number(process.env.HEADWAY_BENCH_PREFETCH ?? 512);
 const BATCH = 1000;
 const deadline = performance.now() + Number(process.env.HEADWAY_BENCH_TIMEOUT ?? 600) * 1000;
-const queue = celery ? 'celery' : 'default';
+// headway's 'default' is Celery's "celery" list on Celery's layout.
+const queue = 'default';
 
 const pct = (xs, p) => {
   const s = [...xs].sort((a, b) => a - b);

@@ -12,8 +12,8 @@ prints one JSON line).
    ``start()`` until it has settled all N (results stored);
 3. round trip: RTT sequential ``noop.delay(i).get()`` with the worker idle.
 
-``--layout celery`` (``RedisBroker.celery(url)``): the queue ``celery``
-already holds N ``bench.noop`` messages a real Celery producer sent
+``--layout celery`` (``RedisBroker.celery(url)``): Celery's queue ``celery``
+(headway's ``default`` on that layout) already holds N ``bench.noop`` messages a real Celery producer sent
 (``vs_celery.py fill``); step 2 drains them (results stored in Celery's
 result format), step 3 round-trips through headway's client on that layout,
 and step 1, last and with the worker stopped, times headway's producer on
@@ -56,7 +56,8 @@ def main() -> None:
     a = ap.parse_args()
     deadline = time.monotonic() + float(os.environ.get("HEADWAY_BENCH_TIMEOUT", "600"))
     celery = a.layout == "celery"
-    queue = "celery" if celery else "default"
+    # headway's "default" is Celery's "celery" list on Celery's layout.
+    queue = "default"
 
     def make() -> tuple[headway.App, Any]:
         broker = headway.RedisBroker.celery(a.url) if celery else headway.RedisBroker(a.url)
