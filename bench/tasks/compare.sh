@@ -4,7 +4,7 @@
 # bench/tasks/results.json (what is measured: bench/tasks/COMPARE.md).
 #
 #   bash bench/tasks/compare.sh            # N = 20 000, 2 000 round trips
-#   bash bench/tasks/compare.sh --quick    # N = 2 000, 200 round trips
+#   bash bench/tasks/compare.sh --quick    # N = 5 000, 500 round trips
 #
 # From a fresh clone it installs what it needs: BullMQ 6 (+ ioredis, its
 # default client) into bench/tasks/peers/node_modules from that folder's
@@ -31,8 +31,8 @@ for arg in "$@"; do
   case "$arg" in
     --quick)
       quick=1
-      n=2000
-      rtt=200
+      n=5000
+      rtt=500
       timeout_s="${HEADWAY_BENCH_TIMEOUT:-240}"
       ;;
     *)
@@ -78,10 +78,18 @@ else
   fi
 fi
 
-# headway for Python.
+# headway for Python: this checkout's (an editable install of it, or a
+# package installed into that venv), never another checkout's.
 hpy=""
 for cand in "${HEADWAY_BENCH_PYTHON:-}" "$root/.venv/bin/python" /work/venv-py/bin/python; do
-  if [ -n "$cand" ] && [ -x "$cand" ] && "$cand" -c 'import headway' >/dev/null 2>&1; then
+  [ -n "$cand" ] && [ -x "$cand" ] || continue
+  if "$cand" - "$root" <<'PY' >/dev/null 2>&1; then
+import os, sys
+import headway
+here = os.path.realpath(headway.__file__)
+mine = [os.path.realpath(sys.argv[1]), os.path.realpath(sys.prefix)]
+sys.exit(0 if os.environ.get("HEADWAY_BENCH_PYTHON") or any(here.startswith(m + os.sep) for m in mine) else 1)
+PY
     hpy="$cand"
     break
   fi
