@@ -142,6 +142,9 @@ def main() -> None:
     for key, _ in ROWS:
         r = res[key]
         bits = [f"{k}: {r[k]}" for k in ("enqueue_how", "enqueue_bulk_how", "settings") if k in r]
+        if "drain_cpu_us" in r:
+            c = r["drain_cpu_us"]
+            bits.append(f"drain CPU per task: worker side {c['worker']:.0f} µs, redis-server {c['redis']:.0f} µs")
         if "filled_by_celery_at" in r:
             bits.append(f"queue filled by a Celery producer at {r['filled_by_celery_at']:,.0f}/s")
         if bits:

@@ -39,6 +39,33 @@ def fill(noop, n):
     return ids, n / (time.perf_counter() - t0)
 
 
+def ticks(pid):
+    """CPU clock ticks (user + system) a process has used so far; 0 if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, ValueError):
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+def session_ticks(sid):
+    """CPU ticks of every live process in session ``sid`` (the worker and
+    its prefork children)."""
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:
+            total += int(fields[11]) + int(fields[12])
+    return total
+
+
 def until(cond, deadline, what):
     while not cond():
         if time.monotonic() > deadline:
@@ -101,6 +128,8 @@ def main():
         until(lambda: r.llen("celery") < n or worker.poll() is not None, deadline, "the worker to start")
         if worker.poll() is not None:
             raise SystemExit(f"celery: the worker exited with {worker.returncode}")
+        redis_pid = os.environ.get("HEADWAY_BENCH_REDIS_PID", "0")
+        c0 = (session_ticks(worker.pid), ticks(redis_pid))
         t0 = time.perf_counter()
         done = [0]
 
@@ -110,6 +139,9 @@ def main():
 
         until(drained, deadline, f"the drain ({done[0]}/{n} stored)")
         drain = n / (time.perf_counter() - t0)
+        c1 = (session_ticks(worker.pid), ticks(redis_pid))
+        per = 1e6 / os.sysconf("SC_CLK_TCK") / n
+        cpu = {"worker": (c1[0] - c0[0]) * per, "redis": (c1[1] - c0[1]) * per}
         lat = []
         for i in range(rtt_n):
             s = time.perf_counter()
@@ -119,7 +151,7 @@ def main():
                 raise SystemExit("celery: timed out in the round trips")
         print(json.dumps({
             "enqueue": enq, "drain": drain, "p50": pct(lat, 0.5), "p99": pct(lat, 0.99),
-            "enqueue_how": "noop.delay(i) loop",
+            "enqueue_how": "noop.delay(i) loop", "drain_cpu_us": cpu,
         }))
     finally:
         try:

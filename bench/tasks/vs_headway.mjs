@@ -14,7 +14,26 @@
 // 'default' on that layout) already holds N
 // bench.noop messages a real Celery producer sent; step 2 drains them, step
 // 3 round-trips on that layout, step 1 runs last with the worker stopped.
+import { readFileSync } from 'node:fs';
+
 import { App, RedisBroker, group } from 'headway';
+
+// CPU clock ticks (user + system) redis-server has used so far; 0 if unknown.
+function redisTicks() {
+  try {
+    const stat = readFileSync(`/proc/${process.env.HEADWAY_BENCH_REDIS_PID ?? 0}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return Number(f[11]) + Number(f[12]);
+  } catch {
+    return 0;
+  }
+}
+const TICK_US = 1e6 / 100; // USER_HZ = 100
+const cpuNow = () => {
+  const u = process.cpuUsage();
+  return { worker: u.user + u.system, redis: redisTicks() * TICK_US };
+};
+const cpuSplit = (a, b, n) => ({ worker: (b.worker - a.worker) / n, redis: (b.redis - a.redis) / n });
 
 const [url, nArg, rttArg] = process.argv.slice(2);
 const N = Number(nArg);
@@ -71,10 +90,12 @@ if (!celery) {
   out.enqueue_how = 'task.send([i]) x N, all in flight (Promise.all)';
 }
 const w = app.worker({ queues: [queue], concurrency: CONCURRENCY, prefetch: PREFETCH });
+const c0 = cpuNow();
 const t0 = performance.now();
 const running = w.run();
 await until(() => w.settled >= N, () => `the drain (${w.settled}/${N})`);
 out.drain = (N / (performance.now() - t0)) * 1000;
+out.drain_cpu_us = cpuSplit(c0, cpuNow(), N);
 const lat = [];
 for (let i = 0; i < RTT; i++) {
   const s = performance.now();

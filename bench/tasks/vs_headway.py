@@ -40,6 +40,22 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p * len(xs)))]
 
 
+def ticks(pid: int | str) -> int:
+    """CPU clock ticks (user + system) a process has used so far; 0 if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, ValueError):
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+def split(before: tuple[int, int], after: tuple[int, int], n: int) -> dict[str, float]:
+    """CPU µs per task on the worker's side and on redis-server's."""
+    per = 1e6 / os.sysconf("SC_CLK_TCK") / n
+    return {"worker": (after[0] - before[0]) * per, "redis": (after[1] - before[1]) * per}
+
+
 def until(cond: Any, deadline: float, what: str) -> None:
     while not cond():
         if time.monotonic() > deadline:
@@ -87,11 +103,14 @@ def main() -> None:
     if not celery:
         out["enqueue"] = enqueue(noop)
         out["enqueue_how"] = "noop.delay(i) loop"
+    redis_pid = os.environ.get("HEADWAY_BENCH_REDIS_PID", "0")
     w = app.worker(queue, concurrency=CONCURRENCY, prefetch=PREFETCH)
+    c0 = (ticks("self"), ticks(redis_pid))
     t0 = time.perf_counter()
     w.start()
     until(lambda: w.settled >= a.n, deadline, f"the drain ({w.settled}/{a.n})")
     out["drain"] = a.n / (time.perf_counter() - t0)
+    out["drain_cpu_us"] = split(c0, (ticks("self"), ticks(redis_pid)), a.n)
     lat = []
     for i in range(a.rtt):
         s = time.perf_counter()

@@ -10,7 +10,26 @@
 //    kept on completion with their return value) on the N from step 1; the
 //    clock runs from new Worker() until N 'completed' events;
 // 3. round trip: RTT sequential add() + job.waitUntilFinished(queueEvents).
+import { readFileSync } from 'node:fs';
+
 import { Queue, QueueEvents, Worker } from 'bullmq';
+
+// CPU clock ticks (user + system) redis-server has used so far; 0 if unknown.
+function redisTicks() {
+  try {
+    const stat = readFileSync(`/proc/${process.env.HEADWAY_BENCH_REDIS_PID ?? 0}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return Number(f[11]) + Number(f[12]);
+  } catch {
+    return 0;
+  }
+}
+const TICK_US = 1e6 / 100; // USER_HZ = 100
+const cpuNow = () => {
+  const u = process.cpuUsage();
+  return { worker: u.user + u.system, redis: redisTicks() * TICK_US };
+};
+const cpuSplit = (a, b, n) => ({ worker: (b.worker - a.worker) / n, redis: (b.redis - a.redis) / n });
 
 const [url, nArg, rttArg] = process.argv.slice(2);
 const N = Number(nArg);
@@ -41,6 +60,7 @@ out.enqueue_how = "queue.add('noop', {i}) x N, all in flight (Promise.all)";
 
 let completed = 0;
 let failed = 0;
+const c0 = cpuNow();
 t0 = performance.now();
 const worker = new Worker(NAME, async () => 1, { connection, concurrency: 8 });
 worker.on('completed', () => {
@@ -59,6 +79,7 @@ await new Promise((resolve, reject) => {
 });
 if (failed) throw new Error(`bullmq: ${failed} jobs failed`);
 out.drain = (N / (performance.now() - t0)) * 1000;
+out.drain_cpu_us = cpuSplit(c0, cpuNow(), N);
 
 const lat = [];
 for (let i = 0; i < RTT; i++) {
