@@ -1,3 +1,5 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| headway_fuzz::celery(data));
+mod plant;
+
+libfuzzer_sys::fuzz_target!(init: plant::seeds("celery"), |data: &[u8]| headway_fuzz::celery(data));

@@ -1,3 +1,5 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| headway_fuzz::cron(data));
+mod plant;
+
+libfuzzer_sys::fuzz_target!(init: plant::seeds("cron"), |data: &[u8]| headway_fuzz::cron(data));

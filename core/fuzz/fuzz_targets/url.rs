@@ -1,3 +1,5 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| headway_fuzz::url(data));
+mod plant;
+
+libfuzzer_sys::fuzz_target!(init: plant::seeds("url"), |data: &[u8]| headway_fuzz::url(data));
