@@ -868,10 +868,34 @@ declare class VirtualClock {
 }
 export type { VirtualClock };
 
-/** What tests need: a clock that sleeping advances. */
+/** What tests need: a clock that sleeping advances, and bytes on a queue as a foreign producer puts them. */
 export declare const testing: {
   readonly VirtualClock: typeof VirtualClock;
+  /**
+   * Puts `data` (a string as UTF-8) on `queue` of the app's broker as another
+   * producer would, unchecked: the worker that claims it quarantines it as a
+   * dead letter if it is not a message headway runs.
+   */
+  pushRaw(app: App, queue: string, data: Uint8Array | string): Promise<void>;
 };
+
+/**
+ * One message set aside rather than run: bytes that are not a message
+ * headway runs (quarantine), or a message that lost three workers (a poison
+ * pill). Listed by `app.deadLetters()`.
+ */
+export interface DeadLetter {
+  /** The queue it was claimed from. */
+  readonly queue: string;
+  /** Its task id, when it could be read. */
+  readonly id: string | null;
+  /** Why: `'not JSON: …'`, `'no task name'`, `'worker lost ×3'`, …. */
+  readonly reason: string;
+  /** When it was set aside (the broker's clock). */
+  readonly at: Date;
+  /** Its bytes as they were on the queue. */
+  readonly raw: Buffer;
+}
 
 /**
  * A broker, result store and chord counter on Redis. It connects when an
@@ -963,6 +987,23 @@ export declare class App {
   worker(options?: WorkerOptions): Worker;
   /** The app's beat — the same object every call, so a module can add entries and `npx headway beat` run them. */
   beat(): Beat;
+  /**
+   * The dead letters of `queue` ('default'), newest first, at most `limit`
+   * (100). An unknown queue has none; a `limit` that is not a number is a
+   * TypeError, a negative or fractional one a RangeError.
+   */
+  deadLetters(queue?: string, options?: { limit?: number | undefined }): Promise<DeadLetter[]>;
+  /** How many dead letters `queue` ('default') keeps now (0 for an unknown queue). */
+  deadCount(queue?: string): Promise<number>;
+  /**
+   * Puts dead letters of `queue` ('default') back on it as they were, oldest
+   * first — at most `limit` (all when omitted), only those whose id is in
+   * `ids` when given — and resolves to how many went back. A letter that is
+   * still bad is set aside again by the next worker that claims it.
+   */
+  requeueDead(queue?: string, options?: { limit?: number | null | undefined; ids?: readonly string[] | null | undefined }): Promise<number>;
+  /** Drops every dead letter of `queue` ('default') for good; resolves to how many. */
+  purgeDead(queue?: string): Promise<number>;
 }
 
 /** How a scheduled job has gone. */

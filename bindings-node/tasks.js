@@ -910,6 +910,31 @@ function nothing() {
   return undefined;
 }
 
+/** How many dead letters `deadLetters()` answers when not told: 100. */
+const DEAD_LIST = 100;
+
+/** A count argument: a number, whole, 0 or more. */
+function count(name, v) {
+  num(name, v);
+  if (!Number.isInteger(v) || v < 0) throw outOfRange(name, `must be a whole number, 0 or more. Received ${v}`);
+  return v;
+}
+
+/** One dead letter, frozen: its bytes as a Buffer, its time as a Date. */
+function deadLetter(d) {
+  return Object.freeze({
+    queue: d.queue,
+    id: d.id,
+    reason: d.reason,
+    at: new Date(d.at),
+    raw: Buffer.from(d.raw, 'latin1'),
+  });
+}
+
+function decodeDead(v) {
+  return (typeof v === 'string' ? JSON.parse(v) : v).map(deadLetter);
+}
+
 function handleOf(app, v) {
   return new Handle(app, v.ids, v.all);
 }
@@ -1379,6 +1404,61 @@ class App {
     return this.#beat;
   }
 
+  /**
+   * The dead letters of `queue` ('default'), newest first, at most `limit`
+   * (100): what a worker set aside rather than ran, each `{ queue, id,
+   * reason, at, raw }`. An unknown queue has none.
+   */
+  deadLetters(queue = 'default', options) {
+    try {
+      const q = str('queue', queue);
+      const o = opts('options', options);
+      only('deadLetters', o, ['limit']);
+      const limit = o.limit === undefined ? DEAD_LIST : count('limit', o.limit);
+      return answer(this[APP].deadLetters(q, limit), decodeDead, decodeDead);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /** How many dead letters `queue` ('default') keeps now (0 for an unknown queue). */
+  deadCount(queue = 'default') {
+    try {
+      return answer(this[APP].deadCount(str('queue', queue)), Number, Number);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /**
+   * Puts dead letters of `queue` ('default') back on it as they were, oldest
+   * first — at most `limit` (all when omitted), only those whose id is in
+   * `ids` when given — and resolves to how many went back.
+   */
+  requeueDead(queue = 'default', options) {
+    try {
+      const q = str('queue', queue);
+      const o = opts('options', options);
+      only('requeueDead', o, ['limit', 'ids']);
+      const limit = o.limit === undefined || o.limit === null ? null : count('limit', o.limit);
+      let ids = null;
+      if (Array.isArray(o.ids)) ids = o.ids.map((id, i) => str(`ids[${i}]`, id));
+      else if (o.ids !== undefined && o.ids !== null) throw argType('ids', 'an array of ids', o.ids);
+      return answer(this[APP].requeueDead(q, limit, ids), Number, Number);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /** Drops every dead letter of `queue` ('default') for good; resolves to how many. */
+  purgeDead(queue = 'default') {
+    try {
+      return answer(this[APP].purgeDead(str('queue', queue)), Number, Number);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
   [inspect.custom]() {
     return `App(tasks=${inspect(this.taskNames())})`;
   }
@@ -1476,7 +1556,27 @@ class Scheduler {
   }
 }
 
-const testing = Object.freeze({ VirtualClock });
+/**
+ * Puts `data` (a Buffer, a Uint8Array or a string, as UTF-8) on `queue` of
+ * the app's broker as another producer would, unchecked: the worker that
+ * claims it quarantines it as a dead letter if it is not a message headway
+ * runs.
+ */
+function pushRaw(app, queue, data) {
+  try {
+    if (!(app instanceof App)) throw argType('app', 'an App', app);
+    const q = str('queue', queue);
+    let buf;
+    if (typeof data === 'string') buf = Buffer.from(data, 'utf8');
+    else if (data instanceof Uint8Array) buf = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+    else throw argType('data', 'a Buffer, a Uint8Array or a string', data);
+    return answer(app[APP]._pushRaw(q, buf), nothing, nothing);
+  } catch (e) {
+    return Promise.reject(e);
+  }
+}
+
+const testing = Object.freeze({ VirtualClock, pushRaw });
 const schedule = Object.freeze({ Scheduler, Every, Cron, At });
 
 module.exports = {

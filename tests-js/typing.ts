@@ -146,6 +146,7 @@ import {
   schedule,
   testing,
   type Context,
+  type DeadLetter,
   type Handle,
   type Json,
   type Rhythm,
@@ -255,3 +256,32 @@ function adminUsage(app: App): void {
   h.token = 'x';
 }
 void adminUsage;
+
+// ---------------------------------------------------------------- dead letters
+async function deadLetters(app: App): Promise<void> {
+  await testing.pushRaw(app, 'default', Buffer.from([0x80, 0x04]));
+  await testing.pushRaw(app, 'default', 'not a message');
+  const dead: DeadLetter[] = await app.deadLetters('default', { limit: 10 });
+  for (const d of dead) {
+    const reason: string = d.reason;
+    const queue: string = d.queue;
+    const id: string | null = d.id;
+    const at: Date = d.at;
+    const raw: Buffer = d.raw;
+    void [reason, queue, id, at, raw];
+    // @ts-expect-error: a dead letter is read-only
+    d.reason = 'x';
+  }
+  const n: number = await app.deadCount('default');
+  const back: number = await app.requeueDead('default', { limit: 5, ids: ['id-1'] });
+  const all: number = await app.requeueDead();
+  const gone: number = await app.purgeDead('default');
+  void [n, back, all, gone, await app.deadLetters()];
+  // @ts-expect-error: limit is a number
+  await app.deadLetters('default', { limit: '5' });
+  // @ts-expect-error: ids is a list
+  await app.requeueDead('default', { ids: 'id-1' });
+  // @ts-expect-error: data is bytes or a string
+  await testing.pushRaw(app, 'default', 5);
+}
+void deadLetters;

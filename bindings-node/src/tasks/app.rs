@@ -21,6 +21,7 @@ use napi_derive::napi;
 use serde_json::Value;
 
 use super::codec::{self, OptsIn, SendIn, garbled, parse};
+use super::dead::{Raw, count, letters_json};
 use super::hub::{Answer, bell, drive, quote};
 use super::time::NativeClock;
 use super::{Refusal, brokers::NativeSeams, ms};
@@ -181,6 +182,7 @@ pub(crate) fn send_answer(app: &App, req: &str, known: bool) -> napi::Result<Ans
 pub struct NativeApp {
     app: App,
     host: Arc<HostQueue>,
+    raw: Option<Raw>,
 }
 
 impl NativeApp {
@@ -232,7 +234,11 @@ impl NativeApp {
         if let Some(c) = &seams.celery {
             c.route_for(&app);
         }
-        Ok(NativeApp { app, host })
+        Ok(NativeApp {
+            app,
+            host,
+            raw: seams.raw.clone(),
+        })
     }
 
     /// The queue its JS bodies are served from.
@@ -330,6 +336,89 @@ impl NativeApp {
         };
         drive(
             async move { h.revoke(terminate).await },
+            |()| String::new(),
+            |()| "null".to_string(),
+        )
+    }
+
+    /// The dead letters of `queue`, newest first, at most `limit`: JSON
+    /// text (see `dead::letters_json`).
+    #[napi(js_name = "deadLetters", catch_unwind)]
+    pub fn dead_letters(&self, queue: String, limit: f64) -> napi::Result<Answer> {
+        let limit = match count(Some(limit), 0) {
+            Ok(n) => n,
+            Err(e) => return refused(e),
+        };
+        let Some(insp) = self.app.inspector().cloned() else {
+            return Ok(napi::bindgen_prelude::Either3::A("[]".into()));
+        };
+        drive(
+            async move { insp.dead_letters(&queue, limit).await },
+            letters_json,
+            letters_json,
+        )
+    }
+
+    /// How many dead letters `queue` keeps now.
+    #[napi(js_name = "deadCount", catch_unwind)]
+    pub fn dead_count(&self, queue: String) -> napi::Result<Answer> {
+        let Some(insp) = self.app.inspector().cloned() else {
+            return Ok(napi::bindgen_prelude::Either3::A("0".into()));
+        };
+        drive(
+            async move { insp.dead_count(&queue).await },
+            |n| n.to_string(),
+            |n| n.to_string(),
+        )
+    }
+
+    /// Puts dead letters of `queue` back on it, oldest first: at most
+    /// `limit` (`null`: all), only those whose id is in `ids` when given.
+    #[napi(js_name = "requeueDead", catch_unwind)]
+    pub fn requeue_dead(
+        &self,
+        queue: String,
+        limit: Option<f64>,
+        ids: Option<Vec<String>>,
+    ) -> napi::Result<Answer> {
+        let limit = match count(limit, usize::MAX) {
+            Ok(n) => n,
+            Err(e) => return refused(e),
+        };
+        let ids = ids.unwrap_or_default();
+        let b = self.app.broker().clone();
+        drive(
+            async move { b.requeue_dead(&queue, &ids, limit).await },
+            |n| n.to_string(),
+            |n| n.to_string(),
+        )
+    }
+
+    /// Drops every dead letter of `queue` for good; answers how many.
+    #[napi(js_name = "purgeDead", catch_unwind)]
+    pub fn purge_dead(&self, queue: String) -> napi::Result<Answer> {
+        let b = self.app.broker().clone();
+        drive(
+            async move { b.purge_dead(&queue).await },
+            |n| n.to_string(),
+            |n| n.to_string(),
+        )
+    }
+
+    /// Puts `data` on `queue` as another producer would, unchecked (tests
+    /// and tools): a worker quarantines it if it is not a message.
+    #[napi(js_name = "_pushRaw", catch_unwind)]
+    pub fn push_raw(
+        &self,
+        queue: String,
+        data: napi::bindgen_prelude::Buffer,
+    ) -> napi::Result<Answer> {
+        let Some(raw) = self.raw.clone() else {
+            return refused(Refusal::invalid("this app's broker takes no raw pushes"));
+        };
+        let data = data.to_vec();
+        drive(
+            async move { raw.push(&queue, &data).await },
             |()| String::new(),
             |()| "null".to_string(),
         )

@@ -19,6 +19,7 @@ use headway_core::task::{Broker, Clock, Refused, Seams};
 use napi::bindgen_prelude::{Either, Either3};
 use napi_derive::napi;
 
+use super::dead::Raw;
 use super::hub::{Answer, drive};
 use super::time::{NativeClock, SYSTEM, same_clock};
 use super::{Refusal, ms, rt};
@@ -132,6 +133,10 @@ impl NativeRedis {
                 Connected::Celery(b) => Some(b.clone()),
                 Connected::Native(_) => None,
             },
+            raw: Some(match &c {
+                Connected::Native(b) => Raw::Native(b.clone()),
+                Connected::Celery(b) => Raw::Celery(b.clone()),
+            }),
         })
     }
 }
@@ -259,6 +264,8 @@ impl NativeRedis {
 pub struct NativeSeams {
     inner: Mutex<Option<Seams>>,
     pub(crate) celery: Option<Arc<CeleryBroker>>,
+    /// The concrete broker, for raw pushes (tests and tools).
+    pub(crate) raw: Option<Raw>,
 }
 
 impl NativeSeams {
@@ -280,9 +287,10 @@ impl NativeSeams {
                 broker: b.clone(),
                 backend: Some(b.clone()),
                 counter: Some(b.clone()),
-                inspector: Some(b),
+                inspector: Some(b.clone()),
             })),
             celery: None,
+            raw: Some(Raw::Memory(b)),
         }
     }
 

@@ -17,6 +17,7 @@
 //! - [`brokers`]: `NativeRedis` (headway's Redis layout or Celery's) and the
 //!   seams an app is built on;
 //! - [`sched`]: the broker-less in-process scheduler;
+//! - [`dead`]: dead letters as JSON text, and raw pushes for tests;
 //! - [`fast`]: `send` as a bare Node-API function, the one per-message call.
 //!
 //! No rule lives here: every default and every check is the core's; this
@@ -29,6 +30,7 @@
 pub(crate) mod app;
 pub(crate) mod brokers;
 pub(crate) mod codec;
+pub(crate) mod dead;
 pub(crate) mod fast;
 pub(crate) mod hub;
 pub(crate) mod sched;

@@ -1,0 +1,66 @@
+//! Dead letters (issue 7) as JSON text for `tasks.js`, and raw bytes pushed
+//! onto a queue as another producer would, for tests and tools.
+//!
+//! Listing, counting, re-queueing and purging are the core's (`Inspector`,
+//! `Broker`); this only converts.
+
+use std::sync::Arc;
+
+use headway_core::broker::celery::CeleryBroker;
+use headway_core::broker::{MemoryBroker, RedisBroker};
+use headway_core::task::{DeadLetter, Refused};
+
+/// The concrete broker behind an app's seams, for `_pushRaw`.
+#[derive(Clone)]
+pub(crate) enum Raw {
+    Memory(Arc<MemoryBroker>),
+    Native(Arc<RedisBroker>),
+    Celery(Arc<CeleryBroker>),
+}
+
+impl Raw {
+    /// Puts `raw` on `queue` unchecked: decoded when claimed, quarantined
+    /// if it is not a message headway runs.
+    pub(crate) async fn push(&self, queue: &str, raw: &[u8]) -> Result<(), Refused> {
+        match self {
+            Raw::Memory(b) => {
+                b.push_raw(queue, raw);
+                Ok(())
+            }
+            Raw::Native(b) => b.push_raw(queue, raw).await,
+            Raw::Celery(b) => b.push_raw(queue, raw).await,
+        }
+    }
+}
+
+/// Dead letters as one JSON text: `[{"queue", "id", "reason", "at",
+/// "raw"}, ...]`, `raw` as a string of one char per byte (U+0000 to U+00FF)
+/// that `Buffer.from(raw, 'latin1')` turns back into the bytes.
+pub(crate) fn letters_json(letters: Vec<DeadLetter>) -> String {
+    let v: Vec<serde_json::Value> = letters
+        .into_iter()
+        .map(|d| {
+            let raw: String = d.raw.iter().map(|&b| char::from(b)).collect();
+            serde_json::json!({
+                "queue": d.queue,
+                "id": d.id,
+                "reason": d.reason,
+                "at": d.at,
+                "raw": raw,
+            })
+        })
+        .collect();
+    serde_json::to_string(&v).unwrap_or_else(|_| "[]".into())
+}
+
+/// A JS count (`limit`): a whole number, 0 or more (`tasks.js` checks the
+/// type). `null`: `none`.
+pub(crate) fn count(limit: Option<f64>, none: usize) -> Result<usize, super::Refusal> {
+    match limit {
+        None => Ok(none),
+        Some(x) if x.is_finite() && x.fract() == 0.0 && x >= 0.0 => Ok(x as usize),
+        Some(_) => Err(super::Refusal::invalid(
+            "invalid `limit`: must be a whole number, 0 or more",
+        )),
+    }
+}
