@@ -4,7 +4,10 @@
 // and Node's (`admin.handler` on `http.createServer`, in this process) — with a worker
 // running tasks: open the page with the token, see the counts move, send a
 // task from the form and see it succeed, revoke a queued one and see it
-// REVOKED, and check that XSS payloads render as text. The last run saves a
+// REVOKED, and check that XSS payloads render as text. On Node's server,
+// bytes pushed onto the queue as a foreign producer would are quarantined by
+// its worker and shown in the Dead letters card (escaped, as text), one is
+// re-queued from its row and the rest purged. The last run saves a
 // screenshot to docs/admin.png (HEADWAY_ADMIN_SCREENSHOT overrides the path).
 //
 // Without chromium (or a Python with headway and uvicorn for the Python
@@ -141,7 +144,7 @@ async function nodeMissing() {
 
 /** Node's adapter: admin.handler on http.createServer, a worker in this process. */
 async function nodeServer() {
-  const { App, admin } = await import('headway');
+  const { App, admin, testing } = await import('headway');
   const http = await import('node:http');
   const app = new App();
   app.task('add', ([x, y]) => x + y);
@@ -161,6 +164,7 @@ async function nodeServer() {
   await new Promise((r) => server.listen(0, '127.0.0.1', r));
   return {
     base: `http://127.0.0.1:${server.address().port}`,
+    pushRaw: (queue, data) => testing.pushRaw(app, queue, data),
     async stop() {
       handler.closeStreams();
       server.closeAllConnections();
@@ -199,6 +203,42 @@ const tile = (page, state) => page.locator(`#counts .n[data-state="${state}"]`);
 
 async function runRowState(page, id) {
   return page.locator(`#runs tbody tr[data-id="${id}"]`).getAttribute('data-state', { timeout: 500 }).catch(() => null);
+}
+
+/** Dead letters: quarantined by the worker, shown escaped, re-queued, purged. */
+async function deadLetters(page, server) {
+  const count = () => page.locator('#dead-count').getAttribute('data-count', { timeout: 500 }).catch(() => null);
+  await server.pushRaw('default', Buffer.from([0x80, 0x04, 0x95]));
+  await server.pushRaw('default', '<script>window.__xss = 4</script>');
+  await server.pushRaw('default', '{"id":"dl-1","queue":"default"}');
+  await page.selectOption('#dead-queue', 'default');
+  await until('three dead letters on the page', async () => (await count()) === '3');
+  const rows = page.locator('#dead tbody tr');
+  assert.equal(await rows.count(), 3);
+  // Newest first: the one with an id (re-queueable from its row), the
+  // script as text, the pickle's bytes escaped.
+  assert.equal(await rows.nth(0).getAttribute('data-id'), 'dl-1');
+  assert.equal(await rows.nth(0).locator('.reason').textContent(), 'no task name');
+  assert.equal(await rows.nth(1).locator('pre.preview').textContent(), '<script>window.__xss = 4</script>');
+  assert.equal(await rows.nth(2).locator('pre.preview').textContent(), '\\x80\\x04\\x95');
+  assert.equal(await rows.nth(2).locator('.size').textContent(), '3');
+  assert.equal(await rows.nth(1).locator('button').count(), 0, 'no id, no row button');
+  // Re-queue the one with an id: the worker claims it again and, still bad,
+  // sets it aside again.
+  await rows.nth(0).locator('button[data-action="requeue"]').click({ timeout: WAIT });
+  await page.locator('#dead-result', { hasText: 'Requeue: 1 requeued' }).waitFor({ timeout: WAIT });
+  await until('it back among the dead', async () => (await count()) === '3');
+  // Purge takes a second click to confirm.
+  await page.click('#dead-purge');
+  assert.equal(await page.locator('#dead-purge').textContent(), 'Purge for good?');
+  assert.equal(await count(), '3');
+  await page.click('#dead-purge');
+  await page.locator('#dead-result', { hasText: 'Purge: 3 purged' }).waitFor({ timeout: WAIT });
+  await until('no dead letters on the page', async () => (await count()) === '0');
+  assert.equal(await page.locator('[data-empty-for="dead"]').isVisible(), true);
+  const audit = await api(server.base, 'GET', '/api/audit');
+  const actions = audit.body.audit.map((e) => `${e.action} by ${e.by}`);
+  assert.deepEqual(actions.slice(0, 2), ['dead.purge by session', 'dead.requeue by session']);
 }
 
 async function drive(server, screenshot) {
@@ -289,6 +329,7 @@ async function drive(server, screenshot) {
     assert.ok(argsText.includes('<img src=x onerror='), argsText);
     const failureText = await page.locator(`#failures tbody tr[data-id="${failed.body.id}"] .detail`).textContent();
     assert.ok(failureText.includes('<img src=x onerror="window.__xss = 2">'), failureText);
+    if (server.pushRaw) await deadLetters(page, server);
     const injected = await page.evaluate(() => ({
       xss: window.__xss,
       imgs: document.querySelectorAll('img').length,
