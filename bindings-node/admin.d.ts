@@ -13,7 +13,7 @@ export interface AdminOptions {
    * get in without it.
    */
   token?: string | null;
-  /** Refuse every send and revoke with 403: a page to look at (Bull Board's read-only mode). Default false. */
+  /** Refuse every change (send, revoke, re-queueing or purging dead letters) with 403: a page to look at (Bull Board's read-only mode). Default false. */
   readOnly?: boolean;
   /**
    * The largest request body, in bytes: 64 KiB by default (the core's

@@ -119,7 +119,8 @@ async function pump(admin, id, req, res) {
 /**
  * A `(req, res)` handler serving `app`'s admin. `token`: what every route but
  * `/health` needs (null or empty: one is generated and, with `announce`,
- * printed to stderr). `readOnly`: refuse every send and revoke (403).
+ * printed to stderr). `readOnly`: refuse every change — send, revoke,
+ * re-queueing or purging dead letters (403).
  * `maxBody`: the largest request body (64 KiB, the core's default).
  * `allowedOrigins`: origins besides the page's own host whose pages may make
  * changes with the session cookie, compared exactly.

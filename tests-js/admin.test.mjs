@@ -174,6 +174,10 @@ for (const kind of kinds) {
           ['GET', '/api/stream'],
           ['POST', '/api/send'],
           ['POST', '/api/revoke'],
+          ['GET', '/api/dead?queue=default'],
+          ['POST', '/api/dead/requeue'],
+          ['POST', '/api/dead/purge'],
+          ['GET', '/api/audit'],
           ['GET', '/no/such/route'],
         ]) {
           const r = await request(s.base, method, path);
@@ -190,6 +194,45 @@ for (const kind of kinds) {
         assert.equal(ok.headers['x-content-type-options'], 'nosniff');
         assert.equal(ok.headers['cache-control'], 'no-store');
         assert.equal((await request(s.base, 'GET', '/nope', { headers: bearer() })).status, 404);
+      } finally {
+        await s.close();
+      }
+    });
+
+    test('dead letters a worker quarantined are listed, re-queued and purged', async () => {
+      const s = await setup(kind, { worker: true });
+      try {
+        await tasks.testing.pushRaw(s.app, 'default', Buffer.from([0x80, 0x04, 0x95]));
+        await tasks.testing.pushRaw(s.app, 'default', '<b>not a message</b>');
+        const dead = () => request(s.base, 'GET', '/api/dead?queue=default', { headers: bearer() });
+        const got = await until('two dead letters', async () => {
+          const r = await dead();
+          assert.equal(r.status, 200, r.body);
+          return r.json.count === 2 && r.json;
+        });
+        assert.deepEqual(got.letters.map((d) => [d.preview, d.size]), [
+          ['<b>not a message</b>', 20],
+          ['\\x80\\x04\\x95', 3],
+        ]);
+        assert.ok(!(await dead()).body.includes('<b>'), 'JSON escapes `<`');
+        const o = await request(s.base, 'GET', '/api/overview', { headers: bearer() });
+        assert.deepEqual(o.json.dead.find((d) => d.queue === 'default'), { queue: 'default', count: 2 });
+        // Re-queued, the worker claims it again and sets it aside again.
+        const rq = await post(s.base, '/api/dead/requeue', { queue: 'default', limit: 1 });
+        assert.equal(rq.status, 200, rq.body);
+        assert.equal(rq.json.requeued, 1);
+        await until('it set aside again, newest', async () => {
+          const r = (await dead()).json;
+          return r.count === 2 && r.letters[0].size === 3;
+        });
+        const bad = await post(s.base, '/api/dead/requeue', { queue: 'default', limit: 0 });
+        assert.equal(bad.status, 400);
+        assert.equal(bad.json.error, 'invalid');
+        const pg = await post(s.base, '/api/dead/purge', { queue: 'default' });
+        assert.deepEqual(pg.json, { queue: 'default', purged: 2 });
+        assert.equal((await dead()).json.count, 0);
+        const audit = await request(s.base, 'GET', '/api/audit', { headers: bearer() });
+        assert.deepEqual(audit.json.audit.map((e) => e.action), ['dead.purge', 'dead.requeue']);
       } finally {
         await s.close();
       }

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("HEADWAY_ADMIN_TOKEN") or None,
         help="the token (default $HEADWAY_ADMIN_TOKEN; none: one is generated and printed)",
     )
-    a.add_argument("--read-only", action="store_true", help="refuse every send and revoke")
+    a.add_argument("--read-only", action="store_true", help="refuse every change (send, revoke, dead letters)")
     a.add_argument(
         "--worker", type=int, default=0, metavar="N", help="also run a worker of N here (0: none)"
     )

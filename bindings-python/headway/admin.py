@@ -57,7 +57,8 @@ class AdminApp:
 
     @property
     def read_only(self) -> bool:
-        """Whether every change (send, revoke) is refused with 403."""
+        """Whether every change (send, revoke, re-queueing or purging dead
+        letters) is refused with 403."""
         return self._native.read_only
 
     @property
@@ -258,8 +259,8 @@ def asgi(
     ``token``: what every route but ``/health`` needs. ``None`` (or empty):
     one is generated — 256 random bits, base64url — and, with ``announce``,
     printed to stderr at once, since nobody could get in without it.
-    ``read_only``: refuse every send and revoke (403). ``max_body``: the
-    largest request body, 64 KiB when ``None`` (the core's default).
+    ``read_only``: refuse every change — send, revoke, dead letters (403).
+    ``max_body``: the largest request body, 64 KiB when ``None`` (the core's default).
     ``allowed_origins``: origins besides the page's own host whose pages may
     make changes with the session cookie, compared exactly.
     """
