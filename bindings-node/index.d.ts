@@ -53,6 +53,8 @@ export declare class Limits {
   readonly keep: number;
   /** Total age in ms at which an item retires (0: never). */
   readonly life: number;
+  /** How often `Pooled` sweeps with `evict`, in ms: the shorter of `keep` and `life`, at least 1 s (0: no timer). */
+  readonly evictEvery: number;
 }
 
 /** The two knobs of {@link Breaker}. */

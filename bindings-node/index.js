@@ -181,7 +181,7 @@ class Limits {
     const { size, idle, keep, life } = opts(options);
     const n = F.limitsNew(optNum('size', size), optNum('idle', idle), optNum('keep', keep), optNum('life', life));
     this.#h = n.handle;
-    fix(this, { size: n.size, idle: n.idle, keep: n.keep, life: n.life });
+    fix(this, { size: n.size, idle: n.idle, keep: n.keep, life: n.life, evictEvery: n.evictEvery });
   }
 }
 
@@ -609,10 +609,9 @@ function retry(fn, options) {
 
 // ---------------------------------------------------------------- Pooled
 
-// HikariCP's connectionTimeout: how long a caller waits for an item.
-const DEFAULT_TIMEOUT = 30_000;
-// Go database/sql's connection cleaner never runs more often than this.
-const MIN_EVICT_EVERY = 1_000;
+// How long a caller waits for an item: the core's TAKE_TIMEOUT (HikariCP's
+// connectionTimeout, 30 s).
+const DEFAULT_TIMEOUT = F.takeTimeout();
 
 const OPEN = 0;
 const DRAINING = 1;
@@ -648,9 +647,8 @@ class Pooled {
     this.#pool = new Pool({ limits: o.limits, ward: o.ward });
     let every = o.evictEvery;
     if (every === undefined) {
-      const { keep, life } = this.#pool.limits;
-      const ages = [keep, life].filter((a) => a > 0);
-      every = ages.length > 0 ? Math.max(Math.min(...ages), MIN_EVICT_EVERY) : 0;
+      // The core's choice: the shorter of keep and life, at least 1 s.
+      every = this.#pool.limits.evictEvery;
     } else {
       num('evictEvery', every);
       if (!(every >= 0)) throw outOfRange('evictEvery', `must be a non-negative number of milliseconds (received ${every})`);

@@ -15,7 +15,11 @@ function fill(pool, items, now = 0) {
 
 test('limits: the defaults are HikariCP / database/sql', () => {
   const l = new Limits();
-  assert.deepEqual({ ...l }, { size: 10, idle: 10, keep: 30 * 60 * 1000, life: 0 });
+  assert.deepEqual({ ...l }, { size: 10, idle: 10, keep: 30 * 60 * 1000, life: 0, evictEvery: 30 * 60 * 1000 });
+  // The sweep period is the core's: the shorter age, floored at 1 s.
+  assert.equal(new Limits({ keep: 600_000, life: 120_000 }).evictEvery, 120_000);
+  assert.equal(new Limits({ keep: 100 }).evictEvery, 1000);
+  assert.equal(new Limits({ keep: 0, life: 0 }).evictEvery, 0);
   assert.equal(new Pool().limits.size, 10);
   const m = new Limits({ size: 3, keep: 0.5 });
   assert.equal(m.keep, 0.5);

@@ -345,6 +345,11 @@ def test_pick_refuses_non_pools() -> None:
 def test_limits_defaults_and_spans() -> None:
     lim = Limits()
     assert (lim.size, lim.idle, lim.keep, lim.life) == (10, 10, 1800.0, 0.0)
+    # The sweep period is the core's: the shorter age, floored at 1 s.
+    assert lim.evict_every == 1800.0
+    assert Limits(keep=600, life=120).evict_every == 120.0
+    assert Limits(keep=0.1).evict_every == 1.0
+    assert Limits(keep=0, life=0).evict_every == 0.0
     assert Limits(keep=timedelta(minutes=5), life=timedelta(hours=1)) == Limits(
         keep=300.0, life=3600.0
     )

@@ -16,7 +16,8 @@ use std::cell::Cell;
 use std::ptr;
 
 use headway_core::flow::{
-    Backoff, Breaker, Bucket, Gate, Jitter, Limits, Load, Pool, Taken, Ward, Window, pick,
+    Backoff, Breaker, Bucket, Gate, Jitter, Limits, Load, Pool, TAKE_TIMEOUT, Taken, Ward, Window,
+    pick,
 };
 use napi::bindgen_prelude::{External, ToNapiValue};
 use napi::sys;
@@ -102,8 +103,12 @@ function!(limits_new, 4, |f, e, a| {
         (c"idle", e.num(l.idle() as f64)?),
         (c"keep", e.num(ms(l.keep()))?),
         (c"life", e.num(ms(l.life()))?),
+        (c"evictEvery", e.num(ms(l.evict_every()))?),
     ])
 });
+
+// takeTimeout() -> ms a driver's take waits (the core's TAKE_TIMEOUT).
+function!(take_timeout, 0, |f, e, a| e.num(ms(TAKE_TIMEOUT)));
 
 // ---------------------------------------------------------------- Breaker
 
@@ -490,6 +495,7 @@ pub fn flow(env: &napi::Env) -> napi::Result<napi::Unknown<'_>> {
     napi_ret(env, |env| {
         Ok(Funcs::new(env, Flow::default())?
             .add(c"limitsNew", Some(limits_new))?
+            .add(c"takeTimeout", Some(take_timeout))?
             .add(c"breakerNew", Some(breaker_new))?
             .add(c"wardNew", Some(ward_new))?
             .add(c"backoffNew", Some(backoff_new))?

@@ -17,6 +17,10 @@ from typing import Any, Final, Generic, Literal, SupportsFloat, SupportsIndex, T
 from typing_extensions import disjoint_base
 
 _T = TypeVar("_T")
+
+TAKE_TIMEOUT: float
+"""How long ``Pooled.acquire`` waits by default, in seconds (30, HikariCP's
+``connectionTimeout``)."""
 _R_co = TypeVar("_R_co", covariant=True)
 
 #: Float seconds, or a ``timedelta`` (exact to the microsecond).
@@ -123,6 +127,10 @@ class Limits:
     @property
     def life(self) -> float:
         """Total age at which an item retires, in seconds (0: never)."""
+    @property
+    def evict_every(self) -> float:
+        """How often a driver sweeps with ``evict``, in seconds: the shorter of
+        ``keep`` and ``life``, at least one second (0: no timer)."""
     def __eq__(self, value: object, /) -> bool: ...
     def __ne__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...

@@ -39,7 +39,7 @@ from types import TracebackType
 from typing import Any, Generic, TypeAlias, TypeVar, Union, cast, overload
 
 from ._errors import PoolTimeout, ShedError
-from ._native import Later, Limits, Make, Pool, Ready, Shed, Stale, Wait, Ward
+from ._native import TAKE_TIMEOUT, Later, Limits, Make, Pool, Ready, Shed, Stale, Wait, Ward
 
 
 __all__ = ["Lease", "Pooled"]
@@ -50,11 +50,9 @@ Taken: TypeAlias = Union[Ready[T], Stale[T], Make, Wait, Later, Shed]
 
 log = logging.getLogger("headway")
 
-# HikariCP's connectionTimeout: how long a caller waits for a connection
-# before being told there is none.
-DEFAULT_TIMEOUT = 30.0
-# Go database/sql's connection cleaner never runs more often than this.
-MIN_EVICT_EVERY = 1.0
+# How long a caller waits for a connection before being told there is none:
+# the core's TAKE_TIMEOUT (HikariCP's connectionTimeout, 30 s).
+DEFAULT_TIMEOUT: float = TAKE_TIMEOUT
 
 
 def _seconds(name: str, value: float | timedelta | None) -> float | None:
@@ -206,9 +204,8 @@ class Pooled(Generic[T]):
         self.timeout = _seconds("timeout", timeout)
         every = _seconds("evict_every", evict_every)
         if every is None:
-            lim = self.pool.limits
-            ages = [a for a in (lim.keep, lim.life) if a > 0]
-            every = max(min(ages), MIN_EVICT_EVERY) if ages else 0.0
+            # The core's choice: the shorter of keep and life, at least 1 s.
+            every = self.pool.limits.evict_every
         self.evict_every = every
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)

@@ -123,6 +123,13 @@ impl PyLimits {
         secs_out(self.inner.life())
     }
 
+    /// How often a driver sweeps with `evict`, in seconds: the shorter of
+    /// `keep` and `life`, at least one second (0: no timer).
+    #[getter]
+    fn evict_every(&self) -> f64 {
+        secs_out(self.inner.evict_every())
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Limits(size={}, idle={}, keep={:?}, life={:?})",
@@ -753,6 +760,7 @@ fn pick(
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyLimits>()?;
+    m.add("TAKE_TIMEOUT", secs_out(flow::TAKE_TIMEOUT))?;
     m.add_class::<PyBreaker>()?;
     m.add_class::<PyWard>()?;
     m.add_class::<PyPool>()?;

@@ -33,7 +33,7 @@ pub use bucket::Bucket;
 pub use error::Invalid;
 pub use gate::Gate;
 pub use pick::{Load, pick};
-pub use pool::{Limits, Pool, Taken};
+pub use pool::{Limits, MIN_EVICT_EVERY, Pool, TAKE_TIMEOUT, Taken};
 pub use ward::Ward;
 pub use window::Window;
 

@@ -24,6 +24,16 @@ use super::error::{Invalid, span};
 use super::ward::Verdict;
 use super::{Nanos, SECOND, Ward};
 
+/// How long a driver's take waits through `Wait` and `Later` answers before
+/// telling its caller there is nothing: 30 s, HikariCP's `connectionTimeout`.
+/// The Python and Node drivers read it from here so the two agree.
+pub const TAKE_TIMEOUT: Nanos = 30 * SECOND;
+
+/// The fastest a driver's evict timer runs: once a second, the floor Go
+/// database/sql's connection cleaner keeps. Sweeping more often finds nothing
+/// new: ages are checked against `keep` and `life`, both usually minutes.
+pub const MIN_EVICT_EVERY: Nanos = SECOND;
+
 /// The limits a pool holds itself to.
 ///
 /// The preset (`Limits::default()`): ten live, ten idle, thirty minutes idle
@@ -94,6 +104,17 @@ impl Limits {
     /// Total age at which an item retires (0: never).
     pub fn life(&self) -> Nanos {
         self.life
+    }
+    /// How often a driver should call [`Pool::evict`]: the shorter of `keep`
+    /// and `life`, at least [`MIN_EVICT_EVERY`]; 0 (no timer) when neither
+    /// retires anything. Why the shorter: an item is at most one period past
+    /// its age when it goes, so the period is the error bound on both.
+    pub fn evict_every(&self) -> Nanos {
+        match (self.keep, self.life) {
+            (0, 0) => 0,
+            (0, a) | (a, 0) => a.max(MIN_EVICT_EVERY),
+            (k, l) => k.min(l).max(MIN_EVICT_EVERY),
+        }
     }
 
     /// Whether an item born at `birth`, idle since `since`, is past its age.
@@ -451,6 +472,18 @@ mod tests {
         assert_eq!(pick(&[&a, &b], 0, 0.0, 0.9), Some(1));
         let none: [&Pool<i32>; 0] = [];
         assert_eq!(pick(&none, 0, 0.0, 0.0), None);
+    }
+
+    #[test]
+    fn evict_every_is_the_shorter_age_floored_at_a_second() {
+        let l = |keep, life| Limits::new(10, 10, keep, life).unwrap().evict_every();
+        assert_eq!(Limits::default().evict_every(), 30 * 60 * SECOND);
+        assert_eq!(l(0, 0), 0, "nothing retires: no timer");
+        assert_eq!(l(5 * SECOND, 0), 5 * SECOND);
+        assert_eq!(l(0, 7 * SECOND), 7 * SECOND);
+        assert_eq!(l(9 * SECOND, 4 * SECOND), 4 * SECOND);
+        assert_eq!(l(SECOND / 10, 0), MIN_EVICT_EVERY, "floored");
+        assert_eq!(TAKE_TIMEOUT, 30 * SECOND);
     }
 
     #[test]
