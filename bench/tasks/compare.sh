@@ -172,6 +172,8 @@ contend() {
   failed=1
 }
 
+# The floor under every round trip: one Redis PING from Python.
+contend redis-ping - "$cpy" "$here/vs_celery.py" ping "$url" "$rtt"
 contend headway-py - "$hpy" "$here/vs_headway.py" "$url" "$n" "$rtt"
 contend headway-js - node "$here/vs_headway.mjs" "$url" "$n" "$rtt"
 contend bullmq - node "$peers/vs_bullmq.mjs" "$url" "$n" "$rtt"

@@ -3,6 +3,7 @@ Celery venv's python; prints one JSON line).
 
     python vs_celery.py fill URL N [IDS]    # a Celery producer fills "celery"
     python vs_celery.py run  URL N RTT      # fill, then a prefork -c 2 worker
+    python vs_celery.py ping URL N          # the floor: N PINGs with redis-py
 
 ``fill``: one process sends N ``bench.noop`` runs with ``noop.delay(i)`` (a
 result is expected, so Celery subscribes to each result channel, as it does
@@ -96,6 +97,15 @@ def main():
     import redis
     from celery_bench_app import app, noop
 
+    if cmd == "ping":
+        r = redis.Redis.from_url(url)
+        lat = []
+        for _ in range(n):
+            s = time.perf_counter()
+            r.ping()
+            lat.append((time.perf_counter() - s) * 1000)
+        print(json.dumps({"p50": pct(lat, 0.5), "p99": pct(lat, 0.99)}))
+        return
     if cmd == "fill":
         ids, rate = fill(noop, n)
         if len(sys.argv) > 4:
