@@ -13,7 +13,8 @@
 # Python package from $HEADWAY_BENCH_PYTHON, ./.venv or /work/venv-py when
 # one imports headway, else `python3 -m venv .venv && .venv/bin/pip install .`
 # at the root; the Node addon with `npm install` at the root when
-# bindings-node/headway.node is missing. It needs redis-server, redis-cli,
+# bindings-node/headway.node is missing (`npm run build` when it no longer
+# loads; HEADWAY_BENCH_REBUILD=1 rebuilds both first). It needs redis-server, redis-cli,
 # node and python3 >= 3.11 on PATH.
 #
 # Every contender runs in its own process under a deadline
@@ -80,8 +81,11 @@ fi
 
 # headway for Python: this checkout's (an editable install of it, or a
 # package installed into that venv), never another checkout's.
+# HEADWAY_BENCH_REBUILD=1 builds both from this checkout first, whatever is
+# installed (to measure the sources as they are now).
+rebuild="${HEADWAY_BENCH_REBUILD:-0}"
 hpy=""
-for cand in "${HEADWAY_BENCH_PYTHON:-}" "$root/.venv/bin/python" /work/venv-py/bin/python; do
+[ "$rebuild" = 1 ] || for cand in "${HEADWAY_BENCH_PYTHON:-}" "$root/.venv/bin/python" /work/venv-py/bin/python; do
   [ -n "$cand" ] && [ -x "$cand" ] || continue
   if "$cand" - "$root" <<'PY' >/dev/null 2>&1; then
 import os, sys
@@ -96,15 +100,22 @@ PY
 done
 if [ -z "$hpy" ]; then
   say "building headway's Python package into $root/.venv (a release build: minutes)"
-  (cd "$root" && { [ -x .venv/bin/python ] || python3 -m venv .venv; } && .venv/bin/pip install --quiet --disable-pip-version-check .) \
+  (cd "$root" && { [ -x .venv/bin/python ] || python3 -m venv .venv; } && .venv/bin/pip install --quiet --disable-pip-version-check --force-reinstall .) \
     || die "pip install . failed"
   hpy="$root/.venv/bin/python"
 fi
 
-# headway for Node.
-if [ ! -f "$root/bindings-node/headway.node" ]; then
-  say "building the Node addon with npm install at $root (a release build: minutes)"
-  (cd "$root" && npm install --no-audit --no-fund --loglevel=error) || die "npm install at the root failed"
+# headway for Node: built when missing, or rebuilt when it no longer loads
+# with this checkout's JS (an addon older than the sources).
+if [ "$rebuild" = 1 ] || ! (cd "$root" && node -e "require('./bindings-node/index.js')") >/dev/null 2>&1; then
+  if [ -d "$root/node_modules/@napi-rs/cli" ]; then
+    say "rebuilding the Node addon with npm run build at $root (a release build: minutes)"
+    (cd "$root" && npm run build) || die "npm run build at the root failed"
+  else
+    say "building the Node addon with npm install at $root (a release build: minutes)"
+    (cd "$root" && npm install --no-audit --no-fund --loglevel=error) || die "npm install at the root failed"
+  fi
+  (cd "$root" && node -e "require('./bindings-node/index.js')") || die "the Node addon does not load"
 fi
 
 # ---------------------------------------------------------------- redis

@@ -145,6 +145,8 @@ def main() -> None:
         if "drain_cpu_us" in r:
             c = r["drain_cpu_us"]
             bits.append(f"drain CPU per task: worker side {c['worker']:.0f} µs, redis-server {c['redis']:.0f} µs")
+        if "get_stored_p50" in r:
+            bits.append(f"get() of an already stored result p50 {r['get_stored_p50']:.3f} ms")
         if "filled_by_celery_at" in r:
             bits.append(f"queue filled by a Celery producer at {r['filled_by_celery_at']:,.0f}/s")
         if bits:

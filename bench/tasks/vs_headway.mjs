@@ -97,14 +97,26 @@ await until(() => w.settled >= N, () => `the drain (${w.settled}/${N})`);
 out.drain = (N / (performance.now() - t0)) * 1000;
 out.drain_cpu_us = cpuSplit(c0, cpuNow(), N);
 const lat = [];
+const ids = [];
 for (let i = 0; i < RTT; i++) {
   const s = performance.now();
-  await (await task.send([i])).get(30_000);
+  const h = await task.send([i]);
+  await h.get(30_000);
   lat.push(performance.now() - s);
+  ids.push(h.id);
   if (performance.now() > deadline) throw new Error('headway-js: timed out in the round trips');
 }
 out.p50 = pct(lat, 0.5);
 out.p99 = pct(lat, 0.99);
+// Where a round trip goes: get() of a result already stored (a fresh handle
+// each) is the client's fetch alone.
+const fetch = [];
+for (const id of ids) {
+  const s = performance.now();
+  await app.handle(id).get(30_000);
+  fetch.push(performance.now() - s);
+}
+out.get_stored_p50 = pct(fetch, 0.5);
 await w.stop({ grace: 5000 });
 await running;
 if (celery) {
