@@ -1,0 +1,648 @@
+"""headway's soak: real processes, real faults, a ledger outside the broker.
+
+    python bench/soak/soak.py [--quick] [--duration S] [--rate R] [--out DIR]
+
+(`bash bench/soak/run.sh` finds the Python and runs this.) It starts its own
+redis-server (a free loopback port, ``appendonly yes``, ``appendfsync
+always``: an acknowledged write survives a kill -9), two ``headway worker``
+processes running ``soak_tasks:app`` and a producer process sending 100–200
+``acks_late`` runs a second (90 % sleep 5 ms, 9 % 200 ms, 0.7 % fail once then
+succeed, 0.3 % fail every attempt). Every 30–60 s (30–35 s with ``--quick``)
+a fault, in rotation: a worker killed with SIGKILL (and restarted), Redis
+killed with SIGKILL and restarted on the same port and AOF after an outage
+(12 s, past the 10 s send patience, then 4 s, alternately), a worker stopped
+with SIGSTOP for 10 s (past its 4 s lease) and resumed.
+
+Then it waits for the queue to drain and counts, from the workers' ledger
+files and the producer's log of acknowledged sends (never from the broker's
+own books):
+
+    in         runs whose send was acknowledged (unique ids; a send that
+               raised is retried with the same id and counted once)
+    out        runs with a final outcome (succeeded + failed for good)
+    executions body runs that finished (every attempt, duplicates included)
+    dup        final executions − out (runs that ran twice)
+    lost       in − out − dead − revoked − expired   (must be 0)
+
+plus latency from send to the end of the final run, and the workers' RSS.
+It prints a table and one JSON line, and exits 1 if anything was lost, if
+nothing flowed, or if a worker died of something other than the soak's own
+faults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+PREFIX = "soak:"
+QUEUE = "default"
+LEASE = 4.0
+PAUSE = LEASE + 6.0
+OUTAGES = (12.0, 4.0)
+SENDERS = 4
+
+
+# ------------------------------------------------------------ a tiny RESP client
+
+
+def _encode(args: tuple[Any, ...]) -> bytes:
+    parts = [b"*%d\r\n" % len(args)]
+    for a in args:
+        b = a if isinstance(a, bytes) else str(a).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    return b"".join(parts)
+
+
+def _parse(f: Any) -> Any:
+    line = f.readline()
+    if not line:
+        raise ConnectionError("redis closed the connection")
+    kind, rest = line[:1], line[1:-2]
+    if kind == b"+":
+        return rest.decode()
+    if kind == b"-":
+        raise RuntimeError(rest.decode())
+    if kind == b":":
+        return int(rest)
+    if kind == b"$":
+        n = int(rest)
+        return None if n < 0 else f.read(n + 2)[:-2]
+    if kind == b"*":
+        n = int(rest)
+        return None if n < 0 else [_parse(f) for _ in range(n)]
+    raise RuntimeError(f"unexpected reply {line!r}")
+
+
+def redis(port: int, *args: Any, timeout: float = 5.0) -> Any:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(_encode(args))
+        return _parse(s.makefile("rb"))
+
+
+# ------------------------------------------------------------ processes
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_kb(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+class Redis:
+    def __init__(self, out: Path) -> None:
+        self.port = free_port()
+        self.dir = out / "redis"
+        self.dir.mkdir()
+        self.log = out / "redis.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        args = [
+            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+            "--dir", str(self.dir), "--appendonly", "yes", "--appendfsync", "always",
+            "--save", "", "--daemonize", "no", "--protected-mode", "yes",
+        ]  # fmt: skip
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if redis(self.port, "PING", timeout=0.5) == "PONG":
+                    return
+            except (OSError, RuntimeError):
+                pass
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        raise SystemExit(f"soak: redis-server on port {self.port} did not start (see {self.log})")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+
+class Slot:
+    """One of the two worker processes, restarted after a kill."""
+
+    def __init__(self, n: int, out: Path, env: dict[str, str]) -> None:
+        self.n = n
+        self.out = out
+        self.env = env
+        self.gen = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.rss: list[tuple[int, int, float]] = []  # (pid, kB, t)
+        self.pids: list[int] = []
+
+    def start(self) -> None:
+        self.gen += 1
+        exe = shutil.which("headway", path=str(Path(sys.executable).parent))
+        cli = [exe] if exe else [sys.executable, "-m", "headway"]
+        log = self.out / f"worker{self.n}.{self.gen}.log"
+        with open(log, "wb") as f:
+            self.proc = subprocess.Popen(
+                [*cli, "worker", "-A", "soak_tasks:app", "-c", "8"],
+                cwd=HERE, env=self.env, stdout=f, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        self.pids.append(self.proc.pid)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if b"\nready\n" in b"\n" + log.read_bytes():
+                return
+            if self.proc.poll() is not None:
+                raise SystemExit(f"soak: worker {self.n} exited at start:\n{log.read_text()}")
+            time.sleep(0.05)
+        raise SystemExit(f"soak: worker {self.n} not ready within 60 s:\n{log.read_text()}")
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def sample(self) -> None:
+        kb = rss_kb(self.pid)
+        if kb is not None:
+            self.rss.append((self.pid, kb, time.time()))
+
+    def stop(self) -> int | None:
+        """SIGTERM (a warm stop), then SIGKILL after 20 s; answers its status."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            return None
+
+
+# ------------------------------------------------------------ the producer
+
+
+def rate_at(t: float, lo: float, hi: float) -> float:
+    """lo..hi msg/s, a slow wave (one cycle a minute)."""
+    return lo + (hi - lo) * (0.5 + 0.5 * math.sin(2 * math.pi * t / 60.0))
+
+
+def pick(rng: random.Random) -> str:
+    r = rng.random()
+    if r < 0.90:
+        return "fast"
+    if r < 0.99:
+        return "slow"
+    if r < 0.997:
+        return "flaky"
+    return "doomed"
+
+
+class Schedule:
+    """Hands the sender threads their next (number, kind, due time)."""
+
+    def __init__(self, ns: argparse.Namespace) -> None:
+        self.ns = ns
+        self.rng = random.Random(ns.seed)
+        self.lock = threading.Lock()
+        self.t0 = time.time()
+        self.end = self.t0 + ns.duration
+        self.n = 0
+        self.due = self.t0
+
+    def next(self) -> tuple[int, str, float] | None:
+        with self.lock:
+            now = time.time()
+            if self.due >= self.end:
+                return None
+            if now - self.due > 1.0:
+                self.due = now  # behind after an outage: go on at the rate, no burst
+            item = (self.n, pick(self.rng), self.due)
+            self.n += 1
+            self.due += 1.0 / rate_at(self.due - self.t0, self.ns.rate_lo, self.ns.rate_hi)
+            return item
+
+
+def produce(ns: argparse.Namespace) -> int:
+    """Sends on SENDERS threads (so one slow round trip does not hold up the
+    rate); logs each send once it is acknowledged."""
+    import headway
+
+    app = headway.App(headway.RedisBroker(ns.url, prefix=PREFIX, lease=LEASE))
+    fd = os.open(ns.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    plan = Schedule(ns)
+    lock = threading.Lock()
+    stats: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    took: list[float] = []
+
+    def sender(k: int) -> None:
+        jitter = random.Random(ns.seed * 100 + k)
+        while (item := plan.next()) is not None:
+            n, kind, due = item
+            if due > time.time():
+                time.sleep(due - time.time())
+            tid = f"{ns.run}-{n:07d}"
+            first = time.time()
+            wait = 0.1
+            tries = 0
+            ok = False
+            while True:
+                try:
+                    app.send_task("soak.job", (kind,), task_id=tid)
+                    ok = True
+                    break
+                except Exception as e:  # noqa: BLE001 - every refusal is counted and retried
+                    tries += 1
+                    with lock:
+                        stats["send_failures"] += 1
+                        errors[type(e).__name__] += 1
+                    if tries == 1:
+                        print(f"producer: send {tid} raised {type(e).__name__}: {e}; retrying", flush=True)
+                    if time.time() > plan.end + ns.give_up:
+                        break
+                    time.sleep(wait * (0.5 + jitter.random() / 2))
+                    wait = min(wait * 2, 2.0)
+            acked_at = time.time()
+            if ok:
+                # One write per acknowledged send: a retried send is one line.
+                os.write(fd, f"{tid} {kind} {first:.6f} {acked_at:.6f}\n".encode())
+            else:
+                print(f"producer: gave up on {tid} after {tries} tries", flush=True)
+            with lock:
+                stats["attempted"] += 1
+                stats["acked" if ok else "abandoned"] += 1
+                stats["ids_retried"] += tries > 0
+                took.append(acked_at - first)
+
+    threads = [threading.Thread(target=sender, args=(k,)) for k in range(SENDERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    os.close(fd)
+    summary = {
+        "attempted": stats["attempted"], "acked": stats["acked"],
+        "send_failures": stats["send_failures"], "ids_retried": stats["ids_retried"],
+        "abandoned": stats["abandoned"], "errors": dict(errors), "senders": SENDERS,
+        "send_p99_ms": round(pct(took, 99) * 1000, 1) if took else None,
+        "slowest_send_s": round(max(took), 3) if took else None,
+        "seconds": round(time.time() - plan.t0, 1),
+    }  # fmt: skip
+    print("producer-summary " + json.dumps(summary), flush=True)
+    return 0
+
+
+# ------------------------------------------------------------ the ledger
+
+
+class Ledger:
+    """The workers' ledger files, read incrementally."""
+
+    def __init__(self, dir: Path) -> None:
+        self.dir = dir
+        self.offsets: dict[Path, int] = {}
+        self.rows: list[tuple[str, int, int, float, float, str]] = []
+        self.bad = 0
+        self.final: dict[str, tuple[str, float]] = {}  # id -> first final (outcome, end)
+
+    def refresh(self) -> None:
+        for p in sorted(self.dir.glob("*.log")):
+            off = self.offsets.get(p, 0)
+            with open(p, "rb") as f:
+                f.seek(off)
+                data = f.read()
+            cut = data.rfind(b"\n") + 1  # a line still being written waits
+            self.offsets[p] = off + cut
+            for line in data[:cut].decode().splitlines():
+                parts = line.split()
+                if len(parts) != 6:
+                    self.bad += 1
+                    continue
+                tid, attempt, pid, start, end, outcome = parts
+                row = (tid, int(attempt), int(pid), float(start), float(end), outcome)
+                self.rows.append(row)
+                if outcome in ("ok", "fail"):
+                    prev = self.final.get(tid)
+                    if prev is None or row[4] < prev[1]:
+                        self.final[tid] = (outcome, row[4])
+
+
+def read_sends(path: Path) -> dict[str, tuple[str, float, float]]:
+    sends: dict[str, tuple[str, float, float]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 4:
+                sends.setdefault(parts[0], (parts[1], float(parts[2]), float(parts[3])))
+    return sends
+
+
+def dead_ids(port: int, app: Any) -> tuple[set[str], int]:
+    """Ids in the queue's dead letters, and how many there are: through
+    ``App.dead_letters`` where the Python package has it, else from Redis
+    (docs/redis-layout.md: `P{Q}:dead`, each `<header JSON>\\n<bytes>`)."""
+    if hasattr(app, "dead_letters"):
+        n = app.dead_count(QUEUE)
+        return {d.id for d in app.dead_letters(QUEUE, limit=max(n, 1)) if d.id}, n
+    letters = redis(port, "LRANGE", f"{PREFIX}{{{QUEUE}}}:dead", 0, -1) or []
+    ids: set[str] = set()
+    for letter in letters:
+        head = letter.split(b"\n", 1)[0]
+        try:
+            tid = json.loads(head).get("id")
+        except ValueError:
+            tid = None
+        if tid:
+            ids.add(tid)
+    return ids, len(letters)
+
+
+def in_broker(port: int) -> int:
+    """Messages still in the queue's ready, delayed and held lists."""
+    n = 0
+    for key in redis(port, "KEYS", f"{PREFIX}{{{QUEUE}}}:*") or []:
+        k = key.decode()
+        if ":ready:" in k or ":held:" in k:
+            n += redis(port, "LLEN", k)
+        elif k.endswith(":delayed"):
+            n += redis(port, "ZCARD", k)
+    return n
+
+
+def pct(xs: list[float], p: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, math.ceil(p / 100 * len(xs)) - 1))]
+
+
+# ------------------------------------------------------------ the run
+
+
+def run(ns: argparse.Namespace) -> int:
+    duration = ns.duration or (120.0 if ns.quick else 600.0)
+    gap = (30.0, 35.0) if ns.quick else (30.0, 60.0)
+    drain_limit = 60.0 if ns.quick else 180.0
+    rng = random.Random(ns.seed)
+    out = Path(ns.out) if ns.out else Path(tempfile.mkdtemp(prefix="headway-soak-"))
+    out.mkdir(parents=True, exist_ok=True)
+    ledger_dir = out / "ledger"
+    ledger_dir.mkdir(exist_ok=True)
+    sends_log = out / "sends.log"
+    print(f"soak: {duration:.0f} s at {ns.rate_lo:.0f}-{ns.rate_hi:.0f} msg/s, faults every "
+          f"{gap[0]:.0f}-{gap[1]:.0f} s; files in {out}", flush=True)  # fmt: skip
+
+    server = Redis(out)
+    server.start()
+    env = {
+        **os.environ, "SOAK_URL": server.url, "SOAK_PREFIX": PREFIX,
+        "SOAK_LEASE": str(LEASE), "SOAK_LEDGER": str(ledger_dir), "PYTHONUNBUFFERED": "1",
+    }  # fmt: skip
+    slots = [Slot(n, out, env) for n in (1, 2)]
+    faults: list[dict[str, Any]] = []
+    crashes: list[str] = []
+    producer: subprocess.Popen[bytes] | None = None
+    try:
+        for s in slots:
+            s.start()
+        run_id = f"r{int(time.time())}"
+        plog = out / "producer.log"
+        with open(plog, "wb") as f:
+            producer = subprocess.Popen(
+                [sys.executable, __file__, "produce", "--url", server.url, "--log", str(sends_log),
+                 "--duration", str(duration), "--rate-lo", str(ns.rate_lo), "--rate-hi", str(ns.rate_hi),
+                 "--run", run_id, "--seed", str(ns.seed)],
+                env=env, stdout=f, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        t0 = time.time()
+        for s in slots:
+            s.sample()
+        rotation = ["kill9", "redis", "pause"]
+        outages = 0
+        next_fault = t0 + rng.uniform(*gap)
+        next_sample = t0 + 5
+
+        def watch() -> None:
+            for s in slots:
+                assert s.proc is not None
+                if s.proc.poll() is not None:
+                    crashes.append(f"worker{s.n} pid {s.pid} exited {s.proc.returncode}")
+                    print(f"soak: !!! worker{s.n} (pid {s.pid}) exited {s.proc.returncode} by itself; restarting", flush=True)
+                    s.start()
+
+        while producer.poll() is None:
+            now = time.time()
+            watch()
+            if now >= next_sample:
+                for s in slots:
+                    s.sample()
+                next_sample = now + 5
+            if now >= next_fault and now < t0 + duration - 5:
+                kind = rotation[len(faults) % len(rotation)]
+                at = now - t0
+                if kind == "kill9":
+                    s = slots[len(faults) // 3 % 2]
+                    victim = s.pid
+                    os.kill(victim, signal.SIGKILL)
+                    assert s.proc is not None
+                    s.proc.wait(10)
+                    s.start()
+                    what = f"kill -9 worker{s.n} (pid {victim}), restarted as pid {s.pid}"
+                elif kind == "redis":
+                    down = OUTAGES[outages % len(OUTAGES)]
+                    outages += 1
+                    server.kill()
+                    time.sleep(down)
+                    server.start()
+                    what = f"kill -9 redis-server, down {down:.0f} s, restarted on the same AOF"
+                else:
+                    s = slots[1 - len(faults) // 3 % 2]
+                    os.kill(s.pid, signal.SIGSTOP)
+                    time.sleep(PAUSE)
+                    os.kill(s.pid, signal.SIGCONT)
+                    what = f"SIGSTOP worker{s.n} (pid {s.pid}) {PAUSE:.0f} s (lease {LEASE:.0f} s), SIGCONT"
+                faults.append({"at": round(at, 1), "kind": kind, "what": what})
+                print(f"soak: t+{at:5.1f} s  {what}", flush=True)
+                next_fault = time.time() + rng.uniform(*gap)
+            time.sleep(0.2)
+        produced = time.time() - t0
+        ptext = plog.read_text()
+        summary_lines = [ln for ln in ptext.splitlines() if ln.startswith("producer-summary ")]
+        if producer.returncode != 0 or not summary_lines:
+            print(ptext[-4000:], file=sys.stderr)
+            raise SystemExit(f"soak: the producer failed (exit {producer.returncode})")
+        psum = json.loads(summary_lines[-1].split(" ", 1)[1])
+
+        # Drain: until every acknowledged send has a final outcome or is a
+        # dead letter, and the queue is empty.
+        sends = read_sends(sends_log)
+        ledger = Ledger(ledger_dir)
+        import headway
+
+        inspect = headway.App(headway.RedisBroker(server.url, prefix=PREFIX, lease=LEASE))
+        drain_start = time.time()
+        deadline = drain_start + drain_limit
+        while True:
+            watch()
+            ledger.refresh()
+            dead, dead_n = dead_ids(server.port, inspect)
+            missing = set(sends) - set(ledger.final) - dead
+            left = in_broker(server.port)
+            if (not missing and left == 0) or time.time() > deadline:
+                break
+            time.sleep(0.5)
+        drained = time.time() - drain_start
+        for s in slots:
+            s.sample()
+        ledger.refresh()
+    finally:
+        if producer is not None and producer.poll() is None:
+            producer.kill()
+        stops = [s.stop() for s in slots]
+        server.kill()
+    if any(code not in (0, None) for code in stops):
+        crashes.append(f"a worker's warm stop exited {stops}")
+    ledger.refresh()  # what ran during the warm stop
+
+    # ---- the numbers
+    enq = set(sends)
+    done = set(ledger.final) & enq
+    succeeded = sum(1 for t in done if ledger.final[t][0] == "ok")
+    failed = len(done) - succeeded
+    finals = [r for r in ledger.rows if r[5] in ("ok", "fail")]
+    retries = sum(1 for r in ledger.rows if r[5] == "retry")
+    dup = len(finals) - len(ledger.final)
+    twice = len(ledger.rows) - len({(r[0], r[1]) for r in ledger.rows})
+    strays = set(ledger.final) - enq  # ran, but their send never answered
+    lost_ids = sorted(enq - done - dead)
+    revoked = expired = 0
+    lost = len(enq) - len(done) - len(dead & (enq - done)) - revoked - expired
+    lat = [ledger.final[t][1] - sends[t][1] for t in done]
+    lat_fast = [ledger.final[t][1] - sends[t][1] for t in done if sends[t][0] == "fast"]
+    kinds = Counter(k for k, _, _ in sends.values())
+    rss = {}
+    for s in slots:
+        first = s.rss[0] if s.rss else None
+        last = s.rss[-1] if s.rss else None
+        rss[f"worker{s.n}"] = {
+            "start_kb": first[1] if first else None, "end_kb": last[1] if last else None,
+            "max_kb": max(k for _, k, _ in s.rss) if s.rss else None,
+            "pids": s.pids, "end_pid_start_kb": next((k for p, k, _ in s.rss if last and p == last[0]), None),
+        }  # fmt: skip
+    report = {
+        "seconds": round(produced, 1), "drain_s": round(drained, 1),
+        "in": len(enq), "out": len(done), "succeeded": succeeded, "failed": failed,
+        "executions": len(ledger.rows), "retried_attempts": retries, "dup": dup,
+        "dup_attempts": twice, "dead": dead_n, "revoked": revoked, "expired": expired,
+        "lost": lost, "left_in_broker": left, "strays": len(strays), "bad_ledger_lines": ledger.bad,
+        "rate": round(len(enq) / produced, 1) if produced else 0,
+        "kinds": dict(kinds),
+        "p50_ms": round(pct(lat, 50) * 1000, 1) if lat else None,
+        "p99_ms": round(pct(lat, 99) * 1000, 1) if lat else None,
+        "fast_p50_ms": round(pct(lat_fast, 50) * 1000, 1) if lat_fast else None,
+        "fast_p99_ms": round(pct(lat_fast, 99) * 1000, 1) if lat_fast else None,
+        "max_ms": round(max(lat) * 1000, 1) if lat else None,
+        "producer": psum, "faults": faults, "crashes": crashes, "rss": rss, "out_dir": str(out),
+    }  # fmt: skip
+
+    print()
+    print(f"soak report ({report['seconds']:.0f} s, drained in {report['drain_s']:.1f} s)")
+    rows = [
+        ("in (acknowledged sends)", report["in"]),
+        ("out (done)", f"{report['out']}  ({succeeded} succeeded, {failed} failed for good)"),
+        ("executions", f"{report['executions']}  ({retries} retried attempts)"),
+        ("dup (ran twice)", f"{dup}  (same attempt twice: {twice})"),
+        ("dead letters", dead_n),
+        ("revoked / expired", f"{revoked} / {expired}"),
+        ("LOST", lost),
+        ("left in the broker", left),
+        ("rate", f"{report['rate']} msg/s (target {ns.rate_lo:.0f}-{ns.rate_hi:.0f})  {dict(kinds)}"),
+        ("latency send->end", f"p50 {report['p50_ms']} ms, p99 {report['p99_ms']} ms, max {report['max_ms']} ms"),
+        ("  fast tasks only", f"p50 {report['fast_p50_ms']} ms, p99 {report['fast_p99_ms']} ms"),
+        ("producer", f"{psum['acked']} acked, {psum['send_failures']} send failures "
+                     f"({psum['ids_retried']} ids retried, {psum['abandoned']} abandoned), "
+                     f"send p99 {psum['send_p99_ms']} ms, slowest {psum['slowest_send_s']} s"),
+        ("sends that raised but ran", len(strays)),
+    ]  # fmt: skip
+    for name, r in rss.items():
+        rows.append((f"RSS {name}", f"{r['start_kb']} kB at start -> {r['end_kb']} kB at end "
+                                    f"(max {r['max_kb']} kB; pids {r['pids']})"))  # fmt: skip
+    for fault in faults:
+        rows.append((f"fault t+{fault['at']:.0f} s", fault["what"]))
+    for c in crashes:
+        rows.append(("CRASH", c))
+    width = max(len(n) for n, _ in rows)
+    for name, value in rows:
+        print(f"  {name:<{width}}  {value}")
+    print(json.dumps(report), flush=True)
+
+    status = 0
+    if lost > 0:
+        print(f"soak FAILED: lost {lost}: {lost_ids[:20]}", file=sys.stderr)
+        status = 1
+    if not enq or not done:
+        print("soak FAILED: nothing flowed", file=sys.stderr)
+        status = 1
+    if crashes:
+        print(f"soak FAILED: workers died by themselves: {crashes}", file=sys.stderr)
+        status = 1
+    if status == 0:
+        print(f"soak OK: lost 0 of {len(enq)}")
+    return status
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="soak", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command")
+    r = sub.add_parser("produce", help="(internal) the producer process")
+    r.add_argument("--url", required=True)
+    r.add_argument("--log", required=True)
+    r.add_argument("--duration", type=float, required=True)
+    r.add_argument("--rate-lo", type=float, default=100.0)
+    r.add_argument("--rate-hi", type=float, default=200.0)
+    r.add_argument("--run", required=True)
+    r.add_argument("--seed", type=int, default=7)
+    r.add_argument("--give-up", type=float, default=60.0, help="seconds past the end to keep retrying a send")
+    p.add_argument("--quick", action="store_true", help="2 minutes, faults every 30-35 s (CI)")
+    p.add_argument("--duration", type=float, default=None, help="seconds of sending (600; --quick 120)")
+    p.add_argument("--rate-lo", type=float, default=100.0, help="msg/s at the wave's low (100)")
+    p.add_argument("--rate-hi", type=float, default=200.0, help="msg/s at the wave's high (200)")
+    p.add_argument("--seed", type=int, default=7, help="the fault timing's and the mix's seed")
+    p.add_argument("--out", default=None, help="where the logs and ledger go (a new temp dir)")
+    ns = p.parse_args()
+    if ns.command == "produce":
+        return produce(ns)
+    return run(ns)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
