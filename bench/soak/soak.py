@@ -1,6 +1,6 @@
 """headway's soak: real processes, real faults, a ledger outside the broker.
 
-    python bench/soak/soak.py [--quick] [--duration S] [--rate R] [--out DIR]
+    python bench/soak/soak.py [--quick] [--duration S] [--rate-lo R] [--rate-hi R] [--out DIR]
 
 (`bash bench/soak/run.sh` finds the Python and runs this.) It starts its own
 redis-server (a free loopback port, ``appendonly yes``, ``appendfsync
@@ -426,6 +426,7 @@ def run(ns: argparse.Namespace) -> int:
     env = {
         **os.environ, "SOAK_URL": server.url, "SOAK_PREFIX": PREFIX,
         "SOAK_LEASE": str(LEASE), "SOAK_LEDGER": str(ledger_dir), "PYTHONUNBUFFERED": "1",
+        "SOAK_ACKS_LATE": "0" if ns.early_ack else "1",
     }  # fmt: skip
     slots = [Slot(n, out, env) for n in (1, 2)]
     faults: list[dict[str, Any]] = []
@@ -490,7 +491,7 @@ def run(ns: argparse.Namespace) -> int:
                     time.sleep(PAUSE)
                     os.kill(s.pid, signal.SIGCONT)
                     what = f"SIGSTOP worker{s.n} (pid {s.pid}) {PAUSE:.0f} s (lease {LEASE:.0f} s), SIGCONT"
-                faults.append({"at": round(at, 1), "kind": kind, "what": what})
+                faults.append({"at": round(at, 1), "end": round(time.time() - t0, 1), "kind": kind, "what": what})
                 print(f"soak: t+{at:5.1f} s  {what}", flush=True)
                 next_fault = time.time() + rng.uniform(*gap)
             time.sleep(0.2)
@@ -511,13 +512,21 @@ def run(ns: argparse.Namespace) -> int:
         inspect = headway.App(headway.RedisBroker(server.url, prefix=PREFIX, lease=LEASE))
         drain_start = time.time()
         deadline = drain_start + drain_limit
+        seen, moved = -1, time.time()
         while True:
             watch()
             ledger.refresh()
             dead, dead_n = dead_ids(server.port, inspect)
             missing = set(sends) - set(ledger.final) - dead
             left = in_broker(server.port)
-            if (not missing and left == 0) or time.time() > deadline:
+            if len(ledger.rows) != seen or left:
+                seen, moved = len(ledger.rows), time.time()
+            if not missing and left == 0:
+                break
+            # Nothing left in the broker and nothing ran for three leases:
+            # whatever is missing is not coming (a lease brings back a dead
+            # worker's claims, the next recover hands them out).
+            if time.time() > deadline or time.time() - moved > 3 * LEASE:
                 break
             time.sleep(0.5)
         drained = time.time() - drain_start
@@ -548,6 +557,15 @@ def run(ns: argparse.Namespace) -> int:
     lost = len(enq) - len(done) - len(dead & (enq - done)) - revoked - expired
     lat = [ledger.final[t][1] - sends[t][1] for t in done]
     lat_fast = [ledger.final[t][1] - sends[t][1] for t in done if sends[t][0] == "fast"]
+    # Steady state: fast runs sent and ended clear of every fault (from the
+    # fault's start to two leases after its end, when recovery is done).
+    spans = [(t0 + f["at"] - 1, t0 + f["end"] + 2 * LEASE) for f in faults]
+    lat_steady = [
+        ledger.final[t][1] - sends[t][1]
+        for t in done
+        if sends[t][0] == "fast"
+        and not any(a < ledger.final[t][1] and sends[t][1] < b for a, b in spans)
+    ]
     kinds = Counter(k for k, _, _ in sends.values())
     rss = {}
     for s in slots:
@@ -558,6 +576,18 @@ def run(ns: argparse.Namespace) -> int:
             "max_kb": max(k for _, k, _ in s.rss) if s.rss else None,
             "pids": s.pids, "end_pid_start_kb": next((k for p, k, _ in s.rss if last and p == last[0]), None),
         }  # fmt: skip
+    # The longest-lived worker process: RSS at its first and last sample.
+    lives: dict[int, list[tuple[int, float]]] = {}
+    for s in slots:
+        for pid, kb, at in s.rss:
+            lives.setdefault(pid, []).append((kb, at))
+    longest = max(lives.items(), key=lambda kv: kv[1][-1][1] - kv[1][0][1], default=None)
+    if longest is not None:
+        pid, samples = longest
+        rss["longest_lived"] = {
+            "pid": pid, "seconds": round(samples[-1][1] - samples[0][1]),
+            "start_kb": samples[0][0], "end_kb": samples[-1][0], "max_kb": max(k for k, _ in samples),
+        }  # fmt: skip
     report = {
         "seconds": round(produced, 1), "drain_s": round(drained, 1),
         "in": len(enq), "out": len(done), "succeeded": succeeded, "failed": failed,
@@ -567,6 +597,9 @@ def run(ns: argparse.Namespace) -> int:
         "rate": round(len(enq) / produced, 1) if produced else 0,
         "kinds": dict(kinds),
         "p50_ms": round(pct(lat, 50) * 1000, 1) if lat else None,
+        "steady_p50_ms": round(pct(lat_steady, 50) * 1000, 1) if lat_steady else None,
+        "steady_p99_ms": round(pct(lat_steady, 99) * 1000, 1) if lat_steady else None,
+        "steady_n": len(lat_steady),
         "p99_ms": round(pct(lat, 99) * 1000, 1) if lat else None,
         "fast_p50_ms": round(pct(lat_fast, 50) * 1000, 1) if lat_fast else None,
         "fast_p99_ms": round(pct(lat_fast, 99) * 1000, 1) if lat_fast else None,
@@ -588,12 +621,18 @@ def run(ns: argparse.Namespace) -> int:
         ("rate", f"{report['rate']} msg/s (target {ns.rate_lo:.0f}-{ns.rate_hi:.0f})  {dict(kinds)}"),
         ("latency send->end", f"p50 {report['p50_ms']} ms, p99 {report['p99_ms']} ms, max {report['max_ms']} ms"),
         ("  fast tasks only", f"p50 {report['fast_p50_ms']} ms, p99 {report['fast_p99_ms']} ms"),
+        ("  fast, clear of faults", f"p50 {report['steady_p50_ms']} ms, p99 {report['steady_p99_ms']} ms "
+                                    f"({len(lat_steady)} runs)"),
         ("producer", f"{psum['acked']} acked, {psum['send_failures']} send failures "
                      f"({psum['ids_retried']} ids retried, {psum['abandoned']} abandoned), "
                      f"send p99 {psum['send_p99_ms']} ms, slowest {psum['slowest_send_s']} s"),
         ("sends that raised but ran", len(strays)),
     ]  # fmt: skip
     for name, r in rss.items():
+        if name == "longest_lived":
+            rows.append(("RSS longest-lived worker", f"pid {r['pid']}: {r['start_kb']} kB -> {r['end_kb']} kB "
+                                                     f"over {r['seconds']} s (max {r['max_kb']} kB)"))  # fmt: skip
+            continue
         rows.append((f"RSS {name}", f"{r['start_kb']} kB at start -> {r['end_kb']} kB at end "
                                     f"(max {r['max_kb']} kB; pids {r['pids']})"))  # fmt: skip
     for fault in faults:
@@ -638,6 +677,10 @@ def main() -> int:
     p.add_argument("--rate-hi", type=float, default=200.0, help="msg/s at the wave's high (200)")
     p.add_argument("--seed", type=int, default=7, help="the fault timing's and the mix's seed")
     p.add_argument("--out", default=None, help="where the logs and ledger go (a new temp dir)")
+    p.add_argument(
+        "--early-ack", action="store_true",
+        help="a check of the soak itself: tasks acked on receipt, so a kill -9 loses runs and it must fail",
+    )  # fmt: skip
     ns = p.parse_args()
     if ns.command == "produce":
         return produce(ns)

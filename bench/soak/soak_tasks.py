@@ -27,6 +27,9 @@ URL = os.environ["SOAK_URL"]
 PREFIX = os.environ.get("SOAK_PREFIX", "soak:")
 LEASE = float(os.environ.get("SOAK_LEASE", "4"))
 LEDGER = os.environ["SOAK_LEDGER"]
+# `soak.py --early-ack` (a check of the soak itself): acked on receipt, a
+# kill -9 loses what the worker held, and the soak must say so.
+ACKS_LATE = os.environ.get("SOAK_ACKS_LATE", "1") != "0"
 
 app = headway.App(headway.RedisBroker(URL, prefix=PREFIX, lease=LEASE))
 
@@ -53,7 +56,7 @@ class SoakFailure(Exception):
     """What a flaky or doomed attempt raises."""
 
 
-@app.task(name="soak.job", acks_late=True, retries=2, backoff=headway.Fixed(0.5))
+@app.task(name="soak.job", acks_late=ACKS_LATE, retries=2, backoff=headway.Fixed(0.5))
 def job(kind: str) -> str:
     ctx = headway.current()
     start = time.time()
