@@ -910,9 +910,6 @@ function nothing() {
   return undefined;
 }
 
-/** How many dead letters `deadLetters()` answers when not told: 100. */
-const DEAD_LIST = 100;
-
 /** A count argument: a number, whole, 0 or more. */
 function count(name, v) {
   num(name, v);
@@ -1414,7 +1411,8 @@ class App {
       const q = str('queue', queue);
       const o = opts('options', options);
       only('deadLetters', o, ['limit']);
-      const limit = o.limit === undefined ? DEAD_LIST : count('limit', o.limit);
+      // Omitted: the core's DEAD_LISTED (100).
+      const limit = o.limit === undefined ? undefined : count('limit', o.limit);
       return answer(this[APP].deadLetters(q, limit), decodeDead, decodeDead);
     } catch (e) {
       return Promise.reject(e);

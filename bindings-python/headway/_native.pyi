@@ -56,6 +56,7 @@ __all__ = [
     "RedisBroker",
     "Shed",
     "Stale",
+    "TAKE_TIMEOUT",
     "VirtualClock",
     "Wait",
     "Ward",

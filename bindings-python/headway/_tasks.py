@@ -780,8 +780,9 @@ class App:
 
     # -- dead letters --------------------------------------------------
 
-    def dead_letters(self, queue: str = "default", limit: int = 100) -> list[DeadLetter]:
-        """The dead letters of ``queue``, newest first, at most ``limit``:
+    def dead_letters(self, queue: str = "default", limit: int | None = None) -> list[DeadLetter]:
+        """The dead letters of ``queue``, newest first, at most ``limit``
+        (``None``: the core's 100):
         what a worker set aside rather than ran — bytes that are not a
         message headway runs, or a message that lost three workers — each
         with why, when and its bytes. An unknown queue has none; a limit

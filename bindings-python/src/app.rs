@@ -1021,7 +1021,7 @@ impl PyApp {
         limit: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<PyDeadLetter>> {
         guard(|| {
-            let limit = limit_arg(limit, DEAD_LIST)?;
+            let limit = limit_arg(limit, headway_core::task::dead::DEAD_LISTED)?;
             let Some(insp) = self.app.inspector().cloned() else {
                 return Ok(Vec::new());
             };
@@ -1091,9 +1091,6 @@ impl PyApp {
         visit.call(&self.host)
     }
 }
-
-/// How many dead letters `dead_letters` answers when not told: 100.
-const DEAD_LIST: usize = 100;
 
 /// JSON for a value in a test helper: round-trips `obj` through the same
 /// conversion task arguments take (raises like a send would).

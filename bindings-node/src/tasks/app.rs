@@ -344,8 +344,8 @@ impl NativeApp {
     /// The dead letters of `queue`, newest first, at most `limit`: JSON
     /// text (see `dead::letters_json`).
     #[napi(js_name = "deadLetters", catch_unwind)]
-    pub fn dead_letters(&self, queue: String, limit: f64) -> napi::Result<Answer> {
-        let limit = match count(Some(limit), 0) {
+    pub fn dead_letters(&self, queue: String, limit: Option<f64>) -> napi::Result<Answer> {
+        let limit = match count(limit, headway_core::task::dead::DEAD_LISTED) {
             Ok(n) => n,
             Err(e) => return refused(e),
         };

@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 
 use super::Inner;
 use crate::task::spec::{EVENT_TEXT_MAX, RunEvent, truncate};
-use crate::task::{DeadLetter, QueueInfo, Refused, State};
+use crate::task::{DeadLetter, Outcome, QueueInfo, Refused, State};
 
 /// How many run events a report reads: the memory broker's whole ring
 /// (`EVENTS_KEPT`), so filters see everything a worker kept.
@@ -196,9 +196,15 @@ pub(crate) async fn runs(inner: &Inner, f: &Filter) -> Result<Value, Refused> {
         .cloned()
         .collect();
     for s in sent {
-        let state = match inner.app.backend() {
-            Some(b) => b.fetch(&s.id).await?.map_or(State::Pending, |o| o.state),
-            None => State::Pending,
+        // The result store can be ahead of the event log (a worker stores,
+        // then records): a stored outcome brings its own detail, so a row
+        // never says SUCCESS without the value.
+        let (state, detail) = match inner.app.backend() {
+            Some(b) => b
+                .fetch(&s.id)
+                .await?
+                .map_or((State::Pending, None), |o| (o.state, outcome_detail(&o))),
+            None => (State::Pending, None),
         };
         rows.push((
             s.at,
@@ -212,7 +218,7 @@ pub(crate) async fn runs(inner: &Inner, f: &Filter) -> Result<Value, Refused> {
                 "retries": 0,
                 "runtime": null,
                 "args": s.args,
-                "detail": null,
+                "detail": detail,
                 "queue": s.queue,
             }),
         ));
@@ -272,6 +278,20 @@ async fn mark_revoked<'a>(
         }
     }
     Ok(())
+}
+
+/// What a worker's event would say of a stored outcome: the value as JSON
+/// for a success, the error (and its traceback) otherwise.
+fn outcome_detail(o: &Outcome) -> Option<String> {
+    let text = match (&o.result, &o.error) {
+        (Some(v), _) if o.state == State::Success => serde_json::to_string(v).ok()?,
+        (_, Some(f)) => match &f.traceback {
+            Some(tb) => format!("{f}\n{tb}"),
+            None => f.to_string(),
+        },
+        _ => return None,
+    };
+    Some(truncate(text, EVENT_TEXT_MAX))
 }
 
 /// The detail of a run revoked before any worker recorded it.

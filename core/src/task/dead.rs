@@ -34,6 +34,12 @@ pub const MAX_DELIVERIES: u32 = 3;
 /// to see a pattern, bounded so a flood of junk cannot fill the broker.
 pub const DEAD_KEPT: usize = 10_000;
 
+/// How many dead letters a listing answers when not told how many: 100, the
+/// newest — a screenful to see why messages are failing; the count says how
+/// many more there are. Python's `dead_letters`, Node's `deadLetters` and
+/// the admin all take it from here.
+pub const DEAD_LISTED: usize = 100;
+
 /// One message set aside rather than run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadLetter {

@@ -31,7 +31,9 @@ pub use body::{Body, Context, SharedBody, body};
 pub use canvas::Canvas;
 pub use clock::{BoxFuture, Clock, SystemClock, VirtualClock};
 pub use connect::open;
-pub use dead::{DEAD_KEPT, DeadLetter, MAX_DELIVERIES, MAX_MESSAGE_BYTES, Undecodable};
+pub use dead::{
+    DEAD_KEPT, DEAD_LISTED, DeadLetter, MAX_DELIVERIES, MAX_MESSAGE_BYTES, Undecodable,
+};
 pub use handle::Handle;
 pub use host::{Call, HostQueue};
 pub use message::{Carried, Chord, Join, Message, Options, Sig, new_id};
