@@ -39,12 +39,21 @@ app.conf.update(
 _r = redis.Redis.from_url(URL)
 
 
+def _plain(a):
+    """A JSON value as itself; anything else (a datetime, say) as its repr."""
+    try:
+        json.dumps(a)
+        return a
+    except TypeError:
+        return repr(a)
+
+
 def note(task, args):
     req = task.request
     _r.rpush("ledger", json.dumps({
         "task": task.name, "id": req.id, "side": "celery",
         "worker": os.environ.get("HEADWAY_LINKS_WORKER", "celery"),
-        "args": [a if isinstance(a, (int, float, str, type(None))) else repr(a) for a in args],
+        "args": [_plain(a) for a in args],
         "at": time.time(), "parent_id": req.parent_id, "root_id": req.root_id,
     }))
 

@@ -326,7 +326,10 @@ def _reservation(w, victim, heir, send):
     # live Celery worker's timer may restore it onto `slow` itself then).
     wait_for(lambda: (w.oldest_claim_age() or 0) > VT + 0.3 or not w.held(tid),
              "the dead claim to pass the visibility timeout")
+    still = w.held(tid)
     proc = heir()
+    print(f"    the dead claim was {'still in unacked: the heir restored it' if still else 'restored by a live Celery worker timer'}"
+          f" ({proc.name} started)")
     return tid, proc, t0
 
 
@@ -577,4 +580,9 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Celery's result consumer would reconnect to the stopped redis-server
+    # from its finalisers; there is nothing left to clean up.
+    os._exit(code)
