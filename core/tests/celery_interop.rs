@@ -859,9 +859,19 @@ async fn links_sent_as_celery_sends_them() {
     // One link of a success alone is not grouped; a bad signature is skipped.
     let mut one = hw("one-1", "hw.add", vec![json!(1), json!(1)]);
     one.carried_mut().callbacks = vec![raw_sig("tasks.add", json!([0]), "one", false)];
+    // A chain whose second link (a Celery signature) has a link_error of
+    // its own: it travels with the link a headway worker sends on.
+    let mut chained = hw("ch-1", "hw.add", vec![json!(1), json!(2)]);
+    let mut next = Sig::new("hw.boom", vec![]);
+    next.id = Some("ch-2".into());
+    next.extra.insert(
+        "link_error".into(),
+        json!([raw_sig("tasks.echo", json!([]), "chain", false)]),
+    );
+    chained.chain = vec![next];
     let mut revoked = hw("rev-1", "hw.boom", vec![json!("never")]);
     revoked.carried_mut().errbacks = vec![raw_sig("tasks.echo", json!([]), "rev", false)];
-    headway_core::task::Broker::publish(&*b, vec![ok, bad, one, revoked])
+    headway_core::task::Broker::publish(&*b, vec![ok, bad, one, chained, revoked])
         .await
         .unwrap();
     headway_core::task::Broker::revoke(&*b, vec!["rev-1".into()], now_ms() + 3_600_000)
@@ -869,7 +879,7 @@ async fn links_sent_as_celery_sends_them() {
         .unwrap();
     let (wk, h) = run_worker(&app, &["hw"]);
     let until = Instant::now() + Duration::from_secs(20);
-    while ["cb", "eb", "one"]
+    while ["cb", "eb", "one", "chain"]
         .iter()
         .map(|q| {
             server
@@ -879,7 +889,7 @@ async fn links_sent_as_celery_sends_them() {
                 .unwrap_or(0)
         })
         .sum::<usize>()
-        < 5
+        < 6
         && Instant::now() < until
     {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -935,6 +945,12 @@ async fn links_sent_as_celery_sends_them() {
         "0",
         "a revoke sends no errback"
     );
+
+    let chain = queued(&server, &b, "chain");
+    assert_eq!(chain.len(), 1, "the chain link's errback: {chain:?}");
+    assert_eq!(chain[0].args, vec![json!("ch-2")]);
+    assert_eq!(chain[0].parent_id.as_deref(), Some("ch-2"));
+    assert_eq!(chain[0].root_id.as_deref(), Some("ch-1"));
 }
 
 /// Celery sends `link` / `link_error` with a task a headway worker runs; a

@@ -688,6 +688,8 @@ async fn follow(app: &App, m: &Message, value: Value) -> Result<(), Refused> {
         if !next.immutable {
             n.args.insert(0, value);
         }
+        // A Celery chain link's own `link`/`link_error` travel with it.
+        crate::broker::celery::codec::carry_links(&next.extra, &mut n);
         n.chain = rest.to_vec();
         n.chord = m.chord.clone();
         n.root_id = Some(m.root_id.clone().unwrap_or_else(|| m.id.clone()));

@@ -499,6 +499,13 @@ impl Sender {
             ..Options::default()
         };
         self.options(&o, &mut opts);
+        if let Some(c) = &m.carried {
+            for (k, v) in [("link", &c.callbacks), ("link_error", &c.errbacks)] {
+                if !v.is_empty() {
+                    opts.push((k.into(), J::V(Value::Array(v.clone()))));
+                }
+            }
+        }
         J::O(vec![
             ("task", J::V(json!(m.task))),
             ("args", J::V(Value::Array(m.args.clone()))),
@@ -820,6 +827,7 @@ impl Sender {
             parts: Vec::new(),
             immutable: head.immutable,
         });
+        carry_links(&head.extra, &mut m);
         Ok(m)
     }
 }
@@ -876,20 +884,27 @@ pub fn apply_links(
             n.group = Some(g.clone());
             n.group_index = Some(i as u32);
         }
-        let as_list = |k: &str| match head.extra.get(k) {
-            Some(Value::Array(a)) => a.clone(),
-            Some(v @ Value::Object(_)) => vec![v.clone()],
-            _ => Vec::new(),
-        };
-        let (cbs, ebs) = (as_list("link"), as_list("link_error"));
-        if !cbs.is_empty() || !ebs.is_empty() {
-            let c = n.carried_mut();
-            c.callbacks = cbs;
-            c.errbacks = ebs;
-        }
+        carry_links(&head.extra, &mut n);
         out.push(n);
     }
     (out, bad_links)
+}
+
+/// Moves a signature's `link` / `link_error` options (a dict or a list of
+/// them) onto the message it becomes, as Celery's `apply_async(link=…)`
+/// puts them in the message's callbacks and errbacks.
+pub fn carry_links(extra: &Map<String, Value>, m: &mut Message) {
+    let as_list = |k: &str| match extra.get(k) {
+        Some(Value::Array(a)) => a.clone(),
+        Some(v @ Value::Object(_)) => vec![v.clone()],
+        _ => Vec::new(),
+    };
+    let (cbs, ebs) = (as_list("link"), as_list("link_error"));
+    if !cbs.is_empty() || !ebs.is_empty() {
+        let c = m.carried_mut();
+        c.callbacks = cbs;
+        c.errbacks = ebs;
+    }
 }
 
 impl Sender {
