@@ -70,6 +70,7 @@ def main() -> None:
     ap.add_argument("rtt", type=int)
     ap.add_argument("--layout", choices=["headway", "celery"], default="headway")
     a = ap.parse_args()
+    n: int = a.n
     deadline = time.monotonic() + float(os.environ.get("HEADWAY_BENCH_TIMEOUT", "600"))
     celery = a.layout == "celery"
     # headway's "default" is Celery's "celery" list on Celery's layout.
@@ -88,15 +89,15 @@ def main() -> None:
     def enqueue(noop: Any) -> float:
         delay = noop.delay
         t0 = time.perf_counter()
-        for i in range(a.n):
+        for i in range(n):
             delay(i)
-        return a.n / (time.perf_counter() - t0)
+        return n / (time.perf_counter() - t0)
 
     def bulk(noop: Any) -> float:
         t0 = time.perf_counter()
-        for s in range(0, a.n, BATCH):
-            headway.group([noop.s(i) for i in range(s, min(a.n, s + BATCH))]).send()
-        return a.n / (time.perf_counter() - t0)
+        for s in range(0, n, BATCH):
+            headway.group([noop.s(i) for i in range(s, min(n, s + BATCH))]).send()
+        return n / (time.perf_counter() - t0)
 
     out: dict[str, Any] = {}
     app, noop = make()
