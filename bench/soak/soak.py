@@ -656,6 +656,10 @@ def run(ns: argparse.Namespace) -> int:
         status = 1
     if status == 0:
         print(f"soak OK: lost 0 of {len(enq)}")
+        if not ns.out:  # a temp dir of our own: kept only when something failed
+            shutil.rmtree(out, ignore_errors=True)
+    else:
+        print(f"soak: logs, ledger and AOF kept in {out}", file=sys.stderr)
     return status
 
 
@@ -676,7 +680,10 @@ def main() -> int:
     p.add_argument("--rate-lo", type=float, default=100.0, help="msg/s at the wave's low (100)")
     p.add_argument("--rate-hi", type=float, default=200.0, help="msg/s at the wave's high (200)")
     p.add_argument("--seed", type=int, default=7, help="the fault timing's and the mix's seed")
-    p.add_argument("--out", default=None, help="where the logs and ledger go (a new temp dir)")
+    p.add_argument(
+        "--out", default=None,
+        help="where the logs, ledger and AOF go (default: a temp dir, removed if the soak passed)",
+    )  # fmt: skip
     p.add_argument(
         "--early-ack", action="store_true",
         help="a check of the soak itself: tasks acked on receipt, so a kill -9 loses runs and it must fail",
