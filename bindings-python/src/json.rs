@@ -3,17 +3,112 @@
 //!
 //! Accepted: `dict` (str keys), `list`, `tuple` (sent as a list), `str`,
 //! `int` (64-bit signed or unsigned), `float` (finite), `bool`, `None`, and
-//! their subclasses (an `IntEnum` is an int, a `str` enum a string).
+//! their subclasses (an `IntEnum` is an int, a `str` enum a string); and the
+//! values kombu's JSON types — `datetime`, `date`, `time`, `uuid.UUID`,
+//! `Decimal`, `bytes`/`bytearray` — sent as kombu writes them (the core's
+//! [`Typed`]: `{"__type__": ..., "__value__": ...}`) and read back as the
+//! same Python types, on every broker, so a Celery worker sees a datetime
+//! where a headway producer sent one, and the other way round.
 //! Anything else is a `TypeError` naming where it was found — `add: args[1]
 //! is a set` — raised at send time, never a silent drop or a `str()` of it:
 //! a message that changed shape on the way is worse than one refused.
 
+use headway_core::broker::celery::Typed;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType,
+};
 use serde_json::{Map, Number, Value};
 
 use crate::type_name;
+
+/// The classes kombu's typed values map to, imported once.
+struct Kinds {
+    datetime: Py<PyType>,
+    date: Py<PyType>,
+    time: Py<PyType>,
+    uuid: Py<PyType>,
+    decimal: Py<PyType>,
+}
+
+static KINDS: PyOnceLock<Kinds> = PyOnceLock::new();
+
+fn kinds(py: Python<'_>) -> PyResult<&Kinds> {
+    KINDS.get_or_try_init(py, || {
+        let dt = py.import("datetime")?;
+        let get = |m: &Bound<'_, PyModule>, n: &str| -> PyResult<Py<PyType>> {
+            Ok(m.getattr(n)?.cast_into::<PyType>()?.unbind())
+        };
+        Ok(Kinds {
+            datetime: get(&dt, "datetime")?,
+            date: get(&dt, "date")?,
+            time: get(&dt, "time")?,
+            uuid: get(&py.import("uuid")?, "UUID")?,
+            decimal: get(&py.import("decimal")?, "Decimal")?,
+        })
+    })
+}
+
+/// A value of one of kombu's types as its typed wire object; `None` when
+/// `obj` is none of them.
+fn typed_out(obj: &Bound<'_, PyAny>) -> PyResult<Option<Value>> {
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(Some(Typed::Bytes(b.as_bytes().to_vec()).to_value()));
+    }
+    if let Ok(b) = obj.cast::<PyByteArray>() {
+        return Ok(Some(Typed::Bytes(b.to_vec()).to_value()));
+    }
+    let k = kinds(obj.py())?;
+    let iso = || -> PyResult<String> { obj.call_method0("isoformat")?.extract() };
+    // datetime before date: a datetime is a date.
+    let t = if obj.is_instance(k.datetime.bind(obj.py()))? {
+        Typed::DateTime(iso()?)
+    } else if obj.is_instance(k.date.bind(obj.py()))? {
+        Typed::Date(iso()?)
+    } else if obj.is_instance(k.time.bind(obj.py()))? {
+        Typed::Time(iso()?)
+    } else if obj.is_instance(k.uuid.bind(obj.py()))? {
+        Typed::Uuid(obj.getattr("hex")?.extract()?)
+    } else if obj.is_instance(k.decimal.bind(obj.py()))? {
+        Typed::Decimal(obj.str()?.to_str()?.to_owned())
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(t.to_value()))
+}
+
+/// A typed wire object as its Python value; `None` when `o` is not one (or
+/// is one kombu would refuse: it then stays a dict).
+fn typed_in<'py>(py: Python<'py>, v: &Value) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let Ok(Some(t)) = Typed::from_value(v) else {
+        return Ok(None);
+    };
+    let k = kinds(py)?;
+    // A text Python's parsers refuse (the core's are more lenient) leaves
+    // the object a dict rather than failing the read of a whole result.
+    let made: PyResult<Bound<'py, PyAny>> = (|| {
+        Ok(match t {
+            Typed::DateTime(s) => k.datetime.bind(py).call_method1("fromisoformat", (s,))?,
+            // kombu reads a date through datetime.fromisoformat(...).date().
+            Typed::Date(s) => k
+                .datetime
+                .bind(py)
+                .call_method1("fromisoformat", (s,))?
+                .call_method0("date")?,
+            Typed::Time(s) => k.time.bind(py).call_method1("fromisoformat", (s,))?,
+            Typed::Uuid(hex) => {
+                let kw = PyDict::new(py);
+                kw.set_item("hex", hex)?;
+                k.uuid.bind(py).call((), Some(&kw))?
+            }
+            Typed::Decimal(s) => k.decimal.bind(py).call1((s,))?,
+            Typed::Bytes(b) => PyBytes::new(py, &b).into_any(),
+        })
+    })();
+    Ok(made.ok())
+}
 
 /// Where a value sits, for error messages (`args[1]["k"][0]`).
 pub(crate) enum Path<'a> {
@@ -56,7 +151,7 @@ fn refuse(owner: &str, path: &Path<'_>, obj: &Bound<'_, PyAny>) -> PyErr {
         "a"
     };
     PyTypeError::new_err(format!(
-        "{owner}: {} is {article} {t}, which JSON cannot carry (use dict, list, tuple, str, int, float, bool or None)",
+        "{owner}: {} is {article} {t}, which JSON cannot carry (use dict, list, tuple, str, int, float, bool, None, or kombu's datetime, date, time, UUID, Decimal, bytes)",
         path.text(),
     ))
 }
@@ -106,6 +201,9 @@ pub(crate) fn to_json(owner: &str, path: &Path<'_>, obj: &Bound<'_, PyAny>) -> P
     }
     if let Ok(d) = obj.cast::<PyDict>() {
         return Ok(Value::Object(object(owner, path, d)?));
+    }
+    if let Some(v) = typed_out(obj)? {
+        return Ok(v);
     }
     Err(refuse(owner, path, obj))
 }
@@ -205,7 +303,16 @@ pub(crate) fn to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAn
                 .collect::<PyResult<Vec<_>>>()?;
             PyList::new(py, items)?.into_any()
         }
-        Value::Object(o) => dict(py, o)?.into_any(),
+        Value::Object(o) => {
+            // Only a two-key object can be a typed value: one length check
+            // keeps every other dict on the fast path.
+            if o.len() == 2
+                && let Some(t) = typed_in(py, v)?
+            {
+                return Ok(t);
+            }
+            dict(py, o)?.into_any()
+        }
     })
 }
 
