@@ -132,11 +132,21 @@ function instant(name, v) {
 
 // What a task's arguments and results travel as. Accepted: null, booleans,
 // finite numbers, strings, arrays and plain objects (prototype
-// Object.prototype or null) of those. Anything else — undefined, a function,
-// a symbol, a BigInt, a Date, a Map, an instance of a class — is refused
-// naming where it was found (`add: args[1] is a Date`), at send, never
-// silently dropped or stringified: a message that changed shape on the way
-// is worse than one refused (Python refuses its datetime the same way).
+// Object.prototype or null) of those, and two of kombu's typed values: a
+// Date (a `datetime`) and a Uint8Array or Buffer (`bytes`). Anything else —
+// undefined, a function, a symbol, a BigInt, a Map, an instance of a class,
+// an invalid Date — is refused naming where it was found (`add: args[1] is a
+// Map`), at send, never silently dropped or stringified: a message that
+// changed shape on the way is worse than one refused.
+//
+// A Date or bytes crosses to the native side as a one-key marker object
+// whose key starts with NUL — `{"\u0000date": ms}`, `{"\u0000bytes": hex}` —
+// and the native side (src/tasks/typed.rs) makes the core's typed value of
+// it, so the ISO text and the bytes/base64 choice are the core's. Coming
+// back, the native side turns typed values into the same markers (and a
+// uuid, decimal, date or time into its string), which `parse` revives.
+// `flaw` notes whether it met a Date or bytes, so a value without any is
+// stringified and parsed exactly as before (the hot path).
 
 const IDENT = /^[A-Za-z_$][\w$]*$/;
 // serde_json's recursion limit is 128; a request wraps values in two levels.
@@ -162,6 +172,39 @@ function describe(v) {
   }
 }
 
+// Set by `flaw` when it meets a Date or bytes (read and cleared by `encode`).
+let typedSeen = false;
+
+const DATE = '\u0000date';
+const BYTES = '\u0000bytes';
+
+/** JSON.stringify's replacer when Dates or bytes are in: `this[key]`, as `toJSON` has already run on `v`. */
+function typedOut(key, v) {
+  const x = this[key];
+  if (x instanceof Date) return { [DATE]: x.getTime() };
+  if (x instanceof Uint8Array) return { [BYTES]: Buffer.from(x.buffer, x.byteOffset, x.byteLength).toString('hex') };
+  return v;
+}
+
+/** JSON.parse's reviver for the native side's markers. */
+function typedIn(key, v) {
+  if (typeof v === 'object' && v !== null) {
+    const d = v[DATE];
+    if (d !== undefined) {
+      if (typeof d === 'number' && Object.keys(v).length === 1) return new Date(d);
+    } else {
+      const b = v[BYTES];
+      if (typeof b === 'string' && Object.keys(v).length === 1) return Buffer.from(b, 'hex');
+    }
+  }
+  return v;
+}
+
+/** JSON text from the native side: a reviver only when a marker may be in it. */
+function parse(text) {
+  return text.includes('\\u0000') ? JSON.parse(text, typedIn) : JSON.parse(text);
+}
+
 /** null when `v` can travel as JSON; else where and why not. */
 function flaw(v, depth) {
   switch (typeof v) {
@@ -184,7 +227,18 @@ function flaw(v, depth) {
         return null;
       }
       const proto = Object.getPrototypeOf(v);
-      if (proto !== Object.prototype && proto !== null) return { keys: [], v };
+      if (proto !== Object.prototype && proto !== null) {
+        if (v instanceof Date) {
+          if (Number.isNaN(v.getTime())) return { keys: [], v, invalid: true };
+          typedSeen = true;
+          return null;
+        }
+        if (v instanceof Uint8Array) {
+          typedSeen = true;
+          return null;
+        }
+        return { keys: [], v };
+      }
       for (const k of Object.keys(v)) {
         const f = flaw(v[k], depth + 1);
         if (f !== null) {
@@ -222,11 +276,14 @@ function jsonError(owner, root, f) {
     err.code = 'ERR_OUT_OF_RANGE';
     return err;
   }
-  let hint = '';
-  if (f.v instanceof Date) hint = '; send date.toISOString() or date.getTime()';
+  if (f.invalid) {
+    const err = new RangeError(`${where} is an invalid Date (its time is NaN)`);
+    err.code = 'ERR_INVALID_ARG_VALUE';
+    return err;
+  }
   const err = new TypeError(
     `${where} is ${describe(f.v)}, which JSON cannot carry ` +
-      `(use plain objects, arrays, strings, finite numbers, booleans or null${hint})`,
+      `(use plain objects, arrays, strings, finite numbers, booleans, null, Dates or Uint8Arrays)`,
   );
   err.code = 'ERR_INVALID_ARG_TYPE';
   return err;
@@ -234,9 +291,12 @@ function jsonError(owner, root, f) {
 
 /** `v` as JSON text, or the TypeError/RangeError naming what cannot travel. */
 function encode(owner, root, v) {
+  typedSeen = false;
   const f = flaw(v, 1);
   if (f !== null) throw jsonError(owner, root, f);
-  return JSON.stringify(v);
+  if (!typedSeen) return JSON.stringify(v);
+  typedSeen = false;
+  return JSON.stringify(v, typedOut);
 }
 
 function encodeArgs(owner, args) {
@@ -304,7 +364,7 @@ function answer(r, now, decodeLater) {
 }
 
 function settle(text) {
-  for (const [ticket, ok, payload] of JSON.parse(text)) {
+  for (const [ticket, ok, payload] of parse(text)) {
     const w = waiting.get(ticket);
     if (w === undefined) continue;
     waiting.delete(ticket);
@@ -376,7 +436,7 @@ function serve(host) {
     host.ok = '';
     host.failed = '';
     if (text === null) return;
-    run(host, JSON.parse(text));
+    run(host, parse(text));
   }
   flush(host);
   // More may wait: give I/O a turn, then go on (the queue does not ring
@@ -873,7 +933,7 @@ class Handle {
   get(timeout) {
     try {
       const t = timeout === undefined || timeout === null ? null : num('timeout', timeout);
-      return answer(this.#app[APP].get(this.#key, this.#all, t), JSON.parse, identity);
+      return answer(this.#app[APP].get(this.#key, this.#all, t), parse, identity);
     } catch (e) {
       return Promise.reject(e);
     }

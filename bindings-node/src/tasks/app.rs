@@ -24,6 +24,7 @@ use super::codec::{self, OptsIn, SendIn, garbled, parse};
 use super::dead::{Raw, count, letters_json};
 use super::hub::{Answer, bell, drive, quote};
 use super::time::NativeClock;
+use super::typed;
 use super::{Refusal, brokers::NativeSeams, ms};
 
 // ---------------------------------------------------------------- host
@@ -64,12 +65,12 @@ fn encode_calls(calls: &[Call]) -> String {
             u8::from(x.last),
             x.now
         );
-        push_json(&mut out, &c.args);
+        typed::write_js(&mut out, &c.args);
         out.push(b',');
         if x.kwargs.is_empty() {
             out.extend_from_slice(b"null");
         } else {
-            push_json(&mut out, &x.kwargs);
+            typed::write_js(&mut out, &x.kwargs);
         }
         out.push(b',');
         push_json(&mut out, &x.root_id);
@@ -103,8 +104,11 @@ impl NativeHost {
     pub fn finish(&self, ok: String, failed: String) -> napi::Result<()> {
         let mut results: Vec<(u64, Result<Value, Failure>)> = Vec::new();
         if !ok.is_empty() {
-            let v: Vec<(u64, Value)> = serde_json::from_str(&ok)
+            let mut v: Vec<(u64, Value)> = serde_json::from_str(&ok)
                 .map_err(|e| napi::Error::from_reason(garbled("answers", e).message))?;
+            if typed::marked(&ok) {
+                v.iter_mut().for_each(|(_, x)| typed::from_js(x));
+            }
             results.extend(v.into_iter().map(|(s, v)| (s, Ok(v))));
         }
         if !failed.is_empty() {
@@ -154,10 +158,14 @@ impl NativeHost {
 
 /// A send (see `NativeApp::send`), shared with the bare `sender` function.
 pub(crate) fn send_answer(app: &App, req: &str, known: bool) -> napi::Result<Answer> {
-    let SendIn(name, args, kwargs, opts) = match parse::<SendIn>("send", req) {
+    let SendIn(name, mut args, mut kwargs, opts) = match parse::<SendIn>("send", req) {
         Ok(r) => r,
         Err(e) => return refused(e),
     };
+    if typed::marked(req) {
+        args.iter_mut().for_each(typed::from_js);
+        kwargs.iter_mut().for_each(typed::from_js_map);
+    }
     let opts = match codec::options(opts) {
         Ok(o) => o,
         Err(e) => return refused(e),
@@ -213,7 +221,7 @@ fn handle_json(h: &Handle) -> String {
 }
 
 fn json_text(v: Value) -> String {
-    serde_json::to_string(&v).unwrap_or_else(|_| "null".into())
+    typed::text_js(&v)
 }
 
 fn refused(r: Refusal) -> napi::Result<Answer> {
@@ -284,10 +292,13 @@ impl NativeApp {
     /// `{"ids": [...], "all": bool}`.
     #[napi(js_name = "sendCanvas", catch_unwind)]
     pub fn send_canvas(&self, tree: String) -> napi::Result<Answer> {
-        let v: Value = match parse("canvas", &tree) {
+        let mut v: Value = match parse("canvas", &tree) {
             Ok(v) => v,
             Err(e) => return refused(e),
         };
+        if typed::marked(&tree) {
+            typed::from_js(&mut v);
+        }
         let canvas = match codec::canvas(v) {
             Ok(c) => c,
             Err(e) => return refused(e),
@@ -575,7 +586,11 @@ impl NativeBeat {
     #[napi(catch_unwind)]
     pub fn add(&self, entry: String, rhythm: String) -> Option<Refusal> {
         let go = || -> Result<(), Refusal> {
-            let EntryIn(name, task, args, kwargs, opts) = parse("beat entry", &entry)?;
+            let EntryIn(name, task, mut args, mut kwargs, opts) = parse("beat entry", &entry)?;
+            if typed::marked(&entry) {
+                args.iter_mut().for_each(typed::from_js);
+                kwargs.iter_mut().for_each(typed::from_js_map);
+            }
             let r = codec::rhythm(&rhythm)?;
             let sig = Sig::new(task, args)
                 .with_kwargs(kwargs.unwrap_or_default())
