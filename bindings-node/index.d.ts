@@ -459,13 +459,20 @@ export declare class Pooled<T = unknown> {
 // both naming the argument.
 
 /**
- * What a task's arguments and results travel as. A value JSON cannot carry
- * (undefined, a function, a symbol, a BigInt, a Date, a Map, a class
- * instance, NaN) is refused at send naming where it is (`add: args[1] is a
- * Date`), never silently dropped or stringified — as Python refuses its
- * `datetime`. Numbers beyond 2^53 lose precision, as in `JSON.parse`.
+ * What a task's arguments and results travel as: JSON, plus two of kombu's
+ * typed values. A `Date` is sent as a `datetime` (UTC,
+ * `"2026-01-02T03:04:05.123000+00:00"`) and a `Buffer`/`Uint8Array` as
+ * `bytes` (`base64` when not UTF-8). Received (a body's args and kwargs,
+ * `get()`, chain and chord values): a `datetime` is a `Date`, `bytes` and
+ * `base64` a `Buffer`, a `uuid` its hyphenated string, a `decimal` its text,
+ * a `date` or `time` its ISO string; a typed object kombu would refuse stays
+ * a plain object. A value that cannot travel (undefined, a function, a
+ * symbol, a BigInt, a Map, a class instance, NaN, an invalid Date) is
+ * refused at send naming where it is (`add: args[1] is a Map`), never
+ * silently dropped or stringified. Numbers beyond 2^53 lose precision, as in
+ * `JSON.parse`.
  */
-export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+export type Json = null | boolean | number | string | Date | Uint8Array | Json[] | { [key: string]: Json };
 
 /** An instant: a `Date` or epoch milliseconds. */
 export type When = Date | number;

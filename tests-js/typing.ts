@@ -227,9 +227,12 @@ async function tasks(): Promise<void> {
   app.task('bad', () => null, { backoff: 500 });
   // @ts-expect-error: no such option
   await add.send([1, 2], { eta_typo: 1 });
-  // @ts-expect-error: a Json value cannot be a Date
-  const j: Json = new Date();
+  // @ts-expect-error: a Json value cannot be a Map
+  const j: Json = new Map();
   void j;
+  // Dates and bytes travel (kombu's datetime and bytes).
+  const typed: Json = [new Date(), Buffer.from('x'), { at: new Uint8Array(1) }];
+  void typed;
 }
 void tasks;
 
