@@ -61,8 +61,8 @@ use crate::task::dead::{self, DEAD_KEPT, DeadLetter, MAX_DELIVERIES, MAX_MESSAGE
 use crate::task::message::Message;
 use crate::task::policy::seeded;
 use crate::task::spec::{
-    Backend, Broker, ConsumerInfo, Counter, Delivery, Inspector, Joined, QueueInfo, Receipt,
-    RunEvent,
+    Backend, Broker, Claimed, ConsumerInfo, Counter, Delivery, Inspector, Joined, QueueInfo,
+    Receipt, Round, RunEvent,
 };
 use crate::task::state::{Outcome, Refused, State};
 
@@ -1025,13 +1025,15 @@ impl RedisBroker {
         Ok(())
     }
 
-    /// One claim script on `q`: deliveries, and ms until its next eta.
+    /// One claim script on `q`: claims, and ms until its next eta. With
+    /// `check` the script also reads each claim's revoked mark.
     async fn claim(
         &self,
         q: &str,
         max: usize,
         adopt: Option<Vec<u8>>,
-    ) -> Result<(Vec<Delivery>, Option<i64>), Refused> {
+        check: bool,
+    ) -> Result<(Vec<Claimed>, Option<i64>), Refused> {
         let mut c = evalsha(&self.scripts.claim, &self.base(q));
         c.arg(&self.consumer)
             .arg(max)
@@ -1039,6 +1041,9 @@ impl RedisBroker {
             .arg(self.now_arg())
             .arg(adopt.unwrap_or_default())
             .arg(self.max_bytes);
+        if check {
+            c.arg(self.revoked_key(""));
+        }
         let _gate = self.gate.read().await;
         let v = self.one(c, false).await?;
         let Value::Array(parts) = v else {
@@ -1050,6 +1055,10 @@ impl RedisBroker {
         };
         let eta = parts.get(1).and_then(int).unwrap_or(-1);
         let now = parts.get(2).and_then(int).unwrap_or(0);
+        let flags = match parts.get(4) {
+            Some(Value::Array(f)) => f.as_slice(),
+            _ => &[],
+        };
         if let Some(n) = parts.get(3).and_then(int)
             && n > 0
         {
@@ -1061,10 +1070,18 @@ impl RedisBroker {
         }
         let mut out = Vec::with_capacity(els.len());
         let mut dead = Vec::new();
-        for el in els {
+        for (i, el) in els.iter().enumerate() {
             let Some(el) = bytes(el) else { continue };
+            let flag = flags.get(i).and_then(int).unwrap_or(3);
             match self.delivery(q, el) {
-                Ok(d) => out.push(d),
+                Ok(delivery) => out.push(Claimed {
+                    delivery,
+                    revoked: match flag {
+                        0 => Some(false),
+                        1 => Some(true),
+                        _ => None,
+                    },
+                }),
                 Err((why, step, raw)) => {
                     let letter = dead_element(now, step, &why, raw);
                     dead.push((el.to_vec(), letter, why.reason));
@@ -1074,7 +1091,7 @@ impl RedisBroker {
         if !out.is_empty() {
             let mut o = self.outs();
             let set = o.entry(q.to_string()).or_default();
-            set.extend(out.iter().map(|d: &Delivery| d.receipt.token));
+            set.extend(out.iter().map(|c| c.delivery.receipt.token));
         }
         if !dead.is_empty() {
             self.bury(q, dead).await;
@@ -1277,7 +1294,8 @@ impl RedisBroker {
         queues: &[String],
         max: usize,
         wait: Duration,
-    ) -> Result<Vec<Delivery>, Refused> {
+        check: bool,
+    ) -> Result<Vec<Claimed>, Refused> {
         if max == 0 {
             return Ok(Vec::new());
         }
@@ -1312,7 +1330,7 @@ impl RedisBroker {
                     break;
                 }
                 let a = if i == 0 { adopt.take() } else { None };
-                let (got, eta) = self.claim(q, max - out.len(), a).await?;
+                let (got, eta) = self.claim(q, max - out.len(), a, check).await?;
                 out.extend(got);
                 if let Some(e) = eta {
                     next = Some(next.map_or(e, |n: i64| n.min(e)));
@@ -1348,6 +1366,15 @@ impl RedisBroker {
                 Err(_) => return Err(Refused::Broker("the blocking claim was lost".into())),
             }
         }
+    }
+
+    /// The store script for one outcome (write-once for final states).
+    fn store_cmd(&self, o: &Outcome) -> Cmd {
+        let mut c = evalsha(&self.scripts.store, &self.result_key(&o.id));
+        c.arg(stored(o))
+            .arg(if o.state.is_final() { "1" } else { "0" })
+            .arg(self.result_ms);
+        c
     }
 
     fn settle_cmd(&self, queue: &str, el: &[u8], mode: &str, next: Option<&Message>) -> Cmd {
@@ -1848,7 +1875,78 @@ impl Broker for RedisBroker {
         max: usize,
         wait: Duration,
     ) -> BoxFuture<'a, Result<Vec<Delivery>, Refused>> {
-        Box::pin(self.consume_inner(queues, max, wait))
+        Box::pin(async move {
+            let got = self.consume_inner(queues, max, wait, false).await?;
+            Ok(got.into_iter().map(|c| c.delivery).collect())
+        })
+    }
+
+    /// One script claims and reads each claim's revoked mark (see
+    /// `claim.lua`): one round trip for the claim and its revoked check.
+    fn claim<'a>(
+        &'a self,
+        queues: &'a [String],
+        max: usize,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Vec<Claimed>, Refused>> {
+        Box::pin(self.consume_inner(queues, max, wait, true))
+    }
+
+    /// The whole round in one pipeline: acks (LREM), stores (the store
+    /// script), late acks after them, events (XADD), revoked marks (GET).
+    fn round(&self, r: Round) -> Result<BoxFuture<'_, Result<Vec<bool>, Refused>>, Round> {
+        Ok(Box::pin(async move {
+            let mut p = ::redis::pipe();
+            let held = |p: &mut Pipeline, rs: &[Receipt]| {
+                for rc in rs {
+                    if let Some(el) = &rc.raw {
+                        p.cmd("LREM")
+                            .arg(self.key(&rc.queue, "held:", &self.consumer))
+                            .arg(1)
+                            .arg(&**el)
+                            .ignore();
+                    }
+                }
+            };
+            held(&mut p, &r.acks);
+            for o in &r.outcomes {
+                p.add_command(self.store_cmd(o)).ignore();
+            }
+            held(&mut p, &r.after);
+            if !r.events.is_empty() {
+                let key = self.events_key();
+                for e in &r.events {
+                    let json =
+                        serde_json::to_string(e).map_err(|e| Refused::Broker(e.to_string()))?;
+                    p.cmd("XADD")
+                        .arg(&key)
+                        .arg("MAXLEN")
+                        .arg("~")
+                        .arg(EVENTS_KEPT)
+                        .arg("*")
+                        .arg("e")
+                        .arg(json)
+                        .ignore();
+                }
+            }
+            for id in &r.ask {
+                p.cmd("GET").arg(self.revoked_key(id));
+            }
+            let got = self.run(&p, true).await?;
+            {
+                let mut o = self.outs();
+                for rc in r.acks.iter().chain(&r.after) {
+                    if let Some(set) = o.get_mut(&rc.queue) {
+                        set.remove(&rc.token);
+                    }
+                }
+            }
+            let now = self.clock.now();
+            Ok(got
+                .iter()
+                .map(|v| int(v).is_some_and(|until| until > now))
+                .collect())
+        }))
     }
 
     fn ack(&self, receipts: Vec<Receipt>) -> BoxFuture<'_, Result<(), Refused>> {
@@ -2004,14 +2102,7 @@ impl Backend for RedisBroker {
             }
             let mut p = ::redis::pipe();
             for o in &outcomes {
-                p.add_command(
-                    evalsha(&self.scripts.store, &self.result_key(&o.id))
-                        .arg(stored(o))
-                        .arg(if o.state.is_final() { "1" } else { "0" })
-                        .arg(self.result_ms)
-                        .clone(),
-                )
-                .ignore();
+                p.add_command(self.store_cmd(o)).ignore();
             }
             self.run(&p, true).await.map(|_| ())
         })

@@ -39,6 +39,31 @@ pub struct Delivery {
     pub redelivered: bool,
 }
 
+/// A message claimed with what the broker already checked at receipt, so a
+/// worker asks nothing again for it: see [`Broker::claim`].
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub delivery: Delivery,
+    /// Whether it is revoked, when the broker looked in the same step
+    /// (`None`: it did not; the worker asks [`Broker::revoked`]).
+    pub revoked: Option<bool>,
+}
+
+/// One round of a worker's writes and questions, for [`Broker::round`].
+#[derive(Debug, Clone, Default)]
+pub struct Round {
+    /// Outcomes to store (as [`Backend::store`]).
+    pub outcomes: Vec<Outcome>,
+    /// Run events to record (as [`Inspector::record`]).
+    pub events: Vec<RunEvent>,
+    /// Claims to ack; they do not wait for the outcomes.
+    pub acks: Vec<Receipt>,
+    /// Claims to ack after the outcomes are stored (late acks).
+    pub after: Vec<Receipt>,
+    /// Ids whose revoked status is asked (as [`Broker::revoked`]).
+    pub ask: Vec<String>,
+}
+
 /// What the last part of a chord learns from [`Counter::arrive`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Joined {
@@ -65,6 +90,39 @@ pub trait Broker: Send + Sync + 'static {
         max: usize,
         wait: Duration,
     ) -> BoxFuture<'a, Result<Vec<Delivery>, Refused>>;
+
+    /// [`Broker::consume`] with the receipt's revoked check done in the
+    /// same step where the broker can (one round trip for both); a claim
+    /// it did not look at answers `revoked: None` and the worker asks
+    /// [`Broker::revoked`]. The default looks at none.
+    fn claim<'a>(
+        &'a self,
+        queues: &'a [String],
+        max: usize,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Vec<Claimed>, Refused>> {
+        Box::pin(async move {
+            Ok(self
+                .consume(queues, max, wait)
+                .await?
+                .into_iter()
+                .map(|delivery| Claimed {
+                    delivery,
+                    revoked: None,
+                })
+                .collect())
+        })
+    }
+
+    /// A worker's round — stores, events, acks and revoked questions of many
+    /// runs — in one step (one pipeline, one round trip), answering the
+    /// revoked status of `round.ask` in order. Only asked of a broker that
+    /// is also the app's result store and event log. The default gives the
+    /// round back: the worker then makes the separate calls.
+    #[allow(clippy::type_complexity)]
+    fn round(&self, round: Round) -> Result<BoxFuture<'_, Result<Vec<bool>, Refused>>, Round> {
+        Err(round)
+    }
 
     /// Settles claims for good.
     fn ack(&self, receipts: Vec<Receipt>) -> BoxFuture<'_, Result<(), Refused>>;

@@ -27,13 +27,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use super::app::{App, Registered};
 use super::body::Context;
 use super::message::Message;
-use super::spec::{Delivery, EVENT_TEXT_MAX, RunEvent, truncate};
+use super::spec::{Delivery, EVENT_TEXT_MAX, Receipt, Round, RunEvent, truncate};
 use super::state::{Failure, Outcome, Refused, State};
 use crate::flow::{Backoff, Jitter, MILLI, Window};
 
@@ -187,6 +187,8 @@ impl Worker {
         }
         let mut set: JoinSet<()> = JoinSet::new();
         let mut stopping = s.stopping.subscribe();
+        let (writer, jobs) = mpsc::unbounded_channel();
+        let writes = tokio::spawn(write_loop(s.app.clone(), jobs));
         let reconnect = Backoff::new(100 * MILLI, 2.0, 10_000 * MILLI, i32::MAX, Jitter::Full)
             .expect("valid backoff");
         let mut failures = 0i32;
@@ -205,8 +207,11 @@ impl Worker {
             if *stopping.borrow() {
                 break;
             }
+            // Refill in halves: a claim per run settled would be a round
+            // trip (and a claim script) per message under load. An idle
+            // worker claims at once, whatever it holds.
             let room = s.prefetch.saturating_sub(set.len());
-            if room == 0 {
+            if room == 0 || (!set.is_empty() && room < s.prefetch.div_ceil(2)) {
                 tokio::select! {
                     _ = set.join_next() => {}
                     _ = stopping.changed() => {}
@@ -214,7 +219,7 @@ impl Worker {
                 continue;
             }
             let got = tokio::select! {
-                r = s.app.broker().consume(&s.queues, room, POLL) => r,
+                r = s.app.broker().claim(&s.queues, room, POLL) => r,
                 _ = stopping.changed() => continue,
             };
             let batch = match got {
@@ -249,36 +254,32 @@ impl Worker {
                 }
                 continue;
             }
-            // Receipt checks for the whole batch at once: one revoked lookup
-            // and one early ack, not one round trip per message.
-            let ids: Vec<String> = batch.iter().map(|d| d.message.id.clone()).collect();
-            let revoked = match s.app.broker().revoked(&ids).await {
-                Ok(r) => r,
-                Err(_) => vec![false; ids.len()],
-            };
-            let now = s.app.now();
-            let mut early = Vec::new();
-            let mut acked = Vec::with_capacity(batch.len());
-            for (d, &rev) in batch.iter().zip(&revoked) {
-                let live = !rev && d.message.expires.is_none_or(|e| e > now) && !d.redelivered;
-                let early_ack = live
-                    && s.app
-                        .registered(&d.message.task)
-                        .is_some_and(|r| !r.policy.acks_late);
-                if early_ack {
-                    early.push(d.receipt.clone());
+            // Receipt checks the broker did not do in its claim, for the
+            // whole batch at once: one revoked lookup, not one per message.
+            // Early acks are each run's own, gathered by the writer (so this
+            // loop claims again at once).
+            let ask: Vec<String> = batch
+                .iter()
+                .filter(|c| c.revoked.is_none())
+                .map(|c| c.delivery.message.id.clone())
+                .collect();
+            let mut looked = if ask.is_empty() {
+                Vec::new()
+            } else {
+                match s.app.broker().revoked(&ask).await {
+                    Ok(r) => r,
+                    Err(_) => vec![false; ask.len()],
                 }
-                acked.push(early_ack);
             }
-            if !early.is_empty()
-                && let Err(e) = s.app.broker().ack(early).await
-            {
-                warn(&s.name, &format!("could not ack a batch: {e}"));
-                acked.iter_mut().for_each(|a| *a = false);
-            }
-            for ((d, rev), acked) in batch.into_iter().zip(revoked).zip(acked) {
+            .into_iter();
+            for c in batch {
+                let rev = match c.revoked {
+                    Some(r) => r,
+                    None => looked.next().unwrap_or(false),
+                };
                 let shared = self.shared.clone();
-                set.spawn(async move { process(shared, d, rev, acked).await });
+                let tx = Writer(writer.clone());
+                set.spawn(async move { process(shared, tx, c.delivery, rev).await });
             }
         }
         // Stopping: prefetched messages go back at once (each run sees
@@ -290,14 +291,17 @@ impl Worker {
             s.cancel.send_replace(true);
             while set.join_next().await.is_some() {}
         }
+        // Every run is done: the writer finishes what it holds and ends.
+        drop(writer);
+        let _ = writes.await;
         s.running.store(false, Ordering::SeqCst);
         Ok(())
     }
 }
 
-async fn process(s: Arc<Shared>, d: Delivery, revoked: bool, acked: bool) {
+async fn process(s: Arc<Shared>, w: Writer, d: Delivery, revoked: bool) {
     let receipt = d.receipt.clone();
-    if let Err(e) = settle(&s, d, revoked, acked).await {
+    if let Err(e) = settle(&s, &w, d, revoked).await {
         // A claim that could not be settled goes back rather than sit held by
         // a live consumer for ever (a claim already acked is not affected:
         // the broker's fencing makes this a no-op).
@@ -315,7 +319,7 @@ async fn process(s: Arc<Shared>, d: Delivery, revoked: bool, acked: bool) {
     s.done.fetch_add(1, Ordering::Relaxed);
 }
 
-async fn settle(s: &Shared, d: Delivery, revoked: bool, acked: bool) -> Result<(), Refused> {
+async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<(), Refused> {
     let app = &s.app;
     let broker = app.broker();
     let Delivery {
@@ -388,15 +392,15 @@ async fn settle(s: &Shared, d: Delivery, revoked: bool, acked: bool) -> Result<(
         return broker.ack(vec![receipt]).await;
     }
 
-    if !policy.acks_late && !acked {
-        broker.ack(vec![receipt.clone()]).await?;
+    // Early ack: gathered with other runs' writes by the writer.
+    if !policy.acks_late {
+        w.write(Vec::new(), None, Some(receipt.clone())).await?;
     }
-    let settle_late = |app: &App, receipt| {
+    let settle_late = |_: &App, receipt| {
         let late = policy.acks_late;
-        let broker = app.broker().clone();
         async move {
             if late {
-                broker.ack(vec![receipt]).await
+                w.write(Vec::new(), None, Some(receipt)).await
             } else {
                 Ok(())
             }
@@ -418,8 +422,9 @@ async fn settle(s: &Shared, d: Delivery, revoked: bool, acked: bool) -> Result<(
         }
     };
 
-    // Checked again just before running, when it had to wait for a slot.
-    if waited && broker.revoked(std::slice::from_ref(&m.id)).await?.first() == Some(&true) {
+    // Checked again just before running, when it had to wait for a slot
+    // (gathered with other runs' checks by the writer).
+    if waited && w.revoked(&m.id).await? {
         drop(permit);
         give_up(
             app,
@@ -514,16 +519,30 @@ async fn settle(s: &Shared, d: Delivery, revoked: bool, acked: bool) -> Result<(
 
     match ran {
         Ran::Value(v) => {
+            let mut outcomes = Vec::new();
             if !policy.ignore_result || m.chord.is_some() || m.group.is_some() {
                 let mut o = Outcome::new(m.id.clone(), State::Success, app.now());
-                o.result = Some(v.clone());
                 o.retries = m.retries;
                 o.task = Some(m.task.clone());
-                app.store(vec![o]).await?;
+                outcomes.push(o);
             }
-            let detail = serde_json::to_string(&v).ok();
+            let ev = run_event(s, &m, State::Success, Some(started), || {
+                serde_json::to_string(&v).ok()
+            });
+            // Nothing follows (no chain, no chord): the result, the event and
+            // a late ack go out together, the ack after the result.
+            if m.chain.is_empty() && m.chord.is_none() {
+                if let Some(o) = outcomes.first_mut() {
+                    o.result = Some(v);
+                }
+                let ack = policy.acks_late.then_some(receipt);
+                return w.write(outcomes, ev, ack).await;
+            }
+            if let Some(o) = outcomes.first_mut() {
+                o.result = Some(v.clone());
+            }
+            w.write(outcomes, ev, None).await?;
             follow(app, &m, v).await?;
-            event(s, &m, State::Success, Some(started), detail).await;
             settle_late(app, receipt).await
         }
         Ran::Failed(f) if m.retries < policy.retries => {
@@ -571,12 +590,26 @@ async fn event(
     started: Option<i64>,
     detail: Option<String>,
 ) {
-    let Some(insp) = s.app.inspector() else {
-        return;
-    };
+    if let Some(ev) = run_event(s, m, state, started, || detail)
+        && let Some(insp) = s.app.inspector()
+    {
+        let _ = insp.record(vec![ev]).await;
+    }
+}
+
+/// The event a run records, when the app has an inspector to keep it
+/// (`detail` is only made then).
+fn run_event(
+    s: &Shared,
+    m: &Message,
+    state: State,
+    started: Option<i64>,
+    detail: impl FnOnce() -> Option<String>,
+) -> Option<RunEvent> {
+    s.app.inspector()?;
     let now = s.app.now();
     let args = serde_json::to_string(&m.args).unwrap_or_default();
-    let ev = RunEvent {
+    Some(RunEvent {
         id: m.id.clone(),
         task: m.task.clone(),
         state,
@@ -585,9 +618,208 @@ async fn event(
         retries: m.retries,
         runtime: started.map(|t| now - t),
         args: truncate(args, EVENT_TEXT_MAX),
-        detail: detail.map(|d| truncate(d, EVENT_TEXT_MAX)),
+        detail: detail().map(|d| truncate(d, EVENT_TEXT_MAX)),
+    })
+}
+
+/// How many gathered jobs the writer sends in one go at most.
+const WRITE_BATCH: usize = 512;
+/// How many of its rounds may be in flight at once.
+const WRITE_ROUNDS: usize = 2;
+
+/// One run's writes or question, for the writer to gather with others'.
+struct Job {
+    outcomes: Vec<Outcome>,
+    event: Option<RunEvent>,
+    /// Settled after `outcomes` land (at once when there are none).
+    ack: Option<Receipt>,
+    /// An id whose revoked status is asked.
+    ask: Option<String>,
+    done: oneshot::Sender<Result<bool, Refused>>,
+}
+
+/// A run's way to the writer.
+#[derive(Clone)]
+struct Writer(mpsc::UnboundedSender<Job>);
+
+impl Writer {
+    async fn send(
+        &self,
+        job: Job,
+        rx: oneshot::Receiver<Result<bool, Refused>>,
+    ) -> Result<bool, Refused> {
+        self.0
+            .send(job)
+            .map_err(|_| Refused::Broker("the worker's writer has stopped".into()))?;
+        rx.await
+            .map_err(|_| Refused::Broker("the worker's writer has stopped".into()))?
+    }
+
+    /// Stores `outcomes` and records `event`, then acks `ack`.
+    async fn write(
+        &self,
+        outcomes: Vec<Outcome>,
+        event: Option<RunEvent>,
+        ack: Option<Receipt>,
+    ) -> Result<(), Refused> {
+        if outcomes.is_empty() && event.is_none() && ack.is_none() {
+            return Ok(());
+        }
+        let (done, rx) = oneshot::channel();
+        let job = Job {
+            outcomes,
+            event,
+            ack,
+            ask: None,
+            done,
+        };
+        self.send(job, rx).await.map(|_| ())
+    }
+
+    /// Whether `id` is revoked now.
+    async fn revoked(&self, id: &str) -> Result<bool, Refused> {
+        let (done, rx) = oneshot::channel();
+        let job = Job {
+            outcomes: Vec::new(),
+            event: None,
+            ack: None,
+            ask: Some(id.to_string()),
+            done,
+        };
+        self.send(job, rx).await
+    }
+}
+
+/// Gathers the runs' writes and questions: whatever is waiting when it
+/// looks goes out as one round (one store, one record, one ack, one revoked
+/// lookup, side by side), so under load there is about one round trip per
+/// batch, while a lone run's write goes out at once — no timer.
+async fn write_loop(app: App, mut jobs: mpsc::UnboundedReceiver<Job>) {
+    let mut rounds = JoinSet::new();
+    loop {
+        tokio::select! {
+            biased;
+            Some(_) = rounds.join_next(), if !rounds.is_empty() => {}
+            got = jobs.recv(), if rounds.len() < WRITE_ROUNDS => {
+                let Some(first) = got else { break };
+                let mut batch = vec![first];
+                while batch.len() < WRITE_BATCH {
+                    match jobs.try_recv() {
+                        Ok(j) => batch.push(j),
+                        Err(_) => break,
+                    }
+                }
+                rounds.spawn(write_round(app.clone(), batch));
+            }
+        }
+    }
+    while rounds.join_next().await.is_some() {}
+}
+
+/// Whether the broker is also the app's result store and event log (one
+/// object behind the seams), so a round can go to it whole.
+fn fused(app: &App) -> bool {
+    let me = Arc::as_ptr(app.broker()) as *const u8;
+    app.backend()
+        .is_some_and(|b| Arc::as_ptr(b) as *const u8 == me)
+        && app
+            .inspector()
+            .is_none_or(|i| Arc::as_ptr(i) as *const u8 == me)
+}
+
+async fn write_round(app: App, batch: Vec<Job>) {
+    let broker = app.broker();
+    let mut r = Round::default();
+    let mut replies = Vec::with_capacity(batch.len());
+    for j in batch {
+        let stores = !j.outcomes.is_empty();
+        if let Some(a) = j.ack {
+            if stores {
+                r.after.push(a)
+            } else {
+                r.acks.push(a)
+            }
+        }
+        let asked = j.ask.is_some();
+        r.ask.extend(j.ask);
+        r.outcomes.extend(j.outcomes);
+        r.events.extend(j.event);
+        replies.push((j.done, stores, asked));
+    }
+    // One call when the broker takes the round whole; else side by side.
+    let r = if fused(&app) {
+        match broker.round(r) {
+            Ok(call) => {
+                let got = call.await;
+                let mut looked = got.as_ref().map(|v| v.iter());
+                for (done, _, asked) in replies {
+                    let _ = done.send(match &mut looked {
+                        Ok(it) => Ok(asked && it.next().copied().unwrap_or(false)),
+                        Err(e) => Err(e.clone()),
+                    });
+                }
+                return;
+            }
+            Err(r) => r,
+        }
+    } else {
+        r
     };
-    let _ = insp.record(vec![ev]).await;
+    let Round {
+        outcomes,
+        events,
+        acks: bare,
+        after,
+        ask: ids,
+    } = r;
+    let (stored, acked, revoked, _) = tokio::join!(
+        async {
+            if outcomes.is_empty() {
+                Ok(())
+            } else {
+                app.store(outcomes).await
+            }
+        },
+        async {
+            if bare.is_empty() {
+                Ok(())
+            } else {
+                broker.ack(bare).await
+            }
+        },
+        async {
+            if ids.is_empty() {
+                Ok(Vec::new())
+            } else {
+                broker.revoked(&ids).await
+            }
+        },
+        async {
+            if let Some(i) = app.inspector()
+                && !events.is_empty()
+            {
+                let _ = i.record(events).await;
+            }
+        },
+    );
+    let late = match &stored {
+        Ok(()) if !after.is_empty() => broker.ack(after).await,
+        _ => Ok(()),
+    };
+    let mut looked = revoked.as_ref().map(|v| v.iter());
+    for (done, stores, asked) in replies {
+        let r = if asked {
+            match &mut looked {
+                Ok(it) => Ok(it.next().copied().unwrap_or(false)),
+                Err(e) => Err(e.clone()),
+            }
+        } else if stores {
+            stored.clone().and_then(|_| late.clone()).map(|_| false)
+        } else {
+            acked.clone().map(|_| false)
+        };
+        let _ = done.send(r);
+    }
 }
 
 fn failure_text(f: &Failure) -> String {

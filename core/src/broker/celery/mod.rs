@@ -1547,14 +1547,30 @@ impl CeleryBroker {
             return Ok(());
         }
         let ex = self.expires_secs();
+        // One pipeline of EVALSHA, one round trip; a Redis that lost the
+        // script (a restart) has it loaded again and the pipeline re-run.
+        let mut p = redis::pipe();
         for o in outcomes {
             let meta = result::encode_meta(o, None, None);
-            let mut inv = self.scripts.store.prepare_invoke();
-            inv.key(self.meta_key(&o.id)).arg(meta).arg(ex);
-            let inv = &inv;
-            self.patiently(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
-                .await?;
+            p.cmd("EVALSHA")
+                .arg(self.scripts.store.get_hash())
+                .arg(1)
+                .arg(self.meta_key(&o.id))
+                .arg(meta)
+                .arg(ex)
+                .ignore();
         }
+        let (p, script) = (&p, &self.scripts.store);
+        self.patiently(|mut c| async move {
+            match p.query_async::<()>(&mut c).await {
+                Err(e) if e.code() == Some("NOSCRIPT") => {
+                    script.load_async(&mut c).await?;
+                    p.query_async::<()>(&mut c).await
+                }
+                r => r,
+            }
+        })
+        .await?;
         self.stored.notify_waiters();
         Ok(())
     }

@@ -1,11 +1,19 @@
 -- claim: ARGV consumer, max, lease ms, now ('' = TIME), adopt ('' = none),
--- size cap (bytes).
+-- size cap (bytes), revoked key prefix ('' = do not look).
 -- Refreshes the consumer's lease, moves due delayed messages to their steps,
 -- stamps the element a BLMOVE brought in (adopt) and claims up to max more,
 -- step 0 first, each stamped with a fresh fencing token. A payload over the
 -- size cap is never handed out: it goes to the dead letters ("too large")
--- and counts towards max, as any message taken is. Answers {claimed held
--- elements, next eta or -1, now, how many went to the dead letters}.
+-- and counts towards max, as any message taken is.
+-- The receipt's revoked check is done in the same step: each claim's
+-- revoked mark is read (a payload whose JSON does not open with its id is
+-- left to the worker). The marks live outside the queue's slot: this one
+-- script reads keys it does not declare, which a standalone Redis allows
+-- (see docs/redis-layout.md). Nothing is acked here: an early ack is the
+-- worker's, after the answer reached it, so a claim whose answer is lost
+-- with the connection is still held, and swept back.
+-- Answers {claimed elements, next eta or -1, now, how many went to the dead
+-- letters, one flag per element: 0 not revoked, 1 revoked, 3 not looked at}.
 local c = ARGV[1]
 local max = tonumber(ARGV[2])
 local now = clock(ARGV[4])
@@ -35,13 +43,26 @@ local function oversize(s, p)
   bad = bad + 1
   return true
 end
+local rprefix = ARGV[7] or ''
+-- The flag of payload p (see above).
+local function check(p)
+  if rprefix == '' then return 3 end
+  local _, body = unmark(p)
+  local id = peek_id(body)
+  if not id then return 3 end
+  local u = tonumber(redis.call('GET', rprefix .. id))
+  if u and u > now then return 1 end
+  return 0
+end
 local out = {}
+local flags = {}
 if adopt ~= '' then
   if redis.call('LREM', held, 1, adopt) == 1 and adopt ~= MARK
     and not oversize('0', adopt) then
     local el = redis.call('INCR', seq) .. ':0:' .. adopt
     redis.call('LPUSH', held, el)
     out[#out + 1] = el
+    flags[#flags + 1] = check(adopt)
   end
 end
 for s = 0, 9 do
@@ -55,14 +76,16 @@ for s = 0, 9 do
     for i = 1, #ps do
       if ps[i] ~= MARK and not oversize(tostring(s), ps[i]) then
         t = t + 1
-        els[#els + 1] = t .. ':' .. s .. ':' .. ps[i]
+        local el = t .. ':' .. s .. ':' .. ps[i]
+        els[#els + 1] = el
+        out[#out + 1] = el
+        flags[#flags + 1] = check(ps[i])
       end
     end
     for i = 1, #els, 1000 do
       redis.call('LPUSH', held, unpack(els, i, math.min(i + 999, #els)))
     end
-    for i = 1, #els do out[#out + 1] = els[i] end
   end
 end
 local nxt = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
-return {out, nxt[2] or '-1', tostring(now), bad}
+return {out, nxt[2] or '-1', tostring(now), bad, flags}
