@@ -1368,6 +1368,48 @@ impl RedisBroker {
         }
     }
 
+    /// Adds the store of `outcomes` to `p`. A final state is first tried as
+    /// a plain `SET NX` and a `PUBLISH` — the usual first write, without a
+    /// script's cost — whose reply (OK, or nil when the key held a value)
+    /// is kept in the answers, in order; anything else is the store script.
+    /// Answers the final outcomes, whose replies [`Self::store_rest`] reads.
+    fn add_stores<'o>(&self, p: &mut Pipeline, outcomes: &'o [Outcome]) -> Vec<&'o Outcome> {
+        let mut finals = Vec::new();
+        for o in outcomes {
+            if o.state.is_final() {
+                let key = self.result_key(&o.id);
+                p.cmd("SET")
+                    .arg(&key)
+                    .arg(stored(o))
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(self.result_ms);
+                p.cmd("PUBLISH").arg(&key).arg("1").ignore();
+                finals.push(o);
+            } else {
+                p.add_command(self.store_cmd(o)).ignore();
+            }
+        }
+        finals
+    }
+
+    /// The finals whose `SET NX` found a value go through the store script,
+    /// which overwrites a state that is not final and leaves a final one.
+    async fn store_rest(&self, finals: &[&Outcome], replies: &[Value]) -> Result<(), Refused> {
+        let mut p = ::redis::pipe();
+        let mut any = false;
+        for (o, v) in finals.iter().zip(replies) {
+            if matches!(v, Value::Nil) {
+                p.add_command(self.store_cmd(o)).ignore();
+                any = true;
+            }
+        }
+        if any {
+            self.run(&p, true).await?;
+        }
+        Ok(())
+    }
+
     /// The store script for one outcome (write-once for final states).
     fn store_cmd(&self, o: &Outcome) -> Cmd {
         let mut c = evalsha(&self.scripts.store, &self.result_key(&o.id));
@@ -1909,9 +1951,17 @@ impl Broker for RedisBroker {
                 }
             };
             held(&mut p, &r.acks);
-            for o in &r.outcomes {
-                p.add_command(self.store_cmd(o)).ignore();
-            }
+            // Late acks follow their results in the pipeline, so those
+            // results take the script (one step, no second try after the
+            // ack); without late acks a final result tries a plain SET NX.
+            let finals = if r.after.is_empty() {
+                self.add_stores(&mut p, &r.outcomes)
+            } else {
+                for o in &r.outcomes {
+                    p.add_command(self.store_cmd(o)).ignore();
+                }
+                Vec::new()
+            };
             held(&mut p, &r.after);
             if !r.events.is_empty() {
                 let key = self.events_key();
@@ -1933,6 +1983,8 @@ impl Broker for RedisBroker {
                 p.cmd("GET").arg(self.revoked_key(id));
             }
             let got = self.run(&p, true).await?;
+            let (sets, asked) = got.split_at(finals.len().min(got.len()));
+            self.store_rest(&finals, sets).await?;
             {
                 let mut o = self.outs();
                 for rc in r.acks.iter().chain(&r.after) {
@@ -1942,7 +1994,7 @@ impl Broker for RedisBroker {
                 }
             }
             let now = self.clock.now();
-            Ok(got
+            Ok(asked
                 .iter()
                 .map(|v| int(v).is_some_and(|until| until > now))
                 .collect())
@@ -2101,10 +2153,9 @@ impl Backend for RedisBroker {
                 return Ok(());
             }
             let mut p = ::redis::pipe();
-            for o in &outcomes {
-                p.add_command(self.store_cmd(o)).ignore();
-            }
-            self.run(&p, true).await.map(|_| ())
+            let finals = self.add_stores(&mut p, &outcomes);
+            let got = self.run(&p, true).await?;
+            self.store_rest(&finals, &got).await
         })
     }
 
