@@ -229,6 +229,47 @@ async fn undecodable_messages_are_dropped_and_kept_aside() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn celerys_default_queue_answers_to_both_its_names() {
+    // `default` is Celery's `celery` list: a worker naming it either way
+    // takes what was sent to it either way (it once claimed and then kept
+    // what it took when named `celery`, so nothing ran).
+    let Some(s) = support::RedisServer::start() else {
+        return;
+    };
+    let clock = VirtualClock::new(START);
+    let b = broker(&s, &clock).await;
+    let mut later = msg("later", "t", "celery");
+    later.eta = Some(START + HOUR);
+    b.publish(vec![
+        msg("a", "t", "celery"),
+        msg("b", "t", "default"),
+        later,
+    ])
+    .await
+    .unwrap();
+    assert_eq!(s.cli(&["LLEN", "celery"]), "3", "all three on the one list");
+    for names in [qs("celery"), qs("default")] {
+        let got = b.consume(&names, 10, Duration::ZERO).await.unwrap();
+        let ids: Vec<&str> = got.iter().map(|d| d.message.id.as_str()).collect();
+        if names[0] == "celery" {
+            assert_eq!(ids, ["a", "b"], "{names:?}");
+            // The eta is held for its due time, by either name.
+            assert_eq!(b.next_eta(&names).await.unwrap(), Some(START + HOUR));
+            b.ack(got.into_iter().map(|d| d.receipt).collect())
+                .await
+                .unwrap();
+        } else {
+            assert!(ids.is_empty(), "{ids:?}");
+            assert_eq!(b.next_eta(&names).await.unwrap(), Some(START + HOUR));
+        }
+    }
+    clock.advance(HOUR);
+    let got = b.consume(&qs("celery"), 10, Duration::ZERO).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].message.id, "later");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn results_are_celerys_meta_and_final_states_stay() {
     let Some(s) = support::RedisServer::start() else {
         return;

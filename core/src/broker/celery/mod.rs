@@ -999,6 +999,10 @@ impl CeleryBroker {
     /// What is ready to hand out: claimed messages in the inbox, then held
     /// etas that have come due.
     fn take_ready(&self, queues: &[String], max: usize) -> Vec<Delivery> {
+        // A claimed message carries its headway queue name, where Celery's
+        // default queue is `default`: a worker that named it by its Celery
+        // name (`celery`) must still take what it claimed.
+        let queues = &self.model_queues(queues);
         let now = self.clock.now();
         let mut g = self.lock();
         let mut out = Vec::new();
@@ -2229,7 +2233,14 @@ impl CeleryBroker {
             .await
     }
 
+    /// `queues` by their headway names (Celery's default queue, `celery`
+    /// unless configured, is `default`).
+    fn model_queues(&self, queues: &[String]) -> Vec<String> {
+        queues.iter().map(|q| self.sender.model_queue(q)).collect()
+    }
+
     fn next_held(&self, queues: &[String]) -> Option<i64> {
+        let queues = &self.model_queues(queues);
         let g = self.lock();
         g.held
             .iter()
