@@ -188,6 +188,26 @@ impl Pair {
                 .unwrap(),
             );
         }
+        // Recovers run from a process that claims nothing: a consumer never
+        // recovers its own claims, so a sweeper sees every lapsed one.
+        mem.push(base.handle("sweeper"));
+        red.push(
+            RedisBroker::connect(
+                &server.url(),
+                RedisOptions {
+                    consumer: Some("sweeper".into()),
+                    lease: Duration::from_secs(120),
+                    beat_lease: Duration::from_secs(120),
+                    recover_every: None,
+                    max_message_bytes: CAP,
+                    max_deliveries: DELIVERIES,
+                    ..RedisOptions::default()
+                },
+                clock.clone(),
+            )
+            .await
+            .unwrap(),
+        );
         let p = Pair {
             clock,
             mem,
@@ -313,8 +333,9 @@ impl Pair {
                 }
             }
             Op::Recover => {
-                let a = self.mem[0].recover().await.map_err(fail)?;
-                let b = self.red[0].recover().await.map_err(fail)?;
+                let s = CONSUMERS.len();
+                let a = self.mem[s].recover().await.map_err(fail)?;
+                let b = self.red[s].recover().await.map_err(fail)?;
                 prop_assert_eq!(a, b, "recovered counts differ");
                 saw(RECOVERED, a as u64);
             }

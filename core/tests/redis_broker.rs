@@ -210,6 +210,28 @@ async fn expired_lease_is_recovered_and_live_one_left_alone() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_consumer_never_recovers_its_own_claims() {
+    // Redis away longer than the lease lapses every lease, live ones too;
+    // the first process back must not hand back what it is still running.
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let clock = VirtualClock::new(START);
+    let a = open(&s, "a", 30_000, clock.clone()).await;
+    let other = open(&s, "other", 30_000, clock.clone()).await;
+    a.publish(vec![msg("x", "q")]).await.unwrap();
+    let held = a.consume(&qs("q"), 1, Duration::ZERO).await.unwrap();
+    s.cli(&["DEL", "headway:{q}:lease:a"]);
+    assert_eq!(a.recover().await.unwrap(), 0, "not its own");
+    assert_eq!(s.cli(&["LLEN", "headway:{q}:held:a"]), "1");
+    assert_eq!(s.cli(&["LLEN", "headway:{q}:ready:0"]), "0");
+    // Another process sees a consumer whose lease lapsed: that one it takes.
+    assert_eq!(other.recover().await.unwrap(), 1);
+    assert_eq!(s.cli(&["LLEN", "headway:{q}:ready:0"]), "1");
+    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_token_makes_a_stale_settle_a_no_op() {
     let Some(s) = RedisServer::start() else {
         return;

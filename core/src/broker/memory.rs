@@ -440,7 +440,13 @@ impl MemoryBroker {
         // each one's claims newest first, each put at the head: the oldest
         // claim ends up first — the order Redis's recover script gives, so
         // both brokers answer the same.
-        let lost: Vec<(Arc<str>, String)> = std::mem::take(&mut g.expired).into_iter().collect();
+        // Never this handle's own: a live consumer does not recover what it
+        // holds itself (as on Redis); another handle's recover takes them.
+        let (mine, lost): (Vec<(Arc<str>, String)>, Vec<(Arc<str>, String)>) =
+            std::mem::take(&mut g.expired)
+                .into_iter()
+                .partition(|(c, _)| *c == self.consumer);
+        g.expired.extend(mine);
         let mut n = 0;
         for pair in lost {
             g.leased.remove(&pair);

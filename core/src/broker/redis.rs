@@ -1151,7 +1151,12 @@ impl RedisBroker {
 
     fn recover_cmd(&self, q: &str) -> Cmd {
         let mut c = evalsha(&self.scripts.recover, &self.base(q));
-        c.arg(self.max_deliveries).arg(self.now_arg());
+        // Its own name: a live process never recovers what it holds itself,
+        // even when its lease lapsed (Redis was away longer than the lease);
+        // a restart under the same name gets its old claims back by `sweep`.
+        c.arg(self.max_deliveries)
+            .arg(self.now_arg())
+            .arg(&self.consumer);
         c
     }
 
@@ -1750,6 +1755,8 @@ async fn tick(weak: Weak<RedisBroker>) {
     };
     let mut round = 0u64;
     let mut last_recover = Instant::now();
+    let mut seen_epoch = 0u64;
+    let mut hold_until = Instant::now();
     loop {
         tokio::time::sleep(every).await;
         let Some(b) = weak.upgrade() else { return };
@@ -1759,8 +1766,20 @@ async fn tick(weak: Weak<RedisBroker>) {
         round += 1;
         b.refresh(round.is_multiple_of(3)).await;
         b.renew_beat().await;
+        // Redis came back (a new connection after the first): every lease
+        // may have lapsed while it was away, live consumers' too. Recovering
+        // now would hand back work they are still running, so wait one lease
+        // for them to reconnect and refresh theirs first.
+        let epoch = b.link.lock().epoch;
+        if epoch != seen_epoch {
+            if seen_epoch != 0 {
+                hold_until = Instant::now() + b.lease;
+            }
+            seen_epoch = epoch;
+        }
         if let Some(r) = recover_every
             && last_recover.elapsed() >= r
+            && Instant::now() >= hold_until
         {
             last_recover = Instant::now();
             match b.recover_inner().await {

@@ -1,5 +1,7 @@
--- recover: ARGV max deliveries, now ('' = TIME). Every consumer of the queue
--- whose lease key has expired, in name order, has its held list moved back
+-- recover: ARGV max deliveries, now ('' = TIME), the caller's own consumer
+-- name (never recovered: it is alive, it is running this). Every other
+-- consumer of the queue whose lease key has expired, in name order, has its
+-- held list moved back
 -- to the head of the steps, oldest claim first, marked redelivered with one
 -- more lost consumer, and is forgotten. A message lost with its consumer
 -- `max deliveries` times goes to the dead letters instead ("worker lost ×N"):
@@ -11,7 +13,7 @@ local cs = redis.call('SMEMBERS', base .. 'consumers')
 table.sort(cs)
 local moved = 0
 for _, c in ipairs(cs) do
-  if redis.call('EXISTS', base .. 'lease:' .. c) == 0 then
+  if c ~= ARGV[3] and redis.call('EXISTS', base .. 'lease:' .. c) == 0 then
     local held = base .. 'held:' .. c
     local els = redis.call('LRANGE', held, 0, -1)
     for i = 1, #els do
