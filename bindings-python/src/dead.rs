@@ -5,11 +5,7 @@
 //! Listing, counting, re-queueing and purging are the core's (`Inspector`,
 //! `Broker`); this only converts.
 
-use std::sync::Arc;
-
-use headway_core::broker::celery::CeleryBroker;
-use headway_core::broker::{MemoryBroker, RedisBroker};
-use headway_core::task::{DeadLetter, Refused};
+use headway_core::task::DeadLetter;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes};
@@ -17,28 +13,8 @@ use pyo3::types::{PyBool, PyBytes};
 use crate::convert::int_arg;
 use crate::times::instant_out;
 
-/// The concrete broker behind an app's seams, for `_push_raw`.
-#[derive(Clone)]
-pub(crate) enum Raw {
-    Memory(Arc<MemoryBroker>),
-    Native(Arc<RedisBroker>),
-    Celery(Arc<CeleryBroker>),
-}
-
-impl Raw {
-    /// Puts `raw` on `queue` unchecked: decoded when claimed, quarantined
-    /// if it is not a message headway runs.
-    pub(crate) async fn push(&self, queue: &str, raw: &[u8]) -> Result<(), Refused> {
-        match self {
-            Raw::Memory(b) => {
-                b.push_raw(queue, raw);
-                Ok(())
-            }
-            Raw::Native(b) => b.push_raw(queue, raw).await,
-            Raw::Celery(b) => b.push_raw(queue, raw).await,
-        }
-    }
-}
+/// The concrete broker behind an app's seams, for `_push_raw` (the core's).
+pub(crate) use headway_core::broker::Raw;
 
 /// One message set aside rather than run: from which queue, its task id
 /// when it could be read, why, when (an aware UTC `datetime`, the broker's

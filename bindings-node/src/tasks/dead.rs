@@ -4,34 +4,10 @@
 //! Listing, counting, re-queueing and purging are the core's (`Inspector`,
 //! `Broker`); this only converts.
 
-use std::sync::Arc;
+use headway_core::task::DeadLetter;
 
-use headway_core::broker::celery::CeleryBroker;
-use headway_core::broker::{MemoryBroker, RedisBroker};
-use headway_core::task::{DeadLetter, Refused};
-
-/// The concrete broker behind an app's seams, for `_pushRaw`.
-#[derive(Clone)]
-pub(crate) enum Raw {
-    Memory(Arc<MemoryBroker>),
-    Native(Arc<RedisBroker>),
-    Celery(Arc<CeleryBroker>),
-}
-
-impl Raw {
-    /// Puts `raw` on `queue` unchecked: decoded when claimed, quarantined
-    /// if it is not a message headway runs.
-    pub(crate) async fn push(&self, queue: &str, raw: &[u8]) -> Result<(), Refused> {
-        match self {
-            Raw::Memory(b) => {
-                b.push_raw(queue, raw);
-                Ok(())
-            }
-            Raw::Native(b) => b.push_raw(queue, raw).await,
-            Raw::Celery(b) => b.push_raw(queue, raw).await,
-        }
-    }
-}
+/// The concrete broker behind an app's seams, for `_pushRaw` (the core's).
+pub(crate) use headway_core::broker::Raw;
 
 /// Dead letters as one JSON text: `[{"queue", "id", "reason", "at",
 /// "raw"}, ...]`, `raw` as a string of one char per byte (U+0000 to U+00FF)

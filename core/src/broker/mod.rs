@@ -6,7 +6,9 @@
 
 pub mod celery;
 pub mod memory;
+pub mod raw;
 pub mod redis;
 
 pub use memory::{MemoryBroker, MemoryOptions};
+pub use raw::Raw;
 pub use redis::{RedisBroker, RedisOptions, RedisUrl};
