@@ -442,10 +442,10 @@ impl MemoryBroker {
         // both brokers answer the same.
         // Never this handle's own: a live consumer does not recover what it
         // holds itself (as on Redis); another handle's recover takes them.
-        let (mine, lost): (Vec<(Arc<str>, String)>, Vec<(Arc<str>, String)>) =
-            std::mem::take(&mut g.expired)
-                .into_iter()
-                .partition(|(c, _)| *c == self.consumer);
+        type Lapsed = Vec<(Arc<str>, String)>;
+        let (mine, lost): (Lapsed, Lapsed) = std::mem::take(&mut g.expired)
+            .into_iter()
+            .partition(|(c, _)| *c == self.consumer);
         g.expired.extend(mine);
         let mut n = 0;
         for pair in lost {
