@@ -850,3 +850,110 @@ async fn run_events_go_to_a_capped_stream() {
     assert_eq!(got[0], ev(4));
     assert_eq!(s.cli(&["XLEN", "headway:events"]), "5");
 }
+
+/// Polls `PUBSUB NUMSUB ch` until it reports `n` subscribers (2 s deadline).
+fn until_subscribed(s: &RedisServer, ch: &str, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let out = s.cli(&["PUBSUB", "NUMSUB", ch]);
+        if out.lines().nth(1).and_then(|l| l.trim().parse().ok()) == Some(n) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not subscribed: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_store_publishes_its_value_and_a_refused_one_publishes_nothing() {
+    use futures_util::StreamExt;
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let b = open(&s, "a", 30_000, VirtualClock::new(START)).await;
+    let ch = "headway:result:d";
+    let mut ps = redis::Client::open(s.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    ps.subscribe(ch).await.unwrap();
+    ps.subscribe("headway:result:big").await.unwrap();
+    b.store(vec![Outcome::new("d", State::Started, 1)])
+        .await
+        .unwrap();
+    let mut ok = Outcome::new("d", State::Success, 2);
+    ok.result = Some(json!("first"));
+    b.store(vec![ok.clone()]).await.unwrap();
+    // A late duplicate, alone and in a batch with a first write: refused,
+    // and it publishes nothing.
+    let mut late = Outcome::new("d", State::Failure, 3);
+    late.result = Some(json!("late"));
+    b.store(vec![late.clone()]).await.unwrap();
+    let mut big = Outcome::new("big", State::Success, 4);
+    big.result = Some(json!("x".repeat(70 * 1024)));
+    b.store(vec![late, big.clone()]).await.unwrap();
+    s.cli(&["PUBLISH", ch, "end"]);
+    let mut stream = ps.on_message();
+    let mut got = Vec::new();
+    loop {
+        let m = tokio::time::timeout(Duration::from_secs(5), stream.next())
+            .await
+            .expect("the end marker arrives")
+            .unwrap();
+        let p = m.get_payload_bytes().to_vec();
+        if p == b"end" {
+            break;
+        }
+        got.push((m.get_channel_name().to_string(), p));
+    }
+    let held = s.cli(&["GET", ch]);
+    assert!(held.starts_with("SUCCESS|"), "{held}");
+    assert_eq!(
+        got,
+        [
+            (ch.to_string(), held.into_bytes()),
+            // Over the cap: just the wake-up.
+            ("headway:result:big".to_string(), b"1".to_vec()),
+        ]
+    );
+    assert_eq!(b.fetch("d").await.unwrap(), Some(ok.clone()));
+    assert_eq!(b.wait("d", Duration::from_secs(1)).await.unwrap(), Some(ok));
+    assert_eq!(
+        b.wait("big", Duration::from_secs(1)).await.unwrap(),
+        Some(big)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_answers_from_the_notification_without_a_get() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let b = open(&s, "a", 30_000, VirtualClock::new(START)).await;
+    let ch = "headway:result:n";
+    // A wake-up alone: the waiter looks (nothing there) and waits on.
+    let b2 = b.clone();
+    let w = tokio::spawn(async move { b2.wait("n", Duration::from_millis(500)).await });
+    until_subscribed(&s, ch, 1);
+    s.cli(&["PUBLISH", ch, "1"]);
+    assert_eq!(w.await.unwrap().unwrap(), None);
+    // The wait left its channel.
+    until_subscribed(&s, ch, 0);
+    // A notification carrying a final value answers the wait, though the
+    // key holds nothing: proof the waiter did not need a GET.
+    let b2 = b.clone();
+    let w = tokio::spawn(async move { b2.wait("n", Duration::from_secs(10)).await });
+    until_subscribed(&s, ch, 1);
+    let mut o = Outcome::new("n", State::Success, 5);
+    o.result = Some(json!(7));
+    let carried = format!("SUCCESS|{}", serde_json::to_string(&o).unwrap());
+    s.cli(&["PUBLISH", ch, &carried]);
+    let t = std::time::Instant::now();
+    assert_eq!(w.await.unwrap().unwrap(), Some(o));
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert_eq!(s.cli(&["EXISTS", ch]), "0");
+}

@@ -27,7 +27,8 @@
 //!   (celery#2599 cannot happen here).
 //! - Results under `P:result:<id>` with an expiry (one day, Celery's
 //!   `result_expires`); a final state is written once (Lua); a final store
-//!   publishes on the key's channel, which is what waiters block on.
+//!   publishes its value (up to 64 KiB, else a wake-up) on the key's
+//!   channel, which is what waiters block on: no GET after the wake-up.
 //! - Chords count parts in a set (SADD), so a redelivered part cannot count
 //!   twice; the arrival that completes it enqueues the callback in the same
 //!   script (`Joined::Sent`).
@@ -152,6 +153,11 @@ const SLICE: Duration = Duration::from_millis(100);
 /// How many messages one publish script carries: keeps each script short
 /// (Redis runs one at a time) and Lua's stack small.
 const CHUNK: usize = 500;
+
+/// A final result up to this size is published whole on its channel, so a
+/// waiter subscribed before the store answers without a GET; a bigger one
+/// publishes just a wake-up (Redis copies a message to every subscriber).
+const NOTIFY_CAP: usize = 64 * 1024;
 
 /// Connecting gives up after 2 s; a reply after 10 s (a stuck server or a
 /// pipeline of thousands of scripts).
@@ -371,6 +377,9 @@ impl Link {
 struct Sub {
     count: usize,
     notify: Arc<Notify>,
+    /// The final outcome a notification carried (the store script publishes
+    /// only what it wrote, so this is what the key holds).
+    got: Option<Outcome>,
     /// The pub/sub connection generation it is subscribed on (0: none).
     on: u64,
 }
@@ -392,10 +401,16 @@ impl Waiters {
         let e = g.entry(ch.to_string()).or_insert_with(|| Sub {
             count: 0,
             notify: Arc::new(Notify::new()),
+            got: None,
             on: 0,
         });
         e.count += 1;
         e.notify.clone()
+    }
+
+    /// The final outcome a notification on `ch` carried, if any.
+    fn got(&self, ch: &str) -> Option<Outcome> {
+        self.lock().get(ch).and_then(|s| s.got.clone())
     }
 
     /// Wakes every waiter (the pub/sub connection went away: they look
@@ -1373,46 +1388,14 @@ impl RedisBroker {
         }
     }
 
-    /// Adds the store of `outcomes` to `p`. A final state is first tried as
-    /// a plain `SET NX` and a `PUBLISH` — the usual first write, without a
-    /// script's cost — whose reply (OK, or nil when the key held a value)
-    /// is kept in the answers, in order; anything else is the store script.
-    /// Answers the final outcomes, whose replies [`Self::store_rest`] reads.
-    fn add_stores<'o>(&self, p: &mut Pipeline, outcomes: &'o [Outcome]) -> Vec<&'o Outcome> {
-        let mut finals = Vec::new();
+    /// Adds the store of `outcomes` to `p`: each is the store script, which
+    /// checks write-once, writes and publishes in one step. (A plain
+    /// `SET NX` + `PUBLISH` cannot carry the value: a refused `SET NX` would
+    /// still publish its refused value.)
+    fn add_stores(&self, p: &mut Pipeline, outcomes: &[Outcome]) {
         for o in outcomes {
-            if o.state.is_final() {
-                let key = self.result_key(&o.id);
-                p.cmd("SET")
-                    .arg(&key)
-                    .arg(stored(o))
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(self.result_ms);
-                p.cmd("PUBLISH").arg(&key).arg("1").ignore();
-                finals.push(o);
-            } else {
-                p.add_command(self.store_cmd(o)).ignore();
-            }
+            p.add_command(self.store_cmd(o)).ignore();
         }
-        finals
-    }
-
-    /// The finals whose `SET NX` found a value go through the store script,
-    /// which overwrites a state that is not final and leaves a final one.
-    async fn store_rest(&self, finals: &[&Outcome], replies: &[Value]) -> Result<(), Refused> {
-        let mut p = ::redis::pipe();
-        let mut any = false;
-        for (o, v) in finals.iter().zip(replies) {
-            if matches!(v, Value::Nil) {
-                p.add_command(self.store_cmd(o)).ignore();
-                any = true;
-            }
-        }
-        if any {
-            self.run(&p, true).await?;
-        }
-        Ok(())
     }
 
     /// The store script for one outcome (write-once for final states).
@@ -1420,7 +1403,8 @@ impl RedisBroker {
         let mut c = evalsha(&self.scripts.store, &self.result_key(&o.id));
         c.arg(stored(o))
             .arg(if o.state.is_final() { "1" } else { "0" })
-            .arg(self.result_ms);
+            .arg(self.result_ms)
+            .arg(NOTIFY_CAP);
         c
     }
 
@@ -1541,7 +1525,13 @@ impl RedisBroker {
             self.rt.spawn(async move {
                 while let Some(msg) = stream.next().await {
                     let Some(b) = weak.upgrade() else { return };
-                    if let Some(s) = b.waiters.lock().get(msg.get_channel_name()) {
+                    // A final value (not the `1` wake-up) is kept for the
+                    // waiters, who then need no GET.
+                    let got = unstored(msg.get_payload_bytes()).filter(|o| o.state.is_final());
+                    if let Some(s) = b.waiters.lock().get_mut(msg.get_channel_name()) {
+                        if got.is_some() {
+                            s.got = got;
+                        }
                         s.notify.notify_waiters();
                     }
                 }
@@ -1578,6 +1568,11 @@ impl RedisBroker {
         Ok(bytes(&v).and_then(unstored))
     }
 
+    /// Waits for a final result. The first look (GET) runs alongside the
+    /// subscribe, so a result already final answers in one round trip; a
+    /// GET that may have run before the subscribe took is repeated once it
+    /// has. A notification carries the stored value (up to [`NOTIFY_CAP`]),
+    /// so a waiter woken by the store answers without another GET.
     async fn wait_inner(&self, id: &str, timeout: Duration) -> Result<Option<Outcome>, Refused> {
         let deadline = Instant::now() + timeout;
         let ch = self.result_key(id);
@@ -1586,17 +1581,56 @@ impl RedisBroker {
             broker: self,
             ch: ch.clone(),
         };
+        let mut first = true;
         loop {
             let woken = notify.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            // Subscribed before looking, so a store after the look wakes us.
-            let subscribed = self.subscribe(&ch).await.is_ok();
-            let looked = match self.fetch_inner(id, false).await {
-                Ok(Some(o)) if o.state.is_final() => return Ok(Some(o)),
-                Ok(_) => true,
-                Err(e) if Instant::now() >= deadline => return Err(e),
-                Err(_) => false,
+            if let Some(o) = self.waiters.got(&ch) {
+                return Ok(Some(o));
+            }
+            let (subscribed, looked) = if first {
+                first = false;
+                // Already subscribed on the live connection: the look is
+                // after the subscribe, as below.
+                let before = self.waiters.lock().get(&ch).map_or(0, |s| s.on);
+                let sub = self.subscribe(&ch);
+                let get = self.fetch_inner(id, false);
+                tokio::pin!(sub, get);
+                let mut subscribed = None;
+                let looked = loop {
+                    tokio::select! {
+                        r = &mut get => break r,
+                        r = &mut sub, if subscribed.is_none() => subscribed = Some(r.is_ok()),
+                    }
+                };
+                match looked {
+                    Ok(Some(o)) if o.state.is_final() => return Ok(Some(o)),
+                    Err(e) if Instant::now() >= deadline => return Err(e),
+                    _ => {}
+                }
+                let subscribed = match subscribed {
+                    Some(s) => s,
+                    None => sub.await.is_ok(),
+                };
+                let on = self.waiters.lock().get(&ch).map_or(0, |s| s.on);
+                let ahead = before != 0 && before == on;
+                (subscribed, looked.is_ok() && ahead)
+            } else {
+                (self.subscribe(&ch).await.is_ok(), false)
+            };
+            // Not sure the look came after the subscribe: look again now
+            // that it has (a store after this look publishes to us).
+            let looked = looked || {
+                if let Some(o) = self.waiters.got(&ch) {
+                    return Ok(Some(o));
+                }
+                match self.fetch_inner(id, false).await {
+                    Ok(Some(o)) if o.state.is_final() => return Ok(Some(o)),
+                    Ok(_) => true,
+                    Err(e) if Instant::now() >= deadline => return Err(e),
+                    Err(_) => false,
+                }
             };
             // Subscribed and looked: only a store can change the answer, and
             // it publishes. Otherwise (Redis away, the look failed, so the
@@ -1970,17 +2004,8 @@ impl Broker for RedisBroker {
                 }
             };
             held(&mut p, &r.acks);
-            // Late acks follow their results in the pipeline, so those
-            // results take the script (one step, no second try after the
-            // ack); without late acks a final result tries a plain SET NX.
-            let finals = if r.after.is_empty() {
-                self.add_stores(&mut p, &r.outcomes)
-            } else {
-                for o in &r.outcomes {
-                    p.add_command(self.store_cmd(o)).ignore();
-                }
-                Vec::new()
-            };
+            // Late acks follow their results in the pipeline.
+            self.add_stores(&mut p, &r.outcomes);
             held(&mut p, &r.after);
             if !r.events.is_empty() {
                 let key = self.events_key();
@@ -2001,9 +2026,7 @@ impl Broker for RedisBroker {
             for id in &r.ask {
                 p.cmd("GET").arg(self.revoked_key(id));
             }
-            let got = self.run(&p, true).await?;
-            let (sets, asked) = got.split_at(finals.len().min(got.len()));
-            self.store_rest(&finals, sets).await?;
+            let asked = self.run(&p, true).await?;
             {
                 let mut o = self.outs();
                 for rc in r.acks.iter().chain(&r.after) {
@@ -2172,9 +2195,8 @@ impl Backend for RedisBroker {
                 return Ok(());
             }
             let mut p = ::redis::pipe();
-            let finals = self.add_stores(&mut p, &outcomes);
-            let got = self.run(&p, true).await?;
-            self.store_rest(&finals, &got).await
+            self.add_stores(&mut p, &outcomes);
+            self.run(&p, true).await.map(|_| ())
         })
     }
 
