@@ -529,9 +529,14 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
             let ev = run_event(s, &m, State::Success, Some(started), || {
                 serde_json::to_string(&v).ok()
             });
-            // Nothing follows (no chain, no chord): the result, the event and
-            // a late ack go out together, the ack after the result.
-            if m.chain.is_empty() && m.chord.is_none() {
+            // Nothing follows (no chain, no chord, no Celery `link`): the
+            // result, the event and a late ack go out together, the ack
+            // after the result.
+            let linked = m
+                .carried
+                .as_deref()
+                .is_some_and(|c| !c.callbacks.is_empty());
+            if m.chain.is_empty() && m.chord.is_none() && !linked {
                 if let Some(o) = outcomes.first_mut() {
                     o.result = Some(v);
                 }
