@@ -166,13 +166,16 @@ impl Pair {
         );
         let mut mem = Vec::new();
         let mut red = Vec::new();
-        for c in CONSUMERS {
+        // The consumers, then a sweeper that claims nothing and runs the
+        // recovers: a consumer never recovers its own claims, so a sweeper
+        // sees every lapsed one.
+        for c in CONSUMERS.iter().chain(&["sweeper"]) {
             mem.push(base.handle(c));
             red.push(
                 RedisBroker::connect(
                     &server.url(),
                     RedisOptions {
-                        consumer: Some(c.into()),
+                        consumer: Some((*c).into()),
                         // Nothing lapses or refreshes by itself during a
                         // case: expiry is an operation.
                         lease: Duration::from_secs(120),
@@ -188,26 +191,6 @@ impl Pair {
                 .unwrap(),
             );
         }
-        // Recovers run from a process that claims nothing: a consumer never
-        // recovers its own claims, so a sweeper sees every lapsed one.
-        mem.push(base.handle("sweeper"));
-        red.push(
-            RedisBroker::connect(
-                &server.url(),
-                RedisOptions {
-                    consumer: Some("sweeper".into()),
-                    lease: Duration::from_secs(120),
-                    beat_lease: Duration::from_secs(120),
-                    recover_every: None,
-                    max_message_bytes: CAP,
-                    max_deliveries: DELIVERIES,
-                    ..RedisOptions::default()
-                },
-                clock.clone(),
-            )
-            .await
-            .unwrap(),
-        );
         let p = Pair {
             clock,
             mem,
