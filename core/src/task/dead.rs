@@ -98,6 +98,19 @@ pub fn lost_reason(times: u32) -> String {
 /// result. Parsing is serde_json's, whose recursion limit (128) bounds the
 /// depth, and whose allocations are proportional to the input.
 pub fn decode(raw: &[u8], max_bytes: usize) -> Result<Message, Undecodable> {
+    sniff(raw, max_bytes)?;
+    match Message::from_json(raw) {
+        Ok(m) if m.task.is_empty() => Err(refuse("no task name", non_empty(m.id))),
+        Ok(m) if m.id.is_empty() => Err(refuse("no id", None)),
+        Ok(m) => Ok(m),
+        Err(e) => Err(diagnose(raw, &e)),
+    }
+}
+
+/// The checks both decoders (headway's and the Celery layout's) make before
+/// parsing: the size cap, then the first byte — nothing, a pickle (never
+/// deserialised), or anything but a JSON object is refused unread.
+pub fn sniff(raw: &[u8], max_bytes: usize) -> Result<(), Undecodable> {
     if raw.len() > max_bytes {
         return Err(refuse(
             format!(
@@ -126,12 +139,7 @@ pub fn decode(raw: &[u8], max_bytes: usize) -> Result<Message, Undecodable> {
             ));
         }
     }
-    match Message::from_json(raw) {
-        Ok(m) if m.task.is_empty() => Err(refuse("no task name", non_empty(m.id))),
-        Ok(m) if m.id.is_empty() => Err(refuse("no id", None)),
-        Ok(m) => Ok(m),
-        Err(e) => Err(diagnose(raw, &e)),
-    }
+    Ok(())
 }
 
 fn non_empty(s: String) -> Option<String> {

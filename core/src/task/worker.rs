@@ -532,11 +532,7 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
             // Nothing follows (no chain, no chord, no Celery `link`): the
             // result, the event and a late ack go out together, the ack
             // after the result.
-            let linked = m
-                .carried
-                .as_deref()
-                .is_some_and(|c| !c.callbacks.is_empty());
-            if m.chain.is_empty() && m.chord.is_none() && !linked {
+            if !follows(&m) {
                 if let Some(o) = outcomes.first_mut() {
                     o.result = Some(v);
                 }
@@ -918,6 +914,18 @@ async fn celery_links(app: &App, m: &Message, arg: Value, errors: bool) -> Resul
 
 /// What follows a success: Celery `link` callbacks, then the chain's next
 /// link, or the chord's arrival.
+/// Whether [`follow`] has anything to do for a success of `m`: a Celery
+/// `link`, a chain's next link, or a chord arrival. Kept beside `follow` so
+/// the batched fast path (result, event and late ack in one write) never
+/// skips a follow-up kind that `follow` learns.
+fn follows(m: &Message) -> bool {
+    !m.chain.is_empty()
+        || m.chord.is_some()
+        || m.carried
+            .as_deref()
+            .is_some_and(|c| !c.callbacks.is_empty())
+}
+
 async fn follow(app: &App, m: &Message, value: Value) -> Result<(), Refused> {
     celery_links(app, m, value.clone(), false).await?;
     if let Some((next, rest)) = m.chain.split_first() {

@@ -46,33 +46,7 @@ fn text(v: Option<&Value>) -> Option<String> {
 /// be quarantined. `max_bytes` is the size cap
 /// ([`crate::task::MAX_MESSAGE_BYTES`] by default).
 pub fn decode(sender: &Sender, raw: &[u8], max_bytes: usize) -> Result<Decoded, Undecodable> {
-    if raw.len() > max_bytes {
-        return Err(refuse(
-            format!(
-                "too large: {} bytes (the cap is {max_bytes} bytes)",
-                raw.len()
-            ),
-            None,
-        ));
-    }
-    let first = raw.iter().position(|b| !b.is_ascii_whitespace());
-    match first.map(|i| raw[i]) {
-        None => return Err(refuse("not JSON: empty", None)),
-        // Pickle protocols 2 to 5 open with PROTO (0x80). Never deserialised.
-        Some(0x80) => {
-            return Err(refuse(
-                "content type not allowed: a pickle (never deserialised; only JSON is accepted)",
-                None,
-            ));
-        }
-        Some(b'{') => {}
-        Some(_) => {
-            return Err(refuse(
-                "not JSON: raw bytes that do not start a JSON object",
-                None,
-            ));
-        }
-    }
+    crate::task::dead::sniff(raw, max_bytes)?;
     let env: Value = match serde_json::from_slice(raw) {
         Ok(v) => v,
         Err(e) => return Err(refuse(format!("bad JSON: {e}"), None)),
