@@ -1179,6 +1179,117 @@ async fn kill_9_of_a_worker_holding_50_acks_late_runs_loses_none() {
     }
 }
 
+/// An early ack is sent when a run is taken to run, not when its message
+/// arrives: a worker killed -9 with 2 runs in flight and 18 prefetched
+/// loses the 2 (at most once) and the other 18 run once elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_an_early_ack_worker_loses_only_what_it_had_started() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let path = s.dir.join("ledger").to_string_lossy().into_owned();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let b = redis(
+        &s,
+        "survivor",
+        Duration::from_secs(30),
+        Some(Duration::from_millis(100)),
+    )
+    .await;
+    let app = App::new(b.seams(), clock);
+    let p2 = path.clone();
+    app.register(
+        "early",
+        Policy {
+            queue: "early".into(),
+            ..Policy::default()
+        },
+        body(move |ctx, _| {
+            ledger(&p2, &format!("start {} survivor", ctx.id));
+            async { Ok(Value::Null) }
+        }),
+    )
+    .unwrap();
+    let mut jobs = Vec::new();
+    for i in 0..20 {
+        jobs.push(
+            app.send("early", vec![json!(i)], Map::new(), Options::default())
+                .await
+                .unwrap(),
+        );
+    }
+    // A worker process (concurrency 2, prefetch 20) takes all 20 and starts 2…
+    let mut child = spawn_child(
+        "prefetcher",
+        &s.url(),
+        "prefetcher",
+        &[("HEADWAY_LEDGER", &path)],
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let started = std::fs::read_to_string(&path).map_or(0, |t| t.lines().count());
+        let ready = s.cli(&["LLEN", "headway:{early}:ready:0"]);
+        let held = s.cli(&["LLEN", "headway:{early}:held:prefetcher"]);
+        if started == 2 && ready == "0" && held == "18" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the prefetcher started {started}, {ready} ready, {held} held"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // …and is killed -9: the 18 it had not started are still its claims.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lost: HashSet<String> = text
+        .lines()
+        .map(|l| l.split(' ').nth(1).unwrap().to_string())
+        .collect();
+    assert_eq!(lost.len(), 2);
+    let (w, h) = worker(
+        &app,
+        WorkerConfig {
+            queues: vec!["early".into()],
+            ..WorkerConfig::default()
+        },
+    );
+    for hd in jobs.iter().filter(|hd| !lost.contains(hd.id())) {
+        hd.get(Some(Duration::from_secs(10))).await.unwrap();
+    }
+    w.stop(Duration::from_secs(1));
+    h.await.unwrap();
+    // The ledger: the 2 started ran once, where they started; the 18 ran
+    // once each, on the survivor. Nothing is left anywhere to run again.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut runs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for l in text.lines() {
+        let mut p = l.split(' ').skip(1);
+        let (id, who) = (p.next().unwrap(), p.next().unwrap());
+        runs.entry(id.to_string())
+            .or_default()
+            .push(who.to_string());
+    }
+    assert_eq!(runs.len(), 20, "every job started once somewhere");
+    for (id, who) in &runs {
+        let want = if lost.contains(id) {
+            "prefetcher"
+        } else {
+            "survivor"
+        };
+        assert_eq!(who, &[want], "{id}");
+    }
+    for key in [
+        "headway:{early}:ready:0",
+        "headway:{early}:held:prefetcher",
+        "headway:{early}:held:survivor",
+    ] {
+        assert_eq!(s.cli(&["LLEN", key]), "0", "{key}");
+    }
+    assert_eq!(s.cli(&["ZCARD", "headway:{early}:delayed"]), "0");
+}
+
 /// Not a test on its own: what a child process does when one of the tests
 /// above runs this binary with `HEADWAY_CHILD` set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1312,6 +1423,48 @@ async fn child() {
                     queues: vec!["jobs".into()],
                     concurrency: 50,
                     prefetch: Some(50),
+                    name: Some(name),
+                },
+            )
+            .unwrap();
+            w.run().await.unwrap();
+        }
+        "prefetcher" => {
+            let path = std::env::var("HEADWAY_LEDGER").unwrap();
+            let b = RedisBroker::connect(
+                &url,
+                RedisOptions {
+                    consumer: Some(name.clone()),
+                    lease: Duration::from_millis(300),
+                    recover_every: None,
+                    ..RedisOptions::default()
+                },
+                clock.clone(),
+            )
+            .await
+            .unwrap();
+            let app = App::new(b.seams(), clock);
+            app.register(
+                "early",
+                Policy {
+                    queue: "early".into(),
+                    ..Policy::default()
+                },
+                body(move |ctx, _| {
+                    ledger(&path, &format!("start {} prefetcher", ctx.id));
+                    async {
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                        Ok(Value::Null)
+                    }
+                }),
+            )
+            .unwrap();
+            let w = Worker::new(
+                app,
+                WorkerConfig {
+                    queues: vec!["early".into()],
+                    concurrency: 2,
+                    prefetch: Some(20),
                     name: Some(name),
                 },
             )

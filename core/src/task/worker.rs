@@ -392,10 +392,6 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
         return broker.ack(vec![receipt]).await;
     }
 
-    // Early ack: gathered with other runs' writes by the writer.
-    if !policy.acks_late {
-        w.write(Vec::new(), None, Some(receipt.clone())).await?;
-    }
     let settle_late = |_: &App, receipt| {
         let late = policy.acks_late;
         async move {
@@ -407,34 +403,21 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
         }
     };
 
-    // Wait for a slot; a stopping worker gives the message back instead.
+    // Wait for a slot; a stopping worker hands the claim back instead (not
+    // acked yet, whatever the policy: a prefetched message is not taken).
     let mut stopping = s.stopping.subscribe();
-    let (permit, waited) = match s.slots.try_acquire() {
+    let (permit, mut waited) = match s.slots.try_acquire() {
         Ok(p) => (p, false),
         Err(_) => {
             let p = tokio::select! {
                 p = s.slots.acquire() => p.map_err(|_| Refused::Broker("worker closed".into()))?,
                 _ = wait_true(&mut stopping) => {
-                    return give_back(app, &m, receipt, policy.acks_late).await;
+                    return give_back(app, &m, receipt, false).await;
                 }
             };
             (p, true)
         }
     };
-
-    // Checked again just before running, when it had to wait for a slot
-    // (gathered with other runs' checks by the writer).
-    if waited && w.revoked(&m.id).await? {
-        drop(permit);
-        give_up(
-            app,
-            &m,
-            State::Revoked,
-            Failure::new("Revoked", "revoked before it ran"),
-        )
-        .await?;
-        return settle_late(app, receipt).await;
-    }
 
     // Per-worker rate.
     if let Some(rate) = policy.rate {
@@ -455,16 +438,36 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
                 None => break,
                 Some(ns) => {
                     let until = app.now() + (ns / MILLI).max(1);
+                    waited = true;
                     tokio::select! {
                         _ = app.clock().sleep_until(until) => {}
                         _ = wait_true(&mut stopping) => {
                             drop(permit);
-                            return give_back(app, &m, receipt, policy.acks_late).await;
+                            return give_back(app, &m, receipt, false).await;
                         }
                     }
                 }
             }
         }
+    }
+
+    // Taken to run: the early ack, and the revoked check again when it
+    // waited (for a slot or its rate) since the claim's — one write,
+    // gathered with other runs' by the writer. Acking here, not at receipt,
+    // means a worker killed with messages prefetched loses none of them:
+    // they are still held, and recovered (Celery acks when its pool
+    // accepts the task, not when the message arrives).
+    let early = (!policy.acks_late).then(|| receipt.clone());
+    if (early.is_some() || waited) && w.take(early, waited.then(|| m.id.clone())).await? {
+        drop(permit);
+        give_up(
+            app,
+            &m,
+            State::Revoked,
+            Failure::new("Revoked", "revoked before it ran"),
+        )
+        .await?;
+        return settle_late(app, receipt).await;
     }
 
     // A chord's callback collects its parts' results.
@@ -578,7 +581,7 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
             .await?;
             settle_late(app, receipt).await
         }
-        Ran::Cancelled => give_back(app, &m, receipt, policy.acks_late).await,
+        Ran::Cancelled => give_back(app, &m, receipt, !policy.acks_late).await,
     }
 }
 
@@ -677,14 +680,15 @@ impl Writer {
         self.send(job, rx).await.map(|_| ())
     }
 
-    /// Whether `id` is revoked now.
-    async fn revoked(&self, id: &str) -> Result<bool, Refused> {
+    /// Acks `ack` and answers whether `ask` is revoked now (`false` when
+    /// not asked), in one job.
+    async fn take(&self, ack: Option<Receipt>, ask: Option<String>) -> Result<bool, Refused> {
         let (done, rx) = oneshot::channel();
         let job = Job {
             outcomes: Vec::new(),
             event: None,
-            ack: None,
-            ask: Some(id.to_string()),
+            ack,
+            ask,
             done,
         };
         self.send(job, rx).await
@@ -845,12 +849,12 @@ async fn give_back(
     app: &App,
     m: &Message,
     receipt: super::spec::Receipt,
-    late: bool,
+    acked: bool,
 ) -> Result<(), Refused> {
-    if late {
-        app.broker().reject(receipt, true).await
-    } else {
+    if acked {
         app.broker().publish(vec![m.clone()]).await
+    } else {
+        app.broker().reject(receipt, true).await
     }
 }
 
