@@ -154,6 +154,14 @@ const SLICE: Duration = Duration::from_millis(100);
 /// (Redis runs one at a time) and Lua's stack small.
 const CHUNK: usize = 500;
 
+/// The count an ack's LREM takes: -1 looks from the tail, where a held list
+/// keeps its oldest claims (a claim pushes the head), and claims are mostly
+/// settled oldest first — with a prefetch of 512 a search from the head
+/// read the whole list for nearly every ack. Elements are unique (each has
+/// its fencing token), so which end the search starts from changes nothing
+/// else.
+const HELD_OLDEST_FIRST: i64 = -1;
+
 /// How many results one store script call writes: a round's worth, kept
 /// short because Redis runs one script at a time.
 const STORE_CHUNK: usize = 256;
@@ -1440,7 +1448,7 @@ impl RedisBroker {
             if it.mode == "ack" {
                 p.cmd("LREM")
                     .arg(self.key(&it.queue, "held:", &self.consumer))
-                    .arg(1)
+                    .arg(HELD_OLDEST_FIRST)
                     .arg(&*it.el)
                     .ignore();
             } else {
@@ -2006,7 +2014,7 @@ impl Broker for RedisBroker {
                     if let Some(el) = &rc.raw {
                         p.cmd("LREM")
                             .arg(self.key(&rc.queue, "held:", &self.consumer))
-                            .arg(1)
+                            .arg(HELD_OLDEST_FIRST)
                             .arg(&**el)
                             .ignore();
                     }

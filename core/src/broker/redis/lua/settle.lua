@@ -7,7 +7,8 @@
 local held = base .. 'held:' .. ARGV[1]
 local el = ARGV[2]
 local mode = ARGV[3]
-if redis.call('LREM', held, 1, el) == 0 then return 0 end
+-- From the tail, where the oldest claims are (elements are unique).
+if redis.call('LREM', held, -1, el) == 0 then return 0 end
 if mode == 'requeue' then
   local s, p = unheld(el)
   if p ~= MARK then redis.call('RPUSH', base .. 'ready:' .. s, (marked(p, 0))) end
