@@ -52,6 +52,10 @@ struct Inner {
     cancelled: Vec<u64>,
     seq: u64,
     closed: bool,
+    /// Threads asleep in `take_blocking`. A push rings the condvar only
+    /// when one is: a notify is a futex syscall even with nobody waiting,
+    /// and a busy runner is never asleep.
+    sleepers: usize,
 }
 
 /// Calls waiting for a host language, and their answers.
@@ -105,6 +109,7 @@ impl HostQueue {
         let (tx, rx) = oneshot::channel();
         let was_empty;
         let seq;
+        let wake;
         {
             let mut g = self.lock();
             if g.closed {
@@ -120,8 +125,11 @@ impl HostQueue {
                 args,
             });
             g.waiting.insert(seq, tx);
+            wake = g.sleepers > 0;
         }
-        self.arrived.notify_one();
+        if wake {
+            self.arrived.notify_one();
+        }
         if was_empty {
             let bell = self.bell.lock().unwrap_or_else(|e| e.into_inner()).clone();
             if let Some(b) = bell {
@@ -164,11 +172,13 @@ impl HostQueue {
             if now >= deadline {
                 return Vec::new();
             }
+            g.sleepers += 1;
             g = self
                 .arrived
                 .wait_timeout(g, deadline - now)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            g.sleepers -= 1;
         }
     }
 
