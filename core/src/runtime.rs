@@ -31,13 +31,30 @@ impl std::fmt::Display for Forked {
 
 impl std::error::Error for Forked {}
 
-/// The shared runtime: multi-threaded, two worker threads at least (one per
-/// core, as tokio's default), timers and I/O enabled.
+/// The shared runtime: multi-threaded, one worker thread per core but one
+/// (at least one) unless `TOKIO_WORKER_THREADS` (tokio's own variable) says
+/// how many, timers and I/O enabled.
+///
+/// Why not tokio's one per core: every body runs on the host language's own
+/// thread (the GIL holder, the JS event loop), which needs a core of its
+/// own, and the runtime's work per message is I/O and bookkeeping. Each
+/// extra worker thread adds hand-offs between threads: on 2 cores a Python
+/// worker draining Redis spent 29 µs of CPU per task with one runtime thread
+/// and 37–39 µs with two, and drained 31 k/s against 26–28 k/s
+/// (`bench/tasks`). Nothing in headway blocks a runtime thread, so one is
+/// enough to make progress.
 pub fn runtime() -> Result<&'static Runtime, Forked> {
     let (rt, pid) = RUNTIME.get_or_init(|| {
-        let threads = std::thread::available_parallelism()
-            .map_or(2, |n| n.get())
-            .max(2);
+        let threads = std::env::var("TOKIO_WORKER_THREADS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|n| *n > 0)
+            .unwrap_or_else(|| {
+                std::thread::available_parallelism()
+                    .map_or(2, |n| n.get())
+                    .saturating_sub(1)
+                    .max(1)
+            });
         let rt = Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name("headway")
