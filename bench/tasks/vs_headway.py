@@ -10,7 +10,11 @@ prints one JSON line).
    ``group`` sends of 1000 signatures (one publish per 1000);
 2. drain: a worker starts on the N queued by step 1; the clock runs from
    ``start()`` until it has settled all N (results stored);
-3. round trip: RTT sequential ``noop.delay(i).get()`` with the worker idle.
+3. round trip: RTT sequential ``noop.delay(i).get()`` with the worker idle;
+4. last (flushed away afterwards): N ``noop.delay(i)`` from THREADS threads of
+   this one process, each call still returning once Redis has the message —
+   the GIL is released while a send waits, so the sends of many threads share
+   the multiplexed connection's pipeline.
 
 ``--layout celery`` (``RedisBroker.celery(url)``): Celery's queue ``celery``
 (headway's ``default`` on that layout) already holds N ``bench.noop`` messages a real Celery producer sent
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import threading
 import time
 from typing import Any
 
@@ -33,6 +38,7 @@ import headway
 CONCURRENCY = int(os.environ.get("HEADWAY_BENCH_CONCURRENCY", "8"))
 PREFETCH = int(os.environ.get("HEADWAY_BENCH_PREFETCH", "512"))
 BATCH = 1000
+THREADS = int(os.environ.get("HEADWAY_BENCH_THREADS", "16"))
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -99,6 +105,22 @@ def main() -> None:
             headway.group([noop.s(i) for i in range(s, min(n, s + BATCH))]).send()
         return n / (time.perf_counter() - t0)
 
+    def threaded(noop: Any) -> float:
+        per = n // THREADS
+        delay = noop.delay
+
+        def one(base: int) -> None:
+            for i in range(base, base + per):
+                delay(i)
+
+        ts = [threading.Thread(target=one, args=(k * per,)) for k in range(THREADS)]
+        t0 = time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        return per * THREADS / (time.perf_counter() - t0)
+
     out: dict[str, Any] = {}
     app, noop = make()
     if not celery:
@@ -138,6 +160,8 @@ def main() -> None:
     # The bulk send last: what it leaves queued is flushed by compare.sh.
     out["enqueue_bulk"] = bulk(noop)
     out["enqueue_bulk_how"] = f"group of {BATCH} signatures per send"
+    out["enqueue_threads"] = threaded(noop)
+    out["enqueue_threads_how"] = f"noop.delay(i) from {THREADS} threads of one process"
     out["settings"] = f"concurrency {CONCURRENCY}, prefetch {PREFETCH}"
     print(json.dumps(out))
 
