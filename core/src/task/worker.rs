@@ -628,8 +628,11 @@ fn run_event(
 
 /// How many gathered jobs the writer sends in one go at most.
 const WRITE_BATCH: usize = 512;
-/// How many of its rounds may be in flight at once.
-const WRITE_ROUNDS: usize = 2;
+/// How many of its rounds may be in flight at once. One: what arrives while
+/// a round is out goes in the next, so under load each round carries more
+/// (a Python drain on Redis: 17 µs of Redis CPU per task against 21–22 µs
+/// with two in flight), while a lone write still goes out at once.
+const WRITE_ROUNDS: usize = 1;
 
 /// One run's writes or question, for the writer to gather with others'.
 struct Job {
