@@ -270,6 +270,10 @@ const PARTS_KEPT: usize = 65_536;
 /// How many run events are kept.
 const EVENTS_KEPT: isize = 1000;
 
+/// How many results one store script call writes at most: a round's worth,
+/// without one call holding Redis for long.
+const STORE_CHUNK: usize = 256;
+
 #[derive(Default)]
 struct Local {
     /// Claimed, unsettled: local tag → what it is.
@@ -1545,7 +1549,7 @@ impl CeleryBroker {
     }
 
     /// Stores `outcomes` (the seam's rule: never over a final state), one
-    /// pipeline of scripts.
+    /// script call per `STORE_CHUNK`, in one pipeline.
     async fn store_all(&self, outcomes: &[Outcome]) -> Result<(), Refused> {
         if outcomes.is_empty() {
             return Ok(());
@@ -1554,15 +1558,17 @@ impl CeleryBroker {
         // One pipeline of EVALSHA, one round trip; a Redis that lost the
         // script (a restart) has it loaded again and the pipeline re-run.
         let mut p = redis::pipe();
-        for o in outcomes {
-            let meta = result::encode_meta(o, None, None);
-            p.cmd("EVALSHA")
-                .arg(self.scripts.store.get_hash())
-                .arg(1)
-                .arg(self.meta_key(&o.id))
-                .arg(meta)
-                .arg(ex)
-                .ignore();
+        for chunk in outcomes.chunks(STORE_CHUNK) {
+            let mut c = redis::cmd("EVALSHA");
+            c.arg(self.scripts.store.get_hash()).arg(chunk.len());
+            for o in chunk {
+                c.arg(self.meta_key(&o.id));
+            }
+            c.arg(ex);
+            for o in chunk {
+                c.arg(result::encode_meta(o, None, None));
+            }
+            p.add_command(c).ignore();
         }
         let (p, script) = (&p, &self.scripts.store);
         self.patiently(|mut c| async move {
