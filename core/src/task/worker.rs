@@ -720,51 +720,42 @@ impl Writer {
 /// connection.
 async fn write_loop(
     app: App,
-    mut writes: mpsc::UnboundedReceiver<Job>,
-    mut takes: mpsc::UnboundedReceiver<Job>,
+    writes: mpsc::UnboundedReceiver<Job>,
+    takes: mpsc::UnboundedReceiver<Job>,
 ) {
+    tokio::join!(
+        lane(app.clone(), takes, TAKE_ROUNDS),
+        lane(app, writes, WRITE_ROUNDS)
+    );
+}
+
+/// One lane of the writer: gathers what waits into a round, up to `limit`
+/// rounds in flight, until every sender is gone and its rounds are done.
+async fn lane(app: App, mut jobs: mpsc::UnboundedReceiver<Job>, limit: usize) {
     let mut rounds = JoinSet::new();
-    let mut taking = JoinSet::new();
-    let (mut writes_open, mut takes_open) = (true, true);
-    let gather = |first: Job, lane: &mut mpsc::UnboundedReceiver<Job>| {
-        let mut batch = vec![first];
-        while batch.len() < WRITE_BATCH {
-            match lane.try_recv() {
-                Ok(j) => batch.push(j),
-                Err(_) => break,
-            }
-        }
-        batch
-    };
-    while writes_open || takes_open {
+    loop {
         tokio::select! {
             biased;
-            Some(_) = taking.join_next(), if !taking.is_empty() => {}
             Some(_) = rounds.join_next(), if !rounds.is_empty() => {}
-            got = takes.recv(), if takes_open && taking.len() < TAKE_ROUNDS => match got {
-                Some(first) => {
-                    // The first job's sender woke this task, and the
-                    // scheduler runs the task woken last first: yield once
-                    // so the runs woken with it (by the same reply, the same
-                    // freed slots) put their jobs in this round, not the
-                    // next (the Rust drain on Redis: 26k/s against 20k/s).
-                    tokio::task::yield_now().await;
-                    let batch = gather(first, &mut takes);
-                    taking.spawn(write_round(app.clone(), batch));
+            got = jobs.recv(), if rounds.len() < limit => {
+                let Some(first) = got else { break };
+                // The first job's sender woke this task, and the scheduler
+                // runs the task woken last first: yield once so the runs
+                // woken with it (by the same reply, the same freed slots)
+                // put their jobs in this round, not the next (the Rust drain
+                // on Redis: 26k/s against 20k/s).
+                tokio::task::yield_now().await;
+                let mut batch = vec![first];
+                while batch.len() < WRITE_BATCH {
+                    match jobs.try_recv() {
+                        Ok(j) => batch.push(j),
+                        Err(_) => break,
+                    }
                 }
-                None => takes_open = false,
-            },
-            got = writes.recv(), if writes_open && rounds.len() < WRITE_ROUNDS => match got {
-                Some(first) => {
-                    tokio::task::yield_now().await;
-                    let batch = gather(first, &mut writes);
-                    rounds.spawn(write_round(app.clone(), batch));
-                }
-                None => writes_open = false,
-            },
+                rounds.spawn(write_round(app.clone(), batch));
+            }
         }
     }
-    while taking.join_next().await.is_some() {}
     while rounds.join_next().await.is_some() {}
 }
 
