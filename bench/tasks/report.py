@@ -116,7 +116,7 @@ def readme_table(path: str) -> None:
         f"load {m.get('load_at_start', '?')} at the start; BullMQ {v.get('bullmq', '?')} (ioredis "
         f"{v.get('ioredis', '?')}), Celery {v.get('celery', '?')} (kombu {v.get('kombu', '?')}, redis-py "
         f"{v.get('redis-py', '?')}), Node {v.get('node', '?')}, Python {v.get('python', '?')}. Headline rows run "
-        f"headway at its defaults ({got['contenders'].get('headway-py', {}).get('settings', '?')}); TUNED rows are "
+        f"headway at its defaults: {got['contenders'].get('headway-py', {}).get('settings', '?')}; TUNED rows are "
         "labelled. Ratios: a rate's is ours ÷ the peer's, a latency's the peer's ÷ ours."
     )
 
