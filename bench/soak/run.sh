@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# headway's soak (issue 7): a redis-server of its own (AOF, fsync always),
-# two `headway worker` processes, a producer at 100-200 msg/s, and a fault
-# every 30-60 s (kill -9 of a worker, kill -9 of Redis, SIGSTOP past the
-# lease); then lost = enqueued - done - dead - revoked - expired from a
-# ledger outside the broker. Exits non-zero if anything was lost.
+# headway's soak: a redis-server of its own (AOF, fsync always), two
+# `headway worker` processes, a producer at 100-200 msg/s, and a fault every
+# 30-60 s (kill -9 of a worker, kill -9 of Redis, SIGSTOP past the lease;
+# each kind at least once, --quick too); then a ledger outside the broker and
+# every stored result read back. Exits non-zero if a run was lost or failed,
+# a dead letter exists, an abandoned send is in the broker, a ledger line is
+# bad, a run ran twice outside a fault that allows it, or a fault kind did not
+# run (soak.py's docstring has the exact rules).
 #
 #   bash bench/soak/run.sh            # 10 minutes
 #   bash bench/soak/run.sh --quick    # 2 minutes (CI)
 #   bash bench/soak/run.sh --duration 1800 --out /tmp/soak
+#   bash bench/soak/selfcheck.sh      # the soak must fail when work is lost
 #
 # The Python: $HEADWAY_PYTHON, else the repo's .venv (what .ci/test makes),
 # else /work/venv-py, if it imports headway; else it builds .venv with

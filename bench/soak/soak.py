@@ -1,14 +1,16 @@
 """headway's soak: real processes, real faults, a ledger outside the broker.
 
     python bench/soak/soak.py [--quick] [--duration S] [--rate-lo R] [--rate-hi R] [--out DIR]
+                              [--early-ack [--expect-loss]] [--faults kill9,redis,pause]
 
 (`bash bench/soak/run.sh` finds the Python and runs this.) It starts its own
 redis-server (a free loopback port, ``appendonly yes``, ``appendfsync
 always``: an acknowledged write survives a kill -9), two ``headway worker``
 processes running ``soak_tasks:app`` and a producer process sending 100–200
-``acks_late`` runs a second (90 % sleep 5 ms, 9 % 200 ms, 0.7 % fail once then
-succeed, 0.3 % fail every attempt). Every 30–60 s (30–35 s with ``--quick``)
-a fault, in rotation: a worker killed with SIGKILL (and restarted), Redis
+``acks_late`` runs a second (90 % sleep 5 ms, 9 % 200 ms, 1 % fail once then
+succeed; no poison: every run must end in SUCCESS). Every 30–60 s (with
+``--quick``: the first at 15–20 s, then every 18–22 s, so each kind runs in
+two minutes) a fault, in rotation: a worker killed with SIGKILL (and restarted), Redis
 killed with SIGKILL and restarted on the same port and AOF after an outage
 (12 s, past the 10 s send patience, then 4 s, alternately), a worker stopped
 with SIGSTOP for 10 s (past its 4 s lease) and resumed.
@@ -25,9 +27,34 @@ own books):
     lost       in − out − dead − revoked − expired   (must be 0)
 
 plus latency from send to the end of the final run, and the workers' RSS.
-It prints a table and one JSON line, and exits 1 if anything was lost, if
-nothing flowed, or if a worker died of something other than the soak's own
-faults.
+Then, with Redis still up, it reads every acknowledged send's stored result
+back (``MGET`` of ``P:result:ID``, beside the binding under test): each must
+be SUCCESS holding the run's kind. A send the producer gave up on must be
+proven absent: not in the ledger, no result, not in any ready, delayed, held
+or dead list.
+
+It prints a table and one JSON line, and exits 1 (naming each reason) if:
+
+- lost > 0, where lost counts every acknowledged send without a stored
+  SUCCESS result of its kind or without a final ``ok`` in the ledger (a run
+  that failed for good is lost: the workload has none);
+- a dead letter exists (the workload has no poison);
+- a send was abandoned and is not proven absent;
+- a ledger line does not parse;
+- a run ran twice (``dup``) outside what the guarantees allow: every
+  duplicate must fall in the window of a fault that can cause one (a worker
+  kill -9, a SIGSTOP past the lease, a Redis outage longer than the lease),
+  and the duplicates of one fault are at most the prefetch of each worker it
+  hit (``-c 8`` → 32; a Redis outage hits both) — a worker holds no more
+  unsettled messages than that, so no more can be handed out again;
+- a fault kind of the run's set did not run (every kind runs in ``--quick``);
+- the producer overran its deadline (the run's length + its give-up + 30 s),
+  nothing flowed, or a worker died of something other than the soak's faults.
+
+``--early-ack`` checks the soak itself: acked on receipt, a kill -9 loses
+the runs a worker had started, and the soak must fail with ``lost N``.
+``--expect-loss`` inverts the verdict for that check: exit 0 only if the
+soak failed for loss and for nothing else (``selfcheck.sh`` runs it).
 """
 
 from __future__ import annotations
@@ -56,6 +83,7 @@ LEASE = 4.0
 PAUSE = LEASE + 6.0
 OUTAGES = (12.0, 4.0)
 SENDERS = 4
+GIVE_UP = 60.0  # seconds past the end the producer keeps retrying a refused send
 
 
 # ------------------------------------------------------------ a tiny RESP client
@@ -221,9 +249,7 @@ def pick(rng: random.Random) -> str:
         return "fast"
     if r < 0.99:
         return "slow"
-    if r < 0.997:
-        return "flaky"
-    return "doomed"
+    return "flaky"
 
 
 class Schedule:
@@ -258,6 +284,7 @@ def produce(ns: argparse.Namespace) -> int:
 
     app = headway.App(headway.RedisBroker(ns.url, prefix=PREFIX, lease=LEASE))
     fd = os.open(ns.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    gave_up = os.open(ns.log + ".abandoned", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     plan = Schedule(ns)
     lock = threading.Lock()
     stats: Counter[str] = Counter()
@@ -296,6 +323,7 @@ def produce(ns: argparse.Namespace) -> int:
                 # One write per acknowledged send: a retried send is one line.
                 os.write(fd, f"{tid} {kind} {first:.6f} {acked_at:.6f}\n".encode())
             else:
+                os.write(gave_up, f"{tid} {kind} {first:.6f} {acked_at:.6f}\n".encode())
                 print(f"producer: gave up on {tid} after {tries} tries", flush=True)
             with lock:
                 stats["attempted"] += 1
@@ -309,6 +337,7 @@ def produce(ns: argparse.Namespace) -> int:
     for t in threads:
         t.join()
     os.close(fd)
+    os.close(gave_up)
     summary = {
         "attempted": stats["attempted"], "acked": stats["acked"],
         "send_failures": stats["send_failures"], "ids_retried": stats["ids_retried"],
@@ -398,6 +427,35 @@ def in_broker(port: int) -> int:
     return n
 
 
+def broker_elements(port: int) -> list[bytes]:
+    """Every element of the queue's ready, delayed, held and dead lists (the
+    places a message can be; docs/redis-layout.md)."""
+    found: list[bytes] = []
+    for key in redis(port, "KEYS", f"{PREFIX}{{{QUEUE}}}:*") or []:
+        k = key.decode()
+        if ":ready:" in k or ":held:" in k or k.endswith(":dead"):
+            found.extend(redis(port, "LRANGE", k, 0, -1) or [])
+        elif k.endswith(":delayed"):
+            found.extend(redis(port, "ZRANGE", k, 0, -1) or [])
+    return found
+
+
+def read_results(port: int, ids: list[str]) -> dict[str, bytes | None]:
+    """The stored result of each id (``P:result:ID``, ``STATE|<outcome
+    JSON>``), read straight from Redis in rounds of 500."""
+    got: dict[str, bytes | None] = {}
+    for i in range(0, len(ids), 500):
+        chunk = ids[i : i + 500]
+        values = redis(port, "MGET", *[f"{PREFIX}result:{t}" for t in chunk], timeout=30.0)
+        got.update(zip(chunk, values))
+    return got
+
+
+def result_ok(value: bytes | None, kind: str) -> bool:
+    """A SUCCESS whose outcome holds the value the body returned (its kind)."""
+    return value is not None and value.startswith(b"SUCCESS|") and f'"{kind}"'.encode() in value[8:]
+
+
 def pct(xs: list[float], p: float) -> float:
     if not xs:
         return float("nan")
@@ -407,10 +465,69 @@ def pct(xs: list[float], p: float) -> float:
 
 # ------------------------------------------------------------ the run
 
+CONCURRENCY = 8
+PREFETCH = CONCURRENCY * 4  # the CLI's default: what one worker holds unsettled at most
+KINDS = ("kill9", "redis", "pause")
+
+
+def dup_windows(faults: list[dict[str, Any]], t0: float) -> list[tuple[float, float, str, int]]:
+    """(from, to, fault, bound) for each fault that may make a run run twice
+    (docs/guarantees.md, "What can run twice"): a worker killed -9 or stalled
+    past its lease after starting a run, Redis away longer than the lease.
+    The window runs from just before the fault to two leases after its end
+    (the recovery that hands the claims out again); the bound is the prefetch
+    of every worker the fault hit."""
+    out = []
+    for f in faults:
+        if f["kind"] == "redis" and f.get("down", 0) <= LEASE:
+            continue  # a short outage keeps every lease: nothing is handed out twice
+        hit = 2 if f["kind"] == "redis" else 1
+        out.append((t0 + f["at"] - 2.0, t0 + f["end"] + 2 * LEASE, f"t+{f['at']:.0f} s {f['kind']}", PREFETCH * hit))
+    return out
+
+
+def attribute_dups(
+    ledger: "Ledger", windows: list[tuple[float, float, str, int]]
+) -> tuple[dict[str, int], list[str], dict[str, list[str]]]:
+    """Runs that ran twice (two final executions, or one attempt twice), each
+    given to the fault window its first duplicated execution ended in;
+    answers (count per window, ids in no window, ids per window)."""
+    by_id: dict[str, list[tuple[int, float, str]]] = {}
+    for tid, attempt, _pid, _start, end, outcome in ledger.rows:
+        by_id.setdefault(tid, []).append((attempt, end, outcome))
+    per: dict[str, int] = {}
+    ids: dict[str, list[str]] = {}
+    stray: list[str] = []
+    for tid, runs in by_id.items():
+        if len(runs) == 1:
+            continue
+        finals = [end for _, end, outcome in runs if outcome in ("ok", "fail")]
+        attempts = Counter(a for a, _, _ in runs)
+        if len(finals) <= 1 and all(c == 1 for c in attempts.values()):
+            continue
+        twice = [end for a, end, _ in runs if attempts[a] > 1]
+        first = min(twice) if twice else min(finals)
+        home = next((w for w in windows if w[0] <= first <= w[1]), None)
+        if home is None:
+            stray.append(tid)
+        else:
+            per[home[2]] = per.get(home[2], 0) + 1
+            ids.setdefault(home[2], []).append(tid)
+    return per, stray, ids
+
 
 def run(ns: argparse.Namespace) -> int:
     duration = ns.duration or (120.0 if ns.quick else 600.0)
-    gap = (30.0, 35.0) if ns.quick else (30.0, 60.0)
+    if ns.gap:
+        lo, hi = (float(x) for x in ns.gap.split(","))
+        first, gap = (lo, hi), (lo, hi)
+    elif ns.quick:
+        first, gap = (15.0, 20.0), (18.0, 22.0)  # kill9 ~17 s, redis ~37 s, pause ~70 s, kill9 ~100 s
+    else:
+        first, gap = (30.0, 60.0), (30.0, 60.0)
+    rotation = [k.strip() for k in ns.faults.split(",") if k.strip()]
+    if not rotation or any(k not in KINDS for k in rotation):
+        raise SystemExit(f"soak: --faults takes a comma list of {', '.join(KINDS)}; got {ns.faults!r}")
     drain_limit = 60.0 if ns.quick else 180.0
     rng = random.Random(ns.seed)
     out = Path(ns.out) if ns.out else Path(tempfile.mkdtemp(prefix="headway-soak-"))
@@ -418,8 +535,10 @@ def run(ns: argparse.Namespace) -> int:
     ledger_dir = out / "ledger"
     ledger_dir.mkdir(exist_ok=True)
     sends_log = out / "sends.log"
-    print(f"soak: {duration:.0f} s at {ns.rate_lo:.0f}-{ns.rate_hi:.0f} msg/s, faults every "
-          f"{gap[0]:.0f}-{gap[1]:.0f} s; files in {out}", flush=True)  # fmt: skip
+    abandoned_log = Path(str(sends_log) + ".abandoned")
+    print(f"soak: {duration:.0f} s at {ns.rate_lo:.0f}-{ns.rate_hi:.0f} msg/s, faults {'/'.join(rotation)} "
+          f"from {first[0]:.0f}-{first[1]:.0f} s, then every {gap[0]:.0f}-{gap[1]:.0f} s"
+          f"{' (EARLY ACK: a check of the soak)' if ns.early_ack else ''}; files in {out}", flush=True)  # fmt: skip
 
     server = Redis(out)
     server.start()
@@ -431,6 +550,7 @@ def run(ns: argparse.Namespace) -> int:
     slots = [Slot(n, out, env) for n in (1, 2)]
     faults: list[dict[str, Any]] = []
     crashes: list[str] = []
+    reasons: list[tuple[str, str]] = []  # (what, why): every reason the soak fails
     producer: subprocess.Popen[bytes] | None = None
     try:
         for s in slots:
@@ -441,15 +561,17 @@ def run(ns: argparse.Namespace) -> int:
             producer = subprocess.Popen(
                 [sys.executable, __file__, "produce", "--url", server.url, "--log", str(sends_log),
                  "--duration", str(duration), "--rate-lo", str(ns.rate_lo), "--rate-hi", str(ns.rate_hi),
-                 "--run", run_id, "--seed", str(ns.seed)],
+                 "--run", run_id, "--seed", str(ns.seed), "--give-up", str(GIVE_UP)],
                 env=env, stdout=f, stderr=subprocess.STDOUT,
             )  # fmt: skip
         t0 = time.time()
+        # The producer stops sending at `duration` and retries a refused
+        # send for GIVE_UP more seconds at most; past that it is stuck.
+        producer_deadline = t0 + duration + GIVE_UP + 30.0
         for s in slots:
             s.sample()
-        rotation = ["kill9", "redis", "pause"]
         outages = 0
-        next_fault = t0 + rng.uniform(*gap)
+        next_fault = t0 + rng.uniform(*first)
         next_sample = t0 + 5
 
         def watch() -> None:
@@ -462,6 +584,12 @@ def run(ns: argparse.Namespace) -> int:
 
         while producer.poll() is None:
             now = time.time()
+            if now > producer_deadline:
+                producer.kill()
+                producer.wait(10)
+                reasons.append(("producer", f"the producer was still running {now - t0:.0f} s in (deadline "
+                                            f"{producer_deadline - t0:.0f} s); killed"))  # fmt: skip
+                break
             watch()
             if now >= next_sample:
                 for s in slots:
@@ -470,8 +598,9 @@ def run(ns: argparse.Namespace) -> int:
             if now >= next_fault and now < t0 + duration - 5:
                 kind = rotation[len(faults) % len(rotation)]
                 at = now - t0
+                fault: dict[str, Any] = {"at": round(at, 1), "kind": kind}
                 if kind == "kill9":
-                    s = slots[len(faults) // 3 % 2]
+                    s = slots[len(faults) // len(rotation) % 2]
                     victim = s.pid
                     os.kill(victim, signal.SIGKILL)
                     assert s.proc is not None
@@ -484,24 +613,26 @@ def run(ns: argparse.Namespace) -> int:
                     server.kill()
                     time.sleep(down)
                     server.start()
+                    fault["down"] = down
                     what = f"kill -9 redis-server, down {down:.0f} s, restarted on the same AOF"
                 else:
-                    s = slots[1 - len(faults) // 3 % 2]
+                    s = slots[1 - len(faults) // len(rotation) % 2]
                     os.kill(s.pid, signal.SIGSTOP)
                     time.sleep(PAUSE)
                     os.kill(s.pid, signal.SIGCONT)
                     what = f"SIGSTOP worker{s.n} (pid {s.pid}) {PAUSE:.0f} s (lease {LEASE:.0f} s), SIGCONT"
-                faults.append({"at": round(at, 1), "end": round(time.time() - t0, 1), "kind": kind, "what": what})
+                fault.update(end=round(time.time() - t0, 1), what=what)
+                faults.append(fault)
                 print(f"soak: t+{at:5.1f} s  {what}", flush=True)
                 next_fault = time.time() + rng.uniform(*gap)
             time.sleep(0.2)
         produced = time.time() - t0
         ptext = plog.read_text()
         summary_lines = [ln for ln in ptext.splitlines() if ln.startswith("producer-summary ")]
-        if producer.returncode != 0 or not summary_lines:
+        if not reasons and (producer.returncode != 0 or not summary_lines):
             print(ptext[-4000:], file=sys.stderr)
             raise SystemExit(f"soak: the producer failed (exit {producer.returncode})")
-        psum = json.loads(summary_lines[-1].split(" ", 1)[1])
+        psum = json.loads(summary_lines[-1].split(" ", 1)[1]) if summary_lines else {}
 
         # Drain: until every acknowledged send has a final outcome or is a
         # dead letter, and the queue is empty.
@@ -532,19 +663,29 @@ def run(ns: argparse.Namespace) -> int:
         drained = time.time() - drain_start
         for s in slots:
             s.sample()
-        ledger.refresh()
+        stops = [s.stop() for s in slots]
+        ledger.refresh()  # what ran during the warm stop
+        # Read back, with Redis still up: every acknowledged send's result,
+        # and where a send the producer gave up on might be.
+        results = read_results(server.port, sorted(sends))
+        abandoned = read_sends(abandoned_log)
+        ab_results = read_results(server.port, sorted(abandoned))
+        elements = broker_elements(server.port) if abandoned else []
+        dead, dead_n = dead_ids(server.port, inspect)
+        left = in_broker(server.port)
     finally:
         if producer is not None and producer.poll() is None:
             producer.kill()
-        stops = [s.stop() for s in slots]
+        for s in slots:
+            s.stop()
         server.kill()
     if any(code not in (0, None) for code in stops):
         crashes.append(f"a worker's warm stop exited {stops}")
-    ledger.refresh()  # what ran during the warm stop
 
     # ---- the numbers
     enq = set(sends)
     done = set(ledger.final) & enq
+    ok_ids = {r[0] for r in ledger.rows if r[5] == "ok"}
     succeeded = sum(1 for t in done if ledger.final[t][0] == "ok")
     failed = len(done) - succeeded
     finals = [r for r in ledger.rows if r[5] in ("ok", "fail")]
@@ -552,9 +693,26 @@ def run(ns: argparse.Namespace) -> int:
     dup = len(finals) - len(ledger.final)
     twice = len(ledger.rows) - len({(r[0], r[1]) for r in ledger.rows})
     strays = set(ledger.final) - enq  # ran, but their send never answered
-    lost_ids = sorted(enq - done - dead)
-    revoked = expired = 0
-    lost = len(enq) - len(done) - len(dead & (enq - done)) - revoked - expired
+    no_result = sorted(t for t in enq if not result_ok(results.get(t), sends[t][0]))
+    no_ledger = sorted(enq - ok_ids)
+    failed_for_good = sorted(t for t in enq if (results.get(t) or b"").startswith(b"FAILURE|"))
+    lost_ids = sorted(set(no_result) | set(no_ledger))
+    lost = len(lost_ids)
+    # A send the producer gave up on: fine only when it is nowhere.
+    present = {}
+    for t in abandoned:
+        where = []
+        if t in ledger.final or any(r[0] == t for r in ledger.rows):
+            where.append("ledger")
+        if ab_results.get(t) is not None:
+            where.append("result")
+        if any(t.encode() in e for e in elements):
+            where.append("broker")
+        if where:
+            present[t] = where
+    windows = dup_windows(faults, t0)
+    dup_per, dup_stray, dup_ids = attribute_dups(ledger, windows)
+    dup_over = {w[2]: (dup_per[w[2]], w[3]) for w in windows if dup_per.get(w[2], 0) > w[3]}
     lat = [ledger.final[t][1] - sends[t][1] for t in done]
     lat_fast = [ledger.final[t][1] - sends[t][1] for t in done if sends[t][0] == "fast"]
     # Steady state: fast runs sent and ended clear of every fault (from the
@@ -567,12 +725,13 @@ def run(ns: argparse.Namespace) -> int:
         and not any(a < ledger.final[t][1] and sends[t][1] < b for a, b in spans)
     ]
     kinds = Counter(k for k, _, _ in sends.values())
+    kinds_run = Counter(f["kind"] for f in faults)
     rss = {}
     for s in slots:
-        first = s.rss[0] if s.rss else None
+        first_s = s.rss[0] if s.rss else None
         last = s.rss[-1] if s.rss else None
         rss[f"worker{s.n}"] = {
-            "start_kb": first[1] if first else None, "end_kb": last[1] if last else None,
+            "start_kb": first_s[1] if first_s else None, "end_kb": last[1] if last else None,
             "max_kb": max(k for _, k, _ in s.rss) if s.rss else None,
             "pids": s.pids, "end_pid_start_kb": next((k for p, k, _ in s.rss if last and p == last[0]), None),
         }  # fmt: skip
@@ -589,13 +748,16 @@ def run(ns: argparse.Namespace) -> int:
             "start_kb": samples[0][0], "end_kb": samples[-1][0], "max_kb": max(k for k, _ in samples),
         }  # fmt: skip
     report = {
-        "seconds": round(produced, 1), "drain_s": round(drained, 1),
+        "seconds": round(produced, 1), "drain_s": round(drained, 1), "early_ack": ns.early_ack,
         "in": len(enq), "out": len(done), "succeeded": succeeded, "failed": failed,
+        "results_read_back": len(enq) - len(no_result), "no_result": len(no_result),
+        "failed_for_good": len(failed_for_good),
         "executions": len(ledger.rows), "retried_attempts": retries, "dup": dup,
-        "dup_attempts": twice, "dead": dead_n, "revoked": revoked, "expired": expired,
-        "lost": lost, "left_in_broker": left, "strays": len(strays), "bad_ledger_lines": ledger.bad,
+        "dup_attempts": twice, "dup_runs_by_fault": dup_per, "dup_outside_faults": len(dup_stray),
+        "dead": dead_n, "lost": lost, "left_in_broker": left, "strays": len(strays),
+        "abandoned": len(abandoned), "abandoned_present": present, "bad_ledger_lines": ledger.bad,
         "rate": round(len(enq) / produced, 1) if produced else 0,
-        "kinds": dict(kinds),
+        "kinds": dict(kinds), "fault_kinds": dict(kinds_run),
         "p50_ms": round(pct(lat, 50) * 1000, 1) if lat else None,
         "steady_p50_ms": round(pct(lat_steady, 50) * 1000, 1) if lat_steady else None,
         "steady_p99_ms": round(pct(lat_steady, 99) * 1000, 1) if lat_steady else None,
@@ -609,24 +771,30 @@ def run(ns: argparse.Namespace) -> int:
 
     print()
     print(f"soak report ({report['seconds']:.0f} s, drained in {report['drain_s']:.1f} s)")
+    bound = ", ".join(f"{w[2]} ≤ {w[3]}" for w in windows) or "none (no fault that allows one)"
     rows = [
         ("in (acknowledged sends)", report["in"]),
         ("out (done)", f"{report['out']}  ({succeeded} succeeded, {failed} failed for good)"),
+        ("results read back", f"{report['results_read_back']} SUCCESS of their kind, "
+                              f"{len(no_result)} missing or wrong ({len(failed_for_good)} FAILURE)"),
         ("executions", f"{report['executions']}  ({retries} retried attempts)"),
-        ("dup (ran twice)", f"{dup}  (same attempt twice: {twice})"),
+        ("dup (ran twice)", f"{dup}  (same attempt twice: {twice}); by fault {dup_per or '{}'}, "
+                            f"outside any fault window {len(dup_stray)}; allowed: {bound}"),
         ("dead letters", dead_n),
-        ("revoked / expired", f"{revoked} / {expired}"),
-        ("LOST", lost),
+        ("LOST", f"{lost}  (no SUCCESS result {len(no_result)}, no ok in the ledger {len(no_ledger)})"),
         ("left in the broker", left),
         ("rate", f"{report['rate']} msg/s (target {ns.rate_lo:.0f}-{ns.rate_hi:.0f})  {dict(kinds)}"),
         ("latency send->end", f"p50 {report['p50_ms']} ms, p99 {report['p99_ms']} ms, max {report['max_ms']} ms"),
         ("  fast tasks only", f"p50 {report['fast_p50_ms']} ms, p99 {report['fast_p99_ms']} ms"),
         ("  fast, clear of faults", f"p50 {report['steady_p50_ms']} ms, p99 {report['steady_p99_ms']} ms "
                                     f"({len(lat_steady)} runs)"),
-        ("producer", f"{psum['acked']} acked, {psum['send_failures']} send failures "
-                     f"({psum['ids_retried']} ids retried, {psum['abandoned']} abandoned), "
-                     f"send p99 {psum['send_p99_ms']} ms, slowest {psum['slowest_send_s']} s"),
+        ("producer", f"{psum.get('acked')} acked, {psum.get('send_failures')} send failures "
+                     f"({psum.get('ids_retried')} ids retried, {psum.get('abandoned')} abandoned), "
+                     f"send p99 {psum.get('send_p99_ms')} ms, slowest {psum.get('slowest_send_s')} s"),
+        ("abandoned sends", f"{len(abandoned)}, of which found in the broker/ledger/results: {len(present)}"),
         ("sends that raised but ran", len(strays)),
+        ("bad ledger lines", ledger.bad),
+        ("fault kinds run", ", ".join(f"{k} ×{kinds_run.get(k, 0)}" for k in rotation)),
     ]  # fmt: skip
     for name, r in rss.items():
         if name == "longest_lived":
@@ -644,23 +812,50 @@ def run(ns: argparse.Namespace) -> int:
         print(f"  {name:<{width}}  {value}")
     print(json.dumps(report), flush=True)
 
-    status = 0
     if lost > 0:
-        print(f"soak FAILED: lost {lost}: {lost_ids[:20]}", file=sys.stderr)
-        status = 1
+        reasons.append(("lost", f"lost {lost} of {len(enq)}: {lost_ids[:20]}"))
+    if dead_n:
+        reasons.append(("dead", f"{dead_n} dead letters (the workload has no poison): {sorted(dead)[:20]}"))
+    if present:
+        reasons.append(("abandoned", f"{len(present)} sends the producer gave up on are in the broker: "
+                                     f"{dict(list(present.items())[:10])}"))  # fmt: skip
+    if ledger.bad:
+        reasons.append(("ledger", f"{ledger.bad} ledger lines do not parse"))
+    if dup_stray:
+        reasons.append(("dup", f"{len(dup_stray)} runs ran twice outside any fault that allows it: {dup_stray[:20]}"))
+    if dup_over:
+        reasons.append(("dup", f"runs ran twice beyond the bound of their fault (got, bound): {dup_over}"))
+    not_run = [k for k in rotation if not kinds_run.get(k)]
+    if not_run:
+        reasons.append(("faults", f"fault kinds that never ran: {not_run} (the run is too short for its faults)"))
     if not enq or not done:
-        print("soak FAILED: nothing flowed", file=sys.stderr)
-        status = 1
+        reasons.append(("flow", "nothing flowed"))
+    if left:
+        reasons.append(("left", f"{left} messages still in the broker after the drain"))
     if crashes:
-        print(f"soak FAILED: workers died by themselves: {crashes}", file=sys.stderr)
-        status = 1
-    if status == 0:
-        print(f"soak OK: lost 0 of {len(enq)}")
+        reasons.append(("crash", f"workers died by themselves: {crashes}"))
+    for _, why in reasons:
+        print(f"soak FAILED: {why}", file=sys.stderr)
+    if ns.expect_loss:
+        # The check of the soak itself: it must have failed for loss and
+        # for nothing else.
+        whats = {w for w, _ in reasons}
+        if whats == {"lost"}:
+            print(f"soak self-check OK: early-ack workers killed -9 lost {lost} runs, and the soak failed for it")
+            if not ns.out:
+                shutil.rmtree(out, ignore_errors=True)
+            return 0
+        print(f"soak self-check FAILED: expected a failure for loss alone, got {sorted(whats) or 'a pass'}",
+              file=sys.stderr)  # fmt: skip
+        print(f"soak: logs, ledger and AOF kept in {out}", file=sys.stderr)
+        return 1
+    if not reasons:
+        print(f"soak OK: lost 0 of {len(enq)}; faults {dict(kinds_run)}; dup {dup} (allowed: {bound})")
         if not ns.out:  # a temp dir of our own: kept only when something failed
             shutil.rmtree(out, ignore_errors=True)
-    else:
-        print(f"soak: logs, ledger and AOF kept in {out}", file=sys.stderr)
-    return status
+        return 0
+    print(f"soak: logs, ledger and AOF kept in {out}", file=sys.stderr)
+    return 1
 
 
 def main() -> int:
@@ -688,7 +883,18 @@ def main() -> int:
         "--early-ack", action="store_true",
         help="a check of the soak itself: tasks acked on receipt, so a kill -9 loses runs and it must fail",
     )  # fmt: skip
+    p.add_argument(
+        "--expect-loss", action="store_true",
+        help="with --early-ack: exit 0 only if the soak failed for loss and nothing else (selfcheck.sh)",
+    )  # fmt: skip
+    p.add_argument(
+        "--faults", default=",".join(KINDS),
+        help="the fault kinds in rotation, a comma list of kill9,redis,pause (all three; each must run)",
+    )  # fmt: skip
+    p.add_argument("--gap", default=None, help="LO,HI seconds to the first fault and between faults")
     ns = p.parse_args()
+    if ns.expect_loss and not ns.early_ack:
+        p.error("--expect-loss checks the soak with --early-ack; give both")
     if ns.command == "produce":
         return produce(ns)
     return run(ns)

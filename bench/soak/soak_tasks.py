@@ -1,9 +1,12 @@
 """The soak's app: what `headway worker -A soak_tasks:app` runs (bench/soak).
 
 One task, ``soak.job(kind)``, ``acks_late`` (a worker killed mid-run means
-the run goes again elsewhere), two retries 0.5 s apart. Kinds: ``fast``
+the run goes again elsewhere), two retries 0.5 s apart; it returns its kind
+(what the soak reads back from the result store at the end). Kinds: ``fast``
 sleeps 5 ms, ``slow`` 200 ms, ``flaky`` fails its first attempt and succeeds
-on the second, ``doomed`` fails every attempt (a failure for good).
+on the second. There is no poison: every run the producer sends must end in
+SUCCESS, so a run that fails for good or is dead-lettered is the soak's
+failure, never part of the workload.
 
 Every execution appends one line to this process's ledger file
 (``$SOAK_LEDGER/<pid>.log``, one ``write`` on an ``O_APPEND`` descriptor, so
@@ -35,7 +38,7 @@ app = headway.App(headway.RedisBroker(URL, prefix=PREFIX, lease=LEASE))
 
 _fd: int | None = None
 _fd_lock = threading.Lock()
-SLEEP = {"fast": 0.005, "slow": 0.2, "flaky": 0.005, "doomed": 0.005}
+SLEEP = {"fast": 0.005, "slow": 0.2, "flaky": 0.005}
 
 
 def _ledger() -> int:
@@ -61,7 +64,7 @@ def job(kind: str) -> str:
     ctx = headway.current()
     start = time.time()
     time.sleep(SLEEP.get(kind, 0.005))
-    if kind == "doomed" or (kind == "flaky" and ctx.attempt == 1):
+    if kind not in SLEEP or (kind == "flaky" and ctx.attempt == 1):
         _record(ctx, start, "fail" if ctx.last else "retry")
         raise SoakFailure(f"{kind} attempt {ctx.attempt}")
     _record(ctx, start, "ok")

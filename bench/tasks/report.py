@@ -1,9 +1,11 @@
 """The table of ``compare.sh``: reads each contender's JSON line from the run's
 work directory, prints a Markdown table with ratios against BullMQ and
-Celery and the targets met or missed, and writes ``results.json``.
+Celery and the targets met or missed, and writes ``results.json`` (with the
+commit, every peer's version, the machine and the date).
 
     python3 report.py WORKDIR OUT.json --n N --rtt RTT --quick 0|1 \
-        --versions k=v ... --machine TEXT
+        --versions k=v ... --commit SHA --load-start "L1 L5 L15" --seconds S
+    python3 report.py --table [results.json]   # the README's table, from results.json
 
 Ratios: a rate's is ours ÷ the peer's (higher is better); a latency's is
 the peer's ÷ ours (how many times quicker ours is).
@@ -15,16 +17,108 @@ import argparse
 import datetime
 import json
 import os
+import platform
+import sys
 from typing import Any
 
+# Headline rows run headway at its defaults; the tuned rows are separate and
+# say so.
 ROWS = [
-    ("headway-py", "headway Python, own layout"),
-    ("headway-js", "headway Node, own layout"),
-    ("bullmq", "BullMQ {bullmq} (Node)"),
+    ("headway-py", "headway Python, own layout (defaults)"),
+    ("headway-js", "headway Node, own layout (defaults)"),
+    ("bullmq", "BullMQ {bullmq} (Node, concurrency 8)"),
     ("celery", "Celery {celery} (prefork -c 2)"),
-    ("headway-py-celery", "headway Python worker, Celery layout"),
-    ("headway-js-celery", "headway Node worker, Celery layout"),
+    ("headway-py-celery", "headway Python worker, Celery layout (defaults)"),
+    ("headway-js-celery", "headway Node worker, Celery layout (defaults)"),
+    ("headway-py-tuned", "headway Python, own layout, TUNED (-c 8, prefetch 512)"),
+    ("headway-js-tuned", "headway Node, own layout, TUNED (-c 8, prefetch 512)"),
 ]
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    info: dict[str, Any] = {"nproc": os.cpu_count(), "kernel": platform.release(), "arch": platform.machine()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    info["memory_gib"] = round(int(line.split()[1]) / 1024 / 1024, 1)
+                    break
+    except OSError:
+        pass
+    try:
+        with open("/proc/loadavg") as f:
+            info["load_at_end"] = " ".join(f.read().split()[:3])
+    except OSError:
+        pass
+    return info
+
+
+def table(res: dict[str, Any], versions: dict[str, str]) -> list[str]:
+    """The Markdown table: one row per contender, ratios against the peers."""
+    bull, cel = res.get("bullmq", {}), res.get("celery", {})
+    head = (
+        "| contender | enqueue/s | bulk enqueue/s | drain/s | p50 ms | p99 ms "
+        "| drain ×BullMQ | drain ×Celery | enqueue ×BullMQ | enqueue ×Celery "
+        "| p50 ×BullMQ | p50 ×Celery |"
+    )
+    lines = [head, "|" + "---|" * 12]
+    for key, label in ROWS:
+        if key not in res:
+            continue
+        r = res[key]
+        name = label.format_map({**versions, "bullmq": versions.get("bullmq", "?"), "celery": versions.get("celery", "?")})
+        if "error" in r:
+            lines.append(f"| {name} | FAILED ({r['error']}) |" + " |" * 10)
+            continue
+        r["ratios"] = {
+            "drain_vs_bullmq": ratio(r.get("drain"), bull.get("drain")),
+            "drain_vs_celery": ratio(r.get("drain"), cel.get("drain")),
+            "enqueue_vs_bullmq": ratio(r.get("enqueue"), bull.get("enqueue")),
+            "enqueue_vs_celery": ratio(r.get("enqueue"), cel.get("enqueue")),
+            "p50_vs_bullmq": ratio(r.get("p50"), bull.get("p50"), invert=True),
+            "p50_vs_celery": ratio(r.get("p50"), cel.get("p50"), invert=True),
+        }
+        q = r["ratios"]
+        lines.append(
+            f"| {name} | {rate(r.get('enqueue'))} | {rate(r.get('enqueue_bulk'))} "
+            f"| {rate(r.get('drain'))} | {ms(r.get('p50'))} | {ms(r.get('p99'))} "
+            f"| {times(q['drain_vs_bullmq'])} | {times(q['drain_vs_celery'])} "
+            f"| {times(q['enqueue_vs_bullmq'])} | {times(q['enqueue_vs_celery'])} "
+            f"| {times(q['p50_vs_bullmq'])} | {times(q['p50_vs_celery'])} |"
+        )
+    return lines
+
+
+def readme_table(path: str) -> None:
+    """The README's table and its caption, from a results.json."""
+    with open(path) as f:
+        got = json.load(f)
+    v = got.get("versions", {})
+    m = got.get("machine", {})
+    if isinstance(m, str):
+        m = {"description": m}
+    print("\n".join(table(got["contenders"], v)))
+    print()
+    print(
+        f"`{got.get('command', 'bash bench/tasks/compare.sh')}` at commit `{str(got.get('commit', '?'))[:12]}` "
+        f"on {got.get('when', '?')}: N = {got.get('n')} no-op tasks per drain, results stored, "
+        f"{got.get('round_trips')} sequential round trips, one redis-server {v.get('redis', '?')}; "
+        f"{m.get('nproc', '?')} × {m.get('cpu', '?')}, {m.get('memory_gib', '?')} GiB, Linux {m.get('kernel', '?')}, "
+        f"load {m.get('load_at_start', '?')} at the start; BullMQ {v.get('bullmq', '?')} (ioredis "
+        f"{v.get('ioredis', '?')}), Celery {v.get('celery', '?')} (kombu {v.get('kombu', '?')}, redis-py "
+        f"{v.get('redis-py', '?')}), Node {v.get('node', '?')}, Python {v.get('python', '?')}. Headline rows run "
+        f"headway at its defaults: {got['contenders'].get('headway-py', {}).get('settings', '?')}; TUNED rows are "
+        "labelled. Ratios: a rate's is ours ÷ the peer's, a latency's the peer's ÷ ours."
+    )
 
 
 def load(work: str, key: str) -> dict[str, Any]:
@@ -65,6 +159,9 @@ def ratio(a: float | None, b: float | None, invert: bool = False) -> float | Non
 
 
 def main() -> None:
+    if len(sys.argv) >= 2 and sys.argv[1] == "--table":
+        readme_table(sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(__file__), "results.json"))
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("work")
     ap.add_argument("out")
@@ -72,40 +169,15 @@ def main() -> None:
     ap.add_argument("--rtt", type=int, required=True)
     ap.add_argument("--quick", type=int, default=0)
     ap.add_argument("--versions", nargs="*", default=[])
-    ap.add_argument("--machine", default="")
+    ap.add_argument("--commit", default="unknown")
+    ap.add_argument("--load-start", default="")
+    ap.add_argument("--seconds", type=int, default=None)
     a = ap.parse_args()
     versions = dict(v.split("=", 1) for v in a.versions)
     res = {key: load(a.work, key) for key, _ in ROWS}
-    bull, cel = res["bullmq"], res["celery"]
-
-    head = (
-        "| contender | enqueue/s | bulk enqueue/s | drain/s | p50 ms | p99 ms "
-        "| drain ×BullMQ | drain ×Celery | enqueue ×BullMQ | enqueue ×Celery "
-        "| p50 ×BullMQ | p50 ×Celery |"
-    )
-    lines = [head, "|" + "---|" * 12]
-    for key, label in ROWS:
-        r = res[key]
-        name = label.format(**versions)
-        if "error" in r:
-            lines.append(f"| {name} | FAILED ({r['error']}) |" + " |" * 10)
-            continue
-        r["ratios"] = {
-            "drain_vs_bullmq": ratio(r.get("drain"), bull.get("drain")),
-            "drain_vs_celery": ratio(r.get("drain"), cel.get("drain")),
-            "enqueue_vs_bullmq": ratio(r.get("enqueue"), bull.get("enqueue")),
-            "enqueue_vs_celery": ratio(r.get("enqueue"), cel.get("enqueue")),
-            "p50_vs_bullmq": ratio(r.get("p50"), bull.get("p50"), invert=True),
-            "p50_vs_celery": ratio(r.get("p50"), cel.get("p50"), invert=True),
-        }
-        q = r["ratios"]
-        lines.append(
-            f"| {name} | {rate(r.get('enqueue'))} | {rate(r.get('enqueue_bulk'))} "
-            f"| {rate(r.get('drain'))} | {ms(r.get('p50'))} | {ms(r.get('p99'))} "
-            f"| {times(q['drain_vs_bullmq'])} | {times(q['drain_vs_celery'])} "
-            f"| {times(q['enqueue_vs_bullmq'])} | {times(q['enqueue_vs_celery'])} "
-            f"| {times(q['p50_vs_bullmq'])} | {times(q['p50_vs_celery'])} |"
-        )
+    host = machine()
+    host["load_at_start"] = a.load_start
+    lines = table(res, versions)
 
     targets: list[dict[str, Any]] = []
 
@@ -138,14 +210,17 @@ def main() -> None:
     print()
     print(
         f"N = {a.n} no-op tasks per drain, results stored; {a.rtt} sequential round trips; "
-        f"one redis-server; {a.machine}"
+        f"one redis-server; {host.get('nproc')} × {host.get('cpu', '?')}, {host.get('memory_gib', '?')} GiB, "
+        f"Linux {host.get('kernel')}; load {a.load_start} at the start, {host.get('load_at_end')} at the end"
     )
     print()
     print("\n".join(lines))
     print()
     for key, _ in ROWS:
         r = res[key]
-        bits = [f"{k}: {r[k]}" for k in ("enqueue_how", "enqueue_bulk_how", "settings") if k in r]
+        bits = [f"{k}: {r[k]}" for k in ("enqueue_how", "enqueue_bulk_how", "drain_how", "settings") if k in r]
+        if "verified_success" in r:
+            bits.append(f"{r['verified_success']} SUCCESS results counted after the drain")
         if "enqueue_threads" in r:
             bits.append(f"{r['enqueue_threads_how']}: {r['enqueue_threads']:,.0f}/s")
         if "drain_cpu_us" in r:
@@ -171,11 +246,14 @@ def main() -> None:
 
     out = {
         "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": "bash bench/tasks/compare.sh" + (" --quick" if a.quick else ""),
+        "commit": a.commit,
+        "seconds": a.seconds,
+        "command": "bash bench/tasks/compare.sh" + (" --quick" if a.quick and a.n == 5000 else "")
+        + (f" --n {a.n} --rtt {a.rtt}" if a.n not in (5000, 20000) else ""),
         "n": a.n,
         "round_trips": a.rtt,
         "versions": versions,
-        "machine": a.machine,
+        "machine": host,
         "contenders": res,
         "redis_ping_ms": ping,
         "targets": targets,

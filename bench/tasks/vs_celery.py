@@ -13,9 +13,19 @@ queue is then the Celery-layout queue a headway worker drains in
 ``vs_headway.py --layout celery``.
 
 ``run``: fills (in a ``fill`` process of its own), starts ``celery worker -c 2 --without-mingle --without-gossip``
-(prefork, Celery's defaults otherwise), and times the drain from the moment
-the worker takes its first message until all N results are stored; then,
-with the worker idle, RTT sequential ``delay(i).get()`` round trips.
+(prefork, Celery's defaults otherwise), and times the drain from the stored
+results themselves: Celery writes each result's ``date_done`` when the run
+ends, so the drain is (N − 1) ÷ (last ``date_done`` − first ``date_done``).
+Nothing polls Redis while the worker drains (a poller would take CPU from a
+worker that has two cores): this process checks ``LLEN celery`` once a
+second until the queue is empty, then reads all N results once (again a
+second later if some are still in flight) and fails unless all N are
+SUCCESS. Then, with the worker idle, RTT sequential ``delay(i).get()`` round
+trips.
+
+``count URL IDS``: how many of the ids in the file IDS have a SUCCESS result
+in Celery's result format (one JSON line; what the Celery-layout rows of
+``compare.sh`` check after a headway worker drained Celery's queue).
 """
 
 import json
@@ -67,31 +77,33 @@ def session_ticks(sid):
     return total
 
 
-def until(cond, deadline, what):
-    while not cond():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"celery: timed out waiting for {what}")
-        time.sleep(0.002)
+def results(r, ids):
+    """Each id's stored result (Celery's ``celery-task-meta-ID`` JSON), or
+    None; read in rounds of 1000 ``MGET`` keys."""
+    out = []
+    for i in range(0, len(ids), 1000):
+        out.extend(r.mget(["celery-task-meta-" + t for t in ids[i : i + 1000]]))
+    return [json.loads(v) if v else None for v in out]
 
 
-def stored(r, ids, start):
-    """How many of ids, from ``start`` on, have a stored result (in order)."""
-    i = start
-    while i < len(ids):
-        chunk = ids[i : i + 256]
-        p = r.pipeline(transaction=False)
-        for t in chunk:
-            p.exists("celery-task-meta-" + t)
-        got = p.execute()
-        for ok in got:
-            if not ok:
-                return i
-            i += 1
-    return i
+def date_done(meta):
+    """A result's ``date_done`` as epoch seconds (Celery writes ISO 8601,
+    microseconds, UTC)."""
+    import datetime
+
+    d = datetime.datetime.fromisoformat(meta["date_done"])
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=datetime.timezone.utc)
+    return d.timestamp()
+
+
+def successes(metas):
+    return sum(1 for m in metas if m is not None and m.get("status") == "SUCCESS")
 
 
 def main():
-    cmd, url, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    cmd, url = sys.argv[1], sys.argv[2]
+    n = int(sys.argv[3]) if cmd != "count" else 0
     os.environ["HEADWAY_BENCH_URL"] = url
     sys.path.insert(0, HERE)
     import redis
@@ -105,6 +117,12 @@ def main():
             r.ping()
             lat.append((time.perf_counter() - s) * 1000)
         print(json.dumps({"p50": pct(lat, 0.5), "p99": pct(lat, 0.99)}))
+        return
+    if cmd == "count":
+        r = redis.Redis.from_url(url)
+        with open(sys.argv[3]) as f:
+            ids = f.read().split()
+        print(json.dumps({"ids": len(ids), "success": successes(results(r, ids))}))
         return
     if cmd == "fill":
         ids, rate = fill(noop, n)
@@ -133,23 +151,37 @@ def main():
         start_new_session=True,
     )
     try:
-        # The clock starts when the worker takes its first message (not
-        # while Celery boots).
-        until(lambda: r.llen("celery") < n or worker.poll() is not None, deadline, "the worker to start")
-        if worker.poll() is not None:
-            raise SystemExit(f"celery: the worker exited with {worker.returncode}")
         redis_pid = os.environ.get("HEADWAY_BENCH_REDIS_PID", "0")
+        # The CPU count starts when the worker takes its first message, not
+        # while Celery boots: one LLEN every 20 ms until then, and no more
+        # (the rate itself comes from the results' date_done).
+        while r.llen("celery") >= n:
+            if worker.poll() is not None:
+                raise SystemExit(f"celery: the worker exited with {worker.returncode}")
+            if time.monotonic() > deadline:
+                raise SystemExit("celery: timed out waiting for the worker to start")
+            time.sleep(0.02)
         c0 = (session_ticks(worker.pid), ticks(redis_pid))
-        t0 = time.perf_counter()
-        done = [0]
-
-        def drained():
-            done[0] = stored(r, ids, done[0])
-            return done[0] >= n
-
-        until(drained, deadline, f"the drain ({done[0]}/{n} stored)")
-        drain = n / (time.perf_counter() - t0)
+        # Wait without competing: one LLEN a second until the queue is
+        # empty, then one read of every result, again a second later while
+        # the last prefetched runs end.
+        metas = []
+        while True:
+            if worker.poll() is not None:
+                raise SystemExit(f"celery: the worker exited with {worker.returncode}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"celery: timed out in the drain ({r.llen('celery')} still queued)")
+            if r.llen("celery") == 0:
+                metas = results(r, ids)
+                if successes(metas) >= n or all(m is not None and m.get("status") != "PENDING" for m in metas):
+                    break
+            time.sleep(1.0)
+        ok = successes(metas)
+        if ok != n:
+            raise SystemExit(f"celery: {ok} of {n} results are SUCCESS after the drain")
         c1 = (session_ticks(worker.pid), ticks(redis_pid))
+        done_at = sorted(date_done(m) for m in metas)
+        drain = (n - 1) / (done_at[-1] - done_at[0])
         per = 1e6 / os.sysconf("SC_CLK_TCK") / n
         cpu = {"worker": (c1[0] - c0[0]) * per, "redis": (c1[1] - c0[1]) * per}
         lat = []
@@ -161,7 +193,9 @@ def main():
                 raise SystemExit("celery: timed out in the round trips")
         print(json.dumps({
             "enqueue": enq, "drain": drain, "p50": pct(lat, 0.5), "p99": pct(lat, 0.99),
-            "enqueue_how": "noop.delay(i) loop", "drain_cpu_us": cpu,
+            "enqueue_how": "noop.delay(i) loop", "drain_cpu_us": cpu, "verified_success": ok,
+            "drain_how": "(N-1) / (last date_done - first date_done), from the stored results, read once at the end",
+            "settings": "celery worker -c 2 (prefork), --without-mingle --without-gossip, defaults otherwise",
         }))
     finally:
         try:

@@ -1,7 +1,13 @@
 // headway (Node) in the side-by-side benchmark (run by compare.sh; prints one
 // JSON line). The same steps as vs_headway.py:
 //
-//     node vs_headway.mjs URL N RTT [--layout headway|celery]
+//     node vs_headway.mjs URL N RTT [--layout headway|celery] [--tuned] [--ids PATH]
+//
+// The worker runs at headway's defaults (app.worker({queues}): concurrency 4,
+// prefetch concurrency x 4) unless --tuned: then concurrency
+// HEADWAY_BENCH_CONCURRENCY (8), prefetch HEADWAY_BENCH_PREFETCH (512), a
+// separate, labelled row. After every drain each drained run's state is read
+// back; it exits 1 unless all N are SUCCESS.
 //
 // --layout headway (new RedisBroker(url)), no worker running:
 // 1. enqueue: N task.send([i]) from this one event loop, all in flight at once
@@ -12,9 +18,11 @@
 // 3. round trip: RTT sequential `await (await task.send([i])).get()`.
 // --layout celery (RedisBroker.celery(url)): Celery's queue "celery" (headway's
 // 'default' on that layout) already holds N
-// bench.noop messages a real Celery producer sent; step 2 drains them, step
+// bench.noop messages a real Celery producer sent (their ids in --ids PATH);
+// step 2 drains them, step
 // 3 round-trips on that layout, step 1 runs last with the worker stopped.
 import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
 
 import { App, RedisBroker, group } from 'headway';
 
@@ -35,10 +43,14 @@ const cpuNow = () => {
 };
 const cpuSplit = (a, b, n) => ({ worker: (b.worker - a.worker) / n, redis: (b.redis - a.redis) / n });
 
-const [url, nArg, rttArg] = process.argv.slice(2);
+const { values: opts, positionals } = parseArgs({
+  allowPositionals: true,
+  options: { layout: { type: 'string', default: 'headway' }, tuned: { type: 'boolean' }, ids: { type: 'string' } },
+});
+const [url, nArg, rttArg] = positionals;
 const N = Number(nArg);
 const RTT = Number(rttArg);
-const celery = process.argv.includes('--layout') && process.argv[process.argv.indexOf('--layout') + 1] === 'celery';
+const celery = opts.layout === 'celery';
 const CONCURRENCY = Number(process.env.HEADWAY_BENCH_CONCURRENCY ?? 8);
 const PREFETCH = Number(process.env.HEADWAY_BENCH_PREFETCH ?? 512);
 const BATCH = 1000;
@@ -66,11 +78,12 @@ const broker = celery ? RedisBroker.celery(url) : new RedisBroker(url);
 const app = new App({ broker });
 const task = app.task('bench.noop', () => 1, { queue });
 
+let ids = [];
 async function enqueue() {
   const t0 = performance.now();
   const sends = new Array(N);
   for (let i = 0; i < N; i++) sends[i] = task.send([i]);
-  await Promise.all(sends);
+  ids = (await Promise.all(sends)).map((h) => h.id);
   return (N / (performance.now() - t0)) * 1000;
 }
 
@@ -89,21 +102,35 @@ if (!celery) {
   out.enqueue = await enqueue();
   out.enqueue_how = 'task.send([i]) x N, all in flight (Promise.all)';
 }
-const w = app.worker({ queues: [queue], concurrency: CONCURRENCY, prefetch: PREFETCH });
+if (celery) {
+  if (!opts.ids) throw new Error("headway-js: --layout celery needs --ids (the Celery filler's ids)");
+  ids = readFileSync(opts.ids, 'utf8').split(/\s+/).filter(Boolean);
+}
+const w = opts.tuned
+  ? app.worker({ queues: [queue], concurrency: CONCURRENCY, prefetch: PREFETCH })
+  : app.worker({ queues: [queue] });
 const c0 = cpuNow();
 const t0 = performance.now();
 const running = w.run();
 await until(() => w.settled >= N, () => `the drain (${w.settled}/${N})`);
 out.drain = (N / (performance.now() - t0)) * 1000;
 out.drain_cpu_us = cpuSplit(c0, cpuNow(), N);
+// Every drained run must have its SUCCESS stored (read back, 256 at a time).
+let ok = 0;
+for (let i = 0; i < ids.length; i += 256) {
+  const states = await Promise.all(ids.slice(i, i + 256).map((id) => app.handle(id).state()));
+  ok += states.filter((st) => st === 'SUCCESS').length;
+}
+if (ok !== N || ids.length !== N) throw new Error(`headway-js: ${ok} of ${N} drained runs are SUCCESS (${ids.length} ids)`);
+out.verified_success = ok;
 const lat = [];
-const ids = [];
+const rttIds = [];
 for (let i = 0; i < RTT; i++) {
   const s = performance.now();
   const h = await task.send([i]);
   await h.get(30_000);
   lat.push(performance.now() - s);
-  ids.push(h.id);
+  rttIds.push(h.id);
   if (performance.now() > deadline) throw new Error('headway-js: timed out in the round trips');
 }
 out.p50 = pct(lat, 0.5);
@@ -111,7 +138,7 @@ out.p99 = pct(lat, 0.99);
 // Where a round trip goes: get() of a result already stored (a fresh handle
 // each) is the client's fetch alone.
 const fetch = [];
-for (const id of ids) {
+for (const id of rttIds) {
   const s = performance.now();
   await app.handle(id).get(30_000);
   fetch.push(performance.now() - s);
@@ -125,5 +152,5 @@ if (celery) {
 }
 out.enqueue_bulk = await bulk();
 out.enqueue_bulk_how = `group of ${BATCH} signatures per send`;
-out.settings = `concurrency ${CONCURRENCY}, prefetch ${PREFETCH}`;
+out.settings = `concurrency ${w.concurrency}, prefetch ${w.prefetch}${opts.tuned ? ' (tuned)' : " (headway's defaults)"}`;
 console.log(JSON.stringify(out));

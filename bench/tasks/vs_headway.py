@@ -1,7 +1,13 @@
 """headway (Python) in the side-by-side benchmark (run by ``compare.sh``;
 prints one JSON line).
 
-    python vs_headway.py URL N RTT [--layout headway|celery]
+    python vs_headway.py URL N RTT [--layout headway|celery] [--tuned] [--ids PATH]
+
+The worker runs at headway's defaults (``app.worker(queue)``: concurrency 4,
+prefetch concurrency × 4) unless ``--tuned`` is given: then concurrency
+``HEADWAY_BENCH_CONCURRENCY`` (8) and prefetch ``HEADWAY_BENCH_PREFETCH``
+(512), a separate, labelled row of the table. After every drain the script
+reads each drained run's state back and exits 1 unless all N are SUCCESS.
 
 ``--layout headway`` (``RedisBroker(url)``), with no worker running:
 
@@ -18,7 +24,7 @@ prints one JSON line).
 
 ``--layout celery`` (``RedisBroker.celery(url)``): Celery's queue ``celery``
 (headway's ``default`` on that layout) already holds N ``bench.noop`` messages a real Celery producer sent
-(``vs_celery.py fill``); step 2 drains them (results stored in Celery's
+(``vs_celery.py fill``, whose ids are in ``--ids PATH``); step 2 drains them (results stored in Celery's
 result format), step 3 round-trips through headway's client on that layout,
 and step 1, last and with the worker stopped, times headway's producer on
 Celery's layout.
@@ -75,6 +81,8 @@ def main() -> None:
     ap.add_argument("n", type=int)
     ap.add_argument("rtt", type=int)
     ap.add_argument("--layout", choices=["headway", "celery"], default="headway")
+    ap.add_argument("--tuned", action="store_true", help="concurrency 8, prefetch 512 (not the defaults)")
+    ap.add_argument("--ids", default=None, help="the drained runs' ids (the Celery layout: the filler's)")
     a = ap.parse_args()
     n: int = a.n
     deadline = time.monotonic() + float(os.environ.get("HEADWAY_BENCH_TIMEOUT", "600"))
@@ -92,11 +100,14 @@ def main() -> None:
 
         return app, noop
 
+    ids: list[str] = []
+
     def enqueue(noop: Any) -> float:
         delay = noop.delay
+        keep = ids.append
         t0 = time.perf_counter()
         for i in range(n):
-            delay(i)
+            keep(delay(i).id)
         return n / (time.perf_counter() - t0)
 
     def bulk(noop: Any) -> float:
@@ -127,13 +138,23 @@ def main() -> None:
         out["enqueue"] = enqueue(noop)
         out["enqueue_how"] = "noop.delay(i) loop"
     redis_pid = os.environ.get("HEADWAY_BENCH_REDIS_PID", "0")
-    w = app.worker(queue, concurrency=CONCURRENCY, prefetch=PREFETCH)
+    if celery:
+        if not a.ids:
+            raise SystemExit("headway-py: --layout celery needs --ids (the Celery filler's ids)")
+        with open(a.ids) as f:
+            ids = f.read().split()
+    w = app.worker(queue, concurrency=CONCURRENCY, prefetch=PREFETCH) if a.tuned else app.worker(queue)
     c0 = (ticks("self"), ticks(redis_pid))
     t0 = time.perf_counter()
     w.start()
     until(lambda: w.settled >= a.n, deadline, f"the drain ({w.settled}/{a.n})")
     out["drain"] = a.n / (time.perf_counter() - t0)
     out["drain_cpu_us"] = split(c0, (ticks("self"), ticks(redis_pid)), a.n)
+    # Every drained run must have its SUCCESS stored (read back, one by one).
+    ok = sum(1 for t in ids if app.handle(t).state() == "SUCCESS")
+    if ok != n or len(ids) != n:
+        raise SystemExit(f"headway-py: {ok} of {n} drained runs are SUCCESS ({len(ids)} ids)")
+    out["verified_success"] = ok
     lat, handles = [], []
     for i in range(a.rtt):
         s = time.perf_counter()
@@ -162,7 +183,9 @@ def main() -> None:
     out["enqueue_bulk_how"] = f"group of {BATCH} signatures per send"
     out["enqueue_threads"] = threaded(noop)
     out["enqueue_threads_how"] = f"noop.delay(i) from {THREADS} threads of one process"
-    out["settings"] = f"concurrency {CONCURRENCY}, prefetch {PREFETCH}"
+    out["settings"] = f"concurrency {w.concurrency}, prefetch {w.prefetch}" + (
+        " (tuned)" if a.tuned else " (headway's defaults)"
+    )
     print(json.dumps(out))
 
 
