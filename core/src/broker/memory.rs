@@ -541,7 +541,7 @@ impl Broker for MemoryBroker {
                 if !self.shared.clock.is_virtual()
                     && let Some(eta) = self.next_due(queues)
                 {
-                    let ms = (eta - self.now()).max(0) as u64;
+                    let ms = eta.saturating_sub(self.now()).max(0) as u64;
                     until = until.min(now + Duration::from_millis(ms));
                 }
                 tokio::select! {

@@ -1123,7 +1123,7 @@ impl RedisBroker {
         if !dead.is_empty() {
             self.bury(q, dead).await;
         }
-        Ok((out, (eta >= 0).then(|| (eta - now).max(0))))
+        Ok((out, (eta >= 0).then(|| eta.saturating_sub(now).max(0))))
     }
 
     /// A claimed element as a delivery, or why it is quarantined (with its

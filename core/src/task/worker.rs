@@ -357,6 +357,14 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
         .await?;
         return broker.ack(vec![receipt]).await;
     }
+    // Not due yet: another producer put it straight on the ready list. It
+    // goes back to wait for its eta (the broker's retry publishes it
+    // delayed, in the same step as it settles this claim).
+    if let Some(eta) = m.eta
+        && eta > now
+    {
+        return broker.retry(receipt, m).await;
+    }
     let Some(reg) = app.registered(&m.task) else {
         warn(
             &s.name,
@@ -442,7 +450,7 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
             match wait {
                 None => break,
                 Some(ns) => {
-                    let until = app.now() + (ns / MILLI).max(1);
+                    let until = app.now().saturating_add((ns / MILLI).max(1));
                     waited = true;
                     tokio::select! {
                         _ = app.clock().sleep_until(until) => {}
@@ -497,7 +505,7 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
         name: m.task.clone(),
         queue: m.queue.clone(),
         retries: m.retries,
-        attempt: m.retries + 1,
+        attempt: m.retries.saturating_add(1),
         last: m.retries >= policy.retries,
         now: app.now(),
         kwargs: m.kwargs.clone(),
@@ -556,9 +564,9 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
         }
         Ran::Failed(f) if m.retries < policy.retries => {
             let mut next = m.clone();
-            next.retries += 1;
-            let wait = policy.backoff_delay(next.retries + 1, &m.id);
-            next.eta = Some(app.now() + wait);
+            next.retries = next.retries.saturating_add(1);
+            let wait = policy.backoff_delay(next.retries.saturating_add(1), &m.id);
+            next.eta = Some(app.now().saturating_add(wait));
             event(s, &m, State::Retry, Some(started), Some(failure_text(&f))).await;
             let mut o = Outcome::new(m.id.clone(), State::Retry, app.now());
             o.error = Some(f);

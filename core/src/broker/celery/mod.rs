@@ -1460,7 +1460,8 @@ impl CeleryBroker {
         if c.method != "revoke" || !c.is_for(&self.node, self.now_secs()) {
             return;
         }
-        let until = self.clock.now() + self.opts.revoke_keep.as_millis() as i64;
+        let keep = i64::try_from(self.opts.revoke_keep.as_millis()).unwrap_or(i64::MAX);
+        let until = self.clock.now().saturating_add(keep);
         self.note_revoked(&c.ids, until);
     }
 
@@ -1849,7 +1850,7 @@ impl Broker for CeleryBroker {
                 if !self.clock.is_virtual()
                     && let Some(eta) = self.next_held(queues)
                 {
-                    let ms = (eta - self.clock.now()).max(0) as u64;
+                    let ms = eta.saturating_sub(self.clock.now()).max(0) as u64;
                     until = until.min(Duration::from_millis(ms));
                 }
                 let me = self
