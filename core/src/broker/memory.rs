@@ -129,7 +129,8 @@ impl Queue {
     fn bury(&mut self, letter: DeadLetter, step: usize) {
         eprintln!(
             "headway memory broker: queue {:?}: dead-lettered a message ({})",
-            letter.queue, letter.reason
+            letter.queue,
+            crate::log::shown(&letter.reason)
         );
         self.dead.push_front(Dead { letter, step });
         self.dead.truncate(DEAD_KEPT);

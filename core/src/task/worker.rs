@@ -36,6 +36,7 @@ use super::message::Message;
 use super::spec::{Delivery, EVENT_TEXT_MAX, Receipt, Round, RunEvent, truncate};
 use super::state::{Failure, Outcome, Refused, State};
 use crate::flow::{Backoff, Jitter, MILLI, Window};
+use crate::log::shown;
 
 /// How long one claim waits for a message before the loop looks round.
 const POLL: Duration = Duration::from_millis(200);
@@ -312,7 +313,10 @@ async fn process(s: Arc<Shared>, w: Writer, d: Delivery, revoked: bool) {
         // the broker's fencing makes this a no-op).
         warn(
             &s.name,
-            &format!("could not settle a message ({e}); giving it back"),
+            &format!(
+                "could not settle a message ({}); giving it back",
+                shown(&e.to_string())
+            ),
         );
         if let Err(e) = s.app.broker().reject(receipt, true).await {
             warn(
@@ -370,7 +374,7 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
             &s.name,
             &format!(
                 "received unregistered task {:?}; recorded as failed",
-                m.task
+                shown(&m.task)
             ),
         );
         give_up(
@@ -954,7 +958,11 @@ async fn celery_links(app: &App, m: &Message, arg: Value, errors: bool) -> Resul
     let (out, bad) =
         crate::broker::celery::codec::apply_links(sigs, &arg, m, grouped, |s| app.message_of(s));
     for e in bad {
-        eprintln!("headway worker: a callback of {} was not sent: {e}", m.id);
+        eprintln!(
+            "headway worker: a callback of {} was not sent: {}",
+            shown(&m.id),
+            shown(&e.to_string())
+        );
     }
     if out.is_empty() {
         return Ok(());

@@ -601,8 +601,9 @@ impl CeleryBroker {
         let mut w = self.warned.lock().unwrap_or_else(|e| e.into_inner());
         if w.insert(task.to_string()) {
             eprintln!(
-                "headway celery broker {}: task {task:?} is not registered here; handing it back for another consumer",
-                self.node
+                "headway celery broker {}: task {:?} is not registered here; handing it back for another consumer",
+                self.node,
+                crate::log::shown(task)
             );
         }
         true
@@ -786,7 +787,10 @@ impl CeleryBroker {
             return 0;
         }
         let key = self.dead_key(queue);
-        let reasons: Vec<&str> = items.iter().map(|b| b.reason.as_str()).collect();
+        let reasons: Vec<String> = items
+            .iter()
+            .map(|b| crate::log::shown(&b.reason).to_string())
+            .collect();
         self.log(&format!(
             "queue {queue:?}: {what} {} message(s) in {key}: {}",
             items.len(),
