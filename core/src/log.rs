@@ -41,12 +41,10 @@ fn hidden(c: char) -> bool {
 
 impl Shown<'_> {
     fn write(&self, f: &mut fmt::Formatter<'_>, quote: bool) -> fmt::Result {
-        let mut n = 0;
-        for c in self.0.chars() {
+        for (n, c) in self.0.chars().enumerate() {
             if n == SHOWN_MAX {
                 return write!(f, "\u{2026} ({} bytes)", self.0.len());
             }
-            n += 1;
             match c {
                 '\n' => f.write_str("\\n")?,
                 '\r' => f.write_str("\\r")?,
@@ -98,7 +96,10 @@ mod tests {
     fn a_huge_value_is_cut_with_its_length() {
         let big = "x".repeat(1 << 20);
         let s = shown(&big).to_string();
-        assert_eq!(s, format!("{}\u{2026} ({} bytes)", "x".repeat(SHOWN_MAX), 1 << 20));
+        assert_eq!(
+            s,
+            format!("{}\u{2026} ({} bytes)", "x".repeat(SHOWN_MAX), 1 << 20)
+        );
         // Exactly at the limit: nothing cut.
         let edge = "é".repeat(SHOWN_MAX);
         assert_eq!(shown(&edge).to_string(), edge);

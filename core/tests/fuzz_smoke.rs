@@ -375,8 +375,19 @@ fn pidbox_parser() {
         "pidbox",
         targets::pidbox,
         vec![
-            [b"{\"body\":\"{\\\"method\\\":\\\"revoke\\\",\\\"arguments\\\":{\\\"task_id\\\":[".as_slice(), &big("\\\"a\\\",", 20_000), b"\\\"b\\\"]}}\"}"].concat(),
-            [b"{\"body\":\"".as_slice(), &big("e30=", 50_000), b"\",\"properties\":{\"body_encoding\":\"base64\"}}"].concat(),
+            [
+                b"{\"body\":\"{\\\"method\\\":\\\"revoke\\\",\\\"arguments\\\":{\\\"task_id\\\":["
+                    .as_slice(),
+                &big("\\\"a\\\",", 20_000),
+                b"\\\"b\\\"]}}\"}",
+            ]
+            .concat(),
+            [
+                b"{\"body\":\"".as_slice(),
+                &big("e30=", 50_000),
+                b"\",\"properties\":{\"body_encoding\":\"base64\"}}",
+            ]
+            .concat(),
         ],
     );
 }
@@ -387,8 +398,18 @@ fn celery_result_meta_parser() {
         "result_meta",
         targets::result_meta,
         vec![
-            [b"{\"status\":\"FAILURE\",\"result\":{\"exc_type\":\"E\",\"exc_message\":[".as_slice(), &big("1,", 100_000), b"1]}}"].concat(),
-            [b"{\"status\":\"SUCCESS\",\"result\":".as_slice(), &big("[", 5_000)].concat(),
+            [
+                b"{\"status\":\"FAILURE\",\"result\":{\"exc_type\":\"E\",\"exc_message\":["
+                    .as_slice(),
+                &big("1,", 100_000),
+                b"1]}}",
+            ]
+            .concat(),
+            [
+                b"{\"status\":\"SUCCESS\",\"result\":".as_slice(),
+                &big("[", 5_000),
+            ]
+            .concat(),
         ],
     );
 }
@@ -417,7 +438,10 @@ fn every_fuzz_target_has_seeds_and_a_smoke_test() {
     assert!(bins.len() >= 7, "{bins:?}");
     for b in &bins {
         assert!(SMOKED.contains(b), "fuzz target {b} has no smoke test here");
-        assert!(!targets::seeds(b).is_empty(), "fuzz target {b} has no seeds");
+        assert!(
+            !targets::seeds(b).is_empty(),
+            "fuzz target {b} has no seeds"
+        );
     }
     for t in SMOKED {
         assert!(bins.contains(&t), "{t} is not a cargo-fuzz target");

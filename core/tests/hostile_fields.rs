@@ -174,7 +174,11 @@ async fn expires_at_the_ends_of_time() {
     let clock = VirtualClock::new(START);
     let (app, b) = app_on(clock);
     let runs = fine(&app, "ok");
-    for (id, expires) in [("past", i64::MIN), ("future", i64::MAX), ("y9999", 253_402_300_799_999)] {
+    for (id, expires) in [
+        ("past", i64::MIN),
+        ("future", i64::MAX),
+        ("y9999", 253_402_300_799_999),
+    ] {
         b.push_raw(
             "default",
             &raw(json!({"id": id, "task": "ok", "queue": "default", "expires": expires})),
@@ -205,7 +209,10 @@ async fn a_far_future_eta_is_held_on_the_system_clock() {
     );
     let (w, h) = start(&app);
     // The control (an eta long past) runs; the far one waits its turn.
-    assert_eq!(final_outcome(&app, "now").await.unwrap().state, State::Success);
+    assert_eq!(
+        final_outcome(&app, "now").await.unwrap().state,
+        State::Success
+    );
     assert!(until(|| b.delayed() == 1).await);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert!(app.backend().unwrap().fetch("far").await.unwrap().is_none());
@@ -252,9 +259,18 @@ async fn chain_countdowns_at_the_ends_of_i64() {
     let (w, h) = start(&app);
     // A countdown of -i64::MAX ms is due at once; one of i64::MAX ms is held
     // until the end of time (a virtual clock gets there when idle).
-    assert_eq!(final_outcome(&app, "b2").await.unwrap().state, State::Success);
-    assert_eq!(final_outcome(&app, "a").await.unwrap().state, State::Success);
-    assert_eq!(final_outcome(&app, "a2").await.unwrap().state, State::Success);
+    assert_eq!(
+        final_outcome(&app, "b2").await.unwrap().state,
+        State::Success
+    );
+    assert_eq!(
+        final_outcome(&app, "a").await.unwrap().state,
+        State::Success
+    );
+    assert_eq!(
+        final_outcome(&app, "a2").await.unwrap().state,
+        State::Success
+    );
     assert_eq!(next.load(Ordering::SeqCst), 2);
     assert_eq!(clock.now(), i64::MAX);
     stop(w, h).await;
@@ -271,7 +287,10 @@ async fn a_chain_countdown_of_i64_max_is_held_on_the_system_clock() {
             "chain": [{"task": "next", "id": "a2", "options": {"countdown": i64::MAX}}]})),
     );
     let (w, h) = start(&app);
-    assert_eq!(final_outcome(&app, "a").await.unwrap().state, State::Success);
+    assert_eq!(
+        final_outcome(&app, "a").await.unwrap().state,
+        State::Success
+    );
     assert!(
         until(|| b.delayed() == 1).await,
         "the next link is published and held"
@@ -323,9 +342,14 @@ fn celery_numeric_times_and_counts_saturate_and_re_encode() {
     assert_eq!(v["properties"]["expiration"], "0");
     assert_eq!(v["headers"]["eta"], "9999-12-31T23:59:59.999000+00:00");
     assert_eq!(v["headers"]["expires"], "0001-01-01T00:00:00+00:00");
-    let back = s.decode(e.json.as_bytes()).expect("what it encodes decodes");
+    let back = s
+        .decode(e.json.as_bytes())
+        .expect("what it encodes decodes");
     assert!(back.message.eta.unwrap() > START, "a far eta stays far");
-    assert!(back.message.expires.unwrap() < START, "a past expiry stays past");
+    assert!(
+        back.message.expires.unwrap() < START,
+        "a past expiry stays past"
+    );
     assert_eq!(back.message.retries, u32::MAX);
 }
 
@@ -350,12 +374,16 @@ fn celery_string_times_past_year_9999_are_refused_with_a_reason() {
 #[test]
 fn celery_result_meta_retries_saturate() {
     let meta = |r: Value| {
-        raw(json!({"status": "RETRY", "result": null, "traceback": null, "children": [],
-                   "date_done": null, "task_id": "x", "retries": r}))
+        raw(
+            json!({"status": "RETRY", "result": null, "traceback": null, "children": [],
+                   "date_done": null, "task_id": "x", "retries": r}),
+        )
     };
     let o = decode_meta("x", &meta(json!(1u64 << 32))).unwrap();
     assert_eq!(o.retries, u32::MAX, "2^32 is not 0 retries");
     assert_eq!(decode_meta("x", &meta(json!(7))).unwrap().retries, 7);
-    let far = raw(json!({"status": "SUCCESS", "result": 1, "date_done": "9999-12-31T23:59:59+00:00", "task_id": "x"}));
+    let far = raw(
+        json!({"status": "SUCCESS", "result": 1, "date_done": "9999-12-31T23:59:59+00:00", "task_id": "x"}),
+    );
     assert_eq!(decode_meta("x", &far).unwrap().at, 253_402_300_799_000);
 }

@@ -60,8 +60,10 @@ async fn child() {
     // Bytes that are not a message: dead-lettered, with its reason logged.
     b.push_raw(
         "default",
-        &serde_json::to_vec(&json!({"id": "d", "task": "ok", "queue": "default", "priority": FORGED}))
-            .unwrap(),
+        &serde_json::to_vec(
+            &json!({"id": "d", "task": "ok", "queue": "default", "priority": FORGED}),
+        )
+        .unwrap(),
     );
     let w = Worker::new(app.clone(), WorkerConfig::default()).unwrap();
     let w2 = w.clone();
@@ -75,7 +77,10 @@ async fn child() {
         if u == Some(State::Failure) && k == Some(State::Success) && dead == 1 {
             break;
         }
-        assert!(Instant::now() < deadline, "the child's runs did not end: {u:?} {k:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the child's runs did not end: {u:?} {k:?}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     w.stop(Duration::from_secs(1));
@@ -116,9 +121,15 @@ fn message_text_prints_as_one_bounded_escaped_line() {
     assert!(has("a callback of"), "{err:.2000}");
     assert!(has("dead-lettered a message"), "{err:.2000}");
     // ... escaped: the forged text is there, on the warning's own line.
-    assert!(has("x\\n[ERROR] forged line\\u{1b}[31m\\u{202e}yyy"), "{err:.2000}");
+    assert!(
+        has("x\\n[ERROR] forged line\\u{1b}[31m\\u{202e}yyy"),
+        "{err:.2000}"
+    );
     assert!(has("id\\n[ERROR] forged line"), "{err:.2000}");
-    assert!(has(&format!("({} bytes)", MB + 1 + FORGED.len())), "{err:.2000}");
+    assert!(
+        has(&format!("({} bytes)", MB + 1 + FORGED.len())),
+        "{err:.2000}"
+    );
     // ... and nothing else: no forged line, no escape, no huge line.
     for l in err.lines() {
         assert!(!l.starts_with("[ERROR]"), "a forged line: {l:.300}");

@@ -47,7 +47,9 @@ fn b64(text: &str) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for c in text.as_bytes().chunks(3) {
-        let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
+        let n = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
         for i in 0..4 {
             if i <= c.len() {
                 out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
@@ -91,8 +93,9 @@ pub fn celery_dead(data: &[u8]) {
         Ok(d) => {
             assert!(!d.message.id.is_empty() && !d.message.task.is_empty());
             let enc = s.encode(&d.message, 1_767_225_600_000);
-            let back = headway_core::broker::celery::dead::decode(s, enc.json.as_bytes(), usize::MAX)
-                .expect("what it encodes it decodes");
+            let back =
+                headway_core::broker::celery::dead::decode(s, enc.json.as_bytes(), usize::MAX)
+                    .expect("what it encodes it decodes");
             assert_eq!(back.message.id, d.message.id);
             assert_eq!(back.message.task, d.message.task);
         }

@@ -152,10 +152,8 @@ mod tests {
         // An eta long past (i64::MIN) is no wait at all.
         SystemClock.sleep_until(i64::MIN).await;
         // One at the end of time is a wait that does not end (nor panic).
-        let far = tokio::time::timeout(
-            Duration::from_millis(20),
-            SystemClock.sleep_until(i64::MAX),
-        );
+        let far =
+            tokio::time::timeout(Duration::from_millis(20), SystemClock.sleep_until(i64::MAX));
         assert!(far.await.is_err());
         let c = VirtualClock::new(i64::MAX - 5);
         c.advance(10);

@@ -571,7 +571,7 @@ fn time_field(h: &Value, k: &str) -> Result<Option<i64>, CodecError> {
 /// but a typed caller could pass.
 pub fn secs_ms(secs: f64) -> Option<i64> {
     // `as` saturates (and would make NaN 0, an instant long past).
-    secs.is_finite().then(|| (secs * 1000.0) as i64)
+    secs.is_finite().then_some((secs * 1000.0) as i64)
 }
 
 /// A count (`retries`, `group_index`, `priority`) as a `u32`: integers or
