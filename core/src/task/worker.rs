@@ -443,7 +443,8 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
             let wait = {
                 let mut l = s.limiters.lock().unwrap_or_else(|e| e.into_inner());
                 let w = l.entry(m.task.clone()).or_insert_with(|| {
-                    Window::new(rate.count as i64, rate.per * MILLI).expect("valid rate")
+                    Window::new(rate.count as i64, rate.per.saturating_mul(MILLI))
+                        .expect("valid rate")
                 });
                 if w.take(now_ns) {
                     None
