@@ -327,6 +327,7 @@ impl MemoryBroker {
             // (Redis: by the claim script, then by the client).
             let mut taken = 0;
             let mut undecoded = Vec::new();
+            let mut early = Vec::new();
             while out.len() + taken < max {
                 let Some(q) = g.queues.get_mut(name) else {
                     break;
@@ -342,6 +343,12 @@ impl MemoryBroker {
                 let (m, raw) = match e.payload {
                     Payload::Msg(m) => (m, e.raw),
                     Payload::Raw(raw) => match dead::decode(&raw, cap) {
+                        // Put on the queue by another producer before its
+                        // eta: it waits for it, as a published one does.
+                        Ok(m) if m.eta.is_some_and(|eta| eta > now) => {
+                            early.push(m);
+                            continue;
+                        }
                         Ok(m) => (m, Some(raw)),
                         Err(why) => {
                             taken += 1;
@@ -391,6 +398,11 @@ impl MemoryBroker {
                 for (letter, s) in undecoded {
                     q.bury(letter, s);
                 }
+            }
+            for m in early {
+                g.seq += 1;
+                let key = (m.eta.unwrap_or(now), g.seq);
+                g.queue(name).delayed.insert(key, m);
             }
             if out.len() >= max {
                 break;

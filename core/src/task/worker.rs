@@ -361,14 +361,6 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
         .await?;
         return broker.ack(vec![receipt]).await;
     }
-    // Not due yet: another producer put it straight on the ready list. It
-    // goes back to wait for its eta (the broker's retry publishes it
-    // delayed, in the same step as it settles this claim).
-    if let Some(eta) = m.eta
-        && eta > now
-    {
-        return broker.retry(receipt, m).await;
-    }
     let Some(reg) = app.registered(&m.task) else {
         warn(
             &s.name,
