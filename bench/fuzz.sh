@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Fuzzes headway's decoders and parsers with cargo-fuzz (libFuzzer), each
-# target for a bounded time (issue 7). Targets: message (headway's own
-# decoder), celery (the kombu/Celery envelope decoder), cron (Cron::new and
-# its search), url (RedisUrl::parse).
+# target for a bounded time. Every target core/fuzz/Cargo.toml declares runs
+# (`cargo fuzz list`), so a new one cannot be left out: message (headway's
+# own decoder), celery (the kombu/Celery envelope codec), celery_dead (the
+# Celery layout's claim-path decoder: size cap, first-byte sniff, protocol 1,
+# base64 body), pidbox (remote-control broadcasts), result_meta (Celery
+# result metas), cron (Cron::new and its search), url (RedisUrl::parse).
 #
 #   bench/fuzz.sh                 # 60 s per target, optimised build
 #   bench/fuzz.sh --smoke         # 5 s per target, debug build (what CI runs)
@@ -28,7 +31,6 @@ profile=()
 if [[ "${1:-}" == "--smoke" ]]; then secs=5; profile=(--dev); shift; fi
 if [[ "${1:-}" =~ ^[0-9]+$ ]]; then secs=$1; shift; fi
 targets=("$@")
-if [[ ${#targets[@]} -eq 0 ]]; then targets=(message celery cron url); fi
 
 cargo=(cargo)
 if [[ -n "${FUZZ_TOOLCHAIN:-}" ]]; then cargo=(cargo "+$FUZZ_TOOLCHAIN"); fi
@@ -36,6 +38,14 @@ if ! "${cargo[@]}" fuzz --version >/dev/null 2>&1; then
   echo "cargo-fuzz is missing: cargo install cargo-fuzz --locked" >&2
   exit 2
 fi
+if [[ ${#targets[@]} -eq 0 ]]; then
+  mapfile -t targets < <("${cargo[@]}" fuzz list)
+  if [[ ${#targets[@]} -eq 0 ]]; then
+    echo "!!! fuzz: \`cargo fuzz list\` named no targets" >&2
+    exit 2
+  fi
+fi
+echo "fuzz: targets ${targets[*]}"
 san=none
 if "${cargo[@]}" --version | grep -q nightly; then san=address; fi
 

@@ -15,5 +15,6 @@
 pub mod admin;
 pub mod broker;
 pub mod flow;
+pub mod log;
 pub mod runtime;
 pub mod task;

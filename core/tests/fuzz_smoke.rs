@@ -129,6 +129,25 @@ const TOKENS: &[&str] = &[
     "//",
     "\u{d7}",
     "\u{fffd}",
+    "\"method\"",
+    "\"arguments\"",
+    "\"task_id\"",
+    "\"destination\"",
+    "\"status\"",
+    "\"exc_type\"",
+    "\"exc_message\"",
+    "\"date_done\"",
+    "\"retries\"",
+    "\"expires\"",
+    "\"countdown\"",
+    "\"options\"",
+    "1e300",
+    "-1e300",
+    "4294967296",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "9999-12-31T23:59:59",
+    "\u{80}",
 ];
 
 fn mutate(rng: &mut Rng, seeds: &[Vec<u8>], input: &[u8]) -> Vec<u8> {
@@ -334,4 +353,97 @@ fn redis_url_parser() {
             b"redis://[".to_vec(),
         ],
     );
+}
+
+#[test]
+fn celery_claim_decoder() {
+    smoke(
+        "celery_dead",
+        targets::celery_dead,
+        vec![
+            big(" ", 60_000),
+            [b"{\"body\":\"".as_slice(), &big("QUFB", 100_000), b"\",\"content-type\":\"application/json\",\"headers\":{\"task\":\"t\",\"id\":\"i\"},\"properties\":{\"body_encoding\":\"base64\"}}"].concat(),
+            [b"{\"body\":\"".as_slice(), &big("[", 5_000), b"\",\"content-type\":\"application/json\",\"headers\":{}}"].concat(),
+            vec![0x80; 1000],
+        ],
+    );
+}
+
+#[test]
+fn pidbox_parser() {
+    smoke(
+        "pidbox",
+        targets::pidbox,
+        vec![
+            [
+                b"{\"body\":\"{\\\"method\\\":\\\"revoke\\\",\\\"arguments\\\":{\\\"task_id\\\":["
+                    .as_slice(),
+                &big("\\\"a\\\",", 20_000),
+                b"\\\"b\\\"]}}\"}",
+            ]
+            .concat(),
+            [
+                b"{\"body\":\"".as_slice(),
+                &big("e30=", 50_000),
+                b"\",\"properties\":{\"body_encoding\":\"base64\"}}",
+            ]
+            .concat(),
+        ],
+    );
+}
+
+#[test]
+fn celery_result_meta_parser() {
+    smoke(
+        "result_meta",
+        targets::result_meta,
+        vec![
+            [
+                b"{\"status\":\"FAILURE\",\"result\":{\"exc_type\":\"E\",\"exc_message\":["
+                    .as_slice(),
+                &big("1,", 100_000),
+                b"1]}}",
+            ]
+            .concat(),
+            [
+                b"{\"status\":\"SUCCESS\",\"result\":".as_slice(),
+                &big("[", 5_000),
+            ]
+            .concat(),
+        ],
+    );
+}
+
+/// Every binary `core/fuzz/Cargo.toml` declares is a target with seeds,
+/// and each of them has a smoke test here (the list below): a target added
+/// there without one fails this test.
+#[test]
+fn every_fuzz_target_has_seeds_and_a_smoke_test() {
+    const SMOKED: [&str; 7] = [
+        "message",
+        "celery",
+        "celery_dead",
+        "pidbox",
+        "result_meta",
+        "cron",
+        "url",
+    ];
+    let manifest = include_str!("../fuzz/Cargo.toml");
+    let bins: Vec<&str> = manifest
+        .lines()
+        .filter_map(|l| l.strip_prefix("name = \""))
+        .filter_map(|l| l.strip_suffix('"'))
+        .filter(|n| *n != "headway-fuzz")
+        .collect();
+    assert!(bins.len() >= 7, "{bins:?}");
+    for b in &bins {
+        assert!(SMOKED.contains(b), "fuzz target {b} has no smoke test here");
+        assert!(
+            !targets::seeds(b).is_empty(),
+            "fuzz target {b} has no seeds"
+        );
+    }
+    for t in SMOKED {
+        assert!(bins.contains(&t), "{t} is not a cargo-fuzz target");
+    }
 }

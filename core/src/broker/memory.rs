@@ -129,7 +129,8 @@ impl Queue {
     fn bury(&mut self, letter: DeadLetter, step: usize) {
         eprintln!(
             "headway memory broker: queue {:?}: dead-lettered a message ({})",
-            letter.queue, letter.reason
+            letter.queue,
+            crate::log::shown(&letter.reason)
         );
         self.dead.push_front(Dead { letter, step });
         self.dead.truncate(DEAD_KEPT);
@@ -326,6 +327,7 @@ impl MemoryBroker {
             // (Redis: by the claim script, then by the client).
             let mut taken = 0;
             let mut undecoded = Vec::new();
+            let mut early = Vec::new();
             while out.len() + taken < max {
                 let Some(q) = g.queues.get_mut(name) else {
                     break;
@@ -341,6 +343,12 @@ impl MemoryBroker {
                 let (m, raw) = match e.payload {
                     Payload::Msg(m) => (m, e.raw),
                     Payload::Raw(raw) => match dead::decode(&raw, cap) {
+                        // Put on the queue by another producer before its
+                        // eta: it waits for it, as a published one does.
+                        Ok(m) if m.eta.is_some_and(|eta| eta > now) => {
+                            early.push(m);
+                            continue;
+                        }
                         Ok(m) => (m, Some(raw)),
                         Err(why) => {
                             taken += 1;
@@ -390,6 +398,11 @@ impl MemoryBroker {
                 for (letter, s) in undecoded {
                     q.bury(letter, s);
                 }
+            }
+            for m in early {
+                g.seq += 1;
+                let key = (m.eta.unwrap_or(now), g.seq);
+                g.queue(name).delayed.insert(key, m);
             }
             if out.len() >= max {
                 break;
@@ -541,7 +554,7 @@ impl Broker for MemoryBroker {
                 if !self.shared.clock.is_virtual()
                     && let Some(eta) = self.next_due(queues)
                 {
-                    let ms = (eta - self.now()).max(0) as u64;
+                    let ms = eta.saturating_sub(self.now()).max(0) as u64;
                     until = until.min(now + Duration::from_millis(ms));
                 }
                 tokio::select! {

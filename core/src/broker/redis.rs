@@ -1123,7 +1123,7 @@ impl RedisBroker {
         if !dead.is_empty() {
             self.bury(q, dead).await;
         }
-        Ok((out, (eta >= 0).then(|| (eta - now).max(0))))
+        Ok((out, (eta >= 0).then(|| eta.saturating_sub(now).max(0))))
     }
 
     /// A claimed element as a delivery, or why it is quarantined (with its
@@ -1155,7 +1155,10 @@ impl RedisBroker {
     /// with their reasons (one script: fenced, capped), and logs why: a
     /// malformed message must neither block the queue nor vanish unseen.
     async fn bury(&self, q: &str, items: Vec<(Vec<u8>, Vec<u8>, String)>) {
-        let reasons: Vec<&str> = items.iter().map(|(_, _, r)| r.as_str()).collect();
+        let reasons: Vec<String> = items
+            .iter()
+            .map(|(_, _, r)| crate::log::shown(r).to_string())
+            .collect();
         log(&format!(
             "queue {q:?}: quarantined {} message(s) in {}: {}",
             items.len(),

@@ -195,7 +195,9 @@ impl App {
             sig.kwargs.clone(),
             queue,
         );
-        m.eta = o.eta.or_else(|| o.countdown.map(|c| self.now() + c));
+        m.eta = o
+            .eta
+            .or_else(|| o.countdown.map(|c| self.now().saturating_add(c)));
         m.expires = o.expires;
         m.priority = o.priority;
         m
@@ -277,7 +279,7 @@ impl App {
     pub async fn revoke(&self, ids: &[String], terminate: bool) -> Result<(), Refused> {
         self.inner
             .broker
-            .revoke(ids.to_vec(), self.now() + REVOKE_KEEP)
+            .revoke(ids.to_vec(), self.now().saturating_add(REVOKE_KEEP))
             .await?;
         if terminate {
             let mut t = self

@@ -10,6 +10,10 @@
 //! backoffs, expiry, beats. How long a body may actually run (`timeout`) and
 //! how long a caller waits for a result (`get(timeout)`) are real waits on the
 //! runtime's timer, since no clock can make a stuck body finish sooner.
+//!
+//! Times here can come from messages (an eta of `i64::MAX` ms is a valid
+//! message), so nothing here overflows: a sleep until any instant is a
+//! sleep, and a virtual clock moved past the end of `i64` stops there.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -48,14 +52,16 @@ impl Clock for SystemClock {
     fn now(&self) -> i64 {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
             .unwrap_or(0)
     }
 
     fn sleep_until(&self, at: i64) -> BoxFuture<'_, ()> {
-        let wait = at - self.now();
+        let wait = at.saturating_sub(self.now());
         Box::pin(async move {
             if wait > 0 {
+                // Far enough ahead is for ever: tokio's timer does not
+                // overflow on a sleep of `i64::MAX` ms (it parks it).
                 tokio::time::sleep(Duration::from_millis(wait as u64)).await;
             }
         })
@@ -79,10 +85,14 @@ impl VirtualClock {
     }
 
     /// Moves it forward by `ms` (a negative step does nothing: time here never
-    /// runs backwards).
+    /// runs backwards), stopping at `i64::MAX` rather than wrapping round.
     pub fn advance(&self, ms: i64) {
         if ms > 0 {
-            self.now.fetch_add(ms, Ordering::SeqCst);
+            let _ = self
+                .now
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
+                    Some(t.saturating_add(ms))
+                });
             self.moved.notify_waiters();
         }
     }
@@ -135,5 +145,23 @@ mod tests {
         assert_eq!(c.now(), 5005);
         assert!(c.is_virtual() && !SystemClock.is_virtual());
         assert!(SystemClock.now() > 1_600_000_000_000);
+    }
+
+    #[tokio::test]
+    async fn the_ends_of_time_do_not_overflow() {
+        // An eta long past (i64::MIN) is no wait at all.
+        SystemClock.sleep_until(i64::MIN).await;
+        // One at the end of time is a wait that does not end (nor panic).
+        let far =
+            tokio::time::timeout(Duration::from_millis(20), SystemClock.sleep_until(i64::MAX));
+        assert!(far.await.is_err());
+        let c = VirtualClock::new(i64::MAX - 5);
+        c.advance(10);
+        assert_eq!(c.now(), i64::MAX, "saturates, does not wrap");
+        c.advance(i64::MAX);
+        assert_eq!(c.now(), i64::MAX);
+        let d = VirtualClock::new(i64::MIN);
+        d.sleep_until(i64::MAX).await;
+        assert_eq!(d.now(), i64::MAX);
     }
 }

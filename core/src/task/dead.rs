@@ -1,6 +1,6 @@
 //! Dead letters: what a broker sets aside instead of running, and why.
 //!
-//! Two things end up here rather than loop or vanish (issue 7):
+//! Two things end up here rather than loop or vanish:
 //! - **Quarantine**: bytes on a queue that are not a message headway will
 //!   run — raw bytes, bad JSON, no task name, another protocol's envelope, a
 //!   content type other than JSON such as pickle (never deserialised), or
@@ -25,7 +25,7 @@ use super::message::Message;
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
 /// How many times a consumer may be lost holding one message before it is
-/// dead-lettered as a poison pill: 3, the issue's default, between BullMQ's
+/// dead-lettered as a poison pill: 3, between BullMQ's
 /// `maxStalledCount` (1) and RabbitMQ quorum queues' `delivery-limit` (20):
 /// one crash can be bad luck, three in a row is the message.
 pub const MAX_DELIVERIES: u32 = 3;

@@ -132,10 +132,17 @@ pub struct Rate {
 }
 
 impl Rate {
-    /// A rate; refused when `per` is not positive.
+    /// A rate; refused when `per` is not positive, or longer than the
+    /// worker's limiter can count in nanoseconds (`i64::MAX` ns, 292 years).
     pub fn new(count: u32, per: i64) -> Result<Rate, PolicyError> {
         if per <= 0 {
             return Err(bad("rate", "the window must be positive"));
+        }
+        if per > i64::MAX / 1_000_000 {
+            return Err(bad(
+                "rate",
+                format!("the window of {per} ms is longer than 292 years"),
+            ));
         }
         Ok(Rate { count, per })
     }
@@ -303,6 +310,10 @@ mod tests {
         assert!(Rate::parse("x/m").is_err());
         assert!(Rate::parse("3/y").is_err());
         assert!(Rate::new(1, 0).is_err());
+        let e = Rate::new(1, i64::MAX).unwrap_err();
+        assert_eq!(e.arg, "rate");
+        assert!(e.why.contains("292 years"), "{e}");
+        assert!(Rate::new(1, i64::MAX / 1_000_000).is_ok());
     }
 
     #[test]

@@ -36,6 +36,7 @@ use super::message::Message;
 use super::spec::{Delivery, EVENT_TEXT_MAX, Receipt, Round, RunEvent, truncate};
 use super::state::{Failure, Outcome, Refused, State};
 use crate::flow::{Backoff, Jitter, MILLI, Window};
+use crate::log::shown;
 
 /// How long one claim waits for a message before the loop looks round.
 const POLL: Duration = Duration::from_millis(200);
@@ -312,7 +313,10 @@ async fn process(s: Arc<Shared>, w: Writer, d: Delivery, revoked: bool) {
         // the broker's fencing makes this a no-op).
         warn(
             &s.name,
-            &format!("could not settle a message ({e}); giving it back"),
+            &format!(
+                "could not settle a message ({}); giving it back",
+                shown(&e.to_string())
+            ),
         );
         if let Err(e) = s.app.broker().reject(receipt, true).await {
             warn(
@@ -362,7 +366,7 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
             &s.name,
             &format!(
                 "received unregistered task {:?}; recorded as failed",
-                m.task
+                shown(&m.task)
             ),
         );
         give_up(
@@ -431,7 +435,8 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
             let wait = {
                 let mut l = s.limiters.lock().unwrap_or_else(|e| e.into_inner());
                 let w = l.entry(m.task.clone()).or_insert_with(|| {
-                    Window::new(rate.count as i64, rate.per * MILLI).expect("valid rate")
+                    Window::new(rate.count as i64, rate.per.saturating_mul(MILLI))
+                        .expect("valid rate")
                 });
                 if w.take(now_ns) {
                     None
@@ -442,7 +447,7 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
             match wait {
                 None => break,
                 Some(ns) => {
-                    let until = app.now() + (ns / MILLI).max(1);
+                    let until = app.now().saturating_add((ns / MILLI).max(1));
                     waited = true;
                     tokio::select! {
                         _ = app.clock().sleep_until(until) => {}
@@ -497,7 +502,7 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
         name: m.task.clone(),
         queue: m.queue.clone(),
         retries: m.retries,
-        attempt: m.retries + 1,
+        attempt: m.retries.saturating_add(1),
         last: m.retries >= policy.retries,
         now: app.now(),
         kwargs: m.kwargs.clone(),
@@ -556,9 +561,9 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
         }
         Ran::Failed(f) if m.retries < policy.retries => {
             let mut next = m.clone();
-            next.retries += 1;
-            let wait = policy.backoff_delay(next.retries + 1, &m.id);
-            next.eta = Some(app.now() + wait);
+            next.retries = next.retries.saturating_add(1);
+            let wait = policy.backoff_delay(next.retries.saturating_add(1), &m.id);
+            next.eta = Some(app.now().saturating_add(wait));
             event(s, &m, State::Retry, Some(started), Some(failure_text(&f))).await;
             let mut o = Outcome::new(m.id.clone(), State::Retry, app.now());
             o.error = Some(f);
@@ -946,7 +951,11 @@ async fn celery_links(app: &App, m: &Message, arg: Value, errors: bool) -> Resul
     let (out, bad) =
         crate::broker::celery::codec::apply_links(sigs, &arg, m, grouped, |s| app.message_of(s));
     for e in bad {
-        eprintln!("headway worker: a callback of {} was not sent: {e}", m.id);
+        eprintln!(
+            "headway worker: a callback of {} was not sent: {}",
+            shown(&m.id),
+            shown(&e.to_string())
+        );
     }
     if out.is_empty() {
         return Ok(());

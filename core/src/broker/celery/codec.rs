@@ -313,7 +313,8 @@ impl Sender {
             ("delivery_mode", J::V(json!(2))),
         ];
         if let Some(exp) = m.expires {
-            props.push(("expiration", J::V(json!((exp - now).max(0).to_string()))));
+            let left = exp.saturating_sub(now).max(0);
+            props.push(("expiration", J::V(json!(left.to_string()))));
         }
         props.push((
             "delivery_info",
@@ -559,11 +560,22 @@ fn time_field(h: &Value, k: &str) -> Result<Option<i64>, CodecError> {
             Ok(Some(t)) => Ok(t.epoch_ms()),
             _ => Err(bad(format!("headers.{k} is not a time"))),
         },
-        Some(Value::Number(n)) => Ok(n.as_f64().map(|s| (s * 1000.0) as i64)),
+        Some(Value::Number(n)) => Ok(n.as_f64().and_then(secs_ms)),
         Some(_) => Err(bad(format!("headers.{k} is not a time"))),
     }
 }
 
+/// Seconds (a float, as Celery writes `countdown` and numeric times) as
+/// whole ms, saturating at the ends of `i64`: 1e300 s is the end of time,
+/// not an overflow. `None` for NaN or an infinity, which JSON cannot carry
+/// but a typed caller could pass.
+pub fn secs_ms(secs: f64) -> Option<i64> {
+    // `as` saturates (and would make NaN 0, an instant long past).
+    secs.is_finite().then_some((secs * 1000.0) as i64)
+}
+
+/// A count (`retries`, `group_index`, `priority`) as a `u32`: integers or
+/// floats, saturating at 0 and `u32::MAX` rather than wrapping.
 fn as_u32(v: Option<&Value>) -> Option<u32> {
     v.and_then(|v| {
         v.as_u64()
@@ -775,10 +787,7 @@ impl Sender {
                 .and_then(|q| q.as_str().or_else(|| q.get("name").and_then(Value::as_str)))
                 .map(|q| self.model_queue(q)),
             eta: time("eta"),
-            countdown: o
-                .get("countdown")
-                .and_then(Value::as_f64)
-                .map(|s| (s * 1000.0) as i64),
+            countdown: o.get("countdown").and_then(Value::as_f64).and_then(secs_ms),
             expires: time("expires"),
             priority: as_u32(o.get("priority")).map(|p| p.min(9) as u8),
             id: None,

@@ -601,8 +601,9 @@ impl CeleryBroker {
         let mut w = self.warned.lock().unwrap_or_else(|e| e.into_inner());
         if w.insert(task.to_string()) {
             eprintln!(
-                "headway celery broker {}: task {task:?} is not registered here; handing it back for another consumer",
-                self.node
+                "headway celery broker {}: task {:?} is not registered here; handing it back for another consumer",
+                self.node,
+                crate::log::shown(task)
             );
         }
         true
@@ -786,7 +787,10 @@ impl CeleryBroker {
             return 0;
         }
         let key = self.dead_key(queue);
-        let reasons: Vec<&str> = items.iter().map(|b| b.reason.as_str()).collect();
+        let reasons: Vec<String> = items
+            .iter()
+            .map(|b| crate::log::shown(&b.reason).to_string())
+            .collect();
         self.log(&format!(
             "queue {queue:?}: {what} {} message(s) in {key}: {}",
             items.len(),
@@ -1460,7 +1464,8 @@ impl CeleryBroker {
         if c.method != "revoke" || !c.is_for(&self.node, self.now_secs()) {
             return;
         }
-        let until = self.clock.now() + self.opts.revoke_keep.as_millis() as i64;
+        let keep = i64::try_from(self.opts.revoke_keep.as_millis()).unwrap_or(i64::MAX);
+        let until = self.clock.now().saturating_add(keep);
         self.note_revoked(&c.ids, until);
     }
 
@@ -1849,7 +1854,7 @@ impl Broker for CeleryBroker {
                 if !self.clock.is_virtual()
                     && let Some(eta) = self.next_held(queues)
                 {
-                    let ms = (eta - self.clock.now()).max(0) as u64;
+                    let ms = eta.saturating_sub(self.clock.now()).max(0) as u64;
                     until = until.min(Duration::from_millis(ms));
                 }
                 let me = self

@@ -246,7 +246,8 @@ pub fn decode_meta_value(id: &str, v: &Value) -> Result<Outcome, CodecError> {
         _ => o.result = Some(result),
     }
     if let Some(r) = v.get("retries").and_then(Value::as_u64) {
-        o.retries = r as u32;
+        // Saturating: 2^32 retries are not 0.
+        o.retries = u32::try_from(r).unwrap_or(u32::MAX);
     }
     o.task = v.get("name").and_then(Value::as_str).map(str::to_string);
     Ok(o)

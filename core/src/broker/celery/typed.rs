@@ -228,6 +228,9 @@ fn is_decimal(s: &str) -> bool {
 /// `2026-01-01T12:00:00.123000+00:00`, or without the fraction when it is
 /// zero — what Celery writes for `eta`, `expires` and `date_done`.
 pub fn iso(ms: i64) -> String {
+    // Clamped to what Python's `datetime` holds (years 1 to 9999), so a
+    // message's eta at the end of `i64` stays far ahead, readable by Celery.
+    let ms = ms.clamp(-62_135_596_800_000, 253_402_300_799_999);
     let t = Utc
         .timestamp_millis_opt(ms)
         .single()
