@@ -39,6 +39,7 @@
 //! short outage (`patience`) rather than fail; a URL's password is never
 //! shown (`redis://user:***@host`).
 
+mod store;
 mod url;
 
 pub use url::RedisUrl;
@@ -512,6 +513,8 @@ pub struct RedisBroker {
     /// Idle dedicated connections for blocking claims.
     blockers: Mutex<Vec<MultiplexedConnection>>,
     pending: Mutex<Vec<Pending>>,
+    /// Results Redis refused to write, their late acks waiting (`store.rs`).
+    unstored: Mutex<Vec<store::Unstored>>,
     /// Per queue, the tokens of claims delivered and not yet settled: what
     /// the sweep must leave alone.
     out: Mutex<HashMap<String, HashSet<u64>>>,
@@ -791,6 +794,7 @@ impl RedisBroker {
             touched: Mutex::new(HashSet::new()),
             blockers: Mutex::new(Vec::new()),
             pending: Mutex::new(Vec::new()),
+            unstored: Mutex::new(Vec::new()),
             out: Mutex::new(HashMap::new()),
             gate: tokio::sync::RwLock::new(()),
             swept: AtomicU64::new(0),
@@ -1400,31 +1404,6 @@ impl RedisBroker {
         }
     }
 
-    /// Adds the store of `outcomes` to `p`: the store script, which checks
-    /// write-once, writes and publishes in one step, once per
-    /// [`STORE_CHUNK`] outcomes. (A plain `SET NX` + `PUBLISH` cannot carry
-    /// the value: a refused `SET NX` would still publish its refused value.)
-    /// One call stores many: a script call costs Redis about 7 µs beyond the
-    /// commands inside it, which was the largest part of a drain's Redis
-    /// time when each result had its own. The keys of one call may lie in
-    /// different Cluster slots: standalone Redis, as the claim script's
-    /// revoked read (docs/redis-layout.md).
-    fn add_stores(&self, p: &mut Pipeline, outcomes: &[Outcome]) {
-        for chunk in outcomes.chunks(STORE_CHUNK) {
-            let mut c = ::redis::cmd("EVALSHA");
-            c.arg(&self.scripts.store.sha).arg(chunk.len());
-            for o in chunk {
-                c.arg(self.result_key(&o.id));
-            }
-            c.arg(self.result_ms).arg(NOTIFY_CAP);
-            for o in chunk {
-                c.arg(stored(o))
-                    .arg(if o.state.is_final() { "1" } else { "0" });
-            }
-            p.add_command(c).ignore();
-        }
-    }
-
     fn settle_cmd(&self, queue: &str, el: &[u8], mode: &str, next: Option<&Message>) -> Cmd {
         let mut c = evalsha(&self.scripts.settle, &self.base(queue));
         c.arg(&self.consumer).arg(el).arg(mode).arg(self.now_arg());
@@ -1520,6 +1499,7 @@ impl RedisBroker {
         if !kept.is_empty() {
             let _ = self.settle(kept).await;
         }
+        self.retry_unstored().await;
         if sweep {
             for q in &queues {
                 let _ = self.sweep(q).await;
@@ -2004,26 +1984,29 @@ impl Broker for RedisBroker {
         Box::pin(self.consume_inner(queues, max, wait, true))
     }
 
-    /// The whole round in one pipeline: acks (LREM), stores (the store
-    /// script), late acks after them, events (XADD), revoked marks (GET).
+    /// The whole round in one pipeline: acks (LREM), stores with their
+    /// late acks (the store script: a run is acked once its result is
+    /// stored, see `store.rs`), events (XADD), revoked marks (GET).
     fn round(&self, r: Round) -> Result<BoxFuture<'_, Result<Vec<bool>, Refused>>, Round> {
         Ok(Box::pin(async move {
             let mut p = ::redis::pipe();
-            let held = |p: &mut Pipeline, rs: &[Receipt]| {
-                for rc in rs {
-                    if let Some(el) = &rc.raw {
-                        p.cmd("LREM")
-                            .arg(self.key(&rc.queue, "held:", &self.consumer))
-                            .arg(HELD_OLDEST_FIRST)
-                            .arg(&**el)
-                            .ignore();
-                    }
+            for rc in &r.acks {
+                if let Some(el) = &rc.raw {
+                    p.cmd("LREM")
+                        .arg(self.key(&rc.queue, "held:", &self.consumer))
+                        .arg(HELD_OLDEST_FIRST)
+                        .arg(&**el)
+                        .ignore();
                 }
-            };
-            held(&mut p, &r.acks);
-            // Late acks follow their results in the pipeline.
-            self.add_stores(&mut p, &r.outcomes);
-            held(&mut p, &r.after);
+            }
+            let mut late: Vec<Option<&Receipt>> = vec![None; r.outcomes.len()];
+            for (i, rc) in &r.after {
+                if let Some(l) = late.get_mut(*i) {
+                    *l = Some(rc);
+                }
+            }
+            let items: Vec<_> = r.outcomes.iter().zip(late.iter().copied()).collect();
+            self.add_stores(&mut p, &items);
             if !r.events.is_empty() {
                 let key = self.events_key();
                 for e in &r.events {
@@ -2043,15 +2026,26 @@ impl Broker for RedisBroker {
             for id in &r.ask {
                 p.cmd("GET").arg(self.revoked_key(id));
             }
-            let asked = self.run(&p, true).await?;
-            {
-                let mut o = self.outs();
-                for rc in r.acks.iter().chain(&r.after) {
-                    if let Some(set) = o.get_mut(&rc.queue) {
-                        set.remove(&rc.token);
-                    }
-                }
-            }
+            let got = self.run(&p, true).await?;
+            let calls = Self::store_calls(items.len()).min(got.len());
+            let (stores, asked) = got.split_at(calls);
+            let bad = Self::stores_failed(stores, items.len());
+            let failed: HashSet<usize> = bad.iter().map(|(i, _)| *i).collect();
+            self.settled(
+                r.acks.iter().chain(
+                    r.after
+                        .iter()
+                        .filter(|(i, _)| !failed.contains(i))
+                        .map(|(_, rc)| rc),
+                ),
+            );
+            self.keep_unstored(
+                bad.into_iter()
+                    .filter_map(|(i, why)| {
+                        Some((store::unstored(r.outcomes.get(i)?, late[i]), why))
+                    })
+                    .collect(),
+            );
             let now = self.clock.now();
             Ok(asked
                 .iter()
@@ -2208,12 +2202,7 @@ impl Broker for RedisBroker {
 impl Backend for RedisBroker {
     fn store(&self, outcomes: Vec<Outcome>) -> BoxFuture<'_, Result<(), Refused>> {
         Box::pin(async move {
-            if outcomes.is_empty() {
-                return Ok(());
-            }
-            let mut p = ::redis::pipe();
-            self.add_stores(&mut p, &outcomes);
-            self.run(&p, true).await.map(|_| ())
+            self.store_all(&outcomes).await
         })
     }
 
