@@ -12,12 +12,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use headway_core::broker::{RedisBroker, RedisOptions};
+use headway_core::task::spec::Round;
 use headway_core::task::{
-    App, Backend, Broker, Clock, Message, Outcome, Policy, State, SystemClock,
-    Worker, WorkerConfig, body,
+    App, Backend, Broker, Clock, Inspector, Message, Outcome, Policy, State, SystemClock, Worker,
+    WorkerConfig, body,
 };
 use serde_json::{Map, Value};
-use headway_core::task::spec::Round;
 use support::RedisServer;
 
 fn msg(id: &str, task: &str, q: &str) -> Message {
@@ -90,17 +90,20 @@ async fn an_acks_late_run_whose_store_fails_stays_held_and_the_others_land() {
     .unwrap();
     let w2 = w.clone();
     let h = tokio::spawn(async move { w2.run().await.unwrap() });
-    until("every run ran and the others were stored and acked", async || {
-        let mut stored = 0;
-        for i in ["a1", "a2", "a3", "a4"] {
-            if matches!(b.fetch(i).await, Ok(Some(o)) if o.state == State::Success) {
-                stored += 1;
+    until(
+        "every run ran and the others were stored and acked",
+        async || {
+            let mut stored = 0;
+            for i in ["a1", "a2", "a3", "a4"] {
+                if matches!(b.fetch(i).await, Ok(Some(o)) if o.state == State::Success) {
+                    stored += 1;
+                }
             }
-        }
-        stored == 4
-            && ran.lock().unwrap().len() == 5
-            && s.cli(&["LLEN", "headway:{default}:held:w1"]) == "1"
-    })
+            stored == 4
+                && ran.lock().unwrap().len() == 5
+                && s.cli(&["LLEN", "headway:{default}:held:w1"]) == "1"
+        },
+    )
     .await;
     // The one still held is the poisoned run's claim.
     let held = s.cli(&["LRANGE", "headway:{default}:held:w1", "0", "-1"]);
@@ -132,10 +135,17 @@ async fn one_refused_store_in_a_round_holds_back_its_own_ack_only_and_is_retried
     };
     // A 300 ms lease: the background task ticks every 100 ms.
     let b = open_at(&s.url(), "w1", 300).await;
-    b.publish(vec![msg("r1", "t", "q"), msg("r2", "t", "q"), msg("r3", "t", "q")])
+    b.publish(vec![
+        msg("r1", "t", "q"),
+        msg("r2", "t", "q"),
+        msg("r3", "t", "q"),
+    ])
+    .await
+    .unwrap();
+    let got = b
+        .claim(&["q".to_string()], 3, Duration::ZERO)
         .await
         .unwrap();
-    let got = b.claim(&["q".to_string()], 3, Duration::ZERO).await.unwrap();
     assert_eq!(got.len(), 3);
     s.cli(&["HSET", "headway:result:r2", "f", "v"]);
     let mut r = Round::default();
@@ -146,7 +156,11 @@ async fn one_refused_store_in_a_round_holds_back_its_own_ack_only_and_is_retried
         r.after.push((i, c.delivery.receipt.clone()));
     }
     r.ask.push("r1".into());
-    let asked = b.round(r).unwrap().await.expect("the round itself succeeds");
+    let asked = b
+        .round(r)
+        .unwrap()
+        .await
+        .expect("the round itself succeeds");
     assert_eq!(asked, [false], "the revoked question is answered");
     for (id, v) in [("r1", 0), ("r3", 2)] {
         let o = b.fetch(id).await.unwrap().expect("stored");
@@ -161,13 +175,210 @@ async fn one_refused_store_in_a_round_holds_back_its_own_ack_only_and_is_retried
         .store(vec![Outcome::new("r2", State::Success, 1)])
         .await
         .unwrap_err();
-    assert!(e.to_string().contains("\"r2\"") && e.to_string().contains("WRONGTYPE"), "{e}");
+    assert!(
+        e.to_string().contains("\"r2\"") && e.to_string().contains("WRONGTYPE"),
+        "{e}"
+    );
     // Fixed: the retry stores it and acks its claim.
     s.cli(&["DEL", "headway:result:r2"]);
-    until("the kept result is stored and its claim acked", async || {
-        s.cli(&["LLEN", "headway:{q}:held:w1"]) == "0"
-    })
+    until(
+        "the kept result is stored and its claim acked",
+        async || s.cli(&["LLEN", "headway:{q}:held:w1"]) == "0",
+    )
     .await;
     let o = b.fetch("r2").await.unwrap().expect("stored by the retry");
     assert_eq!(o.result, Some(Value::from(1)));
+}
+
+// ------------------------------------------------ ids that need escaping
+
+/// An id holding `"` and `\`: the scripts' dead-letter headers encode it
+/// (cjson), read it back whole, and re-queue by it; the inspector lists it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_with_quotes_and_backslashes_survive_dead_letters_and_listings() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let odd = r#"a"b\c"#;
+    // A poison pill: lost with its consumer once (max_deliveries 1), buried
+    // by the recover script, which builds the header in Lua.
+    let mk = |consumer: &str| RedisOptions {
+        consumer: Some(consumer.into()),
+        lease: Duration::from_millis(50),
+        recover_every: None,
+        max_deliveries: 1,
+        ..RedisOptions::default()
+    };
+    let a = RedisBroker::connect(&s.url(), mk("a"), Arc::new(SystemClock))
+        .await
+        .unwrap();
+    a.publish(vec![msg(odd, "t", "q")]).await.unwrap();
+    let got = a
+        .consume(&["q".to_string()], 1, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(got[0].message.id, odd);
+    // The holder listing reads the id out of the held element.
+    let cs = a.consumers().await.unwrap();
+    assert_eq!(cs[0].holding, [odd.to_string()], "{cs:?}");
+    a.close().await;
+    let b = RedisBroker::connect(&s.url(), mk("b"), Arc::new(SystemClock))
+        .await
+        .unwrap();
+    until("a's lease lapsed and its claim was recovered", async || {
+        b.recover().await.unwrap();
+        b.dead_count("q").await.unwrap() == 1
+    })
+    .await;
+    // A quarantined message with the same kind of id (no task name), whose
+    // header the client writes.
+    let odd2 = r#"x\"y"#;
+    b.push_raw("q", br#"{"id":"x\\\"y","queue":"q"}"#)
+        .await
+        .unwrap();
+    assert!(
+        b.consume(&["q".to_string()], 1, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let ds = b.dead_letters("q", 10).await.unwrap();
+    assert_eq!(ds.len(), 2);
+    assert_eq!(ds[0].id.as_deref(), Some(odd2), "{ds:?}");
+    assert_eq!(ds[0].reason, "no task name");
+    assert_eq!(ds[1].id.as_deref(), Some(odd), "{ds:?}");
+    assert_eq!(ds[1].reason, "worker lost ×1");
+    let raw = s.cli(&["LINDEX", "headway:{q}:dead", "1"]);
+    let head: Value = serde_json::from_str(raw.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        head["id"], odd,
+        "the header is JSON with the id whole: {raw}"
+    );
+    // Re-queue by id: only the listed one goes back, and it decodes.
+    assert_eq!(
+        b.requeue_dead("q", &[odd.to_string()], 10).await.unwrap(),
+        1
+    );
+    assert_eq!(b.dead_count("q").await.unwrap(), 1);
+    let back = b
+        .consume(&["q".to_string()], 1, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(back[0].message.id, odd);
+    assert_eq!(
+        b.requeue_dead("q", &[odd2.to_string()], 10).await.unwrap(),
+        1
+    );
+    assert_eq!(b.dead_count("q").await.unwrap(), 0);
+}
+
+// ------------------------------------------------ oversized messages
+
+fn used_memory(s: &RedisServer) -> i64 {
+    let info = s.cli(&["INFO", "memory"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .expect("INFO memory has used_memory")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+const BIG: usize = 50 * 1024 * 1024;
+
+/// A 50 MB message put on a queue by another producer is quarantined by
+/// the claim script keeping a 64 KiB prefix, its size and the reason: Redis
+/// holds about what it held before the push, not 50 MB more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quarantined_50_mb_message_keeps_a_prefix_not_the_payload() {
+    use headway_core::task::dead::DEAD_PREFIX_BYTES;
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let b = open_at(&s.url(), "w", 30_000).await;
+    // Touch the queue first, so its keys and the scripts are there.
+    assert!(
+        b.consume(&["q".to_string()], 1, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let before = used_memory(&s);
+    let junk = vec![b'{'; BIG];
+    b.push_raw("q", &junk).await.unwrap();
+    // Control: while on the queue, it weighs its 50 MB.
+    assert!(used_memory(&s) - before > 40 * 1024 * 1024);
+    assert!(
+        b.consume(&["q".to_string()], 1, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let ds = b.dead_letters("q", 10).await.unwrap();
+    assert_eq!(ds.len(), 1);
+    assert_eq!(ds[0].size, BIG);
+    assert_eq!(ds[0].raw.len(), DEAD_PREFIX_BYTES);
+    assert!(ds[0].truncated());
+    assert!(
+        ds[0].reason.starts_with(&format!("too large: {BIG} bytes")),
+        "{}",
+        ds[0].reason
+    );
+    let grew = used_memory(&s) - before;
+    assert!(grew < 2 * 1024 * 1024, "Redis grew by {grew} bytes");
+    // A prefix is not a message: re-queueing leaves it where it is.
+    assert_eq!(b.requeue_dead("q", &[], 10).await.unwrap(), 0);
+    assert_eq!(b.dead_count("q").await.unwrap(), 1);
+}
+
+/// A message that is not JSON, quarantined by the client after the claim
+/// (under the size cap), keeps a prefix too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quarantined_undecodable_message_keeps_a_prefix() {
+    use headway_core::task::dead::DEAD_PREFIX_BYTES;
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let b = open_at(&s.url(), "w", 30_000).await;
+    let junk = vec![b'z'; 1024 * 1024];
+    b.push_raw("q", &junk).await.unwrap();
+    assert!(
+        b.consume(&["q".to_string()], 1, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let ds = b.dead_letters("q", 10).await.unwrap();
+    assert_eq!(
+        (ds[0].size, ds[0].raw.len()),
+        (junk.len(), DEAD_PREFIX_BYTES)
+    );
+    assert!(ds[0].reason.starts_with("not JSON"), "{}", ds[0].reason);
+    assert!(ds[0].truncated());
+}
+
+/// The memory broker keeps the same: a prefix, the size, the reason.
+#[tokio::test]
+async fn the_memory_broker_keeps_a_prefix_of_a_quarantined_message() {
+    use headway_core::broker::MemoryBroker;
+    use headway_core::task::dead::DEAD_PREFIX_BYTES;
+    let b = MemoryBroker::new(Arc::new(SystemClock));
+    b.push_raw("q", &vec![b'{'; BIG]);
+    b.push_raw("q", &vec![b'z'; 100 * 1024]);
+    assert!(
+        b.consume(&["q".to_string()], 2, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let ds = b.dead_letters("q", 10).await.unwrap();
+    assert_eq!(ds.len(), 2);
+    let big = ds.iter().find(|d| d.size == BIG).expect("the big one");
+    assert_eq!(big.raw.len(), DEAD_PREFIX_BYTES);
+    assert!(big.reason.starts_with("too large"), "{}", big.reason);
+    let small = ds.iter().find(|d| d.size == 100 * 1024).expect("the other");
+    assert_eq!(small.raw.len(), DEAD_PREFIX_BYTES);
+    assert!(small.reason.starts_with("not JSON"));
+    assert_eq!(b.requeue_dead("q", &[], 10).await.unwrap(), 0);
+    assert_eq!(b.dead_count("q").await.unwrap(), 2);
 }

@@ -621,15 +621,19 @@ fn unmark(p: &[u8]) -> Option<&[u8]> {
     Some(&rest[bang + 1..])
 }
 
-/// A dead letter as the scripts keep it: `<header JSON>\n<bytes>`.
+/// A quarantined message as the scripts keep it: `<header JSON>\n<bytes>`,
+/// the bytes only their first [`dead::DEAD_PREFIX_BYTES`], the header with
+/// the whole size.
 fn dead_element(now: i64, step: u8, why: &dead::Undecodable, raw: &[u8]) -> Vec<u8> {
-    let mut head = serde_json::json!({"at": now, "reason": why.reason, "step": step});
+    let mut head = serde_json::json!({
+        "at": now, "reason": why.reason, "step": step, "size": raw.len(),
+    });
     if let Some(id) = &why.id {
         head["id"] = serde_json::Value::String(id.clone());
     }
     let mut out = serde_json::to_vec(&head).expect("a header always serialises");
     out.push(b'\n');
-    out.extend_from_slice(raw);
+    out.extend_from_slice(dead::kept_prefix(raw));
     out
 }
 
@@ -639,6 +643,9 @@ struct DeadHead {
     reason: String,
     #[serde(default)]
     id: Option<String>,
+    /// Absent in letters kept before sizes were: the bytes are whole.
+    #[serde(default)]
+    size: Option<usize>,
 }
 
 /// A dead letter read back; one kept before dead letters had headers is its
@@ -654,6 +661,7 @@ fn undead(queue: &str, el: &[u8]) -> DeadLetter {
             reason: h.reason,
             at: h.at,
             raw: el[nl + 1..].to_vec(),
+            size: h.size.unwrap_or(el.len() - nl - 1),
         };
     }
     DeadLetter {
@@ -662,6 +670,7 @@ fn undead(queue: &str, el: &[u8]) -> DeadLetter {
         reason: "unknown: kept before dead letters had reasons".into(),
         at: 0,
         raw: el.to_vec(),
+        size: el.len(),
     }
 }
 
@@ -2201,9 +2210,7 @@ impl Broker for RedisBroker {
 
 impl Backend for RedisBroker {
     fn store(&self, outcomes: Vec<Outcome>) -> BoxFuture<'_, Result<(), Refused>> {
-        Box::pin(async move {
-            self.store_all(&outcomes).await
-        })
+        Box::pin(async move { self.store_all(&outcomes).await })
     }
 
     fn fetch<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
@@ -2432,6 +2439,15 @@ mod tests {
         assert_eq!(undead("q", b"{\"a\":1}").raw, b"{\"a\":1}");
         // The scripts' cap is the Rust one.
         assert!(COMMON.contains(&format!("local DEAD_KEPT = {DEAD_KEPT}\n")));
+        assert!(COMMON.contains(&format!(
+            "local DEAD_PREFIX = {}\n",
+            dead::DEAD_PREFIX_BYTES
+        )));
+        assert_eq!(d.size, d.raw.len());
+        let big = vec![b'x'; dead::DEAD_PREFIX_BYTES + 10];
+        let d = undead("q", &dead_element(7, 0, &why, &big));
+        assert_eq!((d.raw.len(), d.size), (dead::DEAD_PREFIX_BYTES, big.len()));
+        assert!(d.truncated());
     }
 
     #[test]

@@ -114,8 +114,7 @@ impl RedisBroker {
                 self.url, u.outcome.id
             ));
         }
-        self.unstored()
-            .extend(items.into_iter().map(|(u, _)| u));
+        self.unstored().extend(items.into_iter().map(|(u, _)| u));
     }
 
     fn unstored(&self) -> std::sync::MutexGuard<'_, Vec<Unstored>> {
