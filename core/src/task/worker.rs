@@ -847,7 +847,11 @@ async fn write_round(app: App, batch: Vec<Job>) {
         },
     );
     let late = match &stored {
-        Ok(()) if !after.is_empty() => broker.ack(after.into_iter().map(|(_, a)| a).collect()).await,
+        Ok(()) if !after.is_empty() => {
+            broker
+                .ack(after.into_iter().map(|(_, a)| a).collect())
+                .await
+        }
         _ => Ok(()),
     };
     let mut looked = revoked.as_ref().map(|v| v.iter());
