@@ -382,3 +382,115 @@ async fn the_memory_broker_keeps_a_prefix_of_a_quarantined_message() {
     assert_eq!(b.requeue_dead("q", &[], 10).await.unwrap(), 0);
     assert_eq!(b.dead_count("q").await.unwrap(), 2);
 }
+
+// ------------------------------------------------ Redis Cluster
+
+/// A redis-server of this test's own, with or without `cluster-enabled`,
+/// behind a password; killed on drop.
+struct Node {
+    port: u16,
+    dir: std::path::PathBuf,
+    child: std::process::Child,
+}
+
+impl Node {
+    fn start(cluster: bool) -> Option<Node> {
+        // Only to learn whether redis-server is here (skip or fail as the
+        // other Redis tests do).
+        RedisServer::start()?;
+        // Cluster nodes also listen on port + 10000 (the bus).
+        let port = loop {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let p = l.local_addr().unwrap().port();
+            if p != 6379
+                && p < 55_000
+                && std::net::TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok()
+            {
+                break p;
+            }
+        };
+        let dir = std::env::temp_dir().join(format!("headway-node-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut c = std::process::Command::new("redis-server");
+        c.args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "no", "--requirepass", "pw-s3cret"])
+        .arg("--dir")
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+        if cluster {
+            c.args(["--cluster-enabled", "yes", "--cluster-config-file"])
+                .arg(dir.join("nodes.conf"));
+        }
+        let n = Node {
+            port,
+            dir,
+            child: c.spawn().expect("start redis-server"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not listen");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Some(n)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://default:pw-s3cret@127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn both_layouts(url: &str) -> [Result<(), headway_core::task::Refused>; 2] {
+    use headway_core::broker::celery::{CeleryBroker, CeleryOptions};
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let own = RedisBroker::connect(url, RedisOptions::default(), clock.clone())
+        .await
+        .map(|_| ());
+    let celery = CeleryBroker::connect(url, CeleryOptions::default(), clock)
+        .await
+        .map(|_| ());
+    [own, celery]
+}
+
+/// Both layouts refuse a Cluster node at connect, with an error naming the
+/// URL (its password hidden) and saying Cluster is not supported yet; the
+/// same harness without `cluster-enabled` connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_is_refused_at_connect_by_both_layouts() {
+    let Some(plain) = Node::start(false) else {
+        return;
+    };
+    for r in both_layouts(&plain.url()).await {
+        r.expect("a standalone server connects");
+    }
+    let node = Node::start(true).unwrap();
+    for r in both_layouts(&node.url()).await {
+        let e = r.expect_err("a Cluster node is refused");
+        let text = e.to_string();
+        assert_eq!(e.code(), "INVALID", "{text}");
+        assert!(
+            text.contains("Redis Cluster is not supported yet"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("redis://default:***@127.0.0.1:{}", node.port)),
+            "{text}"
+        );
+        assert!(!text.contains("pw-s3cret"), "{text}");
+    }
+}

@@ -39,9 +39,11 @@
 //! short outage (`patience`) rather than fail; a URL's password is never
 //! shown (`redis://user:***@host`).
 
+mod cluster;
 mod store;
 mod url;
 
+pub use cluster::refuse_cluster;
 pub use url::RedisUrl;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -815,12 +817,16 @@ impl RedisBroker {
             closed: AtomicBool::new(false),
             rt: tokio::runtime::Handle::current(),
         });
-        // Fail fast on a Redis that is not there, and load the scripts.
+        // Fail fast on a Redis that is not there or is a Cluster node, and
+        // load the scripts.
         match broker.link.get().await {
-            Ok((_, mut c)) => broker
-                .load_scripts(&mut c)
-                .await
-                .map_err(|e| broker.link.refused(&e))?,
+            Ok((_, mut c)) => {
+                refuse_cluster(&mut c, &broker.url).await?;
+                broker
+                    .load_scripts(&mut c)
+                    .await
+                    .map_err(|e| broker.link.refused(&e))?
+            }
             Err(Fail::Down(why, _)) => return Err(why),
             Err(Fail::Redis(_, e)) => return Err(broker.link.refused(&e)),
         }
