@@ -494,3 +494,125 @@ async fn a_cluster_node_is_refused_at_connect_by_both_layouts() {
         assert!(!text.contains("pw-s3cret"), "{text}");
     }
 }
+
+// ------------------------------------------------ the documented ACL
+
+/// Makes user `hw` (password `pw`) with exactly the `ACL SETUSER` line of
+/// docs/redis-layout.md, and answers its URL.
+fn acl_user(s: &RedisServer) -> String {
+    let doc = include_str!("../../docs/redis-layout.md");
+    let line = doc
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER <user> "))
+        .expect("docs/redis-layout.md has the ACL SETUSER line")
+        .replace("<user>", "hw")
+        .replace("<password>", "pw");
+    let args: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(s.cli(&args), "OK", "{line}");
+    format!("redis://hw:pw@127.0.0.1:{}", s.port)
+}
+
+/// What the task suite (`tasks.rs`, broker `redis-acl`) does not reach, as
+/// the documented ACL's user: dead letters (quarantine, list, re-queue,
+/// purge), recovery, the inspector and admin (stats, holders, events,
+/// counts), beat slots, chords, revokes, retries, etas, waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acl_allows_every_broker_operation() {
+    use headway_core::task::{Counter, Joined, RunEvent};
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let url = acl_user(&s);
+    // Control: the user can do nothing outside the prefix.
+    assert!(
+        s.cli(&["--user", "hw", "--pass", "pw", "SET", "other", "1"])
+            .contains("NOPERM")
+    );
+    assert!(
+        s.cli(&["ACL", "LOG"]).contains("other"),
+        "denials are logged"
+    );
+    assert_eq!(s.cli(&["ACL", "LOG", "RESET"]), "OK");
+    let a = open_at(&url, "a", 30_000).await;
+    let q = vec!["q".to_string()];
+    let mut later = msg("later", "t", "q");
+    later.eta = Some(SystemClock.now() + 60_000);
+    a.publish(vec![msg("m1", "t", "q"), msg("m2", "t", "q"), later])
+        .await
+        .unwrap();
+    let got = a.consume(&q, 2, Duration::ZERO).await.unwrap();
+    assert_eq!(got.len(), 2);
+    a.reject(got[1].receipt.clone(), true).await.unwrap();
+    let mut next = got[0].message.clone();
+    next.retries += 1;
+    a.retry(got[0].receipt.clone(), next).await.unwrap();
+    let info = a.queues().await.unwrap();
+    assert_eq!(info[0].delayed, 1, "{info:?}");
+    let got = a.claim(&q, 10, Duration::ZERO).await.unwrap();
+    assert_eq!(got.len(), 2);
+    assert_eq!(a.consumers().await.unwrap()[0].holding.len(), 2);
+    a.ack(got.iter().map(|c| c.delivery.receipt.clone()).collect())
+        .await
+        .unwrap();
+    // Results: a waiter subscribed before the store is woken by it.
+    let waiter = {
+        let a = a.clone();
+        tokio::spawn(async move { a.wait("m1", Duration::from_secs(10)).await })
+    };
+    a.store(vec![Outcome::new("m1", State::Success, 1)])
+        .await
+        .unwrap();
+    assert_eq!(
+        waiter.await.unwrap().unwrap().unwrap().state,
+        State::Success
+    );
+    assert_eq!(a.counts().await.unwrap().get(&State::Success), Some(&1));
+    a.record(vec![RunEvent {
+        id: "m1".into(),
+        task: "t".into(),
+        state: State::Success,
+        at: 1,
+        worker: "w".into(),
+        retries: 0,
+        runtime: None,
+        args: String::new(),
+        detail: None,
+    }])
+    .await
+    .unwrap();
+    assert_eq!(a.recent(10).await.unwrap().len(), 1);
+    a.revoke(vec!["m2".into()], SystemClock.now() + 60_000)
+        .await
+        .unwrap();
+    assert_eq!(a.revoked(&["m2".to_string()]).await.unwrap(), [true]);
+    let cb = msg("cb", "t", "q");
+    assert_eq!(a.arrive("k", "p1", 2, &cb).await.unwrap(), Joined::Waiting);
+    assert_eq!(a.arrive("k", "p2", 2, &cb).await.unwrap(), Joined::Sent);
+    assert!(a.claim_slot("entry", 1_000).await.unwrap());
+    // Dead letters: one quarantined by the client, listed, re-queued, purged.
+    a.push_raw("q", b"\x00junk").await.unwrap();
+    let got = a.consume(&q, 10, Duration::ZERO).await.unwrap();
+    assert_eq!(
+        got.len(),
+        1,
+        "the chord's callback; the junk is quarantined"
+    );
+    a.ack(vec![got[0].receipt.clone()]).await.unwrap();
+    assert_eq!(a.dead_count("q").await.unwrap(), 1);
+    assert_eq!(a.dead_letters("q", 10).await.unwrap()[0].raw, b"\x00junk");
+    assert_eq!(a.requeue_dead("q", &[], 10).await.unwrap(), 1);
+    assert!(a.consume(&q, 10, Duration::ZERO).await.unwrap().is_empty());
+    assert_eq!(a.purge_dead("q").await.unwrap(), 1);
+    // Recovery of a consumer gone.
+    let b = open_at(&url, "b", 30_000).await;
+    a.publish(vec![msg("m3", "t", "q")]).await.unwrap();
+    assert_eq!(b.consume(&q, 1, Duration::ZERO).await.unwrap().len(), 1);
+    b.close().await;
+    assert_eq!(a.recover().await.unwrap(), 1);
+    let got = a.consume(&q, 1, Duration::ZERO).await.unwrap();
+    assert!(got[0].redelivered);
+    a.close().await;
+    // Nothing was denied on the way, not even inside a script whose error
+    // was only logged.
+    assert_eq!(s.cli(&["ACL", "LOG"]), "", "denied");
+}
