@@ -2005,7 +2005,9 @@ impl Broker for RedisBroker {
     fn round(&self, r: Round) -> Result<BoxFuture<'_, Result<Vec<bool>, Refused>>, Round> {
         Ok(Box::pin(async move {
             let mut p = ::redis::pipe();
-            for rc in &r.acks {
+            // A late ack with no outcome to wait for is a plain ack.
+            let orphans = r.after.iter().filter(|(i, _)| *i >= r.outcomes.len());
+            for rc in r.acks.iter().chain(orphans.map(|(_, rc)| rc)) {
                 if let Some(el) = &rc.raw {
                     p.cmd("LREM")
                         .arg(self.key(&rc.queue, "held:", &self.consumer))
