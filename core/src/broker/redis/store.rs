@@ -16,8 +16,12 @@
 
 use ::redis::{Pipeline, Value};
 
-use super::{NOTIFY_CAP, RedisBroker, STORE_CHUNK, bytes, int, log, stored};
-use crate::task::spec::Receipt;
+use std::collections::HashSet;
+
+use super::{
+    EVENTS_KEPT, HELD_OLDEST_FIRST, NOTIFY_CAP, RedisBroker, STORE_CHUNK, bytes, int, log, stored,
+};
+use crate::task::spec::{Receipt, Round};
 use crate::task::state::{Outcome, Refused};
 
 /// A result Redis refused to write, with the late ack waiting for it.
@@ -159,6 +163,74 @@ impl RedisBroker {
             ));
             self.unstored().extend(again.into_iter().map(|(u, _)| u));
         }
+    }
+
+    /// The whole round in one pipeline: acks (LREM), stores with their
+    /// late acks (the store script: a run is acked once its result is
+    /// stored), events (XADD), revoked marks (GET). A result Redis refuses
+    /// does not fail the round: it is kept and retried, its claim held.
+    pub(super) async fn round_inner(&self, r: Round) -> Result<Vec<bool>, Refused> {
+        let mut p = ::redis::pipe();
+        // A late ack with no outcome to wait for is a plain ack.
+        let orphans = r.after.iter().filter(|(i, _)| *i >= r.outcomes.len());
+        for rc in r.acks.iter().chain(orphans.map(|(_, rc)| rc)) {
+            if let Some(el) = &rc.raw {
+                p.cmd("LREM")
+                    .arg(self.key(&rc.queue, "held:", &self.consumer))
+                    .arg(HELD_OLDEST_FIRST)
+                    .arg(&**el)
+                    .ignore();
+            }
+        }
+        let mut late: Vec<Option<&Receipt>> = vec![None; r.outcomes.len()];
+        for (i, rc) in &r.after {
+            if let Some(l) = late.get_mut(*i) {
+                *l = Some(rc);
+            }
+        }
+        let items: Vec<_> = r.outcomes.iter().zip(late.iter().copied()).collect();
+        self.add_stores(&mut p, &items);
+        if !r.events.is_empty() {
+            let key = self.events_key();
+            for e in &r.events {
+                let json = serde_json::to_string(e).map_err(|e| Refused::Broker(e.to_string()))?;
+                p.cmd("XADD")
+                    .arg(&key)
+                    .arg("MAXLEN")
+                    .arg("~")
+                    .arg(EVENTS_KEPT)
+                    .arg("*")
+                    .arg("e")
+                    .arg(json)
+                    .ignore();
+            }
+        }
+        for id in &r.ask {
+            p.cmd("GET").arg(self.revoked_key(id));
+        }
+        let got = self.run(&p, true).await?;
+        let calls = Self::store_calls(items.len()).min(got.len());
+        let (stores, asked) = got.split_at(calls);
+        let bad = Self::stores_failed(stores, items.len());
+        let failed: HashSet<usize> = bad.iter().map(|(i, _)| *i).collect();
+        self.settled(
+            r.acks.iter().chain(
+                r.after
+                    .iter()
+                    .filter(|(i, _)| !failed.contains(i))
+                    .map(|(_, rc)| rc),
+            ),
+        );
+        self.keep_unstored(
+            bad.into_iter()
+                .filter_map(|(i, why)| Some((unstored(r.outcomes.get(i)?, late[i]), why)))
+                .collect(),
+        );
+        let now = self.clock.now();
+        Ok(asked
+            .iter()
+            .map(|v| int(v).is_some_and(|until| until > now))
+            .collect())
     }
 
     /// Forgets delivered claims that are settled now (the sweep may hand
