@@ -34,6 +34,7 @@ fn brokers() -> Vec<(&'static str, Maker)> {
             )
         }),
         ("redis", |c| Box::pin(redis_app(c))),
+        ("redis-acl", |c| Box::pin(redis_acl_app(c))),
         ("celery", |c| Box::pin(celery_app(c))),
     ]
 }
@@ -59,6 +60,26 @@ async fn redis_app(clock: Arc<VirtualClock>) -> Made {
     let b = RedisBroker::connect(&server.url(), RedisOptions::default(), clock.clone())
         .await
         .expect("connect to the test's redis-server");
+    Some((App::new(b.seams(), clock), Box::new(server)))
+}
+
+/// headway's Redis layout as a user with exactly the minimal ACL that
+/// docs/redis-layout.md documents (its `ACL SETUSER` line, read from the
+/// doc): whatever the suite does must be allowed by it.
+async fn redis_acl_app(clock: Arc<VirtualClock>) -> Made {
+    let server = support::RedisServer::start()?;
+    let doc = include_str!("../../docs/redis-layout.md");
+    let line = doc
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER <user> "))
+        .expect("docs/redis-layout.md has the ACL SETUSER line");
+    let line = line.replace("<user>", "hw").replace("<password>", "pw");
+    let args: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(server.cli(&args), "OK", "{line}");
+    let url = format!("redis://hw:pw@127.0.0.1:{}", server.port);
+    let b = RedisBroker::connect(&url, RedisOptions::default(), clock.clone())
+        .await
+        .expect("connect as the ACL user");
     Some((App::new(b.seams(), clock), Box::new(server)))
 }
 

@@ -358,7 +358,9 @@ impl MemoryBroker {
                                 id: why.id,
                                 reason: why.reason,
                                 at: now,
-                                raw: raw.to_vec(),
+                                // A prefix and the size, never the whole.
+                                raw: dead::kept_prefix(&raw).to_vec(),
+                                size: raw.len(),
                             };
                             if raw.len() > cap {
                                 q.bury(letter, s);
@@ -484,7 +486,9 @@ impl MemoryBroker {
                             reason: dead::lost_reason(lost),
                             at: now,
                             raw: h.raw.map_or_else(|| h.message.to_json(), |r| r.to_vec()),
-                        },
+                            size: 0,
+                        }
+                        .sized(),
                         h.step,
                     );
                 } else {
@@ -665,8 +669,10 @@ impl Broker for MemoryBroker {
                 let mut kept = VecDeque::with_capacity(q.dead.len());
                 // Oldest (the back) first.
                 while let Some(d) = q.dead.pop_back() {
-                    let wanted =
-                        ids.is_empty() || d.letter.id.as_ref().is_some_and(|id| ids.contains(id));
+                    // A prefix is not the message: it stays a dead letter.
+                    let wanted = !d.letter.truncated()
+                        && (ids.is_empty()
+                            || d.letter.id.as_ref().is_some_and(|id| ids.contains(id)));
                     if n < limit && wanted {
                         q.steps[d.step].push_back(Entry {
                             payload: Payload::Raw(Arc::from(d.letter.raw)),

@@ -39,8 +39,11 @@
 //! short outage (`patience`) rather than fail; a URL's password is never
 //! shown (`redis://user:***@host`).
 
+mod cluster;
+mod store;
 mod url;
 
+pub use cluster::refuse_cluster;
 pub use url::RedisUrl;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -512,6 +515,8 @@ pub struct RedisBroker {
     /// Idle dedicated connections for blocking claims.
     blockers: Mutex<Vec<MultiplexedConnection>>,
     pending: Mutex<Vec<Pending>>,
+    /// Results Redis refused to write, their late acks waiting (`store.rs`).
+    unstored: Mutex<Vec<store::Unstored>>,
     /// Per queue, the tokens of claims delivered and not yet settled: what
     /// the sweep must leave alone.
     out: Mutex<HashMap<String, HashSet<u64>>>,
@@ -618,15 +623,19 @@ fn unmark(p: &[u8]) -> Option<&[u8]> {
     Some(&rest[bang + 1..])
 }
 
-/// A dead letter as the scripts keep it: `<header JSON>\n<bytes>`.
+/// A quarantined message as the scripts keep it: `<header JSON>\n<bytes>`,
+/// the bytes only their first [`dead::DEAD_PREFIX_BYTES`], the header with
+/// the whole size.
 fn dead_element(now: i64, step: u8, why: &dead::Undecodable, raw: &[u8]) -> Vec<u8> {
-    let mut head = serde_json::json!({"at": now, "reason": why.reason, "step": step});
+    let mut head = serde_json::json!({
+        "at": now, "reason": why.reason, "step": step, "size": raw.len(),
+    });
     if let Some(id) = &why.id {
         head["id"] = serde_json::Value::String(id.clone());
     }
     let mut out = serde_json::to_vec(&head).expect("a header always serialises");
     out.push(b'\n');
-    out.extend_from_slice(raw);
+    out.extend_from_slice(dead::kept_prefix(raw));
     out
 }
 
@@ -636,6 +645,9 @@ struct DeadHead {
     reason: String,
     #[serde(default)]
     id: Option<String>,
+    /// Absent in letters kept before sizes were: the bytes are whole.
+    #[serde(default)]
+    size: Option<usize>,
 }
 
 /// A dead letter read back; one kept before dead letters had headers is its
@@ -651,6 +663,7 @@ fn undead(queue: &str, el: &[u8]) -> DeadLetter {
             reason: h.reason,
             at: h.at,
             raw: el[nl + 1..].to_vec(),
+            size: h.size.unwrap_or(el.len() - nl - 1),
         };
     }
     DeadLetter {
@@ -659,6 +672,7 @@ fn undead(queue: &str, el: &[u8]) -> DeadLetter {
         reason: "unknown: kept before dead letters had reasons".into(),
         at: 0,
         raw: el.to_vec(),
+        size: el.len(),
     }
 }
 
@@ -791,6 +805,7 @@ impl RedisBroker {
             touched: Mutex::new(HashSet::new()),
             blockers: Mutex::new(Vec::new()),
             pending: Mutex::new(Vec::new()),
+            unstored: Mutex::new(Vec::new()),
             out: Mutex::new(HashMap::new()),
             gate: tokio::sync::RwLock::new(()),
             swept: AtomicU64::new(0),
@@ -802,12 +817,16 @@ impl RedisBroker {
             closed: AtomicBool::new(false),
             rt: tokio::runtime::Handle::current(),
         });
-        // Fail fast on a Redis that is not there, and load the scripts.
+        // Fail fast on a Redis that is not there or is a Cluster node, and
+        // load the scripts.
         match broker.link.get().await {
-            Ok((_, mut c)) => broker
-                .load_scripts(&mut c)
-                .await
-                .map_err(|e| broker.link.refused(&e))?,
+            Ok((_, mut c)) => {
+                refuse_cluster(&mut c, &broker.url).await?;
+                broker
+                    .load_scripts(&mut c)
+                    .await
+                    .map_err(|e| broker.link.refused(&e))?
+            }
             Err(Fail::Down(why, _)) => return Err(why),
             Err(Fail::Redis(_, e)) => return Err(broker.link.refused(&e)),
         }
@@ -1403,31 +1422,6 @@ impl RedisBroker {
         }
     }
 
-    /// Adds the store of `outcomes` to `p`: the store script, which checks
-    /// write-once, writes and publishes in one step, once per
-    /// [`STORE_CHUNK`] outcomes. (A plain `SET NX` + `PUBLISH` cannot carry
-    /// the value: a refused `SET NX` would still publish its refused value.)
-    /// One call stores many: a script call costs Redis about 7 µs beyond the
-    /// commands inside it, which was the largest part of a drain's Redis
-    /// time when each result had its own. The keys of one call may lie in
-    /// different Cluster slots: standalone Redis, as the claim script's
-    /// revoked read (docs/redis-layout.md).
-    fn add_stores(&self, p: &mut Pipeline, outcomes: &[Outcome]) {
-        for chunk in outcomes.chunks(STORE_CHUNK) {
-            let mut c = ::redis::cmd("EVALSHA");
-            c.arg(&self.scripts.store.sha).arg(chunk.len());
-            for o in chunk {
-                c.arg(self.result_key(&o.id));
-            }
-            c.arg(self.result_ms).arg(NOTIFY_CAP);
-            for o in chunk {
-                c.arg(stored(o))
-                    .arg(if o.state.is_final() { "1" } else { "0" });
-            }
-            p.add_command(c).ignore();
-        }
-    }
-
     fn settle_cmd(&self, queue: &str, el: &[u8], mode: &str, next: Option<&Message>) -> Cmd {
         let mut c = evalsha(&self.scripts.settle, &self.base(queue));
         c.arg(&self.consumer).arg(el).arg(mode).arg(self.now_arg());
@@ -1523,6 +1517,7 @@ impl RedisBroker {
         if !kept.is_empty() {
             let _ = self.settle(kept).await;
         }
+        self.retry_unstored().await;
         if sweep {
             for q in &queues {
                 let _ = self.sweep(q).await;
@@ -2007,60 +2002,9 @@ impl Broker for RedisBroker {
         Box::pin(self.consume_inner(queues, max, wait, true))
     }
 
-    /// The whole round in one pipeline: acks (LREM), stores (the store
-    /// script), late acks after them, events (XADD), revoked marks (GET).
+    /// The whole round in one pipeline (see `store.rs`).
     fn round(&self, r: Round) -> Result<BoxFuture<'_, Result<Vec<bool>, Refused>>, Round> {
-        Ok(Box::pin(async move {
-            let mut p = ::redis::pipe();
-            let held = |p: &mut Pipeline, rs: &[Receipt]| {
-                for rc in rs {
-                    if let Some(el) = &rc.raw {
-                        p.cmd("LREM")
-                            .arg(self.key(&rc.queue, "held:", &self.consumer))
-                            .arg(HELD_OLDEST_FIRST)
-                            .arg(&**el)
-                            .ignore();
-                    }
-                }
-            };
-            held(&mut p, &r.acks);
-            // Late acks follow their results in the pipeline.
-            self.add_stores(&mut p, &r.outcomes);
-            held(&mut p, &r.after);
-            if !r.events.is_empty() {
-                let key = self.events_key();
-                for e in &r.events {
-                    let json =
-                        serde_json::to_string(e).map_err(|e| Refused::Broker(e.to_string()))?;
-                    p.cmd("XADD")
-                        .arg(&key)
-                        .arg("MAXLEN")
-                        .arg("~")
-                        .arg(EVENTS_KEPT)
-                        .arg("*")
-                        .arg("e")
-                        .arg(json)
-                        .ignore();
-                }
-            }
-            for id in &r.ask {
-                p.cmd("GET").arg(self.revoked_key(id));
-            }
-            let asked = self.run(&p, true).await?;
-            {
-                let mut o = self.outs();
-                for rc in r.acks.iter().chain(&r.after) {
-                    if let Some(set) = o.get_mut(&rc.queue) {
-                        set.remove(&rc.token);
-                    }
-                }
-            }
-            let now = self.clock.now();
-            Ok(asked
-                .iter()
-                .map(|v| int(v).is_some_and(|until| until > now))
-                .collect())
-        }))
+        Ok(Box::pin(self.round_inner(r)))
     }
 
     fn ack(&self, receipts: Vec<Receipt>) -> BoxFuture<'_, Result<(), Refused>> {
@@ -2210,14 +2154,7 @@ impl Broker for RedisBroker {
 
 impl Backend for RedisBroker {
     fn store(&self, outcomes: Vec<Outcome>) -> BoxFuture<'_, Result<(), Refused>> {
-        Box::pin(async move {
-            if outcomes.is_empty() {
-                return Ok(());
-            }
-            let mut p = ::redis::pipe();
-            self.add_stores(&mut p, &outcomes);
-            self.run(&p, true).await.map(|_| ())
-        })
+        Box::pin(async move { self.store_all(&outcomes).await })
     }
 
     fn fetch<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
@@ -2446,6 +2383,15 @@ mod tests {
         assert_eq!(undead("q", b"{\"a\":1}").raw, b"{\"a\":1}");
         // The scripts' cap is the Rust one.
         assert!(COMMON.contains(&format!("local DEAD_KEPT = {DEAD_KEPT}\n")));
+        assert!(COMMON.contains(&format!(
+            "local DEAD_PREFIX = {}\n",
+            dead::DEAD_PREFIX_BYTES
+        )));
+        assert_eq!(d.size, d.raw.len());
+        let big = vec![b'x'; dead::DEAD_PREFIX_BYTES + 10];
+        let d = undead("q", &dead_element(7, 0, &why, &big));
+        assert_eq!((d.raw.len(), d.size), (dead::DEAD_PREFIX_BYTES, big.len()));
+        assert!(d.truncated());
     }
 
     #[test]

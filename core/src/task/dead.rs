@@ -34,6 +34,22 @@ pub const MAX_DELIVERIES: u32 = 3;
 /// to see a pattern, bounded so a flood of junk cannot fill the broker.
 pub const DEAD_KEPT: usize = 10_000;
 
+/// How much of a quarantined message's bytes its dead letter keeps: the
+/// first 64 KiB. Enough to see what the bytes were (a header, the start of a
+/// body); never the whole of a message that was refused for its size or
+/// shape, so a flood of 50 MB junk cannot fill the broker's memory through
+/// its dead letters. Every layout (memory, headway's Redis layout,
+/// Celery's) keeps this prefix with the message's full size and the reason.
+/// A poison pill ("worker lost ×N": a message that decoded, within the size
+/// cap) is kept whole, so it can be re-queued once the task is fixed.
+pub const DEAD_PREFIX_BYTES: usize = 64 * 1024;
+
+/// The part of a quarantined message's bytes a dead letter keeps (see
+/// [`DEAD_PREFIX_BYTES`]).
+pub fn kept_prefix(raw: &[u8]) -> &[u8] {
+    &raw[..raw.len().min(DEAD_PREFIX_BYTES)]
+}
+
 /// How many dead letters a listing answers when not told how many: 100, the
 /// newest — a screenful to see why messages are failing; the count says how
 /// many more there are. Python's `dead_letters`, Node's `deadLetters` and
@@ -55,8 +71,26 @@ pub struct DeadLetter {
     /// When it was set aside (ms since the epoch, the broker's clock).
     pub at: i64,
     /// Its bytes as they were on the queue, so it can be inspected or
-    /// re-queued as it was.
+    /// re-queued as it was — for a quarantined message only the first
+    /// [`DEAD_PREFIX_BYTES`] of them (then `raw.len() < size`).
     pub raw: Vec<u8>,
+    /// How many bytes the message had on the queue (`raw` may be a prefix).
+    pub size: usize,
+}
+
+impl DeadLetter {
+    /// Whether `raw` is only a prefix of the message (it cannot be
+    /// re-queued as it was).
+    pub fn truncated(&self) -> bool {
+        self.raw.len() < self.size
+    }
+
+    /// The letter with `size` set to its whole `raw`'s length (a letter
+    /// that keeps all its bytes).
+    pub fn sized(mut self) -> DeadLetter {
+        self.size = self.raw.len();
+        self
+    }
 }
 
 /// Why bytes on a queue are not a message headway will run.

@@ -58,8 +58,11 @@ pub struct Round {
     pub events: Vec<RunEvent>,
     /// Claims to ack; they do not wait for the outcomes.
     pub acks: Vec<Receipt>,
-    /// Claims to ack after the outcomes are stored (late acks).
-    pub after: Vec<Receipt>,
+    /// Claims to ack after their run's outcome is stored (late acks), each
+    /// with the index in `outcomes` of that outcome: a broker acks a claim
+    /// only once its outcome is stored, and one outcome it cannot store
+    /// holds back that claim alone.
+    pub after: Vec<(usize, Receipt)>,
     /// Ids whose revoked status is asked (as [`Broker::revoked`]).
     pub ask: Vec<String>,
 }

@@ -783,7 +783,8 @@ async fn write_round(app: App, batch: Vec<Job>) {
         let stores = !j.outcomes.is_empty();
         if let Some(a) = j.ack {
             if stores {
-                r.after.push(a)
+                // Acked once the run's last outcome is stored.
+                r.after.push((r.outcomes.len() + j.outcomes.len() - 1, a))
             } else {
                 r.acks.push(a)
             }
@@ -851,7 +852,11 @@ async fn write_round(app: App, batch: Vec<Job>) {
         },
     );
     let late = match &stored {
-        Ok(()) if !after.is_empty() => broker.ack(after).await,
+        Ok(()) if !after.is_empty() => {
+            broker
+                .ack(after.into_iter().map(|(_, a)| a).collect())
+                .await
+        }
         _ => Ok(()),
     };
     let mut looked = revoked.as_ref().map(|v| v.iter());

@@ -162,6 +162,7 @@ pub(crate) fn letter(queue: &str, el: &[u8]) -> DeadLetter {
             reason: h.reason,
             at: h.at,
             raw: el[nl + 1..].to_vec(),
+            size: el.len() - nl - 1,
         };
     }
     DeadLetter {
@@ -170,6 +171,7 @@ pub(crate) fn letter(queue: &str, el: &[u8]) -> DeadLetter {
         reason: "unknown: a dead letter without a header".into(),
         at: 0,
         raw: el.to_vec(),
+        size: el.len(),
     }
 }
 

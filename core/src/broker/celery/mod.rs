@@ -429,6 +429,7 @@ impl CeleryBroker {
                     parsed.scrub(&e.to_string())
                 ))
             })?;
+        super::redis::refuse_cluster(&mut cmd.clone(), &parsed).await?;
         let p = &opts.global_keyprefix;
         let mut rp = opts.result_keyprefix.clone();
         if !rp.is_empty() && !rp.ends_with([':', '_', '-', '.']) {

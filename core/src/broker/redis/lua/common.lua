@@ -57,17 +57,43 @@ local function marked(p, add)
   n = n + add
   return '!' .. n .. '!' .. rest, n
 end
--- The id headway's own JSON opens with, when it is there (an id with a quote
--- or a backslash is not read: the dead letter then has none).
+-- The id headway's own JSON opens with, when it is there. The common id
+-- (no quote, no backslash) is read by one pattern; one with escapes is
+-- scanned (its first 1 KiB only) and decoded by cjson, so `"` and `\` in an
+-- id come out as they went in.
 local function peek_id(p)
-  return string.match(p, '^{"id":"([^"\\]*)"')
+  local id = string.match(p, '^{"id":"([^"\\]*)"')
+  if id or string.sub(p, 1, 7) ~= '{"id":"' then return id end
+  local i, n = 8, math.min(#p, 1031)
+  while i <= n do
+    local c = string.byte(p, i)
+    if c == 92 then
+      i = i + 2
+    elseif c == 34 then
+      local ok, v = pcall(cjson.decode, string.sub(p, 7, i))
+      if ok and type(v) == 'string' then return v end
+      return nil
+    else
+      i = i + 1
+    end
+  end
+  return nil
 end
 -- Dead letters: "<header JSON>\n<bytes>", newest at the head, capped. The
--- reason is written by headway's scripts only (no quote or backslash in it).
+-- header opens with `{"at":` (how a letter with a header is told from one
+-- kept before headers were); its strings (reason, id) are cjson-encoded,
+-- never pasted in. A quarantined message (not `whole`) keeps only its first
+-- DEAD_PREFIX bytes (the Rust DEAD_PREFIX_BYTES) and its size: a 50 MB
+-- message refused for its size must not stay 50 MB in Redis. A poison pill
+-- (`whole`, a message within the cap) is kept whole, to be re-queued.
 local DEAD_KEPT = 10000
-local function bury(now, step, raw, reason, id)
-  local head = '{"at":' .. now .. ',"reason":"' .. reason .. '","step":' .. step
-  if id then head = head .. ',"id":"' .. id .. '"' end
+local DEAD_PREFIX = 65536
+local function bury(now, step, raw, reason, id, whole)
+  local size = #raw
+  local head = '{"at":' .. now .. ',"reason":' .. cjson.encode(reason)
+    .. ',"step":' .. step .. ',"size":' .. size
+  if id then head = head .. ',"id":' .. cjson.encode(id) end
+  if not whole and size > DEAD_PREFIX then raw = string.sub(raw, 1, DEAD_PREFIX) end
   local dead = base .. 'dead'
   redis.call('LPUSH', dead, head .. '}\n' .. raw)
   redis.call('LTRIM', dead, 0, DEAD_KEPT - 1)

@@ -5,12 +5,21 @@ local out = {}
 local cs = redis.call('SMEMBERS', base .. 'consumers')
 table.sort(cs)
 for _, c in ipairs(cs) do
-  local els = redis.call('LRANGE', base .. 'held:' .. c, 0, -1)
+  local held = base .. 'held:' .. c
   local ids = {}
-  for i = #els, 1, -1 do
-    local _, p = unheld(els[i])
-    local id = string.match(p, '^!%d+!{"id":"([^"\\]*)"') or peek_id(p)
-    if id then ids[#ids + 1] = id end
+  -- A page of 100 at a time, oldest (the tail) first: a long held list of
+  -- big payloads is never all in Lua's memory at once.
+  local hi = redis.call('LLEN', held) - 1
+  while hi >= 0 do
+    local lo = math.max(0, hi - 99)
+    local els = redis.call('LRANGE', held, lo, hi)
+    for i = #els, 1, -1 do
+      local _, p = unheld(els[i])
+      local _, body = unmark(p)
+      local id = peek_id(body)
+      if id then ids[#ids + 1] = id end
+    end
+    hi = lo - 1
   end
   out[#out + 1] = {c, redis.call('PTTL', base .. 'lease:' .. c), ids}
 end

@@ -23,7 +23,7 @@ for _, c in ipairs(cs) do
         if n >= max then
           now = now or clock(ARGV[2])
           local _, body = unmark(p)
-          bury(now, s, body, 'worker lost \195\151' .. n, peek_id(body))
+          bury(now, s, body, 'worker lost \195\151' .. n, peek_id(body), true)
         else
           redis.call('RPUSH', base .. 'ready:' .. s, m)
           moved = moved + 1

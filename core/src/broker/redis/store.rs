@@ -1,0 +1,255 @@
+//! Storing results, with their runs' late acks in the same script call.
+//!
+//! Why here and not a pipeline of store-then-LREM: a pipeline runs every
+//! command whatever the one before answered, so a late ack went out even
+//! when its result could not be stored (a result key holding a set: Redis
+//! answers WRONGTYPE), and the one script error failed the whole round —
+//! every run in it reported a failure, and their claims, acked already,
+//! could not be given back. Now `store.lua` stores each key on its own
+//! (`redis.pcall`) and acks a run only after its result is stored.
+//!
+//! A result Redis refuses is kept here, its claim still held (so the lease
+//! keeps it from other workers), and stored again by the background task
+//! every tick (a third of the lease) until it lands — then the claim is
+//! acked in the same script. If this process stops first, its claims are
+//! recovered and the run is delivered again: nothing is acked unstored.
+
+use ::redis::{Pipeline, Value};
+
+use std::collections::HashSet;
+
+use super::{
+    EVENTS_KEPT, HELD_OLDEST_FIRST, NOTIFY_CAP, RedisBroker, STORE_CHUNK, bytes, int, log, stored,
+};
+use crate::task::spec::{Receipt, Round};
+use crate::task::state::{Outcome, Refused};
+
+/// A result Redis refused to write, with the late ack waiting for it.
+pub(super) struct Unstored {
+    pub(super) outcome: Outcome,
+    pub(super) late: Option<Receipt>,
+}
+
+impl RedisBroker {
+    /// Adds the store script calls for `items` (an outcome and the late ack
+    /// to make once it is stored) to `p`, one per [`STORE_CHUNK`]; their
+    /// replies are not ignored: see [`RedisBroker::stores_failed`].
+    pub(super) fn add_stores(&self, p: &mut Pipeline, items: &[(&Outcome, Option<&Receipt>)]) {
+        for chunk in items.chunks(STORE_CHUNK) {
+            let mut c = ::redis::cmd("EVALSHA");
+            c.arg(&self.scripts.store.sha).arg(chunk.len());
+            for (o, _) in chunk {
+                c.arg(self.result_key(&o.id));
+            }
+            c.arg(self.result_ms).arg(NOTIFY_CAP);
+            for (o, late) in chunk {
+                c.arg(stored(o))
+                    .arg(if o.state.is_final() { "1" } else { "0" });
+                match late.and_then(|r| Some((r, r.raw.as_ref()?))) {
+                    Some((r, el)) => c
+                        .arg(self.key(&r.queue, "held:", &self.consumer))
+                        .arg(&**el),
+                    None => c.arg("").arg(""),
+                };
+            }
+            p.add_command(c);
+        }
+    }
+
+    /// How many replies [`RedisBroker::add_stores`] adds for `n` items.
+    pub(super) fn store_calls(n: usize) -> usize {
+        n.div_ceil(STORE_CHUNK)
+    }
+
+    /// Reads the store calls' replies: the index and Redis's reason for
+    /// every item not stored (and so not acked).
+    pub(super) fn stores_failed(replies: &[Value], n: usize) -> Vec<(usize, String)> {
+        let mut bad = Vec::new();
+        let mut i = 0;
+        for r in replies {
+            let flags: &[Value] = match r {
+                Value::Array(a) => a,
+                _ => &[],
+            };
+            for f in flags {
+                if int(f).is_none_or(|x| x != 0 && x != 1) {
+                    let why = bytes(f).map_or_else(
+                        || format!("{f:?}"),
+                        |b| String::from_utf8_lossy(b).into_owned(),
+                    );
+                    bad.push((i, why));
+                }
+                i += 1;
+            }
+        }
+        // A reply that was short answered nothing for the rest: not stored.
+        bad.extend((i..n).map(|k| (k, "no answer from the store script".to_string())));
+        bad
+    }
+
+    /// Stores `outcomes` (no late acks), refusing with the first key Redis
+    /// would not write.
+    pub(super) async fn store_all(&self, outcomes: &[Outcome]) -> Result<(), Refused> {
+        if outcomes.is_empty() {
+            return Ok(());
+        }
+        let items: Vec<_> = outcomes.iter().map(|o| (o, None)).collect();
+        let mut p = ::redis::pipe();
+        self.add_stores(&mut p, &items);
+        let got = self.run(&p, true).await?;
+        match Self::stores_failed(&got, items.len()).first() {
+            None => Ok(()),
+            Some((i, why)) => Err(Refused::Broker(format!(
+                "{}: the result of {:?} was not stored: {why}",
+                self.url, outcomes[*i].id
+            ))),
+        }
+    }
+
+    /// Keeps results Redis refused (their claims stay held) for the
+    /// background task to store again.
+    pub(super) fn keep_unstored(&self, items: Vec<(Unstored, String)>) {
+        if items.is_empty() {
+            return;
+        }
+        for (u, why) in &items {
+            log(&format!(
+                "{}: the result of {:?} was not stored ({why}); its claim stays held and the store is retried",
+                self.url, u.outcome.id
+            ));
+        }
+        self.unstored().extend(items.into_iter().map(|(u, _)| u));
+    }
+
+    fn unstored(&self) -> std::sync::MutexGuard<'_, Vec<Unstored>> {
+        self.unstored.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The background task's retry of kept results: stored and acked
+    /// together, or kept again.
+    pub(super) async fn retry_unstored(&self) {
+        let kept = std::mem::take(&mut *self.unstored());
+        if kept.is_empty() {
+            return;
+        }
+        let items: Vec<_> = kept.iter().map(|u| (&u.outcome, u.late.as_ref())).collect();
+        let mut p = ::redis::pipe();
+        self.add_stores(&mut p, &items);
+        let got = match self.run(&p, false).await {
+            Ok(v) => v,
+            Err(_) => {
+                self.unstored().extend(kept);
+                return;
+            }
+        };
+        let bad = Self::stores_failed(&got, kept.len());
+        let mut again = Vec::new();
+        let mut landed = Vec::new();
+        let mut b = bad.into_iter().peekable();
+        for (i, u) in kept.into_iter().enumerate() {
+            if b.peek().is_some_and(|(k, _)| *k == i) {
+                again.push((u, b.next().map(|(_, w)| w).unwrap_or_default()));
+            } else if let Some(r) = u.late {
+                landed.push(r);
+            }
+        }
+        self.settled(landed.iter());
+        if !again.is_empty() {
+            log(&format!(
+                "{}: {} result(s) still not stored ({}); their claims stay held",
+                self.url,
+                again.len(),
+                again[0].1
+            ));
+            self.unstored().extend(again.into_iter().map(|(u, _)| u));
+        }
+    }
+
+    /// The whole round in one pipeline: acks (LREM), stores with their
+    /// late acks (the store script: a run is acked once its result is
+    /// stored), events (XADD), revoked marks (GET). A result Redis refuses
+    /// does not fail the round: it is kept and retried, its claim held.
+    pub(super) async fn round_inner(&self, r: Round) -> Result<Vec<bool>, Refused> {
+        let mut p = ::redis::pipe();
+        // A late ack with no outcome to wait for is a plain ack.
+        let orphans = r.after.iter().filter(|(i, _)| *i >= r.outcomes.len());
+        for rc in r.acks.iter().chain(orphans.map(|(_, rc)| rc)) {
+            if let Some(el) = &rc.raw {
+                p.cmd("LREM")
+                    .arg(self.key(&rc.queue, "held:", &self.consumer))
+                    .arg(HELD_OLDEST_FIRST)
+                    .arg(&**el)
+                    .ignore();
+            }
+        }
+        let mut late: Vec<Option<&Receipt>> = vec![None; r.outcomes.len()];
+        for (i, rc) in &r.after {
+            if let Some(l) = late.get_mut(*i) {
+                *l = Some(rc);
+            }
+        }
+        let items: Vec<_> = r.outcomes.iter().zip(late.iter().copied()).collect();
+        self.add_stores(&mut p, &items);
+        if !r.events.is_empty() {
+            let key = self.events_key();
+            for e in &r.events {
+                let json = serde_json::to_string(e).map_err(|e| Refused::Broker(e.to_string()))?;
+                p.cmd("XADD")
+                    .arg(&key)
+                    .arg("MAXLEN")
+                    .arg("~")
+                    .arg(EVENTS_KEPT)
+                    .arg("*")
+                    .arg("e")
+                    .arg(json)
+                    .ignore();
+            }
+        }
+        for id in &r.ask {
+            p.cmd("GET").arg(self.revoked_key(id));
+        }
+        let got = self.run(&p, true).await?;
+        let calls = Self::store_calls(items.len()).min(got.len());
+        let (stores, asked) = got.split_at(calls);
+        let bad = Self::stores_failed(stores, items.len());
+        let failed: HashSet<usize> = bad.iter().map(|(i, _)| *i).collect();
+        self.settled(
+            r.acks.iter().chain(
+                r.after
+                    .iter()
+                    .filter(|(i, _)| !failed.contains(i))
+                    .map(|(_, rc)| rc),
+            ),
+        );
+        self.keep_unstored(
+            bad.into_iter()
+                .filter_map(|(i, why)| Some((unstored(r.outcomes.get(i)?, late[i]), why)))
+                .collect(),
+        );
+        let now = self.clock.now();
+        Ok(asked
+            .iter()
+            .map(|v| int(v).is_some_and(|until| until > now))
+            .collect())
+    }
+
+    /// Forgets delivered claims that are settled now (the sweep may hand
+    /// back what is held and not delivered).
+    pub(super) fn settled<'a>(&self, receipts: impl Iterator<Item = &'a Receipt>) {
+        let mut o = self.outs();
+        for rc in receipts {
+            if let Some(set) = o.get_mut(&rc.queue) {
+                set.remove(&rc.token);
+            }
+        }
+    }
+}
+
+/// A late ack kept with its result: the receipt is cloned (its bytes are
+/// shared).
+pub(super) fn unstored(outcome: &Outcome, late: Option<&Receipt>) -> Unstored {
+    Unstored {
+        outcome: outcome.clone(),
+        late: late.cloned(),
+    }
+}
