@@ -479,43 +479,85 @@ function watch() {
 }
 
 function run(host, calls) {
-  const job = host.kind === JOB;
   for (let i = 0; i < calls.length; i++) {
-    const c = calls[i];
-    const seq = c[0];
-    const key = c[1];
-    const fn = host.fns.get(key);
-    if (fn === undefined) {
-      failed(host, seq, { name: 'NotRegistered', message: `no JS body is registered as ${JSON.stringify(key)}` });
-      continue;
-    }
-    const ctx = new Context(c);
-    let r;
+    const seq = calls[i][0];
     try {
-      r = job ? fn(ctx) : fn(c[8], ctx);
+      call(host, calls[i]);
     } catch (e) {
+      // Nothing a body hands back should get here (each step below catches
+      // its own); if something does, it fails this run, not the batch.
       failed(host, seq, e);
-      continue;
-    }
-    if (r !== null && (typeof r === 'object' || typeof r === 'function') && typeof r.then === 'function') {
-      host.running.set(seq, ctx);
-      watch();
-      r.then(
-        (v) => {
-          if (host.running.delete(seq) || !ctx[CANCELLED]) done(host, seq, key, job ? null : v);
-          soon(host);
-        },
-        (e) => {
-          host.running.delete(seq);
-          failed(host, seq, e);
-          soon(host);
-        },
-      );
-    } else {
-      done(host, seq, key, job ? null : r);
     }
   }
 }
+
+function call(host, c) {
+  const job = host.kind === JOB;
+  const seq = c[0];
+  const key = c[1];
+  const fn = host.fns.get(key);
+  if (fn === undefined) {
+    failed(host, seq, { name: 'NotRegistered', message: `no JS body is registered as ${JSON.stringify(key)}` });
+    return;
+  }
+  const ctx = new Context(c);
+  let r;
+  try {
+    r = job ? fn(ctx) : fn(c[8], ctx);
+  } catch (e) {
+    failed(host, seq, e);
+    return;
+  }
+  if (r === null || (typeof r !== 'object' && typeof r !== 'function')) {
+    done(host, seq, key, job ? null : r);
+    return;
+  }
+  // A thenable is read the way `await` reads one: `then` once (its getter
+  // may throw), called once (it may throw, or call back twice or never).
+  let then;
+  try {
+    then = r.then;
+  } catch (e) {
+    failed(host, seq, e);
+    return;
+  }
+  if (typeof then !== 'function') {
+    done(host, seq, key, job ? null : r);
+    return;
+  }
+  host.running.set(seq, ctx);
+  watch();
+  let settled = false;
+  try {
+    then.call(
+      r,
+      (v) => {
+        if (settled) return;
+        settled = true;
+        if (host.running.delete(seq) || !ctx[CANCELLED]) done(host, seq, key, job ? null : v);
+        soon(host);
+      },
+      (e) => {
+        if (settled) return;
+        settled = true;
+        host.running.delete(seq);
+        failed(host, seq, e);
+        soon(host);
+      },
+    );
+  } catch (e) {
+    if (settled) return;
+    settled = true;
+    host.running.delete(seq);
+    failed(host, seq, e);
+  }
+}
+
+// An escaped UTF-16 surrogate in JSON.stringify's output (after an even run
+// of backslashes): it writes a surrogate as `\uXXXX` only when it is lone,
+// which is not Unicode text, and the native side's parser refuses it — so a
+// whole batch of answers would be refused with it.
+const LONE = /(?:^|[^\\])(?:\\\\)*\\u[dD][89a-fA-F]/;
 
 function done(host, seq, key, v) {
   let json;
@@ -523,7 +565,21 @@ function done(host, seq, key, v) {
     if (v === undefined || v === null) json = 'null';
     else if (typeof v === 'number' && Number.isFinite(v)) json = `${v}`;
     else if (typeof v === 'boolean') json = v ? 'true' : 'false';
-    else json = encode(key, 'result', v);
+    else {
+      json = encode(key, 'result', v);
+      if (typeof json !== 'string') {
+        // A `toJSON` that answers undefined where `flaw` cannot see it (a
+        // non-enumerable one, a Date subclass's): nothing to store.
+        const err = new TypeError(`${key}: result turned into nothing as JSON (a toJSON answered undefined)`);
+        err.code = 'ERR_INVALID_ARG_TYPE';
+        throw err;
+      }
+      if (json.includes('\\u') && LONE.test(json)) {
+        const err = new TypeError(`${key}: result holds a lone UTF-16 surrogate, which is not Unicode text and JSON cannot carry it`);
+        err.code = 'ERR_INVALID_ARG_VALUE';
+        throw err;
+      }
+    }
   } catch (e) {
     failed(host, seq, e);
     return;
@@ -531,23 +587,38 @@ function done(host, seq, key, v) {
   host.ok += `${host.ok ? ',' : ''}[${seq},${json}]`;
 }
 
+/** `f()`, or undefined when it throws (whatever it throws is not touched). */
+function attempt(f) {
+  try {
+    return f();
+  } catch {
+    return undefined;
+  }
+}
+
+/** `v` as text the native side accepts, or null when it is not a string. */
+function text(v) {
+  return typeof v === 'string' ? v.toWellFormed() : null;
+}
+
+// Anything can be thrown or rejected with — an object with no prototype, a
+// Proxy whose traps throw, an Error whose `message` or `stack` getter
+// throws, a Symbol — and each fails its run, never the worker or the batch:
+// every read is guarded, and a type or message that cannot be read crosses
+// as null, answered with the native side's fixed text (src/tasks/app.rs,
+// UNNAMED and UNDESCRIBED).
 function failed(host, seq, e) {
-  let kind = 'Error';
-  let message;
+  let kind = null;
+  let message = null;
   let stack = null;
   if (e !== null && typeof e === 'object') {
-    if (typeof e.name === 'string' && e.name) kind = e.name;
-    else if (e.constructor && e.constructor.name) kind = e.constructor.name;
-    message = typeof e.message === 'string' ? e.message : String(e);
-    if (typeof e.stack === 'string') stack = e.stack;
+    kind = text(attempt(() => e.name)) || text(attempt(() => e.constructor.name)) || null;
+    message = text(attempt(() => e.message)) ?? text(attempt(() => String(e)));
+    stack = text(attempt(() => e.stack));
   } else {
     // `throw 'oops'` or a rejected Promise of a non-Error.
-    kind = typeof e;
-    try {
-      message = String(e);
-    } catch {
-      message = `a thrown ${typeof e}`;
-    }
+    kind = e === null ? 'null' : typeof e;
+    message = text(attempt(() => String(e)));
   }
   host.failed += `${host.failed ? ',' : ''}${JSON.stringify([seq, kind, message, stack])}`;
 }
