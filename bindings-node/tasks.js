@@ -12,7 +12,8 @@
 // in batches of up to BATCH with one native call each, runs every body — a
 // sync result is answered at once, a Promise when it settles — and answers
 // the batch with one native call. A thrown error or a rejected Promise is a
-// task failure (type = err.name, message, stack), never a crash.
+// task failure (type = err.name, message, stack), never a crash — whatever
+// was thrown (see `failed`).
 
 const { inspect } = require('node:util');
 const native = require('./headway.node');
