@@ -93,6 +93,10 @@ pub(crate) const UNNAMED: &str = "Error";
 /// its worker down.
 pub(crate) const UNDESCRIBED: &str = "<the thrown value has no readable message: String() threw>";
 
+/// One failed run as `tasks.js` answers it: seq, type, message, stack (a
+/// type or message JS could not read is null).
+type Failed = (u64, Option<String>, Option<String>, Option<String>);
+
 #[napi]
 impl NativeHost {
     /// Up to `max` calls at once, as JSON text (see `encode_calls`); `null`
@@ -124,9 +128,8 @@ impl NativeHost {
             results.extend(v.into_iter().map(|(s, v)| (s, Ok(v))));
         }
         if !failed.is_empty() {
-            let v: Vec<(u64, Option<String>, Option<String>, Option<String>)> =
-                serde_json::from_str(&failed)
-                    .map_err(|e| napi::Error::from_reason(garbled("failures", e).message))?;
+            let v: Vec<Failed> = serde_json::from_str(&failed)
+                .map_err(|e| napi::Error::from_reason(garbled("failures", e).message))?;
             results.extend(v.into_iter().map(|(s, kind, message, stack)| {
                 (
                     s,
