@@ -290,14 +290,35 @@ function jsonError(owner, root, f) {
   return err;
 }
 
+// An escaped UTF-16 surrogate in JSON.stringify's output (after an even run
+// of backslashes): it writes a surrogate as `\uXXXX` only when it is lone,
+// which is not Unicode text, and the native side's parser refuses it — with
+// a result, the whole batch of answers it came in.
+const LONE = /(?:^|[^\\])(?:\\\\)*\\u[dD][89a-fA-F]/;
+
 /** `v` as JSON text, or the TypeError/RangeError naming what cannot travel. */
 function encode(owner, root, v) {
   typedSeen = false;
   const f = flaw(v, 1);
   if (f !== null) throw jsonError(owner, root, f);
-  if (!typedSeen) return JSON.stringify(v);
-  typedSeen = false;
-  return JSON.stringify(v, typedOut);
+  let json;
+  if (!typedSeen) json = JSON.stringify(v);
+  else {
+    typedSeen = false;
+    json = JSON.stringify(v, typedOut);
+  }
+  if (typeof json !== 'string') {
+    // A `toJSON` `flaw` cannot see (not enumerable) that answered undefined.
+    const err = new TypeError(`${owner}: ${root} turned into nothing as JSON (a toJSON answered undefined)`);
+    err.code = 'ERR_INVALID_ARG_TYPE';
+    throw err;
+  }
+  if (json.includes('\\u') && LONE.test(json)) {
+    const err = new TypeError(`${owner}: ${root} holds a lone UTF-16 surrogate, which is not Unicode text and JSON cannot carry it`);
+    err.code = 'ERR_INVALID_ARG_VALUE';
+    throw err;
+  }
+  return json;
 }
 
 function encodeArgs(owner, args) {
@@ -554,33 +575,13 @@ function call(host, c) {
   }
 }
 
-// An escaped UTF-16 surrogate in JSON.stringify's output (after an even run
-// of backslashes): it writes a surrogate as `\uXXXX` only when it is lone,
-// which is not Unicode text, and the native side's parser refuses it — so a
-// whole batch of answers would be refused with it.
-const LONE = /(?:^|[^\\])(?:\\\\)*\\u[dD][89a-fA-F]/;
-
 function done(host, seq, key, v) {
   let json;
   try {
     if (v === undefined || v === null) json = 'null';
     else if (typeof v === 'number' && Number.isFinite(v)) json = `${v}`;
     else if (typeof v === 'boolean') json = v ? 'true' : 'false';
-    else {
-      json = encode(key, 'result', v);
-      if (typeof json !== 'string') {
-        // A `toJSON` that answers undefined where `flaw` cannot see it (a
-        // non-enumerable one, a Date subclass's): nothing to store.
-        const err = new TypeError(`${key}: result turned into nothing as JSON (a toJSON answered undefined)`);
-        err.code = 'ERR_INVALID_ARG_TYPE';
-        throw err;
-      }
-      if (json.includes('\\u') && LONE.test(json)) {
-        const err = new TypeError(`${key}: result holds a lone UTF-16 surrogate, which is not Unicode text and JSON cannot carry it`);
-        err.code = 'ERR_INVALID_ARG_VALUE';
-        throw err;
-      }
-    }
+    else json = encode(key, 'result', v);
   } catch (e) {
     failed(host, seq, e);
     return;

@@ -299,3 +299,28 @@ test('Pooled: hostile values from open, close and the body reject the caller; th
   pool.release(item);
   await pool.close();
 });
+
+// ---------------------------------------------------------------- sending
+
+test('a send whose arguments cannot travel is refused naming them, not garbled on the native side', async () => {
+  const app = new App();
+  const t = app.task('t', (args) => args);
+  const hiddenToJSON = Object.defineProperty({ a: 1 }, 'toJSON', { value: () => undefined });
+  await assert.rejects(t.send(['x\ud800']), {
+    name: 'TypeError',
+    code: 'ERR_INVALID_ARG_VALUE',
+    message: 't: args holds a lone UTF-16 surrogate, which is not Unicode text and JSON cannot carry it',
+  });
+  await assert.rejects(t.send([], { kwargs: { ['k\udc00']: 1 } }), { code: 'ERR_INVALID_ARG_VALUE', message: /^t: kwargs holds a lone UTF-16 surrogate/ });
+  await assert.rejects(t.send([], { kwargs: hiddenToJSON }), {
+    name: 'TypeError',
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: 't: kwargs turned into nothing as JSON (a toJSON answered undefined)',
+  });
+  // Controls: a well-formed pair, and text that merely spells an escape, travel.
+  const w = app.worker();
+  const run = w.run();
+  assert.deepEqual(await (await t.send(['😀', '\\ud800'])).get(WAIT), ['😀', '\\ud800']);
+  await w.stop();
+  await run;
+});
