@@ -12,7 +12,8 @@
 // in batches of up to BATCH with one native call each, runs every body — a
 // sync result is answered at once, a Promise when it settles — and answers
 // the batch with one native call. A thrown error or a rejected Promise is a
-// task failure (type = err.name, message, stack), never a crash.
+// task failure (type = err.name, message, stack), never a crash — whatever
+// was thrown (see `failed`).
 
 const { inspect } = require('node:util');
 const native = require('./headway.node');
@@ -289,14 +290,35 @@ function jsonError(owner, root, f) {
   return err;
 }
 
+// An escaped UTF-16 surrogate in JSON.stringify's output (after an even run
+// of backslashes): it writes a surrogate as `\uXXXX` only when it is lone,
+// which is not Unicode text, and the native side's parser refuses it — with
+// a result, the whole batch of answers it came in.
+const LONE = /(?:^|[^\\])(?:\\\\)*\\u[dD][89a-fA-F]/;
+
 /** `v` as JSON text, or the TypeError/RangeError naming what cannot travel. */
 function encode(owner, root, v) {
   typedSeen = false;
   const f = flaw(v, 1);
   if (f !== null) throw jsonError(owner, root, f);
-  if (!typedSeen) return JSON.stringify(v);
-  typedSeen = false;
-  return JSON.stringify(v, typedOut);
+  let json;
+  if (!typedSeen) json = JSON.stringify(v);
+  else {
+    typedSeen = false;
+    json = JSON.stringify(v, typedOut);
+  }
+  if (typeof json !== 'string') {
+    // A `toJSON` `flaw` cannot see (not enumerable) that answered undefined.
+    const err = new TypeError(`${owner}: ${root} turned into nothing as JSON (a toJSON answered undefined)`);
+    err.code = 'ERR_INVALID_ARG_TYPE';
+    throw err;
+  }
+  if (json.includes('\\u') && LONE.test(json)) {
+    const err = new TypeError(`${owner}: ${root} holds a lone UTF-16 surrogate, which is not Unicode text and JSON cannot carry it`);
+    err.code = 'ERR_INVALID_ARG_VALUE';
+    throw err;
+  }
+  return json;
 }
 
 function encodeArgs(owner, args) {
@@ -479,41 +501,77 @@ function watch() {
 }
 
 function run(host, calls) {
-  const job = host.kind === JOB;
   for (let i = 0; i < calls.length; i++) {
-    const c = calls[i];
-    const seq = c[0];
-    const key = c[1];
-    const fn = host.fns.get(key);
-    if (fn === undefined) {
-      failed(host, seq, { name: 'NotRegistered', message: `no JS body is registered as ${JSON.stringify(key)}` });
-      continue;
-    }
-    const ctx = new Context(c);
-    let r;
+    const seq = calls[i][0];
     try {
-      r = job ? fn(ctx) : fn(c[8], ctx);
+      call(host, calls[i]);
     } catch (e) {
+      // Nothing a body hands back should get here (each step below catches
+      // its own); if something does, it fails this run, not the batch.
       failed(host, seq, e);
-      continue;
     }
-    if (r !== null && (typeof r === 'object' || typeof r === 'function') && typeof r.then === 'function') {
-      host.running.set(seq, ctx);
-      watch();
-      r.then(
-        (v) => {
-          if (host.running.delete(seq) || !ctx[CANCELLED]) done(host, seq, key, job ? null : v);
-          soon(host);
-        },
-        (e) => {
-          host.running.delete(seq);
-          failed(host, seq, e);
-          soon(host);
-        },
-      );
-    } else {
-      done(host, seq, key, job ? null : r);
-    }
+  }
+}
+
+function call(host, c) {
+  const job = host.kind === JOB;
+  const seq = c[0];
+  const key = c[1];
+  const fn = host.fns.get(key);
+  if (fn === undefined) {
+    failed(host, seq, { name: 'NotRegistered', message: `no JS body is registered as ${JSON.stringify(key)}` });
+    return;
+  }
+  const ctx = new Context(c);
+  let r;
+  try {
+    r = job ? fn(ctx) : fn(c[8], ctx);
+  } catch (e) {
+    failed(host, seq, e);
+    return;
+  }
+  if (r === null || (typeof r !== 'object' && typeof r !== 'function')) {
+    done(host, seq, key, job ? null : r);
+    return;
+  }
+  // A thenable is read the way `await` reads one: `then` once (its getter
+  // may throw), called once (it may throw, or call back twice or never).
+  let then;
+  try {
+    then = r.then;
+  } catch (e) {
+    failed(host, seq, e);
+    return;
+  }
+  if (typeof then !== 'function') {
+    done(host, seq, key, job ? null : r);
+    return;
+  }
+  host.running.set(seq, ctx);
+  watch();
+  let settled = false;
+  try {
+    then.call(
+      r,
+      (v) => {
+        if (settled) return;
+        settled = true;
+        if (host.running.delete(seq) || !ctx[CANCELLED]) done(host, seq, key, job ? null : v);
+        soon(host);
+      },
+      (e) => {
+        if (settled) return;
+        settled = true;
+        host.running.delete(seq);
+        failed(host, seq, e);
+        soon(host);
+      },
+    );
+  } catch (e) {
+    if (settled) return;
+    settled = true;
+    host.running.delete(seq);
+    failed(host, seq, e);
   }
 }
 
@@ -531,23 +589,38 @@ function done(host, seq, key, v) {
   host.ok += `${host.ok ? ',' : ''}[${seq},${json}]`;
 }
 
+/** `f()`, or undefined when it throws (whatever it throws is not touched). */
+function attempt(f) {
+  try {
+    return f();
+  } catch {
+    return undefined;
+  }
+}
+
+/** `v` as text the native side accepts, or null when it is not a string. */
+function text(v) {
+  return typeof v === 'string' ? v.toWellFormed() : null;
+}
+
+// Anything can be thrown or rejected with — an object with no prototype, a
+// Proxy whose traps throw, an Error whose `message` or `stack` getter
+// throws, a Symbol — and each fails its run, never the worker or the batch:
+// every read is guarded, and a type or message that cannot be read crosses
+// as null, answered with the native side's fixed text (src/tasks/app.rs,
+// UNNAMED and UNDESCRIBED).
 function failed(host, seq, e) {
-  let kind = 'Error';
-  let message;
+  let kind = null;
+  let message = null;
   let stack = null;
   if (e !== null && typeof e === 'object') {
-    if (typeof e.name === 'string' && e.name) kind = e.name;
-    else if (e.constructor && e.constructor.name) kind = e.constructor.name;
-    message = typeof e.message === 'string' ? e.message : String(e);
-    if (typeof e.stack === 'string') stack = e.stack;
+    kind = text(attempt(() => e.name)) || text(attempt(() => e.constructor.name)) || null;
+    message = text(attempt(() => e.message)) ?? text(attempt(() => String(e)));
+    stack = text(attempt(() => e.stack));
   } else {
     // `throw 'oops'` or a rejected Promise of a non-Error.
-    kind = typeof e;
-    try {
-      message = String(e);
-    } catch {
-      message = `a thrown ${typeof e}`;
-    }
+    kind = e === null ? 'null' : typeof e;
+    message = text(attempt(() => String(e)));
   }
   host.failed += `${host.failed ? ',' : ''}${JSON.stringify([seq, kind, message, stack])}`;
 }

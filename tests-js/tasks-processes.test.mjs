@@ -1,8 +1,11 @@
 // Whole processes: a process must exit by itself after stop(); the CLI
-// worker and beat (SIGINT/SIGTERM stop them gracefully); and, on Redis
-// (issue 4), a worker killed with SIGKILL whose acksLate messages another
-// worker recovers, and two workers sharing a queue. Each child has a time
-// limit: one that hangs fails the test instead of hanging the suite.
+// worker and beat (SIGINT/SIGTERM stop them gracefully); and, on Redis, a
+// worker killed with SIGKILL whose acksLate messages another worker
+// recovers, a worker whose body blocks its event loop past the lease (which
+// loses nothing: the lease is the core's), and two workers sharing a queue.
+// Each child has a time limit: one that hangs fails the test instead of
+// hanging the suite. Nothing sleeps to hope something happened: each wait
+// polls for its condition with a deadline.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -15,12 +18,28 @@ import { fileURLToPath } from 'node:url';
 
 import { App, RedisBroker } from 'headway';
 
-import { RedisServer } from './fixtures/brokers.mjs';
+import { RedisServer, command } from './fixtures/brokers.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const FIX = (name) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url));
 const CLI = join(ROOT, 'bindings-node', 'cli.js');
 const LIMIT = 20_000;
+
+/** Resolves once `check()` (sync or async) is truthy, polling every 50 ms; throws naming `what` after `limit` ms. */
+async function until(check, what, limit = LIMIT) {
+  const deadline = Date.now() + limit;
+  for (;;) {
+    if (await check()) return;
+    if (Date.now() > deadline) throw new Error(`timed out after ${limit} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** A Redis reply's integer (`:6` → 6). */
+const int = (reply) => {
+  assert.match(reply, /^:-?\d+$/, reply);
+  return Number(reply.slice(1));
+};
 
 /** A child process whose stdout is read line by line. */
 class Child {
@@ -155,7 +174,7 @@ test('the CLI beat runs the app\'s beat (a CommonJS module), SIGINT stops it', a
   }
 });
 
-// ---------------------------------------------------------------- issue 4
+// ---------------------------------------------------------------- on Redis
 
 const missing = RedisServer.missing();
 
@@ -210,11 +229,12 @@ describe('worker processes on Redis', { skip: missing ?? false }, () => {
     let rescuer = null;
     try {
       await doomed.until('ready');
-      const deadline = Date.now() + LIMIT;
-      while (runs(log).length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-      // Two running (concurrency 2), four prefetched: all six held, unacked.
+      // All six claimed (held in Redis, unacked), two of them running
+      // (concurrency 2), four prefetched: the held count is the positive
+      // control for the four that did not run.
+      const held = `${prefix}{default}:held:doomed`;
+      await until(async () => runs(log).length >= 2 && int(await command(server.port, 'LLEN', held)) === 6, 'six held, two running');
       assert.equal(runs(log).length, 2);
-      await new Promise((r) => setTimeout(r, 300));
       doomed.proc.kill('SIGKILL');
       const { signal } = await doomed.finish(10_000);
       assert.equal(signal, 'SIGKILL');
@@ -234,6 +254,76 @@ describe('worker processes on Redis', { skip: missing ?? false }, () => {
       [...new Set(all.filter(([who]) => who === 'rescuer').map(([, i]) => i))].sort(),
       [0, 1, 2, 3, 4, 5],
     );
+  });
+
+  test('a body that blocks its event loop past the lease loses nothing: the lease holds, it runs and is stored once', async () => {
+    // Two processes claim one acksLate run each and spin synchronously for
+    // 4.5 leases (lease 1000 ms). `blocked` just spins: its lease is
+    // refreshed by the broker's tokio task, which a blocked JS thread does
+    // not stop. `frozen` is SIGSTOPped as well — the whole process, tokio
+    // included, as a dead worker would be — the positive control: its lease
+    // lapses and a recover() hands its claim back while `blocked` keeps
+    // its own. (The SIGKILL test above shows the same for a killed worker.)
+    const log = join(dir, 'blocked.log');
+    const prefix = `bl${randomUUID().slice(0, 6)}:`;
+    const started = (who, i) => existsSync(log) && readFileSync(log, 'utf8').includes(`${who} ${i} start\n`);
+    const lines = () => (existsSync(log) ? readFileSync(log, 'utf8').split('\n').filter(Boolean) : []);
+    const app = new App({ broker: new RedisBroker(server.url, { prefix, consumer: 'observer', lease: 1000 }) });
+    const broker = new RedisBroker(server.url, { prefix, consumer: 'recoverer', lease: 1000 });
+    // recover() needs the broker connected, which an App on it does.
+    void new App({ broker });
+    const spin = '4500';
+    const blocked = new Child([FIX('busy-worker.mjs'), server.url, prefix, 'blocked', 'busy', log, spin]);
+    const frozen = new Child([FIX('busy-worker.mjs'), server.url, prefix, 'frozen', 'frozen', log, spin]);
+    let rescuer = null;
+    try {
+      await blocked.until('ready');
+      await frozen.until('ready');
+      const one = await app.sendTask('job', [1], { queue: 'busy' });
+      const two = await app.sendTask('job', [2], { queue: 'frozen' });
+      await until(() => started('blocked', 1) && started('frozen', 2), 'both bodies to start spinning');
+      frozen.proc.kill('SIGSTOP');
+      // A second worker on both queues, running its own periodic recover().
+      rescuer = new Child([FIX('busy-worker.mjs'), server.url, prefix, 'rescuer', 'busy,frozen', log, '0']);
+      await rescuer.until('ready');
+      // recover() (ours, and the rescuer's own) until the frozen claim is
+      // back: the positive control...
+      await until(async () => {
+        await broker.recover();
+        return int(await command(server.port, 'LLEN', `${prefix}{frozen}:held:frozen`)) === 0;
+      }, "the frozen worker's claim to be recovered");
+      // ...while the blocked worker, spinning all along, keeps its claim
+      // under a live lease...
+      assert.ok(!lines().includes('blocked 1 end'), `the spin ended before the control recovered: ${lines()}`);
+      assert.equal(int(await command(server.port, 'LLEN', `${prefix}{busy}:held:blocked`)), 1);
+      assert.ok(int(await command(server.port, 'PTTL', `${prefix}{busy}:lease:blocked`)) > 0, 'the blocked worker lease is live');
+      // ...and every recover() until its spin ends (4.5 leases in all)
+      // finds nothing more to hand back.
+      await until(async () => {
+        assert.equal(await broker.recover(), 0);
+        return lines().includes('blocked 1 end');
+      }, 'the spin to end');
+      assert.equal(await one.get(LIMIT), 1);
+      assert.equal(await two.get(LIMIT), 2);
+      for (const c of [blocked, rescuer]) c.proc.kill('SIGINT');
+      for (const c of [blocked, rescuer]) {
+        const { code, err } = await c.finish(10_000);
+        assert.equal(code, 0, err);
+      }
+    } finally {
+      frozen.kill();
+      blocked.kill();
+      rescuer?.kill();
+      await broker.close();
+    }
+    const all = lines();
+    // The blocked run ran once, by its worker, and no one else touched it...
+    assert.deepEqual(
+      all.filter((l) => / 1 /.test(l)),
+      ['blocked 1 start', 'blocked 1 end'],
+    );
+    // ...while the frozen one's claim was run again elsewhere.
+    assert.ok(all.includes('rescuer 2 start') && all.includes('rescuer 2 end'), all.join('\n'));
   });
 
   test('two worker processes on one queue run each message once', async () => {
