@@ -902,8 +902,13 @@ export interface DeadLetter {
   readonly reason: string;
   /** When it was set aside (the broker's clock). */
   readonly at: Date;
-  /** Its bytes as they were on the queue. */
+  /**
+   * Its bytes as they were on the queue, or their first 64 KiB when it was
+   * quarantined (`size` says how many there were).
+   */
   readonly raw: Buffer;
+  /** How many bytes it was on the queue (more than `raw.length` when only a prefix was kept). */
+  readonly size: number;
 }
 
 /**

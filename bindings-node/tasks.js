@@ -1058,6 +1058,7 @@ function deadLetter(d) {
     reason: d.reason,
     at: new Date(d.at),
     raw: Buffer.from(d.raw, 'latin1'),
+    size: d.size,
   });
 }
 

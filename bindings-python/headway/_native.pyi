@@ -764,10 +764,12 @@ class DeadLetter:
         """When it was set aside (aware UTC, the broker's clock)."""
     @property
     def raw(self) -> bytes:
-        """Its bytes as they were on the queue."""
+        """Its bytes as they were on the queue, or their first 64 KiB when it
+        was quarantined (``size`` says how many there were)."""
     @property
     def size(self) -> int:
-        """``len(raw)``."""
+        """How many bytes it was on the queue (more than ``len(raw)`` when
+        only a prefix was kept)."""
 
 @final
 class Handle(Generic[_R_co]):

@@ -1,4 +1,4 @@
-//! Dead letters: what a worker set aside rather than ran (issue 7), as
+//! Dead letters: what a worker set aside rather than ran, as
 //! `headway.DeadLetter` values; and raw bytes pushed onto a queue as another
 //! producer would, for tests and tools.
 //!
@@ -26,6 +26,7 @@ pub(crate) struct PyDeadLetter {
     reason: String,
     at: Py<PyAny>,
     raw: Py<PyBytes>,
+    size: usize,
 }
 
 impl PyDeadLetter {
@@ -33,6 +34,7 @@ impl PyDeadLetter {
         Ok(PyDeadLetter {
             at: instant_out(py, d.at)?.unbind(),
             raw: PyBytes::new(py, &d.raw).unbind(),
+            size: d.size,
             queue: d.queue,
             id: d.id,
             reason: d.reason,
@@ -66,19 +68,22 @@ impl PyDeadLetter {
         self.at.clone_ref(py)
     }
 
-    /// Its bytes as they were on the queue.
+    /// Its bytes as they were on the queue, or their first 64 KiB when it
+    /// was quarantined for being too large or undecodable (`size` says how
+    /// many there were).
     #[getter]
     fn raw(&self, py: Python<'_>) -> Py<PyBytes> {
         self.raw.clone_ref(py)
     }
 
-    /// How many bytes it is.
+    /// How many bytes it was on the queue (more than `len(raw)` when only a
+    /// prefix was kept).
     #[getter]
-    fn size(&self, py: Python<'_>) -> usize {
-        self.raw.bind(py).as_bytes().len()
+    fn size(&self) -> usize {
+        self.size
     }
 
-    fn __repr__(&self, py: Python<'_>) -> String {
+    fn __repr__(&self) -> String {
         format!(
             "DeadLetter(queue={}, id={}, reason={}, size={})",
             crate::host::quoted(&self.queue),
@@ -86,7 +91,7 @@ impl PyDeadLetter {
                 .as_deref()
                 .map_or_else(|| "None".to_string(), crate::host::quoted),
             crate::host::quoted(&self.reason),
-            self.size(py)
+            self.size
         )
     }
 }

@@ -1,4 +1,4 @@
-//! Dead letters (issue 7) as JSON text for `tasks.js`, and raw bytes pushed
+//! Dead letters as JSON text for `tasks.js`, and raw bytes pushed
 //! onto a queue as another producer would, for tests and tools.
 //!
 //! Listing, counting, re-queueing and purging are the core's (`Inspector`,
@@ -10,7 +10,7 @@ use headway_core::task::DeadLetter;
 pub(crate) use headway_core::broker::Raw;
 
 /// Dead letters as one JSON text: `[{"queue", "id", "reason", "at",
-/// "raw"}, ...]`, `raw` as a string of one char per byte (U+0000 to U+00FF)
+/// "raw", "size"}, ...]`, `raw` as a string of one char per byte (U+0000 to U+00FF)
 /// that `Buffer.from(raw, 'latin1')` turns back into the bytes.
 pub(crate) fn letters_json(letters: Vec<DeadLetter>) -> String {
     let v: Vec<serde_json::Value> = letters
@@ -23,6 +23,7 @@ pub(crate) fn letters_json(letters: Vec<DeadLetter>) -> String {
                 "reason": d.reason,
                 "at": d.at,
                 "raw": raw,
+                "size": d.size,
             })
         })
         .collect();
