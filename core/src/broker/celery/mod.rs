@@ -36,6 +36,7 @@
 
 mod b64;
 mod claim;
+mod client;
 pub mod codec;
 pub mod dead;
 pub mod pidbox;
@@ -133,6 +134,9 @@ pub struct CeleryOptions {
     /// come back before it is refused: 10 s, as on headway's own layout —
     /// long enough for a restart, short enough that a caller learns.
     pub patience: Duration,
+    /// PEM roots to verify a `rediss://` server against instead of the
+    /// platform's (a private CA), as on headway's own layout.
+    pub tls_ca: Option<Vec<u8>>,
 }
 
 /// What a consumer does with a message for a task its app does not run.
@@ -167,6 +171,7 @@ impl Default for CeleryOptions {
             max_message_bytes: MAX_MESSAGE_BYTES,
             beat_lease: Duration::from_secs(30),
             patience: Duration::from_secs(10),
+            tls_ca: None,
         }
     }
 }
@@ -400,13 +405,11 @@ impl CeleryBroker {
         opts.check()?;
         // headway's URL rules (percent-decoded credentials, the db number,
         // `rediss://`) and its redaction: a password never reaches a log.
+        // headway's URL rules (percent-decoded credentials, the db number,
+        // `rediss://`, `tls_ca`) and its redaction: only the parsed URL is
+        // ever shown, so no password reaches a log, encoded or not.
         let parsed = RedisUrl::parse(url)?;
-        if parsed.tls {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-        let client = redis::Client::open(url).map_err(|e| {
-            Refused::Invalid(format!("invalid `url`: {}", parsed.scrub(&e.to_string())))
-        })?;
+        let client = client::client(&parsed, opts.tls_ca.as_deref())?;
         let db = parsed.db;
         let cfg = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(5)))
@@ -416,9 +419,8 @@ impl CeleryBroker {
             .await
             .map_err(|e| {
                 Refused::Broker(format!(
-                    "cannot reach {}: {}",
-                    parsed.scrub(url),
-                    parsed.scrub(&e.to_string())
+                    "cannot reach {parsed}: {}",
+                    client::scrub(&parsed, &e.to_string())
                 ))
             })?;
         let p = &opts.global_keyprefix;
@@ -642,7 +644,7 @@ impl CeleryBroker {
                     self.log(&format!(
                         "cannot reach {}: {}; retrying",
                         self.url,
-                        self.url.scrub(&e.to_string())
+                        client::scrub(&self.url, &e.to_string())
                     ));
                 }
                 Err(self.refused(&e))
@@ -651,7 +653,7 @@ impl CeleryBroker {
     }
 
     fn refused(&self, e: &redis::RedisError) -> Refused {
-        Refused::Broker(format!("{}: {}", self.url, self.url.scrub(&e.to_string())))
+        Refused::Broker(format!("{}: {}", self.url, client::scrub(&self.url, &e.to_string())))
     }
 
     /// Turns a Redis error into a refusal, dropping the connection when the
@@ -662,7 +664,7 @@ impl CeleryBroker {
             self.log(&format!(
                 "connection to {} lost ({}); reconnecting",
                 self.url,
-                self.url.scrub(&e.to_string())
+                client::scrub(&self.url, &e.to_string())
             ));
         }
         self.refused(&e)
