@@ -41,8 +41,10 @@ pub mod codec;
 pub mod dead;
 pub mod pidbox;
 pub mod pyjson;
+mod restore;
 pub mod result;
 mod scripts;
+mod unknown;
 pub mod typed;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -56,12 +58,13 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 pub use codec::{CodecError, Decoded, Encoded, Router, Sender};
+pub use unknown::{HANDBACK_HEADER, MAX_HANDBACKS};
 pub use typed::{Typed, TypedError};
 
 use super::redis::RedisUrl;
 use crate::task::app::Seams;
 use crate::task::clock::{BoxFuture, Clock};
-use crate::task::dead::{DEAD_KEPT, DeadLetter, MAX_DELIVERIES, MAX_MESSAGE_BYTES, lost_reason};
+use crate::task::dead::{DEAD_KEPT, DeadLetter, MAX_DELIVERIES, MAX_MESSAGE_BYTES};
 use crate::task::message::{Message, new_id};
 use crate::task::spec::{
     Backend, Broker, ConsumerInfo, Counter, Delivery, Inspector, Joined, QueueInfo, Receipt,
@@ -137,6 +140,10 @@ pub struct CeleryOptions {
     /// PEM roots to verify a `rediss://` server against instead of the
     /// platform's (a private CA), as on headway's own layout.
     pub tls_ca: Option<Vec<u8>>,
+    /// How many times a message for a task the app does not run is handed
+    /// back (counted in its `x-headway-handbacks` header) before the next
+    /// hand-back dead-letters it instead: [`unknown::MAX_HANDBACKS`], 100.
+    pub max_handbacks: u32,
 }
 
 /// What a consumer does with a message for a task its app does not run.
@@ -172,6 +179,7 @@ impl Default for CeleryOptions {
             beat_lease: Duration::from_secs(30),
             patience: Duration::from_secs(10),
             tls_ca: None,
+            max_handbacks: unknown::MAX_HANDBACKS,
         }
     }
 }
@@ -203,6 +211,11 @@ impl CeleryOptions {
         if self.max_deliveries == 0 {
             return Err(Refused::Invalid(
                 "invalid `max_deliveries`: must be at least 1".into(),
+            ));
+        }
+        if self.max_handbacks == 0 {
+            return Err(Refused::Invalid(
+                "invalid `max_handbacks`: must be at least 1".into(),
             ));
         }
         if self.max_message_bytes == 0 {
@@ -574,34 +587,6 @@ impl CeleryBroker {
         }
     }
 
-    /// Whether `task` is one this consumer hands back (see
-    /// [`UnknownTasks`]), logging each such name once.
-    fn is_foreign(&self, task: &str) -> bool {
-        if self.opts.unknown_tasks != UnknownTasks::Requeue {
-            return false;
-        }
-        let inner = self
-            .app
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .and_then(Weak::upgrade);
-        let Some(inner) = inner else {
-            return false;
-        };
-        if (crate::task::App { inner }).has_task(task) {
-            return false;
-        }
-        let mut w = self.warned.lock().unwrap_or_else(|e| e.into_inner());
-        if w.insert(task.to_string()) {
-            eprintln!(
-                "headway celery broker {}: task {task:?} is not registered here; handing it back for another consumer",
-                self.node
-            );
-        }
-        true
-    }
-
     /// The Redis database number (it names the pidbox channel).
     pub fn db(&self) -> i64 {
         self.db
@@ -840,6 +825,14 @@ impl CeleryBroker {
                 other => other,
             };
             match decoded {
+                // Another consumer's task, in a form headway does not read
+                // (a pickle): a Celery worker may, so it goes back to it.
+                Err(_)
+                    if !tag.is_empty()
+                        && unknown::named_task(&raw).is_some_and(|t| self.is_foreign(&t)) =>
+                {
+                    foreign.push(tag)
+                }
                 Err(why) => {
                     let element = dead::element(now, &why.reason, step, why.id.as_deref(), &raw);
                     bad.push((
@@ -911,7 +904,7 @@ impl CeleryBroker {
             .await;
         }
         for t in &foreign {
-            self.restore_tag(t, true, false).await?;
+            self.put_back(t, true, restore::Count::HandBack).await?;
         }
         if n == 0 && !foreign.is_empty() {
             // Only other consumers' work came: do not spin on it.
@@ -1041,154 +1034,6 @@ impl CeleryBroker {
             }
         }
         Ok(n)
-    }
-
-    /// kombu's `restore_by_tag`: the `unacked` entry of `tag` back onto its
-    /// queue with `redelivered` set — at the back (`leftmost`, LPUSH) for a
-    /// reject, at the front (RPUSH) for a restore. [`Restored::Gone`] when
-    /// the entry was gone (settled or restored by someone else).
-    ///
-    /// With `lost` (a restore of a holder that is gone) the envelope's
-    /// `headway_lost` header counts one more lost holder, and a message
-    /// whose count reaches `max_deliveries` goes to its queue's dead
-    /// letters instead ("worker lost ×N"), marked redelivered with the
-    /// count taken off — the bytes a re-queue puts back.
-    async fn restore_tag(
-        &self,
-        tag: &str,
-        leftmost: bool,
-        lost: bool,
-    ) -> Result<Restored, Refused> {
-        let entry: Option<Vec<u8>> = {
-            let mut get = redis::cmd("HGET");
-            get.arg(&self.keys.unacked).arg(tag);
-            let get = &get;
-            self.patiently(|mut c| async move { get.query_async(&mut c).await })
-                .await?
-        };
-        let Some(entry) = entry else {
-            return Ok(Restored::Gone);
-        };
-        let parsed: Option<(Value, String, String)> =
-            serde_json::from_slice::<Value>(&entry).ok().and_then(|v| {
-                let a = v.as_array()?;
-                Some((
-                    a.first()?.clone(),
-                    a.get(1)?.as_str()?.to_string(),
-                    a.get(2)?.as_str()?.to_string(),
-                ))
-            });
-        let Some((mut env, _exchange, rk)) = parsed else {
-            let reason = "bad message: an unreadable `unacked` entry".to_string();
-            let element = dead::element(self.clock.now(), &reason, 0, None, &entry);
-            let q = self.opts.default_queue.clone();
-            let q = self.sender.model_queue(&q);
-            self.bury(
-                &q,
-                "quarantined",
-                vec![Burial {
-                    tag: tag.to_string(),
-                    entry: entry.clone(),
-                    element,
-                    reason,
-                }],
-            )
-            .await;
-            return Ok(Restored::Dead);
-        };
-        let mut count = 0u64;
-        if lost
-            && !env.get("headers").is_some_and(Value::is_object)
-            && let Some(o) = env.as_object_mut()
-        {
-            // Somewhere to count in, so even a headerless envelope cannot
-            // loop for ever.
-            o.insert("headers".into(), Value::Object(serde_json::Map::new()));
-        }
-        if let Some(h) = env.get_mut("headers").and_then(Value::as_object_mut) {
-            h.insert("redelivered".into(), Value::Bool(true));
-            if lost {
-                count = h
-                    .get(codec::LOST_HEADER)
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0)
-                    .saturating_add(1);
-                h.insert(codec::LOST_HEADER.into(), Value::from(count));
-            }
-        }
-        if let Some(di) = env
-            .get_mut("properties")
-            .and_then(|p| p.get_mut("delivery_info"))
-            .and_then(Value::as_object_mut)
-        {
-            di.insert("redelivered".into(), Value::Bool(true));
-        }
-        let priority = env
-            .get("properties")
-            .and_then(|p| p.get("priority"))
-            .and_then(Value::as_u64)
-            .map(|p| p.min(9) as u8);
-        let step = self.step_of(priority);
-        if lost && count >= u64::from(self.opts.max_deliveries) {
-            if let Some(h) = env.get_mut("headers").and_then(Value::as_object_mut) {
-                h.shift_remove(codec::LOST_HEADER);
-            }
-            let id = env
-                .get("headers")
-                .and_then(|h| h.get("id"))
-                .and_then(Value::as_str)
-                .map(str::to_string);
-            let reason = lost_reason(count.min(u64::from(u32::MAX)) as u32);
-            let raw = pyjson::dumps(&env);
-            let element = dead::element_whole(
-                self.clock.now(),
-                &reason,
-                step,
-                id.as_deref(),
-                raw.as_bytes(),
-            );
-            let q = self.sender.model_queue(&rk);
-            let n = self
-                .bury(
-                    &q,
-                    "dead-lettered a poison pill:",
-                    vec![Burial {
-                        tag: tag.to_string(),
-                        entry,
-                        element,
-                        reason,
-                    }],
-                )
-                .await;
-            return Ok(if n == 1 {
-                Restored::Dead
-            } else {
-                Restored::Gone
-            });
-        }
-        let key = if step == 0 {
-            format!("{}{rk}", self.opts.global_keyprefix)
-        } else {
-            format!("{}{rk}{}{step}", self.opts.global_keyprefix, self.opts.sep)
-        };
-        let pushed = pyjson::dumps(&env);
-        let mut inv = self.scripts.restore.prepare_invoke();
-        inv.key(&self.keys.unacked)
-            .key(&self.keys.index)
-            .key(&key)
-            .arg(tag)
-            .arg(&entry)
-            .arg(&pushed)
-            .arg(if leftmost { "l" } else { "r" });
-        let inv = &inv;
-        let n = self
-            .patiently(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
-            .await?;
-        Ok(if n == 1 {
-            Restored::Back
-        } else {
-            Restored::Gone
-        })
     }
 
     /// Re-scores the index entries of everything this consumer holds, and
