@@ -34,6 +34,13 @@ impl CeleryBroker {
     /// when that found nothing, one BRPOP of up to `wait` and a claim of the
     /// rest. Everything claimed lands in the inbox or the held etas.
     pub(super) async fn fetch(&self, queues: &[String], max: usize, wait: Duration) -> Result<usize, Refused> {
+        let max = self.claim_room(max);
+        if max == 0 {
+            // The held etas fill the cap: nothing is claimed until one comes
+            // due (`consume` bounds `wait` by the next eta).
+            tokio::time::sleep(wait).await;
+            return Ok(0);
+        }
         let mut n = self.claim(queues, max).await?;
         if n == 0 && !wait.is_zero() {
             n = self.block(queues, wait).await?;

@@ -39,6 +39,7 @@ mod claim;
 mod client;
 pub mod codec;
 pub mod dead;
+mod eta;
 pub mod pidbox;
 pub mod pyjson;
 mod restore;
@@ -58,6 +59,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 pub use codec::{CodecError, Decoded, Encoded, Router, Sender};
+pub use eta::MAX_HELD_ETAS;
 pub use unknown::{HANDBACK_HEADER, MAX_HANDBACKS};
 pub use typed::{Typed, TypedError};
 
@@ -144,6 +146,10 @@ pub struct CeleryOptions {
     /// back (counted in its `x-headway-handbacks` header) before the next
     /// hand-back dead-letters it instead: [`unknown::MAX_HANDBACKS`], 100.
     pub max_handbacks: u32,
+    /// How many etas a consumer holds in memory at most
+    /// ([`eta::MAX_HELD_ETAS`], 10 000): past it, it stops claiming until
+    /// one comes due, as Celery's prefetch stops a worker.
+    pub max_held_etas: usize,
 }
 
 /// What a consumer does with a message for a task its app does not run.
@@ -180,6 +186,7 @@ impl Default for CeleryOptions {
             patience: Duration::from_secs(10),
             tls_ca: None,
             max_handbacks: unknown::MAX_HANDBACKS,
+            max_held_etas: eta::MAX_HELD_ETAS,
         }
     }
 }
@@ -211,6 +218,11 @@ impl CeleryOptions {
         if self.max_deliveries == 0 {
             return Err(Refused::Invalid(
                 "invalid `max_deliveries`: must be at least 1".into(),
+            ));
+        }
+        if self.max_held_etas == 0 {
+            return Err(Refused::Invalid(
+                "invalid `max_held_etas`: must be at least 1".into(),
             ));
         }
         if self.max_handbacks == 0 {
@@ -987,36 +999,6 @@ impl CeleryBroker {
         out
     }
 
-    /// What is ready to hand out: claimed messages in the inbox, then held
-    /// etas that have come due.
-    fn take_ready(&self, queues: &[String], max: usize) -> Vec<Delivery> {
-        // A claimed message carries its headway queue name, where Celery's
-        // default queue is `default`: a worker that named it by its Celery
-        // name (`celery`) must still take what it claimed.
-        let queues = &self.model_queues(queues);
-        let now = self.clock.now();
-        let mut g = self.lock();
-        let mut out = Vec::new();
-        let mut keep = VecDeque::new();
-        while let Some(d) = g.inbox.pop_front() {
-            if out.len() < max && queues.contains(&d.message.queue) {
-                out.push(d);
-            } else {
-                keep.push_back(d);
-            }
-        }
-        g.inbox = keep;
-        let due: Vec<(i64, u64)> = g
-            .held
-            .iter()
-            .filter(|((eta, _), d)| *eta <= now && queues.contains(&d.message.queue))
-            .take(max - out.len())
-            .map(|(k, _)| *k)
-            .collect();
-        out.extend(due.into_iter().filter_map(|k| g.held.remove(&k)));
-        out
-    }
-
     /// Gives back everything this consumer holds (etas waiting, claims not
     /// settled) to the front of their queues, as kombu's `restore_unacked`
     /// does at a warm shutdown. Answers how many went back.
@@ -1034,48 +1016,6 @@ impl CeleryBroker {
             }
         }
         Ok(n)
-    }
-
-    /// Re-scores the index entries of everything this consumer holds, and
-    /// forgets holds whose entries are gone (another consumer restored them
-    /// while this one could not reach Redis; its copy is queued again).
-    /// Runs every `visibility_timeout / 4` on its own; public so a test on a
-    /// virtual clock can drive it.
-    pub async fn heartbeat(&self) -> Result<usize, Refused> {
-        let tags: Vec<(u64, String)> = {
-            let g = self.lock();
-            g.out.iter().map(|(k, h)| (*k, h.tag.clone())).collect()
-        };
-        // Settles kept through an outage are still this consumer's to make.
-        let owed = self.owed_tags();
-        if tags.is_empty() && owed.is_empty() {
-            return Ok(0);
-        }
-        let mut c = self.conn().await?;
-        let mut inv = self.scripts.rescore.prepare_invoke();
-        inv.key(&self.keys.index).arg(self.now_secs());
-        for (_, t) in &tags {
-            inv.arg(t);
-        }
-        for t in &owed {
-            inv.arg(t);
-        }
-        let gone: Vec<String> = match inv.invoke_async(&mut c).await {
-            Ok(v) => v,
-            Err(e) => return Err(self.fail(e).await),
-        };
-        if !gone.is_empty() {
-            let gone: HashSet<&String> = gone.iter().collect();
-            let mut g = self.lock();
-            for (local, t) in &tags {
-                if gone.contains(t) {
-                    g.out.remove(local);
-                    g.held.retain(|(_, l), _| l != local);
-                    g.inbox.retain(|d| d.receipt.tag != *local);
-                }
-            }
-        }
-        Ok((tags.len() + owed.len()).saturating_sub(gone.len()))
     }
 
     async fn load_revoked(&self) -> Result<(), Refused> {
@@ -1902,14 +1842,7 @@ impl CeleryBroker {
         queues.iter().map(|q| self.sender.model_queue(q)).collect()
     }
 
-    fn next_held(&self, queues: &[String]) -> Option<i64> {
-        let queues = &self.model_queues(queues);
-        let g = self.lock();
-        g.held
-            .iter()
-            .find(|(_, d)| queues.contains(&d.message.queue))
-            .map(|((eta, _), _)| *eta)
-    }
+
 }
 
 impl Backend for CeleryBroker {
