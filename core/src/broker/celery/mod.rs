@@ -837,10 +837,12 @@ impl CeleryBroker {
                 other => other,
             };
             match decoded {
-                // Another consumer's task, in a form headway does not read
-                // (a pickle): a Celery worker may, so it goes back to it.
-                Err(_)
+                // Another consumer's task in a content type headway does not
+                // read (a pickle): a Celery worker may accept it, so it goes
+                // back. (Other faults would fail there too: quarantined.)
+                Err(why)
                     if !tag.is_empty()
+                        && why.reason.starts_with("content type not allowed")
                         && unknown::named_task(&raw).is_some_and(|t| self.is_foreign(&t)) =>
                 {
                     foreign.push(tag)
