@@ -38,7 +38,10 @@ fn msg(id: &str, task: &str, queue: &str) -> Message {
 async fn until(what: &str, mut ok: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while !ok() {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -47,7 +50,10 @@ async fn until(what: &str, mut ok: impl FnMut() -> bool) {
 async fn until_async<F: std::future::Future<Output = bool>>(what: &str, mut ok: impl FnMut() -> F) {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while !ok().await {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

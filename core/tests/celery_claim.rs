@@ -84,7 +84,10 @@ async fn a_hundred_envelopes_without_a_delivery_tag_all_run_once_at_concurrency_
         "add",
         Policy::default(),
         body(move |_, args| {
-            *r2.lock().unwrap().entry(args[0].as_i64().unwrap()).or_default() += 1;
+            *r2.lock()
+                .unwrap()
+                .entry(args[0].as_i64().unwrap())
+                .or_default() += 1;
             async { Ok(Value::Null) }
         }),
     )
@@ -99,9 +102,15 @@ async fn a_hundred_envelopes_without_a_delivery_tag_all_run_once_at_concurrency_
     .unwrap();
     let w2 = w.clone();
     let h = tokio::spawn(async move { w2.run().await.unwrap() });
-    wait_for("100 distinct runs", 20, || runs.lock().unwrap().len() == 100).await;
+    wait_for("100 distinct runs", 20, || {
+        runs.lock().unwrap().len() == 100
+    })
+    .await;
     // Everything is acked: the worker's settles have reached Redis.
-    wait_for("an empty `unacked`", 10, || s.cli(&["HLEN", "unacked"]) == "0").await;
+    wait_for("an empty `unacked`", 10, || {
+        s.cli(&["HLEN", "unacked"]) == "0"
+    })
+    .await;
     w.stop(Duration::from_secs(2));
     h.await.unwrap();
     let runs = runs.lock().unwrap().clone();
@@ -157,8 +166,7 @@ async fn two_envelopes_with_one_delivery_tag_are_held_apart_and_both_restored() 
     assert_eq!(s.cli(&["LLEN", "celery"]), "2");
     let mut back = Vec::new();
     for i in 0..2 {
-        let v: Value =
-            serde_json::from_str(&s.cli(&["LINDEX", "celery", &i.to_string()])).unwrap();
+        let v: Value = serde_json::from_str(&s.cli(&["LINDEX", "celery", &i.to_string()])).unwrap();
         back.push(v);
     }
     for (v, raw) in back.iter().zip([&a, &bb]) {
@@ -201,8 +209,11 @@ async fn a_claim_has_no_gap_a_watcher_could_see() {
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
     let mut p = redis::pipe();
     for i in 0..N {
-        p.lpush("celery", envelope(&format!("g-{i}"), i, Some(&format!("t-{i}"))))
-            .ignore();
+        p.lpush(
+            "celery",
+            envelope(&format!("g-{i}"), i, Some(&format!("t-{i}"))),
+        )
+        .ignore();
     }
     p.query_async::<()>(&mut c).await.unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -266,5 +277,8 @@ async fn a_claim_has_no_gap_a_watcher_could_see() {
         seen
     };
     assert!(looks > 50, "the watcher looked often enough ({looks})");
-    assert!(low >= N, "at some instant only {low} of {N} messages were anywhere");
+    assert!(
+        low >= N,
+        "at some instant only {low} of {N} messages were anywhere"
+    );
 }

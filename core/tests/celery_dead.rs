@@ -53,7 +53,10 @@ async fn quarantine_a_50_mb_message(blocking: bool) {
             tokio::spawn(async move { b2.consume(&q2, 1, Duration::from_secs(5)).await.unwrap() });
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while !s.cli(&["CLIENT", "LIST"]).contains("cmd=brpop") {
-            assert!(std::time::Instant::now() < deadline, "the consumer never blocked");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the consumer never blocked"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         b.push_raw("default", &big).await.unwrap();
@@ -116,7 +119,9 @@ async fn a_dead_letter_whose_id_has_quotes_and_backslashes_is_requeued_by_id() {
         )
     };
     b.push_raw("default", env(odd).as_bytes()).await.unwrap();
-    b.push_raw("default", env("plain").as_bytes()).await.unwrap();
+    b.push_raw("default", env("plain").as_bytes())
+        .await
+        .unwrap();
     b.consume(&["default".to_string()], 10, Duration::ZERO)
         .await
         .unwrap();

@@ -21,7 +21,10 @@ use support::RedisServer;
 const N: usize = 100_000;
 
 /// PINGs `c` until `stop`, answering the round trips (ms) over 50.
-async fn ping_loop(mut c: redis::aio::MultiplexedConnection, stop: Arc<AtomicBool>) -> (u64, Vec<u128>) {
+async fn ping_loop(
+    mut c: redis::aio::MultiplexedConnection,
+    stop: Arc<AtomicBool>,
+) -> (u64, Vec<u128>) {
     let (mut n, mut slow) = (0u64, Vec::new());
     while !stop.load(Ordering::SeqCst) {
         let t = Instant::now();
@@ -77,7 +80,10 @@ async fn a_hundred_thousand_future_etas_are_held_bounded_and_redis_never_blocks(
         b.publish(batch).await.unwrap();
     }
     assert_eq!(s.cli(&["LLEN", "celery"]), N.to_string());
-    assert_eq!(s.cli(&["CONFIG", "SET", "slowlog-log-slower-than", "50000"]), "OK");
+    assert_eq!(
+        s.cli(&["CONFIG", "SET", "slowlog-log-slower-than", "50000"]),
+        "OK"
+    );
     s.cli(&["SLOWLOG", "RESET"]);
     let client = redis::Client::open(s.url()).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -87,8 +93,12 @@ async fn a_hundred_thousand_future_etas_are_held_bounded_and_redis_never_blocks(
     ));
     let app = App::new(b.seams(), clock.clone());
     b.route_for(&app);
-    app.register("later", Policy::default(), body(|_, _| async { Ok(Value::Null) }))
-        .unwrap();
+    app.register(
+        "later",
+        Policy::default(),
+        body(|_, _| async { Ok(Value::Null) }),
+    )
+    .unwrap();
     let w = Worker::new(app.clone(), WorkerConfig::default()).unwrap();
     let w2 = w.clone();
     let h = tokio::spawn(async move { w2.run().await.unwrap() });
@@ -136,7 +146,10 @@ async fn a_hundred_thousand_future_etas_are_held_bounded_and_redis_never_blocks(
         s.cli(&["SLOWLOG", "GET", "5"])
     );
     assert!(pings > 100, "the PING loop ran ({pings})");
-    assert!(slow.is_empty(), "PING round trips of 50 ms or more: {slow:?} of {pings}");
+    assert!(
+        slow.is_empty(),
+        "PING round trips of 50 ms or more: {slow:?} of {pings}"
+    );
     // Positive controls: a command that blocks 80 ms is seen by both.
     let stop = Arc::new(AtomicBool::new(false));
     let pinger = tokio::spawn(ping_loop(

@@ -245,7 +245,10 @@ async fn malformed_envelopes_are_quarantined_and_the_next_message_starts_at_once
         // Its bytes as they were, or their first 64 KiB for a bigger one.
         let kept = raw.len().min(headway_core::task::dead::DEAD_PREFIX_BYTES);
         assert_eq!(d.raw.len(), kept, "{what}");
-        assert!(d.raw == raw[..kept], "{what}: its bytes are kept as they were");
+        assert!(
+            d.raw == raw[..kept],
+            "{what}: its bytes are kept as they were"
+        );
         assert_eq!(d.queue, "default");
         assert!(d.at > 0);
     }

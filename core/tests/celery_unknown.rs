@@ -72,13 +72,27 @@ async fn hand_backs_are_counted_and_the_message_is_dead_lettered_after_the_limit
     let got = b.consume(&qs(), 10, Duration::ZERO).await.unwrap();
     let ids: Vec<&str> = got.iter().map(|d| d.message.id.as_str()).collect();
     assert_eq!(ids, ["m1"], "its own task is delivered");
-    assert_eq!(s.cli(&["LLEN", "celery"]), "1", "the other is back on the queue");
+    assert_eq!(
+        s.cli(&["LLEN", "celery"]),
+        "1",
+        "the other is back on the queue"
+    );
     assert_eq!(handbacks(&s), Some(1));
-    assert!(b.consume(&qs(), 10, Duration::ZERO).await.unwrap().is_empty());
+    assert!(
+        b.consume(&qs(), 10, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(handbacks(&s), Some(2));
     assert_eq!(b.dead_count("default").await.unwrap(), 0);
     // The third hand-back is the limit: a dead letter, not the queue.
-    assert!(b.consume(&qs(), 10, Duration::ZERO).await.unwrap().is_empty());
+    assert!(
+        b.consume(&qs(), 10, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(s.cli(&["LLEN", "celery"]), "0");
     assert_eq!(s.cli(&["HLEN", "unacked"]), "1", "only m1 is held");
     let dead = b.dead_letters("default", 10).await.unwrap();
@@ -141,7 +155,12 @@ async fn the_names_logged_are_bounded() {
         .map(|i| msg(&format!("f{i}"), &format!("name-{i}\n")))
         .collect();
     b.publish(flood).await.unwrap();
-    assert!(b.consume(&qs(), 2000, Duration::ZERO).await.unwrap().is_empty());
+    assert!(
+        b.consume(&qs(), 2000, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // Every one handed back (positive control: more names than the bound
     // went through), but only the first 1024 names remembered.
     assert_eq!(s.cli(&["LLEN", "celery"]), "1100");
@@ -162,7 +181,12 @@ async fn a_pickle_for_another_consumers_task_is_handed_back_not_quarantined() {
     b.push_raw("default", pickle("p1", "theirs").as_bytes())
         .await
         .unwrap();
-    assert!(b.consume(&qs(), 10, Duration::ZERO).await.unwrap().is_empty());
+    assert!(
+        b.consume(&qs(), 10, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(s.cli(&["LLEN", "celery"]), "1", "handed back");
     assert_eq!(handbacks(&s), Some(1));
     assert_eq!(b.dead_count("default").await.unwrap(), 0);
@@ -172,7 +196,12 @@ async fn a_pickle_for_another_consumers_task_is_handed_back_not_quarantined() {
     b.push_raw("default", pickle("p2", "mine").as_bytes())
         .await
         .unwrap();
-    assert!(b.consume(&qs(), 10, Duration::ZERO).await.unwrap().is_empty());
+    assert!(
+        b.consume(&qs(), 10, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(s.cli(&["LLEN", "celery"]), "0");
     let dead = b.dead_letters("default", 10).await.unwrap();
     assert_eq!(dead.len(), 1);

@@ -42,7 +42,10 @@ fn clean(text: &str, forms: &[&str]) {
 async fn a_password_never_appears_in_an_error_encoded_or_one_character_long() {
     let port = closed_port();
     for (userinfo, forms) in [
-        ("app:p%40ss%40word", &["p%40ss", "p@ss", "ss%40word", "ss@word"][..]),
+        (
+            "app:p%40ss%40word",
+            &["p%40ss", "p@ss", "ss%40word", "ss@word"][..],
+        ),
         (":s3cr%3At", &["s3cr%3At", "s3cr:t", "cr%3A"][..]),
         ("app:Q", &[":Q@", "Q@127"][..]),
         (":%7C", &["%7C", "|@", ":|"][..]),
@@ -53,13 +56,20 @@ async fn a_password_never_appears_in_an_error_encoded_or_one_character_long() {
             .unwrap_err();
         let shown = format!("{e} {e:?}");
         assert!(shown.contains("cannot reach"), "{shown}");
-        assert!(shown.contains(":***@127.0.0.1"), "the URL is shown redacted: {shown}");
+        assert!(
+            shown.contains(":***@127.0.0.1"),
+            "the URL is shown redacted: {shown}"
+        );
         clean(&shown, forms);
     }
     // Bad URLs are refused without quoting the userinfo either.
-    let e = CeleryBroker::connect("redis://app:p%40ss@h:99999/0", opts(), Arc::new(SystemClock))
-        .await
-        .unwrap_err();
+    let e = CeleryBroker::connect(
+        "redis://app:p%40ss@h:99999/0",
+        opts(),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap_err();
     clean(&format!("{e} {e:?}"), &["p%40ss", "p@ss"]);
 }
 
@@ -112,7 +122,9 @@ async fn an_acl_user_and_a_requirepass_authenticate_on_both_layouts() {
     };
     // An ACL user whose password needs percent-encoding in a URL.
     assert_eq!(
-        s.cli(&["ACL", "SETUSER", "app", "on", ">p@ss:w", "~*", "&*", "+@all"]),
+        s.cli(&[
+            "ACL", "SETUSER", "app", "on", ">p@ss:w", "~*", "&*", "+@all"
+        ]),
         "OK"
     );
     let user = format!("redis://app:p%40ss%3Aw@127.0.0.1:{}/0", s.port);

@@ -33,7 +33,12 @@ impl CeleryBroker {
     /// One claim round, run in a task of its own: a non-blocking claim, and
     /// when that found nothing, one BRPOP of up to `wait` and a claim of the
     /// rest. Everything claimed lands in the inbox or the held etas.
-    pub(super) async fn fetch(&self, queues: &[String], max: usize, wait: Duration) -> Result<usize, Refused> {
+    pub(super) async fn fetch(
+        &self,
+        queues: &[String],
+        max: usize,
+        wait: Duration,
+    ) -> Result<usize, Refused> {
         let max = self.claim_room(max);
         if max == 0 {
             // The held etas fill the cap: nothing is claimed until one comes
@@ -216,5 +221,4 @@ impl CeleryBroker {
         }])
         .await
     }
-
 }

@@ -32,7 +32,10 @@ pub(super) fn client(url: &RedisUrl, tls_ca: Option<&[u8]>) -> Result<redis::Cli
         settings = settings.set_password(p);
     }
     let bad = |e: redis::RedisError| {
-        Refused::Invalid(format!("invalid `url` {url}: {}", scrub(url, &e.to_string())))
+        Refused::Invalid(format!(
+            "invalid `url` {url}: {}",
+            scrub(url, &e.to_string())
+        ))
     };
     let info = redis::IntoConnectionInfo::into_connection_info(addr)
         .map_err(bad)?
@@ -92,7 +95,10 @@ mod tests {
         let s = scrub(&u, "redis://app:p%40ss@h and p@ss and p%40ss");
         assert!(!s.contains("p%40ss") && !s.contains("p@ss"), "{s}");
         let u = RedisUrl::parse("redis://app:Q@h:1/0").unwrap();
-        assert_eq!(scrub(&u, "redis://app:Q@h: Query"), "redis://app:***@h: Query");
+        assert_eq!(
+            scrub(&u, "redis://app:Q@h: Query"),
+            "redis://app:***@h: Query"
+        );
         assert!(client(&u, Some(b"pem")).is_err(), "tls_ca needs rediss://");
     }
 }

@@ -150,7 +150,14 @@ pub(crate) fn element_whole(
     assemble(at, reason, step, id, raw.len(), raw)
 }
 
-fn assemble(at: i64, reason: &str, step: u8, id: Option<&str>, size: usize, kept: &[u8]) -> Vec<u8> {
+fn assemble(
+    at: i64,
+    reason: &str,
+    step: u8,
+    id: Option<&str>,
+    size: usize,
+    kept: &[u8],
+) -> Vec<u8> {
     let mut head = serde_json::Map::new();
     head.insert("at".into(), Value::from(at));
     head.insert("reason".into(), Value::from(reason));
@@ -331,8 +338,14 @@ mod tests {
         let el = element(1, "too large", 0, None, &big);
         let d = letter("q", &el);
         assert_eq!(d.raw.len(), DEAD_PREFIX_BYTES);
-        let head: Value = serde_json::from_slice(&el[..el.iter().position(|c| *c == b'\n').unwrap()]).unwrap();
+        let head: Value =
+            serde_json::from_slice(&el[..el.iter().position(|c| *c == b'\n').unwrap()]).unwrap();
         assert_eq!(head["size"], Value::from(big.len()));
-        assert_eq!(letter("q", &element_whole(1, "lost", 0, None, &big)).raw.len(), big.len());
+        assert_eq!(
+            letter("q", &element_whole(1, "lost", 0, None, &big))
+                .raw
+                .len(),
+            big.len()
+        );
     }
 }

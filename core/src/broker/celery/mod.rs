@@ -45,8 +45,8 @@ pub mod pyjson;
 mod restore;
 pub mod result;
 mod scripts;
-mod unknown;
 pub mod typed;
+mod unknown;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -60,8 +60,8 @@ use tokio::sync::Notify;
 
 pub use codec::{CodecError, Decoded, Encoded, Router, Sender};
 pub use eta::MAX_HELD_ETAS;
-pub use unknown::{HANDBACK_HEADER, MAX_HANDBACKS};
 pub use typed::{Typed, TypedError};
+pub use unknown::{HANDBACK_HEADER, MAX_HANDBACKS};
 
 use super::redis::RedisUrl;
 use crate::task::app::Seams;
@@ -650,7 +650,11 @@ impl CeleryBroker {
     }
 
     fn refused(&self, e: &redis::RedisError) -> Refused {
-        Refused::Broker(format!("{}: {}", self.url, client::scrub(&self.url, &e.to_string())))
+        Refused::Broker(format!(
+            "{}: {}",
+            self.url,
+            client::scrub(&self.url, &e.to_string())
+        ))
     }
 
     /// Turns a Redis error into a refusal, dropping the connection when the
@@ -1843,8 +1847,6 @@ impl CeleryBroker {
     fn model_queues(&self, queues: &[String]) -> Vec<String> {
         queues.iter().map(|q| self.sender.model_queue(q)).collect()
     }
-
-
 }
 
 impl Backend for CeleryBroker {

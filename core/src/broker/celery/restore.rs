@@ -202,5 +202,4 @@ impl CeleryBroker {
             Restored::Gone
         })
     }
-
 }

@@ -78,17 +78,15 @@ impl CeleryBroker {
             return false;
         }
         let mut w = self.warned.lock().unwrap_or_else(|e| e.into_inner());
-        if w.len() < WARNED_MAX {
-            if w.insert(task.to_string()) {
+        if w.len() < WARNED_MAX && w.insert(task.to_string()) {
+            self.log(&format!(
+                "task {} is not registered here; handing it back for another consumer",
+                shown(task)
+            ));
+            if w.len() == WARNED_MAX {
                 self.log(&format!(
-                    "task {} is not registered here; handing it back for another consumer",
-                    shown(task)
+                    "{WARNED_MAX} unregistered task names logged; further ones are handed back unlogged"
                 ));
-                if w.len() == WARNED_MAX {
-                    self.log(&format!(
-                        "{WARNED_MAX} unregistered task names logged; further ones are handed back unlogged"
-                    ));
-                }
             }
         }
         true
@@ -113,7 +111,10 @@ mod tests {
         let s = shown(&long);
         assert!(s.len() < 110 && s.ends_with('…'), "{s}");
         assert!(handed_back_reason("a\nb", 100).contains(r#""a\nb" handed back ×100"#));
-        assert_eq!(named_task(br#"{"headers": {"task": "t"}}"#).as_deref(), Some("t"));
+        assert_eq!(
+            named_task(br#"{"headers": {"task": "t"}}"#).as_deref(),
+            Some("t")
+        );
         assert_eq!(named_task(b"\x80\x04"), None);
     }
 }
