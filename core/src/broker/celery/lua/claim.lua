@@ -4,7 +4,9 @@
 -- loses the message; here there is no such gap.
 --
 -- Nothing after a pop can fail: Redis does not roll a script back, so an
--- error after an RPOP would lose what it popped. Every envelope is held
+-- error after an RPOP would lose what it popped. (Nor can maxmemory stop
+-- the holds: once a script has written, Redis lets its later writes through
+-- even when over the limit.) Every envelope is held
 -- under a tag made here from the caller's nonce and a counter, never under
 -- its own `delivery_tag` — some producers send none, and two envelopes
 -- sharing one must not share one `unacked` entry (the second would
