@@ -5,9 +5,12 @@
 //! run by the Python named in `HEADWAY_CELERY_PYTHON` or found in
 //! `interop/.venv` (`bash interop/run.sh` makes it).
 //!
-//! Without such a Python each test prints why it is skipped and passes —
-//! unless `HEADWAY_REQUIRE_CELERY=1` (run.sh sets it once Celery is
-//! installed), when it fails instead.
+//! Without such a Python, when `HEADWAY_REQUIRE_CELERY=1` or
+//! `HEADWAY_REQUIRE_REDIS=1` (CI sets the latter for every test), the first
+//! test makes `interop/.venv` with `celery[redis]>=5.5,<5.6` as run.sh does
+//! (`python3 -m venv`, then pip), and every test fails if that cannot be
+//! done — so CI cannot pass these by skipping. Otherwise each test prints
+//! why it is skipped and passes.
 
 mod support;
 
@@ -64,12 +67,66 @@ struct World {
     celery: Option<Child>,
 }
 
+fn required() -> Option<&'static str> {
+    ["HEADWAY_REQUIRE_CELERY", "HEADWAY_REQUIRE_REDIS"]
+        .into_iter()
+        .find(|v| std::env::var(v).as_deref() == Ok("1"))
+}
+
+/// Makes `interop/.venv` with Celery the way `interop/run.sh` does, once
+/// per test run (the tests of this file share it): the answer is the
+/// Python, or why it could not be made.
+fn provision() -> Result<PathBuf, String> {
+    static MADE: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    MADE.get_or_init(|| {
+        if let Ok(p) = python() {
+            return Ok(p);
+        }
+        if std::env::var("HEADWAY_CELERY_PYTHON").is_ok_and(|p| !p.is_empty()) {
+            return Err("HEADWAY_CELERY_PYTHON names a Python without Celery >= 5.5".into());
+        }
+        let venv = interop_dir().join(".venv");
+        eprintln!("making {} with celery[redis]>=5.5,<5.6", venv.display());
+        let _ = std::fs::remove_dir_all(&venv);
+        let run = |c: &mut Command, what: &str| -> Result<(), String> {
+            let out = c.output().map_err(|e| format!("{what}: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{what} failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ))
+            }
+        };
+        run(
+            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+            "python3 -m venv",
+        )?;
+        run(
+            Command::new(venv.join("bin/pip")).args([
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "celery[redis]>=5.5,<5.6",
+            ]),
+            "pip install celery[redis]>=5.5,<5.6",
+        )?;
+        python()
+    })
+    .clone()
+}
+
 fn world(vt: f64) -> Option<World> {
-    let py = match python() {
+    let found = match required() {
+        Some(_) => provision(),
+        None => python(),
+    };
+    let py = match found {
         Ok(p) => p,
         Err(why) => {
-            if std::env::var("HEADWAY_REQUIRE_CELERY").as_deref() == Ok("1") {
-                panic!("HEADWAY_REQUIRE_CELERY=1 but {why}");
+            if let Some(var) = required() {
+                panic!("{var}=1 but {why}");
             }
             eprintln!("skipped: {why}");
             return None;

@@ -672,7 +672,11 @@ impl Sender {
         m.group_index = as_u32(h.get("group_index"));
         if let Some(hm) = h.as_object() {
             for (k, v) in hm {
-                if !MODELLED.contains(&k.as_str()) && k != "redelivered" && k != LOST_HEADER {
+                if !MODELLED.contains(&k.as_str())
+                    && k != "redelivered"
+                    && k != LOST_HEADER
+                    && k != super::unknown::HANDBACK_HEADER
+                {
                     m.carried_mut().headers.insert(k.clone(), v.clone());
                 }
             }

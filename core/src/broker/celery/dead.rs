@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use super::b64;
 use super::codec::{Decoded, Sender};
-use crate::task::dead::{DeadLetter, Undecodable};
+use crate::task::dead::{DEAD_PREFIX_BYTES, DeadLetter, Undecodable};
 
 /// How long a reason or an id taken from a message may be: as on headway's
 /// own layout, enough to read, short enough that one bad message cannot
@@ -125,10 +125,39 @@ fn body_json(o: &serde_json::Map<String, Value>) -> Result<Value, &'static str> 
     }
 }
 
-/// A dead letter as the Celery layout keeps it: `<header JSON>\n<bytes>`,
-/// the header's keys in the order `at`, `reason`, `step`, `id` (what the
-/// re-queue script reads: the step to go back to, the id to match).
+/// A quarantined message's dead letter as the Celery layout keeps it:
+/// `<header JSON>\n<prefix>`, the header's keys in the order `at`,
+/// `reason`, `step`, `id`, `size` (what the re-queue script reads: the step
+/// to go back to, the id to match, and whether the bytes are whole). Only
+/// the first [`DEAD_PREFIX_BYTES`] are kept, with the size: bytes no
+/// consumer could read are kept to be looked at, and a 50 MB one must not
+/// cost the broker 50 MB more for as long as it is kept.
 pub(crate) fn element(at: i64, reason: &str, step: u8, id: Option<&str>, raw: &[u8]) -> Vec<u8> {
+    let kept = &raw[..raw.len().min(DEAD_PREFIX_BYTES)];
+    assemble(at, reason, step, id, raw.len(), kept)
+}
+
+/// A poison pill's dead letter: as [`element`], with the whole message
+/// (a message that was read and ran, under the size cap), so a re-queue
+/// can put it back as it was.
+pub(crate) fn element_whole(
+    at: i64,
+    reason: &str,
+    step: u8,
+    id: Option<&str>,
+    raw: &[u8],
+) -> Vec<u8> {
+    assemble(at, reason, step, id, raw.len(), raw)
+}
+
+fn assemble(
+    at: i64,
+    reason: &str,
+    step: u8,
+    id: Option<&str>,
+    size: usize,
+    kept: &[u8],
+) -> Vec<u8> {
     let mut head = serde_json::Map::new();
     head.insert("at".into(), Value::from(at));
     head.insert("reason".into(), Value::from(reason));
@@ -136,9 +165,10 @@ pub(crate) fn element(at: i64, reason: &str, step: u8, id: Option<&str>, raw: &[
     if let Some(id) = id {
         head.insert("id".into(), Value::from(id));
     }
+    head.insert("size".into(), Value::from(size));
     let mut out = serde_json::to_vec(&Value::Object(head)).expect("a header always serialises");
     out.push(b'\n');
-    out.extend_from_slice(raw);
+    out.extend_from_slice(kept);
     out
 }
 
@@ -304,5 +334,20 @@ mod tests {
         );
         assert!(el.starts_with(br#"{"at":7,"reason":"#));
         assert_eq!(letter("q", b"junk").raw, b"junk");
+        // A quarantined message keeps a prefix and its size; a poison pill
+        // keeps its bytes whole.
+        let big = vec![b'x'; DEAD_PREFIX_BYTES + 10];
+        let el = element(1, "too large", 0, None, &big);
+        let d = letter("q", &el);
+        assert_eq!(d.raw.len(), DEAD_PREFIX_BYTES);
+        let head: Value =
+            serde_json::from_slice(&el[..el.iter().position(|c| *c == b'\n').unwrap()]).unwrap();
+        assert_eq!(head["size"], Value::from(big.len()));
+        assert_eq!(
+            letter("q", &element_whole(1, "lost", 0, None, &big))
+                .raw
+                .len(),
+            big.len()
+        );
     }
 }

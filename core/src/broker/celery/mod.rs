@@ -35,13 +35,18 @@
 //! revoke was sent still skips the task.
 
 mod b64;
+mod claim;
+mod client;
 pub mod codec;
 pub mod dead;
+mod eta;
 pub mod pidbox;
 pub mod pyjson;
+mod restore;
 pub mod result;
 mod scripts;
 pub mod typed;
+mod unknown;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -54,12 +59,14 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 pub use codec::{CodecError, Decoded, Encoded, Router, Sender};
+pub use eta::MAX_HELD_ETAS;
 pub use typed::{Typed, TypedError};
+pub use unknown::{HANDBACK_HEADER, MAX_HANDBACKS};
 
 use super::redis::RedisUrl;
 use crate::task::app::Seams;
 use crate::task::clock::{BoxFuture, Clock};
-use crate::task::dead::{DEAD_KEPT, DeadLetter, MAX_DELIVERIES, MAX_MESSAGE_BYTES, lost_reason};
+use crate::task::dead::{DEAD_KEPT, DeadLetter, MAX_DELIVERIES, MAX_MESSAGE_BYTES};
 use crate::task::message::{Message, new_id};
 use crate::task::spec::{
     Backend, Broker, ConsumerInfo, Counter, Delivery, Inspector, Joined, QueueInfo, Receipt,
@@ -132,6 +139,17 @@ pub struct CeleryOptions {
     /// come back before it is refused: 10 s, as on headway's own layout —
     /// long enough for a restart, short enough that a caller learns.
     pub patience: Duration,
+    /// PEM roots to verify a `rediss://` server against instead of the
+    /// platform's (a private CA), as on headway's own layout.
+    pub tls_ca: Option<Vec<u8>>,
+    /// How many times a message for a task the app does not run is handed
+    /// back (counted in its `x-headway-handbacks` header) before the next
+    /// hand-back dead-letters it instead: [`unknown::MAX_HANDBACKS`], 100.
+    pub max_handbacks: u32,
+    /// How many etas a consumer holds in memory at most
+    /// ([`eta::MAX_HELD_ETAS`], 10 000): past it, it stops claiming until
+    /// one comes due, as Celery's prefetch stops a worker.
+    pub max_held_etas: usize,
 }
 
 /// What a consumer does with a message for a task its app does not run.
@@ -166,6 +184,9 @@ impl Default for CeleryOptions {
             max_message_bytes: MAX_MESSAGE_BYTES,
             beat_lease: Duration::from_secs(30),
             patience: Duration::from_secs(10),
+            tls_ca: None,
+            max_handbacks: unknown::MAX_HANDBACKS,
+            max_held_etas: eta::MAX_HELD_ETAS,
         }
     }
 }
@@ -199,6 +220,16 @@ impl CeleryOptions {
                 "invalid `max_deliveries`: must be at least 1".into(),
             ));
         }
+        if self.max_held_etas == 0 {
+            return Err(Refused::Invalid(
+                "invalid `max_held_etas`: must be at least 1".into(),
+            ));
+        }
+        if self.max_handbacks == 0 {
+            return Err(Refused::Invalid(
+                "invalid `max_handbacks`: must be at least 1".into(),
+            ));
+        }
         if self.max_message_bytes == 0 {
             return Err(Refused::Invalid(
                 "invalid `max_message_bytes`: must be at least 1".into(),
@@ -230,15 +261,6 @@ struct Taken {
     /// never got there).
     tag: String,
     raw: Vec<u8>,
-}
-
-/// One list a claim polls.
-struct Polled {
-    key: String,
-    /// The Celery queue name (the routing key a hold records).
-    rk: String,
-    queue: String,
-    step: u8,
 }
 
 /// One message on its way to the dead letters.
@@ -408,13 +430,11 @@ impl CeleryBroker {
         opts.check()?;
         // headway's URL rules (percent-decoded credentials, the db number,
         // `rediss://`) and its redaction: a password never reaches a log.
+        // headway's URL rules (percent-decoded credentials, the db number,
+        // `rediss://`, `tls_ca`) and its redaction: only the parsed URL is
+        // ever shown, so no password reaches a log, encoded or not.
         let parsed = RedisUrl::parse(url)?;
-        if parsed.tls {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-        let client = redis::Client::open(url).map_err(|e| {
-            Refused::Invalid(format!("invalid `url`: {}", parsed.scrub(&e.to_string())))
-        })?;
+        let client = client::client(&parsed, opts.tls_ca.as_deref())?;
         let db = parsed.db;
         let cfg = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(5)))
@@ -424,9 +444,8 @@ impl CeleryBroker {
             .await
             .map_err(|e| {
                 Refused::Broker(format!(
-                    "cannot reach {}: {}",
-                    parsed.scrub(url),
-                    parsed.scrub(&e.to_string())
+                    "cannot reach {parsed}: {}",
+                    client::scrub(&parsed, &e.to_string())
                 ))
             })?;
         super::redis::refuse_cluster(&mut cmd.clone(), &parsed).await?;
@@ -486,8 +505,8 @@ impl CeleryBroker {
             sink: tokio::sync::Mutex::new(None),
             keys,
             scripts: Scripts {
-                claim: Script::new(scripts::CLAIM),
-                hold: Script::new(scripts::HOLD),
+                claim: Script::new(claim::CLAIM),
+                hold: Script::new(claim::HOLD),
                 restore: Script::new(scripts::RESTORE),
                 rescore: Script::new(scripts::RESCORE),
                 unlock: Script::new(scripts::UNLOCK),
@@ -495,7 +514,7 @@ impl CeleryBroker {
                 arrive: Script::new(scripts::ARRIVE),
                 fire: Script::new(scripts::FIRE),
                 bury: Script::new(scripts::BURY),
-                dead: Script::new(scripts::DEAD),
+                dead: Script::new(include_str!("lua/dead.lua")),
                 beat: Script::new(scripts::BEAT),
             },
         });
@@ -581,35 +600,6 @@ impl CeleryBroker {
         }
     }
 
-    /// Whether `task` is one this consumer hands back (see
-    /// [`UnknownTasks`]), logging each such name once.
-    fn is_foreign(&self, task: &str) -> bool {
-        if self.opts.unknown_tasks != UnknownTasks::Requeue {
-            return false;
-        }
-        let inner = self
-            .app
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .and_then(Weak::upgrade);
-        let Some(inner) = inner else {
-            return false;
-        };
-        if (crate::task::App { inner }).has_task(task) {
-            return false;
-        }
-        let mut w = self.warned.lock().unwrap_or_else(|e| e.into_inner());
-        if w.insert(task.to_string()) {
-            eprintln!(
-                "headway celery broker {}: task {:?} is not registered here; handing it back for another consumer",
-                self.node,
-                crate::log::shown(task)
-            );
-        }
-        true
-    }
-
     /// The Redis database number (it names the pidbox channel).
     pub fn db(&self) -> i64 {
         self.db
@@ -652,7 +642,7 @@ impl CeleryBroker {
                     self.log(&format!(
                         "cannot reach {}: {}; retrying",
                         self.url,
-                        self.url.scrub(&e.to_string())
+                        client::scrub(&self.url, &e.to_string())
                     ));
                 }
                 Err(self.refused(&e))
@@ -661,7 +651,11 @@ impl CeleryBroker {
     }
 
     fn refused(&self, e: &redis::RedisError) -> Refused {
-        Refused::Broker(format!("{}: {}", self.url, self.url.scrub(&e.to_string())))
+        Refused::Broker(format!(
+            "{}: {}",
+            self.url,
+            client::scrub(&self.url, &e.to_string())
+        ))
     }
 
     /// Turns a Redis error into a refusal, dropping the connection when the
@@ -672,7 +666,7 @@ impl CeleryBroker {
             self.log(&format!(
                 "connection to {} lost ({}); reconnecting",
                 self.url,
-                self.url.scrub(&e.to_string())
+                client::scrub(&self.url, &e.to_string())
             ));
         }
         self.refused(&e)
@@ -851,6 +845,16 @@ impl CeleryBroker {
                 other => other,
             };
             match decoded {
+                // Another consumer's task in a content type headway does not
+                // read (a pickle): a Celery worker may accept it, so it goes
+                // back. (Other faults would fail there too: quarantined.)
+                Err(why)
+                    if !tag.is_empty()
+                        && why.reason.starts_with("content type not allowed")
+                        && unknown::named_task(&raw).is_some_and(|t| self.is_foreign(&t)) =>
+                {
+                    foreign.push(tag)
+                }
                 Err(why) => {
                     let element = dead::element(now, &why.reason, step, why.id.as_deref(), &raw);
                     bad.push((
@@ -922,7 +926,7 @@ impl CeleryBroker {
             .await;
         }
         for t in &foreign {
-            self.restore_tag(t, true, false).await?;
+            self.put_back(t, true, restore::Count::HandBack).await?;
         }
         if n == 0 && !foreign.is_empty() {
             // Only other consumers' work came: do not spin on it.
@@ -1005,218 +1009,6 @@ impl CeleryBroker {
         out
     }
 
-    /// What is ready to hand out: claimed messages in the inbox, then held
-    /// etas that have come due.
-    fn take_ready(&self, queues: &[String], max: usize) -> Vec<Delivery> {
-        // A claimed message carries its headway queue name, where Celery's
-        // default queue is `default`: a worker that named it by its Celery
-        // name (`celery`) must still take what it claimed.
-        let queues = &self.model_queues(queues);
-        let now = self.clock.now();
-        let mut g = self.lock();
-        let mut out = Vec::new();
-        let mut keep = VecDeque::new();
-        while let Some(d) = g.inbox.pop_front() {
-            if out.len() < max && queues.contains(&d.message.queue) {
-                out.push(d);
-            } else {
-                keep.push_back(d);
-            }
-        }
-        g.inbox = keep;
-        let due: Vec<(i64, u64)> = g
-            .held
-            .iter()
-            .filter(|((eta, _), d)| *eta <= now && queues.contains(&d.message.queue))
-            .take(max - out.len())
-            .map(|(k, _)| *k)
-            .collect();
-        out.extend(due.into_iter().filter_map(|k| g.held.remove(&k)));
-        out
-    }
-
-    /// One claim round, run in a task of its own: a non-blocking claim, and
-    /// when that found nothing, one BRPOP of up to `wait` and a claim of the
-    /// rest. Everything claimed lands in the inbox or the held etas.
-    async fn fetch(&self, queues: &[String], max: usize, wait: Duration) -> Result<usize, Refused> {
-        let mut n = self.claim(queues, max).await?;
-        if n == 0 && !wait.is_zero() {
-            n = self.block(queues, wait).await?;
-            if n > 0 && n < max {
-                n += self.claim(queues, max - n).await?;
-            }
-        }
-        Ok(n)
-    }
-
-    /// The lists `queues` are polled in: `for step in steps: for q in
-    /// queues` (kombu's order).
-    fn poll_keys(&self, queues: &[String]) -> Vec<Polled> {
-        let mut out = Vec::new();
-        for &step in &self.opts.priority_steps {
-            for q in queues {
-                out.push(Polled {
-                    key: self.queue_key(q, step),
-                    rk: self.sender.wire_queue(q).to_string(),
-                    queue: q.clone(),
-                    step,
-                });
-            }
-        }
-        out
-    }
-
-    async fn claim(&self, queues: &[String], max: usize) -> Result<usize, Refused> {
-        let polled = self.poll_keys(queues);
-        let mut inv = self.scripts.claim.prepare_invoke();
-        inv.key(&self.keys.unacked).key(&self.keys.index);
-        for p in &polled {
-            inv.key(&p.key);
-        }
-        for p in &polled {
-            inv.key(self.dead_key(&p.queue));
-        }
-        inv.arg(max)
-            .arg(self.now_secs())
-            .arg(self.clock.now())
-            .arg(self.opts.max_message_bytes)
-            .arg(DEAD_KEPT)
-            .arg(polled.len());
-        for p in &polled {
-            inv.arg(&p.rk);
-        }
-        for p in &polled {
-            inv.arg(p.step);
-        }
-        for _ in 0..max.min(64) {
-            inv.arg(new_id());
-        }
-        let mut c = self.conn().await?;
-        let flat: Vec<Vec<u8>> = match inv.invoke_async(&mut c).await {
-            Ok(v) => v,
-            Err(e) => return Err(self.fail(e).await),
-        };
-        let mut it = flat.into_iter();
-        let buried: usize = it
-            .next()
-            .and_then(|b| String::from_utf8(b).ok()?.parse().ok())
-            .unwrap_or(0);
-        if buried > 0 {
-            self.log(&format!(
-                "quarantined {buried} message(s) over the size cap of {} bytes, unread, in their queues' dead letters",
-                self.opts.max_message_bytes
-            ));
-        }
-        let mut claimed = Vec::new();
-        while let (Some(k), Some(t), Some(raw)) = (it.next(), it.next(), it.next()) {
-            let Some(p) = polled.iter().find(|p| p.key.as_bytes() == k.as_slice()) else {
-                continue;
-            };
-            claimed.push(Taken {
-                queue: p.queue.clone(),
-                step: p.step,
-                tag: String::from_utf8_lossy(&t).into_owned(),
-                raw,
-            });
-        }
-        self.admit(claimed).await
-    }
-
-    /// One BRPOP over every step key, then kombu's hold of what it got. An
-    /// envelope over the size cap goes to the dead letters unparsed; one
-    /// whose hold cannot reach Redis within the patience is kept, to go
-    /// back to the front of its list when Redis is back.
-    async fn block(&self, queues: &[String], wait: Duration) -> Result<usize, Refused> {
-        let polled = self.poll_keys(queues);
-        let keys: Vec<&str> = polled.iter().map(|p| p.key.as_str()).collect();
-        let secs = wait.as_secs_f64().max(0.01);
-        let mut g = self.blocking.lock().await;
-        if g.is_none() {
-            let cfg = AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(Duration::from_secs(5)))
-                .set_response_timeout(None);
-            *g = Some(
-                self.client
-                    .get_multiplexed_async_connection_with_config(&cfg)
-                    .await
-                    .map_err(|e| self.refused(&e))?,
-            );
-        }
-        let c = g.as_mut().expect("just connected");
-        let got: Option<(String, Vec<u8>)> = match redis::cmd("BRPOP")
-            .arg(&keys)
-            .arg(secs)
-            .query_async(c)
-            .await
-        {
-            Ok(v) => v,
-            Err(e) => {
-                *g = None;
-                return Err(self.refused(&e));
-            }
-        };
-        drop(g);
-        let Some((key, raw)) = got else {
-            return Ok(0);
-        };
-        let Some(p) = polled.iter().find(|p| p.key == key) else {
-            // Not a key asked for: cannot happen; put it back.
-            self.owe(
-                Owed::PushBack(key, raw),
-                &Refused::Broker("an unexpected BRPOP key".into()),
-            );
-            return Ok(0);
-        };
-        if raw.len() > self.opts.max_message_bytes {
-            let reason = format!(
-                "too large: {} bytes (the cap is {} bytes)",
-                raw.len(),
-                self.opts.max_message_bytes
-            );
-            let element = dead::element(self.clock.now(), &reason, p.step, None, &raw);
-            drop(raw);
-            self.bury(
-                &p.queue,
-                "quarantined",
-                vec![Burial {
-                    tag: String::new(),
-                    entry: Vec::new(),
-                    element,
-                    reason,
-                }],
-            )
-            .await;
-            return Ok(0);
-        }
-        let mut inv = self.scripts.hold.prepare_invoke();
-        inv.key(&self.keys.unacked)
-            .key(&self.keys.index)
-            .arg(self.now_secs())
-            .arg(raw.as_slice())
-            .arg(new_id())
-            .arg(&p.rk);
-        let held = {
-            let inv = &inv;
-            self.patiently(|mut c| async move { inv.invoke_async::<String>(&mut c).await })
-                .await
-        };
-        drop(inv);
-        let tag = match held {
-            Ok(t) => t,
-            Err(e) => {
-                self.owe(Owed::PushBack(key, raw), &e);
-                return Err(e);
-            }
-        };
-        self.admit(vec![Taken {
-            queue: p.queue.clone(),
-            step: p.step,
-            tag,
-            raw,
-        }])
-        .await
-    }
-
     /// Gives back everything this consumer holds (etas waiting, claims not
     /// settled) to the front of their queues, as kombu's `restore_unacked`
     /// does at a warm shutdown. Answers how many went back.
@@ -1234,196 +1026,6 @@ impl CeleryBroker {
             }
         }
         Ok(n)
-    }
-
-    /// kombu's `restore_by_tag`: the `unacked` entry of `tag` back onto its
-    /// queue with `redelivered` set — at the back (`leftmost`, LPUSH) for a
-    /// reject, at the front (RPUSH) for a restore. [`Restored::Gone`] when
-    /// the entry was gone (settled or restored by someone else).
-    ///
-    /// With `lost` (a restore of a holder that is gone) the envelope's
-    /// `headway_lost` header counts one more lost holder, and a message
-    /// whose count reaches `max_deliveries` goes to its queue's dead
-    /// letters instead ("worker lost ×N"), marked redelivered with the
-    /// count taken off — the bytes a re-queue puts back.
-    async fn restore_tag(
-        &self,
-        tag: &str,
-        leftmost: bool,
-        lost: bool,
-    ) -> Result<Restored, Refused> {
-        let entry: Option<Vec<u8>> = {
-            let mut get = redis::cmd("HGET");
-            get.arg(&self.keys.unacked).arg(tag);
-            let get = &get;
-            self.patiently(|mut c| async move { get.query_async(&mut c).await })
-                .await?
-        };
-        let Some(entry) = entry else {
-            return Ok(Restored::Gone);
-        };
-        let parsed: Option<(Value, String, String)> =
-            serde_json::from_slice::<Value>(&entry).ok().and_then(|v| {
-                let a = v.as_array()?;
-                Some((
-                    a.first()?.clone(),
-                    a.get(1)?.as_str()?.to_string(),
-                    a.get(2)?.as_str()?.to_string(),
-                ))
-            });
-        let Some((mut env, _exchange, rk)) = parsed else {
-            let reason = "bad message: an unreadable `unacked` entry".to_string();
-            let element = dead::element(self.clock.now(), &reason, 0, None, &entry);
-            let q = self.opts.default_queue.clone();
-            let q = self.sender.model_queue(&q);
-            self.bury(
-                &q,
-                "quarantined",
-                vec![Burial {
-                    tag: tag.to_string(),
-                    entry: entry.clone(),
-                    element,
-                    reason,
-                }],
-            )
-            .await;
-            return Ok(Restored::Dead);
-        };
-        let mut count = 0u64;
-        if lost
-            && !env.get("headers").is_some_and(Value::is_object)
-            && let Some(o) = env.as_object_mut()
-        {
-            // Somewhere to count in, so even a headerless envelope cannot
-            // loop for ever.
-            o.insert("headers".into(), Value::Object(serde_json::Map::new()));
-        }
-        if let Some(h) = env.get_mut("headers").and_then(Value::as_object_mut) {
-            h.insert("redelivered".into(), Value::Bool(true));
-            if lost {
-                count = h
-                    .get(codec::LOST_HEADER)
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0)
-                    .saturating_add(1);
-                h.insert(codec::LOST_HEADER.into(), Value::from(count));
-            }
-        }
-        if let Some(di) = env
-            .get_mut("properties")
-            .and_then(|p| p.get_mut("delivery_info"))
-            .and_then(Value::as_object_mut)
-        {
-            di.insert("redelivered".into(), Value::Bool(true));
-        }
-        let priority = env
-            .get("properties")
-            .and_then(|p| p.get("priority"))
-            .and_then(Value::as_u64)
-            .map(|p| p.min(9) as u8);
-        let step = self.step_of(priority);
-        if lost && count >= u64::from(self.opts.max_deliveries) {
-            if let Some(h) = env.get_mut("headers").and_then(Value::as_object_mut) {
-                h.shift_remove(codec::LOST_HEADER);
-            }
-            let id = env
-                .get("headers")
-                .and_then(|h| h.get("id"))
-                .and_then(Value::as_str)
-                .map(str::to_string);
-            let reason = lost_reason(count.min(u64::from(u32::MAX)) as u32);
-            let raw = pyjson::dumps(&env);
-            let element = dead::element(
-                self.clock.now(),
-                &reason,
-                step,
-                id.as_deref(),
-                raw.as_bytes(),
-            );
-            let q = self.sender.model_queue(&rk);
-            let n = self
-                .bury(
-                    &q,
-                    "dead-lettered a poison pill:",
-                    vec![Burial {
-                        tag: tag.to_string(),
-                        entry,
-                        element,
-                        reason,
-                    }],
-                )
-                .await;
-            return Ok(if n == 1 {
-                Restored::Dead
-            } else {
-                Restored::Gone
-            });
-        }
-        let key = if step == 0 {
-            format!("{}{rk}", self.opts.global_keyprefix)
-        } else {
-            format!("{}{rk}{}{step}", self.opts.global_keyprefix, self.opts.sep)
-        };
-        let pushed = pyjson::dumps(&env);
-        let mut inv = self.scripts.restore.prepare_invoke();
-        inv.key(&self.keys.unacked)
-            .key(&self.keys.index)
-            .key(&key)
-            .arg(tag)
-            .arg(&entry)
-            .arg(&pushed)
-            .arg(if leftmost { "l" } else { "r" });
-        let inv = &inv;
-        let n = self
-            .patiently(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
-            .await?;
-        Ok(if n == 1 {
-            Restored::Back
-        } else {
-            Restored::Gone
-        })
-    }
-
-    /// Re-scores the index entries of everything this consumer holds, and
-    /// forgets holds whose entries are gone (another consumer restored them
-    /// while this one could not reach Redis; its copy is queued again).
-    /// Runs every `visibility_timeout / 4` on its own; public so a test on a
-    /// virtual clock can drive it.
-    pub async fn heartbeat(&self) -> Result<usize, Refused> {
-        let tags: Vec<(u64, String)> = {
-            let g = self.lock();
-            g.out.iter().map(|(k, h)| (*k, h.tag.clone())).collect()
-        };
-        // Settles kept through an outage are still this consumer's to make.
-        let owed = self.owed_tags();
-        if tags.is_empty() && owed.is_empty() {
-            return Ok(0);
-        }
-        let mut c = self.conn().await?;
-        let mut inv = self.scripts.rescore.prepare_invoke();
-        inv.key(&self.keys.index).arg(self.now_secs());
-        for (_, t) in &tags {
-            inv.arg(t);
-        }
-        for t in &owed {
-            inv.arg(t);
-        }
-        let gone: Vec<String> = match inv.invoke_async(&mut c).await {
-            Ok(v) => v,
-            Err(e) => return Err(self.fail(e).await),
-        };
-        if !gone.is_empty() {
-            let gone: HashSet<&String> = gone.iter().collect();
-            let mut g = self.lock();
-            for (local, t) in &tags {
-                if gone.contains(t) {
-                    g.out.remove(local);
-                    g.held.retain(|(_, l), _| l != local);
-                    g.inbox.retain(|d| d.receipt.tag != *local);
-                }
-            }
-        }
-        Ok((tags.len() + owed.len()).saturating_sub(gone.len()))
     }
 
     async fn load_revoked(&self) -> Result<(), Refused> {
@@ -2249,15 +1851,6 @@ impl CeleryBroker {
     /// unless configured, is `default`).
     fn model_queues(&self, queues: &[String]) -> Vec<String> {
         queues.iter().map(|q| self.sender.model_queue(q)).collect()
-    }
-
-    fn next_held(&self, queues: &[String]) -> Option<i64> {
-        let queues = &self.model_queues(queues);
-        let g = self.lock();
-        g.held
-            .iter()
-            .find(|(_, d)| queues.contains(&d.message.queue))
-            .map(|((eta, _), _)| *eta)
     }
 }
 
