@@ -499,8 +499,14 @@ async fn revoke(inner: &Inner, b: Map<String, Value>) -> Response {
     }
 }
 
+/// The longest text an audit entry keeps of any one value (an id, a queue,
+/// a task name): 128 bytes, so an entry stays a few hundred bytes whatever
+/// the request named.
+const AUDIT_TEXT_MAX: usize = 128;
+
 /// Keeps one change made in the audit log: when, how the caller proved
-/// itself, which change, and what it answered.
+/// itself, which change, and what it answered — summarised by
+/// [`audit_summary`], so one entry stays small whatever the change touched.
 fn audit(inner: &Inner, who: Who, action: &str, r: &Response) {
     let outcome: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
     let entry = json!({
@@ -510,13 +516,34 @@ fn audit(inner: &Inner, who: Who, action: &str, r: &Response) {
             Who::Session => "session",
         },
         "action": action,
-        "outcome": outcome,
+        "outcome": audit_summary(outcome),
     });
     let mut log = inner.audit.lock().unwrap_or_else(|e| e.into_inner());
     if log.len() >= AUDIT_KEPT {
         log.pop_front();
     }
     log.push_back(entry);
+}
+
+/// An answer as the audit log keeps it: a list becomes its count
+/// (`"ids": [...]` is kept as `"ids_count": n`) and text is cut to
+/// [`AUDIT_TEXT_MAX`] bytes. A re-queue naming a thousand ids of 256 bytes
+/// would otherwise keep a quarter of a MiB per entry, and [`AUDIT_KEPT`] of
+/// them hundreds of MiB.
+fn audit_summary(outcome: Value) -> Value {
+    match outcome {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .map(|(k, v)| match v {
+                    Value::Array(a) => (format!("{k}_count"), json!(a.len())),
+                    v => (k, audit_summary(v)),
+                })
+                .collect(),
+        ),
+        Value::String(s) => Value::String(truncate(s, AUDIT_TEXT_MAX)),
+        Value::Array(a) => json!(a.len()),
+        v => v,
+    }
 }
 
 fn queue_name(v: Option<&str>) -> Result<String, Response> {
