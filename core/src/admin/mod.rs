@@ -36,7 +36,7 @@ pub use auth::{COOKIE, CSRF_HEADER};
 pub use http::{CSP, Reply, Request, Response, safe_json};
 pub use page::{APP_JS, STYLE_CSS};
 pub use reports::{DEAD_DEFAULT, DETAIL_MAX, EVENTS_READ, PREVIEW_MAX, RUNS_DEFAULT, preview};
-pub use stream::{EventStream, RETRY_MS, TICK};
+pub use stream::{EventStream, RETRY_MS, SHARED_FOR, STREAMS_MAX, TICK};
 
 use crate::task::App;
 
@@ -101,6 +101,8 @@ pub(crate) struct Inner {
     pub(crate) sent: Mutex<VecDeque<reports::Sent>>,
     /// The changes made, oldest first (see [`AUDIT_KEPT`]).
     pub(crate) audit: Mutex<VecDeque<serde_json::Value>>,
+    /// What the live streams share: one snapshot, and the count of them.
+    pub(crate) hub: stream::Hub,
 }
 
 /// One admin over one app. Cheap to clone (shared).
@@ -143,6 +145,7 @@ impl Admin {
                     .collect(),
                 sent: Mutex::new(VecDeque::new()),
                 audit: Mutex::new(VecDeque::new()),
+                hub: stream::Hub::default(),
             }),
         }
     }
@@ -168,6 +171,11 @@ impl Admin {
     /// (413) whatever is passed, so an adapter may stop reading past it.
     pub fn max_body(&self) -> usize {
         self.inner.max_body
+    }
+
+    /// How many live streams are open now (at most [`STREAMS_MAX`]).
+    pub fn streams(&self) -> usize {
+        self.inner.hub.streams()
     }
 
     /// The app it reports on.

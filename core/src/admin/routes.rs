@@ -16,7 +16,7 @@
 //! | `/api/dead/requeue` | POST | puts a queue's dead letters back on it |
 //! | `/api/dead/purge` | POST | drops a queue's dead letters for good |
 //! | `/api/audit` | GET | the changes made through this admin, newest first |
-//! | `/api/stream` | GET | server-sent events of counts, ≥ 1 per second |
+//! | `/api/stream` | GET | server-sent events of counts, ≥ 1 per second; 503 past [`STREAMS_MAX`] open |
 //!
 //! Order of checks: the token (401), the route (404), the method (405,
 //! with `Allow`), then for a change: read-only (403), CSRF and origin for a
@@ -31,7 +31,7 @@ use super::auth::{self, COOKIE, Who};
 use super::http::{Reply, Request, Response, decode, secure};
 use super::page;
 use super::reports::{self, DEAD_DEFAULT, Filter, RUNS_DEFAULT, Sent};
-use super::stream::EventStream;
+use super::stream::{EventStream, RETRY_MS, STREAMS_MAX};
 use super::{AUDIT_KEPT, Inner, SENT_KEPT};
 use crate::task::spec::{EVENT_TEXT_MAX, truncate};
 use crate::task::{DEAD_KEPT, Options, Refused, State};
@@ -250,6 +250,19 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
         },
         Route::Audit => full(Response::json(200, &reports::audit(inner))),
         Route::Stream => {
+            let Some(slot) = inner.hub.open() else {
+                return full(
+                    Response::error(
+                        503,
+                        "busy",
+                        format!(
+                            "this admin already has {STREAMS_MAX} live streams open, \
+                             the most it keeps: try again later"
+                        ),
+                    )
+                    .and("Retry-After", (RETRY_MS / 1000).to_string()),
+                );
+            };
             Reply::Stream(
                 Response {
                     status: 200,
@@ -263,7 +276,7 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
                     ],
                     body: Vec::new(),
                 },
-                EventStream::new(inner.clone()),
+                EventStream::new(inner.clone(), slot),
             )
         }
         Route::Send | Route::Revoke | Route::DeadRequeue | Route::DeadPurge => {
