@@ -108,7 +108,8 @@ async fn bulk_changes_keep_small_audit_entries() {
             max_body: 1 << 20,
             ..AdminConfig::default()
         },
-    );
+    )
+    .unwrap();
     bury(&app, &b, &a, 10_000).await;
 
     // The most ids one re-queue may name, each as long as an id may be.

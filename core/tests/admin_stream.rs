@@ -25,6 +25,7 @@ fn admin(app: &App) -> Admin {
             ..AdminConfig::default()
         },
     )
+    .unwrap()
 }
 
 fn stream_req() -> Request {

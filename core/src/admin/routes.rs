@@ -3,8 +3,10 @@
 //! | route | method | answers |
 //! |---|---|---|
 //! | `/health` | GET | `{"ok": true}`, without the token |
-//! | `/` | GET | the page (`?token=` logs in: cookie, then 303 to `./`) |
-//! | `/app.js`, `/style.css` | GET | the page's script and style |
+//! | `/` | GET | the page; without a session the login page (401) |
+//! | `/login` | GET, POST | the login page; POST the token (form or JSON): a session cookie and 303 to the page; 429 past the failed-login limit |
+//! | `/logout` | POST | forgets the session (its CSRF value and origin needed) and clears the cookie |
+//! | `/app.js`, `/style.css` | GET | the page's script and style (the style without the token: the login page uses it) |
 //! | `/favicon.ico` | GET | 204: there is none |
 //! | `/api/overview` | GET | queues, consumers, counts, tasks |
 //! | `/api/runs?limit=&state=&task=` | GET | recent runs |
@@ -18,6 +20,9 @@
 //! | `/api/audit` | GET | the changes made through this admin, newest first |
 //! | `/api/stream` | GET | server-sent events of counts, ≥ 1 per second; 503 past [`STREAMS_MAX`] open |
 //!
+//! `GET /?token=` is no login: it answers 303 to the page without a session
+//! (a token in a URL ends up in logs and history).
+//!
 //! Order of checks: the token (401), the route (404), the method (405,
 //! with `Allow`), then for a change: read-only (403), CSRF and origin for a
 //! cookie (403), size (413), media type (415), JSON (400), the task (404).
@@ -27,8 +32,9 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use super::auth::{self, COOKIE, Who};
+use super::auth::{self, Who};
 use super::http::{Reply, Request, Response, decode, secure};
+use super::session;
 use super::page;
 use super::reports::{self, DEAD_DEFAULT, Filter, RUNS_DEFAULT, Sent};
 use super::stream::{EventStream, RETRY_MS, STREAMS_MAX};
@@ -91,6 +97,8 @@ enum Route<'a> {
     DeadPurge,
     Audit,
     Stream,
+    Login,
+    Logout,
 }
 
 impl Route<'_> {
@@ -110,6 +118,8 @@ impl Route<'_> {
             "/api/dead/purge" => Route::DeadPurge,
             "/api/audit" => Route::Audit,
             "/api/stream" => Route::Stream,
+            "/login" => Route::Login,
+            "/logout" => Route::Logout,
             p => match p.strip_prefix("/api/runs/") {
                 Some(id) if !id.is_empty() && !id.contains('/') => Route::Run(id),
                 _ => return None,
@@ -155,25 +165,43 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
         });
     }
     let route = Route::parse(path);
-    // Logging in: the token in the query, once, traded for the cookie.
-    if route == Some(Route::Page)
-        && get
-        && let Some(raw) = raw_param(req, "token")
-    {
-        // A `+` typed into a URL is a plus; one from a form is a space.
-        let plain = decode(raw, false);
-        let form = decode(raw, true);
-        if !(auth::same(&plain, &inner.token) | auth::same(&form, &inner.token)) {
-            return full(auth::unauthorized());
-        }
-        let cookie = format!("{COOKIE}={}; HttpOnly; SameSite=Strict", inner.session);
+    // A token in the URL is no login: it would sit in access logs and
+    // history. Off to the page, without a session.
+    if route == Some(Route::Page) && get && raw_param(req, "token").is_some() {
         return full(
-            Response::with(303, "text/plain; charset=utf-8", b"see ./".to_vec())
-                .and("Set-Cookie", cookie)
-                .and("Location", "./"),
+            Response::with(303, "text/plain; charset=utf-8", b"see the page".to_vec())
+                .and("Location", format!("{}/", session::mount(req))),
         );
     }
+    match route {
+        Some(Route::Login) if req.method == "POST" => return full(session::login(inner, req)),
+        Some(Route::Login) if get => return full(session::login_page(req, 200, "")),
+        Some(Route::Login) => {
+            return full(
+                Response::error(405, "method", "use GET or POST").and("Allow", "GET, HEAD, POST"),
+            );
+        }
+        Some(Route::Logout) if req.method == "POST" => return full(session::logout(inner, req)),
+        Some(Route::Logout) => {
+            return full(Response::error(405, "method", "use POST").and("Allow", "POST"));
+        }
+        // The login page's style: public, like the page it styles.
+        Some(Route::Style) if get => {
+            return full(Response::with(
+                200,
+                "text/css; charset=utf-8",
+                page::STYLE_CSS.as_bytes().to_vec(),
+            ));
+        }
+        _ => {}
+    }
     let Some(who) = auth::who(inner, req) else {
+        if route == Some(Route::Page) && get {
+            return full(
+                session::login_page(req, 401, "")
+                    .and("WWW-Authenticate", "Bearer realm=\"headway admin\""),
+            );
+        }
         return full(auth::unauthorized());
     };
     let Some(route) = route else {
@@ -216,7 +244,10 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
         Route::Page => full(Response::with(
             200,
             "text/html; charset=utf-8",
-            page::index(&inner.csrf, inner.read_only),
+            page::index(
+                &auth::session_csrf(inner, req).unwrap_or_default(),
+                inner.read_only,
+            ),
         )),
         Route::Script => full(Response::with(
             200,
@@ -279,7 +310,12 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
                 EventStream::new(inner.clone(), slot),
             )
         }
-        Route::Send | Route::Revoke | Route::DeadRequeue | Route::DeadPurge => {
+        Route::Send
+        | Route::Revoke
+        | Route::DeadRequeue
+        | Route::DeadPurge
+        | Route::Login
+        | Route::Logout => {
             unreachable!("handled above")
         }
     }
