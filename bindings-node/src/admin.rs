@@ -118,8 +118,17 @@ impl NativeAdmin {
             max_body,
             allowed_origins: allowed_origins.unwrap_or_default(),
         };
+        let inner = Admin::new(app.core().clone(), cfg).map_err(|e| {
+            napi::Error::new(
+                napi::Status::InvalidArg,
+                match e {
+                    Refused::Invalid(why) => why,
+                    e => e.to_string(),
+                },
+            )
+        })?;
         Ok(NativeAdmin {
-            inner: Admin::new(app.core().clone(), cfg),
+            inner,
             streams: Arc::new(Mutex::new(HashMap::new())),
             next_id: Arc::new(AtomicU32::new(0)),
         })
@@ -165,6 +174,9 @@ impl NativeAdmin {
         path: String,
         headers: Vec<String>,
         body: Buffer,
+        mount: Option<String>,
+        tls: Option<bool>,
+        peer: Option<String>,
     ) -> napi::Result<Answer> {
         let mut pairs = Vec::with_capacity(headers.len() / 2);
         let mut it = headers.into_iter();
@@ -176,6 +188,9 @@ impl NativeAdmin {
             path,
             headers: pairs,
             body: body.to_vec(),
+            mount: mount.unwrap_or_default(),
+            tls: tls.unwrap_or(false),
+            peer,
         };
         let admin = self.inner.clone();
         let streams = self.streams.clone();
