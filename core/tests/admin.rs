@@ -221,7 +221,11 @@ async fn every_other_route_needs_the_token() {
         let r = call(&a, w(get("/"))).await;
         assert_eq!(r.status, 401);
         assert_eq!(r.get("Content-Type"), Some("text/html; charset=utf-8"));
-        assert!(String::from_utf8(r.body.clone()).unwrap().contains("name=\"token\""));
+        assert!(
+            String::from_utf8(r.body.clone())
+                .unwrap()
+                .contains("name=\"token\"")
+        );
         assert_secure(&r);
     }
     assert_eq!(call(&a, get("/style.css")).await.status, 200);
@@ -253,8 +257,18 @@ async fn a_posted_token_becomes_a_session_cookie_and_a_redirect() {
             .header("Content-Type", "application/x-www-form-urlencoded")
             .body(b.to_string())
     };
-    assert_eq!(call(&plus, form("token=a%2Bb%2Fc-0123456789abcdef")).await.status, 303);
-    assert_eq!(call(&plus, form("x=1&token=a%2Bb/c-0123456789abcdef")).await.status, 303);
+    assert_eq!(
+        call(&plus, form("token=a%2Bb%2Fc-0123456789abcdef"))
+            .await
+            .status,
+        303
+    );
+    assert_eq!(
+        call(&plus, form("x=1&token=a%2Bb/c-0123456789abcdef"))
+            .await
+            .status,
+        303
+    );
     let json_login = Request::new("POST", "/login")
         .header("Content-Type", "application/json")
         .body(r#"{"token":"a+b/c-0123456789abcdef"}"#);
@@ -262,7 +276,12 @@ async fn a_posted_token_becomes_a_session_cookie_and_a_redirect() {
     assert_eq!(r.status, 200);
     assert!(r.get("Set-Cookie").is_some());
     // A `+` in a form is a space: not the token.
-    assert_eq!(call(&plus, form("token=a+b/c-0123456789abcdef")).await.status, 401);
+    assert_eq!(
+        call(&plus, form("token=a+b/c-0123456789abcdef"))
+            .await
+            .status,
+        401
+    );
     assert_eq!(call(&plus, form("token")).await.status, 401);
     // Another admin (a restart) has other sessions.
     let b = admin(&app());

@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use headway_core::admin::{AUDIT_KEPT, Admin, AdminConfig, Reply, Request, Response};
 use headway_core::broker::MemoryBroker;
-use headway_core::task::{
-    App, Clock, Refused, Seams, SystemClock, Worker, WorkerConfig,
-};
+use headway_core::task::{App, Clock, Refused, Seams, SystemClock, Worker, WorkerConfig};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
@@ -114,7 +112,11 @@ async fn bulk_changes_keep_small_audit_entries() {
 
     // The most ids one re-queue may name, each as long as an id may be.
     let ids: Vec<String> = (0..1000).map(|i| format!("{i:0>256}")).collect();
-    let r = call(&a, post("/api/dead/requeue", &json!({"queue": QUEUE, "ids": ids}))).await;
+    let r = call(
+        &a,
+        post("/api/dead/requeue", &json!({"queue": QUEUE, "ids": ids})),
+    )
+    .await;
     assert_eq!(r.status, 200, "{r:?}");
     // The answer still names them; the audit keeps their count.
     assert_eq!(body_json(&r)["ids"].as_array().unwrap().len(), 1000);
@@ -126,7 +128,11 @@ async fn bulk_changes_keep_small_audit_entries() {
     assert_eq!(body_json(&r)["purged"], 10_000, "{r:?}");
     // A revoke of the longest id allowed.
     let long = "r".repeat(256);
-    let r = call(&a, post("/api/revoke", &json!({"id": long, "terminate": true}))).await;
+    let r = call(
+        &a,
+        post("/api/revoke", &json!({"id": long, "terminate": true})),
+    )
+    .await;
     assert_eq!(r.status, 200, "{r:?}");
 
     let log = body_json(

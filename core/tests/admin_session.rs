@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use headway_core::admin::{
-    Admin, AdminConfig, CSRF_HEADER, LOGIN_FAILS_GLOBAL, LOGIN_FAILS_PER_CLIENT, Reply,
-    Request, Response, SESSION_MAX_AGE_S, TOKEN_MIN,
+    Admin, AdminConfig, CSRF_HEADER, LOGIN_FAILS_GLOBAL, LOGIN_FAILS_PER_CLIENT, Reply, Request,
+    Response, SESSION_MAX_AGE_S, TOKEN_MIN,
 };
 use headway_core::task::{App, Refused, VirtualClock};
 
@@ -135,7 +135,11 @@ async fn the_cookie_has_path_max_age_and_secure_over_tls() {
 #[tokio::test]
 async fn a_query_token_sets_no_session() {
     let (_, a) = clocked();
-    let r = call(&a, Request::new("GET", format!("/?token={T}")).header("Host", HOST)).await;
+    let r = call(
+        &a,
+        Request::new("GET", format!("/?token={T}")).header("Host", HOST),
+    )
+    .await;
     assert_eq!(r.status, 303);
     assert_eq!(r.get("Location"), Some("/"));
     assert!(r.get("Set-Cookie").is_none(), "{r:?}");
@@ -233,7 +237,11 @@ async fn failed_logins_are_limited_per_client_and_for_everyone() {
     let (_, b) = clocked();
     let global = LOGIN_FAILS_GLOBAL as usize;
     for i in 0..global {
-        let r = call(&b, form("wrong-token-guess").peer(format!("10.1.{}.{}", i / 256, i % 256))).await;
+        let r = call(
+            &b,
+            form("wrong-token-guess").peer(format!("10.1.{}.{}", i / 256, i % 256)),
+        )
+        .await;
         assert_eq!(r.status, 401, "failure {i}");
     }
     let r = call(&b, form(T).peer("10.9.9.9")).await;

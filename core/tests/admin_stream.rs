@@ -157,7 +157,11 @@ async fn redis_counts_follow_states_and_expiry() {
     store(&app, (0..5).map(|i| format!("b{i}")), State::Success).await;
     assert_eq!(
         counts(&app).await,
-        [(State::Started, 5), (State::Success, 15), (State::Failure, 5)]
+        [
+            (State::Started, 5),
+            (State::Success, 15),
+            (State::Failure, 5)
+        ]
     );
     // Expired results are no longer counted.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -201,7 +205,7 @@ async fn streams_past_the_cap_are_refused_with_503() {
         assert_eq!(r.get("Retry-After"), Some("2"));
         let v: Value = serde_json::from_slice(&r.body).unwrap();
         assert_eq!(v["error"], "busy");
-        assert_eq!(r.get("Content-Security-Policy").is_some(), true);
+        assert!(r.get("Content-Security-Policy").is_some());
     }
     // A closed stream frees its place; a HEAD holds none.
     drop(open.pop());

@@ -38,10 +38,10 @@ use std::sync::{Arc, Mutex};
 pub use auth::{COOKIE, CSRF_HEADER};
 pub use http::{CSP, Reply, Request, Response, safe_json};
 pub use page::{APP_JS, STYLE_CSS};
+pub use reports::{DEAD_DEFAULT, DETAIL_MAX, EVENTS_READ, PREVIEW_MAX, RUNS_DEFAULT, preview};
 pub use session::{
     LOGIN_FAILS_GLOBAL, LOGIN_FAILS_PER_CLIENT, SESSION_MAX_AGE_S, SESSIONS_MAX, TOKEN_MIN,
 };
-pub use reports::{DEAD_DEFAULT, DETAIL_MAX, EVENTS_READ, PREVIEW_MAX, RUNS_DEFAULT, preview};
 pub use stream::{EventStream, RETRY_MS, SHARED_FOR, STREAMS_MAX, TICK};
 
 use crate::task::{App, Refused};

@@ -34,9 +34,9 @@ use serde_json::{Map, Value, json};
 
 use super::auth::{self, Who};
 use super::http::{Reply, Request, Response, decode, secure};
-use super::session;
 use super::page;
 use super::reports::{self, DEAD_DEFAULT, Filter, RUNS_DEFAULT, Sent};
+use super::session;
 use super::stream::{EventStream, RETRY_MS, STREAMS_MAX};
 use super::{AUDIT_KEPT, Inner, SENT_KEPT};
 use crate::task::spec::{EVENT_TEXT_MAX, truncate};

@@ -128,10 +128,7 @@ impl Limits {
 
     /// How long (ns) until `client` may try again; 0 when it may now.
     fn wait(&self, client: &str, now: i64) -> i64 {
-        let mine = self
-            .per_client
-            .get(client)
-            .map_or(0, |b| b.next(now, 1.0));
+        let mine = self.per_client.get(client).map_or(0, |b| b.next(now, 1.0));
         mine.max(self.global.next(now, 1.0))
     }
 
@@ -200,8 +197,7 @@ fn cookie(req: &Request, id: &str, max_age: i64) -> String {
         "" => "/",
         m => m,
     };
-    let mut c =
-        format!("{COOKIE}={id}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Strict");
+    let mut c = format!("{COOKIE}={id}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Strict");
     if secure(req) {
         c.push_str("; Secure");
     }
@@ -246,8 +242,11 @@ fn token_in(req: &Request) -> Option<String> {
 /// Whether the request wants a page back (a browser's form) rather than
 /// JSON.
 fn wants_json(req: &Request) -> bool {
-    req.get("content-type")
-        .is_some_and(|ct| ct.trim().to_ascii_lowercase().starts_with("application/json"))
+    req.get("content-type").is_some_and(|ct| {
+        ct.trim()
+            .to_ascii_lowercase()
+            .starts_with("application/json")
+    })
 }
 
 fn refuse(req: &Request, status: u16, code: &str, message: &str) -> Response {
@@ -262,7 +261,11 @@ fn refuse(req: &Request, status: u16, code: &str, message: &str) -> Response {
 /// page when it is right.
 pub(crate) fn login(inner: &Inner, req: &Request) -> Response {
     if req.body.len() > inner.max_body {
-        return Response::error(413, "too_large", format!("the body is over {} bytes", inner.max_body));
+        return Response::error(
+            413,
+            "too_large",
+            format!("the body is over {} bytes", inner.max_body),
+        );
     }
     if auth::has_origin(req) && !auth::origin_ok(inner, req) {
         return refuse(
@@ -342,7 +345,10 @@ mod tests {
         assert_eq!(mount(&r("")), "");
         assert_eq!(mount(&r("/a; Domain=evil")), "");
         assert_eq!(mount(&r("admin")), "");
-        assert_eq!(cookie(&r("/x"), "v", 5), "headway_admin=v; Path=/x; Max-Age=5; HttpOnly; SameSite=Strict");
+        assert_eq!(
+            cookie(&r("/x"), "v", 5),
+            "headway_admin=v; Path=/x; Max-Age=5; HttpOnly; SameSite=Strict"
+        );
         assert!(cookie(&r("").tls(true), "v", 5).ends_with("; Secure"));
     }
 
