@@ -166,8 +166,12 @@ for (const kind of kinds) {
         assert.equal(h.status, 200);
         assert.deepEqual(h.json, { ok: true });
         assert.equal(h.headers['content-security-policy'], CSP);
+        // The page without a session is the login form (401, HTML).
+        const login = await request(s.base, 'GET', '/');
+        assert.equal(login.status, 401);
+        assert.match(login.body, /name="token"/);
+        assert.equal(login.headers['content-security-policy'], CSP);
         for (const [method, path] of [
-          ['GET', '/'],
           ['GET', '/app.js'],
           ['GET', '/api/overview'],
           ['GET', '/api/runs'],

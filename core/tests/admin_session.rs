@@ -274,4 +274,16 @@ async fn a_login_from_another_origin_is_refused() {
     .await;
     assert_eq!(r.status, 403);
     assert!(r.get("Set-Cookie").is_none());
+    // A browser's form under `Referrer-Policy: no-referrer` says
+    // `Origin: null`: that names no other origin.
+    let r = call(
+        &a,
+        Request::new("POST", "/login")
+            .header("Host", HOST)
+            .header("Origin", "null")
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(format!("token={T}")),
+    )
+    .await;
+    assert_eq!(r.status, 303);
 }

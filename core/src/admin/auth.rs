@@ -150,9 +150,14 @@ pub(crate) fn csrf_and_origin(inner: &Inner, req: &Request) -> Result<(), Respon
     Ok(())
 }
 
-/// Whether the request says where it came from (`Origin` or `Referer`).
-pub(crate) fn has_origin(req: &Request) -> bool {
-    req.get("origin").is_some() || req.get("referer").is_some()
+/// Whether the request names an origin (`Origin`, or without one
+/// `Referer`) that is neither this host nor one of `allowed_origins`. A
+/// missing origin, or `Origin: null` — what a browser sends for a form
+/// posted from a page served with `Referrer-Policy: no-referrer`, as every
+/// page here is — names none.
+pub(crate) fn names_other_origin(inner: &Inner, req: &Request) -> bool {
+    let from = req.get("origin").or_else(|| req.get("referer"));
+    from.is_some_and(|f| origin_of(f.trim()).is_some()) && !origin_ok(inner, req)
 }
 
 /// `scheme://authority` of a URL (lower-cased), or `None` when it has none.
