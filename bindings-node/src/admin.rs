@@ -166,8 +166,11 @@ impl NativeAdmin {
 
     /// Answers one request: `headers` flat as Node's `req.rawHeaders`
     /// (`[name, value, name, value, ...]`). The answer's JSON text is
-    /// `{status, headers, body, stream}`.
+    /// `{status, headers, body, stream}`. `mount` is Express's `baseUrl`,
+    /// `tls` whether the socket is encrypted, `peer` its remote address:
+    /// one positional argument each, as JS passes them.
     #[napi(catch_unwind)]
+    #[allow(clippy::too_many_arguments)]
     pub fn handle(
         &self,
         method: String,
