@@ -6,11 +6,12 @@ import type { App } from './index';
 /** How an admin is set up. */
 export interface AdminOptions {
   /**
-   * What every route but `/health` needs: open the page as `/?token=<token>`
-   * (traded for a session cookie) or send `Authorization: Bearer <token>`.
-   * Omitted, null or empty: one is generated (256 random bits, base64url)
-   * and, unless `announce` is false, printed to stderr, since nobody could
-   * get in without it.
+   * What every route but `/health` needs: typed into the page's login form
+   * (posted, never in a URL, and traded for a session cookie) or sent as
+   * `Authorization: Bearer <token>`. Omitted, null or empty: one is
+   * generated (256 random bits, base64url) and, unless `announce` is false,
+   * printed to stderr, since nobody could get in without it. Under 16
+   * characters: a RangeError.
    */
   token?: string | null;
   /** Refuse every change (send, revoke, re-queueing or purging dead letters) with 403: a page to look at (Bull Board's read-only mode). Default false. */

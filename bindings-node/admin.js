@@ -118,8 +118,9 @@ async function pump(admin, id, req, res) {
 
 /**
  * A `(req, res)` handler serving `app`'s admin. `token`: what every route but
- * `/health` needs (null or empty: one is generated and, with `announce`,
- * printed to stderr). `readOnly`: refuse every change — send, revoke,
+ * `/health` needs, typed into the page's login form or sent as
+ * `Authorization: Bearer` (null or empty: one is generated and, with
+ * `announce`, printed to stderr; under 16 characters: a RangeError). `readOnly`: refuse every change — send, revoke,
  * re-queueing or purging dead letters (403).
  * `maxBody`: the largest request body (64 KiB, the core's default).
  * `allowedOrigins`: origins besides the page's own host whose pages may make
@@ -153,16 +154,39 @@ function handler(app, options) {
   if (!Array.isArray(origins) || origins.some((x) => typeof x !== 'string')) {
     throw typeError('invalid `allowedOrigins`: expected an array of strings');
   }
-  const admin = new native.NativeAdmin(a, o.token ?? null, o.readOnly === true, o.maxBody ?? null, origins);
+  let admin;
+  try {
+    admin = new native.NativeAdmin(a, o.token ?? null, o.readOnly === true, o.maxBody ?? null, origins);
+  } catch (e) {
+    // The core refuses a token too short to be a secret, naming `token`.
+    if (e && e.code === 'InvalidArg') throw rangeError(e.message);
+    throw e;
+  }
   if (admin.tokenGenerated && o.announce !== false) {
-    process.stderr.write(`headway admin: generated token ${admin.token} (open the page as /?token=${admin.token})\n`);
+    process.stderr.write(`headway admin: generated token ${admin.token} (type it into the page's login form)\n`);
   }
   const max = admin.maxBody;
 
   async function serve(req, res) {
     const body = await readBody(req, max);
     if (body === null) return; // the client left
-    const raw = await answer(admin.handle(req.method, req.url || '/', req.rawHeaders, body), json, same);
+    // Where it is mounted (Express's baseUrl), whether over TLS, and the
+    // client's address as the socket saw it: the cookie's Path and Secure,
+    // and what failed logins are limited per.
+    const socket = req.socket || {};
+    const raw = await answer(
+      admin.handle(
+        req.method,
+        req.url || '/',
+        req.rawHeaders,
+        body,
+        typeof req.baseUrl === 'string' ? req.baseUrl : '',
+        socket.encrypted === true,
+        typeof socket.remoteAddress === 'string' ? socket.remoteAddress : null,
+      ),
+      json,
+      same,
+    );
     if (res.destroyed) {
       if (raw.stream !== null) admin.close(raw.stream);
       return;

@@ -255,13 +255,33 @@ async function drive(server, screenshot) {
       if (m.type() === 'error') problems.push(`console error: ${m.text()}`);
     });
 
-    // Without the token: refused. With it: a cookie, then the page.
+    // A token in the URL is no login: the page asks for it instead.
     assert.equal((await fetch(server.base + '/')).status, 401);
-    const opened = await page.goto(`${server.base}/?token=${TOKEN}`);
-    assert.equal(opened.status(), 200);
+    const byUrl = await page.goto(`${server.base}/?token=${TOKEN}`);
+    assert.equal(byUrl.status(), 401);
     assert.equal(new URL(page.url()).search, '', 'the token left the address bar');
+    assert.equal(await page.title(), 'headway admin: log in');
+    assert.deepEqual(await page.context().cookies(), [], 'a URL token set a cookie');
+    // A wrong token: the form again, saying so.
+    await page.fill('#login-token', 'not-the-token-at-all');
+    await Promise.all([page.waitForNavigation(), page.click('#login-submit')]);
+    assert.match(await page.locator('#login-message').textContent(), /not this admin's token/);
+    // The right one, typed and posted: a session cookie, then the page.
+    await page.fill('#login-token', TOKEN);
+    const [opened] = await Promise.all([page.waitForNavigation(), page.click('#login-submit')]);
+    assert.equal(opened.status(), 200);
+    assert.equal(new URL(page.url()).pathname, '/');
     assert.equal(await page.title(), 'headway admin');
     assert.equal(opened.headers()['content-security-policy'], "default-src 'self'; frame-ancestors 'none'");
+    const jar = await page.context().cookies();
+    assert.equal(jar.length, 1);
+    assert.equal(jar[0].httpOnly, true);
+    assert.equal(jar[0].path, '/');
+    assert.equal(jar[0].sameSite, 'Strict');
+    assert.ok(jar[0].expires > Date.now() / 1000, 'the cookie has a Max-Age');
+    assert.ok(!jar[0].value.includes(TOKEN));
+    // The 401s of the login itself were expected; count from here on.
+    problems.length = 0;
     await page.locator('#live[data-live="live"]').waitFor({ timeout: WAIT });
     await until('the task list', async () => (await page.locator('#send-task option').count()) === 4);
 
@@ -349,6 +369,13 @@ async function drive(server, screenshot) {
       mkdirSync(dirname(SCREENSHOT), { recursive: true });
       await page.screenshot({ path: SCREENSHOT, fullPage: true });
     }
+
+    // Logging out revokes the session: a kept copy of its cookie is refused.
+    const kept = (await page.context().cookies())[0];
+    await Promise.all([page.waitForNavigation(), page.click('#logout')]);
+    assert.equal(await page.title(), 'headway admin: log in');
+    const reused = await fetch(server.base + '/api/runs', { headers: { Cookie: `${kept.name}=${kept.value}` } });
+    assert.equal(reused.status, 401);
     await page.close();
   } finally {
     await browser.close();

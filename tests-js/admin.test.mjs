@@ -166,8 +166,12 @@ for (const kind of kinds) {
         assert.equal(h.status, 200);
         assert.deepEqual(h.json, { ok: true });
         assert.equal(h.headers['content-security-policy'], CSP);
+        // The page without a session is the login form (401, HTML).
+        const login = await request(s.base, 'GET', '/');
+        assert.equal(login.status, 401);
+        assert.match(login.body, /name="token"/);
+        assert.equal(login.headers['content-security-policy'], CSP);
         for (const [method, path] of [
-          ['GET', '/'],
           ['GET', '/app.js'],
           ['GET', '/api/overview'],
           ['GET', '/api/runs'],
@@ -238,13 +242,18 @@ for (const kind of kinds) {
       }
     });
 
-    test('?token= becomes a cookie that reads; with CSRF and Origin it changes', async () => {
+    test('a posted token becomes a cookie that reads; with CSRF and Origin it changes', async () => {
       const s = await setup(kind);
       try {
-        assert.equal((await request(s.base, 'GET', '/?token=wrong')).status, 401);
-        const login = await request(s.base, 'GET', `/?token=${T}`);
+        // A token in the URL is no login: a redirect, no cookie.
+        const byUrl = await request(s.base, 'GET', `/?token=${T}`);
+        assert.equal(byUrl.status, 303);
+        assert.equal(byUrl.headers['set-cookie'], undefined);
+        const form = { 'Content-Type': 'application/x-www-form-urlencoded', Origin: `http://${s.host}` };
+        assert.equal((await request(s.base, 'POST', '/login', { headers: form, body: 'token=wrong' })).status, 401);
+        const login = await request(s.base, 'POST', '/login', { headers: form, body: `token=${T}` });
         assert.equal(login.status, 303);
-        assert.equal(login.headers.location, './');
+        assert.equal(login.headers.location, '/');
         const set = login.headers['set-cookie'][0];
         assert.match(set, /HttpOnly/);
         assert.match(set, /SameSite=Strict/);
@@ -475,8 +484,10 @@ test('mounted below a prefix, as Express passes req.url', async () => {
   app.task('add', ([x, y]) => x + y);
   const h = admin.handler(app, { token: T });
   const s = await serve((req, res) => {
+    // What Express's app.use('/admin', h) does.
     assert.ok(req.url.startsWith('/admin'));
     req.url = req.url.slice('/admin'.length) || '/';
+    req.baseUrl = '/admin';
     h(req, res);
   });
   try {
@@ -484,8 +495,14 @@ test('mounted below a prefix, as Express passes req.url', async () => {
     assert.equal(r.status, 200);
     const id = await request(s.base, 'GET', '/admin/api/runs/a%2Fb', { headers: bearer() });
     assert.equal(id.json.id, 'a/b');
-    const login = await request(s.base, 'GET', `/admin/?token=${T}`);
-    assert.equal(login.headers.location, './');
+    const login = await request(s.base, 'POST', '/admin/login', {
+      headers: { 'Content-Type': 'application/x-www-form-urlencoded' },
+      body: `token=${T}`,
+    });
+    assert.equal(login.status, 303);
+    assert.equal(login.headers.location, '/admin/');
+    assert.match(login.headers['set-cookie'][0], /; Path=\/admin;/);
+    assert.doesNotMatch(login.headers['set-cookie'][0], /Secure/);
   } finally {
     await s.close();
   }
@@ -507,10 +524,11 @@ test('a generated token is printed and works', async () => {
   }
   assert.equal(h.tokenGenerated, true);
   assert.match(h.token, /^[A-Za-z0-9_-]{43}$/);
-  assert.ok(printed.includes(`/?token=${h.token}`), printed);
+  assert.ok(printed.includes(`generated token ${h.token}`), printed);
+  assert.ok(!printed.includes('?token='), printed);
   const quiet = admin.handler(app, { announce: false });
   assert.notEqual(quiet.token, h.token);
-  assert.equal(admin.handler(app, { token: 'given' }).tokenGenerated, false);
+  assert.equal(admin.handler(app, { token: 'given-token-0123456789' }).tokenGenerated, false);
   const s = await serve(h);
   try {
     const r = await request(s.base, 'GET', '/api/runs', { headers: { Authorization: `Bearer ${h.token}` } });
@@ -529,6 +547,9 @@ test('bad arguments are refused with typed errors naming them', () => {
   assert.throws(() => admin.handler(app, { token: T, maxBody: 1.5 }), { name: 'RangeError', message: /`maxBody`/ });
   assert.throws(() => admin.handler(app, { token: T, allowedOrigins: 'x' }), { name: 'TypeError', message: /`allowedOrigins`/ });
   assert.throws(() => admin.handler(app, { tokn: T }), { name: 'TypeError', message: /`tokn`/ });
+  // The core refuses a token too short to be a secret.
+  assert.throws(() => admin.handler(app, { token: 'short-token' }), { name: 'RangeError', message: /`token`.*16/ });
+  assert.equal(admin.handler(app, { token: 'x'.repeat(16) }).tokenGenerated, false);
 });
 
 test('a process that served a stream exits once its server closes', () => {

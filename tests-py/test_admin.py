@@ -173,8 +173,11 @@ def test_health_is_open_and_everything_else_needs_the_token(apps: Apps) -> None:
         r = await call(admin, "GET", "/health")
         assert (r.status, r.json()) == (200, {"ok": True})
         assert r.header("content-security-policy") == CSP
+        # The page without a session is the login form (401, HTML).
+        r = await call(admin, "GET", "/")
+        assert r.status == 401 and b'name="token"' in r.body, r
+        assert r.header("content-security-policy") == CSP
         for method, path in [
-            ("GET", "/"),
             ("GET", "/app.js"),
             ("GET", "/api/overview"),
             ("GET", "/api/runs"),
@@ -201,16 +204,20 @@ def test_health_is_open_and_everything_else_needs_the_token(apps: Apps) -> None:
     asyncio.run(main())
 
 
-def test_query_token_becomes_a_cookie_that_reads_and_with_csrf_and_origin_changes(
+def test_posted_token_becomes_a_cookie_that_reads_and_with_csrf_and_origin_changes(
     apps: Apps,
 ) -> None:
     _, admin = make(apps)
 
     async def main() -> None:
-        assert (await call(admin, "GET", "/?token=wrong")).status == 401
+        # A token in the URL is no login: a redirect, no cookie.
         r = await call(admin, "GET", f"/?token={T}")
+        assert (r.status, r.header("set-cookie")) == (303, None), r
+        form = [("content-type", "application/x-www-form-urlencoded"), ("origin", ORIGIN)]
+        assert (await call(admin, "POST", "/login", form, b"token=wrong")).status == 401
+        r = await call(admin, "POST", "/login", form, f"token={T}".encode())
         assert r.status == 303, r
-        assert r.header("location") == "./"
+        assert r.header("location") == "/"
         set_cookie = r.header("set-cookie")
         assert set_cookie is not None and "HttpOnly" in set_cookie
         assert "SameSite=Strict" in set_cookie and T not in set_cookie
@@ -543,11 +550,12 @@ def test_a_generated_token_is_printed_and_works(capsys: pytest.CaptureFixture[st
     admin = asgi(app)
     assert admin.token_generated and len(admin.token) == 43
     err = capsys.readouterr().err
-    assert f"/?token={admin.token}" in err
+    assert f"generated token {admin.token}" in err
+    assert "?token=" not in err
     quiet = asgi(app, announce=False)
     assert quiet.token != admin.token
     assert capsys.readouterr().err == ""
-    assert not asgi(app, token="given").token_generated
+    assert not asgi(app, token="given-token-0123456789").token_generated
 
     async def main() -> None:
         r = await call(admin, "GET", "/api/overview", [("authorization", f"Bearer {admin.token}")])
@@ -646,7 +654,7 @@ def test_cli_serves_with_uvicorn_and_stops_with_a_stream_open(tmp_path: Any) -> 
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
-        assert first.strip() == f"headway admin: http://127.0.0.1:{port}/?token=<your token>"
+        assert first.strip() == f"headway admin: http://127.0.0.1:{port}/ (log in with the token)"
         deadline = time.monotonic() + WAIT
         while True:
             try:
@@ -712,11 +720,10 @@ def test_cli_prints_a_generated_token(tmp_path: Any) -> None:
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline().strip()
-        m = re.fullmatch(
-            rf"headway admin \(read-only\): http://127\.0\.0\.1:{port}/\?token=([A-Za-z0-9_-]{{43}})",
-            first,
-        )
-        assert m, first
+        assert first == f"headway admin (read-only): http://127.0.0.1:{port}/ (log in with the token)"
+        second = proc.stdout.readline().strip()
+        m = re.fullmatch(r"headway admin: generated token ([A-Za-z0-9_-]{43})", second)
+        assert m, second
         token = m.group(1)
         deadline = time.monotonic() + WAIT
         while True:

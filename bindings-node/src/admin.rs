@@ -118,8 +118,17 @@ impl NativeAdmin {
             max_body,
             allowed_origins: allowed_origins.unwrap_or_default(),
         };
+        let inner = Admin::new(app.core().clone(), cfg).map_err(|e| {
+            napi::Error::new(
+                napi::Status::InvalidArg,
+                match e {
+                    Refused::Invalid(why) => why,
+                    e => e.to_string(),
+                },
+            )
+        })?;
         Ok(NativeAdmin {
-            inner: Admin::new(app.core().clone(), cfg),
+            inner,
             streams: Arc::new(Mutex::new(HashMap::new())),
             next_id: Arc::new(AtomicU32::new(0)),
         })
@@ -157,14 +166,20 @@ impl NativeAdmin {
 
     /// Answers one request: `headers` flat as Node's `req.rawHeaders`
     /// (`[name, value, name, value, ...]`). The answer's JSON text is
-    /// `{status, headers, body, stream}`.
+    /// `{status, headers, body, stream}`. `mount` is Express's `baseUrl`,
+    /// `tls` whether the socket is encrypted, `peer` its remote address:
+    /// one positional argument each, as JS passes them.
     #[napi(catch_unwind)]
+    #[allow(clippy::too_many_arguments)]
     pub fn handle(
         &self,
         method: String,
         path: String,
         headers: Vec<String>,
         body: Buffer,
+        mount: Option<String>,
+        tls: Option<bool>,
+        peer: Option<String>,
     ) -> napi::Result<Answer> {
         let mut pairs = Vec::with_capacity(headers.len() / 2);
         let mut it = headers.into_iter();
@@ -176,6 +191,9 @@ impl NativeAdmin {
             path,
             headers: pairs,
             body: body.to_vec(),
+            mount: mount.unwrap_or_default(),
+            tls: tls.unwrap_or(false),
+            peer,
         };
         let admin = self.inner.clone();
         let streams = self.streams.clone();

@@ -1036,7 +1036,14 @@ class _Admin:
     @property
     def max_body(self) -> int: ...
     def handle(
-        self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
+        self,
+        method: str,
+        path: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        mount: str = "",
+        tls: bool = False,
+        peer: str | None = None,
     ) -> Awaitable[tuple[int, list[tuple[str, str]], bytes, _AdminStream | None]]: ...
 
 @final

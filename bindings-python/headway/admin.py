@@ -36,8 +36,9 @@ class AdminApp:
     """An ASGI 3 application serving one app's admin.
 
     Made by :func:`asgi`. ``token`` is what every route but ``/health``
-    needs: open the page as ``/?token=<token>`` (which trades it for a
-    session cookie), or send ``Authorization: Bearer <token>``.
+    needs: type it into the page's login form (which posts it for a
+    session cookie; a ``?token=`` in the URL is no login), or send
+    ``Authorization: Bearer <token>``.
     """
 
     def __init__(self, native: _native._Admin) -> None:
@@ -100,8 +101,15 @@ class AdminApp:
             body, disconnected = await _read_body(receive, max_body)
             if disconnected:
                 return
+        client = scope.get("client")
         status, headers, payload, stream = await self._native.handle(
-            scope.get("method", "GET"), _target(scope), headers_in, body
+            scope.get("method", "GET"),
+            _target(scope),
+            headers_in,
+            body,
+            scope.get("root_path", "") or "",
+            scope.get("scheme") == "https",
+            str(client[0]) if client else None,
         )
         await send(
             {
@@ -258,7 +266,8 @@ def asgi(
 
     ``token``: what every route but ``/health`` needs. ``None`` (or empty):
     one is generated — 256 random bits, base64url — and, with ``announce``,
-    printed to stderr at once, since nobody could get in without it.
+    printed to stderr at once, since nobody could get in without it. A
+    token under 16 characters raises ``ValueError``.
     ``read_only``: refuse every change — send, revoke, dead letters (403).
     ``max_body``: the largest request body, 64 KiB when ``None`` (the core's default).
     ``allowed_origins``: origins besides the page's own host whose pages may
@@ -274,8 +283,7 @@ def asgi(
     admin = AdminApp(native)
     if admin.token_generated and announce:
         print(
-            f"headway admin: generated token {admin.token} "
-            f"(open the page as /?token={admin.token})",
+            f"headway admin: generated token {admin.token} (type it into the page's login form)",
             file=sys.stderr,
             flush=True,
         )
@@ -314,10 +322,10 @@ def serve(
     admin = asgi(app, token=token, read_only=read_only, announce=False)
     shown = f"[{host}]" if ":" in host else host
     where = f"http://{shown}:{port}/"
-    secret = admin.token if admin.token_generated else "<your token>"
     mode = " (read-only)" if admin.read_only else ""
-    print(f"headway admin{mode}: {where}?token={secret}", flush=True)
+    print(f"headway admin{mode}: {where} (log in with the token)", flush=True)
     if admin.token_generated:
+        print(f"headway admin: generated token {admin.token}", flush=True)
         print("headway admin: the token was generated; pass --token to choose one", flush=True)
     config = uvicorn.Config(
         admin,

@@ -54,9 +54,9 @@ impl PyAdmin {
                 max_body,
                 allowed_origins: allowed_origins.unwrap_or_default(),
             };
-            Ok(PyAdmin {
-                inner: Admin::new(app.get().core().clone(), cfg),
-            })
+            let inner = Admin::new(app.get().core().clone(), cfg)
+                .map_err(|e| crate::rt::refused(app.py(), e))?;
+            Ok(PyAdmin { inner })
         })
     }
 
@@ -86,7 +86,11 @@ impl PyAdmin {
 
     /// An awaitable answering `(status, headers, body, stream)`: `headers` a
     /// list of `(name, value)` strings, `body` bytes, `stream` an
-    /// `_AdminStream` to pump after the head, or `None`.
+    /// `_AdminStream` to pump after the head, or `None`. `mount` is where
+    /// the admin is served (ASGI's `root_path`), `tls` whether the request
+    /// came over https, `peer` the client's address (ASGI's `client`).
+    #[pyo3(signature = (method, path, headers, body, mount=String::new(), tls=false, peer=None))]
+    #[allow(clippy::too_many_arguments)]
     fn handle<'py>(
         &self,
         py: Python<'py>,
@@ -94,6 +98,9 @@ impl PyAdmin {
         path: String,
         headers: Vec<(String, String)>,
         body: &[u8],
+        mount: String,
+        tls: bool,
+        peer: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let rt = rt()?;
         let admin = self.inner.clone();
@@ -102,6 +109,9 @@ impl PyAdmin {
             path,
             headers,
             body: body.to_vec(),
+            mount,
+            tls,
+            peer,
         };
         // Spawned, so a panic comes back as a JoinError (PanicError) rather
         // than unwinding through the loop's callback.

@@ -46,6 +46,7 @@ fn admin_with(app: &App, cfg: AdminConfig) -> Admin {
             ..cfg
         },
     )
+    .unwrap()
 }
 
 fn admin(app: &App) -> Admin {
@@ -87,9 +88,18 @@ fn assert_secure(r: &Response) {
     assert_eq!(r.get("Cache-Control"), Some("no-store"));
 }
 
-/// Logs in with `?token=` and answers the cookie header and the CSRF value.
+/// Logs in by posting the token, and answers the cookie header and the
+/// CSRF value.
 async fn login(a: &Admin) -> (String, String) {
-    let r = call(a, get(&format!("/?token={T}"))).await;
+    let r = call(
+        a,
+        Request::new("POST", "/login")
+            .header("Host", HOST)
+            .header("Origin", ORIGIN)
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(format!("token={T}")),
+    )
+    .await;
     assert_eq!(r.status, 303);
     let set = r.get("Set-Cookie").unwrap();
     let pair = set.split(';').next().unwrap().to_string();
@@ -169,9 +179,7 @@ async fn health_needs_no_token() {
 async fn every_other_route_needs_the_token() {
     let a = admin(&app());
     let routes = [
-        ("GET", "/"),
         ("GET", "/app.js"),
-        ("GET", "/style.css"),
         ("GET", "/favicon.ico"),
         ("GET", "/api/overview"),
         ("GET", "/api/runs"),
@@ -202,45 +210,80 @@ async fn every_other_route_needs_the_token() {
             assert_secure(&r);
         }
     }
-    // The query token logs in on the page only; elsewhere it is no credential.
+    // A query token is no credential anywhere.
     let r = call(&a, get(&format!("/api/overview?token={T}"))).await;
     assert_eq!(r.status, 401);
     let r = call(&a, get("/?token=wrong")).await;
-    assert_eq!(r.status, 401);
+    assert_eq!(r.status, 303);
     assert!(r.get("Set-Cookie").is_none());
+    // The page without a session is the login form; its style is public.
+    for w in wrong {
+        let r = call(&a, w(get("/"))).await;
+        assert_eq!(r.status, 401);
+        assert_eq!(r.get("Content-Type"), Some("text/html; charset=utf-8"));
+        assert!(
+            String::from_utf8(r.body.clone())
+                .unwrap()
+                .contains("name=\"token\"")
+        );
+        assert_secure(&r);
+    }
+    assert_eq!(call(&a, get("/style.css")).await.status, 200);
 }
 
 #[tokio::test]
-async fn query_token_becomes_a_cookie_and_a_redirect() {
+async fn a_posted_token_becomes_a_session_cookie_and_a_redirect() {
     let a = admin(&app());
-    let r = call(&a, get(&format!("/?token={T}"))).await;
-    assert_eq!(r.status, 303);
-    assert_eq!(r.get("Location"), Some("./"));
-    assert_secure(&r);
-    let set = r.get("Set-Cookie").unwrap();
-    assert!(set.starts_with(&format!("{COOKIE}=")));
-    assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"));
-    // The cookie holds a session value, not the token itself.
-    assert!(!set.contains(T));
-    let cookie = set.split(';').next().unwrap().to_string();
+    let (cookie, csrf) = login(&a).await;
+    assert_eq!(csrf.len(), 43);
+    // The cookie holds a session id, not the token itself.
+    assert!(cookie.starts_with(&format!("{COOKIE}=")) && !cookie.contains(T));
     for p in ["/", "/app.js", "/style.css", "/api/overview", "/api/runs"] {
         let r = call(&a, get(p).header("Cookie", format!("a=b; {cookie}"))).await;
         assert_eq!(r.status, 200, "{p}");
     }
-    // A token with a `+` works typed as is or percent-encoded.
+    // A token with a `+` and a `/` works percent-encoded in a form, or in
+    // JSON.
     let plus = Admin::new(
         app(),
         AdminConfig {
-            token: Some("a+b/c".into()),
+            token: Some("a+b/c-0123456789abcdef".into()),
             ..AdminConfig::default()
         },
+    )
+    .unwrap();
+    let form = |b: &str| {
+        Request::new("POST", "/login")
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(b.to_string())
+    };
+    assert_eq!(
+        call(&plus, form("token=a%2Bb%2Fc-0123456789abcdef"))
+            .await
+            .status,
+        303
     );
-    for q in ["/?token=a+b/c", "/?x=1&token=a%2Bb%2Fc"] {
-        assert_eq!(call(&plus, get(q)).await.status, 303, "{q}");
-    }
-    assert_eq!(call(&plus, get("/?token=a b/c")).await.status, 401);
-    assert_eq!(call(&plus, get("/?token")).await.status, 401);
-    // Another admin (a restart) has another session.
+    assert_eq!(
+        call(&plus, form("x=1&token=a%2Bb/c-0123456789abcdef"))
+            .await
+            .status,
+        303
+    );
+    let json_login = Request::new("POST", "/login")
+        .header("Content-Type", "application/json")
+        .body(r#"{"token":"a+b/c-0123456789abcdef"}"#);
+    let r = call(&plus, json_login).await;
+    assert_eq!(r.status, 200);
+    assert!(r.get("Set-Cookie").is_some());
+    // A `+` in a form is a space: not the token.
+    assert_eq!(
+        call(&plus, form("token=a+b/c-0123456789abcdef"))
+            .await
+            .status,
+        401
+    );
+    assert_eq!(call(&plus, form("token")).await.status, 401);
+    // Another admin (a restart) has other sessions.
     let b = admin(&app());
     let r = call(&b, get("/api/overview").header("Cookie", cookie)).await;
     assert_eq!(r.status, 401);
@@ -249,7 +292,8 @@ async fn query_token_becomes_a_cookie_and_a_redirect() {
 #[tokio::test]
 async fn page_and_assets() {
     let a = admin(&app());
-    let r = call(&a, authed(get("/"))).await;
+    let (cookie, _) = login(&a).await;
+    let r = call(&a, get("/").header("Cookie", cookie)).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.get("Content-Type"), Some("text/html; charset=utf-8"));
     assert_secure(&r);
@@ -866,7 +910,7 @@ async fn tokens_are_generated_when_not_given() {
             ..AdminConfig::default()
         },
     ] {
-        let a = Admin::new(app.clone(), cfg);
+        let a = Admin::new(app.clone(), cfg).unwrap();
         assert!(a.token_generated());
         assert_eq!(a.token().len(), 43);
         let r = call(
@@ -876,8 +920,8 @@ async fn tokens_are_generated_when_not_given() {
         .await;
         assert_eq!(r.status, 200);
     }
-    let a = Admin::new(app.clone(), AdminConfig::default());
-    let b = Admin::new(app.clone(), AdminConfig::default());
+    let a = Admin::new(app.clone(), AdminConfig::default()).unwrap();
+    let b = Admin::new(app.clone(), AdminConfig::default()).unwrap();
     assert_ne!(a.token(), b.token());
     let c = admin(&app);
     assert!(!c.token_generated());

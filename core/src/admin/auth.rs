@@ -26,7 +26,7 @@ pub const CSRF_HEADER: &str = "X-CSRF-Token";
 pub(crate) enum Who {
     /// `Authorization: Bearer <token>`: a client that is not a browser page.
     Bearer,
-    /// The session cookie the page got when opened with `?token=`.
+    /// The session cookie a login (`POST /login`) set.
     Session,
 }
 
@@ -82,12 +82,19 @@ pub(crate) fn who(inner: &Inner, req: &Request) -> Option<Who> {
     {
         return Some(Who::Bearer);
     }
-    if let Some(c) = cookie(req, COOKIE)
-        && same(c, &inner.session)
-    {
-        return Some(Who::Session);
-    }
-    None
+    session_csrf(inner, req).map(|_| Who::Session)
+}
+
+/// The CSRF value of the live session the request's cookie names.
+pub(crate) fn session_csrf(inner: &Inner, req: &Request) -> Option<String> {
+    let c = cookie(req, COOKIE)?;
+    let now = inner.app.now();
+    inner
+        .sessions
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(c, now)
+        .map(|s| s.csrf.clone())
 }
 
 /// The 401 every unauthenticated request gets.
@@ -95,8 +102,8 @@ pub(crate) fn unauthorized() -> Response {
     Response::error(
         401,
         "unauthorized",
-        "this admin needs its token: open the page as /?token=<token>, \
-         or send `Authorization: Bearer <token>`",
+        "this admin needs its token: log in on its page (the token is posted, \
+         never put in the URL), or send `Authorization: Bearer <token>`",
     )
     .and("WWW-Authenticate", "Bearer realm=\"headway admin\"")
 }
@@ -114,8 +121,16 @@ pub(crate) fn may_change(inner: &Inner, req: &Request, who: Who) -> Result<(), R
     if who == Who::Bearer {
         return Ok(());
     }
-    match req.get(CSRF_HEADER) {
-        Some(v) if same(v.trim(), &inner.csrf) => {}
+    csrf_and_origin(inner, req)
+}
+
+/// What a request made with the session cookie needs besides it: its
+/// session's CSRF value in [`CSRF_HEADER`], and an origin of this host or
+/// of `allowed_origins`.
+pub(crate) fn csrf_and_origin(inner: &Inner, req: &Request) -> Result<(), Response> {
+    let csrf = session_csrf(inner, req);
+    match (req.get(CSRF_HEADER), csrf) {
+        (Some(v), Some(csrf)) if same(v.trim(), &csrf) => {}
         _ => {
             return Err(Response::error(
                 403,
@@ -135,6 +150,16 @@ pub(crate) fn may_change(inner: &Inner, req: &Request, who: Who) -> Result<(), R
     Ok(())
 }
 
+/// Whether the request names an origin (`Origin`, or without one
+/// `Referer`) that is neither this host nor one of `allowed_origins`. A
+/// missing origin, or `Origin: null` — what a browser sends for a form
+/// posted from a page served with `Referrer-Policy: no-referrer`, as every
+/// page here is — names none.
+pub(crate) fn names_other_origin(inner: &Inner, req: &Request) -> bool {
+    let from = req.get("origin").or_else(|| req.get("referer"));
+    from.is_some_and(|f| origin_of(f.trim()).is_some()) && !origin_ok(inner, req)
+}
+
 /// `scheme://authority` of a URL (lower-cased), or `None` when it has none.
 fn origin_of(url: &str) -> Option<String> {
     let (scheme, rest) = url.split_once("://")?;
@@ -149,7 +174,7 @@ fn origin_of(url: &str) -> Option<String> {
 /// host or exactly one of `allowed_origins`. A request with neither, or with
 /// `Origin: null` (sandboxed frames, some redirects), is refused: a browser's
 /// `fetch` POST always sends `Origin`.
-fn origin_ok(inner: &Inner, req: &Request) -> bool {
+pub(crate) fn origin_ok(inner: &Inner, req: &Request) -> bool {
     let from = match req.get("origin") {
         Some(o) => o.trim(),
         None => match req.get("referer") {

@@ -23,6 +23,15 @@ pub struct Request {
     /// The body, at most [`super::Admin::max_body`] bytes for the adapter to
     /// read (a longer one is refused with 413 either way).
     pub body: Vec<u8>,
+    /// Where the admin is mounted, as the server names it (`/admin`; empty
+    /// at the root): the session cookie's `Path`.
+    pub mount: String,
+    /// Whether the request came over TLS: the session cookie is then
+    /// `Secure` (as it is when a proxy says `X-Forwarded-Proto: https`).
+    pub tls: bool,
+    /// The client's address as the server saw it (never a header a client
+    /// could write): what failed logins are limited per.
+    pub peer: Option<String>,
 }
 
 impl Request {
@@ -33,7 +42,28 @@ impl Request {
             path: path.into(),
             headers: Vec::new(),
             body: Vec::new(),
+            mount: String::new(),
+            tls: false,
+            peer: None,
         }
+    }
+
+    /// The same request, as served below `mount` (`/admin`).
+    pub fn mount(mut self, mount: impl Into<String>) -> Request {
+        self.mount = mount.into();
+        self
+    }
+
+    /// The same request, as received over TLS or not.
+    pub fn tls(mut self, tls: bool) -> Request {
+        self.tls = tls;
+        self
+    }
+
+    /// The same request, from client address `peer`.
+    pub fn peer(mut self, peer: impl Into<String>) -> Request {
+        self.peer = Some(peer.into());
+        self
     }
 
     /// The same request with one more header.

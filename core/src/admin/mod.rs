@@ -7,9 +7,11 @@
 //! escaping and the page itself cannot differ between them.
 //!
 //! Security, after Flower's history (RELIABILITY.md §4):
-//! - every route but `/health` needs the token, compared in constant time;
-//!   with none configured one is generated ([`Admin::token`]) for the
-//!   adapter to print;
+//! - every route but `/health` (and the login page and its style) needs the
+//!   token, compared in constant time — as `Authorization: Bearer`, or
+//!   posted once to `/login` for a session cookie (see [`session`]); with
+//!   none configured one is generated ([`Admin::token`]) for the adapter to
+//!   print, and a configured one under [`TOKEN_MIN`] characters is refused;
 //! - a change is a POST with `Authorization: Bearer <token>`, or with the
 //!   session cookie plus the page's CSRF value (`X-CSRF-Token`) and an
 //!   `Origin`/`Referer` of this host or of `allowed_origins`; GET never
@@ -27,6 +29,7 @@ mod http;
 mod page;
 mod reports;
 mod routes;
+mod session;
 mod stream;
 
 use std::collections::VecDeque;
@@ -36,9 +39,12 @@ pub use auth::{COOKIE, CSRF_HEADER};
 pub use http::{CSP, Reply, Request, Response, safe_json};
 pub use page::{APP_JS, STYLE_CSS};
 pub use reports::{DEAD_DEFAULT, DETAIL_MAX, EVENTS_READ, PREVIEW_MAX, RUNS_DEFAULT, preview};
-pub use stream::{EventStream, RETRY_MS, TICK};
+pub use session::{
+    LOGIN_FAILS_GLOBAL, LOGIN_FAILS_PER_CLIENT, SESSION_MAX_AGE_S, SESSIONS_MAX, TOKEN_MIN,
+};
+pub use stream::{EventStream, RETRY_MS, SHARED_FOR, STREAMS_MAX, TICK};
 
-use crate::task::App;
+use crate::task::{App, Refused};
 
 /// The largest request body the admin reads: 64 KiB. A send's args are meant
 /// to be a few values typed into a form; anything bigger belongs in the
@@ -50,7 +56,9 @@ pub const MAX_BODY: usize = 64 * 1024;
 pub const SENT_KEPT: usize = 100;
 
 /// How many changes the audit log keeps (the oldest go first): 1 000, a
-/// long day of an operator's clicks, in a few hundred KiB at most.
+/// long day of an operator's clicks, in a few hundred KiB at most — an
+/// entry keeps the count of the ids a change named, never the ids, and at
+/// most 128 bytes of any one text, so it stays under 1 KiB.
 pub const AUDIT_KEPT: usize = 1000;
 
 /// How an admin is set up.
@@ -58,7 +66,8 @@ pub const AUDIT_KEPT: usize = 1000;
 pub struct AdminConfig {
     /// The token every route but `/health` needs. `None` (or empty): one is
     /// generated — 32 random bytes, base64url — and [`Admin::token`] answers
-    /// it for the adapter to print at start.
+    /// it for the adapter to print at start. A configured one shorter than
+    /// [`TOKEN_MIN`] characters is refused by [`Admin::new`].
     pub token: Option<String>,
     /// Refuse every change (send, revoke, re-queueing or purging dead
     /// letters) with 403: a page to look at, like Bull Board's read-only
@@ -88,17 +97,19 @@ pub(crate) struct Inner {
     pub(crate) app: App,
     pub(crate) token: String,
     pub(crate) generated: bool,
-    /// The session cookie's value: a second secret, so the token itself never
-    /// sits in a cookie jar.
-    pub(crate) session: String,
-    /// The CSRF value the page reads from its meta tag.
-    pub(crate) csrf: String,
+    /// The live sessions, one per login: the cookie carries a session's id
+    /// (never the token), and its page its own CSRF value.
+    pub(crate) sessions: Mutex<session::Sessions>,
+    /// The failed-login buckets.
+    pub(crate) limits: Mutex<session::Limits>,
     pub(crate) read_only: bool,
     pub(crate) max_body: usize,
     pub(crate) allowed_origins: Vec<String>,
     pub(crate) sent: Mutex<VecDeque<reports::Sent>>,
     /// The changes made, oldest first (see [`AUDIT_KEPT`]).
     pub(crate) audit: Mutex<VecDeque<serde_json::Value>>,
+    /// What the live streams share: one snapshot, and the count of them.
+    pub(crate) hub: stream::Hub,
 }
 
 /// One admin over one app. Cheap to clone (shared).
@@ -118,20 +129,27 @@ impl std::fmt::Debug for Admin {
 }
 
 impl Admin {
-    /// An admin over `app` set up by `cfg`. The session and CSRF values are
-    /// drawn fresh, so restarting the admin logs every page out.
-    pub fn new(app: App, cfg: AdminConfig) -> Admin {
+    /// An admin over `app` set up by `cfg`. Sessions live in this admin
+    /// only, so restarting it logs every page out.
+    ///
+    /// Refused ([`Refused::Invalid`], naming `token`): a configured token
+    /// shorter than [`TOKEN_MIN`] characters.
+    pub fn new(app: App, cfg: AdminConfig) -> Result<Admin, Refused> {
         let (token, generated) = match cfg.token {
-            Some(t) if !t.is_empty() => (t, false),
+            Some(t) if !t.is_empty() => {
+                session::check_token(&t)?;
+                (t, false)
+            }
             _ => (auth::generate(), true),
         };
-        Admin {
+        let now = app.now();
+        Ok(Admin {
             inner: Arc::new(Inner {
                 app,
                 token,
                 generated,
-                session: auth::generate(),
-                csrf: auth::generate(),
+                sessions: Mutex::new(session::Sessions::default()),
+                limits: Mutex::new(session::Limits::new(now)),
                 read_only: cfg.read_only,
                 max_body: cfg.max_body,
                 allowed_origins: cfg
@@ -141,12 +159,13 @@ impl Admin {
                     .collect(),
                 sent: Mutex::new(VecDeque::new()),
                 audit: Mutex::new(VecDeque::new()),
+                hub: stream::Hub::default(),
             }),
-        }
+        })
     }
 
     /// The token: the configured one, or the one generated for the adapter
-    /// to print (`http://127.0.0.1:5555/?token=...`).
+    /// to print (to be typed into the login form, never put in a URL).
     pub fn token(&self) -> &str {
         &self.inner.token
     }
@@ -166,6 +185,11 @@ impl Admin {
     /// (413) whatever is passed, so an adapter may stop reading past it.
     pub fn max_body(&self) -> usize {
         self.inner.max_body
+    }
+
+    /// How many live streams are open now (at most [`STREAMS_MAX`]).
+    pub fn streams(&self) -> usize {
+        self.inner.hub.streams()
     }
 
     /// The app it reports on.

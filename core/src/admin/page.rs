@@ -14,6 +14,18 @@ pub const STYLE_CSS: &str = include_str!("page/style.css");
 
 const INDEX: &str = include_str!("page/index.html");
 
+const LOGIN: &str = include_str!("page/login.html");
+
+/// The login page: a form that posts the token to `<mount>/login`. `mount`
+/// is checked to hold URL path characters only, and `message` is one of the
+/// admin's own fixed sentences, so neither needs escaping.
+pub(crate) fn login(mount: &str, message: &str) -> Vec<u8> {
+    LOGIN
+        .replace("__HEADWAY_MOUNT__", mount)
+        .replace("__HEADWAY_MESSAGE__", message)
+        .into_bytes()
+}
+
 /// The page with this admin's CSRF value and read-only flag in its meta tags.
 /// Both are generated here (base64url, `true`/`false`), so nothing needs
 /// escaping.

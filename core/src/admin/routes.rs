@@ -3,8 +3,10 @@
 //! | route | method | answers |
 //! |---|---|---|
 //! | `/health` | GET | `{"ok": true}`, without the token |
-//! | `/` | GET | the page (`?token=` logs in: cookie, then 303 to `./`) |
-//! | `/app.js`, `/style.css` | GET | the page's script and style |
+//! | `/` | GET | the page; without a session the login page (401) |
+//! | `/login` | GET, POST | the login page; POST the token (form or JSON): a session cookie and 303 to the page; 429 past the failed-login limit |
+//! | `/logout` | POST | forgets the session (its CSRF value and origin needed) and clears the cookie |
+//! | `/app.js`, `/style.css` | GET | the page's script and style (the style without the token: the login page uses it) |
 //! | `/favicon.ico` | GET | 204: there is none |
 //! | `/api/overview` | GET | queues, consumers, counts, tasks |
 //! | `/api/runs?limit=&state=&task=` | GET | recent runs |
@@ -16,7 +18,10 @@
 //! | `/api/dead/requeue` | POST | puts a queue's dead letters back on it |
 //! | `/api/dead/purge` | POST | drops a queue's dead letters for good |
 //! | `/api/audit` | GET | the changes made through this admin, newest first |
-//! | `/api/stream` | GET | server-sent events of counts, ≥ 1 per second |
+//! | `/api/stream` | GET | server-sent events of counts, ≥ 1 per second; 503 past [`STREAMS_MAX`] open |
+//!
+//! `GET /?token=` is no login: it answers 303 to the page without a session
+//! (a token in a URL ends up in logs and history).
 //!
 //! Order of checks: the token (401), the route (404), the method (405,
 //! with `Allow`), then for a change: read-only (403), CSRF and origin for a
@@ -27,11 +32,12 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use super::auth::{self, COOKIE, Who};
+use super::auth::{self, Who};
 use super::http::{Reply, Request, Response, decode, secure};
 use super::page;
 use super::reports::{self, DEAD_DEFAULT, Filter, RUNS_DEFAULT, Sent};
-use super::stream::EventStream;
+use super::session;
+use super::stream::{EventStream, RETRY_MS, STREAMS_MAX};
 use super::{AUDIT_KEPT, Inner, SENT_KEPT};
 use crate::task::spec::{EVENT_TEXT_MAX, truncate};
 use crate::task::{DEAD_KEPT, Options, Refused, State};
@@ -91,6 +97,8 @@ enum Route<'a> {
     DeadPurge,
     Audit,
     Stream,
+    Login,
+    Logout,
 }
 
 impl Route<'_> {
@@ -110,6 +118,8 @@ impl Route<'_> {
             "/api/dead/purge" => Route::DeadPurge,
             "/api/audit" => Route::Audit,
             "/api/stream" => Route::Stream,
+            "/login" => Route::Login,
+            "/logout" => Route::Logout,
             p => match p.strip_prefix("/api/runs/") {
                 Some(id) if !id.is_empty() && !id.contains('/') => Route::Run(id),
                 _ => return None,
@@ -155,25 +165,43 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
         });
     }
     let route = Route::parse(path);
-    // Logging in: the token in the query, once, traded for the cookie.
-    if route == Some(Route::Page)
-        && get
-        && let Some(raw) = raw_param(req, "token")
-    {
-        // A `+` typed into a URL is a plus; one from a form is a space.
-        let plain = decode(raw, false);
-        let form = decode(raw, true);
-        if !(auth::same(&plain, &inner.token) | auth::same(&form, &inner.token)) {
-            return full(auth::unauthorized());
-        }
-        let cookie = format!("{COOKIE}={}; HttpOnly; SameSite=Strict", inner.session);
+    // A token in the URL is no login: it would sit in access logs and
+    // history. Off to the page, without a session.
+    if route == Some(Route::Page) && get && raw_param(req, "token").is_some() {
         return full(
-            Response::with(303, "text/plain; charset=utf-8", b"see ./".to_vec())
-                .and("Set-Cookie", cookie)
-                .and("Location", "./"),
+            Response::with(303, "text/plain; charset=utf-8", b"see the page".to_vec())
+                .and("Location", format!("{}/", session::mount(req))),
         );
     }
+    match route {
+        Some(Route::Login) if req.method == "POST" => return full(session::login(inner, req)),
+        Some(Route::Login) if get => return full(session::login_page(req, 200, "")),
+        Some(Route::Login) => {
+            return full(
+                Response::error(405, "method", "use GET or POST").and("Allow", "GET, HEAD, POST"),
+            );
+        }
+        Some(Route::Logout) if req.method == "POST" => return full(session::logout(inner, req)),
+        Some(Route::Logout) => {
+            return full(Response::error(405, "method", "use POST").and("Allow", "POST"));
+        }
+        // The login page's style: public, like the page it styles.
+        Some(Route::Style) if get => {
+            return full(Response::with(
+                200,
+                "text/css; charset=utf-8",
+                page::STYLE_CSS.as_bytes().to_vec(),
+            ));
+        }
+        _ => {}
+    }
     let Some(who) = auth::who(inner, req) else {
+        if route == Some(Route::Page) && get {
+            return full(
+                session::login_page(req, 401, "")
+                    .and("WWW-Authenticate", "Bearer realm=\"headway admin\""),
+            );
+        }
         return full(auth::unauthorized());
     };
     let Some(route) = route else {
@@ -216,7 +244,10 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
         Route::Page => full(Response::with(
             200,
             "text/html; charset=utf-8",
-            page::index(&inner.csrf, inner.read_only),
+            page::index(
+                &auth::session_csrf(inner, req).unwrap_or_default(),
+                inner.read_only,
+            ),
         )),
         Route::Script => full(Response::with(
             200,
@@ -250,6 +281,19 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
         },
         Route::Audit => full(Response::json(200, &reports::audit(inner))),
         Route::Stream => {
+            let Some(slot) = inner.hub.open() else {
+                return full(
+                    Response::error(
+                        503,
+                        "busy",
+                        format!(
+                            "this admin already has {STREAMS_MAX} live streams open, \
+                             the most it keeps: try again later"
+                        ),
+                    )
+                    .and("Retry-After", (RETRY_MS / 1000).to_string()),
+                );
+            };
             Reply::Stream(
                 Response {
                     status: 200,
@@ -263,10 +307,15 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
                     ],
                     body: Vec::new(),
                 },
-                EventStream::new(inner.clone()),
+                EventStream::new(inner.clone(), slot),
             )
         }
-        Route::Send | Route::Revoke | Route::DeadRequeue | Route::DeadPurge => {
+        Route::Send
+        | Route::Revoke
+        | Route::DeadRequeue
+        | Route::DeadPurge
+        | Route::Login
+        | Route::Logout => {
             unreachable!("handled above")
         }
     }
@@ -499,8 +548,14 @@ async fn revoke(inner: &Inner, b: Map<String, Value>) -> Response {
     }
 }
 
+/// The longest text an audit entry keeps of any one value (an id, a queue,
+/// a task name): 128 bytes, so an entry stays a few hundred bytes whatever
+/// the request named.
+const AUDIT_TEXT_MAX: usize = 128;
+
 /// Keeps one change made in the audit log: when, how the caller proved
-/// itself, which change, and what it answered.
+/// itself, which change, and what it answered — summarised by
+/// [`audit_summary`], so one entry stays small whatever the change touched.
 fn audit(inner: &Inner, who: Who, action: &str, r: &Response) {
     let outcome: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
     let entry = json!({
@@ -510,13 +565,34 @@ fn audit(inner: &Inner, who: Who, action: &str, r: &Response) {
             Who::Session => "session",
         },
         "action": action,
-        "outcome": outcome,
+        "outcome": audit_summary(outcome),
     });
     let mut log = inner.audit.lock().unwrap_or_else(|e| e.into_inner());
     if log.len() >= AUDIT_KEPT {
         log.pop_front();
     }
     log.push_back(entry);
+}
+
+/// An answer as the audit log keeps it: a list becomes its count
+/// (`"ids": [...]` is kept as `"ids_count": n`) and text is cut to
+/// [`AUDIT_TEXT_MAX`] bytes. A re-queue naming a thousand ids of 256 bytes
+/// would otherwise keep a quarter of a MiB per entry, and [`AUDIT_KEPT`] of
+/// them hundreds of MiB.
+fn audit_summary(outcome: Value) -> Value {
+    match outcome {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .map(|(k, v)| match v {
+                    Value::Array(a) => (format!("{k}_count"), json!(a.len())),
+                    v => (k, audit_summary(v)),
+                })
+                .collect(),
+        ),
+        Value::String(s) => Value::String(truncate(s, AUDIT_TEXT_MAX)),
+        Value::Array(a) => json!(a.len()),
+        v => v,
+    }
 }
 
 fn queue_name(v: Option<&str>) -> Result<String, Response> {

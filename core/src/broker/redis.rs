@@ -1714,53 +1714,31 @@ impl RedisBroker {
             .collect())
     }
 
+    /// The seven count indexes `P:count:<STATE>`, in [`State::ALL`] order,
+    /// which the store script keeps (see `lua/store.lua`).
+    pub(super) fn count_keys(&self) -> impl Iterator<Item = String> + '_ {
+        State::ALL
+            .iter()
+            .map(|s| format!("{}count:{}", self.prefix, s.name()))
+    }
+
+    /// Stored outcomes per state: one ZCOUNT per state's index, of the
+    /// entries not yet expired — a fixed number of commands however many
+    /// results are kept, where a SCAN of `P:result:*` was O(results).
     async fn counts_inner(&self) -> Result<BTreeMap<State, u64>, Refused> {
-        let mut pattern = String::new();
-        for ch in self.prefix.chars() {
-            if matches!(ch, '*' | '?' | '[' | ']' | '\\') {
-                pattern.push('\\');
-            }
-            pattern.push(ch);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let mut p = ::redis::pipe();
+        for k in self.count_keys() {
+            p.cmd("ZCOUNT").arg(k).arg(format!("({now}")).arg("+inf");
         }
-        pattern.push_str("result:*");
-        let mut out = BTreeMap::new();
-        let mut cursor = 0u64;
-        loop {
-            let v = self
-                .one(
-                    ::redis::cmd("SCAN")
-                        .arg(cursor)
-                        .arg("MATCH")
-                        .arg(&pattern)
-                        .arg("COUNT")
-                        .arg(1000)
-                        .clone(),
-                    false,
-                )
-                .await?;
-            let Value::Array(parts) = v else { break };
-            cursor = parts.first().and_then(int).unwrap_or(0) as u64;
-            if let Some(Value::Array(keys)) = parts.get(1)
-                && !keys.is_empty()
-            {
-                let mut p = ::redis::pipe();
-                for k in keys.iter().filter_map(bytes) {
-                    p.cmd("GETRANGE").arg(k).arg(0).arg(8);
-                }
-                for h in self.run(&p, false).await? {
-                    if let Some(b) = bytes(&h)
-                        && let Some(bar) = b.iter().position(|c| *c == b'|')
-                        && let Some(s) = std::str::from_utf8(&b[..bar]).ok().and_then(State::parse)
-                    {
-                        *out.entry(s).or_insert(0) += 1;
-                    }
-                }
-            }
-            if cursor == 0 {
-                break;
-            }
-        }
-        Ok(out)
+        let got = self.run(&p, false).await?;
+        Ok(State::ALL
+            .iter()
+            .zip(got)
+            .filter_map(|(s, v)| int(&v).filter(|n| *n > 0).map(|n| (*s, n as u64)))
+            .collect())
     }
 }
 

@@ -41,7 +41,7 @@ pub(crate) struct AppInner {
     pub(crate) clock: Arc<dyn Clock>,
     tasks: RwLock<HashMap<String, Arc<Registered>>>,
     /// Ids asked to terminate, and the bell running runs listen to.
-    terminating: Mutex<std::collections::HashSet<String>>,
+    terminating: Mutex<super::terminate::Marks>,
     pub(crate) terminate_bell: Notify,
 }
 
@@ -74,7 +74,7 @@ impl App {
                 inspector: seams.inspector,
                 clock,
                 tasks: RwLock::new(HashMap::new()),
-                terminating: Mutex::new(std::collections::HashSet::new()),
+                terminating: Mutex::new(super::terminate::Marks::default()),
                 terminate_bell: Notify::new(),
             }),
         }
@@ -287,20 +287,34 @@ impl App {
                 .terminating
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            t.extend(ids.iter().cloned());
+            t.mark(ids, self.now());
             drop(t);
             self.inner.terminate_bell.notify_waiters();
         }
         Ok(())
     }
 
-    /// Whether `id` was asked to terminate (and forgets the ask).
+    /// Whether `id` was asked to terminate within the last
+    /// [`TERMINATE_KEEP`](super::terminate::TERMINATE_KEEP) (and forgets
+    /// the ask).
     pub(crate) fn take_terminate(&self, id: &str) -> bool {
+        let now = self.now();
         self.inner
             .terminating
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(id)
+            .take(id, now)
+    }
+
+    /// How many terminate marks are kept (they expire: see
+    /// [`TERMINATE_KEEP`](super::terminate::TERMINATE_KEEP)).
+    #[cfg(test)]
+    pub(crate) fn terminate_marks(&self) -> usize {
+        self.inner
+            .terminating
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
     }
 
     /// Resolves once `id` is asked to terminate.

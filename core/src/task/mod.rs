@@ -22,6 +22,7 @@ pub mod rhythm;
 pub mod schedule;
 pub mod spec;
 pub mod state;
+pub mod terminate;
 pub mod timetable;
 pub mod worker;
 

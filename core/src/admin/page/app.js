@@ -298,7 +298,7 @@
       showError('');
     } catch (e) {
       showError(e.status === 401
-        ? 'Not logged in (or the admin restarted): open the page again with ?token=<token>.'
+        ? 'Not logged in (the session ended, or the admin restarted): reload the page to log in.'
         : 'Could not refresh: ' + e.message);
     } finally {
       busy = false;
@@ -456,6 +456,19 @@
       submit.disabled = false;
     }
   });
+
+  // Logging out forgets the session on the server, then shows the login.
+  $('#logout').addEventListener('click', async () => {
+    try {
+      await post('logout', {});
+    } catch (e) {
+      showError('Could not log out: ' + e.message);
+      return;
+    }
+    location.reload();
+  });
+  // A page opened with a bearer token (no session) has nothing to log out.
+  $('#logout').hidden = csrf === '';
 
   if (readOnly) {
     $('#send-section').hidden = true;

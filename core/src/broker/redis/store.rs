@@ -22,7 +22,7 @@ use super::{
     EVENTS_KEPT, HELD_OLDEST_FIRST, NOTIFY_CAP, RedisBroker, STORE_CHUNK, bytes, int, log, stored,
 };
 use crate::task::spec::{Receipt, Round};
-use crate::task::state::{Outcome, Refused};
+use crate::task::state::{Outcome, Refused, State};
 
 /// A result Redis refused to write, with the late ack waiting for it.
 pub(super) struct Unstored {
@@ -37,10 +37,12 @@ impl RedisBroker {
     pub(super) fn add_stores(&self, p: &mut Pipeline, items: &[(&Outcome, Option<&Receipt>)]) {
         for chunk in items.chunks(STORE_CHUNK) {
             let mut c = ::redis::cmd("EVALSHA");
-            c.arg(&self.scripts.store.sha).arg(chunk.len());
+            c.arg(&self.scripts.store.sha)
+                .arg(chunk.len() + State::ALL.len());
             for (o, _) in chunk {
                 c.arg(self.result_key(&o.id));
             }
+            c.arg(self.count_keys().collect::<Vec<_>>());
             c.arg(self.result_ms).arg(NOTIFY_CAP);
             for (o, late) in chunk {
                 c.arg(stored(o))

@@ -1,10 +1,12 @@
--- store: KEYS the result keys, one per outcome; ARGV ttl ms, notify cap
--- (bytes), then for each key "<STATE>|<json>", final (1/0), and its run's
--- late ack: the held list and the exact held element ('' '' for none).
+-- store: KEYS the result keys, one per outcome, then the seven count
+-- indexes P:count:<STATE> in State::ALL order (PENDING RECEIVED STARTED
+-- RETRY SUCCESS FAILURE REVOKED); ARGV ttl ms, notify cap (bytes), then for
+-- each result key "<STATE>|<json>", final (1/0), and its run's late ack:
+-- the held list and the exact held element ('' '' for none).
 -- One call stores a whole round's results: a script call costs Redis more
 -- than the few commands inside it, so one per result was the largest cost
 -- of a drain (docs/redis-layout.md).
--- A stored final state (its first 8 bytes SUCCESS|, FAILURE| or REVOKED|)
+-- Write-once: a key that holds a final state (SUCCESS/FAILURE/REVOKED)
 -- is never overwritten. A final write publishes on the key's own channel:
 -- the value itself when it is at most the cap (a waiter needs no GET), else
 -- `1` (a wake-up: the waiter GETs). A refused store publishes nothing, so a
@@ -15,15 +17,30 @@
 -- keys of the round are stored and acked all the same (redis.pcall: one
 -- bad key does not abort the script). The held lists are not among KEYS:
 -- standalone Redis, as the claim script's revoked read.
--- Answers one flag per key: 1 written, 0 refused (final already), or the
--- error Redis gave for that key (a string: not stored, not acked).
+-- Each written key is also kept in its state's count index (a sorted set
+-- scored by when the result expires) and taken out of the index of the
+-- state it replaces, so counting stored outcomes per state is seven ZCOUNTs
+-- rather than a walk of every result; entries past their expiry are
+-- trimmed here, for the states this call touched.
+-- Answers one flag per result key: 1 written, 0 refused (final already), or
+-- the error Redis gave for that key (a string: not stored, not acked).
+local states = {'PENDING', 'RECEIVED', 'STARTED', 'RETRY', 'SUCCESS', 'FAILURE', 'REVOKED'}
+local index = {}
+local n = #KEYS - #states
+for i, s in ipairs(states) do
+  index[s] = KEYS[n + i]
+end
 local ttl = ARGV[1]
 local cap = tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local expires = now + tonumber(ttl)
+local touched = {}
 local out = {}
 local function failed(r)
   return type(r) == 'table' and r.err
 end
-for i = 1, #KEYS do
+for i = 1, n do
   local key = KEYS[i]
   local j = 4 * i - 1
   local value = ARGV[j]
@@ -37,6 +54,15 @@ for i = 1, #KEYS do
     if failed(set) then
       out[i] = set.err
     else
+      local was = string.match(head, '^(%u+)|')
+      if was and index[was] then
+        redis.call('ZREM', index[was], key)
+      end
+      local state = string.match(value, '^(%u+)|')
+      if state and index[state] then
+        redis.call('ZADD', index[state], expires, key)
+        touched[state] = true
+      end
       if ARGV[j + 1] == '1' then
         if #value <= cap then
           redis.call('PUBLISH', key, value)
@@ -51,5 +77,8 @@ for i = 1, #KEYS do
     local held = ARGV[j + 2]
     if held ~= '' then redis.pcall('LREM', held, -1, ARGV[j + 3]) end
   end
+end
+for s in pairs(touched) do
+  redis.call('ZREMRANGEBYSCORE', index[s], '-inf', now)
 end
 return out
