@@ -39,6 +39,7 @@
 //! short outage (`patience`) rather than fail; a URL's password is never
 //! shown (`redis://user:***@host`).
 
+mod tls;
 mod url;
 
 pub use url::RedisUrl;
@@ -739,7 +740,7 @@ impl RedisBroker {
             .set_redis_settings(settings);
         let client = match (&options.tls_ca, parsed.tls) {
             (Some(pem), true) => Client::build_with_tls(
-                info,
+                tls::check_ca(pem).map(|_| info)?,
                 ::redis::TlsCertificates {
                     client_tls: None,
                     root_cert: Some(pem.clone()),
