@@ -1,4 +1,4 @@
-//! Issue 7: Redis stopped for 5 s under load and started again, on
+//! Redis stopped for 5 s under load and started again, on
 //! headway's own Redis layout and on Celery's layout.
 //!
 //! A redis-server with `appendonly yes` (`appendfsync always`, so every
@@ -25,8 +25,7 @@ use std::time::{Duration, Instant};
 use headway_core::broker::celery::{CeleryBroker, CeleryOptions};
 use headway_core::broker::{RedisBroker, RedisOptions};
 use headway_core::task::{
-    App, Broker, Clock, Inspector, Options, Policy, Seams, SystemClock, Worker, WorkerConfig,
-    body,
+    App, Broker, Clock, Inspector, Options, Policy, Seams, SystemClock, Worker, WorkerConfig, body,
 };
 use serde_json::{Map, Value, json};
 use support::RedisServer;

@@ -173,7 +173,11 @@ async fn send_patience(layout: &str) {
         .await
         .unwrap();
     let ids: Vec<&str> = got.iter().map(|d| d.message.id.as_str()).collect();
-    assert_eq!(ids, ["waited"], "{layout}: the restarted Redis has the send");
+    assert_eq!(
+        ids,
+        ["waited"],
+        "{layout}: the restarted Redis has the send"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -350,7 +354,11 @@ async fn a_claim_whose_answer_was_lost_is_swept_back() {
     b.ack(vec![back[0].receipt.clone(), mine[0].receipt.clone()])
         .await
         .unwrap();
-    assert_eq!(s.cli(&["LLEN", held]), "0", "the kept claim was still acked");
+    assert_eq!(
+        s.cli(&["LLEN", held]),
+        "0",
+        "the kept claim was still acked"
+    );
     drop(b);
 
     // After a reconnect: the connection drops just after the script ran
@@ -669,7 +677,11 @@ async fn the_dead_letter_cap_keeps_the_newest_and_the_queue_flows() {
         // Up to the cap, every letter is kept.
         push_all(&mem, rb.as_ref(), "q", &nameless(0, DEAD_KEPT)).await;
         claim_all(name, &*b, &*insp, "q").await;
-        assert_eq!(insp.dead_count("q").await.unwrap(), DEAD_KEPT as u64, "{name}");
+        assert_eq!(
+            insp.dead_count("q").await.unwrap(),
+            DEAD_KEPT as u64,
+            "{name}"
+        );
         let all = insp.dead_letters("q", DEAD_KEPT + 100).await.unwrap();
         assert_eq!(all.len(), DEAD_KEPT, "{name}");
         assert_eq!(all.last().unwrap().id.as_deref(), Some("d0"), "{name}");
@@ -698,7 +710,9 @@ async fn the_dead_letter_cap_keeps_the_newest_and_the_queue_flows() {
             "{name}: a letter past the cap is gone"
         );
         assert_eq!(
-            b.requeue_dead("q", &[oldest.clone()], 1).await.unwrap(),
+            b.requeue_dead("q", std::slice::from_ref(&oldest), 1)
+                .await
+                .unwrap(),
             1,
             "{name}: the oldest kept can be re-queued"
         );
@@ -747,7 +761,9 @@ fn run(cmd: &mut Command) {
 fn make_ca(dir: &std::path::Path, name: &str) {
     run(Command::new("openssl")
         .current_dir(dir)
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"])
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
         .args(["-keyout", &format!("{name}-ca.key")])
         .args(["-out", &format!("{name}-ca.pem")])
         .args(["-subj", &format!("/CN=headway test {name} CA")]));
@@ -789,7 +805,13 @@ fn start_tls() -> Option<TlsRedis> {
     run(Command::new("openssl")
         .current_dir(&dir)
         .args(["x509", "-req", "-in", "server.csr", "-days", "2"])
-        .args(["-CA", "good-ca.pem", "-CAkey", "good-ca.key", "-CAcreateserial"])
+        .args([
+            "-CA",
+            "good-ca.pem",
+            "-CAkey",
+            "good-ca.key",
+            "-CAcreateserial",
+        ])
         .args(["-extfile", "san.ext", "-out", "server.pem"]));
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -801,8 +823,18 @@ fn start_tls() -> Option<TlsRedis> {
         .current_dir(&dir)
         .args(["--port", "0", "--tls-port", &port.to_string()])
         .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .args(["--tls-cert-file", "server.pem", "--tls-key-file", "server.key"])
-        .args(["--tls-ca-cert-file", "good-ca.pem", "--tls-auth-clients", "no"])
+        .args([
+            "--tls-cert-file",
+            "server.pem",
+            "--tls-key-file",
+            "server.key",
+        ])
+        .args([
+            "--tls-ca-cert-file",
+            "good-ca.pem",
+            "--tls-auth-clients",
+            "no",
+        ])
         .stdout(Stdio::from(log.try_clone().unwrap()))
         .stderr(Stdio::from(log))
         .spawn()
@@ -816,7 +848,10 @@ fn start_tls() -> Option<TlsRedis> {
                 std::fs::read_to_string(t.dir.join("redis.log")).unwrap_or_default()
             );
         }
-        assert!(Instant::now() < deadline, "the TLS redis-server never listened");
+        assert!(
+            Instant::now() < deadline,
+            "the TLS redis-server never listened"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     Some(t)
@@ -857,10 +892,18 @@ async fn rediss_with_a_private_ca_runs_a_task_and_another_ca_is_refused() {
     .unwrap();
     let (w, h) = worker(&app, &["default"]);
     let hd = app
-        .send("add", vec![json!(2), json!(3)], Map::new(), Options::default())
+        .send(
+            "add",
+            vec![json!(2), json!(3)],
+            Map::new(),
+            Options::default(),
+        )
         .await
         .unwrap();
-    assert_eq!(hd.get(Some(Duration::from_secs(5))).await.unwrap(), json!(5));
+    assert_eq!(
+        hd.get(Some(Duration::from_secs(5))).await.unwrap(),
+        json!(5)
+    );
     w.stop(Duration::from_secs(1));
     h.await.unwrap();
     // Without it (the platform's roots) or with another CA: refused at
@@ -876,7 +919,9 @@ async fn rediss_with_a_private_ca_runs_a_task_and_another_ca_is_refused() {
     }
     // A CA option with no certificate in it is refused naming the option,
     // not blamed on the server.
-    let e = connect(Some(b"not a certificate".to_vec())).await.unwrap_err();
+    let e = connect(Some(b"not a certificate".to_vec()))
+        .await
+        .unwrap_err();
     assert!(
         matches!(&e, Refused::Invalid(t) if t.starts_with("invalid `tls_ca`: ")),
         "{e:?}"

@@ -179,7 +179,10 @@ async fn expired_lease_is_recovered_and_live_one_left_alone() {
     drop(dead);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while s.cli(&["EXISTS", "headway:{q}:lease:dead"]) != "0" {
-        assert!(std::time::Instant::now() < deadline, "the dead lease never lapsed");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dead lease never lapsed"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(

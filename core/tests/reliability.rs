@@ -1,4 +1,4 @@
-//! Issue 7, reliability: quarantine of malformed messages, dead letters,
+//! Reliability: quarantine of malformed messages, dead letters,
 //! poison pills, graceful stop, and beat single-fire — on the in-memory
 //! broker and on headway's Redis layout (a redis-server each test starts;
 //! skipped without one unless `HEADWAY_REQUIRE_REDIS=1`).
@@ -929,7 +929,9 @@ async fn two_beat_processes_one_paused_past_its_lease_fire_each_slot_once() {
     let start_a = fired_at("a");
     until("beat-1 fires on", &|| fired_at("a") >= start_a + 400);
     signal(&one, "-STOP");
-    until("beat-2 takes over", &|| s.cli(&["GET", lease_key]) == "beat-2");
+    until("beat-2 takes over", &|| {
+        s.cli(&["GET", lease_key]) == "beat-2"
+    });
     // Resumed, beat 1 ticks again while beat 2 fires on: the window in
     // which a paused beat that did not notice would fire (positive control:
     // beat 2 fires newer slots of both entries in it).

@@ -36,7 +36,11 @@ mod tests {
 
     #[test]
     fn a_ca_without_a_certificate_is_refused_naming_the_option() {
-        for bad in [&b""[..], b"not a certificate", b"-----BEGIN CERTIFICATE-----\n!!\n"] {
+        for bad in [
+            &b""[..],
+            b"not a certificate",
+            b"-----BEGIN CERTIFICATE-----\n!!\n",
+        ] {
             let e = check_ca(bad).unwrap_err().to_string();
             assert!(e.starts_with("invalid `tls_ca`: "), "{e}");
         }
