@@ -622,25 +622,42 @@ async fn a_redelivered_success_does_not_repeat_its_chain_link_or_chord_arrival()
 
 // ------------------------------------------------------------ dead-letter cap
 
-/// Puts `raws` on queue `q` as a foreign producer would.
-async fn push_all(mem: &MemoryBroker, rb: Option<&Arc<RedisBroker>>, q: &str, raws: &[Vec<u8>]) {
-    match rb {
-        None => raws.iter().for_each(|r| mem.push_raw(q, r)),
-        // One at a time: their order is what the cap is checked by.
-        Some(rb) => {
-            for r in raws {
-                rb.push_raw(q, r).await.unwrap();
-            }
+/// The broker under a dead-letter test, and how bytes are pushed onto it.
+enum Pusher {
+    Memory(Arc<MemoryBroker>),
+    Redis(Arc<RedisBroker>),
+    Celery(Arc<CeleryBroker>),
+}
+
+/// Puts `raws` on queue `q` as a foreign producer would, one at a time:
+/// their order is what the cap is checked by.
+async fn push_all(p: &Pusher, q: &str, raws: &[Vec<u8>]) {
+    for r in raws {
+        match p {
+            Pusher::Memory(b) => b.push_raw(q, r),
+            Pusher::Redis(b) => b.push_raw(q, r).await.unwrap(),
+            Pusher::Celery(b) => b.push_raw(q, r).await.unwrap(),
         }
     }
 }
 
-/// Claims until `q` has nothing ready; none of it may be runnable.
-async fn claim_all(name: &str, b: &dyn Broker, insp: &dyn Inspector, q: &str) {
+/// Claims until `q` has nothing ready; none of it may be runnable. With
+/// `total`, after every claim what is ready plus what is dead must be
+/// `total`: nothing claimed vanishes on its way to the dead letters.
+async fn claim_all(name: &str, b: &dyn Broker, insp: &dyn Inspector, q: &str, total: Option<u64>) {
     let qs = vec![q.to_string()];
     while depth(insp, q).await.0 > 0 {
         let got = b.consume(&qs, 1000, Duration::ZERO).await.unwrap();
         assert!(got.is_empty(), "{name}: none of it runnable");
+        if let Some(total) = total {
+            let (ready, held) = depth(insp, q).await;
+            let dead = insp.dead_count(q).await.unwrap();
+            assert_eq!(
+                (ready + dead, held),
+                (total, 0),
+                "{name}: {ready} ready + {dead} dead: some vanished"
+            );
+        }
     }
 }
 
@@ -653,10 +670,12 @@ fn nameless(from: usize, to: usize) -> Vec<Vec<u8>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dead_letter_cap_keeps_the_newest_and_the_queue_flows() {
-    let mem = MemoryBroker::new(Arc::new(SystemClock));
-    let server = RedisServer::start();
-    let mut kits: Vec<(&str, Option<Arc<RedisBroker>>)> = vec![("memory", None)];
-    if let Some(s) = &server {
+    let mut kits = vec![(
+        "memory",
+        Pusher::Memory(MemoryBroker::new(Arc::new(SystemClock))),
+        None,
+    )];
+    if let Some(s) = RedisServer::start() {
         let b = redis(
             &s.url(),
             RedisOptions {
@@ -666,17 +685,30 @@ async fn the_dead_letter_cap_keeps_the_newest_and_the_queue_flows() {
             },
         )
         .await;
-        kits.push(("redis", Some(b)));
+        kits.push(("redis", Pusher::Redis(b), Some(s)));
+    }
+    if let Some(s) = RedisServer::start() {
+        let b = celery(
+            &s.url(),
+            CeleryOptions {
+                consumer: Some("c".into()),
+                restore_every: None,
+                ..CeleryOptions::default()
+            },
+        )
+        .await;
+        kits.push(("celery", Pusher::Celery(b), Some(s)));
     }
     let over = 5;
-    for (name, rb) in kits {
-        let (b, insp): (Arc<dyn Broker>, Arc<dyn Inspector>) = match &rb {
-            None => (mem.clone(), mem.clone()),
-            Some(r) => (r.clone(), r.clone()),
+    for (name, p, _server) in kits {
+        let (b, insp): (Arc<dyn Broker>, Arc<dyn Inspector>) = match &p {
+            Pusher::Memory(m) => (m.clone(), m.clone()),
+            Pusher::Redis(r) => (r.clone(), r.clone()),
+            Pusher::Celery(c) => (c.clone(), c.clone()),
         };
         // Up to the cap, every letter is kept.
-        push_all(&mem, rb.as_ref(), "q", &nameless(0, DEAD_KEPT)).await;
-        claim_all(name, &*b, &*insp, "q").await;
+        push_all(&p, "q", &nameless(0, DEAD_KEPT)).await;
+        claim_all(name, &*b, &*insp, "q", Some(DEAD_KEPT as u64)).await;
         assert_eq!(
             insp.dead_count("q").await.unwrap(),
             DEAD_KEPT as u64,
@@ -687,8 +719,8 @@ async fn the_dead_letter_cap_keeps_the_newest_and_the_queue_flows() {
         assert_eq!(all.last().unwrap().id.as_deref(), Some("d0"), "{name}");
         // Past it: the count stays at the cap, the oldest go first.
         let n = DEAD_KEPT + over;
-        push_all(&mem, rb.as_ref(), "q", &nameless(DEAD_KEPT, n)).await;
-        claim_all(name, &*b, &*insp, "q").await;
+        push_all(&p, "q", &nameless(DEAD_KEPT, n)).await;
+        claim_all(name, &*b, &*insp, "q", None).await;
         assert_eq!(
             insp.dead_count("q").await.unwrap(),
             DEAD_KEPT as u64,
@@ -716,7 +748,7 @@ async fn the_dead_letter_cap_keeps_the_newest_and_the_queue_flows() {
             1,
             "{name}: the oldest kept can be re-queued"
         );
-        claim_all(name, &*b, &*insp, "q").await;
+        claim_all(name, &*b, &*insp, "q", None).await;
         // The queue still flows: a good message after the flood is claimed.
         let good = Message::new("good".into(), "t".into(), vec![], Map::new(), "q".into());
         b.publish(vec![good]).await.unwrap();

@@ -62,7 +62,9 @@ for i = 1, k do
             end
           end
           if tag == '' then
-            tag = ARGV[spare]
+            -- The client sends at most 64 fresh tags; past them, the first
+            -- with a suffix (nil would drop the message from the reply).
+            tag = ARGV[spare] or (ARGV[7 + 2 * k] .. '.' .. spare)
             spare = spare + 1
           end
           scores[#scores + 1] = now
