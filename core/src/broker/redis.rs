@@ -960,6 +960,11 @@ impl RedisBroker {
                 .min(deadline)
                 .max(Instant::now() + Duration::from_millis(5));
             tokio::time::sleep_until(at).await;
+            if at >= deadline {
+                // One last attempt before raising, whatever the backoff
+                // says: Redis may have come back since the last one.
+                self.link.lock().retry_at = None;
+            }
         }
     }
 
