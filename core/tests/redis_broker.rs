@@ -355,8 +355,26 @@ async fn eta_three_leases_out_runs_exactly_once() {
         hd.get(Some(Duration::from_secs(5))).await.unwrap(),
         json!("ran")
     );
-    // Two more leases of recovering and claiming: still once.
-    tokio::time::sleep(Duration::from_millis(2 * lease)).await;
+    // Two more leases of recovering and claiming: still once. The window is
+    // two dead consumers' claims recovered one after the other (positive
+    // control: the recovery that would duplicate an eta a consumer held
+    // ran in it, twice).
+    for round in 0..2 {
+        let ghost = open(&s, "ghost", lease, clock.clone()).await;
+        ghost.publish(vec![msg("probe", "probe")]).await.unwrap();
+        let probe = ghost
+            .consume(&qs("probe"), 1, Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(ids(&probe), ["probe"], "round {round}");
+        drop((probe, ghost));
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while s.cli(&["LLEN", "headway:{probe}:ready:0"]) != "1" {
+            assert!(std::time::Instant::now() < deadline, "never recovered");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        s.cli(&["DEL", "headway:{probe}:ready:0"]);
+    }
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     for (w, h, _) in workers {
         w.stop(Duration::from_secs(1));
