@@ -177,8 +177,14 @@ async fn expired_lease_is_recovered_and_live_one_left_alone() {
     // The dead consumer stops without acking: its refresh task ends with it.
     drop(held_dead);
     drop(dead);
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    assert_eq!(s.cli(&["EXISTS", "headway:{q}:lease:dead"]), "0");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while s.cli(&["EXISTS", "headway:{q}:lease:dead"]) != "0" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dead lease never lapsed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(
         s.cli(&["EXISTS", "headway:{q}:lease:live"]),
         "1",
@@ -349,8 +355,26 @@ async fn eta_three_leases_out_runs_exactly_once() {
         hd.get(Some(Duration::from_secs(5))).await.unwrap(),
         json!("ran")
     );
-    // Two more leases of recovering and claiming: still once.
-    tokio::time::sleep(Duration::from_millis(2 * lease)).await;
+    // Two more leases of recovering and claiming: still once. The window is
+    // two dead consumers' claims recovered one after the other (positive
+    // control: the recovery that would duplicate an eta a consumer held
+    // ran in it, twice).
+    for round in 0..2 {
+        let ghost = open(&s, "ghost", lease, clock.clone()).await;
+        ghost.publish(vec![msg("probe", "probe")]).await.unwrap();
+        let probe = ghost
+            .consume(&qs("probe"), 1, Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(ids(&probe), ["probe"], "round {round}");
+        drop((probe, ghost));
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while s.cli(&["LLEN", "headway:{probe}:ready:0"]) != "1" {
+            assert!(std::time::Instant::now() < deadline, "never recovered");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        s.cli(&["DEL", "headway:{probe}:ready:0"]);
+    }
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     for (w, h, _) in workers {
         w.stop(Duration::from_secs(1));
@@ -391,7 +415,7 @@ async fn results_are_write_once_and_waiters_are_woken() {
         let o = b2.wait("y", Duration::from_secs(20)).await.unwrap();
         (o, t.elapsed())
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    until_subscribed(&s, "headway:result:y", 1);
     b.store(vec![Outcome::new("y", State::Received, 1)])
         .await
         .unwrap();
@@ -655,7 +679,7 @@ async fn a_blocked_claim_wakes_for_other_steps_etas_and_queues() {
     let b2 = b.clone();
     let t = std::time::Instant::now();
     let h = tokio::spawn(async move { b2.consume(&qs("q"), 5, wait).await.unwrap() });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    until_blocked(&s);
     let mut lo = msg("lo", "q");
     lo.priority = Some(7);
     p.publish(vec![lo]).await.unwrap();
@@ -665,7 +689,7 @@ async fn a_blocked_claim_wakes_for_other_steps_etas_and_queues() {
     let b2 = b.clone();
     let t = std::time::Instant::now();
     let h = tokio::spawn(async move { b2.consume(&qs("q"), 5, wait).await.unwrap() });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    until_blocked(&s);
     let mut later = msg("later", "q");
     later.eta = Some(clock.now() + 300);
     p.publish(vec![later]).await.unwrap();
@@ -682,7 +706,7 @@ async fn a_blocked_claim_wakes_for_other_steps_etas_and_queues() {
         let two = vec!["q".to_string(), "r".to_string()];
         b2.consume(&two, 5, wait).await.unwrap()
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    until_blocked(&s);
     p.publish(vec![msg("on-r", "r")]).await.unwrap();
     assert_eq!(ids(&h.await.unwrap()), ["on-r"]);
     assert!(t.elapsed() < quick, "{:?}", t.elapsed());
@@ -852,6 +876,15 @@ async fn run_events_go_to_a_capped_stream() {
 }
 
 /// Polls `PUBSUB NUMSUB ch` until it reports `n` subscribers (2 s deadline).
+/// Waits until a client is blocked (a claim in BLMOVE).
+fn until_blocked(s: &RedisServer) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while !s.cli(&["INFO", "clients"]).contains("blocked_clients:1") {
+        assert!(std::time::Instant::now() < deadline, "no claim blocked");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn until_subscribed(s: &RedisServer, ch: &str, n: usize) {
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
     loop {

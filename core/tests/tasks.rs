@@ -114,6 +114,15 @@ fn worker(app: &App, concurrency: usize) -> (Worker, tokio::task::JoinHandle<()>
     (w, h)
 }
 
+/// Waits (polling, up to 5 s) for `cond`, failing the test naming `what`.
+async fn until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 async fn each(test: impl AsyncFn(App, Arc<VirtualClock>)) {
     for (name, make) in brokers() {
         let clock = VirtualClock::new(START);
@@ -490,10 +499,15 @@ async fn timeout_and_terminate() {
         };
         app.register("hang", policy, body(|_, _| std::future::pending()))
             .unwrap();
+        let running = Arc::new(AtomicU32::new(0));
+        let r2 = running.clone();
         app.register(
             "hang2",
             Policy::default(),
-            body(|_, _| std::future::pending()),
+            body(move |_, _| {
+                r2.fetch_add(1, Ordering::SeqCst);
+                std::future::pending()
+            }),
         )
         .unwrap();
         let (w, h) = worker(&app, 2);
@@ -510,7 +524,7 @@ async fn timeout_and_terminate() {
             .await
             .unwrap();
         // Wait until it is running, then terminate it.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        until("hang2 runs", || running.load(Ordering::SeqCst) == 1).await;
         hd2.revoke(true).await.unwrap();
         assert!(matches!(
             hd2.get(t(5)).await.unwrap_err(),
@@ -558,7 +572,8 @@ async fn stop_gives_back_what_it_held() {
             );
         }
         let (w, h) = worker(&app, 2);
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Both slots taken; the other four wait (prefetched or queued).
+        until("two runs start", || runs.load(Ordering::SeqCst) >= 2).await;
         assert_eq!(runs.load(Ordering::SeqCst), 2);
         w.stop(Duration::from_millis(50));
         tokio::time::timeout(Duration::from_secs(2), h)

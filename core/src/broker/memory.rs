@@ -761,6 +761,9 @@ impl Backend for MemoryBroker {
     }
 }
 
+/// What a chord's part set holds once its callback was sent.
+const CHORD_SENT: &str = "~sent";
+
 impl Counter for MemoryBroker {
     fn open(&self, key: &str, size: u32) -> BoxFuture<'_, Result<(), Refused>> {
         self.lock()
@@ -784,9 +787,13 @@ impl Counter for MemoryBroker {
                 .chords
                 .entry(key.to_string())
                 .or_insert_with(|| (size, HashSet::new()));
-            let fresh = entry.1.insert(part.to_string());
+            // A sent chord keeps only its mark (as Redis's `~sent`), kept as
+            // long as the results are: a redelivered part arriving after the
+            // callback went must not start a count that could send it again.
+            let fresh = !entry.1.contains(CHORD_SENT) && entry.1.insert(part.to_string());
             if fresh && entry.1.len() as u32 >= entry.0 {
-                g.chords.remove(key);
+                entry.1.clear();
+                entry.1.insert(CHORD_SENT.to_string());
                 g.push(callback.clone(), now);
                 Joined::Sent
             } else {

@@ -41,6 +41,7 @@
 
 mod cluster;
 mod store;
+mod tls;
 mod url;
 
 pub use cluster::refuse_cluster;
@@ -753,7 +754,7 @@ impl RedisBroker {
             .set_redis_settings(settings);
         let client = match (&options.tls_ca, parsed.tls) {
             (Some(pem), true) => Client::build_with_tls(
-                info,
+                tls::check_ca(pem).map(|_| info)?,
                 ::redis::TlsCertificates {
                     client_tls: None,
                     root_cert: Some(pem.clone()),
@@ -978,6 +979,11 @@ impl RedisBroker {
                 .min(deadline)
                 .max(Instant::now() + Duration::from_millis(5));
             tokio::time::sleep_until(at).await;
+            if at >= deadline {
+                // One last attempt before raising, whatever the backoff
+                // says: Redis may have come back since the last one.
+                self.link.lock().retry_at = None;
+            }
         }
     }
 

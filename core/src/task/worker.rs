@@ -193,6 +193,8 @@ impl Worker {
         let writer = Writer {
             writes: writes_tx,
             takes: takes_tx,
+            cancel: s.cancel.subscribe(),
+            name: s.name.clone().into(),
         };
         let writes = tokio::spawn(write_loop(s.app.clone(), writes_rx, takes_rx));
         let reconnect = Backoff::new(100 * MILLI, 2.0, 10_000 * MILLI, i32::MAX, Jitter::Full)
@@ -390,14 +392,16 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
         return broker.ack(vec![receipt]).await;
     };
     let Registered { policy, body } = &*reg;
-    // A redelivered run that already succeeded is not run again; what follows
-    // it is done again in case the first delivery died before doing it.
+    // A redelivered run that already succeeded is not run again. Its chain
+    // link and Celery links went out before its result was stored (below),
+    // so they are not sent again; its chord arrival came after, so it is
+    // made again (counted as a set) in case the first delivery died first.
     if redelivered
         && let Some(b) = app.backend()
         && let Some(o) = b.fetch(&m.id).await?
         && o.state == State::Success
     {
-        follow(app, &m, o.result.unwrap_or(Value::Null)).await?;
+        arrive(app, &m).await?;
         return broker.ack(vec![receipt]).await;
     }
 
@@ -555,8 +559,12 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
             if let Some(o) = outcomes.first_mut() {
                 o.result = Some(v.clone());
             }
+            // Links before the result, the chord's arrival after it (its
+            // callback reads the parts' results): a stored success means
+            // the links were sent, so a redelivery does not send them twice.
+            send_links(app, &m, v).await?;
             w.write(outcomes, ev, None).await?;
-            follow(app, &m, v).await?;
+            arrive(app, &m).await?;
             settle_late(app, receipt).await
         }
         Ran::Failed(f) if m.retries < policy.retries => {
@@ -665,6 +673,9 @@ struct Job {
 struct Writer {
     writes: mpsc::UnboundedSender<Job>,
     takes: mpsc::UnboundedSender<Job>,
+    /// Set when the grace is over: a write still failing then gives up.
+    cancel: watch::Receiver<bool>,
+    name: Arc<str>,
 }
 
 impl Writer {
@@ -679,7 +690,11 @@ impl Writer {
             .map_err(|_| Refused::Broker("the worker's writer has stopped".into()))?
     }
 
-    /// Stores `outcomes` and records `event`, then acks `ack`.
+    /// Stores `outcomes` and records `event`, then acks `ack`. A write the
+    /// broker refuses (Redis away longer than its patience) is sent again,
+    /// backing off, until it lands or the worker's grace is over: the run
+    /// has finished, and giving its message back instead would run it
+    /// twice.
     async fn write(
         &self,
         outcomes: Vec<Outcome>,
@@ -689,15 +704,39 @@ impl Writer {
         if outcomes.is_empty() && event.is_none() && ack.is_none() {
             return Ok(());
         }
-        let (done, rx) = oneshot::channel();
-        let job = Job {
-            outcomes,
-            event,
-            ack,
-            ask: None,
-            done,
-        };
-        Self::send(&self.writes, job, rx).await.map(|_| ())
+        let mut cancel = self.cancel.clone();
+        let mut failures = 0u32;
+        loop {
+            let (done, rx) = oneshot::channel();
+            let job = Job {
+                outcomes: outcomes.clone(),
+                event: event.clone(),
+                ack: ack.clone(),
+                ask: None,
+                done,
+            };
+            self.writes
+                .send(job)
+                .map_err(|_| Refused::Broker("the worker's writer has stopped".into()))?;
+            let e = match rx.await {
+                Ok(Ok(_)) => return Ok(()),
+                Ok(Err(e @ Refused::Broker(_))) if !*cancel.borrow() => e,
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(Refused::Broker("the worker's writer has stopped".into())),
+            };
+            failures += 1;
+            if failures == 1 {
+                warn(
+                    &self.name,
+                    &format!("could not store a finished run ({e}); retrying until it lands"),
+                );
+            }
+            let wait = Duration::from_millis(50 << failures.min(6));
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = wait_true(&mut cancel) => {}
+            }
+        }
     }
 
     /// Acks `ack` and answers whether `ask` is revoked now (`false` when
@@ -969,11 +1008,11 @@ async fn celery_links(app: &App, m: &Message, arg: Value, errors: bool) -> Resul
 }
 
 /// What follows a success: Celery `link` callbacks, then the chain's next
-/// link, or the chord's arrival.
-/// Whether [`follow`] has anything to do for a success of `m`: a Celery
-/// `link`, a chain's next link, or a chord arrival. Kept beside `follow` so
+/// link ([`send_links`]), or the chord's arrival ([`arrive`]).
+/// Whether those have anything to do for a success of `m`: a Celery
+/// `link`, a chain's next link, or a chord arrival. Kept beside them so
 /// the batched fast path (result, event and late ack in one write) never
-/// skips a follow-up kind that `follow` learns.
+/// skips a follow-up kind that they learn.
 fn follows(m: &Message) -> bool {
     !m.chain.is_empty()
         || m.chord.is_some()
@@ -982,7 +1021,8 @@ fn follows(m: &Message) -> bool {
             .is_some_and(|c| !c.callbacks.is_empty())
 }
 
-async fn follow(app: &App, m: &Message, value: Value) -> Result<(), Refused> {
+/// Sends a success's Celery `link` callbacks and its chain's next link.
+async fn send_links(app: &App, m: &Message, value: Value) -> Result<(), Refused> {
     celery_links(app, m, value.clone(), false).await?;
     if let Some((next, rest)) = m.chain.split_first() {
         let mut n = app.message_of(next);
@@ -998,6 +1038,15 @@ async fn follow(app: &App, m: &Message, value: Value) -> Result<(), Refused> {
         n.group = m.group.clone();
         n.group_index = m.group_index;
         return app.broker().publish(vec![n]).await;
+    }
+    Ok(())
+}
+
+/// A success's chord arrival; none when a chain follows it (its last link
+/// carries the chord).
+async fn arrive(app: &App, m: &Message) -> Result<(), Refused> {
+    if !m.chain.is_empty() {
+        return Ok(());
     }
     if let Some(chord) = &m.chord {
         let counter = app
