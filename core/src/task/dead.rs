@@ -30,8 +30,6 @@ pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 /// one crash can be bad luck, three in a row is the message.
 pub const MAX_DELIVERIES: u32 = 3;
 
-pub const DEAD_PREFIX_BYTES: usize = 64 * 1024;
-
 /// How many dead letters a queue keeps (the oldest go first): 10 000, enough
 /// to see a pattern, bounded so a flood of junk cannot fill the broker.
 pub const DEAD_KEPT: usize = 10_000;
