@@ -84,11 +84,21 @@ async fn quarantine_a_50_mb_message(blocking: bool) {
     // A re-queue cannot put back part of a message: it stays.
     assert_eq!(b.requeue_dead("default", &[], 10).await.unwrap(), 0);
     assert_eq!(b.dead_count("default").await.unwrap(), 1);
-    let grown = used_memory(&s) - before;
-    assert!(
-        grown < 2 * 1024 * 1024,
-        "quarantining {size} bytes grew Redis by {grown} bytes"
-    );
+    // The 50 MB crossed a client connection: Redis's cron gives its query
+    // and Lua buffers back within a few seconds, so the growth is read until
+    // it settles (a dead letter that kept the payload never would).
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let grown = used_memory(&s) - before;
+        if grown < 2 * 1024 * 1024 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "quarantining {size} bytes grew Redis by {grown} bytes"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
