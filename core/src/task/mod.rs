@@ -14,6 +14,7 @@ pub mod canvas;
 pub mod clock;
 pub mod connect;
 pub mod dead;
+pub mod depth;
 pub mod handle;
 pub mod host;
 pub mod message;
