@@ -868,6 +868,20 @@ class Worker:
         """How many messages it has settled so far."""
         return self._native.settled
 
+    @property
+    def health(self) -> dict[str, Any]:
+        """Its sync runner threads, as the core counts them: ``healthy``
+        (false while every thread is stuck in a body past its timeout and
+        no replacement may start — it claims nothing then), ``why``,
+        ``runners`` (staffed), ``threads``, ``stuck`` and ``stuck_cap`` (one
+        stuck thread per runner gets a replacement; no more)."""
+        return self.app._native.host.runners()
+
+    @property
+    def healthy(self) -> bool:
+        """Whether it can run a sync body now (see ``health``)."""
+        return bool(self.health["healthy"])
+
     def _begin(self, loop: asyncio.AbstractEventLoop | None) -> None:
         if self._started:
             raise RuntimeError("this worker has already run; make another with app.worker()")

@@ -2,7 +2,7 @@
 //!
 //! | route | method | answers |
 //! |---|---|---|
-//! | `/health` | GET | `{"ok": true}`, without the token |
+//! | `/health` | GET | `{"ok": true}`, without the token; 503 and `{"ok": false, "workers": [...]}` while a worker of the app in this process has every runner stuck |
 //! | `/` | GET | the page (`?token=` logs in: cookie, then 303 to `./`) |
 //! | `/app.js`, `/style.css` | GET | the page's script and style |
 //! | `/favicon.ico` | GET | 204: there is none |
@@ -149,7 +149,12 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
     let get = req.method == "GET" || req.method == "HEAD";
     if path == "/health" {
         return full(if get {
-            Response::json(200, &json!({ "ok": true }))
+            let stuck = reports::stuck_workers(&inner.app);
+            if stuck.is_empty() {
+                Response::json(200, &json!({ "ok": true }))
+            } else {
+                Response::json(503, &json!({ "ok": false, "workers": stuck }))
+            }
         } else {
             Response::error(405, "method", "use GET").and("Allow", "GET, HEAD")
         });

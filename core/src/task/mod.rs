@@ -20,6 +20,7 @@ pub mod host;
 pub mod message;
 pub mod policy;
 pub mod rhythm;
+pub mod runners;
 pub mod schedule;
 pub mod spec;
 pub mod state;
@@ -40,6 +41,7 @@ pub use host::{Call, HostQueue};
 pub use message::{Carried, Chord, Join, Message, Options, Sig, new_id};
 pub use policy::{Backoff, Policy, PolicyError, Rate};
 pub use rhythm::{Cron, Every, Rhythm, RhythmError};
+pub use runners::{ABANDONED_PER_RUNNER, RunnerHealth, Runners, WorkerHealth};
 pub use schedule::{Job, Scheduler};
 pub use spec::{
     Backend, Broker, ConsumerInfo, Counter, Delivery, EVENT_TEXT_MAX, Inspector, Joined, QueueInfo,
