@@ -157,7 +157,10 @@ def test_with_every_thread_stuck_the_worker_is_unhealthy_and_claims_nothing(
 
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:
-        assert ready() == 1 and h.state() == "PENDING" and ran == [0]
+        assert ready() == 1 and h.state() == "PENDING" and ran == [0], (
+            str(get("/api/overview").json()["queues"]),
+            w.health,
+        )
         time.sleep(0.05)
 
     # Positive control: a stuck body returns, the worker is healthy again,
