@@ -67,7 +67,7 @@ impl Ledger {
         }
         self.staffed + self.abandoned.min(self.cap())
     }
-    fn to_hire(&self) -> usize {
+    fn wanted(&self) -> usize {
         self.target().saturating_sub(self.live)
     }
     fn surplus(&self) -> bool {
@@ -146,7 +146,7 @@ impl Runners {
         if self.healthy.swap(ok, Ordering::SeqCst) != ok {
             self.health.send_replace(ok);
         }
-        if l.to_hire() > 0 {
+        if l.wanted() > 0 {
             self.wanted.notify_all();
         }
     }
@@ -180,14 +180,14 @@ impl Runners {
     /// GIL, held).
     pub fn hire(&self, wait: Duration) -> usize {
         let mut l = self.lock();
-        if l.to_hire() == 0 {
+        if l.wanted() == 0 {
             l = self
                 .wanted
                 .wait_timeout(l, wait)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
-        let n = l.to_hire();
+        let n = l.wanted();
         l.live += n;
         self.changed(&l);
         n

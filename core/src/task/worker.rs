@@ -176,7 +176,10 @@ impl Worker {
     /// Whether its runner threads can run a call, and their counts.
     pub fn health(&self) -> RunnerHealth {
         let s = &self.shared;
-        s.gate.get_or_init(|| Gate::of(&s.app)).health()
+        match s.gate.get() {
+            Some(g) => g.health(),
+            None => Gate::of(&s.app).health(),
+        }
     }
 
     /// Stops claiming, gives prefetched messages back, waits up to `grace`
