@@ -829,8 +829,11 @@ class Worker:
     once.
 
     Sync bodies run on ``concurrency`` daemon threads; async bodies on an
-    asyncio loop (a dedicated loop thread under ``run``/``start``). Register
-    every task before starting a worker, as Celery does at import.
+    asyncio loop (a dedicated loop thread under ``run``/``start``). A sync
+    body past its ``timeout`` cannot be interrupted: its run fails and its
+    thread is replaced, up to one stuck thread per runner; with every thread
+    stuck the worker claims nothing and ``health`` says so until one returns.
+    Register every task before starting a worker, as Celery does at import.
     """
 
     def __init__(self, app: App, native: _native._Worker) -> None:
