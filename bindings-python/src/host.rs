@@ -2,7 +2,7 @@
 //!
 //! The core never calls Python from a tokio thread. A registered body is a
 //! `HostQueue` body: a run pushes a call and waits for its answer. Python
-//! threads take the calls (shared/BINDINGS.md §2.2):
+//! threads take the calls:
 //! - **sync bodies**: runner threads (as many as the worker's concurrency)
 //!   block in `take_blocking` with the GIL released, attach once, and then
 //!   keep taking while there is work — one GIL crossing per busy stretch, not
