@@ -150,8 +150,10 @@ function instant(name, v) {
 // stringified and parsed exactly as before (the hot path).
 
 const IDENT = /^[A-Za-z_$][\w$]*$/;
-// serde_json's recursion limit is 128; a request wraps values in two levels.
-const DEPTH = 100;
+// The core's limit (100; serde_json's own is 128, and a request wraps
+// values in two levels): a container at a deeper level is refused, the
+// outermost counting as level 1.
+const DEPTH = native._jsonMaxDepth();
 
 function describe(v) {
   switch (typeof v) {
@@ -216,7 +218,7 @@ function flaw(v, depth) {
       return Number.isFinite(v) ? null : { keys: [], v, finite: false };
     case 'object': {
       if (v === null) return null;
-      if (depth >= DEPTH) return { keys: [], v, deep: true };
+      if (depth > DEPTH) return { keys: [], v, deep: true };
       if (Array.isArray(v)) {
         for (let i = 0; i < v.length; i++) {
           const f = flaw(v[i], depth + 1);

@@ -1,7 +1,7 @@
 """Whole processes: Ctrl-C on a blocking ``run()``, a process that must exit
 after ``stop()`` (and at exit without one), a forked child, the CLI, the
 demo — and, on Redis, workers killed with SIGKILL whose messages another
-worker recovers (issue 4), and two workers sharing a queue.
+worker recovers, and two workers sharing a queue.
 
 Each child gets a time limit; a child that hangs fails the test instead of
 hanging the suite."""
@@ -87,13 +87,18 @@ def test_ctrl_c_stops_a_blocking_run_gracefully(tmp_path: Path) -> None:
         tmp_path,
         "run.py",
         """
-        import sys, time, headway
+        import os, sys, time, headway
         app = headway.App()
+        go = sys.argv[1]
 
         @app.task(name="slow")
         def slow():
             print("body started", flush=True)
-            time.sleep(0.5)
+            # Runs until the test, having sent the Ctrl-C, says go: the
+            # interrupt lands while the body is in progress.
+            deadline = time.monotonic() + 20
+            while not os.path.exists(go) and time.monotonic() < deadline:
+                time.sleep(0.01)
             print("body finished", flush=True)
             return 1
 
@@ -108,11 +113,13 @@ def test_ctrl_c_stops_a_blocking_run_gracefully(tmp_path: Path) -> None:
         sys.exit(1)
         """,
     )
-    child = python(script)
+    go = tmp_path / "go"
+    child = python(script, str(go))
     try:
         child.until("body started")
         sent = time.monotonic()
         child.proc.send_signal(signal.SIGINT)
+        go.touch()
         code, out, err = child.finish(limit=5)
         assert time.monotonic() - sent < 5
     finally:
@@ -127,12 +134,30 @@ def test_ctrl_c_interrupts_a_blocking_get(tmp_path: Path) -> None:
         tmp_path,
         "get.py",
         """
-        import headway
+        import sys, threading, time, headway
         app = headway.App()
         h = app.send_task("nobody.runs.this")
-        print("waiting", flush=True)
-        try:
+        main = threading.main_thread().ident
+
+        def blocking_get():
             h.get()
+
+        def announce():
+            # "waiting" once the main thread is inside blocking_get (then in
+            # h.get(): nothing else runs there).
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                f = sys._current_frames().get(main)
+                while f is not None and f.f_code.co_name != "blocking_get":
+                    f = f.f_back
+                if f is not None:
+                    print("waiting", flush=True)
+                    return
+                time.sleep(0.005)
+
+        threading.Thread(target=announce, daemon=True).start()
+        try:
+            blocking_get()
         except KeyboardInterrupt:
             print("interrupted", flush=True)
         """,
@@ -140,7 +165,6 @@ def test_ctrl_c_interrupts_a_blocking_get(tmp_path: Path) -> None:
     child = python(script)
     try:
         child.until("waiting")
-        time.sleep(0.2)
         sent = time.monotonic()
         child.proc.send_signal(signal.SIGINT)
         code, out, err = child.finish(limit=5)
@@ -362,7 +386,7 @@ def test_headway_demo_prints_the_same_every_run() -> None:
         assert out.stdout == DEMO
 
 
-# ---------------------------------------------------------------- issue 4
+# ---------------------------------------------------------------- killed workers
 
 WORKER = """
 import sys, time, headway
@@ -404,19 +428,22 @@ def test_a_killed_worker_loses_nothing(tmp_path: Path, redis_server: RedisServer
     rescuer: Child | None = None
     try:
         doomed.until("ready")
+        # Killed once it holds all six (the held list is the broker's word
+        # for it): two running (concurrency 2), four prefetched.
+        held = f"{prefix}{{default}}:held:doomed"
         deadline = time.monotonic() + LIMIT
-        while len(_runs(log)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(_runs(log)) == 2  # two running (concurrency 2), four prefetched
-        time.sleep(0.3)
+        while not (len(_runs(log)) == 2 and redis_server.command("LLEN", held) == b":6"):
+            assert time.monotonic() < deadline, (_runs(log), redis_server.command("LLEN", held))
+            time.sleep(0.02)
         doomed.proc.send_signal(signal.SIGKILL)
         doomed.proc.wait(10)
         # Once its lease (1 s) runs out, what it held is handed back.
         recovered = 0
         deadline = time.monotonic() + LIMIT
-        while recovered == 0 and time.monotonic() < deadline:
+        while recovered == 0:
+            assert time.monotonic() < deadline, "nothing was recovered"
             recovered = broker.recover()
-            time.sleep(0.1)
+            time.sleep(0.05)
         assert recovered == 6
         rescuer = python(script, redis_server.url, prefix, "rescuer", str(log), "late")
         rescuer.until("ready")

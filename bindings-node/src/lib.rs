@@ -39,6 +39,13 @@ pub fn version() -> String {
     env!("CARGO_PKG_VERSION").to_string()
 }
 
+/// How many levels of containers a task's value may nest (the core's
+/// `task::depth::MAX_DEPTH`): `tasks.js` refuses deeper ones, as Python does.
+#[napi(js_name = "_jsonMaxDepth")]
+pub fn json_max_depth() -> u32 {
+    headway_core::task::depth::MAX_DEPTH as u32
+}
+
 /// An empty call with two numbers through `#[napi]`'s generated glue, for
 /// the benchmark to compare with the raw floor (`_flow().noop`).
 #[napi(js_name = "_noopNapi", catch_unwind)]

@@ -884,7 +884,20 @@ class _Host:
     def has_async(self) -> bool:
         """Whether any async body is registered."""
     def serve(self, flag: _Flag) -> None:
-        """Serves sync calls on this thread until ``flag`` is set."""
+        """Serves sync calls on this thread until ``flag`` is set (or, back
+        from a call the core abandoned, until the core says it is one too
+        many)."""
+    def staff(self, n: int) -> None:
+        """Counts ``n`` runner threads about to call ``serve``."""
+    def unstaff(self, n: int) -> None:
+        """No longer asks for ``n`` runners (the worker stopped)."""
+    def hire(self, flag: _Flag) -> int:
+        """How many replacement runners to start now (waits up to a slice)."""
+    def leave(self) -> None:
+        """A runner counted by ``staff`` or ``hire`` that never served."""
+    def runners(self) -> dict[str, Any]:
+        """The sync runners' health: ``healthy``, ``why``, ``runners``,
+        ``threads``, ``stuck``, ``stuck_cap``."""
     def pump(
         self,
         flag: _Flag,

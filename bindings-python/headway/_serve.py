@@ -13,6 +13,13 @@ both bindings). This module owns the Python side of it:
   withdrew (a timeout, a terminate, a stop past its grace) come back as
   ``cancel(seqs)``, and their tasks are cancelled.
 
+- one hiring thread calls the native ``hire``: a sync body the core stopped
+  waiting for (past its timeout, terminated) keeps its thread until it
+  returns, so the core's ledger asks for a replacement runner — up to one
+  stuck thread per runner; past that the worker stops claiming and reports
+  itself unhealthy — and this thread starts what it asks for. A runner back
+  from such a body ends when the core says it is one too many.
+
 Threads are daemons: a stuck sync body cannot keep the process alive, and
 ``atexit`` stops what is still running before the interpreter goes away.
 """
@@ -70,11 +77,17 @@ class Serving:
         self._lock = threading.Lock()
         self._tasks: dict[int, asyncio.Future[Any]] = {}
         self._threads: list[threading.Thread] = []
+        self._staffed = sync_threads
+        self._hired = 0
+        host.staff(sync_threads)
         for i in range(sync_threads):
             t = threading.Thread(
                 target=host.serve, args=(self._flag,), name=f"{name}-sync-{i}", daemon=True
             )
             self._threads.append(t)
+        self._threads.append(
+            threading.Thread(target=self._hire, name=f"{name}-hire", daemon=True)
+        )
         self._threads.append(
             threading.Thread(
                 target=host.pump,
@@ -85,6 +98,27 @@ class Serving:
         )
         for t in self._threads:
             t.start()
+
+    # -- replacing stuck runners ----------------------------------------
+
+    def _hire(self) -> None:
+        """Hiring thread: starts the runners the core asks for."""
+        host, flag = self._host, self._flag
+        while not flag.is_set():
+            for _ in range(host.hire(flag)):
+                with self._lock:
+                    self._hired += 1
+                    t = threading.Thread(
+                        target=host.serve,
+                        args=(flag,),
+                        name=f"{self._name}-sync-r{self._hired}",
+                        daemon=True,
+                    )
+                    self._threads.append(t)
+                try:
+                    t.start()
+                except RuntimeError:  # no thread to be had: counted back
+                    host.leave()
 
     # -- the loop ------------------------------------------------------
 
@@ -181,9 +215,12 @@ class Serving:
     def close(self) -> None:
         """Stops the threads (after the core stopped sending calls)."""
         self._flag.set()
+        self._host.unstaff(self._staffed)
         me = threading.current_thread()
         deadline = time.monotonic() + _JOIN
-        for t in self._threads:
+        with self._lock:
+            threads = list(self._threads)
+        for t in threads:
             if t is not me:
                 t.join(max(0.0, deadline - time.monotonic()))
         loop, thread = self._own_loop, self._loop_thread

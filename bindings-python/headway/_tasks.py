@@ -829,8 +829,11 @@ class Worker:
     once.
 
     Sync bodies run on ``concurrency`` daemon threads; async bodies on an
-    asyncio loop (a dedicated loop thread under ``run``/``start``). Register
-    every task before starting a worker, as Celery does at import.
+    asyncio loop (a dedicated loop thread under ``run``/``start``). A sync
+    body past its ``timeout`` cannot be interrupted: its run fails and its
+    thread is replaced, up to one stuck thread per runner; with every thread
+    stuck the worker claims nothing and ``health`` says so until one returns.
+    Register every task before starting a worker, as Celery does at import.
     """
 
     def __init__(self, app: App, native: _native._Worker) -> None:
@@ -867,6 +870,20 @@ class Worker:
     def settled(self) -> int:
         """How many messages it has settled so far."""
         return self._native.settled
+
+    @property
+    def health(self) -> dict[str, Any]:
+        """Its sync runner threads, as the core counts them: ``healthy``
+        (false while every thread is stuck in a body past its timeout and
+        no replacement may start — it claims nothing then), ``why``,
+        ``runners`` (staffed), ``threads``, ``stuck`` and ``stuck_cap`` (one
+        stuck thread per runner gets a replacement; no more)."""
+        return self.app._native.host.runners()
+
+    @property
+    def healthy(self) -> bool:
+        """Whether it can run a sync body now (see ``health``)."""
+        return bool(self.health["healthy"])
 
     def _begin(self, loop: asyncio.AbstractEventLoop | None) -> None:
         if self._started:

@@ -2,7 +2,7 @@
 //!
 //! The core never calls Python from a tokio thread. A registered body is a
 //! `HostQueue` body: a run pushes a call and waits for its answer. Python
-//! threads take the calls (shared/BINDINGS.md §2.2):
+//! threads take the calls:
 //! - **sync bodies**: runner threads (as many as the worker's concurrency)
 //!   block in `take_blocking` with the GIL released, attach once, and then
 //!   keep taking while there is work — one GIL crossing per busy stretch, not
@@ -15,14 +15,19 @@
 //!   `cancelled()`; the pump hands them to the loop, which cancels their tasks.
 //!
 //! A sync body cannot be interrupted: when the core stops waiting for it, its
-//! late answer is discarded by `finish`.
+//! late answer is discarded by `finish`, and its thread, stuck until the body
+//! returns, is replaced: the runners are staffed in the core's `Runners`
+//! ledger (`staff`), a hiring thread starts what `hire` answers, and a thread
+//! back from an abandoned call asks `retire` whether it is one too many. How
+//! many, up to what cap, and when the worker is unhealthy are the core's
+//! decisions; this file only starts and ends threads.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use headway_core::task::{Body, Call, Context, Failure, HostQueue};
+use headway_core::task::{Body, Call, Context, Failure, HostQueue, RunnerHealth, Runners};
 use pyo3::PyTraverseError;
 use pyo3::exceptions::PyLookupError;
 use pyo3::gc::PyVisit;
@@ -406,7 +411,8 @@ fn spin_for_work(q: &HostQueue) -> bool {
     }
 }
 
-fn run_sync(py: Python<'_>, host: &Host, call: Call) {
+/// Whether the call was abandoned by the core (its answer came late).
+fn run_sync(py: Python<'_>, host: &Host, call: Call) -> bool {
     let Call {
         seq,
         key,
@@ -420,7 +426,34 @@ fn run_sync(py: Python<'_>, host: &Host, call: Call) {
         )),
         Some(e) => call_sync(py, &e, &key, ctx, &args),
     };
-    host.sync_q.finish(seq, result);
+    host.sync_q.finish(seq, result)
+}
+
+/// A serving thread's place in the core's count: it leaves when the thread
+/// ends, unless it retired (already uncounted).
+struct Seat {
+    runners: Arc<Runners>,
+    counted: bool,
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        if self.counted {
+            self.runners.leave();
+        }
+    }
+}
+
+/// The runners' counts and verdict as a dict (the admin's words).
+fn health_dict<'py>(py: Python<'py>, h: &RunnerHealth) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("healthy", h.healthy)?;
+    d.set_item("why", h.why())?;
+    d.set_item("runners", h.staffed)?;
+    d.set_item("threads", h.threads)?;
+    d.set_item("stuck", h.stuck)?;
+    d.set_item("stuck_cap", h.cap)?;
+    Ok(d)
 }
 
 fn call_sync(
@@ -504,11 +537,52 @@ impl PyHost {
         self.entries_any(true)
     }
 
+    /// Counts `n` runner threads the caller is about to start (each then
+    /// calls `serve`).
+    fn staff(&self, n: usize) {
+        self.inner.sync_q.runners().staff(n);
+    }
+
+    /// The caller no longer asks for its `n` runners (it stopped).
+    fn unstaff(&self, n: usize) {
+        self.inner.sync_q.runners().unstaff(n);
+    }
+
+    /// How many replacement runner threads to start now (each then calls
+    /// `serve`), waiting up to a slice with the GIL released; 0 when none is
+    /// wanted or `flag` is set. They are counted already: one that cannot
+    /// start is given back with `leave`.
+    fn hire(&self, py: Python<'_>, flag: &PyFlag) -> usize {
+        if flag.inner.stopped() {
+            return 0;
+        }
+        let r = self.inner.sync_q.runners().clone();
+        py.detach(|| r.hire(SLICE))
+    }
+
+    /// A runner counted by `staff` or `hire` that never served.
+    fn leave(&self) {
+        self.inner.sync_q.runners().leave();
+    }
+
+    /// The sync runners' health: `healthy` (false while every thread is
+    /// stuck in a body past its timeout and no more may start), `why`,
+    /// `runners` (staffed), `threads`, `stuck`, `stuck_cap`.
+    fn runners<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        health_dict(py, &self.inner.sync_q.runners().health())
+    }
+
     /// Serves sync calls on this thread until `flag` is set: blocks with the
     /// GIL released, then runs calls attached for as long as they keep coming.
+    /// Ends early when, back from a call the core abandoned, the core says
+    /// the thread is one too many.
     fn serve(&self, py: Python<'_>, flag: &PyFlag) {
         let host = self.inner.clone();
         let crew = flag.inner.clone();
+        let mut seat = Seat {
+            runners: host.sync_q.runners().clone(),
+            counted: true,
+        };
         loop {
             if !py.detach(|| crew.watch_turn()) {
                 return;
@@ -530,8 +604,13 @@ impl PyHost {
                     }
                     break;
                 };
-                run_sync(py, &host, c);
+                let late = run_sync(py, &host, c);
                 crew.progress.fetch_add(1, Ordering::SeqCst);
+                if late && seat.runners.retire() {
+                    seat.counted = false;
+                    crew.active.fetch_sub(1, Ordering::SeqCst);
+                    return;
+                }
             }
             crew.active.fetch_sub(1, Ordering::SeqCst);
         }
@@ -618,7 +697,9 @@ impl PyHost {
                         seqs.push(seq);
                         batch.append(t)?;
                     }
-                    Err(err) => host.async_q.finish(seq, Err(failure_of(py, &err))),
+                    Err(err) => {
+                        host.async_q.finish(seq, Err(failure_of(py, &err)));
+                    }
                 }
             }
             if seqs.is_empty() {

@@ -12,8 +12,13 @@
 //! Anything else is a `TypeError` naming where it was found — `add: args[1]
 //! is a set` — raised at send time, never a silent drop or a `str()` of it:
 //! a message that changed shape on the way is worse than one refused.
+//! A value that contains itself, or nests deeper than the core's
+//! `depth::MAX_DEPTH` (100), is a `ValueError` naming where, in the core's words: the
+//! walk below is recursive, and without the check such a value would
+//! overflow the thread's stack and take the process down.
 
 use headway_core::broker::celery::Typed;
+use headway_core::task::depth;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -141,6 +146,44 @@ impl Path<'_> {
         self.render(&mut s);
         s
     }
+
+    /// The path of the enclosing container at `level` (the root is 1).
+    fn ancestor(&self, level: usize) -> &Path<'_> {
+        let mut chain = vec![self];
+        let mut p = self;
+        while let Path::Index(up, _) | Path::Key(up, _) = p {
+            chain.push(up);
+            p = up;
+        }
+        chain.reverse();
+        chain[level.clamp(1, chain.len()) - 1]
+    }
+}
+
+/// The containers enclosing the value being converted, outermost first (by
+/// address): a value that is one of them again is circular, and their count
+/// is its depth.
+type Open = Vec<usize>;
+
+/// Enters the container `obj` at `path`: refuses it when it is one of its
+/// own enclosing containers, or nests past the core's limit.
+fn enter(owner: &str, path: &Path<'_>, obj: &Bound<'_, PyAny>, open: &mut Open) -> PyResult<()> {
+    let me = obj.as_ptr() as usize;
+    if let Some(i) = open.iter().position(|&o| o == me) {
+        return Err(PyValueError::new_err(depth::circular_text(
+            owner,
+            &path.text(),
+            &path.ancestor(i + 1).text(),
+        )));
+    }
+    if depth::too_deep(open.len() + 1) {
+        return Err(PyValueError::new_err(depth::too_deep_text(
+            owner,
+            &path.text(),
+        )));
+    }
+    open.push(me);
+    Ok(())
 }
 
 fn refuse(owner: &str, path: &Path<'_>, obj: &Bound<'_, PyAny>) -> PyErr {
@@ -159,6 +202,10 @@ fn refuse(owner: &str, path: &Path<'_>, obj: &Bound<'_, PyAny>) -> PyErr {
 /// A Python value as JSON; `owner` (the task's name) and `path` name it in
 /// errors.
 pub(crate) fn to_json(owner: &str, path: &Path<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Value> {
+    value(owner, path, obj, &mut Vec::new())
+}
+
+fn value(owner: &str, path: &Path<'_>, obj: &Bound<'_, PyAny>, open: &mut Open) -> PyResult<Value> {
     if obj.is_none() {
         return Ok(Value::Null);
     }
@@ -186,26 +233,36 @@ pub(crate) fn to_json(owner: &str, path: &Path<'_>, obj: &Bound<'_, PyAny>) -> P
         return Ok(Value::String(s.to_str()?.to_owned()));
     }
     if let Ok(l) = obj.cast::<PyList>() {
-        let mut out = Vec::with_capacity(l.len());
-        for (i, item) in l.iter().enumerate() {
-            out.push(to_json(owner, &Path::Index(path, i), &item)?);
-        }
-        return Ok(Value::Array(out));
+        return items(owner, path, obj, l.iter(), l.len(), open);
     }
     if let Ok(t) = obj.cast::<PyTuple>() {
-        let mut out = Vec::with_capacity(t.len());
-        for (i, item) in t.iter().enumerate() {
-            out.push(to_json(owner, &Path::Index(path, i), &item)?);
-        }
-        return Ok(Value::Array(out));
+        return items(owner, path, obj, t.iter(), t.len(), open);
     }
     if let Ok(d) = obj.cast::<PyDict>() {
-        return Ok(Value::Object(object(owner, path, d)?));
+        return Ok(Value::Object(members(owner, path, d, open)?));
     }
     if let Some(v) = typed_out(obj)? {
         return Ok(v);
     }
     Err(refuse(owner, path, obj))
+}
+
+/// A list's or a tuple's items as a JSON list.
+fn items<'py>(
+    owner: &str,
+    path: &Path<'_>,
+    obj: &Bound<'py, PyAny>,
+    it: impl Iterator<Item = Bound<'py, PyAny>>,
+    len: usize,
+    open: &mut Open,
+) -> PyResult<Value> {
+    enter(owner, path, obj, open)?;
+    let mut out = Vec::with_capacity(len);
+    for (i, item) in it.enumerate() {
+        out.push(value(owner, &Path::Index(path, i), &item, open)?);
+    }
+    open.pop();
+    Ok(Value::Array(out))
 }
 
 fn int(owner: &str, path: &Path<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Value> {
@@ -227,6 +284,16 @@ pub(crate) fn object(
     path: &Path<'_>,
     d: &Bound<'_, PyDict>,
 ) -> PyResult<Map<String, Value>> {
+    members(owner, path, d, &mut Vec::new())
+}
+
+fn members(
+    owner: &str,
+    path: &Path<'_>,
+    d: &Bound<'_, PyDict>,
+    open: &mut Open,
+) -> PyResult<Map<String, Value>> {
+    enter(owner, path, d.as_any(), open)?;
     let mut out = Map::new();
     for (k, v) in d.iter() {
         let Ok(key) = k.cast::<PyString>() else {
@@ -237,28 +304,25 @@ pub(crate) fn object(
             )));
         };
         let key = key.to_str()?;
-        let value = to_json(owner, &Path::Key(path, key), &v)?;
-        out.insert(key.to_owned(), value);
+        let v = value(owner, &Path::Key(path, key), &v, open)?;
+        out.insert(key.to_owned(), v);
     }
+    open.pop();
     Ok(out)
 }
 
 /// Positional arguments (any iterable of values) as a JSON list.
 pub(crate) fn args(owner: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<Value>> {
     let root = Path::Root("args");
+    let list = |v: Value| match v {
+        Value::Array(a) => a,
+        _ => Vec::new(),
+    };
     if let Ok(t) = obj.cast::<PyTuple>() {
-        let mut out = Vec::with_capacity(t.len());
-        for (i, item) in t.iter().enumerate() {
-            out.push(to_json(owner, &Path::Index(&root, i), &item)?);
-        }
-        return Ok(out);
+        return items(owner, &root, obj, t.iter(), t.len(), &mut Vec::new()).map(list);
     }
     if let Ok(l) = obj.cast::<PyList>() {
-        let mut out = Vec::with_capacity(l.len());
-        for (i, item) in l.iter().enumerate() {
-            out.push(to_json(owner, &Path::Index(&root, i), &item)?);
-        }
-        return Ok(out);
+        return items(owner, &root, obj, l.iter(), l.len(), &mut Vec::new()).map(list);
     }
     Err(PyTypeError::new_err(format!(
         "{owner}: `args` must be a tuple or a list, not {}",

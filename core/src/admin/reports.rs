@@ -151,10 +151,39 @@ pub(crate) async fn overview(inner: &Inner) -> Result<Value, Refused> {
             "lease_until": c.lease_until,
             "holding": c.holding,
         })).collect::<Vec<_>>(),
+        "workers": workers_json(&inner.app),
         "counts": counts_json(&counts),
         "tasks": tasks,
         "task_names": names,
     }))
+}
+
+/// The app's workers running in this process, with their runner threads:
+/// `healthy` false while every one is stuck in a body past its timeout (the
+/// worker claims nothing then).
+fn workers_json(app: &crate::task::App) -> Vec<Value> {
+    crate::task::runners::workers(app)
+        .iter()
+        .map(|w| {
+            let r = &w.runners;
+            json!({
+                "name": w.name,
+                "healthy": r.healthy,
+                "why": r.why(),
+                "runners": r.staffed,
+                "threads": r.threads,
+                "stuck": r.stuck,
+                "stuck_cap": r.cap,
+            })
+        })
+        .collect()
+}
+
+/// `/health`'s list: the app's workers here that cannot run a call.
+pub(crate) fn stuck_workers(app: &crate::task::App) -> Vec<Value> {
+    let mut all = workers_json(app);
+    all.retain(|w| w["healthy"] == json!(false));
+    all
 }
 
 fn event_json(e: &RunEvent) -> Value {

@@ -2,13 +2,13 @@
 //!
 //! | route | method | answers |
 //! |---|---|---|
-//! | `/health` | GET | `{"ok": true}`, without the token |
+//! | `/health` | GET | `{"ok": true}`, without the token; 503 and `{"ok": false, "workers": [...]}` while a worker of the app in this process has every runner stuck |
 //! | `/` | GET | the page; without a session the login page (401) |
 //! | `/login` | GET, POST | the login page; POST the token (form or JSON): a session cookie and 303 to the page; 429 past the failed-login limit |
 //! | `/logout` | POST | forgets the session (its CSRF value and origin needed) and clears the cookie |
 //! | `/app.js`, `/style.css` | GET | the page's script and style (the style without the token: the login page uses it) |
 //! | `/favicon.ico` | GET | 204: there is none |
-//! | `/api/overview` | GET | queues, consumers, counts, tasks |
+//! | `/api/overview` | GET | queues, consumers, workers (their health), counts, tasks |
 //! | `/api/runs?limit=&state=&task=` | GET | recent runs |
 //! | `/api/runs/<id>` | GET | one run's stored outcome and events |
 //! | `/api/failures?limit=` | GET | recent failures |
@@ -159,7 +159,12 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
     let get = req.method == "GET" || req.method == "HEAD";
     if path == "/health" {
         return full(if get {
-            Response::json(200, &json!({ "ok": true }))
+            let stuck = reports::stuck_workers(&inner.app);
+            if stuck.is_empty() {
+                Response::json(200, &json!({ "ok": true }))
+            } else {
+                Response::json(503, &json!({ "ok": false, "workers": stuck }))
+            }
         } else {
             Response::error(405, "method", "use GET").and("Allow", "GET, HEAD")
         });

@@ -42,6 +42,12 @@ pub trait Body: Send + Sync + 'static {
     /// stopping worker): an implementation cancels what it can and discards a
     /// late answer.
     fn call(&self, ctx: Context, args: Vec<Value>) -> BoxFuture<'static, Result<Value, Failure>>;
+
+    /// The host threads it runs on, when it runs on threads the core counts
+    /// (a sync Python body): a worker stops claiming while all are stuck.
+    fn runners(&self) -> Option<Arc<super::runners::Runners>> {
+        None
+    }
 }
 
 /// A body from a Rust closure returning a future.

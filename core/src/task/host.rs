@@ -17,9 +17,12 @@
 //! When the core stops waiting for a call (a timeout, a terminate, a
 //! stopping worker) the call is withdrawn: if the host has not taken it yet it
 //! never runs; if it has, its id is reported by [`HostQueue::cancelled`] so an
-//! async body can be cancelled, and its late answer is discarded.
+//! async body can be cancelled, and its late answer is discarded. On a queue
+//! whose host staffed runner threads ([`HostQueue::runners`]), a taken call
+//! withdrawn is *abandoned*: its thread is stuck in it until it returns, and
+//! the queue's [`Runners`] ledger has it replaced, within a cap.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -28,6 +31,7 @@ use tokio::sync::oneshot;
 
 use super::body::{Body, Context};
 use super::clock::BoxFuture;
+use super::runners::Runners;
 use super::state::Failure;
 
 /// One call for the host to make.
@@ -50,6 +54,8 @@ struct Inner {
     queue: VecDeque<Call>,
     waiting: HashMap<u64, Reply>,
     cancelled: Vec<u64>,
+    /// Taken calls withdrawn on a staffed queue, until their late answer.
+    abandoned: HashSet<u64>,
     seq: u64,
     closed: bool,
     /// Threads asleep in `take_blocking`. A push rings the condvar only
@@ -63,6 +69,7 @@ pub struct HostQueue {
     inner: Mutex<Inner>,
     arrived: Condvar,
     bell: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
+    runners: Arc<Runners>,
 }
 
 impl Default for HostQueue {
@@ -71,6 +78,7 @@ impl Default for HostQueue {
             inner: Mutex::new(Inner::default()),
             arrived: Condvar::new(),
             bell: Mutex::new(None),
+            runners: Runners::new(),
         }
     }
 }
@@ -83,6 +91,12 @@ impl HostQueue {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The ledger of the threads serving it: a host with runner threads
+    /// staffs them here and starts the replacements it answers.
+    pub fn runners(&self) -> &Arc<Runners> {
+        &self.runners
     }
 
     /// Sets what is called when calls arrive on an empty queue (Node: a
@@ -146,6 +160,9 @@ impl HostQueue {
                 g.queue.remove(i);
             } else {
                 g.cancelled.push(seq);
+                if self.runners.staffed() && g.abandoned.insert(seq) {
+                    self.runners.abandon();
+                }
             }
         }
     }
@@ -182,23 +199,43 @@ impl HostQueue {
         }
     }
 
-    /// Answers call `seq`. A call the core stopped waiting for is dropped.
-    pub fn finish(&self, seq: u64, result: Result<Value, Failure>) {
-        let tx = self.lock().waiting.remove(&seq);
+    /// Answers call `seq`. A call the core stopped waiting for is dropped;
+    /// `true` when it was abandoned (its thread was counted stuck, and may
+    /// now be one too many: see [`Runners::retire`]).
+    pub fn finish(&self, seq: u64, result: Result<Value, Failure>) -> bool {
+        let (tx, late) = {
+            let mut g = self.lock();
+            match g.waiting.remove(&seq) {
+                Some(tx) => (Some(tx), false),
+                None => (None, g.abandoned.remove(&seq)),
+            }
+        };
         if let Some(tx) = tx {
             let _ = tx.send(result);
         }
+        if late {
+            self.runners.returned();
+        }
+        late
     }
 
     /// Answers many calls under one lock.
     pub fn finish_many(&self, results: Vec<(u64, Result<Value, Failure>)>) {
+        let mut late = 0;
         let txs: Vec<(Reply, Result<Value, Failure>)> = {
             let mut g = self.lock();
-            results
-                .into_iter()
-                .filter_map(|(seq, r)| g.waiting.remove(&seq).map(|tx| (tx, r)))
-                .collect()
+            let mut txs = Vec::with_capacity(results.len());
+            for (seq, r) in results {
+                match g.waiting.remove(&seq) {
+                    Some(tx) => txs.push((tx, r)),
+                    None => late += usize::from(g.abandoned.remove(&seq)),
+                }
+            }
+            txs
         };
+        for _ in 0..late {
+            self.runners.returned();
+        }
         for (tx, r) in txs {
             let _ = tx.send(r);
         }
@@ -266,6 +303,10 @@ impl Drop for Withdraw {
 }
 
 impl Body for HostBody {
+    fn runners(&self) -> Option<Arc<Runners>> {
+        Some(self.queue.runners.clone())
+    }
+
     fn call(&self, ctx: Context, args: Vec<Value>) -> BoxFuture<'static, Result<Value, Failure>> {
         let pushed = self.queue.push(self.key.clone(), ctx, args);
         let queue = self.queue.clone();
@@ -365,6 +406,36 @@ mod tests {
         assert_eq!(f.await.unwrap().unwrap_err().kind, "WorkerLost");
         assert!(q.take_blocking(1, Duration::from_secs(5)).is_empty());
         assert_eq!(b.call(ctx(), vec![]).await.unwrap_err().kind, "WorkerLost");
+    }
+
+    #[tokio::test]
+    async fn a_taken_call_withdrawn_on_a_staffed_queue_is_abandoned_until_it_returns() {
+        let q = HostQueue::new();
+        let b = q.body("t");
+        assert!(Arc::ptr_eq(&b.runners().unwrap(), q.runners()));
+        // Unstaffed (an event loop, a pump): a withdrawn call holds no thread.
+        let mut f = Box::pin(b.call(ctx(), vec![]));
+        assert!(futures_poll_once(&mut f).await);
+        let c = q.take(1);
+        drop(f);
+        assert_eq!(q.runners().health().stuck, 0);
+        assert!(!q.finish(c[0].seq, Ok(json!(1))));
+        // Staffed: the thread running it is stuck until the late answer.
+        q.runners().staff(1);
+        let mut f = Box::pin(b.call(ctx(), vec![]));
+        assert!(futures_poll_once(&mut f).await);
+        let c = q.take(1);
+        drop(f);
+        assert_eq!(q.runners().health().stuck, 1);
+        assert_eq!(q.runners().hire(Duration::ZERO), 1, "replaced");
+        assert!(q.finish(c[0].seq, Ok(json!(1))), "a late answer");
+        assert_eq!(q.runners().health().stuck, 0);
+        assert!(q.runners().retire(), "one thread too many now");
+        // A call withdrawn before it was taken never ran: nothing is stuck.
+        let mut f = Box::pin(b.call(ctx(), vec![]));
+        assert!(futures_poll_once(&mut f).await);
+        drop(f);
+        assert_eq!(q.runners().health().stuck, 0);
     }
 
     /// Polls once; true when still pending.

@@ -14,11 +14,13 @@ pub mod canvas;
 pub mod clock;
 pub mod connect;
 pub mod dead;
+pub mod depth;
 pub mod handle;
 pub mod host;
 pub mod message;
 pub mod policy;
 pub mod rhythm;
+pub mod runners;
 pub mod schedule;
 pub mod spec;
 pub mod state;
@@ -40,6 +42,7 @@ pub use host::{Call, HostQueue};
 pub use message::{Carried, Chord, Join, Message, Options, Sig, new_id};
 pub use policy::{Backoff, Policy, PolicyError, Rate};
 pub use rhythm::{Cron, Every, Rhythm, RhythmError};
+pub use runners::{ABANDONED_PER_RUNNER, RunnerHealth, Runners, WorkerHealth};
 pub use schedule::{Job, Scheduler};
 pub use spec::{
     Backend, Broker, ConsumerInfo, Counter, Delivery, EVENT_TEXT_MAX, Inspector, Joined, QueueInfo,

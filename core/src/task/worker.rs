@@ -33,6 +33,7 @@ use tokio::task::JoinSet;
 use super::app::{App, Registered};
 use super::body::Context;
 use super::message::Message;
+use super::runners::{self, Gate, RunnerHealth};
 use super::spec::{Delivery, EVENT_TEXT_MAX, Receipt, Round, RunEvent, truncate};
 use super::state::{Failure, Outcome, Refused, State};
 use crate::flow::{Backoff, Jitter, MILLI, Window};
@@ -94,6 +95,9 @@ struct Shared {
     slots: Semaphore,
     limiters: Mutex<HashMap<String, Window>>,
     done: AtomicU64,
+    /// The runner threads its bodies run on (known once it runs): while
+    /// every one is stuck it claims nothing (`runners`).
+    gate: std::sync::OnceLock<Gate>,
 }
 
 /// Runs tasks. Cheap to clone (shared); `stop` from any clone.
@@ -141,6 +145,7 @@ impl Worker {
                 slots: Semaphore::new(config.concurrency),
                 limiters: Mutex::new(HashMap::new()),
                 done: AtomicU64::new(0),
+                gate: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -168,6 +173,14 @@ impl Worker {
     /// How many messages it has settled.
     pub fn settled(&self) -> u64 {
         self.shared.done.load(Ordering::Relaxed)
+    }
+    /// Whether its runner threads can run a call, and their counts.
+    pub fn health(&self) -> RunnerHealth {
+        let s = &self.shared;
+        match s.gate.get() {
+            Some(g) => g.health(),
+            None => Gate::of(&s.app).health(),
+        }
     }
 
     /// Stops claiming, gives prefetched messages back, waits up to `grace`
@@ -201,6 +214,8 @@ impl Worker {
             .expect("valid backoff");
         let mut failures = 0i32;
         let clock = s.app.clock().clone();
+        let gate = s.gate.get_or_init(|| Gate::of(&s.app)).clone();
+        let _listed = runners::list(&s.app, &s.name, gate.clone());
         loop {
             while let Some(r) = set.try_join_next() {
                 if let Err(e) = r
@@ -215,6 +230,14 @@ impl Worker {
             if *stopping.borrow() {
                 break;
             }
+            if !gate.healthy() {
+                warn(&s.name, &gate.health().why().unwrap_or_default());
+                tokio::select! {
+                    _ = gate.until_healthy() => warn(&s.name, "a runner is free again; claiming again"),
+                    _ = stopping.changed() => {}
+                }
+                continue;
+            }
             // Refill in halves: a claim per run settled would be a round
             // trip (and a claim script) per message under load. An idle
             // worker claims at once, whatever it holds.
@@ -227,8 +250,11 @@ impl Worker {
                 continue;
             }
             let got = tokio::select! {
-                r = s.app.broker().claim(&s.queues, room, POLL) => r,
+                biased;
                 _ = stopping.changed() => continue,
+                // A claim cut short is handed back, as at a stop.
+                _ = gate.until_unhealthy() => continue,
+                r = s.app.broker().claim(&s.queues, room, POLL) => r,
             };
             let batch = match got {
                 Ok(b) => {
@@ -431,6 +457,20 @@ async fn settle(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<()
             (p, true)
         }
     };
+    // Every runner stuck: wait for one rather than hand it a call nobody
+    // takes (`runners`).
+    if let Some(g) = s.gate.get()
+        && !g.healthy()
+    {
+        waited = true;
+        tokio::select! {
+            _ = g.until_healthy() => {}
+            _ = wait_true(&mut stopping) => {
+                drop(permit);
+                return give_back(app, &m, receipt, false).await;
+            }
+        }
+    }
 
     // Per-worker rate.
     if let Some(rate) = policy.rate {
