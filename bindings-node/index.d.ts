@@ -449,7 +449,7 @@ export declare class Pooled<T = unknown> {
 
 // ================================================================ Tasks
 //
-// The task queue (shared/API.md, "Tasks"): an App owns a broker, a result
+// The task queue: an App owns a broker, a result
 // store and a clock; a task is a name, a policy and a body; a worker runs
 // bodies on this event loop. Units: spans are milliseconds; an instant is a
 // `Date` or epoch milliseconds. Every call that touches a broker returns a

@@ -1,7 +1,7 @@
 'use strict';
 // headway for Node, the task queue: App, tasks, the canvas, handles, workers,
-// the beat, the in-process scheduler, clocks and Redis brokers (shared/API.md,
-// "Tasks"). Every rule is the core's; this file checks argument types, turns
+// the beat, the in-process scheduler, clocks and Redis brokers.
+// Every rule is the core's; this file checks argument types, turns
 // Dates into epoch ms, builds one JSON request per call, turns the core's
 // refusals into Errors with a `code`, and runs JS bodies on the event loop.
 //

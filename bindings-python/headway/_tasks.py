@@ -1,5 +1,5 @@
 """The task queue's Python surface: ``App``, tasks, the canvas, workers and
-the beat (shared/API.md, "Tasks").
+the beat.
 
 Everything that decides — policies, retries, canvas planning, settling,
 rhythms — is the core's. This module registers Python callables, converts

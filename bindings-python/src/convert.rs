@@ -2,7 +2,7 @@
 //! clock `now` defaults to, the RNG draws default to, and argument errors that
 //! name the argument.
 //!
-//! Units (shared/API.md, "Units and clocks"): Python passes `float` seconds
+//! Units: Python passes `float` seconds
 //! (a `datetime.timedelta` is accepted for a span), the core takes `i64`
 //! nanoseconds. Only differences of `now` are used by the core, so any origin
 //! works; omitted, it is `time.monotonic()`.

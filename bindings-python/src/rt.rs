@@ -6,7 +6,7 @@
 //! once, so a send costs no GIL release), then waits detached in slices of
 //! [`SLICE`], re-attaching between slices to run `py.check_signals()` — so
 //! Ctrl-C interrupts a blocking `get()` and the GIL is never held while the
-//! core works (shared/BINDINGS.md §2.2, §2.5).
+//! core works.
 
 use std::future::Future;
 use std::pin::pin;
@@ -24,7 +24,8 @@ use tokio::runtime::Runtime;
 use crate::PanicError;
 
 /// How long a blocking wait stays detached before it looks at signals:
-/// 100 ms, inside BINDINGS.md's 100–200 ms, so Ctrl-C is felt at once.
+/// 100 ms: short enough that Ctrl-C is felt at once (a person notices
+/// 200 ms), long enough that an idle wait costs nothing measurable.
 pub(crate) const SLICE: Duration = Duration::from_millis(100);
 
 /// The shared runtime, or a `RuntimeError` in a forked child (tokio's

@@ -1,6 +1,6 @@
 //! Task-side time: instants, spans, the virtual clock and the rhythms.
 //!
-//! Units (shared/API.md, "Units and clocks"): the core's task side counts
+//! Units (the same in Node): the core's task side counts
 //! `i64` milliseconds since the Unix epoch. Python passes an instant as an
 //! aware `datetime` or epoch seconds (`float`/`int`), and a span as float
 //! seconds or a `timedelta`. Instants the library hands back (`ctx.now`,
@@ -164,7 +164,7 @@ pub(crate) fn same_clock(a: &Arc<dyn Clock>, b: &Arc<dyn Clock>) -> bool {
 
 /// A clock that workers and beats *sleep on*: a sleep advances it instead of
 /// waiting, so a retry schedule or an hour of beats runs in milliseconds and
-/// prints the same every time (shared/API.md, "Time in tests").
+/// prints the same every time.
 ///
 /// `start` is an aware `datetime` or epoch seconds (0: 1970-01-01 UTC).
 /// What it moves is what the queue schedules — etas, retry backoffs,

@@ -1,4 +1,4 @@
-//! A model-based property test (issue 7): one random sequence of broker
+//! A model-based property test: one random sequence of broker
 //! operations — send, raw push, claim, ack, reject, retry, lease expiry,
 //! recover, revoke, dead-letter re-queue, clock step — applied to the
 //! in-memory broker and to headway's Redis layout (a redis-server the test

@@ -1,4 +1,4 @@
-//! Issue 7 on Celery's layout (`broker::celery`): quarantine of malformed
+//! Reliability on Celery's layout (`broker::celery`): quarantine of malformed
 //! envelopes into per-queue dead letters, listing / re-queueing / purging
 //! them, poison pills dead-lettered after three lost holders (simulated, and
 //! a real worker process that aborts), and beat single-fire with a lease

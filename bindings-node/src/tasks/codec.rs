@@ -193,7 +193,7 @@ pub(crate) fn rhythm(text: &str) -> Result<Rhythm, Refusal> {
         return Ok(Rhythm::Every(e));
     }
     if let Some(expr) = r.cron {
-        // "UTC" when omitted, as API.md writes `Cron("*/5 * * * *", tz="UTC")`.
+        // "UTC" when omitted, as Python's `Cron("*/5 * * * *")` does.
         let tz = r.tz.as_deref().unwrap_or("UTC");
         return Ok(Rhythm::Cron(Cron::new(&expr, tz).map_err(rhythm_err)?));
     }

@@ -9,7 +9,7 @@
 //! rings when calls for JS bodies arrive (`app.rs`), so one wake-up serves
 //! both.
 //!
-//! Lifetimes (shared/BINDINGS.md §2.7): the bell is *weak* — it keeps the
+//! Lifetimes: the bell is *weak* — it keeps the
 //! process alive only while a ticket is outstanding (a pending `get()`, a
 //! running `worker.run()`): it is ref'd when the count of outstanding
 //! tickets leaves zero and unref'd when it returns there. After

@@ -194,7 +194,7 @@ impl std::fmt::Debug for Reply {
 
 /// The page's policy: scripts, styles and connections from this origin only
 /// (so an injected `<script>` or inline handler does not run), and never in
-/// a frame (clickjacking). The values RELIABILITY.md §4 asks for.
+/// a frame (clickjacking).
 pub const CSP: &str = "default-src 'self'; frame-ancestors 'none'";
 
 /// Headers every reply carries, errors and the stream included.

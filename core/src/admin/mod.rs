@@ -6,7 +6,8 @@
 //! convert the request and pump the reply, so routes, validation, auth,
 //! escaping and the page itself cannot differ between them.
 //!
-//! Security, after Flower's history (RELIABILITY.md §4):
+//! Security, after Flower's history (an admin page left open, or open to
+//! cross-site requests, is how task dashboards get taken over):
 //! - every route but `/health` (and the login page and its style) needs the
 //!   token, compared in constant time — as `Authorization: Bearer`, or
 //!   posted once to `/login` for a session cookie (see [`session`]); with

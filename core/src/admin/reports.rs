@@ -427,7 +427,7 @@ fn dead_json(d: &DeadLetter) -> Value {
         "id": d.id,
         "reason": d.reason,
         "at": d.at,
-        "size": d.raw.len(),
+        "size": d.size,
         "preview": preview(&d.raw),
         "truncated": d.raw.len() > PREVIEW_MAX,
     })

@@ -9,7 +9,7 @@
 //!
 //! Before sending, a beat asks the broker to claim the (entry, due time)
 //! slot: the in-memory broker always grants it, and a shared broker grants it
-//! once across every beat process (issue 7), so two beats never both fire a
+//! once across every beat process, so two beats never both fire a
 //! slot.
 
 use std::collections::HashMap;
