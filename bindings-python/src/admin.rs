@@ -89,7 +89,7 @@ impl PyAdmin {
     /// `_AdminStream` to pump after the head, or `None`. `mount` is where
     /// the admin is served (ASGI's `root_path`), `tls` whether the request
     /// came over https, `peer` the client's address (ASGI's `client`).
-    #[pyo3(signature = (method, path, headers, body, mount=String::new(), tls=false, peer=None))]
+    #[pyo3(signature = (method, path, headers, body, mount=String::new(), tls=false, peer=None), text_signature = "($self, method, path, headers, body, mount='', tls=False, peer=None)")]
     #[allow(clippy::too_many_arguments)]
     fn handle<'py>(
         &self,
