@@ -2217,20 +2217,8 @@ impl Inspector for RedisBroker {
             if events.is_empty() {
                 return Ok(());
             }
-            let key = self.events_key();
             let mut p = ::redis::pipe();
-            for e in &events {
-                let json = serde_json::to_string(e).map_err(|e| Refused::Broker(e.to_string()))?;
-                p.cmd("XADD")
-                    .arg(&key)
-                    .arg("MAXLEN")
-                    .arg("~")
-                    .arg(EVENTS_KEPT)
-                    .arg("*")
-                    .arg("e")
-                    .arg(json)
-                    .ignore();
-            }
+            self.add_events(&mut p, &events)?;
             self.run(&p, false).await.map(|_| ())
         })
     }

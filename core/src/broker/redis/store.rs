@@ -21,7 +21,7 @@ use std::collections::HashSet;
 use super::{
     EVENTS_KEPT, HELD_OLDEST_FIRST, NOTIFY_CAP, RedisBroker, STORE_CHUNK, bytes, int, log, stored,
 };
-use crate::task::spec::{Receipt, Round};
+use crate::task::spec::{Receipt, Round, RunEvent};
 use crate::task::state::{Outcome, Refused, State};
 
 /// A result Redis refused to write, with the late ack waiting for it.
@@ -56,6 +56,28 @@ impl RedisBroker {
             }
             p.add_command(c);
         }
+    }
+
+    /// Adds `events` to `p`: one XADD each onto the event log, capped near
+    /// [`EVENTS_KEPT`]. Both a round and a lone `record` write them so.
+    pub(super) fn add_events(&self, p: &mut Pipeline, events: &[RunEvent]) -> Result<(), Refused> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let key = self.events_key();
+        for e in events {
+            let json = serde_json::to_string(e).map_err(|e| Refused::Broker(e.to_string()))?;
+            p.cmd("XADD")
+                .arg(&key)
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(EVENTS_KEPT)
+                .arg("*")
+                .arg("e")
+                .arg(json)
+                .ignore();
+        }
+        Ok(())
     }
 
     /// How many replies [`RedisBroker::add_stores`] adds for `n` items.
@@ -192,21 +214,7 @@ impl RedisBroker {
         }
         let items: Vec<_> = r.outcomes.iter().zip(late.iter().copied()).collect();
         self.add_stores(&mut p, &items);
-        if !r.events.is_empty() {
-            let key = self.events_key();
-            for e in &r.events {
-                let json = serde_json::to_string(e).map_err(|e| Refused::Broker(e.to_string()))?;
-                p.cmd("XADD")
-                    .arg(&key)
-                    .arg("MAXLEN")
-                    .arg("~")
-                    .arg(EVENTS_KEPT)
-                    .arg("*")
-                    .arg("e")
-                    .arg(json)
-                    .ignore();
-            }
-        }
+        self.add_events(&mut p, &r.events)?;
         for id in &r.ask {
             p.cmd("GET").arg(self.revoked_key(id));
         }
