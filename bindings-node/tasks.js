@@ -609,8 +609,8 @@ function text(v) {
 // Proxy whose traps throw, an Error whose `message` or `stack` getter
 // throws, a Symbol — and each fails its run, never the worker or the batch:
 // every read is guarded, and a type or message that cannot be read crosses
-// as null, answered with the native side's fixed text (src/tasks/app.rs,
-// UNNAMED and UNDESCRIBED).
+// as null, answered with the core's fixed text (headway-core's
+// Failure::UNNAMED and Failure::UNDESCRIBED).
 function failed(host, seq, e) {
   let kind = null;
   let message = null;

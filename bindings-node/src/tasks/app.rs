@@ -83,16 +83,6 @@ fn encode_calls(calls: &[Call]) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
-/// The failure type of a thrown value that names none `tasks.js` could
-/// read (`throw Object.create(null)`, a Proxy whose traps throw).
-pub(crate) const UNNAMED: &str = "Error";
-
-/// The failure message of a thrown value with no readable text: its
-/// `message` is not a string (or its getter threw) and `String(value)` threw
-/// too. A fixed text, so such a run fails like any other instead of taking
-/// its worker down.
-pub(crate) const UNDESCRIBED: &str = "<the thrown value has no readable message: String() threw>";
-
 /// One failed run as `tasks.js` answers it: seq, type, message, stack (a
 /// type or message JS could not read is null).
 type Failed = (u64, Option<String>, Option<String>, Option<String>);
@@ -114,7 +104,7 @@ impl NativeHost {
     /// Answers a batch: `ok` is `[[seq, value], ...]`, `failed` is `[[seq,
     /// type | null, message | null, stack | null], ...]` (either may be
     /// empty; a null type or message is one JS could not read, answered as
-    /// `UNNAMED` / `UNDESCRIBED`). A call the core stopped waiting for is
+    /// the core's `Failure::UNNAMED` / `Failure::UNDESCRIBED`). A call the core stopped waiting for is
     /// dropped.
     #[napi(catch_unwind)]
     pub fn finish(&self, ok: String, failed: String) -> napi::Result<()> {
@@ -130,17 +120,11 @@ impl NativeHost {
         if !failed.is_empty() {
             let v: Vec<Failed> = serde_json::from_str(&failed)
                 .map_err(|e| napi::Error::from_reason(garbled("failures", e).message))?;
-            results.extend(v.into_iter().map(|(s, kind, message, stack)| {
-                (
-                    s,
-                    Err(Failure {
-                        kind: kind.unwrap_or_else(|| UNNAMED.to_owned()),
-                        message: message.unwrap_or_else(|| UNDESCRIBED.to_owned()),
-                        traceback: stack,
-                        module: None,
-                    }),
-                )
-            }));
+            results.extend(
+                v.into_iter().map(|(s, kind, message, stack)| {
+                    (s, Err(Failure::thrown(kind, message, stack)))
+                }),
+            );
         }
         self.q.finish_many(results);
         Ok(())

@@ -87,6 +87,33 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// The type of a thrown value whose type a host could not read (JS:
+    /// `throw Object.create(null)`, a Proxy whose traps throw).
+    pub const UNNAMED: &'static str = "Error";
+
+    /// The message of a thrown value with no readable text: its message is
+    /// not a string (or reading it threw) and turning it into text threw
+    /// too. A fixed text, so such a run fails like any other instead of
+    /// taking its worker down.
+    pub const UNDESCRIBED: &'static str =
+        "<the thrown value has no readable message: String() threw>";
+
+    /// A failure from what a host could read of a thrown value: a type or
+    /// message it could not read is [`Failure::UNNAMED`] /
+    /// [`Failure::UNDESCRIBED`].
+    pub fn thrown(
+        kind: Option<String>,
+        message: Option<String>,
+        traceback: Option<String>,
+    ) -> Failure {
+        Failure {
+            kind: kind.unwrap_or_else(|| Self::UNNAMED.to_owned()),
+            message: message.unwrap_or_else(|| Self::UNDESCRIBED.to_owned()),
+            traceback,
+            module: None,
+        }
+    }
+
     /// A failure with a type and a message.
     pub fn new(kind: impl Into<String>, message: impl Into<String>) -> Failure {
         Failure {
