@@ -135,19 +135,26 @@ async fn stop((w, h): (Worker, JoinHandle<Result<(), Refused>>)) {
 /// The row for `id` in `/api/runs`, once its state is `state` (the worker
 /// records the event just after storing the outcome the test waited on).
 async fn run_row(a: &Admin, id: &str, state: &str) -> Value {
+    run_row_where(a, id, state, |row| row["state"] == state).await
+}
+
+/// Polls the runs list until run `id`'s row satisfies `ready` (described by
+/// `what` in the failure): a row is built from several events, which land
+/// one after another, so a test waits for every field it reads.
+async fn run_row_where(a: &Admin, id: &str, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
         let r = call(a, authed(get("/api/runs"))).await;
         assert_eq!(r.status, 200);
         let v = body_json(&r);
         if let Some(row) = v["runs"].as_array().unwrap().iter().find(|x| x["id"] == id)
-            && row["state"] == state
+            && ready(row)
         {
             return row.clone();
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "run {id} never showed {state}: {v}"
+            "run {id} never showed {what}: {v}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -646,7 +653,12 @@ async fn a_sent_run_is_listed_then_run_by_a_worker() {
             .unwrap(),
         json!(5)
     );
-    let row = run_row(&a, &id, "SUCCESS").await;
+    // SUCCESS and the worker's name come from different events: wait for
+    // both rather than read a worker field a later event fills in.
+    let row = run_row_where(&a, &id, "SUCCESS with its worker", |row| {
+        row["state"] == "SUCCESS" && row["worker"].as_str().is_some_and(|w| !w.is_empty())
+    })
+    .await;
     assert_eq!(row["task"], "add");
     assert_eq!(row["worker"], "w1");
     assert_eq!(row["detail"], "5");
