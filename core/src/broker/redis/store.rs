@@ -18,11 +18,16 @@ use ::redis::{Pipeline, Value};
 
 use std::collections::HashSet;
 
-use super::{
-    EVENTS_KEPT, HELD_OLDEST_FIRST, NOTIFY_CAP, RedisBroker, STORE_CHUNK, bytes, int, log, stored,
-};
+use super::results::NOTIFY_CAP;
+use super::settle::HELD_OLDEST_FIRST;
+use super::wire::{bytes, int, stored};
+use super::{EVENTS_KEPT, RedisBroker, log};
 use crate::task::spec::{Receipt, Round, RunEvent};
 use crate::task::state::{Outcome, Refused, State};
+
+/// How many results one store script call writes: a round's worth, kept
+/// short because Redis runs one script at a time.
+const STORE_CHUNK: usize = 256;
 
 /// A result Redis refused to write, with the late ack waiting for it.
 pub(super) struct Unstored {

@@ -1,0 +1,192 @@
+//! What the admin page reads: queue sizes, stored outcomes per state,
+//! consumers and what they hold, and the run event log.
+//!
+//! Why scripts and indexes: a queue's sizes come from one script per queue
+//! (its ten steps, delayed and held lists), counts from one ZCOUNT per state
+//! — a fixed number of commands however much Redis holds.
+
+use std::collections::BTreeMap;
+
+use ::redis::Value;
+
+use super::RedisBroker;
+use super::scripts::evalsha;
+use super::wire::{STEPS, bytes, int};
+use crate::task::spec::{ConsumerInfo, QueueInfo, RunEvent};
+use crate::task::state::{Refused, State};
+
+/// How many run events the Redis layout keeps: about ten thousand, in a
+/// stream trimmed with `MAXLEN ~` (Redis trims whole nodes, so a little more
+/// may stay) — enough for an admin page's recent runs, bounded whatever the
+/// traffic.
+pub const EVENTS_KEPT: usize = 10_000;
+
+impl RedisBroker {
+    pub(super) async fn stats(&self) -> Result<Vec<QueueInfo>, Refused> {
+        let v = self
+            .one(
+                ::redis::cmd("SMEMBERS").arg(self.queues_key()).clone(),
+                false,
+            )
+            .await?;
+        let mut names: Vec<String> = match v {
+            Value::Array(a) | Value::Set(a) => a
+                .iter()
+                .filter_map(|x| bytes(x).map(|b| String::from_utf8_lossy(b).into_owned()))
+                .collect(),
+            _ => Vec::new(),
+        };
+        names.sort();
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut p = ::redis::pipe();
+        for q in &names {
+            p.add_command(evalsha(&self.scripts.stats, &self.base(q)));
+        }
+        let got = self.run(&p, false).await?;
+        Ok(names
+            .into_iter()
+            .zip(got)
+            .map(|(name, v)| {
+                let n: Vec<u64> = match v {
+                    Value::Array(a) => a
+                        .iter()
+                        .map(|x| int(x).unwrap_or(0).max(0) as u64)
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                let at = |i: usize| n.get(i).copied().unwrap_or(0);
+                QueueInfo {
+                    name,
+                    ready: (0..STEPS)
+                        .filter(|s| at(*s as usize) > 0)
+                        .map(|s| (s, at(s as usize)))
+                        .collect(),
+                    delayed: at(STEPS as usize),
+                    unacked: at(STEPS as usize + 1),
+                }
+            })
+            .collect())
+    }
+
+    /// Stored outcomes per state: one ZCOUNT per state's index, of the
+    /// entries not yet expired — a fixed number of commands however many
+    /// results are kept, where a SCAN of `P:result:*` was O(results).
+    pub(super) async fn counts_inner(&self) -> Result<BTreeMap<State, u64>, Refused> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let mut p = ::redis::pipe();
+        for k in self.count_keys() {
+            p.cmd("ZCOUNT").arg(k).arg(format!("({now}")).arg("+inf");
+        }
+        let got = self.run(&p, false).await?;
+        Ok(State::ALL
+            .iter()
+            .zip(got)
+            .filter_map(|(s, v)| int(&v).filter(|n| *n > 0).map(|n| (*s, n as u64)))
+            .collect())
+    }
+
+    pub(super) async fn consumers_inner(&self) -> Result<Vec<ConsumerInfo>, Refused> {
+        let v = self
+            .one(
+                ::redis::cmd("SMEMBERS").arg(self.queues_key()).clone(),
+                false,
+            )
+            .await?;
+        let mut names: Vec<String> = match v {
+            Value::Array(a) | Value::Set(a) => a
+                .iter()
+                .filter_map(|x| bytes(x).map(|b| String::from_utf8_lossy(b).into_owned()))
+                .collect(),
+            _ => Vec::new(),
+        };
+        names.sort();
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut p = ::redis::pipe();
+        for q in &names {
+            p.add_command(evalsha(&self.scripts.holders, &self.base(q)));
+        }
+        let now = self.clock.now();
+        let mut by: BTreeMap<String, ConsumerInfo> = BTreeMap::new();
+        for v in self.run(&p, false).await? {
+            let Value::Array(cs) = v else { continue };
+            for c in cs {
+                let Value::Array(f) = c else { continue };
+                let Some(name) = f.first().and_then(bytes) else {
+                    continue;
+                };
+                let name = String::from_utf8_lossy(name).into_owned();
+                let pttl = f.get(1).and_then(int).unwrap_or(-2);
+                let info = by.entry(name.clone()).or_insert_with(|| ConsumerInfo {
+                    name,
+                    lease_until: Some(i64::MAX),
+                    holding: Vec::new(),
+                });
+                // The earliest lease of its queues; none once one is gone.
+                info.lease_until = match (info.lease_until, pttl > 0) {
+                    (Some(u), true) => Some(u.min(now + pttl)),
+                    _ => None,
+                };
+                if let Some(Value::Array(ids)) = f.get(2) {
+                    info.holding.extend(
+                        ids.iter()
+                            .filter_map(bytes)
+                            .map(|b| String::from_utf8_lossy(b).into_owned()),
+                    );
+                }
+            }
+        }
+        Ok(by.into_values().collect())
+    }
+
+    pub(super) async fn record_inner(&self, events: Vec<RunEvent>) -> Result<(), Refused> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let mut p = ::redis::pipe();
+        self.add_events(&mut p, &events)?;
+        self.run(&p, false).await.map(|_| ())
+    }
+
+    pub(super) async fn recent_inner(&self, limit: usize) -> Result<Vec<RunEvent>, Refused> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let v = self
+            .one(
+                ::redis::cmd("XREVRANGE")
+                    .arg(self.events_key())
+                    .arg("+")
+                    .arg("-")
+                    .arg("COUNT")
+                    .arg(limit)
+                    .clone(),
+                false,
+            )
+            .await?;
+        let mut out = Vec::new();
+        if let Value::Array(entries) = v {
+            for entry in entries {
+                // [id, [field, value, ...]]
+                let Value::Array(parts) = entry else { continue };
+                let Some(Value::Array(fields)) = parts.get(1) else {
+                    continue;
+                };
+                for pair in fields.chunks(2) {
+                    if let [Value::BulkString(f), Value::BulkString(val)] = pair
+                        && f.as_slice() == b"e"
+                        && let Ok(ev) = serde_json::from_slice::<RunEvent>(val)
+                    {
+                        out.push(ev);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}

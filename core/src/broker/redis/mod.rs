@@ -1,0 +1,435 @@
+//! headway's own Redis layout: a broker, result store, chord counter and
+//! inspector on one Redis (redis-rs on tokio).
+//!
+//! The layout is written down in `docs/redis-layout.md`. In short, with `P`
+//! the prefix (`headway:`) and `Q` a queue, every key of a queue shares the
+//! hash tag `{Q}`, so the queue lives in one Cluster slot and each script
+//! touches one slot:
+//! - `P{Q}:ready:0`…`9` lists, one per priority step (0 first). Publish
+//!   pushes the tail (LPUSH), a claim pops the head (RPOP): FIFO per step.
+//! - A claim moves messages into the consumer's own `P{Q}:held:<consumer>`
+//!   list, each stamped `<token>:<step>:` with a fresh fencing token, so a
+//!   claimed message is always somewhere in Redis. When nothing is ready the
+//!   consumer blocks in BLMOVE on a dedicated connection; everything else
+//!   shares one multiplexed connection.
+//! - `P{Q}:lease:<consumer>` expires after the lease (30 s, BullMQ's lock
+//!   duration) unless the broker's own tokio task refreshes it every third
+//!   of that — a busy GIL or event loop cannot starve it. `recover()` hands
+//!   back, in one Lua script per queue, what consumers whose lease expired
+//!   were holding, marked redelivered. A late ack of a recovered claim finds
+//!   its exact stamped element gone and is a no-op: the token fences it.
+//! - ETAs and retry backoffs wait in the `P{Q}:delayed` sorted set, scored
+//!   by due time, and are moved to their step by the claim script reading
+//!   Redis `TIME`, so no worker's clock decides when a task runs. When the
+//!   app's clock is virtual (tests) the app's now is passed instead, so the
+//!   suite's virtual-time tests run on Redis unchanged. The delayed set is
+//!   not held by any consumer, so an eta far beyond the lease runs once
+//!   (celery#2599 cannot happen here).
+//! - Results under `P:result:<id>` with an expiry (one day, Celery's
+//!   `result_expires`); a final state is written once (Lua); a final store
+//!   publishes its value (up to 64 KiB, else a wake-up) on the key's
+//!   channel, which is what waiters block on: no GET after the wake-up.
+//! - Chords count parts in a set (SADD), so a redelivered part cannot count
+//!   twice; the arrival that completes it enqueues the callback in the same
+//!   script (`Joined::Sent`).
+//! - Revoked ids under `P:revoked:<id>`, expiring with the revoke.
+//!
+//! Connections reconnect with headway's own capped, jittered backoff
+//! ([`crate::flow::Backoff`]) and say so in the log; writes wait through a
+//! short outage (`patience`) rather than fail; a URL's password is never
+//! shown (`redis://user:***@host`).
+//!
+//! The code is split by concern: `options` (setup and its checks), `keys`
+//! (key names), `wire` (value formats), `scripts` (every Lua script),
+//! `link` (the reconnecting command connection), `publish`, `consume`
+//! (claims), `settle` (acks, rejects, retries, revokes), `lease` (this
+//! consumer's and the beat's, and the background task), `store` and
+//! `results` (writing and waiting for results), `chords`, `inspect`,
+//! `restore` (recover and sweep) and `dead` (dead letters). This file holds
+//! the broker's state and the seams' impls, which delegate.
+
+mod chords;
+mod cluster;
+mod consume;
+mod dead;
+mod inspect;
+mod keys;
+mod lease;
+mod link;
+mod options;
+mod publish;
+mod restore;
+mod results;
+mod scripts;
+mod settle;
+mod store;
+mod tls;
+mod url;
+mod wire;
+
+pub use cluster::refuse_cluster;
+pub use inspect::EVENTS_KEPT;
+pub use options::RedisOptions;
+pub use url::RedisUrl;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use ::redis::Client;
+use ::redis::aio::MultiplexedConnection;
+
+use crate::flow::{Backoff, Jitter, MILLI};
+use crate::task::app::Seams;
+use crate::task::clock::{BoxFuture, Clock};
+use crate::task::dead::DeadLetter;
+use crate::task::message::Message;
+use crate::task::spec::{
+    Backend, Broker, Claimed, ConsumerInfo, Counter, Delivery, Inspector, Joined, QueueInfo,
+    Receipt, Round, RunEvent,
+};
+use crate::task::state::{Outcome, Refused, State};
+
+use link::{Fail, Link, LinkState};
+use results::Waiters;
+use scripts::Scripts;
+use settle::Pending;
+
+fn log(what: &str) {
+    eprintln!("headway redis: {what}");
+}
+
+/// headway's Redis broker: also its result store, chord counter and
+/// inspector. See the module docs and `docs/redis-layout.md`.
+pub struct RedisBroker {
+    me: Weak<RedisBroker>,
+    url: RedisUrl,
+    client: Client,
+    link: Link,
+    prefix: String,
+    consumer: String,
+    lease: Duration,
+    result_ms: u64,
+    recover_every: Option<Duration>,
+    patience: Duration,
+    max_deliveries: u32,
+    max_bytes: usize,
+    beat_lease: Duration,
+    /// Whether this process's beat holds the beat lease: the background
+    /// task renews it (owner-checked) while it does.
+    beat_leader: AtomicBool,
+    clock: Arc<dyn Clock>,
+    scripts: Scripts,
+    /// Queues registered in `P:queues` on the link epoch it holds (a new
+    /// connection may be a Redis that lost them: register again).
+    known: Mutex<(u64, HashSet<String>)>,
+    /// Queues this consumer has claimed from: their leases are refreshed.
+    touched: Mutex<HashSet<String>>,
+    /// Idle dedicated connections for blocking claims.
+    blockers: Mutex<Vec<MultiplexedConnection>>,
+    pending: Mutex<Vec<Pending>>,
+    /// Results Redis refused to write, their late acks waiting (`store.rs`).
+    unstored: Mutex<Vec<store::Unstored>>,
+    /// Per queue, the tokens of claims delivered and not yet settled: what
+    /// the sweep must leave alone.
+    out: Mutex<HashMap<String, HashSet<u64>>>,
+    /// Claims hold it shared, the sweep exclusively: a sweep never runs
+    /// while a claim's answer is on its way.
+    gate: tokio::sync::RwLock<()>,
+    /// The link epoch the last sweep ran on: a new connection means a claim
+    /// answer may have been lost with the old one.
+    swept: AtomicU64,
+    waiters: Waiters,
+    closed: AtomicBool,
+    rt: tokio::runtime::Handle,
+}
+
+impl std::fmt::Debug for RedisBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBroker")
+            .field("url", &self.url)
+            .field("prefix", &self.prefix)
+            .field("consumer", &self.consumer)
+            .finish()
+    }
+}
+
+impl RedisBroker {
+    /// Connects to `url` (`redis://` or `rediss://`, see [`RedisUrl`]) and
+    /// starts the background task that refreshes this consumer's leases,
+    /// retries settles that failed in an outage, and recovers dead
+    /// consumers' claims every `recover_every`.
+    ///
+    /// Refused: a bad URL or option (naming it), or a Redis that cannot be
+    /// reached now (the URL shown redacted). Must be called inside a tokio
+    /// runtime, which runs the background task.
+    pub async fn connect(
+        url: &str,
+        options: RedisOptions,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Arc<RedisBroker>, Refused> {
+        let parsed = RedisUrl::parse(url)?;
+        options.check()?;
+        let consumer = match options.consumer {
+            Some(c) => {
+                options::check_name("consumer", &c)?;
+                c
+            }
+            None => options::default_consumer(),
+        };
+        let client = options::client(&parsed, options.tls_ca.as_ref())?;
+        let backoff = Backoff::new(50 * MILLI, 2.0, 2_000 * MILLI, i32::MAX, Jitter::Full)
+            .expect("a valid backoff");
+        let link = Link {
+            client: client.clone(),
+            url: parsed.clone(),
+            seed: consumer.clone(),
+            state: Mutex::new(LinkState {
+                conn: None,
+                epoch: 0,
+                failures: 0,
+                retry_at: None,
+            }),
+            dial: tokio::sync::Mutex::new(()),
+            backoff,
+        };
+        let broker = Arc::new_cyclic(|me| RedisBroker {
+            me: me.clone(),
+            url: parsed,
+            client,
+            link,
+            prefix: options.prefix,
+            consumer,
+            lease: options.lease,
+            result_ms: options.result_expires.as_millis().max(1) as u64,
+            recover_every: options.recover_every,
+            patience: options.patience,
+            max_deliveries: options.max_deliveries,
+            max_bytes: options.max_message_bytes,
+            beat_lease: options.beat_lease,
+            beat_leader: AtomicBool::new(false),
+            clock,
+            scripts: Scripts::new(),
+            known: Mutex::new((0, HashSet::new())),
+            touched: Mutex::new(HashSet::new()),
+            blockers: Mutex::new(Vec::new()),
+            pending: Mutex::new(Vec::new()),
+            unstored: Mutex::new(Vec::new()),
+            out: Mutex::new(HashMap::new()),
+            gate: tokio::sync::RwLock::new(()),
+            swept: AtomicU64::new(0),
+            waiters: Waiters {
+                subs: Mutex::new(HashMap::new()),
+                sink: tokio::sync::Mutex::new(None),
+                epoch: AtomicU64::new(0),
+            },
+            closed: AtomicBool::new(false),
+            rt: tokio::runtime::Handle::current(),
+        });
+        // Fail fast on a Redis that is not there or is a Cluster node, and
+        // load the scripts.
+        match broker.link.get().await {
+            Ok((_, mut c)) => {
+                refuse_cluster(&mut c, &broker.url).await?;
+                broker
+                    .load_scripts(&mut c)
+                    .await
+                    .map_err(|e| broker.link.refused(&e))?
+            }
+            Err(Fail::Down(why, _)) => return Err(why),
+            Err(Fail::Redis(_, e)) => return Err(broker.link.refused(&e)),
+        }
+        tokio::spawn(lease::tick(Arc::downgrade(&broker)));
+        Ok(broker)
+    }
+
+    /// The seams an [`crate::task::App`] is built on, all this broker.
+    pub fn seams(self: &Arc<Self>) -> Seams {
+        Seams {
+            broker: self.clone(),
+            backend: Some(self.clone()),
+            counter: Some(self.clone()),
+            inspector: Some(self.clone()),
+        }
+    }
+
+    /// This process's consumer name.
+    pub fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
+    /// The URL, redacted.
+    pub fn url(&self) -> &RedisUrl {
+        &self.url
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+}
+
+impl Broker for RedisBroker {
+    fn publish(&self, messages: Vec<Message>) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(self.publish_inner(messages))
+    }
+
+    fn consume<'a>(
+        &'a self,
+        queues: &'a [String],
+        max: usize,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Vec<Delivery>, Refused>> {
+        Box::pin(async move {
+            let got = self.consume_inner(queues, max, wait, false).await?;
+            Ok(got.into_iter().map(|c| c.delivery).collect())
+        })
+    }
+
+    /// One script claims and reads each claim's revoked mark (see
+    /// `claim.lua`): one round trip for the claim and its revoked check.
+    fn claim<'a>(
+        &'a self,
+        queues: &'a [String],
+        max: usize,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Vec<Claimed>, Refused>> {
+        Box::pin(self.consume_inner(queues, max, wait, true))
+    }
+
+    /// The whole round in one pipeline (see `store.rs`).
+    fn round(&self, r: Round) -> Result<BoxFuture<'_, Result<Vec<bool>, Refused>>, Round> {
+        Ok(Box::pin(self.round_inner(r)))
+    }
+
+    fn ack(&self, receipts: Vec<Receipt>) -> BoxFuture<'_, Result<(), Refused>> {
+        let items = receipts
+            .iter()
+            .filter_map(|r| Self::pending_of(r, "ack", None))
+            .collect();
+        Box::pin(self.settle(items))
+    }
+
+    fn reject(&self, receipt: Receipt, requeue: bool) -> BoxFuture<'_, Result<(), Refused>> {
+        let mode = if requeue { "requeue" } else { "drop" };
+        let items = Self::pending_of(&receipt, mode, None).into_iter().collect();
+        Box::pin(self.settle(items))
+    }
+
+    fn retry(&self, receipt: Receipt, next: Message) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(self.retry_inner(receipt, next))
+    }
+
+    fn next_eta<'a>(&'a self, queues: &'a [String]) -> BoxFuture<'a, Result<Option<i64>, Refused>> {
+        Box::pin(self.next_eta_inner(queues))
+    }
+
+    fn revoke(&self, ids: Vec<String>, until: i64) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(self.revoke_inner(ids, until))
+    }
+
+    fn revoked<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Vec<bool>, Refused>> {
+        Box::pin(self.revoked_inner(ids))
+    }
+
+    fn recover(&self) -> BoxFuture<'_, Result<usize, Refused>> {
+        Box::pin(self.recover_inner())
+    }
+
+    /// One beat leads (an owner-checked lease), and each entry's slots fire
+    /// once, in order, across every beat on this Redis (see `beat.lua`). A
+    /// standby's claim waits up to one `beat_lease` for the leader to fire
+    /// the slot or lapse.
+    fn claim_slot<'a>(&'a self, entry: &'a str, due: i64) -> BoxFuture<'a, Result<bool, Refused>> {
+        Box::pin(self.claim_slot_inner(entry, due))
+    }
+
+    fn requeue_dead<'a>(
+        &'a self,
+        queue: &'a str,
+        ids: &'a [String],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<usize, Refused>> {
+        Box::pin(self.requeue_dead_inner(queue, ids, limit))
+    }
+
+    fn purge_dead<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<usize, Refused>> {
+        Box::pin(self.purge_dead_inner(queue))
+    }
+}
+
+impl Backend for RedisBroker {
+    fn store(&self, outcomes: Vec<Outcome>) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(async move { self.store_all(&outcomes).await })
+    }
+
+    fn fetch<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
+        Box::pin(self.fetch_inner(id, true))
+    }
+
+    fn wait<'a>(
+        &'a self,
+        id: &'a str,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
+        Box::pin(self.wait_inner(id, timeout))
+    }
+}
+
+impl Counter for RedisBroker {
+    /// Nothing to open on Redis: the part set is made by the first arrival,
+    /// which carries the size, and lives in the callback queue's slot.
+    fn open(&self, _key: &str, _size: u32) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn arrive<'a>(
+        &'a self,
+        key: &'a str,
+        part: &'a str,
+        size: u32,
+        callback: &'a Message,
+    ) -> BoxFuture<'a, Result<Joined, Refused>> {
+        Box::pin(self.arrive_inner(key, part, size, callback))
+    }
+}
+
+impl Inspector for RedisBroker {
+    fn queues(&self) -> BoxFuture<'_, Result<Vec<QueueInfo>, Refused>> {
+        Box::pin(self.stats())
+    }
+
+    /// Appends events to the capped stream `P:events` (one `XADD … MAXLEN ~`
+    /// each, in one pipeline), so an admin page in any process sees them.
+    fn record(&self, events: Vec<RunEvent>) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(self.record_inner(events))
+    }
+
+    /// The newest events first (`XREVRANGE … COUNT limit`).
+    fn recent(&self, limit: usize) -> BoxFuture<'_, Result<Vec<RunEvent>, Refused>> {
+        Box::pin(self.recent_inner(limit))
+    }
+
+    fn counts(&self) -> BoxFuture<'_, Result<BTreeMap<State, u64>, Refused>> {
+        Box::pin(self.counts_inner())
+    }
+
+    /// Every consumer of every queue, with the ids it holds (oldest claim
+    /// first) and when its earliest lease runs out (`None`: one has).
+    fn consumers(&self) -> BoxFuture<'_, Result<Vec<ConsumerInfo>, Refused>> {
+        Box::pin(self.consumers_inner())
+    }
+
+    fn dead_letters<'a>(
+        &'a self,
+        queue: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<DeadLetter>, Refused>> {
+        Box::pin(self.dead_letters_inner(queue, limit))
+    }
+
+    fn dead_count<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<u64, Refused>> {
+        Box::pin(self.dead_count_inner(queue))
+    }
+}

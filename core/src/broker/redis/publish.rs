@@ -1,0 +1,109 @@
+//! Publishing: one Lua script per queue and chunk, so a queue's part of a
+//! publish is stored whole or not at all.
+//!
+//! Why chunks: Redis runs one script at a time, so a publish of thousands
+//! is cut into scripts of [`CHUNK`] messages that each stay short.
+
+use std::collections::HashSet;
+
+use ::redis::Pipeline;
+
+use super::RedisBroker;
+use super::options::check_name;
+use super::scripts::evalsha;
+use super::wire::{step_arg, step_of};
+use crate::task::message::Message;
+use crate::task::state::Refused;
+
+/// How many messages one publish script carries: keeps each script short
+/// (Redis runs one at a time) and Lua's stack small.
+pub(super) const CHUNK: usize = 500;
+
+impl RedisBroker {
+    pub(super) async fn publish_inner(&self, messages: Vec<Message>) -> Result<(), Refused> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let mut p = ::redis::pipe();
+        self.publish_cmds(&mut p, &messages)?;
+        self.run(&p, true).await.map(|_| ())
+    }
+
+    /// Adds `SADD P:queues` for queues this process has not registered yet.
+    pub(super) fn register(&self, p: &mut Pipeline, queues: &[&str]) {
+        let epoch = self.link.lock().epoch;
+        let mut k = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        if k.0 != epoch {
+            *k = (epoch, HashSet::new());
+        }
+        for q in queues {
+            if !k.1.contains(*q) {
+                k.1.insert(q.to_string());
+                p.cmd("SADD").arg(self.queues_key()).arg(*q).ignore();
+            }
+        }
+    }
+
+    pub(super) fn publish_cmds(
+        &self,
+        p: &mut Pipeline,
+        messages: &[Message],
+    ) -> Result<(), Refused> {
+        // Per queue, in order; chunks keep each script short.
+        let mut by: Vec<(&str, Vec<&Message>)> = Vec::new();
+        for m in messages {
+            check_name("queue", &m.queue)?;
+            match by.iter_mut().find(|(q, _)| *q == m.queue) {
+                Some((_, v)) => v.push(m),
+                None => by.push((&m.queue, vec![m])),
+            }
+        }
+        let qs: Vec<&str> = by.iter().map(|(q, _)| *q).collect();
+        self.register(p, &qs);
+        let now = self.now_arg();
+        let mut encoded = Vec::with_capacity(messages.len());
+        for (q, ms) in by {
+            for m in ms {
+                let json = m.to_json();
+                if json.len() > self.max_bytes {
+                    return Err(Refused::Invalid(format!(
+                        "invalid `message` {:?}: {} bytes encoded, over the `max_message_bytes` cap of {}",
+                        crate::task::spec::truncate(m.id.clone(), 64),
+                        json.len(),
+                        self.max_bytes
+                    )));
+                }
+                encoded.push((q, m, json));
+            }
+        }
+        for chunk in encoded.chunk_by(|a, b| a.0 == b.0) {
+            let base = self.base(chunk[0].0);
+            for part in chunk.chunks(CHUNK) {
+                let mut c = evalsha(&self.scripts.publish, &base);
+                c.arg(&now);
+                for (_, m, json) in part {
+                    c.arg(step_arg(step_of(m)))
+                        .arg(m.eta.map(|e| e.to_string()).unwrap_or_default())
+                        .arg(json.as_slice());
+                }
+                p.add_command(c).ignore();
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts `raw` on `queue` (priority step 0, at the tail) as another
+    /// producer would, unchecked: it is decoded when claimed, and
+    /// quarantined if it is not a message headway will run. For tests and
+    /// tools; an app publishes with [`Broker::publish`].
+    pub async fn push_raw(&self, queue: &str, raw: &[u8]) -> Result<(), Refused> {
+        check_name("queue", queue)?;
+        let mut p = ::redis::pipe();
+        self.register(&mut p, &[queue]);
+        p.cmd("LPUSH")
+            .arg(self.key(queue, "ready:", "0"))
+            .arg(raw)
+            .ignore();
+        self.run(&p, true).await.map(|_| ())
+    }
+}
