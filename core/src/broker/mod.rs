@@ -2,9 +2,12 @@
 //!
 //! Each implements the seams of [`crate::task::spec`]. `memory` is in-process
 //! (tests, a single service that wants a queue without a server); `redis` is
-//! headway's own Redis layout (see `docs/redis-layout.md`).
+//! headway's own Redis layout (see `docs/redis-layout.md`); `celery` is
+//! Celery's Redis layout; `link` is the Redis plumbing (reconnecting
+//! connection, patient retries, pub/sub waiters) the Redis layouts share.
 
 pub mod celery;
+pub mod link;
 pub mod memory;
 pub mod raw;
 pub mod redis;

@@ -11,13 +11,12 @@ use std::sync::{Arc, MutexGuard, Weak};
 use std::task::Poll;
 use std::time::Duration;
 
+use ::redis::Value;
 use ::redis::aio::MultiplexedConnection;
-use ::redis::{AsyncConnectionConfig, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::dead::dead_element;
-use super::link::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 use super::options::check_name;
 use super::scripts::evalsha;
 use super::wire::{bytes, int, unheld, unmark};
@@ -181,14 +180,7 @@ impl RedisBroker {
         self.rt.spawn(async move {
             let conn = match me.take_blocker() {
                 Some(c) => Ok(c),
-                None => {
-                    let cfg = AsyncConnectionConfig::new()
-                        .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                        .set_response_timeout(None);
-                    me.client
-                        .get_multiplexed_async_connection_with_config(&cfg)
-                        .await
-                }
+                None => me.link.dedicated(None).await,
             };
             let mut conn = match conn {
                 Ok(c) => c,
@@ -206,7 +198,7 @@ impl RedisBroker {
                 .arg("LEFT")
                 .arg(secs);
             let call = blmove.query_async::<Option<Vec<u8>>>(&mut conn);
-            match tokio::time::timeout(block + RESPONSE_TIMEOUT, call).await {
+            match tokio::time::timeout(block + me.link.response_timeout(), call).await {
                 Ok(Ok(el)) => {
                     me.blockers
                         .lock()

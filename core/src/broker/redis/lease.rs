@@ -171,7 +171,7 @@ pub(super) async fn tick(weak: Weak<RedisBroker>) {
         // may have lapsed while it was away, live consumers' too. Recovering
         // now would hand back work they are still running, so wait one lease
         // for them to reconnect and refresh theirs first.
-        let epoch = b.link.lock().epoch;
+        let epoch = b.link.epoch();
         if epoch != seen_epoch {
             if seen_epoch != 0 {
                 hold_until = Instant::now() + b.lease;

@@ -41,7 +41,8 @@
 //!
 //! The code is split by concern: `options` (setup and its checks), `keys`
 //! (key names), `wire` (value formats), `scripts` (every Lua script),
-//! `link` (the reconnecting command connection), `publish`, `consume`
+//! `run` (commands over the shared reconnecting link of
+//! [`crate::broker::link`]), `publish`, `consume`
 //! (claims), `settle` (acks, rejects, retries, revokes), `lease` (this
 //! consumer's and the beat's, and the background task), `store` and
 //! `results` (writing and waiting for results), `chords`, `inspect`,
@@ -55,11 +56,11 @@ mod dead;
 mod inspect;
 mod keys;
 mod lease;
-mod link;
 mod options;
 mod publish;
 mod restore;
 mod results;
+mod run;
 mod scripts;
 mod settle;
 mod store;
@@ -77,7 +78,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use ::redis::Client;
 use ::redis::aio::MultiplexedConnection;
 
 use crate::flow::{Backoff, Jitter, MILLI};
@@ -91,10 +91,14 @@ use crate::task::spec::{
 };
 use crate::task::state::{Outcome, Refused, State};
 
-use link::{Fail, Link, LinkState};
-use results::Waiters;
+use super::link::{Fail, Link, LinkSetup, Waiters};
 use scripts::Scripts;
 use settle::Pending;
+
+/// Connecting gives up after 2 s; a reply after 10 s (a stuck server or a
+/// pipeline of thousands of scripts).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn log(what: &str) {
     eprintln!("headway redis: {what}");
@@ -105,14 +109,12 @@ fn log(what: &str) {
 pub struct RedisBroker {
     me: Weak<RedisBroker>,
     url: RedisUrl,
-    client: Client,
     link: Link,
     prefix: String,
     consumer: String,
     lease: Duration,
     result_ms: u64,
     recover_every: Option<Duration>,
-    patience: Duration,
     max_deliveries: u32,
     max_bytes: usize,
     beat_lease: Duration,
@@ -140,7 +142,8 @@ pub struct RedisBroker {
     /// The link epoch the last sweep ran on: a new connection means a claim
     /// answer may have been lost with the old one.
     swept: AtomicU64,
-    waiters: Waiters,
+    /// Result waiters; a notification carries the final outcome stored.
+    waiters: Arc<Waiters<Outcome>>,
     closed: AtomicBool,
     rt: tokio::runtime::Handle,
 }
@@ -179,32 +182,36 @@ impl RedisBroker {
             None => options::default_consumer(),
         };
         let client = options::client(&parsed, options.tls_ca.as_ref())?;
+        // 50 ms doubling to 2 s (ioredis's default cap), full jitter (AWS,
+        // "Exponential Backoff and Jitter").
         let backoff = Backoff::new(50 * MILLI, 2.0, 2_000 * MILLI, i32::MAX, Jitter::Full)
             .expect("a valid backoff");
-        let link = Link {
+        let link = Link::new(LinkSetup {
             client: client.clone(),
             url: parsed.clone(),
-            seed: consumer.clone(),
-            state: Mutex::new(LinkState {
-                conn: None,
-                epoch: 0,
-                failures: 0,
-                retry_at: None,
-            }),
-            dial: tokio::sync::Mutex::new(()),
+            connect_timeout: CONNECT_TIMEOUT,
+            response_timeout: RESPONSE_TIMEOUT,
             backoff,
-        };
+            seed: consumer.clone(),
+            patience: options.patience,
+            label: "headway redis".into(),
+        });
+        // A final value (not the `1` wake-up) is kept for the waiters, who
+        // then need no GET.
+        let waiters = Waiters::new(
+            client,
+            parsed.clone(),
+            Box::new(|b| wire::unstored(b).filter(|o| o.state.is_final())),
+        );
         let broker = Arc::new_cyclic(|me| RedisBroker {
             me: me.clone(),
             url: parsed,
-            client,
             link,
             prefix: options.prefix,
             consumer,
             lease: options.lease,
             result_ms: options.result_expires.as_millis().max(1) as u64,
             recover_every: options.recover_every,
-            patience: options.patience,
             max_deliveries: options.max_deliveries,
             max_bytes: options.max_message_bytes,
             beat_lease: options.beat_lease,
@@ -219,11 +226,7 @@ impl RedisBroker {
             out: Mutex::new(HashMap::new()),
             gate: tokio::sync::RwLock::new(()),
             swept: AtomicU64::new(0),
-            waiters: Waiters {
-                subs: Mutex::new(HashMap::new()),
-                sink: tokio::sync::Mutex::new(None),
-                epoch: AtomicU64::new(0),
-            },
+            waiters,
             closed: AtomicBool::new(false),
             rt: tokio::runtime::Handle::current(),
         });

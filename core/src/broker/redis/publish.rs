@@ -31,7 +31,7 @@ impl RedisBroker {
 
     /// Adds `SADD P:queues` for queues this process has not registered yet.
     pub(super) fn register(&self, p: &mut Pipeline, queues: &[&str]) {
-        let epoch = self.link.lock().epoch;
+        let epoch = self.link.epoch();
         let mut k = self.known.lock().unwrap_or_else(|e| e.into_inner());
         if k.0 != epoch {
             *k = (epoch, HashSet::new());

@@ -49,7 +49,7 @@ impl RedisBroker {
 
     /// After a reconnect, sweeps every queue this consumer claims from once.
     pub(super) async fn sweep_after_reconnect(&self) {
-        let epoch = self.link.lock().epoch;
+        let epoch = self.link.epoch();
         if self.swept.swap(epoch, Ordering::SeqCst) != epoch && epoch > 1 {
             let queues: Vec<String> = self.touched().iter().cloned().collect();
             for q in &queues {

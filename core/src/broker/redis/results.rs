@@ -1,19 +1,14 @@
 //! Reading results and waiting for them.
 //!
 //! Why this way: a waiter subscribes to its result key's channel on one
-//! shared pub/sub connection, and the store script publishes a final value
+//! shared pub/sub connection (the shared
+//! [`Waiters`](crate::broker::link::Waiters)), and the store script publishes a final value
 //! (up to [`NOTIFY_CAP`]) there, so a woken waiter answers without a GET; a
 //! look (GET) made alongside the subscribe answers a result already stored
 //! in one round trip.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use ::redis::aio::PubSubSink;
-use futures_util::StreamExt;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::RedisBroker;
@@ -25,141 +20,7 @@ use crate::task::state::{Outcome, Refused};
 /// publishes just a wake-up (Redis copies a message to every subscriber).
 pub(super) const NOTIFY_CAP: usize = 64 * 1024;
 
-pub(super) struct Sub {
-    pub(super) count: usize,
-    pub(super) notify: Arc<Notify>,
-    /// The final outcome a notification carried (the store script publishes
-    /// only what it wrote, so this is what the key holds).
-    pub(super) got: Option<Outcome>,
-    /// The pub/sub connection generation it is subscribed on (0: none).
-    pub(super) on: u64,
-}
-
-/// Result waiters: one pub/sub connection, one channel per awaited result.
-pub(super) struct Waiters {
-    pub(super) subs: Mutex<HashMap<String, Sub>>,
-    pub(super) sink: tokio::sync::Mutex<Option<(u64, PubSubSink)>>,
-    pub(super) epoch: AtomicU64,
-}
-
-impl Waiters {
-    pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<String, Sub>> {
-        self.subs.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(super) fn join(&self, ch: &str) -> Arc<Notify> {
-        let mut g = self.lock();
-        let e = g.entry(ch.to_string()).or_insert_with(|| Sub {
-            count: 0,
-            notify: Arc::new(Notify::new()),
-            got: None,
-            on: 0,
-        });
-        e.count += 1;
-        e.notify.clone()
-    }
-
-    /// The final outcome a notification on `ch` carried, if any.
-    pub(super) fn got(&self, ch: &str) -> Option<Outcome> {
-        self.lock().get(ch).and_then(|s| s.got.clone())
-    }
-
-    /// Wakes every waiter (the pub/sub connection went away: they look
-    /// again and subscribe on a new one).
-    pub(super) fn wake_all(&self) {
-        for s in self.lock().values() {
-            s.notify.notify_waiters();
-        }
-    }
-}
-
-/// Leaves a result channel when a wait ends, however it ends.
-pub(super) struct Leave<'a> {
-    pub(super) broker: &'a RedisBroker,
-    pub(super) ch: String,
-}
-
-impl Drop for Leave<'_> {
-    fn drop(&mut self) {
-        let last = {
-            let mut g = self.broker.waiters.lock();
-            match g.get_mut(&self.ch) {
-                Some(s) if s.count <= 1 => {
-                    g.remove(&self.ch);
-                    true
-                }
-                Some(s) => {
-                    s.count -= 1;
-                    false
-                }
-                None => false,
-            }
-        };
-        if last && let Some(b) = self.broker.me.upgrade() {
-            let ch = std::mem::take(&mut self.ch);
-            self.broker.rt.spawn(async move {
-                let mut sink = b.waiters.sink.lock().await;
-                // Still nobody waiting: unsubscribe (under the sink lock, so
-                // it cannot overtake a new waiter's subscribe).
-                if !b.waiters.lock().contains_key(&ch)
-                    && let Some((_, s)) = sink.as_mut()
-                {
-                    let _ = s.unsubscribe(&ch).await;
-                }
-            });
-        }
-    }
-}
-
 impl RedisBroker {
-    pub(super) async fn subscribe(&self, ch: &str) -> Result<(), Refused> {
-        let mut sink = self.waiters.sink.lock().await;
-        if sink.is_none() {
-            let ps = self
-                .client
-                .get_async_pubsub()
-                .await
-                .map_err(|e| self.link.refused(&e))?;
-            let (s, mut stream) = ps.split();
-            let epoch = self.waiters.epoch.fetch_add(1, Ordering::SeqCst) + 1;
-            *sink = Some((epoch, s));
-            let weak = self.me.clone();
-            self.rt.spawn(async move {
-                while let Some(msg) = stream.next().await {
-                    let Some(b) = weak.upgrade() else { return };
-                    // A final value (not the `1` wake-up) is kept for the
-                    // waiters, who then need no GET.
-                    let got = unstored(msg.get_payload_bytes()).filter(|o| o.state.is_final());
-                    if let Some(s) = b.waiters.lock().get_mut(msg.get_channel_name()) {
-                        if got.is_some() {
-                            s.got = got;
-                        }
-                        s.notify.notify_waiters();
-                    }
-                }
-                // The connection went away: forget it and wake every waiter
-                // to look again and subscribe on a new one.
-                if let Some(b) = weak.upgrade() {
-                    let mut sink = b.waiters.sink.lock().await;
-                    if sink.as_ref().is_some_and(|(g, _)| *g == epoch) {
-                        *sink = None;
-                    }
-                    drop(sink);
-                    b.waiters.wake_all();
-                }
-            });
-        }
-        let (epoch, s) = sink.as_mut().expect("just made");
-        let on = self.waiters.lock().get(ch).map_or(0, |s| s.on);
-        if on != *epoch {
-            s.subscribe(ch).await.map_err(|e| self.link.refused(&e))?;
-            if let Some(e) = self.waiters.lock().get_mut(ch) {
-                e.on = *epoch;
-            }
-        }
-        Ok(())
-    }
-
     pub(super) async fn fetch_inner(
         &self,
         id: &str,
@@ -186,11 +47,8 @@ impl RedisBroker {
     ) -> Result<Option<Outcome>, Refused> {
         let deadline = Instant::now() + timeout;
         let ch = self.result_key(id);
-        let notify = self.waiters.join(&ch);
-        let _leave = Leave {
-            broker: self,
-            ch: ch.clone(),
-        };
+        let waiting = self.waiters.join(&ch);
+        let notify = waiting.notify();
         let mut first = true;
         loop {
             let woken = notify.notified();
@@ -203,8 +61,8 @@ impl RedisBroker {
                 first = false;
                 // Already subscribed on the live connection: the look is
                 // after the subscribe, as below.
-                let before = self.waiters.lock().get(&ch).map_or(0, |s| s.on);
-                let sub = self.subscribe(&ch);
+                let before = self.waiters.on(&ch);
+                let sub = self.waiters.subscribe(&ch);
                 let get = self.fetch_inner(id, false);
                 tokio::pin!(sub, get);
                 let mut subscribed = None;
@@ -223,11 +81,11 @@ impl RedisBroker {
                     Some(s) => s,
                     None => sub.await.is_ok(),
                 };
-                let on = self.waiters.lock().get(&ch).map_or(0, |s| s.on);
+                let on = self.waiters.on(&ch);
                 let ahead = before != 0 && before == on;
                 (subscribed, looked.is_ok() && ahead)
             } else {
-                (self.subscribe(&ch).await.is_ok(), false)
+                (self.waiters.subscribe(&ch).await.is_ok(), false)
             };
             // Not sure the look came after the subscribe: look again now
             // that it has (a store after this look publishes to us).
