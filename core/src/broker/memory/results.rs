@@ -1,0 +1,107 @@
+//! Results and chord counts: the memory broker as a [`Backend`] and a
+//! [`Counter`].
+//!
+//! Why here: both are write-once maps with waiters woken by one notify, and
+//! apart from the queues they share nothing with claiming.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use super::MemoryBroker;
+use crate::task::clock::BoxFuture;
+use crate::task::message::Message;
+use crate::task::spec::{Backend, Counter, Joined};
+use crate::task::state::{Outcome, Refused};
+
+impl Backend for MemoryBroker {
+    fn store(&self, outcomes: Vec<Outcome>) -> BoxFuture<'_, Result<(), Refused>> {
+        {
+            let mut g = self.lock();
+            for o in outcomes {
+                match g.results.get(&o.id) {
+                    Some(old) if old.state.is_final() => {}
+                    _ => {
+                        g.results.insert(o.id.clone(), o);
+                    }
+                }
+            }
+        }
+        self.shared.stored.notify_waiters();
+        Box::pin(async { Ok(()) })
+    }
+
+    fn fetch<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
+        let o = self.lock().results.get(id).cloned();
+        Box::pin(async move { Ok(o) })
+    }
+
+    fn wait<'a>(
+        &'a self,
+        id: &'a str,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
+        Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + timeout;
+            loop {
+                let stored = self.shared.stored.notified();
+                tokio::pin!(stored);
+                stored.as_mut().enable();
+                if let Some(o) = self.lock().results.get(id)
+                    && o.state.is_final()
+                {
+                    return Ok(Some(o.clone()));
+                }
+                tokio::select! {
+                    _ = &mut stored => {}
+                    _ = tokio::time::sleep_until(deadline) => return Ok(None),
+                }
+            }
+        })
+    }
+}
+
+/// What a chord's part set holds once its callback was sent.
+const CHORD_SENT: &str = "~sent";
+
+impl Counter for MemoryBroker {
+    fn open(&self, key: &str, size: u32) -> BoxFuture<'_, Result<(), Refused>> {
+        self.lock()
+            .chords
+            .entry(key.to_string())
+            .or_insert_with(|| (size, HashSet::new()));
+        Box::pin(async { Ok(()) })
+    }
+
+    fn arrive<'a>(
+        &'a self,
+        key: &'a str,
+        part: &'a str,
+        size: u32,
+        callback: &'a Message,
+    ) -> BoxFuture<'a, Result<Joined, Refused>> {
+        let now = self.now();
+        let joined = {
+            let mut g = self.lock();
+            let entry = g
+                .chords
+                .entry(key.to_string())
+                .or_insert_with(|| (size, HashSet::new()));
+            // A sent chord keeps only its mark (as Redis's `~sent`), kept as
+            // long as the results are: a redelivered part arriving after the
+            // callback went must not start a count that could send it again.
+            let fresh = !entry.1.contains(CHORD_SENT) && entry.1.insert(part.to_string());
+            if fresh && entry.1.len() as u32 >= entry.0 {
+                entry.1.clear();
+                entry.1.insert(CHORD_SENT.to_string());
+                g.push(callback.clone(), now);
+                Joined::Sent
+            } else {
+                Joined::Waiting
+            }
+        };
+        if joined == Joined::Sent {
+            self.shared.published.notify_waiters();
+        }
+        Box::pin(async move { Ok(joined) })
+    }
+}

@@ -1,0 +1,165 @@
+//! What the memory broker keeps: queues of entries by priority step, the
+//! delayed map, claims held by consumers, results, chords, revokes and
+//! events — all in one [`Inner`] behind one mutex ([`Shared`]).
+//!
+//! Why apart: these are plain data with a few map updates each; the
+//! broker's operations (in the sibling modules) are what lock them.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+use super::MemoryOptions;
+use crate::task::clock::Clock;
+use crate::task::dead::{DEAD_KEPT, DeadLetter};
+use crate::task::message::Message;
+use crate::task::spec::RunEvent;
+use crate::task::state::Outcome;
+
+/// Priority steps: 0 is claimed first (kombu's Redis order: lower first).
+pub(super) const STEPS: usize = 10;
+
+/// What waits on a queue: a message, or bytes still to be decoded.
+///
+/// Messages are by far the common case, so they are held inline: boxing
+/// them to shrink the rare raw variant would cost an allocation per publish.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone)]
+pub(super) enum Payload {
+    Msg(Message),
+    Raw(Arc<[u8]>),
+}
+
+#[derive(Clone)]
+pub(super) struct Entry {
+    pub(super) payload: Payload,
+    /// The bytes it came as, when it was pushed raw: what a dead letter
+    /// keeps, as Redis keeps the bytes it was given.
+    pub(super) raw: Option<Arc<[u8]>>,
+    /// How many times a consumer was lost holding it.
+    pub(super) lost: u32,
+    /// Handed out before (requeued, recovered, re-queued from the dead).
+    pub(super) redelivered: bool,
+}
+
+impl Entry {
+    pub(super) fn fresh(m: Message) -> Entry {
+        Entry {
+            payload: Payload::Msg(m),
+            raw: None,
+            lost: 0,
+            redelivered: false,
+        }
+    }
+}
+
+pub(super) struct Dead {
+    pub(super) letter: DeadLetter,
+    pub(super) step: usize,
+}
+
+#[derive(Default)]
+pub(super) struct Queue {
+    pub(super) steps: [VecDeque<Entry>; STEPS],
+    /// (eta, seq) → message, moved to its step by a claim of this queue
+    /// once due (as Redis's claim script does).
+    pub(super) delayed: BTreeMap<(i64, u64), Message>,
+    pub(super) unacked: u64,
+    /// Newest first, at most [`DEAD_KEPT`].
+    pub(super) dead: VecDeque<Dead>,
+}
+
+impl Queue {
+    pub(super) fn len(&self) -> usize {
+        self.steps.iter().map(VecDeque::len).sum()
+    }
+
+    pub(super) fn bury(&mut self, letter: DeadLetter, step: usize) {
+        eprintln!(
+            "headway memory broker: queue {:?}: dead-lettered a message ({})",
+            letter.queue,
+            crate::log::shown(&letter.reason)
+        );
+        self.dead.push_front(Dead { letter, step });
+        self.dead.truncate(DEAD_KEPT);
+    }
+}
+
+pub(super) fn step(m: &Message) -> usize {
+    (m.priority.unwrap_or(0) as usize).min(STEPS - 1)
+}
+
+/// A claim: who holds it, from where, and what it was.
+pub(super) struct Held {
+    pub(super) consumer: Arc<str>,
+    pub(super) queue: String,
+    pub(super) step: usize,
+    pub(super) message: Message,
+    pub(super) raw: Option<Arc<[u8]>>,
+    pub(super) lost: u32,
+}
+
+#[derive(Default)]
+pub(super) struct Inner {
+    pub(super) queues: HashMap<String, Queue>,
+    /// By tag, which grows with every claim: oldest claim first.
+    pub(super) unacked: BTreeMap<u64, Held>,
+    /// Consumers that have claimed; the (consumer, queue) leases they hold,
+    /// one per queue as on Redis; those made to run out.
+    pub(super) consumers: BTreeSet<Arc<str>>,
+    pub(super) leased: HashSet<(Arc<str>, String)>,
+    pub(super) expired: BTreeSet<(Arc<str>, String)>,
+    pub(super) revoked: HashMap<String, i64>,
+    pub(super) results: HashMap<String, Outcome>,
+    pub(super) chords: HashMap<String, (u32, HashSet<String>)>,
+    pub(super) events: VecDeque<RunEvent>,
+    /// Per beat entry, the latest due time fired.
+    pub(super) fired: HashMap<String, i64>,
+    pub(super) seq: u64,
+}
+
+impl Inner {
+    pub(super) fn queue(&mut self, name: &str) -> &mut Queue {
+        if !self.queues.contains_key(name) {
+            self.queues.insert(name.to_string(), Queue::default());
+        }
+        self.queues.get_mut(name).expect("just inserted")
+    }
+
+    pub(super) fn push(&mut self, m: Message, now: i64) {
+        match m.eta {
+            Some(eta) if eta > now => {
+                self.seq += 1;
+                let seq = self.seq;
+                self.queue(&m.queue).delayed.insert((eta, seq), m);
+            }
+            _ => {
+                let s = step(&m);
+                self.queue(&m.queue).steps[s].push_back(Entry::fresh(m));
+            }
+        }
+    }
+
+    /// Moves what is due on `queue` to its steps.
+    pub(super) fn promote(&mut self, queue: &str, now: i64) {
+        let Some(q) = self.queues.get_mut(queue) else {
+            return;
+        };
+        while let Some(entry) = q.delayed.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let m = entry.remove();
+            q.steps[step(&m)].push_back(Entry::fresh(m));
+        }
+    }
+}
+
+pub(super) struct Shared {
+    pub(super) inner: Mutex<Inner>,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) published: Notify,
+    pub(super) stored: Notify,
+    pub(super) opts: MemoryOptions,
+}
