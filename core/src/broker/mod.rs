@@ -5,6 +5,7 @@
 //! headway's own Redis layout (see `docs/redis-layout.md`).
 
 pub mod celery;
+mod lua;
 pub mod memory;
 pub mod raw;
 pub mod redis;

@@ -232,7 +232,7 @@ impl Scripts {
             stats: Script::new(include_str!("redis/lua/stats.lua"), true),
             store: Script::new(include_str!("redis/lua/store.lua"), false),
             bury: Script::new(include_str!("redis/lua/bury.lua"), true),
-            dead: Script::new(include_str!("redis/lua/dead.lua"), true),
+            dead: Script::new(super::lua::OWN_DEAD, true),
             holders: Script::new(include_str!("redis/lua/holders.lua"), true),
             beat: Script::new(include_str!("redis/lua/beat.lua"), true),
         }
