@@ -1096,17 +1096,22 @@ impl CeleryBroker {
         }
     }
 
+    /// The `unacked` tags `receipts` settle, each taken out of what this
+    /// consumer holds. A receipt names its message by that tag (`raw`);
+    /// its local number is only this instance's, and a receipt from
+    /// another instance (or a stale one) may carry a number this one uses
+    /// for another message — so the local hold is let go only when its
+    /// tag is the receipt's. A receipt without a tag names nothing.
     fn settle_local(&self, receipts: &[Receipt]) -> Vec<String> {
         let mut g = self.lock();
         receipts
             .iter()
             .filter_map(|r| {
-                let held = g.out.remove(&r.tag);
-                held.map(|h| h.tag).or_else(|| {
-                    r.raw
-                        .as_ref()
-                        .map(|b| String::from_utf8_lossy(b).into_owned())
-                })
+                let tag = String::from_utf8_lossy(r.raw.as_deref()?).into_owned();
+                if g.out.get(&r.tag).is_some_and(|h| h.tag == tag) {
+                    g.out.remove(&r.tag);
+                }
+                Some(tag)
             })
             .collect()
     }
