@@ -483,3 +483,57 @@ async fn tasks_this_app_does_not_run_go_back_for_another_consumer() {
         }
     }
 }
+
+/// A receipt names its message by the tag it is held under in `unacked`,
+/// not only by the claiming broker's local number: a receipt handed to
+/// another broker instance (whose own local numbers start at 1 too) settles
+/// the message it came with, never the one that instance holds under the
+/// same number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receipt_from_another_instance_never_settles_the_wrong_message() {
+    let Some(s) = support::RedisServer::start() else {
+        return;
+    };
+    let clock = VirtualClock::new(START);
+    let a = broker(&s, &clock).await;
+    let b = broker(&s, &clock).await;
+    a.publish(vec![msg("m-a", "t", "default"), msg("m-b", "t", "default")])
+        .await
+        .unwrap();
+    let da = a.consume(&qs("default"), 1, Duration::ZERO).await.unwrap();
+    let db = b.consume(&qs("default"), 1, Duration::ZERO).await.unwrap();
+    assert_eq!((da.len(), db.len()), (1, 1));
+    let (ra, rb) = (da[0].receipt.clone(), db[0].receipt.clone());
+    // Both instances numbered their first claim alike.
+    assert_eq!(ra.tag, rb.tag);
+    let tag_of = |r: &headway_core::task::Receipt| {
+        String::from_utf8(r.raw.as_deref().unwrap().to_vec()).unwrap()
+    };
+    let (ta, tb) = (tag_of(&ra), tag_of(&rb));
+    assert_ne!(ta, tb);
+    // b's receipt, settled through a.
+    a.ack(vec![rb.clone()]).await.unwrap();
+    assert_eq!(
+        s.cli(&["HEXISTS", "unacked", &tb]),
+        "0",
+        "b's message acked"
+    );
+    assert_eq!(
+        s.cli(&["HEXISTS", "unacked", &ta]),
+        "1",
+        "a's message still held"
+    );
+    let holding = a.consumers().await.unwrap().remove(0).holding;
+    assert_eq!(
+        holding,
+        vec![da[0].message.id.clone()],
+        "a still holds its own"
+    );
+    // A stale reject the same way touches a's message neither.
+    a.reject(rb, true).await.unwrap();
+    assert_eq!(s.cli(&["HEXISTS", "unacked", &ta]), "1");
+    // a's own receipt still settles a's message.
+    a.ack(vec![ra]).await.unwrap();
+    assert_eq!(s.cli(&["HEXISTS", "unacked", &ta]), "0");
+    assert!(a.consumers().await.unwrap().remove(0).holding.is_empty());
+}

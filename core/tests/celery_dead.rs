@@ -161,3 +161,48 @@ async fn a_dead_letter_whose_id_has_quotes_and_backslashes_is_requeued_by_id() {
     );
     assert_eq!(b.dead_count("default").await.unwrap(), 0);
 }
+
+/// A message over the size cap is listed with the size it had on the queue,
+/// not the length of the prefix kept (both paths: the claim script's and
+/// the BRPOP's), so `truncated()` tells the letter cannot be re-queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_over_cap_dead_letter_is_listed_with_its_real_size() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let b = CeleryBroker::connect(
+        &s.url(),
+        CeleryOptions {
+            max_message_bytes: DEAD_PREFIX_BYTES + 100,
+            ..opts()
+        },
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    let q = vec!["default".to_string()];
+    let size = 3 * DEAD_PREFIX_BYTES;
+    let mut big = br#"{"body": ""#.to_vec();
+    big.resize(size, b'B');
+    // The claim script's path.
+    b.push_raw("default", &big).await.unwrap();
+    assert!(b.consume(&q, 10, Duration::ZERO).await.unwrap().is_empty());
+    // The BRPOP's: the consumer waits on an empty queue first.
+    let (b2, q2) = (b.clone(), q.clone());
+    let waiting =
+        tokio::spawn(async move { b2.consume(&q2, 1, Duration::from_secs(5)).await.unwrap() });
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !s.cli(&["CLIENT", "LIST"]).contains("cmd=brpop") {
+        assert!(std::time::Instant::now() < deadline, "never blocked");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    b.push_raw("default", &big).await.unwrap();
+    assert!(waiting.await.unwrap().is_empty());
+    let letters = b.dead_letters("default", 10).await.unwrap();
+    assert_eq!(letters.len(), 2);
+    for d in letters {
+        assert_eq!(d.raw.len(), DEAD_PREFIX_BYTES, "{}", d.reason);
+        assert_eq!(d.size, size, "{}", d.reason);
+        assert!(d.truncated());
+    }
+}

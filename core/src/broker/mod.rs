@@ -8,6 +8,7 @@
 
 pub mod celery;
 pub mod link;
+mod lua;
 pub mod memory;
 pub mod raw;
 pub mod redis;

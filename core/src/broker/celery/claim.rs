@@ -17,9 +17,6 @@ use crate::task::dead::{DEAD_KEPT, DEAD_PREFIX_BYTES};
 use crate::task::message::new_id;
 use crate::task::state::Refused;
 
-pub(super) const CLAIM: &str = include_str!("lua/claim.lua");
-pub(super) const HOLD: &str = include_str!("lua/hold.lua");
-
 /// One list a claim polls.
 pub(super) struct Polled {
     key: String,

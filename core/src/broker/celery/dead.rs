@@ -178,6 +178,8 @@ struct Head {
     reason: String,
     #[serde(default)]
     id: Option<String>,
+    #[serde(default)]
+    size: Option<usize>,
 }
 
 /// A dead letter read back.
@@ -192,7 +194,9 @@ pub(crate) fn letter(queue: &str, el: &[u8]) -> DeadLetter {
             reason: h.reason,
             at: h.at,
             raw: el[nl + 1..].to_vec(),
-            size: el.len() - nl - 1,
+            // The size it had on the queue: a quarantined message keeps
+            // only a prefix of it.
+            size: h.size.unwrap_or(el.len() - nl - 1),
         };
     }
     DeadLetter {
@@ -340,6 +344,8 @@ mod tests {
         let el = element(1, "too large", 0, None, &big);
         let d = letter("q", &el);
         assert_eq!(d.raw.len(), DEAD_PREFIX_BYTES);
+        assert_eq!(d.size, big.len());
+        assert!(d.truncated());
         let head: Value =
             serde_json::from_slice(&el[..el.iter().position(|c| *c == b'\n').unwrap()]).unwrap();
         assert_eq!(head["size"], Value::from(big.len()));

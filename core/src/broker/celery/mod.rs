@@ -53,8 +53,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Script};
 use serde_json::Value;
 use tokio::sync::Notify;
 
@@ -62,6 +62,8 @@ pub use codec::{CodecError, Decoded, Encoded, Router, Sender};
 pub use eta::MAX_HELD_ETAS;
 pub use typed::{Typed, TypedError};
 pub use unknown::{HANDBACK_HEADER, MAX_HANDBACKS};
+
+use scripts::Scripts;
 
 use super::redis::RedisUrl;
 use crate::task::app::Seams;
@@ -383,20 +385,6 @@ struct Keys {
     result_prefix: String,
 }
 
-struct Scripts {
-    claim: Script,
-    hold: Script,
-    restore: Script,
-    rescore: Script,
-    unlock: Script,
-    store: Script,
-    arrive: Script,
-    fire: Script,
-    bury: Script,
-    dead: Script,
-    beat: Script,
-}
-
 impl std::fmt::Debug for CeleryBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CeleryBroker")
@@ -504,19 +492,7 @@ impl CeleryBroker {
             waits: Mutex::new(HashMap::new()),
             sink: tokio::sync::Mutex::new(None),
             keys,
-            scripts: Scripts {
-                claim: Script::new(claim::CLAIM),
-                hold: Script::new(claim::HOLD),
-                restore: Script::new(scripts::RESTORE),
-                rescore: Script::new(scripts::RESCORE),
-                unlock: Script::new(scripts::UNLOCK),
-                store: Script::new(scripts::STORE),
-                arrive: Script::new(scripts::ARRIVE),
-                fire: Script::new(scripts::FIRE),
-                bury: Script::new(scripts::BURY),
-                dead: Script::new(include_str!("lua/dead.lua")),
-                beat: Script::new(scripts::BEAT),
-            },
+            scripts: Scripts::new(),
         });
         broker.load_revoked().await?;
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
@@ -771,7 +747,7 @@ impl CeleryBroker {
         format!("{}{}", self.keys.dead, self.sender.wire_queue(queue))
     }
 
-    /// Moves messages to `queue`'s dead letters, one [`scripts::BURY`] each
+    /// Moves messages to `queue`'s dead letters, one `bury.lua` each
     /// (fenced on their `unacked` entries), and logs why: a message set
     /// aside must neither block the queue nor vanish unseen. Answers how
     /// many moved; one that could not (Redis away past the patience) is
@@ -1120,17 +1096,22 @@ impl CeleryBroker {
         }
     }
 
+    /// The `unacked` tags `receipts` settle, each taken out of what this
+    /// consumer holds. A receipt names its message by that tag (`raw`);
+    /// its local number is only this instance's, and a receipt from
+    /// another instance (or a stale one) may carry a number this one uses
+    /// for another message — so the local hold is let go only when its
+    /// tag is the receipt's. A receipt without a tag names nothing.
     fn settle_local(&self, receipts: &[Receipt]) -> Vec<String> {
         let mut g = self.lock();
         receipts
             .iter()
             .filter_map(|r| {
-                let held = g.out.remove(&r.tag);
-                held.map(|h| h.tag).or_else(|| {
-                    r.raw
-                        .as_ref()
-                        .map(|b| String::from_utf8_lossy(b).into_owned())
-                })
+                let tag = String::from_utf8_lossy(r.raw.as_deref()?).into_owned();
+                if g.out.get(&r.tag).is_some_and(|h| h.tag == tag) {
+                    g.out.remove(&r.tag);
+                }
+                Some(tag)
             })
             .collect()
     }
@@ -1594,7 +1575,7 @@ impl Broker for CeleryBroker {
     }
 
     /// One beat leads (an owner-checked lease), and each entry's slots fire
-    /// once, in order, across every beat on this Redis ([`scripts::BEAT`],
+    /// once, in order, across every beat on this Redis (`beat.lua`,
     /// the scheme of headway's own layout). A standby's claim waits up to
     /// one `beat_lease` for the leader to fire the slot or lapse.
     fn claim_slot<'a>(&'a self, entry: &'a str, due: i64) -> BoxFuture<'a, Result<bool, Refused>> {

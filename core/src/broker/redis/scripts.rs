@@ -55,7 +55,7 @@ impl Scripts {
             stats: Script::new(include_str!("lua/stats.lua"), true),
             store: Script::new(include_str!("lua/store.lua"), false),
             bury: Script::new(include_str!("lua/bury.lua"), true),
-            dead: Script::new(include_str!("lua/dead.lua"), true),
+            dead: Script::new(crate::broker::lua::OWN_DEAD, true),
             holders: Script::new(include_str!("lua/holders.lua"), true),
             beat: Script::new(include_str!("lua/beat.lua"), true),
         }

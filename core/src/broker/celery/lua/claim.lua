@@ -10,9 +10,8 @@
 -- under a tag made here from the caller's nonce and a counter, never under
 -- its own `delivery_tag` — some producers send none, and two envelopes
 -- sharing one must not share one `unacked` entry (the second would
--- overwrite the first, and one ack would settle both). The entry keeps the
--- envelope's bytes as they came, so whoever restores it (a Celery worker's
--- `restore_visible` included) pushes back what was sent.
+-- overwrite the first, and one ack would settle both). The entry is the
+-- shared `unacked_entry`: the envelope's bytes as they came.
 --
 -- An envelope over the size cap is never parsed nor sent to the consumer:
 -- it goes to its queue's dead letters ("too large") in the same step, as a
@@ -60,22 +59,13 @@ for i = 1, k do
         buried = buried + 1
       else
         local tag = ''
-        local ok, env = pcall(cjson.decode, raw)
-        if ok and type(env) == 'table' then
-          local ex, rk = '', ARGV[6 + i]
-          local p = env['properties']
-          if type(p) == 'table' then
-            local di = p['delivery_info']
-            if type(di) == 'table' then
-              if type(di['exchange']) == 'string' then ex = di['exchange'] end
-              if type(di['routing_key']) == 'string' then rk = di['routing_key'] end
-            end
-          end
+        local entry = unacked_entry(raw, ARGV[6 + i])
+        if entry then
           tag = nonce .. '.' .. n
           scores[#scores + 1] = now
           scores[#scores + 1] = tag
           fields[#fields + 1] = tag
-          fields[#fields + 1] = '[' .. raw .. ', ' .. cjson.encode(ex) .. ', ' .. cjson.encode(rk) .. ']'
+          fields[#fields + 1] = entry
         end
         out[#out + 1] = key
         out[#out + 1] = tag
