@@ -22,13 +22,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use headway_core::broker::celery::{CeleryBroker, CeleryOptions};
-use headway_core::broker::{RedisBroker, RedisOptions};
 use headway_core::task::{
-    App, Broker, Clock, Inspector, Options, Policy, Seams, SystemClock, Worker, WorkerConfig, body,
+    App, Clock, Inspector, Options, Policy, Seams, SystemClock, Worker, WorkerConfig, body,
 };
 use serde_json::{Map, Value, json};
 use support::RedisServer;
+use support::kit::{Conn, Layout, Opts};
 
 /// How long Redis is away.
 const OUTAGE: Duration = Duration::from_secs(5);
@@ -45,41 +44,24 @@ fn now_ms() -> i64 {
 
 /// The seams of `layout` on `url`, for a process named `name`.
 async fn open(layout: &str, url: &str, name: &str, consuming: bool) -> (Seams, Arc<dyn Inspector>) {
-    match layout {
-        "redis" => {
-            let b = RedisBroker::connect(
-                url,
-                RedisOptions {
-                    consumer: Some(name.into()),
-                    recover_every: consuming.then_some(Duration::from_secs(30)),
-                    ..RedisOptions::default()
-                },
-                Arc::new(SystemClock),
-            )
-            .await
-            .unwrap();
-            (b.seams(), b)
-        }
-        "celery" => {
-            let b = CeleryBroker::connect(
-                url,
-                CeleryOptions {
-                    consumer: Some(name.into()),
-                    // Short, so a claim whose answer was lost with the
-                    // connection is restored within the test; the worker
-                    // re-scores what it holds every 750 ms.
-                    visibility_timeout: Duration::from_secs(3),
-                    restore_every: consuming.then_some(Duration::from_secs(1)),
-                    ..CeleryOptions::default()
-                },
-                Arc::new(SystemClock),
-            )
-            .await
-            .unwrap();
-            (b.seams(), b)
-        }
-        other => panic!("unknown layout {other}"),
-    }
+    let layout = Layout::parse(layout);
+    let opts = match layout {
+        // Recovery every 30 s by a consumer (nothing is lost here but
+        // claims whose answer went with the connection).
+        Layout::Redis => Opts {
+            recover_every: consuming.then_some(Duration::from_secs(30)),
+            ..Opts::named(name)
+        },
+        // Short, so a claim whose answer was lost with the connection is
+        // restored within the test; the worker re-scores what it holds
+        // every 750 ms.
+        _ => Opts {
+            recover_every: consuming.then_some(Duration::from_secs(1)),
+            ..Opts::named(name).lease(Duration::from_secs(3))
+        },
+    };
+    let b = Conn::open(layout, url, &opts).await.unwrap();
+    (b.seams(), b.inspector())
 }
 
 /// The queue of the dead-letter check's positive control.
@@ -89,39 +71,15 @@ const CONTROL: &str = "control";
 /// them, so the layout quarantines them: one dead letter.
 async fn control_dead_letter(layout: &str, url: &str) {
     let queues = vec![CONTROL.to_string()];
-    let got = match layout {
-        "redis" => {
-            let b = RedisBroker::connect(
-                url,
-                RedisOptions {
-                    consumer: Some("control".into()),
-                    recover_every: None,
-                    ..RedisOptions::default()
-                },
-                Arc::new(SystemClock),
-            )
-            .await
-            .unwrap();
-            b.push_raw(CONTROL, b"\x00 not a message").await.unwrap();
-            b.consume(&queues, 1, Duration::ZERO).await.unwrap()
-        }
-        "celery" => {
-            let b = CeleryBroker::connect(
-                url,
-                CeleryOptions {
-                    consumer: Some("control".into()),
-                    restore_every: None,
-                    ..CeleryOptions::default()
-                },
-                Arc::new(SystemClock),
-            )
-            .await
-            .unwrap();
-            b.push_raw(CONTROL, b"\x00 not a message").await.unwrap();
-            b.consume(&queues, 1, Duration::ZERO).await.unwrap()
-        }
-        other => panic!("unknown layout {other}"),
-    };
+    let b = Conn::open(Layout::parse(layout), url, &Opts::named("control"))
+        .await
+        .unwrap();
+    b.push_raw(CONTROL, b"\x00 not a message").await;
+    let got = b
+        .broker()
+        .consume(&queues, 1, Duration::ZERO)
+        .await
+        .unwrap();
     assert!(got.is_empty(), "{layout}: the control bytes were delivered");
 }
 
