@@ -40,14 +40,13 @@
 //! shown (`redis://user:***@host`).
 //!
 //! The code is split by concern: `options` (setup and its checks), `keys`
-//! (key names), `wire` (value formats), `scripts` (every Lua script),
-//! `run` (commands over the shared reconnecting link of
-//! [`crate::broker::link`]), `publish`, `consume`
-//! (claims), `settle` (acks, rejects, retries, revokes), `lease` (this
-//! consumer's and the beat's, and the background task), `store` and
-//! `results` (writing and waiting for results), `chords`, `inspect`,
-//! `restore` (recover and sweep) and `dead` (dead letters). This file holds
-//! the broker's state and the seams' impls, which delegate.
+//! (key names), `wire` (value formats), `scripts` (every Lua script), `run`
+//! (commands over the shared reconnecting link of [`crate::broker::link`]),
+//! `publish`, `consume` (claims), `settle` (acks, rejects, retries,
+//! revokes), `lease` (this consumer's and the beat's, and the background
+//! task), `store` and `results` (writing and waiting for results), `chords`,
+//! `inspect`, `restore` (recover and sweep) and `dead` (dead letters). This
+//! file holds the broker's state and the seams' impls, which delegate.
 
 mod chords;
 mod cluster;
