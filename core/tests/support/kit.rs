@@ -71,6 +71,8 @@ pub struct Opts {
     pub max_message_bytes: Option<usize>,
     /// How long a beat leads without renewing (the default when `None`).
     pub beat_lease: Option<Duration>,
+    /// How many lost holders make a poison pill (the default when `None`).
+    pub max_deliveries: Option<u32>,
 }
 
 impl Opts {
@@ -82,6 +84,7 @@ impl Opts {
             recover_every: None,
             max_message_bytes: None,
             beat_lease: None,
+            max_deliveries: None,
         }
     }
 
@@ -118,6 +121,7 @@ impl Opts {
             recover_every: self.recover_every,
             max_message_bytes: self.max_message_bytes.unwrap_or(d.max_message_bytes),
             beat_lease: self.beat_lease.unwrap_or(d.beat_lease),
+            max_deliveries: self.max_deliveries.unwrap_or(d.max_deliveries),
             ..d
         }
     }
@@ -130,6 +134,7 @@ impl Opts {
             restore_every: self.recover_every,
             max_message_bytes: self.max_message_bytes.unwrap_or(d.max_message_bytes),
             beat_lease: self.beat_lease.unwrap_or(d.beat_lease),
+            max_deliveries: self.max_deliveries.unwrap_or(d.max_deliveries),
             ..d
         }
     }
