@@ -7,22 +7,7 @@
 // sleeps, opens and closes. See index.d.ts for what each item answers and why.
 
 const { inspect } = require('node:util');
-const native = loadAddon();
-
-function loadAddon() {
-  try {
-    return require('./headway.node');
-  } catch (err) {
-    if (err && err.code === 'MODULE_NOT_FOUND') {
-      err.message =
-        "headway: the native addon is not built (bindings-node/headway.node is missing). " +
-        'It builds from source when the package installs; run `npm run build` in the package ' +
-        '(it needs cargo), or `npm rebuild headway` where npm skipped the install script.\n' +
-        err.message;
-    }
-    throw err;
-  }
-}
+const native = require('./addon.js');
 
 // One set of native functions per JS environment, shared by every instance:
 // a method is `fn(id, ...numbers)`, so each call site sees one target.

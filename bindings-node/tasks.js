@@ -16,7 +16,7 @@
 // was thrown (see `failed`).
 
 const { inspect } = require('node:util');
-const native = require('./headway.node');
+const native = require('./addon.js');
 
 // ---------------------------------------------------------------- errors
 

@@ -1,0 +1,39 @@
+'use strict';
+// Loads the native addon, once, for index.js, tasks.js and admin.js.
+//
+// Two files can hold it. `headway.node` is a source build (`npm run build`,
+// or an install that built from source); `headway.<platform>.node` (for
+// example `headway.linux-x64-gnu.node`) is the prebuilt shipped in the npm
+// package. A source build wins: it exists only where someone built one, on
+// purpose or because no prebuilt fitted (see build.js).
+const path = require('node:path');
+
+const { platformName } = require('./platform.js');
+
+function load() {
+  const candidates = ['./headway.node'];
+  const platform = platformName();
+  if (platform !== undefined) candidates.push(`./headway.${platform}.node`);
+  for (const file of candidates) {
+    try {
+      return require(file);
+    } catch (err) {
+      // Only "no such file" moves on: a file that exists but does not load
+      // (wrong libc, a broken build) is reported as it is.
+      if (!(err && err.code === 'MODULE_NOT_FOUND' && String(err.message).includes(file.slice(2)))) {
+        throw err;
+      }
+    }
+  }
+  const err = new Error(
+    `headway: the native addon is not built: neither ${candidates
+      .map((f) => path.join(__dirname, f))
+      .join(' nor ')} exists. An install uses the prebuilt for linux-x64 (glibc) ` +
+      'or builds from source when cargo is on PATH; run `npm rebuild headway` (or ' +
+      '`npm run build` in a checkout) where npm skipped the install script.',
+  );
+  err.code = 'MODULE_NOT_FOUND';
+  throw err;
+}
+
+module.exports = load();
