@@ -110,7 +110,9 @@ export interface WardOptions {
  */
 export declare class Ward {
   constructor(options?: WardOptions);
+  /** Its breaker (a copy), if any. */
   readonly breaker: Breaker | undefined;
+  /** Its backoff, if any. */
   readonly backoff: Backoff | undefined;
 }
 
@@ -176,7 +178,9 @@ export interface PoolOptions {
  */
 export declare class Pool<T = unknown> {
   constructor(options?: PoolOptions);
+  /** The limits it holds itself to. */
   readonly limits: Limits;
+  /** Its ward as given, if any. */
   readonly ward: Ward | undefined;
   /**
    * Take one, be told to make one or to wait — or be handed one too old to
@@ -263,10 +267,15 @@ export interface BackoffOptions {
 /** When to try again, and how long to wait first. Immutable. */
 export declare class Backoff {
   constructor(options?: BackoffOptions);
+  /** The first retry's ceiling, ms. */
   readonly base: number;
+  /** What each ceiling is multiplied by. */
   readonly factor: number;
+  /** No delay is longer, ms. */
   readonly cap: number;
+  /** Attempts in all, the first included. */
   readonly attempts: number;
+  /** How the delay is drawn under its ceiling. */
   readonly jitter: Jitter;
   /**
    * The undelayed ceiling before the `retry`-th retry, the first being 1:
@@ -333,7 +342,9 @@ export interface BucketOptions {
 export declare class Bucket {
   /** @param rate tokens per second. */
   constructor(rate: number, options?: BucketOptions);
+  /** Tokens added per second. */
   readonly rate: number;
+  /** The most it holds. */
   readonly burst: number;
   /** Whether `n` tokens (default 1) are there now, taking them if they are. */
   take(now?: number, n?: number): boolean;
@@ -363,7 +374,9 @@ export declare class Bucket {
 export declare class Window {
   /** @param allow a non-negative integer. @param window ms, positive. */
   constructor(allow: number, window: number);
+  /** Events allowed in any window. */
   readonly allow: number;
+  /** The window's length, ms. */
   readonly window: number;
   /** Whether an event is within the quota now, counting it if it is. */
   take(now?: number): boolean;
@@ -382,6 +395,7 @@ export declare class Window {
 export declare class Gate {
   /** @param limit a non-negative integer. */
   constructor(limit: number);
+  /** How many may be inside at once. */
   readonly limit: number;
   /** Whether there is room, taking it if there is. */
   enter(): boolean;
@@ -421,9 +435,13 @@ export declare class Pooled<T = unknown> {
   readonly pool: Pool<T>;
   /** How many acquires are queued on `wait`. */
   readonly pending: number;
+  /** How many exist: idle, lent, and being made (the pool's `live`). */
   readonly live: number;
+  /** How many sit idle. */
   readonly idle: number;
+  /** How many are lent out or being made. */
   readonly busy: number;
+  /** Whether `close()` or `drain()` was called. */
   readonly closed: boolean;
   /**
    * `fn(item)` with an item acquired for it, given back when `fn` settles —
@@ -684,11 +702,17 @@ export interface Canvas<R = unknown> {
  */
 export declare class Signature<R = unknown> implements Canvas<R> {
   private constructor();
+  /** The app it is sent through. */
   readonly app: App;
+  /** The task's name. */
   readonly name: string;
+  /** Its positional arguments. */
   readonly args: Json[];
+  /** Its keyword arguments, or null. */
   readonly kwargs: { [key: string]: Json } | null;
+  /** Whether a chain or chord leaves its arguments alone. */
   readonly immutable: boolean;
+  /** Publishes the run and resolves to its handle. */
   send(): Promise<Handle<R>>;
 }
 
@@ -744,9 +768,13 @@ export interface WorkerOptions {
  */
 export declare class Worker {
   private constructor();
+  /** Its name, in logs and on the admin page. */
   readonly name: string;
+  /** The queues it claims from, in order. */
   readonly queues: string[];
+  /** Bodies at once. */
   readonly concurrency: number;
+  /** Messages held unsettled at most. */
   readonly prefetch: number;
   /** How many messages it has settled so far. */
   readonly settled: number;
@@ -879,6 +907,7 @@ export type { VirtualClock };
 
 /** What tests need: a clock that sleeping advances, and bytes on a queue as a foreign producer puts them. */
 export declare const testing: {
+  /** {@link VirtualClock}: a clock that sleeping advances. */
   readonly VirtualClock: typeof VirtualClock;
   /**
    * Puts `data` (a string as UTF-8) on `queue` of the app's broker as another
@@ -942,6 +971,7 @@ export declare class RedisBroker {
   ): RedisBroker;
   /** The URL, password redacted (`redis://user:***@host`). */
   readonly url: string;
+  /** Which layout it speaks: headway's own or Celery's. */
   readonly layout: 'headway' | 'celery';
   /** Hands back what consumers whose lease (or visibility timeout) ran out were holding; resolves to how many. */
   recover(): Promise<number>;
@@ -1043,6 +1073,7 @@ export interface JobStats {
  */
 export declare class Scheduler {
   constructor(options?: { clock?: VirtualClock | null | undefined });
+  /** The clock it was given (null: the system clock). */
   readonly clock: VirtualClock | null;
   /** Adds (or replaces) the job `name`: `fn(ctx)` on `rhythm` (`ctx.name` the job's, `ctx.now` the time it was due). */
   add(name: string, fn: (ctx: Context) => unknown, rhythm: Rhythm): void;
@@ -1064,9 +1095,13 @@ export declare class Scheduler {
 
 /** `headway.schedule`: the in-process scheduler and its rhythms, as Python's `headway.schedule`. */
 export declare const schedule: {
+  /** {@link Scheduler}. */
   readonly Scheduler: typeof Scheduler;
+  /** {@link Every}. */
   readonly Every: typeof Every;
+  /** {@link Cron}. */
   readonly Cron: typeof Cron;
+  /** {@link At}. */
   readonly At: typeof At;
 };
 
