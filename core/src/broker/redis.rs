@@ -24,7 +24,8 @@
 //!   app's clock is virtual (tests) the app's now is passed instead, so the
 //!   suite's virtual-time tests run on Redis unchanged. The delayed set is
 //!   not held by any consumer, so an eta far beyond the lease runs once
-//!   (celery#2599 cannot happen here).
+//!   (Celery's eta that runs twice once it outlives the visibility timeout
+//!   cannot happen here).
 //! - Results under `P:result:<id>` with an expiry (one day, Celery's
 //!   `result_expires`); a final state is written once (Lua); a final store
 //!   publishes its value (up to 64 KiB, else a wake-up) on the key's
@@ -1828,7 +1829,7 @@ async fn tick(weak: Weak<RedisBroker>) {
 impl RedisBroker {
     /// Renews this process's beat lease while it leads, owner-checked: a
     /// beat that was paused past its lease finds another beat holds it and
-    /// stops leading, rather than both leading (redbeat#127).
+    /// stops leading, rather than both leading (as two RedBeat schedulers could).
     async fn renew_beat(&self) {
         if !self.beat_leader.load(Ordering::SeqCst) {
             return;

@@ -148,7 +148,7 @@ return 1
 /// Beat single-fire, the scheme of headway's own layout (`beat.lua`): one
 /// beat leads at a time, holding a lease that is only ever renewed or
 /// released by its owner (a beat paused past its lease that comes back
-/// cannot renew or use a lease another beat took — redbeat#127), and a hash
+/// cannot renew or use a lease another beat took, as RedBeat's could), and a hash
 /// keeps the latest due fired per entry, so a slot at or before it is
 /// refused whoever asks.
 ///
