@@ -80,6 +80,7 @@ export interface BreakerOptions {
  * accept, `unmade` as neither. A `Ward` keeps its own copy.
  */
 export declare class Breaker {
+  /** A breaker with `k` (default 2) over `window` ms (default two minutes). */
   constructor(options?: BreakerOptions);
   /** The multiplier. */
   readonly k: number;
@@ -109,6 +110,7 @@ export interface WardOptions {
  * It copies both parts when made, as the core takes them by value.
  */
 export declare class Ward {
+  /** A ward with either part, both, or neither (then it never refuses). */
   constructor(options?: WardOptions);
   /** Its breaker (a copy), if any. */
   readonly breaker: Breaker | undefined;
@@ -118,7 +120,9 @@ export declare class Ward {
 
 /** An idle item, now lent to you. */
 export interface Ready<T> {
+  /** Switch on it. */
   readonly kind: 'ready';
+  /** The item, lent to you. */
   readonly item: T;
 }
 /**
@@ -127,25 +131,31 @@ export interface Ready<T> {
  * skipped, so nothing leaks when the evict timer has not run.
  */
 export interface Stale<T> {
+  /** Switch on it. */
   readonly kind: 'stale';
+  /** The item: close it. */
   readonly item: T;
 }
 /** There is room for another, and it is reserved: make one, then `made(item)` (or `unmade()` if making failed). */
 export interface Make {
+  /** Switch on it. */
   readonly kind: 'make';
 }
 /** The pool is at `size`. Not a queue: your runtime decides — queue, time out, or try another pool. */
 export interface Wait {
+  /** Switch on it. */
   readonly kind: 'wait';
 }
 /** The ward holds makes after a failure: try again after `delay` ms. */
 export interface Later {
+  /** Switch on it. */
   readonly kind: 'later';
   /** What remains of the hold, in ms. */
   readonly delay: number;
 }
 /** The ward's breaker refused this make: fail fast. */
 export interface Shed {
+  /** Switch on it. */
   readonly kind: 'shed';
 }
 
@@ -177,6 +187,7 @@ export interface PoolOptions {
  * younger, so `life` retires an item that has been reused all along.
  */
 export declare class Pool<T = unknown> {
+  /** A pool with these limits (default `new Limits()`) and ward (default none). */
   constructor(options?: PoolOptions);
   /** The limits it holds itself to. */
   readonly limits: Limits;
@@ -266,6 +277,7 @@ export interface BackoffOptions {
 
 /** When to try again, and how long to wait first. Immutable. */
 export declare class Backoff {
+  /** A backoff with these knobs; each omitted one is gRPC's. */
   constructor(options?: BackoffOptions);
   /** The first retry's ceiling, ms. */
   readonly base: number;
@@ -413,7 +425,9 @@ export interface PooledOptions<T> {
   open: () => T | PromiseLike<T>;
   /** Throws an item away; may be async. Its errors are ignored: the item is gone either way. Default: nothing to close. */
   close?: (item: T) => unknown;
+  /** The pool's limits. Default `new Limits()`. */
   limits?: Limits;
+  /** The pool's ward. Default none. */
   ward?: Ward;
   /** How long (ms) an acquire waits on `wait` and `later` before rejecting with `code: 'TIMEOUT'`. Default 30 000 (HikariCP's connectionTimeout); `Infinity` waits for ever. */
   timeout?: number;
@@ -430,6 +444,7 @@ export interface PooledOptions<T> {
  * process alive after `close()` or `drain()`.
  */
 export declare class Pooled<T = unknown> {
+  /** A pool over `open` and `close`; see {@link PooledOptions}. */
   constructor(options: PooledOptions<T>);
   /** The bookkeeper underneath. */
   readonly pool: Pool<T>;
@@ -548,6 +563,7 @@ export interface SigOptions extends SendOptions {
 
 /** The same wait before every retry. */
 export interface FixedBackoff {
+  /** Tells the backoffs apart. */
   readonly kind: 'fixed';
   /** The wait, ms. */
   readonly delay: number;
@@ -557,6 +573,7 @@ export interface FixedBackoff {
 
 /** A wait doubling from `base` to `cap`, optionally jittered. */
 export interface ExponentialBackoff {
+  /** Tells the backoffs apart. */
   readonly kind: 'exponential';
   /** The first retry's ceiling, ms. */
   readonly base: number;
@@ -592,6 +609,7 @@ export declare function Exponential(options?: {
 
 /** Runs per window, per worker. */
 export interface Rate {
+  /** How many runs. */
   count: number;
   /** The window, ms. */
   per: number;
@@ -798,7 +816,9 @@ export declare class Worker {
 
 /** Once per `interval` ms. */
 export interface EveryRhythm {
+  /** Tells the rhythms apart. */
   readonly kind: 'every';
+  /** The interval, ms. */
   readonly interval: number;
   /** The instant (epoch ms) slots are counted from, or null: from when the entry is added. */
   readonly anchor: number | null;
@@ -810,19 +830,27 @@ export interface EveryRhythm {
 
 /** On the minutes a crontab line names, in a time zone. */
 export interface CronRhythm {
+  /** Tells the rhythms apart. */
   readonly kind: 'cron';
+  /** The crontab line as given. */
   readonly expr: string;
+  /** The IANA time zone it is read in. */
   readonly tz: string;
+  /** The first time it fires at or after `now`; null if never. */
   first(now: When): Date | null;
+  /** The first time it fires strictly after `at` (pass the time that was due); null if never again. */
   after(at: When): Date | null;
 }
 
 /** Once, at an instant. */
 export interface AtRhythm {
+  /** Tells the rhythms apart. */
   readonly kind: 'at';
   /** Epoch ms. */
   readonly when: number;
+  /** `when`, whatever `now` is. */
   first(now: When): Date | null;
+  /** Always null: it fires once. */
   after(at: When): Date | null;
 }
 
@@ -1000,6 +1028,7 @@ export interface AppOptions {
  * (the password never shown).
  */
 export declare class App {
+  /** An app on `broker` (default `'memory://'`); connects to Redis now. */
   constructor(options?: AppOptions);
   /** The clock it was given (null: the system clock). */
   readonly clock: VirtualClock | null;
@@ -1072,6 +1101,7 @@ export interface JobStats {
  * is logged and counted; the rhythm goes on.
  */
 export declare class Scheduler {
+  /** A scheduler on `clock` (default: the system clock). */
   constructor(options?: { clock?: VirtualClock | null | undefined });
   /** The clock it was given (null: the system clock). */
   readonly clock: VirtualClock | null;

@@ -156,12 +156,12 @@ test('every exported declaration of the .d.ts files has JSDoc', () => {
   assert.deepEqual(missing, []);
 });
 
-test('every member of an exported class or object type has JSDoc', () => {
+test('every member of an exported class, interface or object type has JSDoc', () => {
   const missing = [];
   for (const [name, d] of dts) {
-    if (!d.exported || !['class', 'const'].includes(d.kind)) continue;
+    if (!d.exported || !['class', 'const', 'interface'].includes(d.kind)) continue;
     for (const [member, doc] of d.members) {
-      if (isPublic(member) && member !== 'constructor' && !doc) missing.push(`${name}.${member}`);
+      if (isPublic(member) && !doc) missing.push(`${name}.${member}`);
     }
   }
   assert.deepEqual(missing, []);
