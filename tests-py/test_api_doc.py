@@ -96,7 +96,7 @@ def _own_doc(obj: object) -> str | None:
     doc = getattr(obj, "__doc__", None)
     if isinstance(obj, type):
         doc = obj.__dict__.get("__doc__")
-    if not doc or not doc.strip():
+    if not isinstance(doc, str) or not doc.strip():
         return None
     return doc
 
