@@ -80,6 +80,7 @@ export interface BreakerOptions {
  * accept, `unmade` as neither. A `Ward` keeps its own copy.
  */
 export declare class Breaker {
+  /** A breaker with `k` (default 2) over `window` ms (default two minutes). */
   constructor(options?: BreakerOptions);
   /** The multiplier. */
   readonly k: number;
@@ -109,14 +110,19 @@ export interface WardOptions {
  * It copies both parts when made, as the core takes them by value.
  */
 export declare class Ward {
+  /** A ward with either part, both, or neither (then it never refuses). */
   constructor(options?: WardOptions);
+  /** Its breaker (a copy), if any. */
   readonly breaker: Breaker | undefined;
+  /** Its backoff, if any. */
   readonly backoff: Backoff | undefined;
 }
 
 /** An idle item, now lent to you. */
 export interface Ready<T> {
+  /** Switch on it. */
   readonly kind: 'ready';
+  /** The item, lent to you. */
   readonly item: T;
 }
 /**
@@ -125,25 +131,31 @@ export interface Ready<T> {
  * skipped, so nothing leaks when the evict timer has not run.
  */
 export interface Stale<T> {
+  /** Switch on it. */
   readonly kind: 'stale';
+  /** The item: close it. */
   readonly item: T;
 }
 /** There is room for another, and it is reserved: make one, then `made(item)` (or `unmade()` if making failed). */
 export interface Make {
+  /** Switch on it. */
   readonly kind: 'make';
 }
 /** The pool is at `size`. Not a queue: your runtime decides — queue, time out, or try another pool. */
 export interface Wait {
+  /** Switch on it. */
   readonly kind: 'wait';
 }
 /** The ward holds makes after a failure: try again after `delay` ms. */
 export interface Later {
+  /** Switch on it. */
   readonly kind: 'later';
   /** What remains of the hold, in ms. */
   readonly delay: number;
 }
 /** The ward's breaker refused this make: fail fast. */
 export interface Shed {
+  /** Switch on it. */
   readonly kind: 'shed';
 }
 
@@ -175,8 +187,11 @@ export interface PoolOptions {
  * younger, so `life` retires an item that has been reused all along.
  */
 export declare class Pool<T = unknown> {
+  /** A pool with these limits (default `new Limits()`) and ward (default none). */
   constructor(options?: PoolOptions);
+  /** The limits it holds itself to. */
   readonly limits: Limits;
+  /** Its ward as given, if any. */
   readonly ward: Ward | undefined;
   /**
    * Take one, be told to make one or to wait — or be handed one too old to
@@ -262,11 +277,17 @@ export interface BackoffOptions {
 
 /** When to try again, and how long to wait first. Immutable. */
 export declare class Backoff {
+  /** A backoff with these knobs; each omitted one is gRPC's. */
   constructor(options?: BackoffOptions);
+  /** The first retry's ceiling, ms. */
   readonly base: number;
+  /** What each ceiling is multiplied by. */
   readonly factor: number;
+  /** No delay is longer, ms. */
   readonly cap: number;
+  /** Attempts in all, the first included. */
   readonly attempts: number;
+  /** How the delay is drawn under its ceiling. */
   readonly jitter: Jitter;
   /**
    * The undelayed ceiling before the `retry`-th retry, the first being 1:
@@ -333,7 +354,9 @@ export interface BucketOptions {
 export declare class Bucket {
   /** @param rate tokens per second. */
   constructor(rate: number, options?: BucketOptions);
+  /** Tokens added per second. */
   readonly rate: number;
+  /** The most it holds. */
   readonly burst: number;
   /** Whether `n` tokens (default 1) are there now, taking them if they are. */
   take(now?: number, n?: number): boolean;
@@ -363,7 +386,9 @@ export declare class Bucket {
 export declare class Window {
   /** @param allow a non-negative integer. @param window ms, positive. */
   constructor(allow: number, window: number);
+  /** Events allowed in any window. */
   readonly allow: number;
+  /** The window's length, ms. */
   readonly window: number;
   /** Whether an event is within the quota now, counting it if it is. */
   take(now?: number): boolean;
@@ -382,6 +407,7 @@ export declare class Window {
 export declare class Gate {
   /** @param limit a non-negative integer. */
   constructor(limit: number);
+  /** How many may be inside at once. */
   readonly limit: number;
   /** Whether there is room, taking it if there is. */
   enter(): boolean;
@@ -399,7 +425,9 @@ export interface PooledOptions<T> {
   open: () => T | PromiseLike<T>;
   /** Throws an item away; may be async. Its errors are ignored: the item is gone either way. Default: nothing to close. */
   close?: (item: T) => unknown;
+  /** The pool's limits. Default `new Limits()`. */
   limits?: Limits;
+  /** The pool's ward. Default none. */
   ward?: Ward;
   /** How long (ms) an acquire waits on `wait` and `later` before rejecting with `code: 'TIMEOUT'`. Default 30 000 (HikariCP's connectionTimeout); `Infinity` waits for ever. */
   timeout?: number;
@@ -416,14 +444,19 @@ export interface PooledOptions<T> {
  * process alive after `close()` or `drain()`.
  */
 export declare class Pooled<T = unknown> {
+  /** A pool over `open` and `close`; see {@link PooledOptions}. */
   constructor(options: PooledOptions<T>);
   /** The bookkeeper underneath. */
   readonly pool: Pool<T>;
   /** How many acquires are queued on `wait`. */
   readonly pending: number;
+  /** How many exist: idle, lent, and being made (the pool's `live`). */
   readonly live: number;
+  /** How many sit idle. */
   readonly idle: number;
+  /** How many are lent out or being made. */
   readonly busy: number;
+  /** Whether `close()` or `drain()` was called. */
   readonly closed: boolean;
   /**
    * `fn(item)` with an item acquired for it, given back when `fn` settles —
@@ -530,6 +563,7 @@ export interface SigOptions extends SendOptions {
 
 /** The same wait before every retry. */
 export interface FixedBackoff {
+  /** Tells the backoffs apart. */
   readonly kind: 'fixed';
   /** The wait, ms. */
   readonly delay: number;
@@ -539,6 +573,7 @@ export interface FixedBackoff {
 
 /** A wait doubling from `base` to `cap`, optionally jittered. */
 export interface ExponentialBackoff {
+  /** Tells the backoffs apart. */
   readonly kind: 'exponential';
   /** The first retry's ceiling, ms. */
   readonly base: number;
@@ -574,6 +609,7 @@ export declare function Exponential(options?: {
 
 /** Runs per window, per worker. */
 export interface Rate {
+  /** How many runs. */
   count: number;
   /** The window, ms. */
   per: number;
@@ -684,11 +720,17 @@ export interface Canvas<R = unknown> {
  */
 export declare class Signature<R = unknown> implements Canvas<R> {
   private constructor();
+  /** The app it is sent through. */
   readonly app: App;
+  /** The task's name. */
   readonly name: string;
+  /** Its positional arguments. */
   readonly args: Json[];
+  /** Its keyword arguments, or null. */
   readonly kwargs: { [key: string]: Json } | null;
+  /** Whether a chain or chord leaves its arguments alone. */
   readonly immutable: boolean;
+  /** Publishes the run and resolves to its handle. */
   send(): Promise<Handle<R>>;
 }
 
@@ -744,9 +786,13 @@ export interface WorkerOptions {
  */
 export declare class Worker {
   private constructor();
+  /** Its name, in logs and on the admin page. */
   readonly name: string;
+  /** The queues it claims from, in order. */
   readonly queues: string[];
+  /** Bodies at once. */
   readonly concurrency: number;
+  /** Messages held unsettled at most. */
   readonly prefetch: number;
   /** How many messages it has settled so far. */
   readonly settled: number;
@@ -770,7 +816,9 @@ export declare class Worker {
 
 /** Once per `interval` ms. */
 export interface EveryRhythm {
+  /** Tells the rhythms apart. */
   readonly kind: 'every';
+  /** The interval, ms. */
   readonly interval: number;
   /** The instant (epoch ms) slots are counted from, or null: from when the entry is added. */
   readonly anchor: number | null;
@@ -782,19 +830,27 @@ export interface EveryRhythm {
 
 /** On the minutes a crontab line names, in a time zone. */
 export interface CronRhythm {
+  /** Tells the rhythms apart. */
   readonly kind: 'cron';
+  /** The crontab line as given. */
   readonly expr: string;
+  /** The IANA time zone it is read in. */
   readonly tz: string;
+  /** The first time it fires at or after `now`; null if never. */
   first(now: When): Date | null;
+  /** The first time it fires strictly after `at` (pass the time that was due); null if never again. */
   after(at: When): Date | null;
 }
 
 /** Once, at an instant. */
 export interface AtRhythm {
+  /** Tells the rhythms apart. */
   readonly kind: 'at';
   /** Epoch ms. */
   readonly when: number;
+  /** `when`, whatever `now` is. */
   first(now: When): Date | null;
+  /** Always null: it fires once. */
   after(at: When): Date | null;
 }
 
@@ -879,6 +935,7 @@ export type { VirtualClock };
 
 /** What tests need: a clock that sleeping advances, and bytes on a queue as a foreign producer puts them. */
 export declare const testing: {
+  /** {@link VirtualClock}: a clock that sleeping advances. */
   readonly VirtualClock: typeof VirtualClock;
   /**
    * Puts `data` (a string as UTF-8) on `queue` of the app's broker as another
@@ -942,6 +999,7 @@ export declare class RedisBroker {
   ): RedisBroker;
   /** The URL, password redacted (`redis://user:***@host`). */
   readonly url: string;
+  /** Which layout it speaks: headway's own or Celery's. */
   readonly layout: 'headway' | 'celery';
   /** Hands back what consumers whose lease (or visibility timeout) ran out were holding; resolves to how many. */
   recover(): Promise<number>;
@@ -970,6 +1028,7 @@ export interface AppOptions {
  * (the password never shown).
  */
 export declare class App {
+  /** An app on `broker` (default `'memory://'`); connects to Redis now. */
   constructor(options?: AppOptions);
   /** The clock it was given (null: the system clock). */
   readonly clock: VirtualClock | null;
@@ -1042,7 +1101,9 @@ export interface JobStats {
  * is logged and counted; the rhythm goes on.
  */
 export declare class Scheduler {
+  /** A scheduler on `clock` (default: the system clock). */
   constructor(options?: { clock?: VirtualClock | null | undefined });
+  /** The clock it was given (null: the system clock). */
   readonly clock: VirtualClock | null;
   /** Adds (or replaces) the job `name`: `fn(ctx)` on `rhythm` (`ctx.name` the job's, `ctx.now` the time it was due). */
   add(name: string, fn: (ctx: Context) => unknown, rhythm: Rhythm): void;
@@ -1064,9 +1125,13 @@ export declare class Scheduler {
 
 /** `headway.schedule`: the in-process scheduler and its rhythms, as Python's `headway.schedule`. */
 export declare const schedule: {
+  /** {@link Scheduler}. */
   readonly Scheduler: typeof Scheduler;
+  /** {@link Every}. */
   readonly Every: typeof Every;
+  /** {@link Cron}. */
   readonly Cron: typeof Cron;
+  /** {@link At}. */
   readonly At: typeof At;
 };
 

@@ -10,8 +10,8 @@
 #
 # The Celery side: interop/.venv with celery[redis]>=5.5,<5.6, made as
 # interop/run.sh makes it (or HEADWAY_CELERY_PYTHON). headway's Python
-# package: /work/main/.venv or /work/venv-py when either imports headway
-# (or HEADWAY_LINKS_HW_PYTHON), else <repo>/.venv made with `pip install .`.
+# package: HEADWAY_LINKS_HW_PYTHON, else <repo>/.venv when it imports
+# headway, else <repo>/.venv made with `pip install .`.
 # The Node addon: `npm install` at the repo root when require('./') fails.
 # When a prerequisite cannot be had it prints why and exits 0 — unless
 # HEADWAY_REQUIRE_REDIS=1, when it exits 1. A failed scenario exits 1.
@@ -61,7 +61,7 @@ fi
 # headway's Python package.
 hpy="${HEADWAY_LINKS_HW_PYTHON:-}"
 if [ -z "$hpy" ]; then
-  for c in "$root/.venv/bin/python" /work/main/.venv/bin/python /work/venv-py/bin/python; do
+  for c in "$root/.venv/bin/python"; do
     if [ -x "$c" ] && "$c" -c 'import headway' >/dev/null 2>&1; then hpy="$c"; break; fi
   done
 fi

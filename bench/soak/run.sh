@@ -14,13 +14,13 @@
 #   bash bench/soak/selfcheck.sh      # the soak must fail when work is lost
 #
 # The Python: $HEADWAY_PYTHON, else the repo's .venv (what .ci/test makes),
-# else /work/venv-py, if it imports headway; else it builds .venv with
+# if it imports headway; else it builds .venv with
 # `pip install .`. What soak.py does and counts: its docstring.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 
 py=""
-for cand in "${HEADWAY_PYTHON:-}" "$root/.venv/bin/python" /work/venv-py/bin/python; do
+for cand in "${HEADWAY_PYTHON:-}" "$root/.venv/bin/python"; do
   if [[ -n "$cand" && -x "$cand" ]] && "$cand" -c 'import headway' 2>/dev/null; then
     py=$cand
     break

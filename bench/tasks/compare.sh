@@ -14,7 +14,7 @@
 # bench/tasks/peers; ioredis is BullMQ's default client, which 6.x no longer
 # pulls in itself); Celery 5 with Redis extras (`pip install --upgrade
 # 'celery[redis]>=5,<6'` into bench/tasks/.venv-celery); headway's
-# Python package from $HEADWAY_BENCH_PYTHON, ./.venv or /work/venv-py when
+# Python package from $HEADWAY_BENCH_PYTHON or ./.venv when
 # one imports headway, else `python3 -m venv .venv && .venv/bin/pip install .`
 # at the root; the Node addon with `npm install` at the root when
 # bindings-node/headway.node is missing (`npm run build` when it no longer
@@ -93,7 +93,7 @@ say "installing the newest Celery 5.x (celery[redis]>=5,<6) into $cvenv"
 # installed (to measure the sources as they are now).
 rebuild="${HEADWAY_BENCH_REBUILD:-0}"
 hpy=""
-[ "$rebuild" = 1 ] || for cand in "${HEADWAY_BENCH_PYTHON:-}" "$root/.venv/bin/python" /work/venv-py/bin/python; do
+[ "$rebuild" = 1 ] || for cand in "${HEADWAY_BENCH_PYTHON:-}" "$root/.venv/bin/python"; do
   [ -n "$cand" ] && [ -x "$cand" ] || continue
   if "$cand" - "$root" <<'PY' >/dev/null 2>&1; then
 import os, sys

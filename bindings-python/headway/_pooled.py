@@ -88,7 +88,12 @@ class Lease(Generic[T]):
     sync one needs sync ones.
     """
 
-    __slots__ = ("_pooled", "_item", "_held", "broken")
+    __slots__ = {
+        "_pooled": "The ``Pooled`` it takes from.",
+        "_item": "The item it holds, if any.",
+        "_held": "Whether it holds an item now.",
+        "broken": "Set by ``Pooled.drop(item)``: leaving closes the item instead of giving it back.",
+    }
 
     def __init__(self, pooled: Pooled[T]) -> None:
         self._pooled = pooled

@@ -51,7 +51,10 @@ class Retry:
     builds one) or call through it once: ``policy.call(fn, *args, **kwargs)``.
     """
 
-    __slots__ = ("backoff", "on")
+    __slots__ = {
+        "backoff": "The ``Backoff``: how many attempts and how long between them.",
+        "on": "The exception classes worth retrying (a tuple); others propagate at once.",
+    }
 
     backoff: Backoff
     on: tuple[type[BaseException], ...]

@@ -155,7 +155,14 @@ class Signature(_Canvas, Generic[R_co]):
     ``apply_async`` (eta, countdown, expires, queue, priority, task_id).
     """
 
-    __slots__ = ("app", "args", "immutable", "kwargs", "name", "options")
+    __slots__ = {
+        "app": "The ``App`` it is sent through.",
+        "args": "Its positional arguments (a tuple).",
+        "immutable": "Whether a chain or chord leaves its arguments alone (``si``).",
+        "kwargs": "Its keyword arguments (a dict).",
+        "name": "The task's registered name.",
+        "options": "Per-send options, as ``apply_async`` takes them (a dict).",
+    }
 
     def __init__(
         self,

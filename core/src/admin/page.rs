@@ -4,7 +4,7 @@
 //! The script renders every value with `textContent` and builds elements
 //! with `createElement`, never `innerHTML`, so args holding `<script>` or
 //! `"><img onerror=...>` show as the text they are (Flower's XSS through task
-//! args, #594/#650, is the case this rules out).
+//! args is the case this rules out).
 
 /// The page's script, served from `/app.js` (CSP allows no inline script).
 pub const APP_JS: &str = include_str!("page/app.js");

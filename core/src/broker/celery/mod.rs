@@ -1786,7 +1786,7 @@ impl CeleryBroker {
 
     /// Renews this broker's beat lease while it leads, owner-checked: a
     /// beat that was paused past its lease finds another beat holds it and
-    /// stops leading, rather than both leading (redbeat#127).
+    /// stops leading, rather than both leading (as two RedBeat schedulers could).
     async fn renew_beat(&self) {
         if !self.beat_leader.load(Ordering::SeqCst) {
             return;

@@ -24,7 +24,8 @@
 //!   app's clock is virtual (tests) the app's now is passed instead, so the
 //!   suite's virtual-time tests run on Redis unchanged. The delayed set is
 //!   not held by any consumer, so an eta far beyond the lease runs once
-//!   (celery#2599 cannot happen here).
+//!   (Celery's eta that runs twice once it outlives the visibility timeout
+//!   cannot happen here).
 //! - Results under `P:result:<id>` with an expiry (one day, Celery's
 //!   `result_expires`); a final state is written once (Lua); a final store
 //!   publishes its value (up to 64 KiB, else a wake-up) on the key's

@@ -5,7 +5,7 @@
 //! certificate and host name verified). Username and password are
 //! percent-decoded, as RFC 3986 userinfo is (a password with `@` or `:` in it
 //! is written `%40`, `%3A`). The ACL username is kept, not dropped: Celery
-//! once dropped it silently (celery#6422). Display and Debug print
+//! once dropped it silently. Display and Debug print
 //! `redis://user:***@host:port/db`.
 
 use std::fmt;

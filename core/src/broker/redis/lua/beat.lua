@@ -1,7 +1,7 @@
 -- beat: KEYS[1] is "<prefix>{beat}:beat:". ARGV owner, entry, due, lease ms,
 -- mode. One beat at a time leads (the lease, always owner-checked: a beat
 -- that was paused past its lease and comes back cannot renew or use a lease
--- another beat took — redbeat#127), and each entry's slots fire once and in
+-- another beat took, as RedBeat's could), and each entry's slots fire once and in
 -- order (`fired` holds the latest due fired per entry: a slot at or before
 -- it was fired already, by this beat or another).
 -- mode 'claim': 1 granted (this beat leads and fired nothing at or after
