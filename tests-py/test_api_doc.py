@@ -198,3 +198,18 @@ def test_cli_commands_documented() -> None:
     assert commands or parser, "no subcommands found in headway._cli"
     for command in sorted(commands):
         assert re.search(rf"headway {command}\b", API_TEXT), f"`headway {command}` not in docs/api.md"
+
+
+def test_rust_examples_are_the_crate_doc_tests() -> None:
+    """Each Rust example of docs/api.md is a doc test of ``core/src/lib.rs``,
+    so ``cargo test --doc`` keeps it compiling and true."""
+    lib = (ROOT / "core" / "src" / "lib.rs").read_text(encoding="utf-8")
+    docs = "\n".join(
+        line.removeprefix("//!").removeprefix(" ")
+        for line in lib.splitlines()
+        if line.startswith("//!")
+    )
+    examples = re.findall(r"```rust\n(.*?)```", API_TEXT, re.S)
+    assert examples, "docs/api.md shows no Rust example"
+    for example in examples:
+        assert example in docs, f"not a doc test of core/src/lib.rs:\n{example}"

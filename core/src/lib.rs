@@ -10,7 +10,47 @@
 //!
 //! The bindings (`bindings-python`, `bindings-node`) convert values, map errors
 //! and bridge their runtimes; every rule lives here so the two languages cannot
-//! drift apart.
+//! drift apart. The public API, beside the bindings', is in `docs/api.md`.
+//!
+//! Flow control is told the time (`now`, nanoseconds) and given its draws:
+//!
+//! ```
+//! use headway_core::flow::{Limits, Pool, SECOND, Taken};
+//!
+//! let mut pool: Pool<u32> = Pool::new(Limits::default(), None);
+//! assert!(matches!(pool.take(0, 0.5), Taken::Make));
+//! pool.made(7, 0); // opened: lent, born at 0
+//! assert!(pool.give(7, SECOND)); // kept idle
+//! assert!(matches!(pool.take(2 * SECOND, 0.5), Taken::Ready(7)));
+//! ```
+//!
+//! The task queue runs on the crate's tokio runtime:
+//!
+//! ```
+//! use std::time::Duration;
+//! use headway_core::task::{Options, Policy, WorkerConfig, body, open};
+//! use serde_json::{Map, json};
+//!
+//! headway_core::runtime::runtime().unwrap().block_on(async {
+//!     let app = open("memory://", None).await?;
+//!     let add = body(|_ctx, args| async move {
+//!         Ok(json!(args[0].as_i64().unwrap_or(0) + args[1].as_i64().unwrap_or(0)))
+//!     });
+//!     app.register("add", Policy::default(), add)?;
+//!     let worker = app.worker(WorkerConfig::default())?;
+//!     let running = tokio::spawn({
+//!         let worker = worker.clone();
+//!         async move { worker.run().await }
+//!     });
+//!     let args = vec![json!(2), json!(3)];
+//!     let handle = app.send("add", args, Map::new(), Options::default()).await?;
+//!     assert_eq!(handle.get(Some(Duration::from_secs(5))).await?, json!(5));
+//!     worker.stop(Duration::from_secs(1));
+//!     running.await.unwrap()?;
+//!     Ok::<(), headway_core::task::Refused>(())
+//! })
+//! .unwrap();
+//! ```
 
 pub mod admin;
 pub mod broker;
