@@ -10,9 +10,9 @@
 
 use std::time::Duration;
 
-use redis::AsyncConnectionConfig;
-
-use super::{Burial, CeleryBroker, Owed, Taken, dead};
+use super::burial::Burial;
+use super::settle::Owed;
+use super::{CeleryBroker, Taken, dead};
 use crate::task::dead::{DEAD_KEPT, DEAD_PREFIX_BYTES};
 use crate::task::message::new_id;
 use crate::task::state::Refused;
@@ -93,10 +93,10 @@ impl CeleryBroker {
             inv.arg(p.step);
         }
         inv.arg(new_id()).arg(DEAD_PREFIX_BYTES);
-        let mut c = self.conn().await?;
+        let mut c = self.link.conn().await?;
         let flat: Vec<Vec<u8>> = match inv.invoke_async(&mut c).await {
             Ok(v) => v,
-            Err(e) => return Err(self.fail(e).await),
+            Err(e) => return Err(self.link.fail(e).await),
         };
         let mut it = flat.into_iter();
         let buried: usize = it
@@ -132,32 +132,9 @@ impl CeleryBroker {
         let polled = self.poll_keys(queues);
         let keys: Vec<&str> = polled.iter().map(|p| p.key.as_str()).collect();
         let secs = wait.as_secs_f64().max(0.01);
-        let mut g = self.blocking.lock().await;
-        if g.is_none() {
-            let cfg = AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(Duration::from_secs(5)))
-                .set_response_timeout(None);
-            *g = Some(
-                self.client
-                    .get_multiplexed_async_connection_with_config(&cfg)
-                    .await
-                    .map_err(|e| self.refused(&e))?,
-            );
-        }
-        let c = g.as_mut().expect("just connected");
-        let got: Option<(String, Vec<u8>)> = match redis::cmd("BRPOP")
-            .arg(&keys)
-            .arg(secs)
-            .query_async(c)
-            .await
-        {
-            Ok(v) => v,
-            Err(e) => {
-                *g = None;
-                return Err(self.refused(&e));
-            }
-        };
-        drop(g);
+        let mut brpop = redis::cmd("BRPOP");
+        brpop.arg(&keys).arg(secs);
+        let got: Option<(String, Vec<u8>)> = self.link.blocking(&brpop).await?;
         let Some((key, raw)) = got else {
             return Ok(0);
         };
@@ -199,7 +176,8 @@ impl CeleryBroker {
             .arg(&p.rk);
         let held = {
             let inv = &inv;
-            self.patiently(|mut c| async move { inv.invoke_async::<String>(&mut c).await })
+            self.link
+                .patiently(|mut c| async move { inv.invoke_async::<String>(&mut c).await })
                 .await
         };
         drop(inv);

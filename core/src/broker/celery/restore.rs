@@ -6,11 +6,26 @@
 //! behind when anyone acks it; a message whose count reaches its limit goes
 //! to the dead letters instead of looping for ever.
 
+use std::collections::HashSet;
+
 use serde_json::Value;
 
-use super::{Burial, CeleryBroker, Restored, codec, dead, pyjson, unknown};
+use super::burial::Burial;
+use super::{CeleryBroker, codec, dead, pyjson, unknown};
 use crate::task::dead::lost_reason;
+use crate::task::message::new_id;
 use crate::task::state::Refused;
+
+/// What became of a restored tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Restored {
+    /// Back on its queue.
+    Back,
+    /// In the dead letters.
+    Dead,
+    /// Not there any more (settled or restored by someone else).
+    Gone,
+}
 
 /// What a put-back counts in the envelope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +77,8 @@ impl CeleryBroker {
             let mut get = redis::cmd("HGET");
             get.arg(&self.keys.unacked).arg(tag);
             let get = &get;
-            self.patiently(|mut c| async move { get.query_async(&mut c).await })
+            self.link
+                .patiently(|mut c| async move { get.query_async(&mut c).await })
                 .await?
         };
         let Some(entry) = entry else {
@@ -194,6 +210,7 @@ impl CeleryBroker {
             .arg(if leftmost { "l" } else { "r" });
         let inv = &inv;
         let n = self
+            .link
             .patiently(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
             .await?;
         Ok(if n == 1 {
@@ -201,5 +218,69 @@ impl CeleryBroker {
         } else {
             Restored::Gone
         })
+    }
+
+    /// kombu's `restore_visible` under `unacked_mutex`: every claim older
+    /// than `visibility_timeout` that this consumer does not hold goes back
+    /// to the front of its queue, marked redelivered, with one more lost
+    /// holder counted in its `headway_lost` header. One whose count reaches
+    /// `max_deliveries` (3) goes to its queue's dead letters instead
+    /// ("worker lost ×3") and is not counted. A Celery worker's restore
+    /// keeps the header but does not add to it (see `docs/celery.md`).
+    pub(super) async fn restore_visible(&self) -> Result<usize, Refused> {
+        let token = new_id();
+        let mut c = self.link.conn().await?;
+        let got: Option<String> = match redis::cmd("SET")
+            .arg(&self.keys.mutex)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(self.opts.unacked_mutex_expire.as_millis() as u64)
+            .query_async(&mut c)
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => return Err(self.link.fail(e).await),
+        };
+        if got.is_none() {
+            // kombu's MutexHeld: someone else is restoring right now.
+            return Ok(0);
+        }
+        let ceil = self.now_secs() - self.opts.visibility_timeout.as_secs_f64();
+        let mut q = redis::cmd("ZREVRANGEBYSCORE");
+        q.arg(&self.keys.index).arg(ceil).arg(0);
+        if let Some(n) = self.opts.unacked_restore_limit {
+            q.arg("LIMIT").arg(0).arg(n);
+        }
+        let tags: Result<Vec<String>, _> = q.query_async(&mut c).await;
+        let mut n = 0;
+        let result = match tags {
+            Err(e) => Err(self.link.fail(e).await),
+            Ok(tags) => {
+                let mut mine: HashSet<String> =
+                    self.lock().out.values().map(|h| h.tag.clone()).collect();
+                mine.extend(self.owed_tags());
+                let mut r = Ok(());
+                for t in tags.iter().filter(|t| !mine.contains(*t)) {
+                    match self.restore_tag(t, false, true).await {
+                        Ok(Restored::Back) => n += 1,
+                        Ok(_) => {}
+                        Err(e) => {
+                            r = Err(e);
+                            break;
+                        }
+                    }
+                }
+                r
+            }
+        };
+        let _: Result<i64, _> = self
+            .scripts
+            .unlock
+            .key(&self.keys.mutex)
+            .arg(&token)
+            .invoke_async(&mut c)
+            .await;
+        result.map(|()| n)
     }
 }

@@ -1,0 +1,115 @@
+//! Revokes on Celery's layout, both ways. Celery's `revoke` is a pidbox
+//! broadcast that nothing stores, so each consumer keeps an expiring
+//! revoked set of its own, filled from the broadcast; headway also keeps
+//! its revokes in a sorted set (`headway.celery.revoked`), so a headway
+//! worker that was down when a revoke went out still skips the task.
+
+use std::sync::atomic::Ordering;
+
+use super::{CeleryBroker, pidbox};
+use crate::task::state::Refused;
+
+impl CeleryBroker {
+    /// Revokes `ids` until `until` (ms): remembered here, kept in the
+    /// sorted set, and broadcast over the pidbox as Celery's `revoke`.
+    pub(super) async fn revoke_all(&self, ids: Vec<String>, until: i64) -> Result<(), Refused> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.note_revoked(&ids, until);
+        let now = self.clock.now();
+        let clock = self.lamport.fetch_add(1, Ordering::Relaxed) + 1;
+        let env = pidbox::revoke_envelope(&ids, false, clock);
+        let mut p = redis::pipe();
+        for id in &ids {
+            p.zadd(&self.keys.revoked, id, until).ignore();
+        }
+        p.cmd("ZREMRANGEBYSCORE")
+            .arg(&self.keys.revoked)
+            .arg("-inf")
+            .arg(now)
+            .ignore();
+        p.publish(&self.keys.pidbox, env).ignore();
+        let p = &p;
+        self.link
+            .patiently(|mut c| async move { p.query_async::<()>(&mut c).await })
+            .await
+    }
+
+    /// Whether each of `ids` is revoked: this consumer's set first, then
+    /// the sorted set for those it does not know.
+    pub(super) async fn revoked_of(&self, ids: &[String]) -> Result<Vec<bool>, Refused> {
+        let now = self.clock.now();
+        let mut out: Vec<bool> = {
+            let g = self.lock();
+            ids.iter()
+                .map(|id| g.revoked.get(id).is_some_and(|&u| u > now))
+                .collect()
+        };
+        if out.iter().all(|&r| r) || ids.is_empty() {
+            return Ok(out);
+        }
+        // Another headway process may have revoked while this one's
+        // subscriber was away: the sorted set is the record.
+        let mut c = self.link.conn().await?;
+        let scores: Vec<Option<f64>> = match redis::cmd("ZMSCORE")
+            .arg(&self.keys.revoked)
+            .arg(ids)
+            .query_async(&mut c)
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => return Err(self.link.fail(e).await),
+        };
+        for (o, s) in out.iter_mut().zip(scores) {
+            if s.is_some_and(|u| u as i64 > now) {
+                *o = true;
+            }
+        }
+        Ok(out)
+    }
+
+    pub(super) async fn load_revoked(&self) -> Result<(), Refused> {
+        let now = self.clock.now();
+        let mut c = self.link.conn().await?;
+        let got: Vec<(String, f64)> = match redis::cmd("ZRANGEBYSCORE")
+            .arg(&self.keys.revoked)
+            .arg(now)
+            .arg("+inf")
+            .arg("WITHSCORES")
+            .query_async(&mut c)
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => return Err(self.link.fail(e).await),
+        };
+        let mut g = self.lock();
+        for (id, until) in got {
+            g.revoked.insert(id, until as i64);
+        }
+        Ok(())
+    }
+
+    pub(super) fn note_revoked(&self, ids: &[String], until: i64) {
+        let mut g = self.lock();
+        let now = self.clock.now();
+        g.revoked.retain(|_, u| *u > now);
+        for id in ids {
+            g.revoked.insert(id.clone(), until);
+        }
+        drop(g);
+        self.revoked_bell.notify_waiters();
+    }
+
+    pub(super) fn on_pidbox(&self, payload: &[u8]) {
+        let Some(c) = pidbox::decode(payload) else {
+            return;
+        };
+        if c.method != "revoke" || !c.is_for(&self.node, self.now_secs()) {
+            return;
+        }
+        let keep = i64::try_from(self.opts.revoke_keep.as_millis()).unwrap_or(i64::MAX);
+        let until = self.clock.now().saturating_add(keep);
+        self.note_revoked(&c.ids, until);
+    }
+}
