@@ -10,23 +10,32 @@ const path = require('node:path');
 
 const { platformName } = require('./platform.js');
 
-function load() {
-  const candidates = ['./headway.node'];
-  const platform = platformName();
-  if (platform !== undefined) candidates.push(`./headway.${platform}.node`);
-  for (const file of candidates) {
-    try {
-      return require(file);
-    } catch (err) {
-      // Only "no such file" moves on: a file that exists but does not load
-      // (wrong libc, a broken build) is reported as it is.
-      if (!(err && err.code === 'MODULE_NOT_FOUND' && String(err.message).includes(file.slice(2)))) {
-        throw err;
-      }
+function tryRequire(file) {
+  try {
+    return require(file);
+  } catch (err) {
+    // Only "no such file" moves on: a file that exists but does not load
+    // (wrong libc, a broken build) is reported as it is.
+    if (err && err.code === 'MODULE_NOT_FOUND' && String(err.message).includes(file.slice(2))) {
+      return undefined;
     }
+    throw err;
+  }
+}
+
+function load() {
+  const tried = ['./headway.node'];
+  const built = tryRequire(tried[0]);
+  if (built !== undefined) return built;
+  // Only now: naming the platform reads the process report (glibc or musl).
+  const platform = platformName();
+  if (platform !== undefined) {
+    tried.push(`./headway.${platform}.node`);
+    const prebuilt = tryRequire(tried[1]);
+    if (prebuilt !== undefined) return prebuilt;
   }
   const err = new Error(
-    `headway: the native addon is not built: neither ${candidates
+    `headway: the native addon is not built: neither ${tried
       .map((f) => path.join(__dirname, f))
       .join(' nor ')} exists. An install uses the prebuilt for linux-x64 (glibc) ` +
       'or builds from source when cargo is on PATH; run `npm rebuild headway` (or ' +
