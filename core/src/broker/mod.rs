@@ -2,13 +2,17 @@
 //!
 //! Each implements the seams of [`crate::task::spec`]. `memory` is in-process
 //! (tests, a single service that wants a queue without a server); `redis` is
-//! headway's own Redis layout (see `docs/redis-layout.md`).
+//! headway's own Redis layout (see `docs/redis-layout.md`); `celery` is
+//! Celery's Redis layout. `target` is what a `broker=` argument means: the
+//! one place a URL's scheme picks one of them.
 
 pub mod celery;
 pub mod memory;
 pub mod raw;
 pub mod redis;
+pub mod target;
 
 pub use memory::{MemoryBroker, MemoryOptions};
 pub use raw::Raw;
 pub use redis::{RedisBroker, RedisOptions, RedisUrl};
+pub use target::{Connected, Layout, Store, Target, TargetError, redact};
