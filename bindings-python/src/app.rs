@@ -19,7 +19,9 @@ use pyo3::types::{PyDict, PyGenericAlias, PyList, PyString, PyTuple, PyType};
 use pyo3::{IntoPyObjectExt, PyTraverseError};
 use serde_json::Value;
 
-use crate::brokers::seams_arg;
+use headway_core::broker::{Connected, Store};
+
+use crate::brokers::connect_arg;
 use crate::dead::{PyDeadLetter, Raw, limit_arg};
 use crate::host::{Entry, PyHost};
 use crate::json;
@@ -752,7 +754,8 @@ impl PyBeat {
 pub(crate) struct PyApp {
     app: App,
     host: Py<PyHost>,
-    raw: Option<Raw>,
+    /// The broker it is on, for raw pushes.
+    raw: Raw,
 }
 
 impl PyApp {
@@ -762,34 +765,28 @@ impl PyApp {
     }
 }
 
-fn seams_for(
+/// The broker an app is on and where it keeps its results.
+fn footing(
     py: Python<'_>,
     broker: &Bound<'_, PyAny>,
     backend: Option<&Bound<'_, PyAny>>,
     clock: &Arc<dyn Clock>,
-) -> PyResult<crate::brokers::Made> {
-    let made = seams_arg(py, "broker", broker, clock)?;
-    let celery = made.celery;
-    let raw = made.raw;
-    let mut seams = made.seams;
-    match backend {
-        None => {}
-        Some(b) if b.is_none() => {}
+) -> PyResult<(Connected, Store)> {
+    let on = connect_arg(py, "broker", broker, clock)?;
+    let store = match backend {
+        None => Store::Broker,
+        Some(b) if b.is_none() => Store::Broker,
         Some(b) if b.is_exact_instance_of::<pyo3::types::PyBool>() => {
             if b.is_truthy()? {
                 return Err(PyValueError::new_err(
                     "invalid `backend`: True is not a store; pass None (the broker's), False (none) or a URL",
                 ));
             }
-            seams.backend = None;
+            Store::Nowhere
         }
-        Some(b) => {
-            let other = seams_arg(py, "backend", b, clock)?.seams;
-            seams.backend = other.backend;
-            seams.counter = other.counter;
-        }
-    }
-    Ok(crate::brokers::Made { seams, celery, raw })
+        Some(b) => Store::In(connect_arg(py, "backend", b, clock)?),
+    };
+    Ok((on, store))
 }
 
 #[pymethods]
@@ -805,17 +802,11 @@ impl PyApp {
         guard(|| {
             rt()?;
             let clock = clock_arg(clock)?;
-            let made = seams_for(py, broker, backend, &clock)?;
-            let app = App::new(made.seams, clock);
-            if let Some(c) = made.celery {
-                // A Celery worker publishes the next link itself and knows
-                // only what the signature names: links carry this app's queues.
-                c.route_for(&app);
-            }
+            let (on, store) = footing(py, broker, backend, &clock)?;
             Ok(PyApp {
-                app,
+                app: on.app(&store, clock),
                 host: Py::new(py, PyHost::new())?,
-                raw: made.raw,
+                raw: on,
             })
         })
     }
@@ -1077,11 +1068,7 @@ impl PyApp {
     /// it as a dead letter if it is not a message headway runs.
     fn _push_raw(&self, py: Python<'_>, queue: String, data: Vec<u8>) -> PyResult<()> {
         guard(|| {
-            let Some(raw) = self.raw.clone() else {
-                return Err(PyValueError::new_err(
-                    "this app's broker takes no raw pushes",
-                ));
-            };
+            let raw = self.raw.clone();
             let r = block(py, async move { raw.push(&queue, &data).await })?;
             check(py, r)
         })

@@ -1,50 +1,21 @@
-//! `RedisBroker`: headway's own Redis layout, or Celery's.
+//! `RedisBroker`, and what a `broker=` / `backend=` argument is.
 //!
-//! The object holds the URL and options and connects on first use with the
-//! clock of the app that uses it (the Redis scripts read the app's time when
-//! it is virtual), so it can be built before the `App` it is given to. One
-//! broker object serves one clock: an app on another clock is refused.
+//! The core's `Target` decides what a URL means, connects once on the clock
+//! of the first app that uses it and refuses another; this converts Python
+//! values (seconds, `None`) and maps the refusals.
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use headway_core::broker::celery::{CeleryBroker, CeleryOptions};
-use headway_core::broker::{MemoryBroker, RedisBroker, RedisOptions, RedisUrl};
-use headway_core::task::{Broker, Clock, Seams};
+use headway_core::broker::{Connected, Layout, Target, TargetError};
+use headway_core::task::Clock;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use std::sync::Arc;
 
-use crate::dead::Raw;
 use crate::rt::{block, check};
-use crate::times::{SYSTEM, same_clock, span_ms};
+use crate::times::span_ms;
 use crate::{guard, type_name};
 
-#[derive(Clone)]
-enum Kind {
-    Native { options: RedisOptions },
-    Celery { options: CeleryOptions },
-}
-
-#[derive(Clone)]
-enum Connected {
-    Native(Arc<RedisBroker>),
-    Celery(Arc<CeleryBroker>),
-}
-
-impl Connected {
-    fn seams(&self) -> Seams {
-        match self {
-            Connected::Native(b) => b.seams(),
-            Connected::Celery(b) => b.seams(),
-        }
-    }
-
-    fn broker(&self) -> Arc<dyn Broker> {
-        match self {
-            Connected::Native(b) => b.clone(),
-            Connected::Celery(b) => b.clone(),
-        }
-    }
+fn target(r: Result<Target, TargetError>) -> PyResult<Target> {
+    r.map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
 /// A broker, result store and chord counter on Redis.
@@ -63,77 +34,7 @@ impl Connected {
 /// It connects on first use, with the clock of the `App` it is given to.
 #[pyclass(module = "headway._native", name = "RedisBroker", frozen)]
 pub(crate) struct PyRedisBroker {
-    /// The URL as given (with its password), to connect with.
-    dial: String,
-    /// The URL as shown (password redacted).
-    shown: String,
-    kind: Kind,
-    connected: Mutex<Option<(Connected, Arc<dyn Clock>)>>,
-}
-
-impl PyRedisBroker {
-    fn checked_url(url: &str) -> PyResult<String> {
-        let parsed = RedisUrl::parse(url).map_err(|e| PyValueError::new_err(e.to_string()))?;
-        Ok(parsed.to_string())
-    }
-
-    /// The connected broker for `clock`, connecting now if needed.
-    pub(crate) fn connect(&self, py: Python<'_>, clock: &Arc<dyn Clock>) -> PyResult<Made> {
-        let c = self.connection(py, clock)?;
-        Ok(Made {
-            seams: c.seams(),
-            raw: Some(match &c {
-                Connected::Native(b) => Raw::Native(b.clone()),
-                Connected::Celery(b) => Raw::Celery(b.clone()),
-            }),
-            celery: match c {
-                Connected::Celery(b) => Some(b),
-                Connected::Native(_) => None,
-            },
-        })
-    }
-
-    fn connection(&self, py: Python<'_>, clock: &Arc<dyn Clock>) -> PyResult<Connected> {
-        if let Some((c, at)) = &*self.connected.lock().unwrap_or_else(|e| e.into_inner()) {
-            if !same_clock(at, clock) {
-                return Err(PyValueError::new_err(
-                    "this RedisBroker is already connected on another clock; build one per App",
-                ));
-            }
-            return Ok(c.clone());
-        }
-        let url = self.dial.clone();
-        let kind = self.kind.clone();
-        let clk = clock.clone();
-        let made = block(py, async move {
-            match kind {
-                Kind::Native { options } => RedisBroker::connect(&url, options, clk)
-                    .await
-                    .map(Connected::Native),
-                Kind::Celery { options } => CeleryBroker::connect(&url, options, clk)
-                    .await
-                    .map(Connected::Celery),
-            }
-        })?;
-        let made = check(py, made)?;
-        let mut g = self.connected.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((c, _)) = &*g {
-            return Ok(c.clone());
-        }
-        *g = Some((made.clone(), clock.clone()));
-        Ok(made)
-    }
-
-    fn any_connection(&self, py: Python<'_>) -> PyResult<Connected> {
-        let clock = self
-            .connected
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map(|(_, c)| c.clone())
-            .unwrap_or_else(|| SYSTEM.clone());
-        self.connection(py, &clock)
-    }
+    target: Target,
 }
 
 #[pymethods]
@@ -147,29 +48,12 @@ impl PyRedisBroker {
         lease: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         guard(|| {
-            let shown = Self::checked_url(url)?;
             let lease = match lease {
-                Some(l) if !l.is_none() => span_ms("lease", l)?,
-                _ => 30_000,
+                Some(l) if !l.is_none() => Some(span_ms("lease", l)?),
+                _ => None,
             };
-            if lease <= 0 {
-                return Err(PyValueError::new_err("invalid `lease`: must be positive"));
-            }
-            let lease = Duration::from_millis(lease as u64);
-            let options = RedisOptions {
-                consumer,
-                prefix: prefix.to_string(),
-                lease,
-                // A dead consumer's claims are back within two leases.
-                recover_every: Some(lease),
-                ..RedisOptions::default()
-            };
-            Ok(PyRedisBroker {
-                dial: url.to_string(),
-                shown,
-                kind: Kind::Native { options },
-                connected: Mutex::new(None),
-            })
+            let t = Target::headway(url, consumer, Some(prefix.to_string()), lease);
+            Ok(PyRedisBroker { target: target(t)? })
         })
     }
 
@@ -185,52 +69,32 @@ impl PyRedisBroker {
         visibility_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         guard(|| {
-            let shown = Self::checked_url(url)?;
-            let mut options = CeleryOptions {
-                consumer,
-                ..CeleryOptions::default()
+            let vt = match visibility_timeout {
+                Some(v) if !v.is_none() => Some(span_ms("visibility_timeout", v)?),
+                _ => None,
             };
-            if let Some(v) = visibility_timeout
-                && !v.is_none()
-            {
-                let ms = span_ms("visibility_timeout", v)?;
-                if ms <= 0 {
-                    return Err(PyValueError::new_err(
-                        "invalid `visibility_timeout`: must be positive",
-                    ));
-                }
-                options.visibility_timeout = Duration::from_millis(ms as u64);
-            }
-            Ok(PyRedisBroker {
-                dial: url.to_string(),
-                shown,
-                kind: Kind::Celery { options },
-                connected: Mutex::new(None),
-            })
+            let t = Target::celery(url, consumer, vt);
+            Ok(PyRedisBroker { target: target(t)? })
         })
     }
 
     /// The URL, password redacted.
     #[getter]
     fn url(&self) -> &str {
-        &self.shown
+        self.target.shown()
     }
 
     /// `"headway"` for headway's layout, `"celery"` for Celery's.
     #[getter]
     fn layout(&self) -> &'static str {
-        match self.kind {
-            Kind::Native { .. } => "headway",
-            Kind::Celery { .. } => "celery",
-        }
+        self.target.layout().name()
     }
 
     /// Hands back what consumers whose lease (or visibility timeout) ran out
     /// were holding, and answers how many messages went back.
     fn recover(&self, py: Python<'_>) -> PyResult<usize> {
         guard(|| {
-            let b = self.any_connection(py)?.broker();
-            let r = block(py, async move { b.recover().await })?;
+            let r = block(py, self.target.recover())?;
             check(py, r)
         })
     }
@@ -239,98 +103,47 @@ impl PyRedisBroker {
     /// rather than after the lease: call it after the worker stopped.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         guard(|| {
-            let c = self
-                .connected
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .as_ref()
-                .map(|(c, _)| c.clone());
-            let Some(c) = c else { return Ok(()) };
-            let r = block(py, async move {
-                match c {
-                    Connected::Native(b) => {
-                        b.close().await;
-                        Ok(0)
-                    }
-                    Connected::Celery(b) => b.close().await,
-                }
-            })?;
+            let r = block(py, self.target.close())?;
             check(py, r).map(|_| ())
         })
     }
 
     fn __repr__(&self) -> String {
-        match &self.kind {
-            Kind::Native { options } => format!(
-                "RedisBroker({}, prefix={}, lease={})",
-                crate::host::quoted(&self.shown),
-                crate::host::quoted(&options.prefix),
-                options.lease.as_secs_f64()
+        let url = crate::host::quoted(self.target.shown());
+        match self.target.layout() {
+            Layout::Headway(o) => format!(
+                "RedisBroker({url}, prefix={}, lease={})",
+                crate::host::quoted(&o.prefix),
+                o.lease.as_secs_f64()
             ),
-            Kind::Celery { options } => format!(
-                "RedisBroker.celery({}, visibility_timeout={})",
-                crate::host::quoted(&self.shown),
-                options.visibility_timeout.as_secs_f64()
+            Layout::Celery(o) => format!(
+                "RedisBroker.celery({url}, visibility_timeout={})",
+                o.visibility_timeout.as_secs_f64()
             ),
+            other => format!("RedisBroker({url}, layout={:?})", other.name()),
         }
     }
 }
 
-/// What a `broker=` / `backend=` argument made: the seams, the Celery
-/// broker behind them when it is one (it routes links by the app's queues),
-/// and the concrete broker, for raw pushes.
-pub(crate) struct Made {
-    pub(crate) seams: Seams,
-    pub(crate) celery: Option<Arc<CeleryBroker>>,
-    pub(crate) raw: Option<Raw>,
-}
-
-/// The seams for a `broker=` / `backend=` argument on `clock`.
-pub(crate) fn seams_arg(
+/// The broker a `broker=` / `backend=` argument names, connected on `clock`.
+pub(crate) fn connect_arg(
     py: Python<'_>,
     name: &str,
     obj: &Bound<'_, PyAny>,
     clock: &Arc<dyn Clock>,
-) -> PyResult<Made> {
-    if let Ok(s) = obj.extract::<String>() {
-        let lower = s.to_ascii_lowercase();
-        if lower == "memory://" || lower == "memory" {
-            let b = MemoryBroker::new(clock.clone());
-            return Ok(Made {
-                seams: Seams {
-                    broker: b.clone(),
-                    backend: Some(b.clone()),
-                    counter: Some(b.clone()),
-                    inspector: Some(b.clone()),
-                },
-                celery: None,
-                raw: Some(Raw::Memory(b)),
-            });
-        }
-        if lower.starts_with("redis://") || lower.starts_with("rediss://") {
-            let b = PyRedisBroker::new(&s, None, "headway:", None)?;
-            return b.connect(py, clock);
-        }
-        return Err(PyValueError::new_err(format!(
-            "invalid `{name}`: {:?} is not memory://, redis:// or rediss://",
-            redact(&s)
+) -> PyResult<Connected> {
+    let t = if let Ok(s) = obj.extract::<String>() {
+        target(Target::url(name, &s))?
+    } else if let Ok(b) = obj.cast::<PyRedisBroker>() {
+        b.get().target.clone()
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "`{name}` must be a URL (\"memory://\", \"redis://host:port/db\") or a headway.RedisBroker, not {}",
+            type_name(obj)
         )));
-    }
-    if let Ok(b) = obj.cast::<PyRedisBroker>() {
-        return b.get().connect(py, clock);
-    }
-    Err(PyTypeError::new_err(format!(
-        "`{name}` must be a URL (\"memory://\", \"redis://host:port/db\") or a headway.RedisBroker, not {}",
-        type_name(obj)
-    )))
-}
-
-/// A URL-ish text with anything between `//` and `@` hidden.
-fn redact(s: &str) -> String {
-    match (s.find("//"), s.rfind('@')) {
-        (Some(a), Some(b)) if b > a => format!("{}***{}", &s[..a + 2], &s[b..]),
-        _ => s.to_string(),
-    }
+    };
+    let r = block(py, t.connect(clock))?;
+    check(py, r)
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

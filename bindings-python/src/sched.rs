@@ -1,45 +1,21 @@
 //! `headway.schedule`: jobs on rhythms inside one process, no broker.
 //!
 //! The core's `Scheduler` keeps the timetable (the beat's, so they agree on
-//! when something is due) and calls a `Job`; here a job is a `HostQueue`
-//! body, so a Python job runs on the same runner threads and asyncio pump as
-//! a task body, told about its run by the same `Context` (`name`, `now` =
-//! the time it was due).
+//! when something is due) and calls a job; here a job is a `HostQueue` body
+//! (`Scheduler::add_body`), so a Python job runs on the same runner threads
+//! and asyncio pump as a task body, told about its run by the same `Context`
+//! (`name`, `now` = the time it was due).
 
 use std::sync::Arc;
 
-use headway_core::task::{Body, BoxFuture, Clock, Context, Failure, Job, Scheduler};
+use headway_core::task::{Clock, Scheduler};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use serde_json::Map;
 
 use crate::guard;
 use crate::host::{Entry, PyHost};
 use crate::rt::{SLICE, block, panicked, rt};
 use crate::times::{clock_arg, instant_arg, instant_out, rhythm_arg, secs};
-
-struct HostJob {
-    body: Arc<dyn Body>,
-}
-
-impl Job for HostJob {
-    fn fire(&self, name: &str, due: i64) -> BoxFuture<'static, Result<(), Failure>> {
-        let ctx = Context {
-            id: format!("{name}@{due}"),
-            name: name.to_string(),
-            queue: String::new(),
-            retries: 0,
-            attempt: 1,
-            last: true,
-            now: due,
-            kwargs: Map::new(),
-            root_id: None,
-            parent_id: None,
-        };
-        let call = self.body.call(ctx, Vec::new());
-        Box::pin(async move { call.await.map(|_| ()) })
-    }
-}
 
 /// The core's scheduler. Internal: `headway.schedule.Scheduler` wraps it.
 #[pyclass(module = "headway._native", name = "_Scheduler", frozen)]
@@ -95,7 +71,7 @@ impl PyScheduler {
                 },
             );
             self.inner
-                .add(name, Arc::new(HostJob { body }), r)
+                .add_body(name, body, r)
                 .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
         })
     }
@@ -167,21 +143,15 @@ impl PyScheduler {
     /// How the job `name` has gone: `{"fired", "failed", "skipped",
     /// "last_error"}` (`None` for an unknown name).
     fn stats<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Option<Bound<'py, PyDict>>> {
-        use std::sync::atomic::Ordering;
         let Some(s) = self.inner.stats(name) else {
             return Ok(None);
         };
+        let t = s.tally();
         let d = PyDict::new(py);
-        d.set_item("fired", s.fired.load(Ordering::Relaxed))?;
-        d.set_item("failed", s.failed.load(Ordering::Relaxed))?;
-        d.set_item("skipped", s.skipped.load(Ordering::Relaxed))?;
-        let last = s
-            .last_error
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map(|f| f.to_string());
-        d.set_item("last_error", last)?;
+        d.set_item("fired", t.fired)?;
+        d.set_item("failed", t.failed)?;
+        d.set_item("skipped", t.skipped)?;
+        d.set_item("last_error", t.last_error)?;
         Ok(Some(d))
     }
 

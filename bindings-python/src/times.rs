@@ -10,9 +10,10 @@
 //! A naive `datetime` is refused: Python reads it as local time, which makes
 //! the same code schedule differently on two machines.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
-use headway_core::task::{Clock, Cron, Every, Rhythm, SystemClock, VirtualClock};
+use headway_core::task::clock;
+use headway_core::task::{Clock, Cron, Every, Rhythm, VirtualClock};
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -135,16 +136,12 @@ pub(crate) fn secs(ms: i64) -> f64 {
     ms as f64 / 1000.0
 }
 
-/// The system clock, one `Arc` for the process, so two apps on it are seen
-/// to share a clock.
-pub(crate) static SYSTEM: LazyLock<Arc<dyn Clock>> = LazyLock::new(|| Arc::new(SystemClock));
-
 /// The clock an `App`/`Scheduler` reads: the system clock for `None`, or a
 /// `VirtualClock`'s.
 pub(crate) fn clock_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<dyn Clock>> {
     match obj {
-        None => Ok(SYSTEM.clone()),
-        Some(o) if o.is_none() => Ok(SYSTEM.clone()),
+        None => Ok(clock::system()),
+        Some(o) if o.is_none() => Ok(clock::system()),
         Some(o) => match o.cast::<PyVirtualClock>() {
             Ok(c) => Ok(c.get().inner.clone() as Arc<dyn Clock>),
             Err(_) => Err(PyTypeError::new_err(format!(
@@ -153,11 +150,6 @@ pub(crate) fn clock_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<dyn Cloc
             ))),
         },
     }
-}
-
-/// Whether two clocks are one.
-pub(crate) fn same_clock(a: &Arc<dyn Clock>, b: &Arc<dyn Clock>) -> bool {
-    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
 }
 
 // ------------------------------------------------------------- VirtualClock

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use headway_core::task::{
-    App, BoxFuture, Clock, Cron, Every, Failure, Job, Policy, Rhythm, Scheduler, Sig, VirtualClock,
-    WorkerConfig, body,
+    App, BoxFuture, Clock, Cron, Every, Failure, Job, Policy, Rhythm, Scheduler, Sig, Tally,
+    VirtualClock, WorkerConfig, body,
 };
 use serde_json::{Value, json};
 
@@ -180,4 +180,56 @@ async fn a_running_job_is_not_started_twice() {
     assert_eq!(first.await.unwrap().len(), 1);
     assert_eq!(n.load(Ordering::SeqCst), 1);
     assert_eq!(s.stats("slow").unwrap().skipped.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_body_as_a_job_is_told_its_name_and_when_it_was_due() {
+    let clock = VirtualClock::new(START);
+    let s = Scheduler::new(clock.clone());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let b = body(move |ctx, args| {
+        let s2 = s2.clone();
+        async move {
+            assert!(args.is_empty());
+            s2.lock().unwrap().push((ctx.id, ctx.name, ctx.now));
+            if ctx.now == START + 2000 {
+                Err(Failure::new("ValueError", "two"))
+            } else {
+                Ok(json!(null))
+            }
+        }
+    });
+    s.add_body("job", b, Rhythm::Every(Every::new(1000).unwrap()))
+        .unwrap();
+    assert!(
+        s.add_body(
+            "",
+            body(|_, _| async { Ok(json!(null)) }),
+            Rhythm::At(START)
+        )
+        .is_err()
+    );
+    s.run(Some(START + 3000)).await;
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.iter()
+            .map(|(_, n, at)| (n.as_str(), *at))
+            .collect::<Vec<_>>(),
+        [
+            ("job", START + 1000),
+            ("job", START + 2000),
+            ("job", START + 3000)
+        ]
+    );
+    assert_eq!(seen[0].0, format!("job@{}", START + 1000));
+    assert_eq!(
+        s.stats("job").unwrap().tally(),
+        Tally {
+            fired: 3,
+            failed: 1,
+            skipped: 0,
+            last_error: Some("ValueError: two".into()),
+        }
+    );
 }

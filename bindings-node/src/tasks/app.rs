@@ -190,7 +190,8 @@ pub(crate) fn send_answer(app: &App, req: &str, known: bool) -> napi::Result<Ans
 pub struct NativeApp {
     app: App,
     host: Arc<HostQueue>,
-    raw: Option<Raw>,
+    /// The broker it is on, for raw pushes.
+    raw: Raw,
 }
 
 impl NativeApp {
@@ -233,19 +234,15 @@ impl NativeApp {
     /// An app on `seams` (consumed) reading `clock`.
     #[napi(constructor, catch_unwind)]
     pub fn new(seams: &NativeSeams, clock: &NativeClock) -> napi::Result<Self> {
-        let s = seams.take().ok_or_else(|| {
+        let (on, store) = seams.take().ok_or_else(|| {
             napi::Error::from_reason("headway: these seams were already given to an App")
         })?;
         let host = HostQueue::new();
         host.set_bell(Some(bell()?));
-        let app = App::new(s, clock.clock.clone());
-        if let Some(c) = &seams.celery {
-            c.route_for(&app);
-        }
         Ok(NativeApp {
-            app,
+            app: on.app(&store, clock.clock.clone()),
             host,
-            raw: seams.raw.clone(),
+            raw: on,
         })
     }
 
@@ -424,9 +421,7 @@ impl NativeApp {
         queue: String,
         data: napi::bindgen_prelude::Buffer,
     ) -> napi::Result<Answer> {
-        let Some(raw) = self.raw.clone() else {
-            return refused(Refusal::invalid("this app's broker takes no raw pushes"));
-        };
+        let raw = self.raw.clone();
         let data = data.to_vec();
         drive(
             async move { raw.push(&queue, &data).await },

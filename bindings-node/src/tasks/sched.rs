@@ -1,46 +1,21 @@
 //! `schedule`: jobs on rhythms inside one process, no broker.
 //!
 //! The core's `Scheduler` keeps the timetable (the beat's, so they agree on
-//! when something is due) and calls a `Job`; here a job is a `HostQueue`
-//! body, so a JS job is called on the JS thread through the same bell and
-//! batches as a task body, told about its run by a context whose `name` is
-//! the job's and `now` the time it was due.
+//! when something is due) and calls a job; here a job is a `HostQueue` body
+//! (`Scheduler::add_body`), so a JS job is called on the JS thread through
+//! the same bell and batches as a task body, told about its run by a context
+//! whose `name` is the job's and `now` the time it was due.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
-use headway_core::task::{Body, BoxFuture, Context, Failure, HostQueue, Job, Scheduler};
+use headway_core::task::{HostQueue, Scheduler};
 use napi_derive::napi;
-use serde_json::Map;
 
 use super::app::NativeHost;
 use super::codec::rhythm;
 use super::hub::{Answer, bell, drive};
 use super::time::NativeClock;
 use super::{Refusal, ms};
-
-struct HostJob {
-    body: Arc<dyn Body>,
-}
-
-impl Job for HostJob {
-    fn fire(&self, name: &str, due: i64) -> BoxFuture<'static, Result<(), Failure>> {
-        let ctx = Context {
-            id: format!("{name}@{due}"),
-            name: name.to_string(),
-            queue: String::new(),
-            retries: 0,
-            attempt: 1,
-            last: true,
-            now: due,
-            kwargs: Map::new(),
-            root_id: None,
-            parent_id: None,
-        };
-        let call = self.body.call(ctx, Vec::new());
-        Box::pin(async move { call.await.map(|_| ()) })
-    }
-}
 
 /// The core's scheduler (`tasks.js`'s `Scheduler` wraps it).
 #[napi]
@@ -78,10 +53,7 @@ impl NativeScheduler {
             Err(e) => return Some(e),
         };
         let body = self.host.body(&name);
-        self.inner
-            .add(&name, Arc::new(HostJob { body }), r)
-            .err()
-            .map(Refusal::from)
+        self.inner.add_body(&name, body, r).err().map(Refusal::from)
     }
 
     /// Removes the job `name`; `false` when there was none.
@@ -101,19 +73,13 @@ impl NativeScheduler {
     /// "lastError"}`; `null` for an unknown name.
     #[napi]
     pub fn stats(&self, name: String) -> Option<String> {
-        let s = self.inner.stats(&name)?;
-        let last = s
-            .last_error
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map(|f| f.to_string());
+        let t = self.inner.stats(&name)?.tally();
         Some(
             serde_json::json!({
-                "fired": s.fired.load(Ordering::Relaxed),
-                "failed": s.failed.load(Ordering::Relaxed),
-                "skipped": s.skipped.load(Ordering::Relaxed),
-                "lastError": last,
+                "fired": t.fired,
+                "failed": t.failed,
+                "skipped": t.skipped,
+                "lastError": t.last_error,
             })
             .to_string(),
         )

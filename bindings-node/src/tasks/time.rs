@@ -4,23 +4,15 @@
 //! Instants are epoch milliseconds as JS numbers (`tasks.js` turns a `Date`
 //! into one with `getTime()`); spans are milliseconds.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
-use headway_core::task::{Backoff, Clock, SystemClock, VirtualClock};
+use headway_core::task::clock;
+use headway_core::task::{Backoff, Clock, VirtualClock};
 use napi::bindgen_prelude::Either;
 use napi_derive::napi;
 
 use super::codec::{backoff_text, rhythm};
 use super::{Refusal, ms};
-
-/// The system clock, one `Arc` for the process, so two apps on it are seen
-/// to share one (a `RedisBroker` refuses an app on another clock).
-pub(crate) static SYSTEM: LazyLock<Arc<dyn Clock>> = LazyLock::new(|| Arc::new(SystemClock));
-
-/// Whether two clocks are one.
-pub(crate) fn same_clock(a: &Arc<dyn Clock>, b: &Arc<dyn Clock>) -> bool {
-    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
-}
 
 /// The clock an app, a broker or a scheduler reads: the system clock, or a
 /// virtual one that sleeping advances (`testing.VirtualClock`).
@@ -36,7 +28,7 @@ impl NativeClock {
     #[napi(factory)]
     pub fn system() -> Self {
         NativeClock {
-            clock: SYSTEM.clone(),
+            clock: clock::system(),
             virt: None,
         }
     }

@@ -5,6 +5,8 @@
 //! headway's own Redis layout (see `docs/redis-layout.md`); `celery` is
 //! Celery's Redis layout; `link` is the Redis plumbing (reconnecting
 //! connection, patient retries, pub/sub waiters) the Redis layouts share.
+//! `target` is what a `broker=` argument means: the one place a URL's
+//! scheme picks one of them.
 
 pub mod celery;
 pub mod link;
@@ -12,7 +14,9 @@ mod lua;
 pub mod memory;
 pub mod raw;
 pub mod redis;
+pub mod target;
 
 pub use memory::{MemoryBroker, MemoryOptions};
 pub use raw::Raw;
 pub use redis::{RedisBroker, RedisOptions, RedisUrl};
+pub use target::{Connected, Layout, Store, Target, TargetError, redact};

@@ -17,8 +17,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Notify;
@@ -66,6 +66,20 @@ impl Clock for SystemClock {
             }
         })
     }
+}
+
+/// The system clock as one `Arc` for the process. Whether two apps share a
+/// clock is asked by identity ([`same`]) — a connected broker serves one
+/// clock — so every caller that means "the system clock" hands out this one.
+pub fn system() -> Arc<dyn Clock> {
+    static SYSTEM: LazyLock<Arc<dyn Clock>> = LazyLock::new(|| Arc::new(SystemClock));
+    SYSTEM.clone()
+}
+
+/// Whether `a` and `b` are one clock (not two that read alike: two virtual
+/// clocks at the same instant still move apart).
+pub fn same(a: &Arc<dyn Clock>, b: &Arc<dyn Clock>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
 }
 
 /// A clock that sleeping advances.
@@ -145,6 +159,15 @@ mod tests {
         assert_eq!(c.now(), 5005);
         assert!(c.is_virtual() && !SystemClock.is_virtual());
         assert!(SystemClock.now() > 1_600_000_000_000);
+    }
+
+    #[test]
+    fn the_system_clock_is_one_clock() {
+        assert!(same(&system(), &system()));
+        let own: Arc<dyn Clock> = Arc::new(SystemClock);
+        assert!(!same(&system(), &own));
+        let v: Arc<dyn Clock> = VirtualClock::new(0);
+        assert!(same(&v, &v.clone()));
     }
 
     #[tokio::test]

@@ -12,7 +12,6 @@ pub mod beat;
 pub mod body;
 pub mod canvas;
 pub mod clock;
-pub mod connect;
 pub mod dead;
 pub mod depth;
 pub mod handle;
@@ -33,7 +32,6 @@ pub use beat::{Beat, Fired};
 pub use body::{Body, Context, SharedBody, body};
 pub use canvas::Canvas;
 pub use clock::{BoxFuture, Clock, SystemClock, VirtualClock};
-pub use connect::open;
 pub use dead::{
     DEAD_KEPT, DEAD_LISTED, DeadLetter, MAX_DELIVERIES, MAX_MESSAGE_BYTES, Undecodable,
 };
@@ -43,7 +41,7 @@ pub use message::{Carried, Chord, Join, Message, Options, Sig, new_id};
 pub use policy::{Backoff, Policy, PolicyError, Rate};
 pub use rhythm::{Cron, Every, Rhythm, RhythmError};
 pub use runners::{ABANDONED_PER_RUNNER, RunnerHealth, Runners, WorkerHealth};
-pub use schedule::{Job, Scheduler};
+pub use schedule::{Job, Scheduler, Stats, Tally};
 pub use spec::{
     Backend, Broker, ConsumerInfo, Counter, Delivery, EVENT_TEXT_MAX, Inspector, Joined, QueueInfo,
     Receipt, RunEvent,

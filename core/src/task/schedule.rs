@@ -10,6 +10,12 @@
 //! while the process was busy or asleep fires once, not once per missed slot
 //! (`coalesce = True`). A job that fails is logged and counted; the rhythm
 //! goes on.
+//!
+//! A job is usually a host-language function: [`Scheduler::add_body`] runs a
+//! task [`Body`] (a `HostQueue` body in the bindings) as a job, told about
+//! its run by a [`Context`] whose `name` is the job's and `now` the time it
+//! was due — so a Python or JS job runs on the same threads and batches as a
+//! task body, and both bindings call it the same way.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,6 +23,9 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, watch};
 
+use serde_json::Map;
+
+use super::body::{Body, Context};
 use super::clock::{BoxFuture, Clock};
 use super::rhythm::Rhythm;
 use super::state::{Failure, Refused};
@@ -25,6 +34,30 @@ use super::timetable::Timetable;
 /// What a scheduler calls: the job's name and the time it was due.
 pub trait Job: Send + Sync + 'static {
     fn fire(&self, name: &str, due: i64) -> BoxFuture<'static, Result<(), Failure>>;
+}
+
+/// A task body as a job: called with no arguments, its answer dropped.
+struct BodyJob {
+    body: Arc<dyn Body>,
+}
+
+impl Job for BodyJob {
+    fn fire(&self, name: &str, due: i64) -> BoxFuture<'static, Result<(), Failure>> {
+        let ctx = Context {
+            id: format!("{name}@{due}"),
+            name: name.to_string(),
+            queue: String::new(),
+            retries: 0,
+            attempt: 1,
+            last: true,
+            now: due,
+            kwargs: Map::new(),
+            root_id: None,
+            parent_id: None,
+        };
+        let call = self.body.call(ctx, Vec::new());
+        Box::pin(async move { call.await.map(|_| ()) })
+    }
 }
 
 struct Slot {
@@ -44,6 +77,33 @@ pub struct Stats {
     pub skipped: AtomicU64,
     /// The last failure.
     pub last_error: Mutex<Option<Failure>>,
+}
+
+/// [`Stats`] read at one moment, for a binding to hand out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tally {
+    pub fired: u64,
+    pub failed: u64,
+    pub skipped: u64,
+    /// The last failure, as text.
+    pub last_error: Option<String>,
+}
+
+impl Stats {
+    /// The counts and the last failure now.
+    pub fn tally(&self) -> Tally {
+        Tally {
+            fired: self.fired.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            skipped: self.skipped.load(Ordering::Relaxed),
+            last_error: self
+                .last_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .map(|f| f.to_string()),
+        }
+    }
 }
 
 /// Jobs on rhythms inside one process. Cheap to clone (shared).
@@ -88,6 +148,12 @@ impl Scheduler {
         );
         self.changed.notify_waiters();
         Ok(())
+    }
+
+    /// Adds (or replaces) the job `name` on `rhythm`: `body` called with no
+    /// arguments and a context naming the job and the time it was due.
+    pub fn add_body(&self, name: &str, body: Arc<dyn Body>, rhythm: Rhythm) -> Result<(), Refused> {
+        self.add(name, Arc::new(BodyJob { body }), rhythm)
     }
 
     /// Removes the job `name`; `false` when there was none.
