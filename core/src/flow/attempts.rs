@@ -54,6 +54,20 @@ impl Attempts {
         }
     }
 
+    /// A run picked up where a driver that keeps only numbers left it: `made`
+    /// attempts, the last delay `previous` (0: none yet).
+    pub fn resume(backoff: Backoff, made: i32, previous: Nanos) -> Attempts {
+        Attempts {
+            previous: previous.max(0),
+            ..Attempts::new(backoff, made)
+        }
+    }
+
+    /// The last delay answered (0: none yet).
+    pub fn previous(&self) -> Nanos {
+        self.previous
+    }
+
     /// How many attempts have been made (the one being reported included).
     pub fn made(&self) -> i32 {
         self.made
