@@ -16,7 +16,6 @@ from headway import (
     Breaker,
     Jitter,
     Limits,
-    Pool,
     Pooled,
     PoolTimeout,
     ShedError,

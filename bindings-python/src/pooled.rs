@@ -34,7 +34,7 @@ pub(crate) struct PyAcquires {
     inner: flow::Acquires,
 }
 
-fn pool_of<'a, 'py>(pool: &'a Bound<'py, PyAny>) -> PyResult<PyRefMut<'py, PyPool>> {
+fn pool_of<'py>(pool: &Bound<'py, PyAny>) -> PyResult<PyRefMut<'py, PyPool>> {
     Ok(expect::<PyPool>("pool", "Pool", pool)?.borrow_mut())
 }
 
