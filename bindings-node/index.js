@@ -39,6 +39,20 @@ const {
   poolLive,
   poolIdle,
   poolBusy,
+  acqInit,
+  acqQuick,
+  acqBegin,
+  acqStep,
+  acqValue,
+  acqOpened,
+  acqUnopened,
+  acqEnd,
+  acqGive,
+  acqEvict,
+  acqClose,
+  acqWakes,
+  acqParked,
+  attemptsFailed,
 } = F;
 
 const perf = globalThis.performance;
@@ -268,6 +282,14 @@ const SHED = Object.freeze({ kind: 'shed' });
 let poolHandle;
 let poolLends;
 let poolMapped;
+/** The core's acquire loop over a Pool's ids, for Pooled (see below). */
+let poolAcq;
+/** What `poolAcq.quick` answers when there is no fresh idle item. */
+const NO_ITEM = Symbol('no item');
+const OPEN_STEP = Object.freeze({ kind: 'open' });
+const CLOSED_STEP = Object.freeze({ kind: 'closed' });
+// acqStep's codes -2 .. -6, by their negation.
+const STEP_KINDS = [undefined, undefined, 'park', 'sleep', 'full', 'held', 'shed'];
 
 class Pool {
   #pid;
@@ -288,6 +310,80 @@ class Pool {
     poolLends = (pool, item) => {
       const id = pool.#ids.get(item);
       return id !== undefined && pool.#out[id] > 0;
+    };
+    // Each answer of the core's acquire loop is mirrored in the id map as
+    // `take`, `made`, `give` and `drop` mirror theirs.
+    poolAcq = {
+      init: (pool, timeout) => acqInit(pool.#pid, timeout),
+      quick: (pool, now) => {
+        const r = acqQuick(pool.#pid, now);
+        if (r < 0) return NO_ITEM;
+        pool.#out[r]++;
+        return pool.#items[r];
+      },
+      begin: (pool, now) => acqBegin(pool.#pid, now),
+      step: (pool, ticket, now, roll) => {
+        const r = acqStep(pool.#pid, ticket, now, roll);
+        if (r >= 0) {
+          pool.#out[r]++;
+          return { kind: 'hand', item: pool.#items[r] };
+        }
+        if (r <= -16) {
+          const id = -16 - r;
+          const item = pool.#items[id];
+          pool.#held[id]--;
+          pool.#forget(id);
+          return { kind: 'close', item };
+        }
+        if (r === -1) return OPEN_STEP;
+        if (r === -7) return CLOSED_STEP;
+        return { kind: STEP_KINDS[-r], value: acqValue(pool.#pid) };
+      },
+      opened: (pool, ticket, item, now) => {
+        const id = pool.#id(item);
+        const ok = acqOpened(pool.#pid, ticket, id, now);
+        if (ok) {
+          pool.#held[id]++;
+          pool.#out[id]++;
+        } else {
+          pool.#forget(id);
+        }
+        return ok;
+      },
+      unopened: (pool, ticket, now, roll) => acqUnopened(pool.#pid, ticket, now, roll),
+      end: (pool, ticket) => acqEnd(pool.#pid, ticket),
+      // Whether the caller must close the item.
+      give: (pool, item, now, broken) => {
+        let id = pool.#ids.get(item);
+        const known = id !== undefined;
+        if (!known) id = pool.#id(item);
+        const lent = known && pool.#out[id] > 0;
+        const r = acqGive(pool.#pid, id, now, broken ? 1 : 0);
+        if (r === 2) {
+          // Dropped.
+          if (lent) {
+            pool.#out[id]--;
+            pool.#held[id]--;
+          }
+          pool.#forget(id);
+        } else if (!known) {
+          if (r === 0) pool.#held[id] = 1;
+          else pool.#forget(id);
+        } else if (lent) {
+          pool.#out[id]--;
+          if (r !== 0) {
+            pool.#held[id]--;
+            pool.#forget(id);
+          }
+        } else if (r === 0) {
+          pool.#held[id]++;
+        }
+        return r !== 0;
+      },
+      evict: (pool, now) => pool.#gone(acqEvict(pool.#pid, now)),
+      close: (pool) => pool.#gone(acqClose(pool.#pid)),
+      wakes: (pool) => acqWakes(pool.#pid),
+      parked: (pool) => acqParked(pool.#pid),
     };
   }
 
@@ -545,18 +641,21 @@ class Gate {
 
 // ---------------------------------------------------------------- retry
 
+// The core's Attempts decides after each failure whether to go on and how long
+// to sleep; this loop calls, sleeps and throws.
 async function attempts(fn, backoff, retryIf, signal) {
   let previous = 0;
   for (let attempt = 1; ; attempt++) {
     try {
       return await fn(attempt);
     } catch (err) {
-      if (signal !== undefined && signal.aborted) throw signal.reason;
-      if (retryIf !== undefined && !retryIf(err)) throw err;
+      const stopped = signal !== undefined && signal.aborted;
+      const retryable = !stopped && (retryIf === undefined || retryIf(err));
       const policy = backoff === undefined ? (defaultBackoff ??= new Backoff()) : backoff;
-      if (!policy.more(attempt)) throw err;
-      previous = policy.delay(attempt, Math.random(), previous);
-      await sleep(previous, signal);
+      const delay = attemptsFailed(backoffHandle(policy), attempt, previous, retryable ? 1 : 0, stopped ? 1 : 0, Math.random());
+      if (delay < 0) throw stopped ? signal.reason : err;
+      previous = delay;
+      await sleep(delay, signal);
     }
   }
 }
@@ -606,6 +705,10 @@ function closedError() {
   return coded('CLOSED', 'headway: the pool is closed');
 }
 
+// The loop around the pool's takes — who is served next (first parked, first
+// served), who parks, who gives up — is the core's Acquires, the machine
+// Python's Pooled drives too. This class does what it answers: hands out,
+// opens, closes, sleeps, parks until woken, and throws.
 class Pooled {
   #pool;
   #open;
@@ -613,11 +716,11 @@ class Pooled {
   #timeout;
   #timer = null;
   #state = OPEN;
-  /** Acquires queued on `Wait`, oldest first: `{ wake, fail, timer }`. */
-  #waiters = [];
-  /** Acquires sleeping out a `Later`. */
+  /** How to wake each parked acquire, by ticket. */
+  #wakers = new Map();
+  /** Acquires sleeping out a ward's hold. */
   #sleepers = new Set();
-  /** Acquires under way (queued, sleeping or opening). */
+  /** Acquires under way (parked, sleeping or opening). */
   #active = 0;
   #closing = new Set();
   #drained = null;
@@ -630,6 +733,7 @@ class Pooled {
     const timeout = o.timeout === undefined ? DEFAULT_TIMEOUT : num('timeout', o.timeout);
     if (!(timeout >= 0)) throw outOfRange('timeout', `must be a non-negative number of milliseconds (received ${timeout})`);
     this.#pool = new Pool({ limits: o.limits, ward: o.ward });
+    poolAcq.init(this.#pool, timeout);
     let every = o.evictEvery;
     if (every === undefined) {
       // The core's choice: the shorter of keep and life, at least 1 s.
@@ -661,9 +765,9 @@ class Pooled {
     return this.#pool;
   }
 
-  /** How many acquires are queued on `Wait`. */
+  /** How many acquires are parked on a full pool. */
   get pending() {
-    return this.#waiters.length;
+    return poolAcq.parked(this.#pool);
   }
 
   get live() {
@@ -697,48 +801,38 @@ class Pooled {
     this.#closing.add(p);
   }
 
+  /** Wakes every acquire the core says to. */
+  #deliver() {
+    const wakes = poolAcq.wakes(this.#pool);
+    for (let i = 0; i < wakes.length; i++) {
+      const wake = this.#wakers.get(wakes[i]);
+      if (wake !== undefined) wake();
+    }
+  }
+
   #sweep() {
-    const gone = this.#pool.evict(perf.now());
-    for (const item of gone) {
-      this.#discard(item);
-      this.#wake();
-    }
+    for (const item of poolAcq.evict(this.#pool, perf.now())) this.#discard(item);
+    this.#deliver();
   }
 
-  #wake() {
-    const w = this.#waiters.shift();
-    if (w !== undefined) {
-      if (w.timer !== null) clearTimeout(w.timer);
-      w.wake();
-    }
-  }
-
-  #park(deadline, front) {
-    return new Promise((resolve, reject) => {
-      const left = deadline - perf.now();
-      if (left <= 0) {
-        reject(this.#timedOut(`the pool is full (${this.#pool.live} live)`));
-        return;
+  /** Resolves when `ticket` is woken or its deadline passes. */
+  #park(ticket, deadline) {
+    return new Promise((resolve) => {
+      let timer = null;
+      const done = () => {
+        if (timer !== null) clearTimeout(timer);
+        this.#wakers.delete(ticket);
+        resolve();
+      };
+      this.#wakers.set(ticket, done);
+      if (deadline !== Infinity) {
+        timer = setTimeout(done, Math.min(Math.max(0, Math.ceil(deadline - perf.now())), TIMER_MAX));
       }
-      const w = { wake: resolve, fail: reject, timer: null };
-      if (left !== Infinity) {
-        w.timer = setTimeout(() => {
-          const i = this.#waiters.indexOf(w);
-          if (i >= 0) this.#waiters.splice(i, 1);
-          reject(this.#timedOut(`the pool is full (${this.#pool.live} live)`));
-        }, Math.min(Math.ceil(left), TIMER_MAX));
-      }
-      if (front) this.#waiters.unshift(w);
-      else this.#waiters.push(w);
     });
   }
 
-  #hold(delay, deadline) {
+  #hold(delay) {
     return new Promise((resolve, reject) => {
-      if (perf.now() + delay > deadline) {
-        reject(this.#timedOut(`makes are held for ${delay} ms after failures`));
-        return;
-      }
       const s = { fail: reject, timer: null };
       s.timer = setTimeout(() => {
         this.#sleepers.delete(s);
@@ -755,83 +849,80 @@ class Pooled {
   acquire() {
     if (this.#state !== OPEN) return Promise.reject(closedError());
     // The common case, an idle item, answers without an async frame.
-    const t = this.#pool.take(perf.now());
-    if (t.kind === 'ready') return Promise.resolve(t.item);
-    return this.#run(t);
+    const item = poolAcq.quick(this.#pool, perf.now());
+    if (item !== NO_ITEM) return Promise.resolve(item);
+    return this.#run();
   }
 
-  async #run(first) {
+  async #run() {
     this.#active++;
+    const pool = this.#pool;
+    const ticket = poolAcq.begin(pool, perf.now());
     try {
-      return await this.#acquire(perf.now() + this.#timeout, first);
+      return await this.#acquire(ticket);
     } finally {
+      // Nothing for a ticket the core already ended; a turn it held goes on.
+      poolAcq.end(pool, ticket);
+      this.#wakers.delete(ticket);
+      this.#deliver();
       this.#active--;
       this.#settle();
     }
   }
 
-  async #acquire(deadline, first) {
-    let woken = false;
-    let t = first;
+  async #acquire(ticket) {
+    const pool = this.#pool;
     for (;;) {
-      if (t === undefined) {
-        if (this.#state === CLOSED) throw closedError();
-        t = this.#pool.take(perf.now());
-      }
-      switch (t.kind) {
-        case 'ready':
-          return t.item;
-        case 'stale':
-          this.#discard(t.item);
-          t = undefined;
+      const s = poolAcq.step(pool, ticket, perf.now(), Math.random());
+      this.#deliver();
+      switch (s.kind) {
+        case 'hand':
+          return s.item;
+        case 'close':
+          this.#discard(s.item);
           continue;
-        case 'make': {
+        case 'open': {
           let item;
           try {
             item = await this.#open();
           } catch (err) {
-            this.#pool.unmade(perf.now());
-            this.#wake();
+            poolAcq.unopened(pool, ticket, perf.now(), Math.random());
             throw err;
           }
-          this.#pool.made(item, perf.now());
-          if (this.#state === CLOSED) {
-            this.#pool.drop(item);
+          if (!poolAcq.opened(pool, ticket, item, perf.now())) {
             this.#discard(item);
             throw closedError();
           }
           return item;
         }
-        case 'wait':
-          await this.#park(deadline, woken);
-          woken = true;
-          t = undefined;
+        case 'park':
+          await this.#park(ticket, s.value);
           continue;
-        case 'later':
-          await this.#hold(t.delay, deadline);
-          t = undefined;
+        case 'sleep':
+          await this.#hold(s.value);
           continue;
+        case 'full':
+          throw this.#timedOut(`the pool is full (${s.value} live)`);
+        case 'held':
+          throw this.#timedOut(`makes are held for ${s.value} ms after failures`);
+        case 'shed':
+          throw coded('SHED', `headway: the breaker refuses ${Math.round(s.value * 100)}% of makes: failing fast`);
         default:
-          throw coded('SHED', `headway: the breaker refuses ${Math.round(this.#pool.refusal(perf.now()) * 100)}% of makes: failing fast`);
+          throw closedError();
       }
     }
   }
 
   release(item) {
-    if (this.#state === CLOSED) {
-      this.#pool.drop(item);
-      this.#discard(item);
-    } else if (!this.#pool.give(item, perf.now())) {
-      this.#discard(item);
-    }
-    if (this.#waiters.length !== 0) this.#wake();
+    if (poolAcq.give(this.#pool, item, perf.now(), false)) this.#discard(item);
+    this.#deliver();
     if (this.#state === DRAINING) this.#settle();
   }
 
   destroy(item) {
-    this.#pool.drop(item);
+    poolAcq.give(this.#pool, item, perf.now(), true);
     this.#discard(item);
-    this.#wake();
+    this.#deliver();
     this.#settle();
   }
 
@@ -878,16 +969,14 @@ class Pooled {
     this.#state = CLOSED;
     if (this.#timer !== null) clearInterval(this.#timer);
     this.#timer = null;
-    for (const w of this.#waiters.splice(0)) {
-      if (w.timer !== null) clearTimeout(w.timer);
-      w.fail(closedError());
-    }
     for (const s of this.#sleepers) {
       clearTimeout(s.timer);
       s.fail(closedError());
     }
     this.#sleepers.clear();
-    for (const item of this.#pool.close()) this.#discard(item);
+    for (const item of poolAcq.close(this.#pool)) this.#discard(item);
+    // Every parked acquire wakes and fails as closed.
+    this.#deliver();
     this.#closed = Promise.allSettled([...this.#closing]).then(() => undefined);
     return this.#closed;
   }

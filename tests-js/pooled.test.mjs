@@ -291,3 +291,26 @@ for (const mode of ['close', 'drain', 'forget']) {
     assert.ok(performance.now() - t0 < 5000);
   });
 }
+
+test('waiters are served first parked, first served; a latecomer does not barge', async () => {
+  const f = factory();
+  const pool = new Pooled({ open: f.open, close: f.close, limits: new Limits({ size: 1 }), timeout: 5000 });
+  const order = [];
+  const user = (name) =>
+    pool.use(async () => {
+      order.push(name);
+      await sleep(2);
+    });
+  const held = await pool.acquire();
+  const users = [];
+  for (const [i, name] of ['A', 'B', 'C'].entries()) {
+    users.push(user(name));
+    while (pool.pending !== i + 1) await sleep(0);
+  }
+  pool.release(held);
+  // Arrives after the item came back, before the woken waiter has run.
+  users.push(user('D'));
+  await Promise.all(users);
+  assert.deepEqual(order, ['A', 'B', 'C', 'D']);
+  await pool.close();
+});

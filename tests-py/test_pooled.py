@@ -16,7 +16,6 @@ from headway import (
     Breaker,
     Jitter,
     Limits,
-    Pool,
     Pooled,
     PoolTimeout,
     ShedError,
@@ -150,25 +149,11 @@ async def test_many_waiters_all_served_in_turn() -> None:
     await pooled.aclose()
 
 
-class Rolled:
-    """A Pool whose takes roll a fixed draw, so a Shed is certain."""
-
-    def __init__(self, pool: Pool[Any], roll: float) -> None:
-        self._pool = pool
-        self._roll = roll
-
-    def take(self, now: float | None = None, roll: float | None = None) -> Any:
-        return self._pool.take(now, self._roll)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._pool, name)
-
-
 @pytest.mark.asyncio
 async def test_shed_raises() -> None:
     f = Factory(fails=100)
     pooled: Pooled[Conn] = Pooled(f.aopen, f.aclose, ward=Ward(breaker=Breaker()))
-    pooled.pool = Rolled(pooled.pool, 0.0)  # type: ignore[assignment]
+    pooled._roll = 0.0  # every take rolls 0: a Shed is certain once refused
     # The first make is asked (refusal 0) and fails; the breaker then refuses
     # 1/2 and a roll of 0 is inside that share.
     with pytest.raises(ConnectionError):
@@ -441,7 +426,7 @@ def test_sync_evict_thread() -> None:
 def test_sync_shed() -> None:
     f = Factory(fails=1)
     pooled: Pooled[Conn] = Pooled(f.open, f.close, ward=Ward(breaker=Breaker()))
-    pooled.pool = Rolled(pooled.pool, 0.0)  # type: ignore[assignment]
+    pooled._roll = 0.0  # every take rolls 0: a Shed is certain once refused
     with pytest.raises(ConnectionError):
         with pooled.acquire():
             pass  # pragma: no cover
@@ -465,3 +450,66 @@ def test_bad_arguments() -> None:
     pooled: Pooled[Conn] = Pooled(Conn)
     with pytest.raises(TypeError, match="`fn` must be callable"):
         pooled.use_sync(5)  # type: ignore[arg-type]
+
+
+def _until(cond: Any, limit: float = 2.0) -> None:
+    end = time.monotonic() + limit
+    while not cond():
+        assert time.monotonic() < end, "timed out waiting"
+        time.sleep(0.001)
+
+
+def test_sync_waiters_first_parked_first_served() -> None:
+    # One item; three threads park in turn; a fourth caller arrives just as
+    # the item comes back. Each is served in the order it parked, and the
+    # latecomer does not barge past the woken waiter.
+    f = Factory()
+    pooled: Pooled[Conn] = Pooled(f.open, f.close, limits=Limits(size=1), timeout=5)
+    order: list[str] = []
+
+    def user(name: str) -> None:
+        with pooled.acquire():
+            order.append(name)
+            time.sleep(0.005)
+
+    lease = pooled.acquire()
+    lease.__enter__()
+    threads = []
+    for i, name in enumerate("ABC"):
+        th = threading.Thread(target=user, args=(name,))
+        th.start()
+        threads.append(th)
+        _until(lambda i=i: pooled._acq.parked == i + 1)
+    lease.__exit__(None, None, None)
+    late = threading.Thread(target=user, args=("D",))
+    late.start()
+    threads.append(late)
+    for th in threads:
+        th.join()
+    assert order == ["A", "B", "C", "D"]
+    pooled.close()
+
+
+@pytest.mark.asyncio
+async def test_async_waiters_first_parked_first_served() -> None:
+    f = Factory()
+    pooled: Pooled[Conn] = Pooled(f.aopen, f.aclose, limits=Limits(size=1), timeout=5)
+    order: list[str] = []
+
+    async def user(name: str) -> None:
+        async with pooled.acquire():
+            order.append(name)
+            await asyncio.sleep(0.002)
+
+    lease = pooled.acquire()
+    await lease.__aenter__()
+    tasks = []
+    for i, name in enumerate("ABC"):
+        tasks.append(asyncio.create_task(user(name)))
+        while pooled._acq.parked != i + 1:
+            await asyncio.sleep(0)
+    await lease.__aexit__(None, None, None)
+    tasks.append(asyncio.create_task(user("D")))
+    await asyncio.gather(*tasks)
+    assert order == ["A", "B", "C", "D"]
+    await pooled.aclose()

@@ -16,8 +16,8 @@ use std::cell::Cell;
 use std::ptr;
 
 use headway_core::flow::{
-    Backoff, Breaker, Bucket, Gate, Jitter, Limits, Load, Pool, TAKE_TIMEOUT, Taken, Ward, Window,
-    pick,
+    Acquires, Backoff, Breaker, Bucket, Gate, Jitter, Limits, Load, Pool, TAKE_TIMEOUT, Taken,
+    Ward, Window, pick,
 };
 use napi::bindgen_prelude::{External, ToNapiValue};
 use napi::sys;
@@ -210,9 +210,14 @@ function!(ward_new, 2, |f, e, a| {
 /// for (identity is `===`), so any value can be pooled without a napi
 /// reference per item.
 pub struct PoolState {
-    pool: Pool<u32>,
+    pub(crate) pool: Pool<u32>,
     /// The span of the last `Later`, read by `poolDelay` only on that answer.
-    later: i64,
+    pub(crate) later: i64,
+    /// The acquire loop of the `Pooled` over this pool (see `acquires.rs`).
+    pub(crate) acq: Acquires,
+    /// The number that goes with the last `acqStep` answer, read by
+    /// `acqValue` only on the answers that carry one.
+    pub(crate) value: f64,
 }
 
 // poolNew(owner, limitsHandle, wardHandle?) -> id
@@ -222,6 +227,8 @@ function!(pool_new, 3, |f, e, a| {
     let id = f.pools.insert(PoolState {
         pool: Pool::new(limits, ward),
         later: 0,
+        acq: Acquires::default(),
+        value: 0.0,
     })?;
     own(e.0, a[0], f, |f| &f.pools, id)?;
     e.num(id as f64)
@@ -246,7 +253,7 @@ fn code(s: &mut PoolState, t: Taken<u32>) -> i32 {
     }
 }
 
-fn item(e: E, v: sys::napi_value) -> Result<u32, Fail> {
+pub(crate) fn item(e: E, v: sys::napi_value) -> Result<u32, Fail> {
     let x = e.f64(v, "item")?;
     let i = x as u32;
     if i as f64 == x {
@@ -493,7 +500,7 @@ function!(alive, 0, |f, e, a| e.num(f.live() as f64));
 #[napi(js_name = "_flow", catch_unwind)]
 pub fn flow(env: &napi::Env) -> napi::Result<napi::Unknown<'_>> {
     napi_ret(env, |env| {
-        Ok(Funcs::new(env, Flow::default())?
+        let funcs = Funcs::new(env, Flow::default())?
             .add(c"limitsNew", Some(limits_new))?
             .add(c"takeTimeout", Some(take_timeout))?
             .add(c"breakerNew", Some(breaker_new))?
@@ -516,7 +523,8 @@ pub fn flow(env: &napi::Env) -> napi::Result<napi::Unknown<'_>> {
             .add(c"poolLive", Some(pool_live))?
             .add(c"poolIdle", Some(pool_idle))?
             .add(c"poolBusy", Some(pool_busy))?
-            .add(c"pick", Some(pool_pick))?
+            .add(c"pick", Some(pool_pick))?;
+        Ok(crate::acquires::add(funcs)?
             .add(c"bucketNew", Some(bucket_new))?
             .add(c"bucketTake", Some(bucket_take))?
             .add(c"bucketTake1", Some(bucket_take1))?

@@ -16,6 +16,7 @@
 // build the factories look unused.
 #![cfg_attr(test, allow(dead_code))]
 
+mod acquires;
 mod admin;
 mod flow;
 mod raw;

@@ -34,7 +34,9 @@ _When = datetime | timedelta | SupportsFloat | SupportsIndex
 _Rhythm = Every | Cron | At
 
 __all__ = [
+    "Acquires",
     "At",
+    "Attempts",
     "Backoff",
     "Breaker",
     "Bucket",
@@ -261,6 +263,63 @@ class Later:
     def __eq__(self, value: object, /) -> bool: ...
     def __ne__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...
+
+@final
+class Acquires:
+    """The acquires of one ``Pool``: who is served next (first parked, first
+    served), who parks, who gives up. ``Pooled`` drives it; every method takes
+    the pool it keeps the queue for. ``step`` answers ``(kind, value)``: 0
+    hand ``value``, 1 open, 2 close ``value``, 3 sleep ``value`` s, 4 park
+    until woken or the deadline ``value`` (``None``: none), 5 fail with
+    ``value = (why, number)``."""
+
+    def __new__(cls, timeout: _Span | None = None) -> Acquires: ...
+    def quick(self, pool: Pool[Any]) -> tuple[Any] | None:
+        """``(item,)``, a fresh idle item lent, when nobody is queued ahead."""
+    def begin(self) -> int:
+        """A new acquire's ticket; its deadline runs from now."""
+    def step(
+        self, pool: Pool[Any], ticket: int, roll: _Num | None = None
+    ) -> tuple[int, Any]:
+        """What to do next for ``ticket``."""
+    def opened(self, pool: Pool[Any], ticket: int, item: Any) -> bool:
+        """Register what was opened; ``False`` when the pool closed meanwhile."""
+    def unopened(self, pool: Pool[Any], ticket: int, roll: _Num | None = None) -> None:
+        """Opening failed: the ward counts it."""
+    def end(self, pool: Pool[Any], ticket: int) -> None:
+        """The caller left; nothing for a ticket already over."""
+    def give(self, pool: Pool[Any], item: Any, broken: bool) -> bool:
+        """An item comes back (``broken``: dropped); whether to close it."""
+    def evict(self, pool: Pool[Any]) -> list[Any]:
+        """The evict timer's sweep: idle items past their age, to close."""
+    def close(self, pool: Pool[Any]) -> list[Any]:
+        """Shut down: the idle items to close; every parked ticket is woken."""
+    def wakes(self) -> list[int]:
+        """The tickets to wake now, in order."""
+    @property
+    def has_wakes(self) -> bool:
+        """Whether there are tickets to wake."""
+    @property
+    def parked(self) -> int:
+        """How many acquires are parked."""
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` has run."""
+
+@final
+class Attempts:
+    """One call's run of attempts under a ``Backoff``: after each failure,
+    ``failed()`` answers the seconds to sleep before calling again (0: at
+    once), or ``None``: give up and raise."""
+
+    def __new__(cls, backoff: Backoff, made: int = 0) -> Attempts: ...
+    def failed(
+        self, retryable: bool = True, stopped: bool = False, u: _Num | None = None
+    ) -> float | None:
+        """The attempt failed: seconds to sleep before the next, or ``None``."""
+    @property
+    def made(self) -> int:
+        """How many attempts have been made."""
 
 @final
 class Pool(Generic[_T]):

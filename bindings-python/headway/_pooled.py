@@ -1,20 +1,22 @@
 """``Pooled``: a ``Pool`` with a runtime under it.
 
-The native ``Pool`` only answers. ``Pooled`` acts on every one of its six
-answers for the caller, the way the moonpool guide's client loop does:
+The native ``Pool`` only answers one take; the loop around it — who is
+served next, who queues, who gives up — is the core's ``Acquires``, the same
+machine Node's ``Pooled`` drives. This driver does what it answers:
 
 ========== =================================================================
-``Ready``  hand the item out
-``Stale``  close it (it is already out of the pool) and take again
-``Make``   call ``open``; ``made`` on success, ``unmade`` on failure (then
-           the error propagates, and the ward counts it)
-``Wait``   queue until an item comes back or room frees, up to ``timeout``
-``Later``  sleep the hold the ward answered, then take again
-``Shed``   raise ``headway.ShedError`` at once
+``HAND``   hand the item out
+``OPEN``   call ``open``; ``opened`` on success, ``unopened`` on failure
+           (then the error propagates, and the ward counts it)
+``CLOSE``  close a stale item (already out of the pool), then step again
+``SLEEP``  sleep the ward's hold, then step again
+``PARK``   wait until woken or the deadline, then step again
+``FAIL``   raise ``PoolTimeout``, ``ShedError`` or ``RuntimeError`` (closed)
 ========== =================================================================
 
-On the way back ``give`` keeps the item, or answers ``False`` and the item is
-closed. An evict timer closes idle items past ``keep`` / ``life``.
+Waiters are served first parked, first served, sync and async alike. Every
+call that frees an item or room (give back, leave, evict, close) tells the
+machine, which names the tickets to wake; the driver signals each.
 
 A body that raises does not mean its connection broke, so the item is given
 back as usual; call ``pooled.drop(conn)`` inside the block to say it broke —
@@ -32,21 +34,22 @@ import logging
 import threading
 import time
 import weakref
-from collections import deque
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Generic, TypeAlias, TypeVar, Union, cast, overload
+from typing import Any, Generic, TypeVar, cast, overload
 
 from ._errors import PoolTimeout, ShedError
-from ._native import TAKE_TIMEOUT, Later, Limits, Make, Pool, Ready, Shed, Stale, Wait, Ward
+from ._native import TAKE_TIMEOUT, Acquires, Limits, Pool, Ward
 
 
 __all__ = ["Lease", "Pooled"]
 
 T = TypeVar("T")
 R = TypeVar("R")
-Taken: TypeAlias = Union[Ready[T], Stale[T], Make, Wait, Later, Shed]
+
+# What Acquires.step answers, in its order.
+_HAND, _OPEN, _CLOSE, _SLEEP, _PARK, _FAIL = range(6)
 
 log = logging.getLogger("headway")
 
@@ -212,10 +215,12 @@ class Pooled(Generic[T]):
             # The core's choice: the shorter of keep and life, at least 1 s.
             every = self.pool.limits.evict_every
         self.evict_every = every
+        self._acq = Acquires(self.timeout)
+        # How to wake each parked ticket, by ticket.
+        self._wakers: dict[int, Callable[[], None]] = {}
+        # The ward's draw for every take (None: the binding's RNG).
+        self._roll: float | None = None
         self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._waiters: deque[asyncio.Future[None]] = deque()
-        self._sync_waiting = 0
         self._leases: dict[int, Lease[T]] = {}
         self._closed = False
         self._task: asyncio.Task[None] | None = None
@@ -338,83 +343,37 @@ class Pooled(Generic[T]):
             return []
         self._closed = True
         self._stop.set()
-        items: list[T] = self.pool.close()
-        with self._lock:
-            self._cond.notify_all()
-        while self._waiters:
-            self._wake_future(self._waiters.popleft())
+        items: list[T] = self._acq.close(self.pool)
+        self._deliver()
         return items
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("this Pooled is closed")
+    def _deliver(self) -> None:
+        """Signal every ticket the machine says to wake."""
+        wakers = self._wakers
+        for t in self._acq.wakes():
+            wake = wakers.get(t)
+            if wake is not None:
+                wake()
 
-    def _deadline(self) -> float | None:
-        return None if self.timeout is None else time.monotonic() + self.timeout
-
-    def _timed_out(self, why: str) -> PoolTimeout:
-        return PoolTimeout(f"no item within {self.timeout} s: {why}")
-
-    def _shed(self) -> ShedError:
-        return ShedError(
-            f"the breaker refuses {self.pool.refusal():.0%} of makes: failing fast"
-        )
-
-    def _wake(self) -> None:
-        """Room freed or an item came back: wake one waiter of each kind.
-
-        A sync waiter counts itself and takes again under the lock before it
-        waits, so reading the count without the lock loses no wake: a release
-        that reads 0 happened before that take, which then sees its item.
-        """
-        if self._sync_waiting:
-            with self._lock:
-                self._cond.notify()
-        waiters = self._waiters
-        while waiters:
-            fut = waiters.popleft()
-            if not fut.done():
-                self._wake_future(fut)
-                return
-
-    @staticmethod
-    def _wake_future(fut: asyncio.Future[None]) -> None:
-        def ready() -> None:
-            if not fut.done():
-                fut.set_result(None)
-
-        loop = fut.get_loop()
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            ready()
-        else:
-            loop.call_soon_threadsafe(ready)
-
-    def _abandon(self, exc: BaseException) -> None:
-        """A make was reserved and will not be registered."""
-        if isinstance(exc, Exception):
-            # The backend failed: the ward counts it (and may hold or shed).
-            self.pool.unmade()
-        else:
-            # Cancelled or interrupted: give the room back without blaming the
-            # backend. Dropping an item the pool never registered frees the
-            # room its take reserved, and counts nothing.
-            self.pool.drop(_NOT_MADE)
-        self._wake()
+    def _failed(self, why: tuple[str, Any]) -> BaseException:
+        kind, n = why
+        if kind == "full":
+            return PoolTimeout(f"no item within {self.timeout} s: the pool is full ({n} live)")
+        if kind == "held":
+            return PoolTimeout(
+                f"no item within {self.timeout} s: makes are held for {n:.3f} s after failures"
+            )
+        if kind == "shed":
+            return ShedError(f"the breaker refuses {n:.0%} of makes: failing fast")
+        return RuntimeError("this Pooled is closed")
 
     def _release(self, item: T, broken: bool) -> bool:
         """Give an item back; whether the caller must now close it."""
-        if broken or self._closed:
-            self.pool.drop(item)
-            kept = False
-        else:
-            kept = self.pool.give(item)
-        if self._sync_waiting or self._waiters:
-            self._wake()
-        return not kept
+        acq = self._acq
+        close: bool = acq.give(self.pool, item, broken)
+        if acq.has_wakes:
+            self._deliver()
+        return close
 
     def _close_one(self, item: T) -> None:
         if self._closer is None:
@@ -441,9 +400,9 @@ class Pooled(Generic[T]):
             log.warning("headway: closing %r failed", item, exc_info=True)
 
     def _evict(self) -> list[T]:
-        items: list[T] = self.pool.evict()
-        if items:
-            self._wake()
+        items: list[T] = self._acq.evict(self.pool)
+        if self._acq.has_wakes:
+            self._deliver()
         return items
 
     # sync ----------------------------------------------------------------
@@ -453,65 +412,58 @@ class Pooled(Generic[T]):
             raise RuntimeError("this Pooled is closed")
         if self._thread is None and self.evict_every > 0:
             self._start_thread()
-        t = self.pool.take()
-        if type(t) is Ready:
-            return t.item
-        return self._get_slow(t)
+        got = self._acq.quick(self.pool)
+        if got is not None:
+            return cast(T, got[0])
+        return self._get_slow()
 
-    def _get_slow(self, t: Taken[T]) -> T:
-        deadline = self._deadline()
-        pool = self.pool
-        while True:
-            if type(t) is Ready:
-                return t.item
-            if type(t) is Make:
-                try:
-                    item = self._open()
-                    if inspect.isawaitable(item):
-                        _discard(item)
-                        raise TypeError(
-                            "`open` returned an awaitable: use `async with "
-                            "acquire()` with an async open"
-                        )
-                except BaseException as e:
-                    self._abandon(e)
-                    raise
-                pool.made(item)
-                return cast(T, item)
-            if type(t) is Stale:
-                self._close_one(t.item)
-                self._wake()
-            elif type(t) is Wait:
-                with self._lock:
-                    self._sync_waiting += 1
+    def _get_slow(self) -> T:
+        acq, pool = self._acq, self.pool
+        t = acq.begin()
+        woken = threading.Event()
+        self._wakers[t] = woken.set
+        try:
+            while True:
+                # Cleared before the step: a wake between the step and the
+                # wait is kept, not lost.
+                woken.clear()
+                kind, v = acq.step(pool, t, self._roll)
+                if acq.has_wakes:
+                    self._deliver()
+                if kind == _HAND:
+                    return cast(T, v)
+                if kind == _PARK:
+                    woken.wait(None if v is None else max(0.0, v - time.monotonic()))
+                elif kind == _OPEN:
                     try:
-                        # Take again under the lock, counted: see _wake.
-                        t = pool.take()
-                        if type(t) is Wait:
-                            if deadline is None:
-                                self._cond.wait()
-                            else:
-                                left = deadline - time.monotonic()
-                                if left <= 0 or not self._cond.wait(left):
-                                    raise self._timed_out(
-                                        f"the pool is full ({pool.live} live)"
-                                    )
-                            self._check_open()
-                            t = pool.take()
-                    finally:
-                        self._sync_waiting -= 1
-                continue
-            elif type(t) is Later:
-                delay = t.delay
-                if deadline is not None and time.monotonic() + delay > deadline:
-                    raise self._timed_out(
-                        f"makes are held for {delay:.3f} s after failures"
-                    )
-                time.sleep(delay)
-            elif type(t) is Shed:
-                raise self._shed()
-            self._check_open()
-            t = pool.take()
+                        item = self._open()
+                        if inspect.isawaitable(item):
+                            _discard(item)
+                            raise TypeError(
+                                "`open` returned an awaitable: use `async with "
+                                "acquire()` with an async open"
+                            )
+                    except Exception:
+                        # The backend failed: the ward counts it. (Anything
+                        # else, an interrupt, gives the room back below
+                        # without blaming the backend.)
+                        acq.unopened(pool, t, self._roll)
+                        raise
+                    if not acq.opened(pool, t, item):
+                        self._close_one(item)
+                        raise RuntimeError("this Pooled is closed")
+                    return cast(T, item)
+                elif kind == _CLOSE:
+                    self._close_one(v)
+                elif kind == _SLEEP:
+                    time.sleep(v)
+                else:
+                    raise self._failed(v)
+        finally:
+            del self._wakers[t]
+            acq.end(pool, t)
+            if acq.has_wakes:
+                self._deliver()
 
     def _start_thread(self) -> None:
         with self._lock:
@@ -532,84 +484,69 @@ class Pooled(Generic[T]):
             raise RuntimeError("this Pooled is closed")
         if self._task is None and self.evict_every > 0:
             self._start_task()
-        t = self.pool.take()
-        if type(t) is Ready:
-            return t.item
-        return await self._aget_slow(t)
+        got = self._acq.quick(self.pool)
+        if got is not None:
+            return cast(T, got[0])
+        return await self._aget_slow()
 
-    async def _aget_slow(self, t: Taken[T]) -> T:
-        deadline = self._deadline()
-        pool = self.pool
-        front = False
-        while True:
-            if type(t) is Ready:
-                return t.item
-            if type(t) is Make:
-                try:
-                    item = self._open()
-                    if inspect.isawaitable(item):
-                        item = await item
-                except BaseException as e:
-                    self._abandon(e)
-                    raise
-                pool.made(item)
-                return cast(T, item)
-            if type(t) is Stale:
-                await self._aclose_one(t.item)
-                self._wake()
-            elif type(t) is Wait:
-                got = await self._await_room(deadline, front)
-                front = True
-                self._check_open()
-                if got is not None:
-                    t = got
-                    continue
-            elif type(t) is Later:
-                delay = t.delay
-                if deadline is not None and time.monotonic() + delay > deadline:
-                    raise self._timed_out(
-                        f"makes are held for {delay:.3f} s after failures"
-                    )
-                await asyncio.sleep(delay)
-            elif type(t) is Shed:
-                raise self._shed()
-            self._check_open()
-            t = pool.take()
+    async def _aget_slow(self) -> T:
+        acq, pool = self._acq, self.pool
+        t = acq.begin()
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
 
-    async def _await_room(self, deadline: float | None, front: bool) -> Taken[T] | None:
-        """Queue for a wake; an answer if taking again right away served."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if front:
-            self._waiters.appendleft(fut)
-        else:
-            self._waiters.append(fut)
-        try:
-            # Queued first, then taken again: a release on another thread
-            # between the Wait and the queueing is not lost.
-            t = self.pool.take()
-            if type(t) is not Wait:
-                return t
-            if deadline is None:
-                await fut
-            else:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError
-                async with asyncio.timeout(left):
-                    await fut
-        except TimeoutError:
-            raise self._timed_out(f"the pool is full ({self.pool.live} live)") from None
-        except BaseException:
-            # Woken but leaving anyway (cancelled): pass the wake on.
-            if fut.done() and not fut.cancelled():
-                self._wake()
-            raise
-        finally:
+        def wake() -> None:
+            # Wakes come from whichever thread freed the item.
             try:
-                self._waiters.remove(fut)
-            except ValueError:
-                pass
-        return None
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is loop:
+                woken.set()
+            else:
+                loop.call_soon_threadsafe(woken.set)
+
+        self._wakers[t] = wake
+        try:
+            while True:
+                woken.clear()
+                kind, v = acq.step(pool, t, self._roll)
+                if acq.has_wakes:
+                    self._deliver()
+                if kind == _HAND:
+                    return cast(T, v)
+                if kind == _PARK:
+                    if v is None:
+                        await woken.wait()
+                    else:
+                        try:
+                            async with asyncio.timeout(max(0.0, v - time.monotonic())):
+                                await woken.wait()
+                        except TimeoutError:
+                            pass
+                elif kind == _OPEN:
+                    try:
+                        item = self._open()
+                        if inspect.isawaitable(item):
+                            item = await item
+                    except Exception:
+                        acq.unopened(pool, t, self._roll)
+                        raise
+                    if not acq.opened(pool, t, item):
+                        await self._aclose_one(item)
+                        raise RuntimeError("this Pooled is closed")
+                    return cast(T, item)
+                elif kind == _CLOSE:
+                    await self._aclose_one(v)
+                elif kind == _SLEEP:
+                    await asyncio.sleep(v)
+                else:
+                    raise self._failed(v)
+        finally:
+            del self._wakers[t]
+            acq.end(pool, t)
+            if acq.has_wakes:
+                self._deliver()
 
     def _start_task(self) -> None:
         self._task = asyncio.get_running_loop().create_task(
@@ -642,15 +579,6 @@ async def _evict_task(ref: weakref.ref[Pooled[Any]], every: float) -> None:
         for item in pooled._evict():
             await pooled._aclose_one(item)
         del pooled
-
-
-class _NotMade:
-    """Stands for the item a cancelled make never produced."""
-
-    __slots__ = ()
-
-
-_NOT_MADE = _NotMade()
 
 
 def _discard(aw: Awaitable[Any]) -> None:

@@ -1,9 +1,11 @@
 """``@retry`` and ``retrying``: the loop every client writes, on ``Backoff``.
 
 The success path never crosses into Rust: a wrapped call that succeeds costs
-one ``try`` block. Only after a failure does the driver ask the backoff
-whether to go on (``more``) and how long to sleep (``delay``), then sleep it —
-``time.sleep`` for a plain function, ``asyncio.sleep`` for an ``async def``.
+one ``try`` block. After a failure the core's ``Attempts`` (the loop Node's
+``retry`` drives too) is told whether the error is one ``on`` retries and
+answers how long to sleep before the next call, or that the error is final;
+the driver sleeps it — ``time.sleep`` for a plain function, ``asyncio.sleep``
+for an ``async def`` — or re-raises.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec, TypeVar, cast, overload
 
-from ._native import Backoff
+from ._native import Attempts, Backoff
 
 __all__ = ["Retry", "retry", "retrying"]
 
@@ -89,10 +91,12 @@ class Retry:
             async def awrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
                 try:
                     return await afn(*args, **kwargs)
-                except on:
-                    if not backoff.more(1):
+                except BaseException as e:
+                    run = Attempts(backoff)
+                    delay = run.failed(isinstance(e, on))
+                    if delay is None:
                         raise
-                return await _again_async(afn, args, kwargs, backoff, on)
+                return await _again_async(afn, args, kwargs, run, on, delay)
 
             return cast("Callable[P, R]", awrapper)
 
@@ -100,10 +104,12 @@ class Retry:
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             try:
                 return fn(*args, **kwargs)
-            except on:
-                if not backoff.more(1):
+            except BaseException as e:
+                run = Attempts(backoff)
+                delay = run.failed(isinstance(e, on))
+                if delay is None:
                     raise
-            return _again(fn, args, kwargs, backoff, on)
+            return _again(fn, args, kwargs, run, on, delay)
 
         return wrapper
 
@@ -114,52 +120,50 @@ class Retry:
             raise TypeError(f"`fn` must be callable, not {type(fn).__name__}")
         if inspect.iscoroutinefunction(fn):
             afn = cast("Callable[P, Awaitable[Any]]", fn)
-            coro = _again_async(afn, args, kwargs, self.backoff, self.on, made=0)
+            coro = _again_async(afn, args, kwargs, Attempts(self.backoff), self.on, 0.0)
             return cast(R, coro)
-        return _again(fn, args, kwargs, self.backoff, self.on, made=0)
+        return _again(fn, args, kwargs, Attempts(self.backoff), self.on, 0.0)
 
 
 def _again(
     fn: Callable[..., R],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    backoff: Backoff,
+    run: Attempts,
     on: tuple[type[BaseException], ...],
-    made: int = 1,
+    delay: float,
 ) -> R:
-    """The retries after ``made`` failed attempts (0: none made yet)."""
-    previous = 0.0
+    """The attempts after the core answered ``delay`` (0: call at once)."""
     while True:
-        if made:
-            previous = backoff.delay(made, previous=previous)
-            time.sleep(previous)
+        if delay:
+            time.sleep(delay)
         try:
             return fn(*args, **kwargs)
-        except on:
-            made += 1
-            if not backoff.more(made):
+        except BaseException as e:
+            next_delay = run.failed(isinstance(e, on))
+            if next_delay is None:
                 raise
+            delay = next_delay
 
 
 async def _again_async(
     fn: Callable[..., Awaitable[R]],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    backoff: Backoff,
+    run: Attempts,
     on: tuple[type[BaseException], ...],
-    made: int = 1,
+    delay: float,
 ) -> R:
-    previous = 0.0
     while True:
-        if made:
-            previous = backoff.delay(made, previous=previous)
-            await asyncio.sleep(previous)
+        if delay:
+            await asyncio.sleep(delay)
         try:
             return await fn(*args, **kwargs)
-        except on:
-            made += 1
-            if not backoff.more(made):
+        except BaseException as e:
+            next_delay = run.failed(isinstance(e, on))
+            if next_delay is None:
                 raise
+            delay = next_delay
 
 
 _DEFAULT = Retry()

@@ -25,6 +25,7 @@ mod host;
 mod json;
 mod limit;
 mod pool;
+mod pooled;
 mod rt;
 mod sched;
 mod times;
@@ -127,6 +128,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_now, m)?)?;
     m.add_class::<Noop>()?;
     pool::register(m)?;
+    pooled::register(m)?;
     backoff::register(m)?;
     limit::register(m)?;
     times::register(m)?;

@@ -19,7 +19,7 @@ use crate::backoff::PyBackoff;
 use crate::{draw_arg, float_arg, guard, int_arg, invalid, now_arg, secs_out, span_opt, type_name};
 
 /// A pooled Python object, compared by identity.
-pub(crate) struct Obj(Py<PyAny>);
+pub(crate) struct Obj(pub(crate) Py<PyAny>);
 
 impl Clone for Obj {
     fn clone(&self) -> Self {
@@ -524,7 +524,7 @@ fn answer(py: Python<'_>, t: Taken<Obj>) -> PyResult<Py<PyAny>> {
 /// every `roll` a draw in [0, 1) (omitted: the binding's RNG).
 #[pyclass(module = "headway._native", name = "Pool")]
 pub(crate) struct PyPool {
-    inner: flow::Pool<Obj>,
+    pub(crate) inner: flow::Pool<Obj>,
 }
 
 #[pymethods]

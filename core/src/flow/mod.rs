@@ -16,7 +16,10 @@
 //! | [`Bucket`] | whether a request is within a rate, and how long until it would be |
 //! | [`Window`] | whether it is within a quota (a thousand a day is a window, not a rate) |
 //! | [`Gate`] | whether there is room right now, which has nothing to do with time |
+//! | [`Acquires`] | the loop around a pool's takes: who is served next, who waits, who gives up |
+//! | [`Attempts`] | the loop around a retried call: sleep, call again, or give up |
 
+mod attempts;
 mod backoff;
 mod breaker;
 mod bucket;
@@ -24,9 +27,11 @@ mod error;
 mod gate;
 mod pick;
 mod pool;
+mod pooled;
 mod ward;
 mod window;
 
+pub use attempts::{Attempts, Next, Stop};
 pub use backoff::{Backoff, Jitter};
 pub use breaker::Breaker;
 pub use bucket::Bucket;
@@ -34,6 +39,7 @@ pub use error::Invalid;
 pub use gate::Gate;
 pub use pick::{Load, pick};
 pub use pool::{Limits, MIN_EVICT_EVERY, Pool, TAKE_TIMEOUT, Taken};
+pub use pooled::{Acquires, Failed, Step, Ticket};
 pub use ward::Ward;
 pub use window::Window;
 

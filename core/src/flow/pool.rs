@@ -271,6 +271,30 @@ impl<T: Clone + PartialEq> Pool<T> {
         Taken::Make
     }
 
+    /// The top idle item if it is fresh, lent — `take`'s common answer
+    /// without the rest: `None` when there is no idle item or the newest is
+    /// past its age (then `take` says what to do). A driver's fast path.
+    pub fn take_fresh(&mut self, now: Nanos) -> Option<T> {
+        let top = self.free.last()?;
+        if self.limits.stale(top.birth, top.since, now) {
+            return None;
+        }
+        let Idle { item, birth, .. } = self.free.pop()?;
+        self.lent.push((item.clone(), birth));
+        Some(item)
+    }
+
+    /// How many takes in a row could be served without `Wait` right now:
+    /// the idle items plus the free room (`i64::MAX` without a `size`). Zero
+    /// exactly when `take` would answer `Wait`. A driver's queue reads it to
+    /// know how many of its waiters to wake.
+    pub fn room(&self) -> i64 {
+        if self.limits.size == 0 {
+            return i64::MAX;
+        }
+        self.idle() + (self.limits.size - self.live()).max(0)
+    }
+
     /// Register an item made after `take` said `Make`: lent, born now. It
     /// fills the reserved room and tells the ward the backend is alive.
     pub fn made(&mut self, item: T, now: Nanos) {
@@ -292,6 +316,15 @@ impl<T: Clone + PartialEq> Pool<T> {
         }
         if let Some(ward) = &mut self.ward {
             ward.unmade(now, roll);
+        }
+    }
+
+    /// Give back the room `take` reserved with `Make` when nothing was made
+    /// and the backend is not to blame (the caller was cancelled): unlike
+    /// [`Pool::unmade`] the ward counts nothing.
+    pub fn unreserve(&mut self) {
+        if self.reserved > 0 {
+            self.reserved -= 1;
         }
     }
 

@@ -1,0 +1,186 @@
+//! The core's acquire and retry loops as raw native functions, for
+//! `index.js`'s `Pooled` and `retry` to act on.
+//!
+//! A pool slot carries its `Acquires` (the `Pooled` over it sets the
+//! timeout with `acqInit`), so a call is the pool's id plus numbers, like
+//! every pool method. Items are the pool's slot ids; `index.js` mirrors each
+//! answer in its id map, as it does for `take`.
+//!
+//! `acqStep` answers one int32, like `poolTake`: an item id ≥ 0 is
+//! `Hand(id)`, `-16 - id` is `Close(id)`; `-1` Open, `-2` Park, `-3` Sleep,
+//! `-4` fail: full, `-5` fail: held, `-6` fail: shed, `-7` fail: closed.
+//! The number that goes with Park (the deadline, Infinity for none), Sleep
+//! (the span), full (live), held (the hold) and shed (the refusal) is read
+//! with `acqValue`.
+
+use headway_core::flow::{Acquires, Attempts, Failed, Step};
+
+use crate::flow::item;
+use crate::raw::{Fail, Funcs, method};
+use crate::units::{ms, ns, span};
+
+// acqInit(pid, timeoutMs): Infinity for none.
+method!(acq_init, pools, 2, |s, e, a| {
+    let t = e.f64(a[1], "timeout")?;
+    let timeout = if t == f64::INFINITY {
+        None
+    } else {
+        Some(span("timeout", t)?)
+    };
+    s.acq = Acquires::new(timeout)?;
+    e.undefined()
+});
+
+// acqQuick(pid, now) -> id, or -1.
+method!(acq_quick, pools, 2, |s, e, a| {
+    let now = e.now(a[1])?;
+    let got = s.acq.quick(&mut s.pool, now);
+    e.int(got.map_or(-1, |i| i as i32))
+});
+
+// acqBegin(pid, now) -> ticket.
+method!(acq_begin, pools, 2, |s, e, a| {
+    let now = e.now(a[1])?;
+    e.num(s.acq.begin(now) as f64)
+});
+
+fn ticket(x: f64) -> Result<u64, Fail> {
+    if x >= 0.0 && x.fract() == 0.0 {
+        Ok(x as u64)
+    } else {
+        Err(Fail::Range("ticket".into(), "must be a ticket".into()))
+    }
+}
+
+// acqStep(pid, ticket, now, roll) -> code (see the module).
+method!(acq_step, pools, 4, |s, e, a| {
+    let t = ticket(e.f64(a[1], "ticket")?)?;
+    let now = e.now(a[2])?;
+    let roll = e.f64(a[3], "roll")?;
+    let code = match s.acq.step(&mut s.pool, t, now, roll) {
+        Step::Hand(i) => i as i32,
+        Step::Close(i) => -16 - i as i32,
+        Step::Open => -1,
+        Step::Park(_, deadline) => {
+            s.value = deadline.map_or(f64::INFINITY, ms);
+            -2
+        }
+        Step::Sleep(d) => {
+            s.value = ms(d);
+            -3
+        }
+        Step::Fail(Failed::Full { live }) => {
+            s.value = live as f64;
+            -4
+        }
+        Step::Fail(Failed::Held { delay }) => {
+            s.value = ms(delay);
+            -5
+        }
+        Step::Fail(Failed::Shed { refusal }) => {
+            s.value = refusal;
+            -6
+        }
+        Step::Fail(Failed::Closed) => -7,
+    };
+    e.int(code)
+});
+
+method!(acq_value, pools, 1, |s, e, a| e.num(s.value));
+
+// acqOpened(pid, ticket, item, now) -> false when the pool closed meanwhile.
+method!(acq_opened, pools, 4, |s, e, a| {
+    let t = ticket(e.f64(a[1], "ticket")?)?;
+    let it = item(e, a[2])?;
+    let now = e.now(a[3])?;
+    e.bool(s.acq.opened(&mut s.pool, t, it, now))
+});
+
+// acqUnopened(pid, ticket, now, roll)
+method!(acq_unopened, pools, 4, |s, e, a| {
+    let t = ticket(e.f64(a[1], "ticket")?)?;
+    let now = e.now(a[2])?;
+    let roll = e.f64(a[3], "roll")?;
+    s.acq.unopened(&mut s.pool, t, now, roll);
+    e.undefined()
+});
+
+// acqEnd(pid, ticket)
+method!(acq_end, pools, 2, |s, e, a| {
+    let t = ticket(e.f64(a[1], "ticket")?)?;
+    s.acq.end(&mut s.pool, t);
+    e.undefined()
+});
+
+// acqGive(pid, item, now, broken) -> 0 kept, 1 given but not kept (close
+// it), 2 dropped (close it).
+method!(acq_give, pools, 4, |s, e, a| {
+    let it = item(e, a[1])?;
+    let now = e.now(a[2])?;
+    let broken = e.f64(a[3], "broken")? != 0.0;
+    let dropped = broken || s.acq.is_closed();
+    let close = s.acq.give(&mut s.pool, it, now, broken);
+    e.int(if dropped {
+        2
+    } else if close {
+        1
+    } else {
+        0
+    })
+});
+
+// acqEvict(pid, now) -> ids to close.
+method!(acq_evict, pools, 2, |s, e, a| {
+    let gone = s.acq.evict(&mut s.pool, e.now(a[1])?);
+    e.nums(gone.into_iter().map(f64::from))
+});
+
+// acqClose(pid) -> ids to close.
+method!(acq_close, pools, 1, |s, e, a| {
+    let gone = s.acq.close(&mut s.pool);
+    e.nums(gone.into_iter().map(f64::from))
+});
+
+// acqWakes(pid) -> tickets to wake, in order.
+method!(acq_wakes, pools, 1, |s, e, a| {
+    let w = s.acq.wakes();
+    e.nums(w.into_iter().map(|t| t as f64))
+});
+
+method!(acq_parked, pools, 1, |s, e, a| e.num(s.acq.parked() as f64));
+
+// attemptsFailed(backoffId, made, previousMs, retryable, stopped, u) -> the
+// delay in ms before the next attempt, or -1: give up. `made` counts the
+// attempt that just failed; the driver keeps it and the last delay.
+method!(attempts_failed, backoffs, 6, |s, e, a| {
+    let made = e.i32(a[1], "made")?;
+    let previous = ns(e.f64(a[2], "previous")?);
+    let retryable = e.f64(a[3], "retryable")? != 0.0;
+    let stopped = e.f64(a[4], "stopped")? != 0.0;
+    let u = e.f64(a[5], "u")?;
+    let mut run = Attempts::resume(*s, made.saturating_sub(1), previous);
+    e.num(match run.failed(retryable, stopped, u) {
+        headway_core::flow::Next::Sleep(d) => ms(d),
+        headway_core::flow::Next::Retry => 0.0,
+        headway_core::flow::Next::Fail => -1.0,
+    })
+});
+
+/// Adds these functions to an environment's set.
+pub(crate) fn add(funcs: Funcs) -> Result<Funcs, Fail> {
+    funcs
+        .add(c"acqInit", Some(acq_init))?
+        .add(c"acqQuick", Some(acq_quick))?
+        .add(c"acqBegin", Some(acq_begin))?
+        .add(c"acqStep", Some(acq_step))?
+        .add(c"acqValue", Some(acq_value))?
+        .add(c"acqOpened", Some(acq_opened))?
+        .add(c"acqUnopened", Some(acq_unopened))?
+        .add(c"acqEnd", Some(acq_end))?
+        .add(c"acqGive", Some(acq_give))?
+        .add(c"acqEvict", Some(acq_evict))?
+        .add(c"acqClose", Some(acq_close))?
+        .add(c"acqWakes", Some(acq_wakes))?
+        .add(c"acqParked", Some(acq_parked))?
+        .add(c"attemptsFailed", Some(attempts_failed))
+}

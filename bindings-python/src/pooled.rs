@@ -1,0 +1,267 @@
+//! `Acquires` and `Attempts`: the core's acquire and retry loops, for the
+//! pure-Python drivers (`Pooled`, `@retry`) to act on.
+//!
+//! The drivers sleep, open, close and wait; which caller is served next,
+//! when one gives up and whether to try again are the core's. Answers are
+//! small tuples, cheap to build and to unpack in a `while` loop; instants
+//! are `time.monotonic()` seconds.
+
+use headway_core::flow::{self, Failed, Step};
+use pyo3::IntoPyObjectExt;
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use crate::backoff::PyBackoff;
+use crate::pool::{Obj, PyPool, expect};
+use crate::{clock, draw_arg, guard, invalid, secs_out, span_opt};
+
+/// What `Acquires.step` answers: `(HAND, item)`, `(OPEN, None)`,
+/// `(CLOSE, item)`, `(SLEEP, seconds)`, `(PARK, deadline or None)`,
+/// `(FAIL, (why, number))` with why one of `"full"` (live), `"held"` (the
+/// hold in seconds), `"shed"` (the refusal), `"closed"`.
+const HAND: u8 = 0;
+const OPEN: u8 = 1;
+const CLOSE: u8 = 2;
+const SLEEP: u8 = 3;
+const PARK: u8 = 4;
+const FAIL: u8 = 5;
+
+/// The acquires of one `Pool`: who is served next (first parked, first
+/// served), who parks, who gives up. Every method takes the pool it keeps
+/// the queue for.
+#[pyclass(module = "headway._native", name = "Acquires")]
+pub(crate) struct PyAcquires {
+    inner: flow::Acquires,
+}
+
+fn pool_of<'py>(pool: &Bound<'py, PyAny>) -> PyResult<PyRefMut<'py, PyPool>> {
+    Ok(expect::<PyPool>("pool", "Pool", pool)?.borrow_mut())
+}
+
+#[pymethods]
+impl PyAcquires {
+    #[new]
+    #[pyo3(signature = (timeout=None))]
+    fn new(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        guard(|| {
+            let timeout = match timeout {
+                Some(t) if !t.is_none() => Some(span_opt("timeout", Some(t), 0)?),
+                _ => None,
+            };
+            Ok(PyAcquires {
+                inner: flow::Acquires::new(timeout).map_err(invalid)?,
+            })
+        })
+    }
+
+    /// `(item,)`, a fresh idle item lent, when nobody is queued ahead; else
+    /// `None` (a tuple, so a pooled `None` is still an item).
+    fn quick(&mut self, pool: &Bound<'_, PyAny>) -> PyResult<Option<(Py<PyAny>,)>> {
+        guard(|| {
+            let mut pool = pool_of(pool)?;
+            Ok(self.inner.quick(&mut pool.inner, clock()).map(|o| (o.0,)))
+        })
+    }
+
+    /// A new acquire's ticket; its deadline runs from now.
+    fn begin(&mut self) -> u64 {
+        self.inner.begin(clock())
+    }
+
+    /// What to do next for `ticket` (see the module's answers).
+    #[pyo3(signature = (pool, ticket, roll=None))]
+    fn step(
+        &mut self,
+        py: Python<'_>,
+        pool: &Bound<'_, PyAny>,
+        ticket: u64,
+        roll: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(u8, Py<PyAny>)> {
+        guard(|| {
+            let roll = draw_arg("roll", roll)?;
+            let mut pool = pool_of(pool)?;
+            Ok(
+                match self.inner.step(&mut pool.inner, ticket, clock(), roll) {
+                    Step::Hand(o) => (HAND, o.0),
+                    Step::Open => (OPEN, py.None()),
+                    Step::Close(o) => (CLOSE, o.0),
+                    Step::Sleep(d) => (SLEEP, secs_out(d).into_py_any(py)?),
+                    Step::Park(_, deadline) => (PARK, deadline.map(secs_out).into_py_any(py)?),
+                    Step::Fail(f) => {
+                        let why = match f {
+                            Failed::Full { live } => ("full", live.into_py_any(py)?),
+                            Failed::Held { delay } => ("held", secs_out(delay).into_py_any(py)?),
+                            Failed::Shed { refusal } => ("shed", refusal.into_py_any(py)?),
+                            Failed::Closed => ("closed", py.None()),
+                        };
+                        (FAIL, why.into_py_any(py)?)
+                    }
+                },
+            )
+        })
+    }
+
+    /// Register what `OPEN` opened; `False` when the pool closed meanwhile
+    /// (close the item and fail as closed).
+    fn opened(
+        &mut self,
+        pool: &Bound<'_, PyAny>,
+        ticket: u64,
+        item: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        guard(|| {
+            let mut pool = pool_of(pool)?;
+            let item = Obj(item.clone().unbind());
+            Ok(self.inner.opened(&mut pool.inner, ticket, item, clock()))
+        })
+    }
+
+    /// Opening failed: the ward counts it.
+    #[pyo3(signature = (pool, ticket, roll=None))]
+    fn unopened(
+        &mut self,
+        pool: &Bound<'_, PyAny>,
+        ticket: u64,
+        roll: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        guard(|| {
+            let roll = draw_arg("roll", roll)?;
+            let mut pool = pool_of(pool)?;
+            self.inner.unopened(&mut pool.inner, ticket, clock(), roll);
+            Ok(())
+        })
+    }
+
+    /// The caller left; nothing for a ticket already over.
+    fn end(&mut self, pool: &Bound<'_, PyAny>, ticket: u64) -> PyResult<()> {
+        guard(|| {
+            let mut pool = pool_of(pool)?;
+            self.inner.end(&mut pool.inner, ticket);
+            Ok(())
+        })
+    }
+
+    /// An item comes back (`broken`: dropped); whether to close it.
+    fn give(
+        &mut self,
+        pool: &Bound<'_, PyAny>,
+        item: &Bound<'_, PyAny>,
+        broken: bool,
+    ) -> PyResult<bool> {
+        guard(|| {
+            let mut pool = pool_of(pool)?;
+            let item = Obj(item.clone().unbind());
+            Ok(self.inner.give(&mut pool.inner, item, clock(), broken))
+        })
+    }
+
+    /// The evict timer's sweep: idle items past their age, to close.
+    fn evict<'py>(
+        &mut self,
+        py: Python<'py>,
+        pool: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        guard(|| {
+            let mut pool = pool_of(pool)?;
+            PyList::new(
+                py,
+                self.inner
+                    .evict(&mut pool.inner, clock())
+                    .into_iter()
+                    .map(|o| o.0),
+            )
+        })
+    }
+
+    /// Shut down: the idle items to close; every parked ticket is woken.
+    fn close<'py>(
+        &mut self,
+        py: Python<'py>,
+        pool: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        guard(|| {
+            let mut pool = pool_of(pool)?;
+            PyList::new(
+                py,
+                self.inner.close(&mut pool.inner).into_iter().map(|o| o.0),
+            )
+        })
+    }
+
+    /// The tickets to wake now, in order.
+    fn wakes(&mut self) -> Vec<u64> {
+        self.inner.wakes()
+    }
+
+    /// Whether there are tickets to wake.
+    #[getter]
+    fn has_wakes(&self) -> bool {
+        self.inner.has_wakes()
+    }
+
+    /// How many acquires are parked.
+    #[getter]
+    fn parked(&self) -> usize {
+        self.inner.parked()
+    }
+
+    /// Whether `close` has run.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+}
+
+/// One call's run of attempts under a `Backoff`: after each failure,
+/// `failed()` answers the seconds to sleep before calling again (0: at
+/// once), or `None`: give up and raise.
+#[pyclass(module = "headway._native", name = "Attempts")]
+pub(crate) struct PyAttempts {
+    inner: flow::Attempts,
+}
+
+#[pymethods]
+impl PyAttempts {
+    #[new]
+    #[pyo3(signature = (backoff, made=0))]
+    fn new(backoff: &Bound<'_, PyAny>, made: i32) -> PyResult<Self> {
+        guard(|| {
+            let b = expect::<PyBackoff>("backoff", "Backoff", backoff)?
+                .get()
+                .inner;
+            Ok(PyAttempts {
+                inner: flow::Attempts::new(b, made),
+            })
+        })
+    }
+
+    /// The attempt failed: seconds to sleep before the next, or `None`.
+    #[pyo3(signature = (retryable=true, stopped=false, u=None))]
+    fn failed(
+        &mut self,
+        retryable: bool,
+        stopped: bool,
+        u: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<f64>> {
+        guard(|| {
+            let u = draw_arg("u", u)?;
+            Ok(match self.inner.failed(retryable, stopped, u) {
+                flow::Next::Sleep(d) => Some(secs_out(d)),
+                flow::Next::Retry => Some(0.0),
+                flow::Next::Fail => None,
+            })
+        })
+    }
+
+    /// How many attempts have been made.
+    #[getter]
+    fn made(&self) -> i32 {
+        self.inner.made()
+    }
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyAcquires>()?;
+    m.add_class::<PyAttempts>()?;
+    Ok(())
+}
