@@ -376,19 +376,5 @@ pub(crate) fn outcome_value(o: Outcome) -> Result<Value, Refused> {
 }
 
 fn check_options(o: &Options) -> Result<(), Refused> {
-    if let Some(p) = o.priority
-        && p > 9
-    {
-        return Err(Refused::Invalid(
-            "invalid `priority`: must be 0 to 9".into(),
-        ));
-    }
-    if let Some(q) = &o.queue
-        && q.is_empty()
-    {
-        return Err(Refused::Invalid(
-            "invalid `queue`: must not be empty".into(),
-        ));
-    }
-    Ok(())
+    Ok(super::specs::check_options(super::specs::Host::Rust, o)?)
 }
