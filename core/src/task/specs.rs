@@ -142,6 +142,20 @@ pub enum BackoffSpec {
     },
 }
 
+impl From<Backoff> for BackoffSpec {
+    /// A backoff already built (and so already checked).
+    fn from(b: Backoff) -> BackoffSpec {
+        match b {
+            Backoff::Fixed { delay } => BackoffSpec::Fixed { delay },
+            Backoff::Exponential { base, cap, jitter } => BackoffSpec::Exponential {
+                base: Some(base),
+                cap: Some(cap),
+                jitter: Some(jitter),
+            },
+        }
+    }
+}
+
 impl BackoffSpec {
     /// The backoff, or why not.
     pub fn build(self, host: Host) -> Result<Backoff, SpecError> {
