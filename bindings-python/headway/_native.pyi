@@ -972,13 +972,13 @@ class _App:
         bind: bool = False,
         is_async: bool = False,
         queue: str | None = None,
-        retries: int = 0,
+        retries: int | None = None,
         backoff: Fixed | Exponential | None = None,
         timeout: _Span | None = None,
-        acks_late: bool = False,
-        ignore_result: bool = False,
+        acks_late: bool | None = None,
+        ignore_result: bool | None = None,
         rate: str | Mapping[str, float] | None = None,
-    ) -> None: ...
+    ) -> str: ...
     def send(
         self,
         name: str,
@@ -1000,7 +1000,7 @@ class _App:
     def worker(
         self,
         queues: list[str] | None = None,
-        concurrency: int = 4,
+        concurrency: int | None = None,
         prefetch: int | None = None,
         name: str | None = None,
     ) -> _Worker: ...

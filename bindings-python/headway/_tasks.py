@@ -627,7 +627,7 @@ class App:
                 raise TypeError(f"@app.task needs a callable, not {type(f).__name__}")
             tname = name or f"{f.__module__}.{getattr(f, '__name__', type(f).__name__)}"
             is_async = _is_async(f)
-            self._native.register(
+            tqueue = self._native.register(
                 tname,
                 f,
                 bind=bind,
@@ -641,7 +641,7 @@ class App:
                 rate=rate,
             )
             cls: type[_TaskBase[Any, Any]] = AsyncTask if is_async else Task
-            t = cls(self, f, tname, bind, queue or "default")
+            t = cls(self, f, tname, bind, tqueue)
             self._tasks[tname] = t
             return t
 
