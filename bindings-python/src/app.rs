@@ -843,9 +843,8 @@ impl PyApp {
                 rate: rate_arg(rate)?,
             };
             let policy = spec.build(Host::Python).map_err(spec_err)?;
-            if name.is_empty() {
-                return Err(PyValueError::new_err("invalid `name`: must not be empty"));
-            }
+            // Checked before the body is kept under it.
+            headway_core::task::specs::name(Host::Python, name).map_err(spec_err)?;
             let queue = policy.queue.clone();
             let body = self.host.get().inner.insert(
                 name,

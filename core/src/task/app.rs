@@ -124,9 +124,7 @@ impl App {
     /// Registers `body` under `name`. Registering twice replaces the first,
     /// which is what lets a test run one task under two policies.
     pub fn register(&self, name: &str, policy: Policy, body: SharedBody) -> Result<(), Refused> {
-        if name.is_empty() {
-            return Err(Refused::Invalid("invalid `name`: must not be empty".into()));
-        }
+        super::specs::name(super::specs::Host::Rust, name)?;
         policy.check()?;
         self.inner
             .tasks

@@ -98,6 +98,14 @@ pub const AT_LEAST_ONE: &str = "must be a whole number, at least 1";
 /// A queue name.
 pub const NOT_EMPTY: &str = "must not be empty";
 
+/// A task's, a beat entry's or a job's name: not empty.
+pub fn name(host: Host, name: &str) -> Result<(), SpecError> {
+    if name.is_empty() {
+        return Err(SpecError::new(host, "name", NOT_EMPTY));
+    }
+    Ok(())
+}
+
 /// `x` as a whole number in `0..=max`, else `why`.
 fn whole(host: Host, name: &'static str, x: f64, max: f64, why: &str) -> Result<f64, SpecError> {
     if x.is_finite() && x.fract() == 0.0 && (0.0..=max).contains(&x) {

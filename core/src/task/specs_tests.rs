@@ -278,3 +278,12 @@ fn limits() {
         );
     }
 }
+
+#[test]
+fn names_must_not_be_empty() {
+    assert!(name(Host::Node, "t").is_ok());
+    assert_eq!(
+        name(Host::Python, "").unwrap_err().to_string(),
+        "invalid `name`: must not be empty"
+    );
+}
