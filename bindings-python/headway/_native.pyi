@@ -21,6 +21,9 @@ _T = TypeVar("_T")
 TAKE_TIMEOUT: float
 """How long ``Pooled.acquire`` waits by default, in seconds (30, HikariCP's
 ``connectionTimeout``)."""
+GRACE: float
+"""How long a worker's stop lets runs in progress finish by default, in
+seconds (10)."""
 _R_co = TypeVar("_R_co", covariant=True)
 
 #: Float seconds, or a ``timedelta`` (exact to the microsecond).
@@ -44,6 +47,7 @@ __all__ = [
     "Every",
     "Exponential",
     "Fixed",
+    "GRACE",
     "Gate",
     "Handle",
     "Jitter",

@@ -75,7 +75,7 @@ Rate: TypeAlias = str | Mapping[str, float]
 #: How long ``stop()`` (and Ctrl-C, and exit) lets runs in progress finish:
 #: 10 s, moontask's preset and about what a supervisor waits between SIGTERM
 #: and SIGKILL (Kubernetes' grace is 30 s; systemd's 90 s).
-GRACE = 10.0
+GRACE: float = _native.GRACE
 
 _live: weakref.WeakSet[Worker | Beat] = weakref.WeakSet()
 

@@ -1077,5 +1077,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyBeat>()?;
     m.add_class::<PyApp>()?;
     m.add_function(wrap_pyfunction!(_json_roundtrip, m)?)?;
+    m.add("GRACE", secs(headway_core::task::specs::GRACE))?;
     Ok(())
 }

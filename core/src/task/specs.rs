@@ -343,6 +343,11 @@ pub fn check_options(host: Host, o: &Options) -> Result<(), SpecError> {
 
 // ---------------------------------------------------------------- worker
 
+/// How long a worker's stop lets runs in progress finish when the caller
+/// names no grace (ms): 10 s (moontask's; about what a supervisor waits
+/// between SIGTERM and SIGKILL).
+pub const GRACE: i64 = 10_000;
+
 /// A worker's settings as given: what is `None` is
 /// [`WorkerConfig::default`]'s.
 #[derive(Debug, Clone, Default, PartialEq)]
