@@ -1277,8 +1277,8 @@ function sendOne(app, name, args, options, known, head) {
   }
 }
 
-/** How long `stop()` lets runs in progress finish: 10 s (moontask; about what a supervisor waits between SIGTERM and SIGKILL). */
-const GRACE = 10_000;
+/** How long `stop()` lets runs in progress finish: the core's default, 10 s (moontask; about what a supervisor waits between SIGTERM and SIGKILL). */
+const GRACE = native._grace();
 
 /**
  * Runs tasks: claims from its queues, runs up to `concurrency` bodies at

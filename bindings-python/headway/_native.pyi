@@ -21,6 +21,9 @@ _T = TypeVar("_T")
 TAKE_TIMEOUT: float
 """How long ``Pooled.acquire`` waits by default, in seconds (30, HikariCP's
 ``connectionTimeout``)."""
+GRACE: float
+"""How long a worker's stop lets runs in progress finish by default, in
+seconds (10)."""
 _R_co = TypeVar("_R_co", covariant=True)
 
 #: Float seconds, or a ``timedelta`` (exact to the microsecond).
@@ -46,6 +49,7 @@ __all__ = [
     "Every",
     "Exponential",
     "Fixed",
+    "GRACE",
     "Gate",
     "Handle",
     "Jitter",
@@ -1031,13 +1035,13 @@ class _App:
         bind: bool = False,
         is_async: bool = False,
         queue: str | None = None,
-        retries: int = 0,
+        retries: int | None = None,
         backoff: Fixed | Exponential | None = None,
         timeout: _Span | None = None,
-        acks_late: bool = False,
-        ignore_result: bool = False,
+        acks_late: bool | None = None,
+        ignore_result: bool | None = None,
         rate: str | Mapping[str, float] | None = None,
-    ) -> None: ...
+    ) -> str: ...
     def send(
         self,
         name: str,
@@ -1059,7 +1063,7 @@ class _App:
     def worker(
         self,
         queues: list[str] | None = None,
-        concurrency: int = 4,
+        concurrency: int | None = None,
         prefetch: int | None = None,
         name: str | None = None,
     ) -> _Worker: ...

@@ -75,7 +75,7 @@ Rate: TypeAlias = str | Mapping[str, float]
 #: How long ``stop()`` (and Ctrl-C, and exit) lets runs in progress finish:
 #: 10 s, moontask's preset and about what a supervisor waits between SIGTERM
 #: and SIGKILL (Kubernetes' grace is 30 s; systemd's 90 s).
-GRACE = 10.0
+GRACE: float = _native.GRACE
 
 _live: weakref.WeakSet[Worker | Beat] = weakref.WeakSet()
 
@@ -634,7 +634,7 @@ class App:
                 raise TypeError(f"@app.task needs a callable, not {type(f).__name__}")
             tname = name or f"{f.__module__}.{getattr(f, '__name__', type(f).__name__)}"
             is_async = _is_async(f)
-            self._native.register(
+            tqueue = self._native.register(
                 tname,
                 f,
                 bind=bind,
@@ -648,7 +648,7 @@ class App:
                 rate=rate,
             )
             cls: type[_TaskBase[Any, Any]] = AsyncTask if is_async else Task
-            t = cls(self, f, tname, bind, queue or "default")
+            t = cls(self, f, tname, bind, tqueue)
             self._tasks[tname] = t
             return t
 

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headway_core::task::{
-    App, Backoff, Beat, Canvas, Clock, Handle, Options, Policy, Rate, Refused, Sig, State, Worker,
-    WorkerConfig,
+    App, Backoff, BackoffSpec, Beat, Canvas, Clock, Handle, Host, Options, PolicySpec, RateSpec,
+    Refused, SendSpec, Sig, SpecError, State, Worker, WorkerSpec,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::gc::PyVisit;
@@ -26,10 +26,11 @@ use crate::dead::{PyDeadLetter, Raw, limit_arg};
 use crate::host::{Entry, PyHost};
 use crate::json;
 use crate::rt::{Answer, SLICE, block, check, panicked, refused, rt};
-use crate::times::{When, clock_arg, instant_out, rhythm_arg, secs, span_ms, when_arg};
+use crate::times::{clock_arg, instant_out, rhythm_arg, secs, span_ms, when_arg};
 use crate::{guard, int_arg, type_name};
 
-fn policy_err(e: headway_core::task::PolicyError) -> PyErr {
+/// The core's refusal of an argument, named as Python spells it.
+pub(crate) fn spec_err(e: SpecError) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
@@ -48,7 +49,11 @@ impl PyFixed {
     fn new(delay: &Bound<'_, PyAny>) -> PyResult<Self> {
         guard(|| {
             Ok(PyFixed {
-                inner: Backoff::fixed(span_ms("delay", delay)?).map_err(policy_err)?,
+                inner: BackoffSpec::Fixed {
+                    delay: span_ms("delay", delay)?,
+                }
+                .build(Host::Python)
+                .map_err(spec_err)?,
             })
         })
     }
@@ -105,23 +110,20 @@ pub(crate) struct PyExponential {
 #[pymethods]
 impl PyExponential {
     #[new]
-    #[pyo3(signature = (base=None, cap=None, jitter=true), text_signature = "(base=1.0, cap=600.0, jitter=True)")]
+    #[pyo3(signature = (base=None, cap=None, jitter=None), text_signature = "(base=1.0, cap=600.0, jitter=True)")]
     fn new(
         base: Option<&Bound<'_, PyAny>>,
         cap: Option<&Bound<'_, PyAny>>,
-        jitter: bool,
+        jitter: Option<bool>,
     ) -> PyResult<Self> {
         guard(|| {
-            let base = match base {
-                Some(b) if !b.is_none() => span_ms("base", b)?,
-                _ => 1_000,
-            };
-            let cap = match cap {
-                Some(c) if !c.is_none() => span_ms("cap", c)?,
-                _ => 600_000,
+            let spec = BackoffSpec::Exponential {
+                base: some(base).map(|b| span_ms("base", b)).transpose()?,
+                cap: some(cap).map(|c| span_ms("cap", c)).transpose()?,
+                jitter,
             };
             Ok(PyExponential {
-                inner: Backoff::exponential(base, cap, jitter).map_err(policy_err)?,
+                inner: spec.build(Host::Python).map_err(spec_err)?,
             })
         })
     }
@@ -184,46 +186,35 @@ impl PyExponential {
     }
 }
 
-fn backoff_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Backoff> {
-    match obj {
-        None => Ok(Backoff::default()),
-        Some(o) if o.is_none() => Ok(Backoff::default()),
-        Some(o) => {
-            if let Ok(f) = o.cast::<PyFixed>() {
-                return Ok(f.get().inner);
-            }
-            if let Ok(e) = o.cast::<PyExponential>() {
-                return Ok(e.get().inner);
-            }
-            Err(PyTypeError::new_err(format!(
-                "`backoff` must be headway.Fixed or headway.Exponential, not {}",
-                type_name(o)
-            )))
-        }
+fn backoff_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<BackoffSpec>> {
+    let Some(o) = some(obj) else { return Ok(None) };
+    if let Ok(f) = o.cast::<PyFixed>() {
+        return Ok(Some(f.get().inner.into()));
     }
+    if let Ok(e) = o.cast::<PyExponential>() {
+        return Ok(Some(e.get().inner.into()));
+    }
+    Err(PyTypeError::new_err(format!(
+        "`backoff` must be headway.Fixed or headway.Exponential, not {}",
+        type_name(o)
+    )))
 }
 
-fn rate_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Rate>> {
-    let Some(o) = obj else { return Ok(None) };
-    if o.is_none() {
-        return Ok(None);
-    }
+fn rate_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<RateSpec>> {
+    let Some(o) = some(obj) else { return Ok(None) };
     if let Ok(s) = o.cast::<PyString>() {
-        return Rate::parse(s.to_str()?).map(Some).map_err(policy_err);
+        return Ok(Some(RateSpec::Text(s.to_str()?.to_string())));
     }
     if let Ok(d) = o.cast::<PyDict>() {
-        let count = d.get_item("count")?.ok_or_else(|| {
-            PyValueError::new_err("invalid `rate`: a dict needs `count` and `per`")
-        })?;
-        let per = d.get_item("per")?.ok_or_else(|| {
-            PyValueError::new_err("invalid `rate`: a dict needs `count` and `per`")
-        })?;
-        let count = int_arg("rate.count", &count)?;
-        let count = u32::try_from(count)
-            .map_err(|_| PyValueError::new_err("invalid `rate`: `count` must be 0 or more"))?;
-        return Rate::new(count, span_ms("rate.per", &per)?)
-            .map(Some)
-            .map_err(policy_err);
+        let count = match d.get_item("count")? {
+            Some(c) => Some(int_arg("rate.count", &c)? as f64),
+            None => None,
+        };
+        let per = match d.get_item("per")? {
+            Some(p) => Some(span_ms("rate.per", &p)?),
+            None => None,
+        };
+        return Ok(Some(RateSpec::Parts { count, per }));
     }
     Err(PyTypeError::new_err(format!(
         "`rate` must be a string like \"10/m\" or a dict {{\"count\": 10, \"per\": 60.0}}, not {}",
@@ -247,40 +238,31 @@ fn some<'a, 'py>(o: Option<&'a Bound<'py, PyAny>>) -> Option<&'a Bound<'py, PyAn
 }
 
 fn options(app: &App, o: Opts<'_, '_>) -> PyResult<Options> {
-    let mut out = Options::default();
-    if let Some(e) = some(o.eta) {
-        out.eta = Some(match when_arg("eta", e, true)? {
-            When::At(ms) => ms,
-            When::In(ms) => app.now().saturating_add(ms),
-        });
-    }
-    if let Some(c) = some(o.countdown) {
-        out.countdown = Some(span_ms("countdown", c)?);
-    }
-    if let Some(e) = some(o.expires) {
-        out.expires = Some(match when_arg("expires", e, true)? {
-            When::At(ms) => ms,
-            When::In(ms) => app.now().saturating_add(ms),
-        });
-    }
-    if let Some(q) = some(o.queue) {
-        out.queue = Some(q.extract::<String>().map_err(|_| {
-            PyTypeError::new_err(format!("`queue` must be a str, not {}", type_name(q)))
-        })?);
-    }
-    if let Some(p) = some(o.priority) {
-        let v = int_arg("priority", p)?;
-        out.priority = Some(
-            u8::try_from(v)
-                .map_err(|_| PyValueError::new_err("invalid `priority`: must be 0 to 9"))?,
-        );
-    }
-    if let Some(t) = some(o.task_id) {
-        out.id = Some(t.extract::<String>().map_err(|_| {
-            PyTypeError::new_err(format!("`task_id` must be a str, not {}", type_name(t)))
-        })?);
-    }
-    Ok(out)
+    let when =
+        |name, x: Option<&Bound<'_, PyAny>>| some(x).map(|e| when_arg(name, e, true)).transpose();
+    let text = |name: &str, x: Option<&Bound<'_, PyAny>>| {
+        some(x)
+            .map(|t| {
+                t.extract::<String>().map_err(|_| {
+                    PyTypeError::new_err(format!("`{name}` must be a str, not {}", type_name(t)))
+                })
+            })
+            .transpose()
+    };
+    let spec = SendSpec {
+        eta: when("eta", o.eta)?,
+        countdown: some(o.countdown)
+            .map(|c| span_ms("countdown", c))
+            .transpose()?,
+        expires: when("expires", o.expires)?,
+        queue: text("queue", o.queue)?,
+        priority: some(o.priority)
+            .map(|p| int_arg("priority", p))
+            .transpose()?
+            .map(|p| p as f64),
+        id: text("task_id", o.task_id)?,
+    };
+    spec.options(Host::Python, || app.now()).map_err(spec_err)
 }
 
 const OPTION_NAMES: [&str; 6] = [
@@ -822,8 +804,9 @@ impl PyApp {
         secs(self.app.now())
     }
 
-    /// Registers `func` under `name` with a policy (replacing an earlier one).
-    #[pyo3(signature = (name, func, *, bind=false, is_async=false, queue=None, retries=0, backoff=None, timeout=None, acks_late=false, ignore_result=false, rate=None))]
+    /// Registers `func` under `name` with a policy (replacing an earlier one);
+    /// answers the queue its runs go to. What is `None` is the core's default.
+    #[pyo3(signature = (name, func, *, bind=false, is_async=false, queue=None, retries=None, backoff=None, timeout=None, acks_late=None, ignore_result=None, rate=None))]
     #[allow(clippy::too_many_arguments)]
     fn register(
         &self,
@@ -833,33 +816,27 @@ impl PyApp {
         bind: bool,
         is_async: bool,
         queue: Option<String>,
-        retries: i64,
+        retries: Option<i64>,
         backoff: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
-        acks_late: bool,
-        ignore_result: bool,
+        acks_late: Option<bool>,
+        ignore_result: Option<bool>,
         rate: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
+    ) -> PyResult<String> {
         guard(|| {
-            let retries = u32::try_from(retries)
-                .map_err(|_| PyValueError::new_err("invalid `retries`: must be 0 or more"))?;
-            let timeout = match some(timeout) {
-                Some(t) => Some(span_ms("timeout", t)?),
-                None => None,
-            };
-            let policy = Policy {
-                queue: queue.unwrap_or_else(|| "default".into()),
-                retries,
+            let spec = PolicySpec {
+                queue,
+                retries: retries.map(|r| r as f64),
                 backoff: backoff_arg(backoff)?,
-                timeout,
+                timeout: some(timeout).map(|t| span_ms("timeout", t)).transpose()?,
                 acks_late,
                 ignore_result,
                 rate: rate_arg(rate)?,
             };
-            policy.check().map_err(policy_err)?;
-            if name.is_empty() {
-                return Err(PyValueError::new_err("invalid `name`: must not be empty"));
-            }
+            let policy = spec.build(Host::Python).map_err(spec_err)?;
+            // Checked before the body is kept under it.
+            headway_core::task::specs::name(Host::Python, name).map_err(spec_err)?;
+            let queue = policy.queue.clone();
             let body = self.host.get().inner.insert(
                 name,
                 Entry {
@@ -868,7 +845,8 @@ impl PyApp {
                     is_async,
                 },
             );
-            check(py, self.app.register(name, policy, body))
+            check(py, self.app.register(name, policy, body))?;
+            Ok(queue)
         })
     }
 
@@ -953,31 +931,22 @@ impl PyApp {
     }
 
     /// A worker over `queues` (the core's `["default"]` when `None`).
-    #[pyo3(signature = (queues=None, concurrency=4, prefetch=None, name=None))]
+    #[pyo3(signature = (queues=None, concurrency=None, prefetch=None, name=None))]
     fn worker(
         &self,
         queues: Option<Vec<String>>,
-        concurrency: i64,
+        concurrency: Option<i64>,
         prefetch: Option<i64>,
         name: Option<String>,
     ) -> PyResult<PyWorker> {
         guard(|| {
-            let d = WorkerConfig::default();
-            let concurrency = usize::try_from(concurrency)
-                .map_err(|_| PyValueError::new_err("invalid `concurrency`: must be at least 1"))?;
-            let prefetch =
-                match prefetch {
-                    Some(p) => Some(usize::try_from(p).map_err(|_| {
-                        PyValueError::new_err("invalid `prefetch`: must be 0 or more")
-                    })?),
-                    None => None,
-                };
-            let cfg = WorkerConfig {
-                queues: queues.unwrap_or(d.queues),
-                concurrency,
-                prefetch,
+            let spec = WorkerSpec {
+                queues,
+                concurrency: concurrency.map(|c| c as f64),
+                prefetch: prefetch.map(|p| p as f64),
                 name,
             };
+            let cfg = spec.build(Host::Python).map_err(spec_err)?;
             let py_err = |r: Refused| PyValueError::new_err(r.to_string());
             Ok(PyWorker {
                 inner: self.app.worker(cfg).map_err(py_err)?,
@@ -1095,5 +1064,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyBeat>()?;
     m.add_class::<PyApp>()?;
     m.add_function(wrap_pyfunction!(_json_roundtrip, m)?)?;
+    m.add("GRACE", secs(headway_core::task::specs::GRACE))?;
     Ok(())
 }

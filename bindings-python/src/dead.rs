@@ -5,8 +5,8 @@
 //! Listing, counting, re-queueing and purging are the core's (`Inspector`,
 //! `Broker`); this only converts.
 
-use headway_core::task::DeadLetter;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use headway_core::task::{DeadLetter, Host};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes};
 
@@ -105,8 +105,8 @@ pub(crate) fn limit_arg(obj: Option<&Bound<'_, PyAny>>, none: usize) -> PyResult
     if obj.is_instance_of::<PyBool>() {
         return Err(PyTypeError::new_err("`limit` must be an int, not bool"));
     }
-    let n = int_arg("limit", obj)?;
-    usize::try_from(n).map_err(|_| PyValueError::new_err("invalid `limit`: must be 0 or more"))
+    let n = int_arg("limit", obj)? as f64;
+    headway_core::task::specs::limit(Host::Python, Some(n), none).map_err(crate::app::spec_err)
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -61,13 +61,8 @@ pub(crate) fn instant_out(py: Python<'_>, ms: i64) -> PyResult<Bound<'_, PyAny>>
     d.epoch.bind(py).call_method1("__add__", (delta,))
 }
 
-/// What an instant argument was.
-pub(crate) enum When {
-    /// An absolute instant (ms since the epoch).
-    At(i64),
-    /// A `timedelta`: this long from now (ms).
-    In(i64),
-}
+/// What an instant argument was: absolute, or (a `timedelta`) from now.
+pub(crate) use headway_core::task::specs::When;
 
 /// An instant: an aware `datetime`, epoch seconds, or (when `relative`) a
 /// `timedelta` from now. `TypeError`/`ValueError` naming `name`.

@@ -14,7 +14,9 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use headway_core::task::{App, Beat, Call, Failure, Handle, HostQueue, Sig, Worker, WorkerConfig};
+use headway_core::task::{
+    App, Beat, Call, Failure, Handle, Host, HostQueue, Sig, Worker, WorkerSpec,
+};
 use napi::Env;
 use napi::bindgen_prelude::{Either, Unknown};
 use napi_derive::napi;
@@ -457,28 +459,15 @@ impl NativeApp {
         prefetch: Option<f64>,
         name: Option<String>,
     ) -> Either<NativeWorker, Refusal> {
-        let d = WorkerConfig::default();
-        let count = |x: f64, what: &str| -> Result<usize, Refusal> {
-            if x.fract() != 0.0 || x < 0.0 || !x.is_finite() {
-                return Err(Refusal::invalid(format!(
-                    "invalid `{what}`: must be a whole number, at least 1"
-                )));
-            }
-            Ok(x as usize)
-        };
-        let concurrency = match concurrency.map(|c| count(c, "concurrency")).transpose() {
-            Ok(c) => c.unwrap_or(d.concurrency),
-            Err(e) => return Either::B(e),
-        };
-        let prefetch = match prefetch.map(|p| count(p, "prefetch")).transpose() {
-            Ok(p) => p,
-            Err(e) => return Either::B(e),
-        };
-        let cfg = WorkerConfig {
-            queues: queues.unwrap_or(d.queues),
+        let spec = WorkerSpec {
+            queues,
             concurrency,
             prefetch,
             name,
+        };
+        let cfg = match spec.build(Host::Node) {
+            Ok(c) => c,
+            Err(e) => return Either::B(e.into()),
         };
         match self.app.worker(cfg) {
             Ok(w) => Either::A(NativeWorker { w }),

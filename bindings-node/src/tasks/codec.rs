@@ -5,13 +5,21 @@
 //! A request that does not parse means `tasks.js` and this file disagree —
 //! a bug, reported as such rather than guessed round.
 
+use headway_core::task::specs::When;
 use headway_core::task::{
-    Backoff, Canvas, Cron, Every, Options, Policy, Rate, Rhythm, RhythmError, Sig,
+    Backoff, BackoffSpec, Canvas, Cron, Every, Host, Options, Policy, PolicySpec, RateSpec, Rhythm,
+    RhythmError, SendSpec, Sig, SpecError,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{Refusal, ms};
+
+impl From<SpecError> for Refusal {
+    fn from(e: SpecError) -> Refusal {
+        Refusal::invalid(e.to_string())
+    }
+}
 
 /// A request that does not parse.
 pub(crate) fn garbled(what: &str, e: impl std::fmt::Display) -> Refusal {
@@ -37,29 +45,21 @@ pub(crate) struct OptsIn {
     id: Option<String>,
 }
 
-/// The core's `Options`. Ranges (priority 0 to 9, a non-empty queue) are the
-/// core's checks, made when it sends.
+/// The core's `Options` (every range is the core's, in `specs`).
 pub(crate) fn options(o: Option<OptsIn>) -> Result<Options, Refusal> {
     let Some(o) = o else {
         return Ok(Options::default());
     };
-    let priority = match o.priority {
-        None => None,
-        Some(p) => Some(
-            u8::try_from(ms(p))
-                .ok()
-                .filter(|_| p.fract() == 0.0)
-                .ok_or_else(|| Refusal::invalid("invalid `priority`: must be 0 to 9"))?,
-        ),
-    };
-    Ok(Options {
-        queue: o.queue,
-        eta: o.eta.map(ms),
+    let spec = SendSpec {
+        eta: o.eta.map(|t| When::At(ms(t))),
         countdown: o.countdown.map(ms),
-        expires: o.expires.map(ms),
-        priority,
+        expires: o.expires.map(|t| When::At(ms(t))),
+        queue: o.queue,
+        priority: o.priority,
         id: o.id,
-    })
+    };
+    // Node's instants are absolute already: the clock is never read.
+    Ok(spec.options(Host::Node, || 0)?)
 }
 
 /// A send: `[name, args, kwargs | null, options | null]`.
@@ -79,31 +79,23 @@ pub(crate) struct BackoffIn {
     jitter: Option<bool>,
 }
 
-/// `{fixed}` or `{base, cap, jitter}`; what is omitted is the core's
-/// default (`Backoff::default()`: 1 s doubling to 10 min, jittered).
-pub(crate) fn backoff(b: BackoffIn) -> Result<Backoff, Refusal> {
-    let bad = |e: headway_core::task::PolicyError| Refusal::invalid(e.to_string());
-    if let Some(d) = b.fixed {
-        return Backoff::fixed(ms(d)).map_err(bad);
+impl BackoffIn {
+    fn spec(self) -> BackoffSpec {
+        match self.fixed {
+            Some(d) => BackoffSpec::Fixed { delay: ms(d) },
+            None => BackoffSpec::Exponential {
+                base: self.base.map(ms),
+                cap: self.cap.map(ms),
+                jitter: self.jitter,
+            },
+        }
     }
-    let Backoff::Exponential {
-        base: b0,
-        cap: c0,
-        jitter: j0,
-    } = Backoff::default()
-    else {
-        unreachable!("the default backoff is exponential")
-    };
-    Backoff::exponential(
-        b.base.map_or(b0, ms),
-        b.cap.map_or(c0, ms),
-        b.jitter.unwrap_or(j0),
-    )
-    .map_err(bad)
 }
 
+/// `{fixed}` or `{base, cap, jitter}`; what is omitted is the core's.
 pub(crate) fn backoff_text(text: &str) -> Result<Backoff, Refusal> {
-    backoff(parse("backoff", text)?)
+    let b: BackoffIn = parse("backoff", text)?;
+    Ok(b.spec().build(Host::Node)?)
 }
 
 #[derive(Debug, Deserialize)]
@@ -125,46 +117,25 @@ struct PolicyIn {
     rate: Option<RateIn>,
 }
 
-/// A task's policy: what is omitted is `Policy::default()`'s.
+/// A task's policy: what is omitted is the core's default.
 pub(crate) fn policy(text: &str) -> Result<Policy, Refusal> {
     let p: PolicyIn = parse("policy", text)?;
-    let d = Policy::default();
-    let retries = match p.retries {
-        None => d.retries,
-        Some(r) => u32::try_from(ms(r))
-            .ok()
-            .filter(|_| r.fract() == 0.0)
-            .ok_or_else(|| Refusal::invalid("invalid `retries`: must be 0 or more"))?,
+    let spec = PolicySpec {
+        queue: p.queue,
+        retries: p.retries,
+        backoff: p.backoff.map(BackoffIn::spec),
+        timeout: p.timeout.map(ms),
+        acks_late: p.acks_late,
+        ignore_result: p.ignore_result,
+        rate: p.rate.map(|r| match r {
+            RateIn::Text(t) => RateSpec::Text(t),
+            RateIn::Obj { count, per } => RateSpec::Parts {
+                count: Some(count),
+                per: Some(ms(per)),
+            },
+        }),
     };
-    let rate = match p.rate {
-        None => None,
-        Some(RateIn::Text(t)) => {
-            Some(Rate::parse(&t).map_err(|e| Refusal::invalid(e.to_string()))?)
-        }
-        Some(RateIn::Obj { count, per }) => {
-            let count = u32::try_from(ms(count))
-                .ok()
-                .filter(|_| count.fract() == 0.0)
-                .ok_or_else(|| Refusal::invalid("invalid `rate`: `count` must be 0 or more"))?;
-            Some(Rate::new(count, ms(per)).map_err(|e| Refusal::invalid(e.to_string()))?)
-        }
-    };
-    let policy = Policy {
-        queue: p.queue.unwrap_or(d.queue),
-        retries,
-        backoff: match p.backoff {
-            None => d.backoff,
-            Some(b) => backoff(b)?,
-        },
-        timeout: p.timeout.map(ms).or(d.timeout),
-        acks_late: p.acks_late.unwrap_or(d.acks_late),
-        ignore_result: p.ignore_result.unwrap_or(d.ignore_result),
-        rate: rate.or(d.rate),
-    };
-    policy
-        .check()
-        .map_err(|e| Refusal::invalid(e.to_string()))?;
-    Ok(policy)
+    Ok(spec.build(Host::Node)?)
 }
 
 #[derive(Debug, Deserialize)]

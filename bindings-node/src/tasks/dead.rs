@@ -4,7 +4,7 @@
 //! Listing, counting, re-queueing and purging are the core's (`Inspector`,
 //! `Broker`); this only converts.
 
-use headway_core::task::DeadLetter;
+use headway_core::task::{DeadLetter, Host};
 
 /// The concrete broker behind an app's seams, for `_pushRaw` (the core's).
 pub(crate) use headway_core::broker::Raw;
@@ -30,14 +30,8 @@ pub(crate) fn letters_json(letters: Vec<DeadLetter>) -> String {
     serde_json::to_string(&v).unwrap_or_else(|_| "[]".into())
 }
 
-/// A JS count (`limit`): a whole number, 0 or more (`tasks.js` checks the
-/// type). `null`: `none`.
+/// A JS count (`limit`; `tasks.js` checks the type), in the core's range.
+/// `null`: `none`.
 pub(crate) fn count(limit: Option<f64>, none: usize) -> Result<usize, super::Refusal> {
-    match limit {
-        None => Ok(none),
-        Some(x) if x.is_finite() && x.fract() == 0.0 && x >= 0.0 => Ok(x as usize),
-        Some(_) => Err(super::Refusal::invalid(
-            "invalid `limit`: must be a whole number, 0 or more",
-        )),
-    }
+    Ok(headway_core::task::specs::limit(Host::Node, limit, none)?)
 }

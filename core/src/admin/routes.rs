@@ -479,7 +479,12 @@ async fn send_checked(inner: &Inner, b: Map<String, Value>) -> Result<Response, 
         None | Some(Value::Null) => {}
         Some(v) => match v.as_u64() {
             Some(p) if p <= 9 => options.priority = Some(p as u8),
-            _ => return Err(invalid("invalid `priority`: must be an integer 0 to 9")),
+            _ => {
+                return Err(invalid(format!(
+                    "invalid `priority`: {}",
+                    crate::task::specs::PRIORITY_RANGE
+                )));
+            }
         },
     }
     if !inner.app.has_task(&task) {

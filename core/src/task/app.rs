@@ -124,9 +124,7 @@ impl App {
     /// Registers `body` under `name`. Registering twice replaces the first,
     /// which is what lets a test run one task under two policies.
     pub fn register(&self, name: &str, policy: Policy, body: SharedBody) -> Result<(), Refused> {
-        if name.is_empty() {
-            return Err(Refused::Invalid("invalid `name`: must not be empty".into()));
-        }
+        super::specs::name(super::specs::Host::Rust, name)?;
         policy.check()?;
         self.inner
             .tasks
@@ -376,19 +374,5 @@ pub(crate) fn outcome_value(o: Outcome) -> Result<Value, Refused> {
 }
 
 fn check_options(o: &Options) -> Result<(), Refused> {
-    if let Some(p) = o.priority
-        && p > 9
-    {
-        return Err(Refused::Invalid(
-            "invalid `priority`: must be 0 to 9".into(),
-        ));
-    }
-    if let Some(q) = &o.queue
-        && q.is_empty()
-    {
-        return Err(Refused::Invalid(
-            "invalid `queue`: must not be empty".into(),
-        ));
-    }
-    Ok(())
+    Ok(super::specs::check_options(super::specs::Host::Rust, o)?)
 }

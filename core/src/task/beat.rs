@@ -71,9 +71,7 @@ impl Beat {
     /// name identifies the entry, not the task: one task may be scheduled
     /// twice under two names.
     pub fn add(&self, name: &str, sig: Sig, rhythm: Rhythm) -> Result<(), Refused> {
-        if name.is_empty() {
-            return Err(Refused::Invalid("invalid `name`: must not be empty".into()));
-        }
+        super::specs::name(super::specs::Host::Rust, name)?;
         let now = self.app.now();
         {
             let mut g = self.lock();

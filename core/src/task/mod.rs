@@ -22,6 +22,7 @@ pub mod rhythm;
 pub mod runners;
 pub mod schedule;
 pub mod spec;
+pub mod specs;
 pub mod state;
 pub mod terminate;
 pub mod timetable;
@@ -46,6 +47,7 @@ pub use spec::{
     Backend, Broker, ConsumerInfo, Counter, Delivery, EVENT_TEXT_MAX, Inspector, Joined, QueueInfo,
     Receipt, RunEvent,
 };
+pub use specs::{BackoffSpec, Host, PolicySpec, RateSpec, SendSpec, SpecError, WorkerSpec};
 pub use state::{Failure, Outcome, Refused, State};
 pub use timetable::Timetable;
 pub use worker::{Worker, WorkerConfig};

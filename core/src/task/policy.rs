@@ -139,10 +139,9 @@ impl Rate {
             return Err(bad("rate", "the window must be positive"));
         }
         if per > i64::MAX / 1_000_000 {
-            return Err(bad(
-                "rate",
-                format!("the window of {per} ms is longer than 292 years"),
-            ));
+            // No value in the text: the caller's unit (seconds in Python)
+            // is not the core's.
+            return Err(bad("rate", "the window is longer than 292 years"));
         }
         Ok(Rate { count, per })
     }
@@ -212,7 +211,7 @@ impl Policy {
     /// is not positive.
     pub fn check(&self) -> Result<(), PolicyError> {
         if self.queue.is_empty() {
-            return Err(bad("queue", "must not be empty"));
+            return Err(bad("queue", super::specs::NOT_EMPTY));
         }
         if let Some(t) = self.timeout
             && t <= 0

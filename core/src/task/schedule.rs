@@ -130,9 +130,7 @@ impl Scheduler {
 
     /// Adds (or replaces) the job `name` on `rhythm`.
     pub fn add(&self, name: &str, job: Arc<dyn Job>, rhythm: Rhythm) -> Result<(), Refused> {
-        if name.is_empty() {
-            return Err(Refused::Invalid("invalid `name`: must not be empty".into()));
-        }
+        super::specs::name(super::specs::Host::Rust, name)?;
         let now = self.clock.now();
         self.table
             .lock()

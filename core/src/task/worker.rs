@@ -114,9 +114,10 @@ impl Worker {
     /// A worker of `app` set up by `config`.
     pub fn new(app: App, config: WorkerConfig) -> Result<Worker, Refused> {
         if config.concurrency == 0 {
-            return Err(Refused::Invalid(
-                "invalid `concurrency`: must be at least 1".into(),
-            ));
+            return Err(Refused::Invalid(format!(
+                "invalid `concurrency`: {}",
+                super::specs::AT_LEAST_ONE
+            )));
         }
         if config.queues.is_empty() || config.queues.iter().any(String::is_empty) {
             return Err(Refused::Invalid(

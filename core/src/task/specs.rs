@@ -1,0 +1,389 @@
+//! Task policies, send options and worker settings as the bindings receive
+//! them: raw, optional fields in the core's units, checked and defaulted here.
+//!
+//! Why a layer of its own: a default, a range or an error text written in
+//! each binding drifts (the priority range once had three copies, a Node
+//! `prefetch` of -1 was said to need "at least 1"). Here each exists once,
+//! and every binding gets the same answer. A binding converts host values
+//! into a spec — seconds or a `timedelta` into milliseconds, a JS number or
+//! a Python int into an `f64` count — and refuses only what is the wrong
+//! *type*; whether a value is in range is decided here.
+//!
+//! An error names the argument as the caller wrote it: [`Host`] says whose
+//! spelling (`acks_late` in Python and Rust, `acksLate` in Node; a send's
+//! `task_id` is Node's `id`). No text here prints a span, so none depends on
+//! the host's unit (seconds in Python, milliseconds in Node).
+
+use std::fmt;
+
+use super::message::Options;
+use super::policy::{Backoff, Policy, PolicyError, Rate};
+use super::state::Refused;
+use super::worker::WorkerConfig;
+
+/// Whose spelling an error uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Host {
+    /// The core's own names (snake_case).
+    Rust,
+    /// snake_case, as the core.
+    Python,
+    /// camelCase; a send's id is `id`.
+    Node,
+}
+
+impl Host {
+    /// `arg` (the core's name) as this host spells it.
+    pub fn spell(self, arg: &'static str) -> &'static str {
+        match (self, arg) {
+            (Host::Node, "acks_late") => "acksLate",
+            (Host::Node, "ignore_result") => "ignoreResult",
+            (Host::Node, "task_id") => "id",
+            _ => arg,
+        }
+    }
+}
+
+/// An argument that cannot be accepted, named as the host spells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecError {
+    /// Whose spelling [`SpecError::arg`] answers.
+    pub host: Host,
+    /// The argument, as the core spells it.
+    pub name: &'static str,
+    /// What was wrong with it.
+    pub why: String,
+}
+
+impl SpecError {
+    fn new(host: Host, name: &'static str, why: impl Into<String>) -> SpecError {
+        SpecError {
+            host,
+            name,
+            why: why.into(),
+        }
+    }
+
+    /// The argument as the caller wrote it.
+    pub fn arg(&self) -> &'static str {
+        self.host.spell(self.name)
+    }
+
+    /// A policy knob the core refused, named for `host`.
+    pub fn policy(host: Host, e: PolicyError) -> SpecError {
+        SpecError::new(host, e.arg, e.why)
+    }
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid `{}`: {}", self.arg(), self.why)
+    }
+}
+
+impl std::error::Error for SpecError {}
+
+impl From<SpecError> for Refused {
+    fn from(e: SpecError) -> Refused {
+        Refused::Invalid(e.to_string())
+    }
+}
+
+/// A priority's range (0, first, to 9).
+pub const PRIORITY_RANGE: &str = "must be 0 to 9";
+/// A count that may be 0 (retries, a rate's count, prefetch, a limit).
+pub const WHOLE: &str = "must be a whole number, 0 or more";
+/// A worker's concurrency.
+pub const AT_LEAST_ONE: &str = "must be a whole number, at least 1";
+/// A queue name.
+pub const NOT_EMPTY: &str = "must not be empty";
+
+/// A task's, a beat entry's or a job's name: not empty.
+pub fn name(host: Host, name: &str) -> Result<(), SpecError> {
+    if name.is_empty() {
+        return Err(SpecError::new(host, "name", NOT_EMPTY));
+    }
+    Ok(())
+}
+
+/// `x` as a whole number in `0..=max`, else `why`.
+fn whole(host: Host, name: &'static str, x: f64, max: f64, why: &str) -> Result<f64, SpecError> {
+    if x.is_finite() && x.fract() == 0.0 && (0.0..=max).contains(&x) {
+        Ok(x)
+    } else {
+        Err(SpecError::new(host, name, why))
+    }
+}
+
+/// A count in `0..=u32::MAX`.
+fn count32(host: Host, name: &'static str, x: f64, why: &str) -> Result<u32, SpecError> {
+    Ok(whole(host, name, x, u32::MAX as f64, why)? as u32)
+}
+
+/// A count in `0..` (saturating at `usize::MAX`).
+fn count(host: Host, name: &'static str, x: f64, why: &str) -> Result<usize, SpecError> {
+    Ok(whole(host, name, x, f64::INFINITY, why)? as usize)
+}
+
+/// A limit on how many items an answer lists (dead letters): a whole
+/// number, 0 or more; `none` when absent.
+pub fn limit(host: Host, x: Option<f64>, none: usize) -> Result<usize, SpecError> {
+    match x {
+        None => Ok(none),
+        Some(x) => count(host, "limit", x, WHOLE),
+    }
+}
+
+// ---------------------------------------------------------------- backoff
+
+/// A retry backoff as given: a fixed wait, or an exponential one whose
+/// omitted parts are [`Backoff::default`]'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackoffSpec {
+    /// The same wait every time (ms).
+    Fixed { delay: i64 },
+    /// Doubling from `base` to `cap` (ms), jittered or not.
+    Exponential {
+        base: Option<i64>,
+        cap: Option<i64>,
+        jitter: Option<bool>,
+    },
+}
+
+impl From<Backoff> for BackoffSpec {
+    /// A backoff already built (and so already checked).
+    fn from(b: Backoff) -> BackoffSpec {
+        match b {
+            Backoff::Fixed { delay } => BackoffSpec::Fixed { delay },
+            Backoff::Exponential { base, cap, jitter } => BackoffSpec::Exponential {
+                base: Some(base),
+                cap: Some(cap),
+                jitter: Some(jitter),
+            },
+        }
+    }
+}
+
+impl BackoffSpec {
+    /// The backoff, or why not.
+    pub fn build(self, host: Host) -> Result<Backoff, SpecError> {
+        let bad = |e| SpecError::policy(host, e);
+        match self {
+            BackoffSpec::Fixed { delay } => Backoff::fixed(delay).map_err(bad),
+            BackoffSpec::Exponential { base, cap, jitter } => {
+                let Backoff::Exponential {
+                    base: b0,
+                    cap: c0,
+                    jitter: j0,
+                } = Backoff::default()
+                else {
+                    unreachable!("the default backoff is exponential")
+                };
+                Backoff::exponential(base.unwrap_or(b0), cap.unwrap_or(c0), jitter.unwrap_or(j0))
+                    .map_err(bad)
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- rate
+
+/// A rate as given: Celery's notation (`"10/m"`), or a count per window.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RateSpec {
+    /// `"10/s"`, `"100/m"`, `"5/h"`, `"1/d"`, or a bare number per second.
+    Text(String),
+    /// `count` runs per `per` ms; both are needed.
+    Parts {
+        count: Option<f64>,
+        per: Option<i64>,
+    },
+}
+
+impl RateSpec {
+    /// The rate, or why not.
+    pub fn build(self, host: Host) -> Result<Rate, SpecError> {
+        let bad = |e| SpecError::policy(host, e);
+        match self {
+            RateSpec::Text(t) => Rate::parse(&t).map_err(bad),
+            RateSpec::Parts {
+                count: Some(count),
+                per: Some(per),
+            } => {
+                let count = count32(
+                    host,
+                    "rate",
+                    count,
+                    "`count` must be a whole number, 0 or more",
+                )?;
+                Rate::new(count, per).map_err(bad)
+            }
+            RateSpec::Parts { .. } => Err(SpecError::new(host, "rate", "needs `count` and `per`")),
+        }
+    }
+}
+
+// ---------------------------------------------------------------- policy
+
+/// A task's policy as given: what is `None` is [`Policy::default`]'s.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PolicySpec {
+    pub queue: Option<String>,
+    /// How many times a failed run is tried again (a whole number).
+    pub retries: Option<f64>,
+    pub backoff: Option<BackoffSpec>,
+    /// How long one run may take (ms).
+    pub timeout: Option<i64>,
+    pub acks_late: Option<bool>,
+    pub ignore_result: Option<bool>,
+    pub rate: Option<RateSpec>,
+}
+
+impl PolicySpec {
+    /// The policy, or why not.
+    pub fn build(self, host: Host) -> Result<Policy, SpecError> {
+        let d = Policy::default();
+        let retries = match self.retries {
+            None => d.retries,
+            Some(r) => count32(host, "retries", r, WHOLE)?,
+        };
+        let policy = Policy {
+            queue: self.queue.unwrap_or(d.queue),
+            retries,
+            backoff: match self.backoff {
+                None => d.backoff,
+                Some(b) => b.build(host)?,
+            },
+            timeout: self.timeout.or(d.timeout),
+            acks_late: self.acks_late.unwrap_or(d.acks_late),
+            ignore_result: self.ignore_result.unwrap_or(d.ignore_result),
+            rate: match self.rate {
+                None => d.rate,
+                Some(r) => Some(r.build(host)?),
+            },
+        };
+        policy.check().map_err(|e| SpecError::policy(host, e))?;
+        Ok(policy)
+    }
+}
+
+// ---------------------------------------------------------------- send
+
+/// An instant as given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum When {
+    /// Absolute (ms since the epoch).
+    At(i64),
+    /// This long from the send (ms).
+    In(i64),
+}
+
+impl When {
+    fn at(self, now: &mut impl FnMut() -> i64) -> i64 {
+        match self {
+            When::At(ms) => ms,
+            When::In(ms) => now().saturating_add(ms),
+        }
+    }
+}
+
+/// Per-send options as given (`apply_async`'s, a signature's).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SendSpec {
+    pub eta: Option<When>,
+    /// This long from the send (ms).
+    pub countdown: Option<i64>,
+    pub expires: Option<When>,
+    pub queue: Option<String>,
+    /// 0 (first) to 9 (a whole number).
+    pub priority: Option<f64>,
+    /// The run's id (Python's `task_id`, Node's `id`).
+    pub id: Option<String>,
+}
+
+impl SendSpec {
+    /// The core's options; a relative instant counts from `now()` (read at
+    /// most once, and only if one is relative).
+    ///
+    /// A priority must fit the message (a whole number, 0 to 255); that it is
+    /// at most 9 and that a queue name is not empty is checked when a run is
+    /// sent ([`check_options`]), as for a Rust caller.
+    pub fn options(self, host: Host, mut now: impl FnMut() -> i64) -> Result<Options, SpecError> {
+        let mut at = None;
+        let mut now = move || *at.get_or_insert_with(&mut now);
+        let priority = match self.priority {
+            None => None,
+            Some(p) => Some(whole(host, "priority", p, u8::MAX as f64, PRIORITY_RANGE)? as u8),
+        };
+        Ok(Options {
+            queue: self.queue,
+            eta: self.eta.map(|w| w.at(&mut now)),
+            countdown: self.countdown,
+            expires: self.expires.map(|w| w.at(&mut now)),
+            priority,
+            id: self.id,
+        })
+    }
+}
+
+/// What a send refuses in its options: a priority above 9, an empty queue.
+pub fn check_options(host: Host, o: &Options) -> Result<(), SpecError> {
+    if let Some(p) = o.priority
+        && p > 9
+    {
+        return Err(SpecError::new(host, "priority", PRIORITY_RANGE));
+    }
+    if let Some(q) = &o.queue
+        && q.is_empty()
+    {
+        return Err(SpecError::new(host, "queue", NOT_EMPTY));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- worker
+
+/// How long a worker's stop lets runs in progress finish when the caller
+/// names no grace (ms): 10 s (moontask's; about what a supervisor waits
+/// between SIGTERM and SIGKILL).
+pub const GRACE: i64 = 10_000;
+
+/// A worker's settings as given: what is `None` is
+/// [`WorkerConfig::default`]'s.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkerSpec {
+    pub queues: Option<Vec<String>>,
+    /// How many bodies run at once (a whole number, at least 1).
+    pub concurrency: Option<f64>,
+    /// How many messages it may hold unsettled (a whole number).
+    pub prefetch: Option<f64>,
+    pub name: Option<String>,
+}
+
+impl WorkerSpec {
+    /// The worker's configuration, or why not.
+    pub fn build(self, host: Host) -> Result<WorkerConfig, SpecError> {
+        let d = WorkerConfig::default();
+        let concurrency = match self.concurrency {
+            None => d.concurrency,
+            Some(c) => match count(host, "concurrency", c, AT_LEAST_ONE)? {
+                0 => return Err(SpecError::new(host, "concurrency", AT_LEAST_ONE)),
+                n => n,
+            },
+        };
+        let prefetch = match self.prefetch {
+            None => d.prefetch,
+            Some(p) => Some(count(host, "prefetch", p, WHOLE)?),
+        };
+        Ok(WorkerConfig {
+            queues: self.queues.unwrap_or(d.queues),
+            concurrency,
+            prefetch,
+            name: self.name.or(d.name),
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "specs_tests.rs"]
+mod tests;

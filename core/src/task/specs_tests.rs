@@ -1,0 +1,289 @@
+//! The specs' defaults, ranges and texts, for each host's spelling.
+
+use super::*;
+
+#[test]
+fn an_empty_policy_is_the_default() {
+    for host in [Host::Rust, Host::Python, Host::Node] {
+        assert_eq!(
+            PolicySpec::default().build(host).unwrap(),
+            Policy::default()
+        );
+    }
+}
+
+#[test]
+fn policy_fields_are_taken_and_checked() {
+    let p = PolicySpec {
+        queue: Some("mail".into()),
+        retries: Some(3.0),
+        backoff: Some(BackoffSpec::Fixed { delay: 500 }),
+        timeout: Some(2_000),
+        acks_late: Some(true),
+        ignore_result: Some(true),
+        rate: Some(RateSpec::Text("10/m".into())),
+    }
+    .build(Host::Python)
+    .unwrap();
+    assert_eq!(p.queue, "mail");
+    assert_eq!(p.retries, 3);
+    assert_eq!(p.backoff, Backoff::Fixed { delay: 500 });
+    assert_eq!(p.timeout, Some(2_000));
+    assert!(p.acks_late && p.ignore_result);
+    assert_eq!(p.rate, Some(Rate::new(10, 60_000).unwrap()));
+
+    for bad in [-1.0, 1.5, f64::NAN, f64::INFINITY, 1e12] {
+        let e = PolicySpec {
+            retries: Some(bad),
+            ..PolicySpec::default()
+        }
+        .build(Host::Node)
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid `retries`: must be a whole number, 0 or more"
+        );
+    }
+    let e = PolicySpec {
+        timeout: Some(0),
+        ..PolicySpec::default()
+    }
+    .build(Host::Python)
+    .unwrap_err();
+    assert_eq!(e.to_string(), "invalid `timeout`: must be positive");
+    let e = PolicySpec {
+        queue: Some(String::new()),
+        ..PolicySpec::default()
+    }
+    .build(Host::Node)
+    .unwrap_err();
+    assert_eq!(e.to_string(), "invalid `queue`: must not be empty");
+}
+
+#[test]
+fn backoffs_fill_in_the_default() {
+    let d = BackoffSpec::Exponential {
+        base: None,
+        cap: None,
+        jitter: None,
+    };
+    assert_eq!(d.build(Host::Node).unwrap(), Backoff::default());
+    let half = BackoffSpec::Exponential {
+        base: Some(10),
+        cap: None,
+        jitter: Some(false),
+    };
+    assert_eq!(
+        half.build(Host::Python).unwrap(),
+        Backoff::Exponential {
+            base: 10,
+            cap: 600_000,
+            jitter: false
+        }
+    );
+    let e = BackoffSpec::Fixed { delay: -1 }
+        .build(Host::Node)
+        .unwrap_err();
+    assert_eq!(e.arg(), "delay");
+    let e = BackoffSpec::Exponential {
+        base: None,
+        cap: Some(-1),
+        jitter: None,
+    }
+    .build(Host::Python)
+    .unwrap_err();
+    assert_eq!(e.to_string(), "invalid `cap`: must not be negative");
+}
+
+#[test]
+fn rates_from_text_or_parts() {
+    let r = RateSpec::Parts {
+        count: Some(5.0),
+        per: Some(1_000),
+    };
+    assert_eq!(r.build(Host::Python).unwrap(), Rate::new(5, 1_000).unwrap());
+    for text in ["x/m", "3/y"] {
+        let e = RateSpec::Text(text.into()).build(Host::Node).unwrap_err();
+        assert_eq!(e.arg(), "rate");
+    }
+    let e = RateSpec::Parts {
+        count: Some(-1.0),
+        per: Some(1_000),
+    }
+    .build(Host::Node)
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid `rate`: `count` must be a whole number, 0 or more"
+    );
+    let e = RateSpec::Parts {
+        count: Some(1.0),
+        per: None,
+    }
+    .build(Host::Python)
+    .unwrap_err();
+    assert_eq!(e.to_string(), "invalid `rate`: needs `count` and `per`");
+    let e = RateSpec::Parts {
+        count: Some(1.0),
+        per: Some(i64::MAX),
+    }
+    .build(Host::Python)
+    .unwrap_err();
+    assert!(e.why.contains("292 years") && !e.why.contains("ms"), "{e}");
+}
+
+#[test]
+fn send_options_resolve_relative_instants_once() {
+    let mut reads = 0;
+    let o = SendSpec {
+        eta: Some(When::In(500)),
+        countdown: Some(7),
+        expires: Some(When::In(1_000)),
+        queue: Some("q".into()),
+        priority: Some(9.0),
+        id: Some("x".into()),
+    }
+    .options(Host::Python, || {
+        reads += 1;
+        10_000
+    })
+    .unwrap();
+    assert_eq!(reads, 1);
+    assert_eq!(o.eta, Some(10_500));
+    assert_eq!(o.expires, Some(11_000));
+    assert_eq!(o.countdown, Some(7));
+    assert_eq!(o.priority, Some(9));
+    assert_eq!(
+        (o.queue.as_deref(), o.id.as_deref()),
+        (Some("q"), Some("x"))
+    );
+
+    let mut read = false;
+    let o = SendSpec {
+        eta: Some(When::At(42)),
+        ..SendSpec::default()
+    }
+    .options(Host::Node, || {
+        read = true;
+        0
+    })
+    .unwrap();
+    assert_eq!(o.eta, Some(42));
+    assert!(!read, "an absolute instant needs no clock");
+    assert_eq!(
+        SendSpec::default().options(Host::Node, || 0).unwrap(),
+        Options::default()
+    );
+}
+
+#[test]
+fn priorities_one_text_in_every_host() {
+    for host in [Host::Python, Host::Node] {
+        for bad in [-1.0, 2.5, 256.0, f64::NAN] {
+            let e = SendSpec {
+                priority: Some(bad),
+                ..SendSpec::default()
+            }
+            .options(host, || 0)
+            .unwrap_err();
+            assert_eq!(e.to_string(), "invalid `priority`: must be 0 to 9");
+        }
+        let o = Options {
+            priority: Some(10),
+            ..Options::default()
+        };
+        assert_eq!(
+            check_options(host, &o).unwrap_err().to_string(),
+            "invalid `priority`: must be 0 to 9"
+        );
+        let o = Options {
+            queue: Some(String::new()),
+            ..Options::default()
+        };
+        assert_eq!(check_options(host, &o).unwrap_err().arg(), "queue");
+    }
+}
+
+#[test]
+fn names_follow_the_host() {
+    assert_eq!(Host::Node.spell("acks_late"), "acksLate");
+    assert_eq!(Host::Node.spell("ignore_result"), "ignoreResult");
+    assert_eq!(Host::Node.spell("task_id"), "id");
+    assert_eq!(Host::Python.spell("acks_late"), "acks_late");
+    assert_eq!(Host::Rust.spell("task_id"), "task_id");
+    let e = SpecError::policy(
+        Host::Node,
+        PolicyError {
+            arg: "ignore_result",
+            why: "x".into(),
+        },
+    );
+    assert_eq!(e.to_string(), "invalid `ignoreResult`: x");
+    let r: Refused = e.into();
+    assert_eq!(r.code(), "INVALID");
+}
+
+#[test]
+fn workers_default_and_check() {
+    let c = WorkerSpec::default().build(Host::Node).unwrap();
+    let d = WorkerConfig::default();
+    assert_eq!(
+        (c.queues, c.concurrency, c.prefetch),
+        (d.queues, d.concurrency, d.prefetch)
+    );
+    let c = WorkerSpec {
+        queues: Some(vec!["a".into()]),
+        concurrency: Some(2.0),
+        prefetch: Some(0.0),
+        name: Some("w".into()),
+    }
+    .build(Host::Python)
+    .unwrap();
+    assert_eq!(c.queues, ["a"]);
+    assert_eq!((c.concurrency, c.prefetch), (2, Some(0)));
+    assert_eq!(c.name.as_deref(), Some("w"));
+    for bad in [0.0, -1.0, 1.5] {
+        let e = WorkerSpec {
+            concurrency: Some(bad),
+            ..WorkerSpec::default()
+        }
+        .build(Host::Node)
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid `concurrency`: must be a whole number, at least 1"
+        );
+    }
+    let e = WorkerSpec {
+        prefetch: Some(-1.0),
+        ..WorkerSpec::default()
+    }
+    .build(Host::Python)
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid `prefetch`: must be a whole number, 0 or more"
+    );
+}
+
+#[test]
+fn limits() {
+    assert_eq!(limit(Host::Python, None, 100).unwrap(), 100);
+    assert_eq!(limit(Host::Node, Some(3.0), 100).unwrap(), 3);
+    assert_eq!(limit(Host::Python, Some(1e300), 0).unwrap(), usize::MAX);
+    for bad in [-1.0, 0.5, f64::INFINITY] {
+        assert_eq!(
+            limit(Host::Node, Some(bad), 0).unwrap_err().to_string(),
+            "invalid `limit`: must be a whole number, 0 or more"
+        );
+    }
+}
+
+#[test]
+fn names_must_not_be_empty() {
+    assert!(name(Host::Node, "t").is_ok());
+    assert_eq!(
+        name(Host::Python, "").unwrap_err().to_string(),
+        "invalid `name`: must not be empty"
+    );
+}
