@@ -76,12 +76,10 @@ async fn celery_links(app: &App, m: &Message, arg: Value, errors: bool) -> Resul
     app.broker().publish(out).await
 }
 
-/// What follows a success: Celery `link` callbacks, then the chain's next
-/// link ([`send_links`]), or the chord's arrival ([`arrive`]).
-/// Whether those have anything to do for a success of `m`: a Celery
-/// `link`, a chain's next link, or a chord arrival. Kept beside them so
-/// the batched fast path (result, event and late ack in one write) never
-/// skips a follow-up kind that they learn.
+/// Whether anything follows a success of `m`: Celery `link` callbacks, the
+/// chain's next link ([`send_links`]), or the chord's arrival ([`arrive`]).
+/// Kept beside them so the batched fast path (result, event and late ack in
+/// one write) never skips a follow-up kind that they learn.
 pub(super) fn follows(m: &Message) -> bool {
     !m.chain.is_empty()
         || m.chord.is_some()
