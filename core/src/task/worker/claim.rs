@@ -1,0 +1,158 @@
+//! The claim loop: what keeps a worker fed.
+//!
+//! It claims in batches, refilling in halves rather than one message per
+//! run settled (a claim is a round trip and a script under load), backs off
+//! while the broker is away, claims nothing while every runner thread is
+//! stuck, and checks a whole batch for revokes in one lookup. Each claimed
+//! message then becomes a run of its own (`run`); the loop never waits on
+//! one.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::run::process;
+use super::writer::{Writer, write_loop};
+use super::{Worker, stop, warn};
+use crate::flow::{Backoff, Jitter, MILLI};
+use crate::task::runners::{self, Gate};
+use crate::task::state::Refused;
+
+/// How long one claim waits for a message before the loop looks round.
+const POLL: Duration = Duration::from_millis(200);
+
+impl Worker {
+    /// Runs until stopped. Resolves once every message it held is settled or
+    /// given back.
+    pub async fn run(&self) -> Result<(), Refused> {
+        let s = &self.shared;
+        if s.running.swap(true, Ordering::SeqCst) {
+            return Err(Refused::Invalid("this worker is already running".into()));
+        }
+        let mut set: JoinSet<()> = JoinSet::new();
+        let mut stopping = s.stopping.subscribe();
+        let (writes_tx, writes_rx) = mpsc::unbounded_channel();
+        let (takes_tx, takes_rx) = mpsc::unbounded_channel();
+        let writer = Writer {
+            writes: writes_tx,
+            takes: takes_tx,
+            cancel: s.cancel.subscribe(),
+            name: s.name.clone().into(),
+        };
+        let writes = tokio::spawn(write_loop(s.app.clone(), writes_rx, takes_rx));
+        let reconnect = Backoff::new(100 * MILLI, 2.0, 10_000 * MILLI, i32::MAX, Jitter::Full)
+            .expect("valid backoff");
+        let mut failures = 0i32;
+        let clock = s.app.clock().clone();
+        let gate = s.gate.get_or_init(|| Gate::of(&s.app)).clone();
+        let _listed = runners::list(&s.app, &s.name, gate.clone());
+        loop {
+            while let Some(r) = set.try_join_next() {
+                if let Err(e) = r
+                    && e.is_panic()
+                {
+                    warn(
+                        &s.name,
+                        "a run panicked; its message is left to the broker's recovery",
+                    );
+                }
+            }
+            if *stopping.borrow() {
+                break;
+            }
+            if !gate.healthy() {
+                warn(&s.name, &gate.health().why().unwrap_or_default());
+                tokio::select! {
+                    _ = gate.until_healthy() => warn(&s.name, "a runner is free again; claiming again"),
+                    _ = stopping.changed() => {}
+                }
+                continue;
+            }
+            // Refill in halves: a claim per run settled would be a round
+            // trip (and a claim script) per message under load. An idle
+            // worker claims at once, whatever it holds.
+            let room = s.prefetch.saturating_sub(set.len());
+            if room == 0 || (!set.is_empty() && room < s.prefetch.div_ceil(2)) {
+                tokio::select! {
+                    _ = set.join_next() => {}
+                    _ = stopping.changed() => {}
+                }
+                continue;
+            }
+            let got = tokio::select! {
+                biased;
+                _ = stopping.changed() => continue,
+                // A claim cut short is handed back, as at a stop.
+                _ = gate.until_unhealthy() => continue,
+                r = s.app.broker().claim(&s.queues, room, POLL) => r,
+            };
+            let batch = match got {
+                Ok(b) => {
+                    if failures > 0 {
+                        warn(&s.name, "broker is back; consuming again");
+                        failures = 0;
+                    }
+                    b
+                }
+                Err(e) => {
+                    failures = failures.saturating_add(1);
+                    let wait = reconnect.delay(
+                        failures,
+                        crate::task::policy::seeded(&s.name, failures as u32),
+                        0,
+                    );
+                    warn(&s.name, &format!("{e}; retrying in {} ms", wait / MILLI));
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_nanos(wait as u64)) => {}
+                        _ = stopping.changed() => {}
+                    }
+                    continue;
+                }
+            };
+            if batch.is_empty() {
+                if clock.is_virtual()
+                    && set.is_empty()
+                    && let Ok(Some(eta)) = s.app.broker().next_eta(&s.queues).await
+                {
+                    clock.sleep_until(eta).await;
+                }
+                continue;
+            }
+            // Receipt checks the broker did not do in its claim, for the
+            // whole batch at once: one revoked lookup, not one per message.
+            // Early acks are each run's own, gathered by the writer (so this
+            // loop claims again at once).
+            let ask: Vec<String> = batch
+                .iter()
+                .filter(|c| c.revoked.is_none())
+                .map(|c| c.delivery.message.id.clone())
+                .collect();
+            let mut looked = if ask.is_empty() {
+                Vec::new()
+            } else {
+                match s.app.broker().revoked(&ask).await {
+                    Ok(r) => r,
+                    Err(_) => vec![false; ask.len()],
+                }
+            }
+            .into_iter();
+            for c in batch {
+                let rev = match c.revoked {
+                    Some(r) => r,
+                    None => looked.next().unwrap_or(false),
+                };
+                let shared = self.shared.clone();
+                let tx = writer.clone();
+                set.spawn(async move { process(shared, tx, c.delivery, rev).await });
+            }
+        }
+        stop::wind_down(s, &mut set).await;
+        // Every run is done: the writer finishes what it holds and ends.
+        drop(writer);
+        let _ = writes.await;
+        s.running.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+}

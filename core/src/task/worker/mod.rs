@@ -1,0 +1,150 @@
+//! The object that runs tasks.
+//!
+//! A worker claims messages from its queues, runs up to `concurrency` bodies
+//! at once, holds at most `prefetch` messages unsettled, and settles each the
+//! way its task's policy says:
+//! - **early ack** (the default) confirms a message when it is taken to run,
+//!   so a worker that dies mid-run does not run it twice; **`acks_late`**
+//!   confirms after the run, so a worker that dies mid-run has it run again
+//!   elsewhere (at-least-once);
+//! - a failure within the retry budget goes back as a new message with the
+//!   same id and an eta from the backoff; the claim is settled by the broker's
+//!   `retry`, which publishes the next attempt in the same step;
+//! - a message whose `expires` has passed is recorded REVOKED (expired)
+//!   without running; a revoked one never runs, checked at receipt and again
+//!   just before running; `terminate` stops a run in progress here;
+//! - a success advances the chain or chord the message carries; a failure for
+//!   good fails the rest of its chain and its chord's callback, so nobody
+//!   waits on something that will never come.
+//!
+//! `stop(grace)` is graceful: it stops claiming, gives prefetched messages
+//! back at once, waits up to `grace` for the runs in progress, then cancels
+//! what is left and gives it back too — nothing it held is lost.
+//!
+//! The worker is split by concern, each file small enough to read whole:
+//! - `options`: its settings and the checks on them;
+//! - `claim`: the loop that claims and keeps the prefetch topped up;
+//! - `run`: one message from receipt to the end of its body (the checks at
+//!   receipt, a slot, the rate, the early ack, the run itself);
+//! - `settle`: what a finished run comes to (result, retry, failure) and
+//!   the events it records;
+//! - `follow`: what waits on a run (chains, chords, Celery links), sent on
+//!   a success and failed with it on a failure;
+//! - `writer`: the lanes that gather many runs' writes into one round trip;
+//! - `stop`: the graceful stop, and giving a message back.
+
+mod claim;
+mod follow;
+mod options;
+mod run;
+mod settle;
+mod stop;
+mod writer;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, Semaphore, watch};
+
+use super::app::App;
+use super::runners::{Gate, RunnerHealth};
+use super::state::Refused;
+use crate::flow::Window;
+
+pub use options::{PREFETCH_MULTIPLIER, WorkerConfig};
+
+struct Shared {
+    app: App,
+    queues: Vec<String>,
+    concurrency: usize,
+    prefetch: usize,
+    name: String,
+    /// Set when stop begins: stop claiming, give prefetched messages back.
+    stopping: watch::Sender<bool>,
+    /// Set when the grace is over: cancel runs in progress.
+    cancel: watch::Sender<bool>,
+    grace: Mutex<Duration>,
+    woken: Notify,
+    running: AtomicBool,
+    slots: Semaphore,
+    limiters: Mutex<HashMap<String, Window>>,
+    done: AtomicU64,
+    /// The runner threads its bodies run on (known once it runs): while
+    /// every one is stuck it claims nothing (`runners`).
+    gate: std::sync::OnceLock<Gate>,
+}
+
+/// Runs tasks. Cheap to clone (shared); `stop` from any clone.
+#[derive(Clone)]
+pub struct Worker {
+    shared: Arc<Shared>,
+}
+
+fn warn(name: &str, what: &str) {
+    eprintln!("headway worker {name}: {what}");
+}
+
+impl Worker {
+    /// A worker of `app` set up by `config`.
+    pub fn new(app: App, config: WorkerConfig) -> Result<Worker, Refused> {
+        let options::Options {
+            queues,
+            concurrency,
+            prefetch,
+            name,
+        } = options::check(config)?;
+        Ok(Worker {
+            shared: Arc::new(Shared {
+                app,
+                queues,
+                concurrency,
+                prefetch,
+                name,
+                stopping: watch::channel(false).0,
+                cancel: watch::channel(false).0,
+                grace: Mutex::new(Duration::from_secs(10)),
+                woken: Notify::new(),
+                running: AtomicBool::new(false),
+                slots: Semaphore::new(concurrency),
+                limiters: Mutex::new(HashMap::new()),
+                done: AtomicU64::new(0),
+                gate: std::sync::OnceLock::new(),
+            }),
+        })
+    }
+
+    /// The queues it claims from.
+    pub fn queues(&self) -> &[String] {
+        &self.shared.queues
+    }
+    /// The most messages it holds unsettled.
+    pub fn prefetch(&self) -> usize {
+        self.shared.prefetch
+    }
+    /// How many bodies run at once.
+    pub fn concurrency(&self) -> usize {
+        self.shared.concurrency
+    }
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+    /// Whether stop has been called.
+    pub fn is_stopping(&self) -> bool {
+        *self.shared.stopping.borrow()
+    }
+    /// How many messages it has settled.
+    pub fn settled(&self) -> u64 {
+        self.shared.done.load(Ordering::Relaxed)
+    }
+    /// Whether its runner threads can run a call, and their counts.
+    pub fn health(&self) -> RunnerHealth {
+        let s = &self.shared;
+        match s.gate.get() {
+            Some(g) => g.health(),
+            None => Gate::of(&s.app).health(),
+        }
+    }
+}

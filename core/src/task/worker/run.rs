@@ -1,0 +1,261 @@
+//! One message, from receipt to the end of its body.
+//!
+//! The checks at receipt (revoked, expired, unknown, already done), then
+//! taking it to run: a slot, a runner that is not stuck, the task's rate,
+//! the early ack with a second revoked check, a chord's parts' results.
+//! Every wait on the way gives the message back if the worker stops, since
+//! a message not yet taken must not be lost or run late; what the run comes
+//! to is `settle`'s.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::follow::{arrive, collect, give_up};
+use super::settle::{Ran, event, settle_late, settle_ran};
+use super::stop::{give_back, wait_true};
+use super::writer::Writer;
+use super::{Shared, warn};
+use crate::flow::{MILLI, Window};
+use crate::log::shown;
+use crate::task::app::Registered;
+use crate::task::body::Context;
+use crate::task::spec::Delivery;
+use crate::task::state::{Failure, Refused, State};
+
+pub(super) async fn process(s: Arc<Shared>, w: Writer, d: Delivery, revoked: bool) {
+    let receipt = d.receipt.clone();
+    if let Err(e) = take_and_run(&s, &w, d, revoked).await {
+        // A claim that could not be settled goes back rather than sit held by
+        // a live consumer for ever (a claim already acked is not affected:
+        // the broker's fencing makes this a no-op).
+        warn(
+            &s.name,
+            &format!(
+                "could not settle a message ({}); giving it back",
+                shown(&e.to_string())
+            ),
+        );
+        if let Err(e) = s.app.broker().reject(receipt, true).await {
+            warn(
+                &s.name,
+                &format!("could not give it back either ({e}); the broker's recovery will"),
+            );
+        }
+    }
+    s.done.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Takes a claimed message to run and runs it, unless a check at receipt
+/// or a stop says otherwise.
+async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<(), Refused> {
+    let app = &s.app;
+    let broker = app.broker();
+    let Delivery {
+        message: m,
+        receipt,
+        redelivered,
+    } = d;
+    let now = app.now();
+
+    // Checked at receipt: revoked, expired, unknown.
+    if revoked {
+        give_up(
+            app,
+            &m,
+            State::Revoked,
+            Failure::new("Revoked", "revoked before it ran"),
+        )
+        .await?;
+        return broker.ack(vec![receipt]).await;
+    }
+    if let Some(exp) = m.expires
+        && exp <= now
+    {
+        give_up(
+            app,
+            &m,
+            State::Revoked,
+            Failure::new("Expired", "expired before it ran"),
+        )
+        .await?;
+        return broker.ack(vec![receipt]).await;
+    }
+    let Some(reg) = app.registered(&m.task) else {
+        warn(
+            &s.name,
+            &format!(
+                "received unregistered task {:?}; recorded as failed",
+                shown(&m.task)
+            ),
+        );
+        give_up(
+            app,
+            &m,
+            State::Failure,
+            Failure::new(
+                "NotRegistered",
+                format!("no task is registered as {:?} on this worker", m.task),
+            ),
+        )
+        .await?;
+        event(
+            s,
+            &m,
+            State::Failure,
+            None,
+            Some(format!("NotRegistered: {:?}", m.task)),
+        )
+        .await;
+        return broker.ack(vec![receipt]).await;
+    };
+    let Registered { policy, body } = &*reg;
+    // A redelivered run that already succeeded is not run again. Its chain
+    // link and Celery links went out before its result was stored (below),
+    // so they are not sent again; its chord arrival came after, so it is
+    // made again (counted as a set) in case the first delivery died first.
+    if redelivered
+        && let Some(b) = app.backend()
+        && let Some(o) = b.fetch(&m.id).await?
+        && o.state == State::Success
+    {
+        arrive(app, &m).await?;
+        return broker.ack(vec![receipt]).await;
+    }
+
+    // Wait for a slot; a stopping worker hands the claim back instead (not
+    // acked yet, whatever the policy: a prefetched message is not taken).
+    let mut stopping = s.stopping.subscribe();
+    let (permit, mut waited) = match s.slots.try_acquire() {
+        Ok(p) => (p, false),
+        Err(_) => {
+            let p = tokio::select! {
+                p = s.slots.acquire() => p.map_err(|_| Refused::Broker("worker closed".into()))?,
+                _ = wait_true(&mut stopping) => {
+                    return give_back(app, &m, receipt, false).await;
+                }
+            };
+            (p, true)
+        }
+    };
+    // Every runner stuck: wait for one rather than hand it a call nobody
+    // takes (`runners`).
+    if let Some(g) = s.gate.get()
+        && !g.healthy()
+    {
+        waited = true;
+        tokio::select! {
+            _ = g.until_healthy() => {}
+            _ = wait_true(&mut stopping) => {
+                drop(permit);
+                return give_back(app, &m, receipt, false).await;
+            }
+        }
+    }
+
+    // Per-worker rate.
+    if let Some(rate) = policy.rate {
+        loop {
+            let now_ns = app.now().saturating_mul(MILLI);
+            let wait = {
+                let mut l = s.limiters.lock().unwrap_or_else(|e| e.into_inner());
+                let w = l.entry(m.task.clone()).or_insert_with(|| {
+                    Window::new(rate.count as i64, rate.per.saturating_mul(MILLI))
+                        .expect("valid rate")
+                });
+                if w.take(now_ns) {
+                    None
+                } else {
+                    Some(w.next(now_ns))
+                }
+            };
+            match wait {
+                None => break,
+                Some(ns) => {
+                    let until = app.now().saturating_add((ns / MILLI).max(1));
+                    waited = true;
+                    tokio::select! {
+                        _ = app.clock().sleep_until(until) => {}
+                        _ = wait_true(&mut stopping) => {
+                            drop(permit);
+                            return give_back(app, &m, receipt, false).await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    // Taken to run: the early ack, and the revoked check again when it
+    // waited (for a slot or its rate) since the claim's — one write,
+    // gathered with other runs' by the writer. Acking here, not at receipt,
+    // means a worker killed with messages prefetched loses none of them:
+    // they are still held, and recovered (Celery acks when its pool
+    // accepts the task, not when the message arrives).
+    let early = (!policy.acks_late).then(|| receipt.clone());
+    if (early.is_some() || waited) && w.take(early, waited.then(|| m.id.clone())).await? {
+        drop(permit);
+        give_up(
+            app,
+            &m,
+            State::Revoked,
+            Failure::new("Revoked", "revoked before it ran"),
+        )
+        .await?;
+        return settle_late(w, policy.acks_late, receipt).await;
+    }
+
+    // A chord's callback collects its parts' results.
+    let mut args = m.args.clone();
+    if let Some(join) = &m.join {
+        match collect(app, &join.parts).await {
+            Ok(results) => {
+                if !join.immutable {
+                    args.insert(0, Value::Array(results));
+                }
+            }
+            Err(f) => {
+                drop(permit);
+                give_up(app, &m, State::Failure, f).await?;
+                return settle_late(w, policy.acks_late, receipt).await;
+            }
+        }
+    }
+
+    let ctx = Context {
+        id: m.id.clone(),
+        name: m.task.clone(),
+        queue: m.queue.clone(),
+        retries: m.retries,
+        attempt: m.retries.saturating_add(1),
+        last: m.retries >= policy.retries,
+        now: app.now(),
+        kwargs: m.kwargs.clone(),
+        root_id: m.root_id.clone(),
+        parent_id: m.parent_id.clone(),
+    };
+    let mut cancel = s.cancel.subscribe();
+    let started = app.now();
+    let call = body.call(ctx, args);
+    let ran = tokio::select! {
+        r = async {
+            match policy.timeout {
+                Some(ms) => match tokio::time::timeout(Duration::from_millis(ms as u64), call).await {
+                    Ok(r) => r,
+                    Err(_) => Err(Failure::new("TimeoutError", format!("the run took longer than its timeout of {ms} ms"))),
+                },
+                None => call.await,
+            }
+        } => match r {
+            Ok(v) => Ran::Value(v),
+            Err(f) => Ran::Failed(f),
+        },
+        _ = app.terminated(&m.id) => Ran::Terminated,
+        _ = wait_true(&mut cancel) => Ran::Cancelled,
+    };
+    drop(permit);
+
+    settle_ran(s, w, m, receipt, policy, started, ran).await
+}

@@ -1,0 +1,166 @@
+//! What a finished run comes to.
+//!
+//! A success stores its result and sends what follows it; a failure within
+//! the retry budget goes back as the next attempt; a failure for good, a
+//! terminate or a cancel at stop each settle the claim their own way. The
+//! order of the writes is the promise: links before the result, the chord's
+//! arrival after it, the late ack last, so a redelivery neither loses nor
+//! repeats a follow-up. Also the run events the admin page shows.
+
+use serde_json::Value;
+
+use super::Shared;
+use super::follow::{arrive, follows, give_up, send_links};
+use super::stop::give_back;
+use super::writer::Writer;
+use crate::task::message::Message;
+use crate::task::policy::Policy;
+use crate::task::spec::{EVENT_TEXT_MAX, Receipt, RunEvent, truncate};
+use crate::task::state::{Failure, Outcome, Refused, State};
+
+/// What one run came to.
+pub(super) enum Ran {
+    Value(Value),
+    Failed(Failure),
+    Terminated,
+    Cancelled,
+}
+
+/// Acks `receipt` now when its task acks late; an early ack went out when
+/// it was taken to run.
+pub(super) async fn settle_late(w: &Writer, late: bool, receipt: Receipt) -> Result<(), Refused> {
+    if late {
+        w.write(Vec::new(), None, Some(receipt)).await
+    } else {
+        Ok(())
+    }
+}
+
+/// Settles `m` by what its run came to (`started` when it began).
+pub(super) async fn settle_ran(
+    s: &Shared,
+    w: &Writer,
+    m: Message,
+    receipt: Receipt,
+    policy: &Policy,
+    started: i64,
+    ran: Ran,
+) -> Result<(), Refused> {
+    let app = &s.app;
+    let broker = app.broker();
+    match ran {
+        Ran::Value(v) => {
+            let mut outcomes = Vec::new();
+            if !policy.ignore_result || m.chord.is_some() || m.group.is_some() {
+                let mut o = Outcome::new(m.id.clone(), State::Success, app.now());
+                o.retries = m.retries;
+                o.task = Some(m.task.clone());
+                outcomes.push(o);
+            }
+            let ev = run_event(s, &m, State::Success, Some(started), || {
+                serde_json::to_string(&v).ok()
+            });
+            // Nothing follows (no chain, no chord, no Celery `link`): the
+            // result, the event and a late ack go out together, the ack
+            // after the result.
+            if !follows(&m) {
+                if let Some(o) = outcomes.first_mut() {
+                    o.result = Some(v);
+                }
+                let ack = policy.acks_late.then_some(receipt);
+                return w.write(outcomes, ev, ack).await;
+            }
+            if let Some(o) = outcomes.first_mut() {
+                o.result = Some(v.clone());
+            }
+            // Links before the result, the chord's arrival after it (its
+            // callback reads the parts' results): a stored success means
+            // the links were sent, so a redelivery does not send them twice.
+            send_links(app, &m, v).await?;
+            w.write(outcomes, ev, None).await?;
+            arrive(app, &m).await?;
+            settle_late(w, policy.acks_late, receipt).await
+        }
+        Ran::Failed(f) if m.retries < policy.retries => {
+            let mut next = m.clone();
+            next.retries = next.retries.saturating_add(1);
+            let wait = policy.backoff_delay(next.retries.saturating_add(1), &m.id);
+            next.eta = Some(app.now().saturating_add(wait));
+            event(s, &m, State::Retry, Some(started), Some(failure_text(&f))).await;
+            let mut o = Outcome::new(m.id.clone(), State::Retry, app.now());
+            o.error = Some(f);
+            o.retries = m.retries;
+            o.task = Some(m.task.clone());
+            app.store(vec![o]).await?;
+            if policy.acks_late {
+                broker.retry(receipt, next).await
+            } else {
+                broker.publish(vec![next]).await
+            }
+        }
+        Ran::Failed(f) => {
+            event(s, &m, State::Failure, Some(started), Some(failure_text(&f))).await;
+            give_up(app, &m, State::Failure, f).await?;
+            settle_late(w, policy.acks_late, receipt).await
+        }
+        Ran::Terminated => {
+            give_up(
+                app,
+                &m,
+                State::Revoked,
+                Failure::new("Terminated", "terminated while running"),
+            )
+            .await?;
+            settle_late(w, policy.acks_late, receipt).await
+        }
+        Ran::Cancelled => give_back(app, &m, receipt, !policy.acks_late).await,
+    }
+}
+
+/// Records what happened to a run for admin pages, when the broker keeps a
+/// log. A failure to record is not a failure of the run.
+pub(super) async fn event(
+    s: &Shared,
+    m: &Message,
+    state: State,
+    started: Option<i64>,
+    detail: Option<String>,
+) {
+    if let Some(ev) = run_event(s, m, state, started, || detail)
+        && let Some(insp) = s.app.inspector()
+    {
+        let _ = insp.record(vec![ev]).await;
+    }
+}
+
+/// The event a run records, when the app has an inspector to keep it
+/// (`detail` is only made then).
+fn run_event(
+    s: &Shared,
+    m: &Message,
+    state: State,
+    started: Option<i64>,
+    detail: impl FnOnce() -> Option<String>,
+) -> Option<RunEvent> {
+    s.app.inspector()?;
+    let now = s.app.now();
+    let args = serde_json::to_string(&m.args).unwrap_or_default();
+    Some(RunEvent {
+        id: m.id.clone(),
+        task: m.task.clone(),
+        state,
+        at: now,
+        worker: s.name.clone(),
+        retries: m.retries,
+        runtime: started.map(|t| now - t),
+        args: truncate(args, EVENT_TEXT_MAX),
+        detail: detail().map(|d| truncate(d, EVENT_TEXT_MAX)),
+    })
+}
+
+fn failure_text(f: &Failure) -> String {
+    match &f.traceback {
+        Some(tb) => format!("{f}\n{tb}"),
+        None => f.to_string(),
+    }
+}
