@@ -78,7 +78,10 @@ impl CeleryBroker {
         }
         let p = &p;
         self.link
-            .patiently(|mut c| async move { p.query_async::<()>(&mut c).await })
+            .patiently(
+                true,
+                |mut c| async move { p.query_async::<()>(&mut c).await },
+            )
             .await
     }
 
@@ -89,7 +92,10 @@ impl CeleryBroker {
             .hdel(&self.keys.unacked, tags);
         let p = &p;
         self.link
-            .patiently(|mut c| async move { p.query_async::<()>(&mut c).await })
+            .patiently(
+                true,
+                |mut c| async move { p.query_async::<()>(&mut c).await },
+            )
             .await
     }
 
@@ -124,7 +130,10 @@ impl CeleryBroker {
                     p.rpush(key, raw.as_slice()).ignore();
                     let p = &p;
                     self.link
-                        .patiently(|mut c| async move { p.query_async::<()>(&mut c).await })
+                        .patiently(
+                            true,
+                            |mut c| async move { p.query_async::<()>(&mut c).await },
+                        )
                         .await
                 }
             };

@@ -71,6 +71,7 @@ mod wire;
 pub use cluster::refuse_cluster;
 pub use inspect::EVENTS_KEPT;
 pub use options::RedisOptions;
+pub(crate) use tls::check_ca;
 pub use url::RedisUrl;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -181,7 +182,7 @@ impl RedisBroker {
             }
             None => options::default_consumer(),
         };
-        let client = options::client(&parsed, options.tls_ca.as_ref())?;
+        let client = super::link::client(&parsed, options.tls_ca.as_deref())?;
         // 50 ms doubling to 2 s (ioredis's default cap), full jitter (AWS,
         // "Exponential Backoff and Jitter").
         let backoff = Backoff::new(50 * MILLI, 2.0, 2_000 * MILLI, i32::MAX, Jitter::Full)
