@@ -36,7 +36,7 @@ use redis::{AsyncConnectionConfig, Client, RedisError};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::redis::{RedisUrl, check_ca};
+use super::redis::{RedisUrl, check_ca, refuse_cluster};
 use crate::flow::{Backoff, MILLI};
 use crate::task::policy::seeded;
 use crate::task::state::Refused;
@@ -225,6 +225,25 @@ impl Link {
             Fail::Down(why, _) => why,
             Fail::Redis(epoch, e) => self.fail(epoch, &e),
         })
+    }
+
+    /// Dials the first connection, so that a layout's connect is refused at
+    /// once by a Redis that cannot be reached (the refusal put after
+    /// `unreachable`, each layout's own words) or that is a Cluster node
+    /// (the layouts' keys are in no hash slot of their own).
+    pub async fn first(&self, unreachable: &str) -> Result<MultiplexedConnection, Refused> {
+        let (_, mut c) = self.conn().await.map_err(|why| match why {
+            Refused::Broker(s) => Refused::Broker(format!("{unreachable}{s}")),
+            other => other,
+        })?;
+        refuse_cluster(&mut c, &self.setup.url).await?;
+        Ok(c)
+    }
+
+    /// Waiters on this link's Redis, reading what a message carries with
+    /// `decode`. Must be called inside a tokio runtime.
+    pub fn waiters<T: Clone + Send + 'static>(&self, decode: Decode<T>) -> Arc<Waiters<T>> {
+        Waiters::new(self.setup.client.clone(), self.setup.url.clone(), decode)
     }
 
     /// `e`, answered on connection `epoch`, as a refusal; the connection is

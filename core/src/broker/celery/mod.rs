@@ -214,8 +214,8 @@ impl CeleryBroker {
         let backoff = Backoff::new(50 * MILLI, 2.0, 1_000 * MILLI, i32::MAX, Jitter::Rigid)
             .expect("a valid backoff");
         let link = Link::new(LinkSetup {
-            client: client.clone(),
-            url: parsed.clone(),
+            client,
+            url: parsed,
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(30),
             backoff,
@@ -223,15 +223,9 @@ impl CeleryBroker {
             patience: opts.patience,
             label: format!("headway celery broker {node}"),
         });
-        // Refuse a Redis Cluster: the layout's keys are Celery's, in no hash
-        // slot of their own.
-        let (_, mut c) = link
-            .conn()
-            .await
-            .map_err(|why| Refused::Broker(format!("cannot reach {why}")))?;
-        super::redis::refuse_cluster(&mut c, &parsed).await?;
+        link.first("cannot reach ").await?;
         // Result channels carry a wake-up only: a waiter reads the key.
-        let waiters = Waiters::new(client, parsed, Box::new(|_| None));
+        let waiters = link.waiters(Box::new(|_| None));
         let keys = Keys::new(&opts, db);
         let beat_owner = format!("{node}#{}-{}", std::process::id(), &new_id()[..8]);
         let broker = Arc::new_cyclic(|me| CeleryBroker {
