@@ -4,9 +4,11 @@
 //! (tests, a single service that wants a queue without a server); `redis` is
 //! headway's own Redis layout (see `docs/redis-layout.md`); `celery` is
 //! Celery's Redis layout; `link` is the Redis plumbing (reconnecting
-//! connection, patient retries, pub/sub waiters) the Redis layouts share.
+//! connection, patient retries, pub/sub waiters) the Redis layouts share,
+//! and `dead` how both read a dead letter back.
 
 pub mod celery;
+mod dead;
 pub mod link;
 mod lua;
 pub mod memory;

@@ -273,12 +273,7 @@ impl CeleryBroker {
 
     /// The four seams an [`crate::task::App`] is built on, all this broker.
     pub fn seams(self: &Arc<Self>) -> Seams {
-        Seams {
-            broker: self.clone(),
-            backend: Some(self.clone()),
-            counter: Some(self.clone()),
-            inspector: Some(self.clone()),
-        }
+        Seams::all(self)
     }
 
     /// Gives back what this consumer holds ([`CeleryBroker::release`]) so

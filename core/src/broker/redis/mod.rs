@@ -242,12 +242,7 @@ impl RedisBroker {
 
     /// The seams an [`crate::task::App`] is built on, all this broker.
     pub fn seams(self: &Arc<Self>) -> Seams {
-        Seams {
-            broker: self.clone(),
-            backend: Some(self.clone()),
-            counter: Some(self.clone()),
-            inspector: Some(self.clone()),
-        }
+        Seams::all(self)
     }
 
     /// This process's consumer name.
