@@ -5,13 +5,15 @@
 //! headway's own Redis layout (see `docs/redis-layout.md`); `celery` is
 //! Celery's Redis layout; `link` is the Redis plumbing (reconnecting
 //! connection, patient retries, pub/sub waiters) the Redis layouts share,
-//! and `dead` how both read a dead letter back.
+//! `dead` how both read a dead letter back, and `options` the limits
+//! both take.
 
 pub mod celery;
 mod dead;
 pub mod link;
 mod lua;
 pub mod memory;
+mod options;
 pub mod raw;
 pub mod redis;
 

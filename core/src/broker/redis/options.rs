@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use super::super::options::limits;
 use crate::task::dead::{MAX_DELIVERIES, MAX_MESSAGE_BYTES};
 use crate::task::state::Refused;
 
@@ -104,22 +105,11 @@ impl RedisOptions {
                 "invalid `result_expires`: must be positive".into(),
             ));
         }
-        if options.max_deliveries == 0 {
-            return Err(Refused::Invalid(
-                "invalid `max_deliveries`: must be at least 1".into(),
-            ));
-        }
-        if options.max_message_bytes == 0 {
-            return Err(Refused::Invalid(
-                "invalid `max_message_bytes`: must be at least 1".into(),
-            ));
-        }
-        if options.beat_lease < Duration::from_millis(30) {
-            return Err(Refused::Invalid(
-                "invalid `beat_lease`: must be at least 30 ms".into(),
-            ));
-        }
-        Ok(())
+        limits(
+            options.max_deliveries,
+            options.max_message_bytes,
+            options.beat_lease,
+        )
     }
 }
 
