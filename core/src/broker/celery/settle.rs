@@ -207,7 +207,7 @@ impl CeleryBroker {
             .iter()
             .filter_map(|r| {
                 let tag = String::from_utf8_lossy(r.raw.as_deref()?).into_owned();
-                if !g.out.get(&r.tag).is_some_and(|h| h.tag == tag) {
+                if g.out.get(&r.tag).is_none_or(|h| h.tag != tag) {
                     return None;
                 }
                 g.out.remove(&r.tag);
