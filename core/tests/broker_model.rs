@@ -27,12 +27,6 @@
 //!   consumer opened anew, holding nothing), followed at once by the
 //!   sweep — on the memory side an expiry and the same sweep, before the
 //!   consumer could renew its lease by claiming;
-//! - settling another consumer's receipt, or a dead process's: a Celery
-//!   consumer settles what it holds by its local tag, and anything else by
-//!   the receipt's delivery tag, unfenced; the other layouts refuse a
-//!   receipt that is not the settling consumer's live claim. Here a settle
-//!   reaches Celery's layout only from the live consumer that claimed it
-//!   (the others are no-ops on the memory side, so the two still agree);
 //! - the exact reason text and bytes of a quarantined message (each layout
 //!   reads its own wire format): dead letters are compared by queue, id,
 //!   time and kind (quarantined, or the exact "worker lost ×N");
@@ -349,14 +343,14 @@ impl Pair {
         Some((i, self.receipts[i].clone()))
     }
 
-    /// Whether a settle of receipt `i` by consumer `c` reaches the other
-    /// side: on Celery's layout only while the consumer that claimed it
-    /// holds it (see the module's docs); it then holds it no more.
-    fn reaches(&mut self, i: usize, c: usize) -> bool {
-        if self.layout != Layout::Celery {
-            return true;
+    /// Notes a settle of receipt `i` by consumer `c`, which both sides
+    /// get: every layout ignores a receipt that is not the settling
+    /// consumer's live claim. On Celery's layout the claim is no longer
+    /// live once its own consumer settled it (`die` ages only live ones).
+    fn settled(&mut self, i: usize, c: usize) {
+        if self.layout == Layout::Celery && self.receipts[i].by == c {
+            self.live.remove(&i);
         }
-        self.receipts[i].by == c && self.live.remove(&i)
     }
 
     async fn apply(&mut self, op: &Op, redis: &mut redis::aio::MultiplexedConnection) -> R<()> {
@@ -463,13 +457,12 @@ impl Pair {
             Op::Ack { c, pick } => {
                 if let Some((i, r)) = self.pick(pick) {
                     self.mem[c].ack(vec![r.mem.clone()]).await.map_err(fail)?;
-                    if self.reaches(i, c) {
-                        self.other[c]
-                            .broker()
-                            .ack(vec![r.other])
-                            .await
-                            .map_err(fail)?;
-                    }
+                    self.settled(i, c);
+                    self.other[c]
+                        .broker()
+                        .ack(vec![r.other])
+                        .await
+                        .map_err(fail)?;
                 }
             }
             Op::Reject { c, pick, requeue } => {
@@ -478,13 +471,12 @@ impl Pair {
                         .reject(r.mem.clone(), requeue)
                         .await
                         .map_err(fail)?;
-                    if self.reaches(i, c) {
-                        self.other[c]
-                            .broker()
-                            .reject(r.other, requeue)
-                            .await
-                            .map_err(fail)?;
-                    }
+                    self.settled(i, c);
+                    self.other[c]
+                        .broker()
+                        .reject(r.other, requeue)
+                        .await
+                        .map_err(fail)?;
                 }
             }
             Op::Retry { c, pick, eta } => {
@@ -496,13 +488,12 @@ impl Pair {
                         .retry(r.mem.clone(), next.clone())
                         .await
                         .map_err(fail)?;
-                    if self.reaches(i, c) {
-                        self.other[c]
-                            .broker()
-                            .retry(r.other, next)
-                            .await
-                            .map_err(fail)?;
-                    }
+                    self.settled(i, c);
+                    self.other[c]
+                        .broker()
+                        .retry(r.other, next)
+                        .await
+                        .map_err(fail)?;
                 }
             }
             Op::Expire { c } => {

@@ -486,9 +486,9 @@ async fn tasks_this_app_does_not_run_go_back_for_another_consumer() {
 
 /// A receipt names its message by the tag it is held under in `unacked`,
 /// not only by the claiming broker's local number: a receipt handed to
-/// another broker instance (whose own local numbers start at 1 too) settles
-/// the message it came with, never the one that instance holds under the
-/// same number.
+/// another broker instance (whose own local numbers start at 1 too) never
+/// settles the message that instance holds under the same number — nor the
+/// message it came with, which is the other instance's claim.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_receipt_from_another_instance_never_settles_the_wrong_message() {
     let Some(s) = support::RedisServer::start() else {
@@ -511,12 +511,12 @@ async fn a_receipt_from_another_instance_never_settles_the_wrong_message() {
     };
     let (ta, tb) = (tag_of(&ra), tag_of(&rb));
     assert_ne!(ta, tb);
-    // b's receipt, settled through a.
+    // b's receipt, settled through a: a no-op, as on the other layouts.
     a.ack(vec![rb.clone()]).await.unwrap();
     assert_eq!(
         s.cli(&["HEXISTS", "unacked", &tb]),
-        "0",
-        "b's message acked"
+        "1",
+        "b's message still b's"
     );
     assert_eq!(
         s.cli(&["HEXISTS", "unacked", &ta]),
@@ -529,11 +529,89 @@ async fn a_receipt_from_another_instance_never_settles_the_wrong_message() {
         vec![da[0].message.id.clone()],
         "a still holds its own"
     );
-    // A stale reject the same way touches a's message neither.
-    a.reject(rb, true).await.unwrap();
+    // A stale reject the same way touches neither message.
+    a.reject(rb.clone(), true).await.unwrap();
     assert_eq!(s.cli(&["HEXISTS", "unacked", &ta]), "1");
-    // a's own receipt still settles a's message.
+    assert_eq!(s.cli(&["HEXISTS", "unacked", &tb]), "1");
+    // Each instance's own receipt still settles its own message.
     a.ack(vec![ra]).await.unwrap();
     assert_eq!(s.cli(&["HEXISTS", "unacked", &ta]), "0");
     assert!(a.consumers().await.unwrap().remove(0).holding.is_empty());
+    b.ack(vec![rb]).await.unwrap();
+    assert_eq!(s.cli(&["HEXISTS", "unacked", &tb]), "0");
+}
+
+/// Consumer A claims m; consumer B settles A's receipt — ack, reject, retry
+/// — and m stays A's: held in `unacked`, listed as A's, on no queue, no
+/// next attempt published. Memory and the own layout ignore such a settle;
+/// so does Celery's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_consumers_settle_never_takes_a_claim_from_its_holder() {
+    let Some(s) = support::RedisServer::start() else {
+        return;
+    };
+    let clock = VirtualClock::new(START);
+    let a = broker(&s, &clock).await;
+    let b = broker(&s, &clock).await;
+    a.publish(vec![msg("m", "t", "default")]).await.unwrap();
+    let da = a.consume(&qs("default"), 1, Duration::ZERO).await.unwrap();
+    assert_eq!(da.len(), 1);
+    let r = da[0].receipt.clone();
+    let tag = String::from_utf8(r.raw.as_deref().unwrap().to_vec()).unwrap();
+    b.ack(vec![r.clone()]).await.unwrap();
+    b.reject(r.clone(), false).await.unwrap();
+    b.reject(r.clone(), true).await.unwrap();
+    b.retry(r.clone(), msg("m-next", "t", "default"))
+        .await
+        .unwrap();
+    assert_eq!(s.cli(&["HEXISTS", "unacked", &tag]), "1", "m still held");
+    assert_eq!(s.cli(&["ZCARD", "unacked_index"]), "1");
+    assert_eq!(s.cli(&["LLEN", "celery"]), "0", "nothing (re)published");
+    assert_eq!(
+        a.consumers().await.unwrap().remove(0).holding,
+        vec!["m".to_string()],
+        "m still A's"
+    );
+    // A's own ack still settles it.
+    a.ack(vec![r]).await.unwrap();
+    assert_eq!(s.cli(&["HLEN", "unacked"]), "0");
+}
+
+/// A retry is fenced as on the other layouts: once its receipt is no longer
+/// held (acked, rejected, given back) it publishes nothing, so a late
+/// retry cannot double a run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_of_a_receipt_no_longer_held_publishes_nothing() {
+    let Some(s) = support::RedisServer::start() else {
+        return;
+    };
+    let clock = VirtualClock::new(START);
+    let b = broker(&s, &clock).await;
+    b.publish(vec![msg("m", "t", "default"), msg("n", "t", "default")])
+        .await
+        .unwrap();
+    let d = b.consume(&qs("default"), 2, Duration::ZERO).await.unwrap();
+    assert_eq!(d.len(), 2);
+    // Acked, then a late retry of the same receipt.
+    b.ack(vec![d[0].receipt.clone()]).await.unwrap();
+    b.retry(d[0].receipt.clone(), msg("m-2", "t", "default"))
+        .await
+        .unwrap();
+    // Given back (a stopping worker), then a late retry.
+    assert_eq!(b.release().await.unwrap(), 1);
+    b.retry(d[1].receipt.clone(), msg("n-2", "t", "default"))
+        .await
+        .unwrap();
+    let again = b.consume(&qs("default"), 10, Duration::ZERO).await.unwrap();
+    let ids: Vec<&str> = again.iter().map(|d| d.message.id.as_str()).collect();
+    assert_eq!(ids, ["n"], "only the given-back claim, no next attempt");
+    // A retry of a receipt still held publishes its next attempt and
+    // settles the claim, together.
+    b.retry(again[0].receipt.clone(), msg("n-2", "t", "default"))
+        .await
+        .unwrap();
+    let next = b.consume(&qs("default"), 10, Duration::ZERO).await.unwrap();
+    let ids: Vec<&str> = next.iter().map(|d| d.message.id.as_str()).collect();
+    assert_eq!(ids, ["n-2"]);
+    assert_eq!(s.cli(&["HLEN", "unacked"]), "1", "only n-2 is held");
 }

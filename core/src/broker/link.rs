@@ -36,7 +36,7 @@ use redis::{AsyncConnectionConfig, Client, RedisError};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::redis::RedisUrl;
+use super::redis::{RedisUrl, check_ca, refuse_cluster};
 use crate::flow::{Backoff, MILLI};
 use crate::task::policy::seeded;
 use crate::task::state::Refused;
@@ -218,6 +218,43 @@ impl Link {
         }
     }
 
+    /// The live connection and its epoch, or why there is none: one
+    /// attempt, for a layout that handles the error itself ([`Link::fail`]).
+    pub async fn conn(&self) -> Result<(u64, MultiplexedConnection), Refused> {
+        self.get().await.map_err(|f| match f {
+            Fail::Down(why, _) => why,
+            Fail::Redis(epoch, e) => self.fail(epoch, &e),
+        })
+    }
+
+    /// Dials the first connection, so that a layout's connect is refused at
+    /// once by a Redis that cannot be reached (the refusal put after
+    /// `unreachable`, each layout's own words) or that is a Cluster node
+    /// (the layouts' keys are in no hash slot of their own).
+    pub async fn first(&self, unreachable: &str) -> Result<MultiplexedConnection, Refused> {
+        let (_, mut c) = self.conn().await.map_err(|why| match why {
+            Refused::Broker(s) => Refused::Broker(format!("{unreachable}{s}")),
+            other => other,
+        })?;
+        refuse_cluster(&mut c, &self.setup.url).await?;
+        Ok(c)
+    }
+
+    /// Waiters on this link's Redis, reading what a message carries with
+    /// `decode`. Must be called inside a tokio runtime.
+    pub fn waiters<T: Clone + Send + 'static>(&self, decode: Decode<T>) -> Arc<Waiters<T>> {
+        Waiters::new(self.setup.client.clone(), self.setup.url.clone(), decode)
+    }
+
+    /// `e`, answered on connection `epoch`, as a refusal; the connection is
+    /// dropped when `e` says it is gone, so the next call dials again.
+    pub fn fail(&self, epoch: u64, e: &RedisError) -> Refused {
+        if conn_error(e) {
+            self.broken(epoch, e);
+        }
+        self.refused(e)
+    }
+
     /// Drops connection `epoch` after a connection error, once.
     pub fn broken(&self, epoch: u64, e: &RedisError) {
         let mut s = self.lock();
@@ -276,6 +313,53 @@ impl Link {
                 self.lock().retry_at = None;
             }
         }
+    }
+}
+
+/// The redis-rs client for `parsed`, built from the parsed URL — never from
+/// its text, which redis-rs would parse a second time by other rules, and
+/// whose percent-encoded password could reach an error — so one URL means
+/// the same on every layout. A `rediss://` server is verified against
+/// `tls_ca` (PEM roots) when given; `tls_ca` on a `redis://` URL is
+/// refused.
+pub fn client(parsed: &RedisUrl, tls_ca: Option<&[u8]>) -> Result<Client, Refused> {
+    let addr = if parsed.tls {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        redis::ConnectionAddr::TcpTls {
+            host: parsed.host.clone(),
+            port: parsed.port,
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        redis::ConnectionAddr::Tcp(parsed.host.clone(), parsed.port)
+    };
+    let mut settings = redis::RedisConnectionInfo::default().set_db(parsed.db);
+    if let Some(u) = &parsed.username {
+        settings = settings.set_username(u);
+    }
+    if let Some(p) = &parsed.password {
+        settings = settings.set_password(p);
+    }
+    let bad = |e: RedisError| {
+        Refused::Invalid(format!("invalid `url`: {}", parsed.scrub(&e.to_string())))
+    };
+    let info = redis::IntoConnectionInfo::into_connection_info(addr)
+        .map_err(bad)?
+        .set_redis_settings(settings);
+    match (tls_ca, parsed.tls) {
+        (Some(pem), true) => Client::build_with_tls(
+            check_ca(pem).map(|_| info)?,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.to_vec()),
+            },
+        )
+        .map_err(bad),
+        (Some(_), false) => Err(Refused::Invalid(
+            "invalid `tls_ca`: given for a redis:// URL; use rediss://".into(),
+        )),
+        (None, _) => Client::open(info).map_err(bad),
     }
 }
 
@@ -400,6 +484,12 @@ impl<T: Clone + Send + 'static> Waiters<T> {
             ch: ch.to_string(),
             notify: e.notify.clone(),
         }
+    }
+
+    /// The number of the current (or last) pub/sub connection: it changes
+    /// when a new one is made, so a caller can tell what it may have missed.
+    pub fn connection(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
     }
 
     /// What a message on `ch` carried, if one did.

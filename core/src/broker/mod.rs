@@ -4,14 +4,17 @@
 //! (tests, a single service that wants a queue without a server); `redis` is
 //! headway's own Redis layout (see `docs/redis-layout.md`); `celery` is
 //! Celery's Redis layout; `link` is the Redis plumbing (reconnecting
-//! connection, patient retries, pub/sub waiters) the Redis layouts share.
-//! `target` is what a `broker=` argument means: the one place a URL's
-//! scheme picks one of them.
+//! connection, patient retries, pub/sub waiters) the Redis layouts share,
+//! `dead` how both read a dead letter back, and `options` the limits
+//! both take. `target` is what a `broker=` argument means: the one place a
+//! URL's scheme picks one of them.
 
 pub mod celery;
+mod dead;
 pub mod link;
 mod lua;
 pub mod memory;
+mod options;
 pub mod raw;
 pub mod redis;
 pub mod target;

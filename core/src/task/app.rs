@@ -59,6 +59,19 @@ pub struct Seams {
     pub inspector: Option<Arc<dyn Inspector>>,
 }
 
+impl Seams {
+    /// All four seams answered by one value (a broker that is also its
+    /// own store, counter and inspector, as every Redis layout is).
+    pub fn all<T: Broker + Backend + Counter + Inspector + 'static>(one: &Arc<T>) -> Seams {
+        Seams {
+            broker: one.clone(),
+            backend: Some(one.clone()),
+            counter: Some(one.clone()),
+            inspector: Some(one.clone()),
+        }
+    }
+}
+
 impl App {
     /// An app on `seams` reading `clock`.
     ///

@@ -17,14 +17,14 @@ pub(super) const STORE_CHUNK: usize = 256;
 
 impl CeleryBroker {
     pub(super) async fn fetch_raw(&self, id: &str) -> Result<Option<Vec<u8>>, Refused> {
-        let mut c = self.link.conn().await?;
+        let (epoch, mut c) = self.link.conn().await?;
         match redis::cmd("GET")
             .arg(self.meta_key(id))
             .query_async(&mut c)
             .await
         {
             Ok(v) => Ok(v),
-            Err(e) => Err(self.link.fail(e).await),
+            Err(e) => Err(self.link.fail(epoch, &e)),
         }
     }
 
@@ -61,7 +61,7 @@ impl CeleryBroker {
         }
         let (p, script) = (&p, &self.scripts.store);
         self.link
-            .patiently(|mut c| async move {
+            .patiently(true, |mut c| async move {
                 match p.query_async::<()>(&mut c).await {
                     Err(e) if e.code() == Some("NOSCRIPT") => {
                         script.load_async(&mut c).await?;
@@ -93,9 +93,13 @@ impl Backend for CeleryBroker {
         Box::pin(async move {
             let deadline = tokio::time::Instant::now() + timeout;
             let channel = self.meta_key(id);
-            let bell = self.watch(&channel).await;
-            let r = async {
+            let waiting = self.waiters.join(&channel);
+            let bell = waiting.notify().clone();
+            async {
                 loop {
+                    // Subscribed on the live connection (again, after a
+                    // lost one); a refusal is covered by the slow re-read.
+                    let _ = self.waiters.subscribe(&channel).await;
                     let rung = bell.notified();
                     tokio::pin!(rung);
                     rung.as_mut().enable();
@@ -121,9 +125,7 @@ impl Backend for CeleryBroker {
                     }
                 }
             }
-            .await;
-            self.unwatch(&channel).await;
-            r
+            .await
         })
     }
 }

@@ -1,7 +1,8 @@
 //! The Celery-layout broker's own tokio task: what a Celery worker's timer
 //! does (restoring dead consumers' claims) and what headway adds — re-
 //! scoring what this consumer holds so nobody restores it while it lives,
-//! retrying settles kept through an outage, flushing run events, renewing
+//! retrying settles kept through an outage, reading the revokes kept while
+//! the pidbox was away, flushing run events, renewing
 //! the beat lease. It holds the broker weakly and stops when it is dropped.
 
 use std::sync::Weak;
@@ -36,6 +37,9 @@ pub(super) async fn rescore_loop(me: Weak<CeleryBroker>) {
     // Each kind of failure is logged once per outage: the connection's own
     // log says when it ends.
     let (mut rescore_failing, mut restore_failing) = (false, false);
+    // The pub/sub connection the revokes were last loaded for: a new one
+    // may have missed pidbox broadcasts meanwhile.
+    let mut heard = me.upgrade().map_or(0, |b| b.waiters.connection());
     loop {
         tokio::time::sleep(tick).await;
         let Some(b) = me.upgrade() else { return };
@@ -43,6 +47,10 @@ pub(super) async fn rescore_loop(me: Weak<CeleryBroker>) {
         if now.duration_since(last_renew) >= renew_every {
             last_renew = now;
             b.renew_beat().await;
+        }
+        let conn = b.waiters.connection();
+        if conn != heard && b.load_revoked().await.is_ok() {
+            heard = conn;
         }
         let _ = b.flush_events().await;
         b.pay().await;

@@ -26,7 +26,9 @@ impl CeleryBroker {
             .arg(mode);
         let inv = &inv;
         self.link
-            .patiently(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
+            .patiently(true, |mut c| async move {
+                inv.invoke_async::<i64>(&mut c).await
+            })
             .await
     }
 
@@ -67,7 +69,7 @@ impl CeleryBroker {
             .arg(0)
             .arg(self.opts.beat_lease.as_millis() as u64)
             .arg("renew");
-        let Ok(mut c) = self.link.conn().await else {
+        let Ok((epoch, mut c)) = self.link.conn().await else {
             return;
         };
         match inv.invoke_async::<i64>(&mut c).await {
@@ -80,7 +82,7 @@ impl CeleryBroker {
             }
             // Redis away: the lease may lapse, and the next claim finds out.
             Err(e) => {
-                let _ = self.link.fail(e).await;
+                let _ = self.link.fail(epoch, &e);
             }
         }
     }

@@ -53,7 +53,9 @@ impl CeleryBroker {
             let inv = &inv;
             match self
                 .link
-                .patiently(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
+                .patiently(true, |mut c| async move {
+                    inv.invoke_async::<i64>(&mut c).await
+                })
                 .await
             {
                 Ok(1) => n += 1,
@@ -104,7 +106,9 @@ impl CeleryBroker {
         let inv = &inv;
         let n = self
             .link
-            .patiently(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
+            .patiently(true, |mut c| async move {
+                inv.invoke_async::<i64>(&mut c).await
+            })
             .await?
             .max(0) as usize;
         if n > 0 {
@@ -124,7 +128,9 @@ impl CeleryBroker {
         let inv = &inv;
         let n = self
             .link
-            .patiently(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
+            .patiently(true, |mut c| async move {
+                inv.invoke_async::<i64>(&mut c).await
+            })
             .await?
             .max(0) as usize;
         if n > 0 {

@@ -84,7 +84,7 @@ impl CeleryBroker {
         }
         cb.parent_id = Some(part.to_string());
         let (qkey, enc) = self.encode(&cb);
-        let mut c = self.link.conn().await?;
+        let (epoch, mut c) = self.link.conn().await?;
         let r: Result<i64, _> = self
             .scripts
             .fire
@@ -97,7 +97,7 @@ impl CeleryBroker {
             .await;
         match r {
             Ok(_) => Ok(()),
-            Err(e) => Err(self.link.fail(e).await),
+            Err(e) => Err(self.link.fail(epoch, &e)),
         }
     }
 
@@ -150,10 +150,10 @@ impl Counter for CeleryBroker {
                 p.set(&skey, size).ignore();
             }
             p.publish(&skey, size).ignore();
-            let mut c = self.link.conn().await?;
+            let (epoch, mut c) = self.link.conn().await?;
             match p.query_async::<()>(&mut c).await {
                 Ok(()) => Ok(()),
-                Err(e) => Err(self.link.fail(e).await),
+                Err(e) => Err(self.link.fail(epoch, &e)),
             }
         })
     }
@@ -187,7 +187,7 @@ impl Counter for CeleryBroker {
             result::write_result(&mut member, &value);
             member.push(']');
             let score = index.map_or("+inf".to_string(), |i| i.to_string());
-            let mut c = self.link.conn().await?;
+            let (epoch, mut c) = self.link.conn().await?;
             let r: Result<Vec<redis::Value>, _> = self
                 .scripts
                 .arrive
@@ -201,7 +201,7 @@ impl Counter for CeleryBroker {
                 .await;
             let reply = match r {
                 Ok(v) => v,
-                Err(e) => return Err(self.link.fail(e).await),
+                Err(e) => return Err(self.link.fail(epoch, &e)),
             };
             if reply.len() <= 3 {
                 return Ok(Joined::Waiting);

@@ -93,10 +93,10 @@ impl CeleryBroker {
             inv.arg(p.step);
         }
         inv.arg(new_id()).arg(DEAD_PREFIX_BYTES);
-        let mut c = self.link.conn().await?;
+        let (epoch, mut c) = self.link.conn().await?;
         let flat: Vec<Vec<u8>> = match inv.invoke_async(&mut c).await {
             Ok(v) => v,
-            Err(e) => return Err(self.link.fail(e).await),
+            Err(e) => return Err(self.link.fail(epoch, &e)),
         };
         let mut it = flat.into_iter();
         let buried: usize = it
@@ -134,7 +134,7 @@ impl CeleryBroker {
         let secs = wait.as_secs_f64().max(0.01);
         let mut brpop = redis::cmd("BRPOP");
         brpop.arg(&keys).arg(secs);
-        let got: Option<(String, Vec<u8>)> = self.link.blocking(&brpop).await?;
+        let got: Option<(String, Vec<u8>)> = self.blocking(&brpop).await?;
         let Some((key, raw)) = got else {
             return Ok(0);
         };
@@ -177,7 +177,9 @@ impl CeleryBroker {
         let held = {
             let inv = &inv;
             self.link
-                .patiently(|mut c| async move { inv.invoke_async::<String>(&mut c).await })
+                .patiently(true, |mut c| async move {
+                    inv.invoke_async::<String>(&mut c).await
+                })
                 .await
         };
         drop(inv);
@@ -195,5 +197,29 @@ impl CeleryBroker {
             raw,
         }])
         .await
+    }
+
+    /// Runs one blocking command (BRPOP) on a connection of its own (no
+    /// response timeout: it blocks), opened when needed and dropped on any
+    /// error, so one blocked call runs at a time, a blocked claim never
+    /// holds up a settle, and a stale connection is never reused.
+    async fn blocking<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, Refused> {
+        let mut g = self.blocking.lock().await;
+        if g.is_none() {
+            *g = Some(
+                self.link
+                    .dedicated(None)
+                    .await
+                    .map_err(|e| self.link.refused(&e))?,
+            );
+        }
+        let c = g.as_mut().expect("just connected");
+        match cmd.query_async(c).await {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                *g = None;
+                Err(self.link.refused(&e))
+            }
+        }
     }
 }

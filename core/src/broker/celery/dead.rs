@@ -172,41 +172,9 @@ fn assemble(
     out
 }
 
-#[derive(serde::Deserialize)]
-struct Head {
-    at: i64,
-    reason: String,
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    size: Option<usize>,
-}
-
 /// A dead letter read back.
 pub(crate) fn letter(queue: &str, el: &[u8]) -> DeadLetter {
-    if el.starts_with(b"{\"at\":")
-        && let Some(nl) = el.iter().position(|c| *c == b'\n')
-        && let Ok(h) = serde_json::from_slice::<Head>(&el[..nl])
-    {
-        return DeadLetter {
-            queue: queue.to_string(),
-            id: h.id,
-            reason: h.reason,
-            at: h.at,
-            raw: el[nl + 1..].to_vec(),
-            // The size it had on the queue: a quarantined message keeps
-            // only a prefix of it.
-            size: h.size.unwrap_or(el.len() - nl - 1),
-        };
-    }
-    DeadLetter {
-        queue: queue.to_string(),
-        id: None,
-        reason: "unknown: a dead letter without a header".into(),
-        at: 0,
-        raw: el.to_vec(),
-        size: el.len(),
-    }
+    super::super::dead::read(queue, el, "unknown: a dead letter without a header")
 }
 
 #[cfg(test)]

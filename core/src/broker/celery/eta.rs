@@ -98,7 +98,7 @@ impl CeleryBroker {
         if tags.is_empty() && owed.is_empty() {
             return Ok(0);
         }
-        let mut c = self.link.conn().await?;
+        let (epoch, mut c) = self.link.conn().await?;
         let all: Vec<&String> = tags.iter().map(|(_, t)| t).chain(owed.iter()).collect();
         let mut gone: Vec<String> = Vec::new();
         for chunk in all.chunks(RESCORE_CHUNK) {
@@ -109,7 +109,7 @@ impl CeleryBroker {
             }
             match inv.invoke_async::<Vec<String>>(&mut c).await {
                 Ok(v) => gone.extend(v),
-                Err(e) => return Err(self.link.fail(e).await),
+                Err(e) => return Err(self.link.fail(epoch, &e)),
             }
         }
         if !gone.is_empty() {

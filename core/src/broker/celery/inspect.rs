@@ -25,10 +25,10 @@ impl CeleryBroker {
         let mut p = redis::pipe();
         p.lpush(&self.keys.events, &batch).ignore();
         p.ltrim(&self.keys.events, 0, EVENTS_KEPT - 1).ignore();
-        let mut c = self.link.conn().await?;
+        let (epoch, mut c) = self.link.conn().await?;
         match p.query_async::<()>(&mut c).await {
             Ok(()) => Ok(()),
-            Err(e) => Err(self.link.fail(e).await),
+            Err(e) => Err(self.link.fail(epoch, &e)),
         }
     }
 }
@@ -48,10 +48,10 @@ impl Inspector for CeleryBroker {
                     p.llen(self.queue_key(q, s));
                 }
             }
-            let mut c = self.link.conn().await?;
+            let (epoch, mut c) = self.link.conn().await?;
             let lens: Vec<u64> = match p.query_async(&mut c).await {
                 Ok(v) => v,
-                Err(e) => return Err(self.link.fail(e).await),
+                Err(e) => return Err(self.link.fail(epoch, &e)),
             };
             let g = self.lock();
             let steps = self.opts.priority_steps.len();
@@ -77,7 +77,7 @@ impl Inspector for CeleryBroker {
 
     fn counts(&self) -> BoxFuture<'_, Result<BTreeMap<State, u64>, Refused>> {
         Box::pin(async move {
-            let mut c = self.link.conn().await?;
+            let (epoch, mut c) = self.link.conn().await?;
             let pattern = format!("{}celery-task-meta-*", self.keys.result_prefix);
             let mut cursor: u64 = 0;
             let mut out = BTreeMap::new();
@@ -93,13 +93,13 @@ impl Inspector for CeleryBroker {
                     .await
                 {
                     Ok(v) => v,
-                    Err(e) => return Err(self.link.fail(e).await),
+                    Err(e) => return Err(self.link.fail(epoch, &e)),
                 };
                 if !keys.is_empty() {
                     let vals: Vec<Option<Vec<u8>>> =
                         match redis::cmd("MGET").arg(&keys).query_async(&mut c).await {
                             Ok(v) => v,
-                            Err(e) => return Err(self.link.fail(e).await),
+                            Err(e) => return Err(self.link.fail(epoch, &e)),
                         };
                     for v in vals.into_iter().flatten() {
                         if let Ok(o) = result::decode_meta("", &v) {
@@ -152,7 +152,7 @@ impl Inspector for CeleryBroker {
             if limit == 0 {
                 return Ok(Vec::new());
             }
-            let mut c = self.link.conn().await?;
+            let (epoch, mut c) = self.link.conn().await?;
             let raw: Vec<Vec<u8>> = match redis::cmd("LRANGE")
                 .arg(self.dead_key(queue))
                 .arg(0)
@@ -161,7 +161,7 @@ impl Inspector for CeleryBroker {
                 .await
             {
                 Ok(v) => v,
-                Err(e) => return Err(self.link.fail(e).await),
+                Err(e) => return Err(self.link.fail(epoch, &e)),
             };
             Ok(raw.iter().map(|el| dead::letter(queue, el)).collect())
         })
@@ -169,14 +169,14 @@ impl Inspector for CeleryBroker {
 
     fn dead_count<'a>(&'a self, queue: &'a str) -> BoxFuture<'a, Result<u64, Refused>> {
         Box::pin(async move {
-            let mut c = self.link.conn().await?;
+            let (epoch, mut c) = self.link.conn().await?;
             match redis::cmd("LLEN")
                 .arg(self.dead_key(queue))
                 .query_async::<u64>(&mut c)
                 .await
             {
                 Ok(n) => Ok(n),
-                Err(e) => Err(self.link.fail(e).await),
+                Err(e) => Err(self.link.fail(epoch, &e)),
             }
         })
     }
@@ -187,7 +187,7 @@ impl Inspector for CeleryBroker {
                 return Ok(Vec::new());
             }
             self.flush_events().await?;
-            let mut c = self.link.conn().await?;
+            let (epoch, mut c) = self.link.conn().await?;
             let raw: Vec<String> = match redis::cmd("LRANGE")
                 .arg(&self.keys.events)
                 .arg(0)
@@ -196,7 +196,7 @@ impl Inspector for CeleryBroker {
                 .await
             {
                 Ok(v) => v,
-                Err(e) => return Err(self.link.fail(e).await),
+                Err(e) => return Err(self.link.fail(epoch, &e)),
             };
             Ok(raw
                 .iter()

@@ -37,16 +37,17 @@
 //!
 //! The module is split by concern, each file saying why it is shaped as it
 //! is: `options` and `keys` (what a broker is built with, every name it
-//! uses), `link` (its connections to Redis), `publish`, `claim` and
+//! uses), `publish`, `claim` and
 //! `consume` (a message's way in), `eta` (held until due), `settle`,
 //! `restore` and `burial` (its way out: acked, put back, or set aside),
-//! `unknown` (tasks another consumer runs), `revoke` and `subscribe` (the
-//! pidbox and result channels), `backend` and `chords` (results), `beat`,
+//! `unknown` (tasks another consumer runs), `revoke` (the pidbox), `backend` and `chords` (results), `beat`,
 //! `inspect`, and `background` (the broker's own task). Every Lua script
 //! is a file under `lua/` (`scripts`). The wire formats are `codec`
 //! (Celery's task protocol), `result` (its result meta), `pidbox`, `dead`
 //! (dead letters) and `pyjson`/`typed`/`b64` (Python's JSON as Celery
-//! writes it).
+//! writes it). Its connections to Redis — the command connection, the
+//! pub/sub connection for result waiters and the pidbox — are the shared
+//! `broker::link`, with this layout's timeouts and backoff.
 
 mod b64;
 mod backend;
@@ -61,7 +62,6 @@ pub mod dead;
 mod eta;
 mod inspect;
 mod keys;
-mod link;
 mod options;
 pub mod pidbox;
 mod publish;
@@ -71,7 +71,6 @@ pub mod result;
 mod revoke;
 mod scripts;
 mod settle;
-mod subscribe;
 pub mod typed;
 mod unknown;
 
@@ -89,11 +88,12 @@ pub use typed::{Typed, TypedError};
 pub use unknown::{HANDBACK_HEADER, MAX_HANDBACKS};
 
 use keys::Keys;
-use link::Link;
 use scripts::Scripts;
 use settle::Owed;
 
+use super::link::{Link, LinkSetup, Waiters};
 use super::redis::RedisUrl;
+use crate::flow::{Backoff, Jitter, MILLI};
 use crate::task::app::Seams;
 use crate::task::clock::{BoxFuture, Clock};
 use crate::task::message::{Message, new_id};
@@ -141,8 +141,13 @@ struct Local {
 /// Celery's Redis layout behind headway's four seams.
 pub struct CeleryBroker {
     me: Weak<CeleryBroker>,
-    /// Its connections to Redis.
+    /// Its command connection to Redis (shared plumbing: reconnects, waits
+    /// through a short outage).
     link: Link,
+    /// BRPOP's own connection (no response timeout: it blocks).
+    blocking: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
+    /// Result waiters and the pidbox patterns, on one pub/sub connection.
+    waiters: Arc<Waiters<()>>,
     db: i64,
     /// Settles and hand-backs waiting for Redis.
     owed: Mutex<Vec<Owed>>,
@@ -167,8 +172,6 @@ pub struct CeleryBroker {
     events: Mutex<Vec<String>>,
     stored: Notify,
     revoked_bell: Notify,
-    waits: Mutex<HashMap<String, (usize, Arc<Notify>)>>,
-    sink: tokio::sync::Mutex<Option<redis::aio::PubSubSink>>,
     keys: Keys,
     scripts: Scripts,
 }
@@ -176,7 +179,7 @@ pub struct CeleryBroker {
 impl std::fmt::Debug for CeleryBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CeleryBroker")
-            .field("url", &self.link.url)
+            .field("url", self.link.url())
             .field("node", &self.node)
             .finish()
     }
@@ -187,9 +190,9 @@ impl CeleryBroker {
     /// `rediss://` for TLS) and answers a broker on Celery's layout there.
     /// `clock` is the app's: index scores, etas and result times read it.
     ///
-    /// Starts two background tasks on the current tokio runtime: the
-    /// subscriber (result wake-ups and pidbox revokes) and the re-scorer of
-    /// held claims. Both stop when the broker is dropped.
+    /// Starts its background task on the current tokio runtime (the
+    /// re-scorer of held claims, see `background`) and subscribes the
+    /// pidbox; both stop when the broker is dropped.
     pub async fn connect(
         url: &str,
         opts: CeleryOptions,
@@ -205,12 +208,31 @@ impl CeleryBroker {
             .consumer
             .clone()
             .unwrap_or_else(|| format!("headway@{}", codec::hostname()));
-        let link = Link::open(parsed, opts.tls_ca.as_deref(), opts.patience, node.clone()).await?;
+        let client = super::link::client(&parsed, opts.tls_ca.as_deref())?;
+        // 5 s to connect, 30 s for a reply; a failed dial waits 50 ms
+        // doubling to 1 s before the next, without jitter.
+        let backoff = Backoff::new(50 * MILLI, 2.0, 1_000 * MILLI, i32::MAX, Jitter::Rigid)
+            .expect("a valid backoff");
+        let link = Link::new(LinkSetup {
+            client,
+            url: parsed,
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(30),
+            backoff,
+            seed: node.clone(),
+            patience: opts.patience,
+            label: format!("headway celery broker {node}"),
+        });
+        link.first("cannot reach ").await?;
+        // Result channels carry a wake-up only: a waiter reads the key.
+        let waiters = link.waiters(Box::new(|_| None));
         let keys = Keys::new(&opts, db);
         let beat_owner = format!("{node}#{}-{}", std::process::id(), &new_id()[..8]);
         let broker = Arc::new_cyclic(|me| CeleryBroker {
             me: me.clone(),
             link,
+            blocking: tokio::sync::Mutex::new(None),
+            waiters,
             db,
             owed: Mutex::new(Vec::new()),
             beat_owner,
@@ -228,29 +250,30 @@ impl CeleryBroker {
             events: Mutex::new(Vec::new()),
             stored: Notify::new(),
             revoked_bell: Notify::new(),
-            waits: Mutex::new(HashMap::new()),
-            sink: tokio::sync::Mutex::new(None),
             keys,
             scripts: Scripts::new(),
         });
+        // The pidbox patterns stand: subscribed before connect answers, so a
+        // revoke sent right after is heard, and made again after a lost
+        // connection. One that cannot be made now is retried in the
+        // background.
+        for p in &broker.keys.pidbox_patterns {
+            let me = Arc::downgrade(&broker);
+            let on: super::link::Handler = Arc::new(move |_, payload| {
+                if let Some(b) = me.upgrade() {
+                    b.on_pidbox(payload);
+                }
+            });
+            let _ = broker.waiters.psubscribe(p, on).await;
+        }
         broker.load_revoked().await?;
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(subscribe::listen(Arc::downgrade(&broker), Some(ready_tx)));
         tokio::spawn(background::rescore_loop(Arc::downgrade(&broker)));
-        // Subscribed before connect answers, so a revoke sent right after is
-        // heard; a subscriber that cannot start is retried in the background.
-        let _ = tokio::time::timeout(Duration::from_secs(5), ready_rx).await;
         Ok(broker)
     }
 
     /// The four seams an [`crate::task::App`] is built on, all this broker.
     pub fn seams(self: &Arc<Self>) -> Seams {
-        Seams {
-            broker: self.clone(),
-            backend: Some(self.clone()),
-            counter: Some(self.clone()),
-            inspector: Some(self.clone()),
-        }
+        Seams::all(self)
     }
 
     /// Gives back what this consumer holds ([`CeleryBroker::release`]) so

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use super::super::options::{limits, need};
 use super::{eta, unknown};
 use crate::task::dead::{MAX_DELIVERIES, MAX_MESSAGE_BYTES};
 use crate::task::state::Refused;
@@ -151,31 +152,16 @@ impl CeleryOptions {
                 "invalid `default_queue`: must not be empty".into(),
             ));
         }
-        if self.max_deliveries == 0 {
-            return Err(Refused::Invalid(
-                "invalid `max_deliveries`: must be at least 1".into(),
-            ));
-        }
-        if self.max_held_etas == 0 {
-            return Err(Refused::Invalid(
-                "invalid `max_held_etas`: must be at least 1".into(),
-            ));
-        }
-        if self.max_handbacks == 0 {
-            return Err(Refused::Invalid(
-                "invalid `max_handbacks`: must be at least 1".into(),
-            ));
-        }
-        if self.max_message_bytes == 0 {
-            return Err(Refused::Invalid(
-                "invalid `max_message_bytes`: must be at least 1".into(),
-            ));
-        }
-        if self.beat_lease < Duration::from_millis(30) {
-            return Err(Refused::Invalid(
-                "invalid `beat_lease`: must be at least 30 ms".into(),
-            ));
-        }
-        Ok(())
+        need(
+            self.max_held_etas > 0,
+            "max_held_etas",
+            "must be at least 1",
+        )?;
+        need(
+            self.max_handbacks > 0,
+            "max_handbacks",
+            "must be at least 1",
+        )?;
+        limits(self.max_deliveries, self.max_message_bytes, self.beat_lease)
     }
 }

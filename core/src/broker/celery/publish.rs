@@ -40,7 +40,10 @@ impl CeleryBroker {
         }
         let p = &p;
         self.link
-            .patiently(|mut c| async move { p.query_async::<()>(&mut c).await })
+            .patiently(
+                true,
+                |mut c| async move { p.query_async::<()>(&mut c).await },
+            )
             .await
     }
 
@@ -60,7 +63,10 @@ impl CeleryBroker {
         p.lpush(self.queue_key(queue, 0), raw).ignore();
         let p = &p;
         self.link
-            .patiently(|mut c| async move { p.query_async::<()>(&mut c).await })
+            .patiently(
+                true,
+                |mut c| async move { p.query_async::<()>(&mut c).await },
+            )
             .await
     }
 }

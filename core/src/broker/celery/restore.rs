@@ -78,7 +78,7 @@ impl CeleryBroker {
             get.arg(&self.keys.unacked).arg(tag);
             let get = &get;
             self.link
-                .patiently(|mut c| async move { get.query_async(&mut c).await })
+                .patiently(true, |mut c| async move { get.query_async(&mut c).await })
                 .await?
         };
         let Some(entry) = entry else {
@@ -211,7 +211,9 @@ impl CeleryBroker {
         let inv = &inv;
         let n = self
             .link
-            .patiently(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
+            .patiently(true, |mut c| async move {
+                inv.invoke_async::<i64>(&mut c).await
+            })
             .await?;
         Ok(if n == 1 {
             Restored::Back
@@ -229,7 +231,7 @@ impl CeleryBroker {
     /// keeps the header but does not add to it (see `docs/celery.md`).
     pub(super) async fn restore_visible(&self) -> Result<usize, Refused> {
         let token = new_id();
-        let mut c = self.link.conn().await?;
+        let (epoch, mut c) = self.link.conn().await?;
         let got: Option<String> = match redis::cmd("SET")
             .arg(&self.keys.mutex)
             .arg(&token)
@@ -240,7 +242,7 @@ impl CeleryBroker {
             .await
         {
             Ok(v) => v,
-            Err(e) => return Err(self.link.fail(e).await),
+            Err(e) => return Err(self.link.fail(epoch, &e)),
         };
         if got.is_none() {
             // kombu's MutexHeld: someone else is restoring right now.
@@ -255,7 +257,7 @@ impl CeleryBroker {
         let tags: Result<Vec<String>, _> = q.query_async(&mut c).await;
         let mut n = 0;
         let result = match tags {
-            Err(e) => Err(self.link.fail(e).await),
+            Err(e) => Err(self.link.fail(epoch, &e)),
             Ok(tags) => {
                 let mut mine: HashSet<String> =
                     self.lock().out.values().map(|h| h.tag.clone()).collect();

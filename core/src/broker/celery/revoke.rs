@@ -32,7 +32,10 @@ impl CeleryBroker {
         p.publish(&self.keys.pidbox, env).ignore();
         let p = &p;
         self.link
-            .patiently(|mut c| async move { p.query_async::<()>(&mut c).await })
+            .patiently(
+                true,
+                |mut c| async move { p.query_async::<()>(&mut c).await },
+            )
             .await
     }
 
@@ -51,7 +54,7 @@ impl CeleryBroker {
         }
         // Another headway process may have revoked while this one's
         // subscriber was away: the sorted set is the record.
-        let mut c = self.link.conn().await?;
+        let (epoch, mut c) = self.link.conn().await?;
         let scores: Vec<Option<f64>> = match redis::cmd("ZMSCORE")
             .arg(&self.keys.revoked)
             .arg(ids)
@@ -59,7 +62,7 @@ impl CeleryBroker {
             .await
         {
             Ok(v) => v,
-            Err(e) => return Err(self.link.fail(e).await),
+            Err(e) => return Err(self.link.fail(epoch, &e)),
         };
         for (o, s) in out.iter_mut().zip(scores) {
             if s.is_some_and(|u| u as i64 > now) {
@@ -71,7 +74,7 @@ impl CeleryBroker {
 
     pub(super) async fn load_revoked(&self) -> Result<(), Refused> {
         let now = self.clock.now();
-        let mut c = self.link.conn().await?;
+        let (epoch, mut c) = self.link.conn().await?;
         let got: Vec<(String, f64)> = match redis::cmd("ZRANGEBYSCORE")
             .arg(&self.keys.revoked)
             .arg(now)
@@ -81,7 +84,7 @@ impl CeleryBroker {
             .await
         {
             Ok(v) => v,
-            Err(e) => return Err(self.link.fail(e).await),
+            Err(e) => return Err(self.link.fail(epoch, &e)),
         };
         let mut g = self.lock();
         for (id, until) in got {

@@ -64,21 +64,30 @@ impl CeleryBroker {
     }
 
     /// A retry: the next attempt published and the claim acked in one
-    /// MULTI, so neither happens without the other.
+    /// MULTI, so neither happens without the other. Fenced, as on the other
+    /// layouts: a claim this consumer no longer holds (settled, given back,
+    /// another consumer's) publishes nothing, so a late retry cannot double
+    /// the run.
     pub(super) async fn retry_one(&self, receipt: Receipt, next: Message) -> Result<(), Refused> {
         let tags = self.settle_local(std::slice::from_ref(&receipt));
+        if tags.is_empty() {
+            return Ok(());
+        }
         let (key, enc) = self.encode(&next);
         let mut p = redis::pipe();
-        p.atomic().lpush(key, enc.json).ignore();
-        if !tags.is_empty() {
-            p.zrem(&self.keys.index, &tags)
-                .ignore()
-                .hdel(&self.keys.unacked, &tags)
-                .ignore();
-        }
+        p.atomic()
+            .lpush(key, enc.json)
+            .ignore()
+            .zrem(&self.keys.index, &tags)
+            .ignore()
+            .hdel(&self.keys.unacked, &tags)
+            .ignore();
         let p = &p;
         self.link
-            .patiently(|mut c| async move { p.query_async::<()>(&mut c).await })
+            .patiently(
+                true,
+                |mut c| async move { p.query_async::<()>(&mut c).await },
+            )
             .await
     }
 
@@ -89,7 +98,10 @@ impl CeleryBroker {
             .hdel(&self.keys.unacked, tags);
         let p = &p;
         self.link
-            .patiently(|mut c| async move { p.query_async::<()>(&mut c).await })
+            .patiently(
+                true,
+                |mut c| async move { p.query_async::<()>(&mut c).await },
+            )
             .await
     }
 
@@ -124,7 +136,10 @@ impl CeleryBroker {
                     p.rpush(key, raw.as_slice()).ignore();
                     let p = &p;
                     self.link
-                        .patiently(|mut c| async move { p.query_async::<()>(&mut c).await })
+                        .patiently(
+                            true,
+                            |mut c| async move { p.query_async::<()>(&mut c).await },
+                        )
                         .await
                 }
             };
@@ -181,17 +196,21 @@ impl CeleryBroker {
     /// consumer holds. A receipt names its message by that tag (`raw`);
     /// its local number is only this instance's, and a receipt from
     /// another instance (or a stale one) may carry a number this one uses
-    /// for another message — so the local hold is let go only when its
-    /// tag is the receipt's. A receipt without a tag names nothing.
+    /// for another message — so a receipt settles only when this consumer
+    /// holds its tag under its number. One it does not hold (another
+    /// consumer's, already settled, given back) names nothing here, as on
+    /// the other layouts: settling it would take a message from under the
+    /// consumer that holds it.
     pub(super) fn settle_local(&self, receipts: &[Receipt]) -> Vec<String> {
         let mut g = self.lock();
         receipts
             .iter()
             .filter_map(|r| {
                 let tag = String::from_utf8_lossy(r.raw.as_deref()?).into_owned();
-                if g.out.get(&r.tag).is_some_and(|h| h.tag == tag) {
-                    g.out.remove(&r.tag);
+                if g.out.get(&r.tag).is_none_or(|h| h.tag != tag) {
+                    return None;
                 }
+                g.out.remove(&r.tag);
                 Some(tag)
             })
             .collect()

@@ -30,41 +30,10 @@ pub(super) fn dead_element(now: i64, step: u8, why: &dead::Undecodable, raw: &[u
     out
 }
 
-#[derive(serde::Deserialize)]
-pub(super) struct DeadHead {
-    at: i64,
-    reason: String,
-    #[serde(default)]
-    id: Option<String>,
-    /// Absent in letters kept before sizes were: the bytes are whole.
-    #[serde(default)]
-    size: Option<usize>,
-}
-
 /// A dead letter read back; one kept before dead letters had headers is its
 /// bytes alone.
 pub(super) fn undead(queue: &str, el: &[u8]) -> DeadLetter {
-    if el.starts_with(b"{\"at\":")
-        && let Some(nl) = el.iter().position(|c| *c == b'\n')
-        && let Ok(h) = serde_json::from_slice::<DeadHead>(&el[..nl])
-    {
-        return DeadLetter {
-            queue: queue.to_string(),
-            id: h.id,
-            reason: h.reason,
-            at: h.at,
-            raw: el[nl + 1..].to_vec(),
-            size: h.size.unwrap_or(el.len() - nl - 1),
-        };
-    }
-    DeadLetter {
-        queue: queue.to_string(),
-        id: None,
-        reason: "unknown: kept before dead letters had reasons".into(),
-        at: 0,
-        raw: el.to_vec(),
-        size: el.len(),
-    }
+    super::super::dead::read(queue, el, "unknown: kept before dead letters had reasons")
 }
 
 impl RedisBroker {

@@ -71,6 +71,7 @@ mod wire;
 pub use cluster::refuse_cluster;
 pub use inspect::EVENTS_KEPT;
 pub use options::RedisOptions;
+pub(crate) use tls::check_ca;
 pub use url::RedisUrl;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -91,7 +92,7 @@ use crate::task::spec::{
 };
 use crate::task::state::{Outcome, Refused, State};
 
-use super::link::{Fail, Link, LinkSetup, Waiters};
+use super::link::{Link, LinkSetup, Waiters};
 use scripts::Scripts;
 use settle::Pending;
 
@@ -181,13 +182,13 @@ impl RedisBroker {
             }
             None => options::default_consumer(),
         };
-        let client = options::client(&parsed, options.tls_ca.as_ref())?;
+        let client = super::link::client(&parsed, options.tls_ca.as_deref())?;
         // 50 ms doubling to 2 s (ioredis's default cap), full jitter (AWS,
         // "Exponential Backoff and Jitter").
         let backoff = Backoff::new(50 * MILLI, 2.0, 2_000 * MILLI, i32::MAX, Jitter::Full)
             .expect("a valid backoff");
         let link = Link::new(LinkSetup {
-            client: client.clone(),
+            client,
             url: parsed.clone(),
             connect_timeout: CONNECT_TIMEOUT,
             response_timeout: RESPONSE_TIMEOUT,
@@ -198,11 +199,9 @@ impl RedisBroker {
         });
         // A final value (not the `1` wake-up) is kept for the waiters, who
         // then need no GET.
-        let waiters = Waiters::new(
-            client,
-            parsed.clone(),
-            Box::new(|b| wire::unstored(b).filter(|o| o.state.is_final())),
-        );
+        let waiters = link.waiters(Box::new(|b| {
+            wire::unstored(b).filter(|o| o.state.is_final())
+        }));
         let broker = Arc::new_cyclic(|me| RedisBroker {
             me: me.clone(),
             url: parsed,
@@ -232,29 +231,18 @@ impl RedisBroker {
         });
         // Fail fast on a Redis that is not there or is a Cluster node, and
         // load the scripts.
-        match broker.link.get().await {
-            Ok((_, mut c)) => {
-                refuse_cluster(&mut c, &broker.url).await?;
-                broker
-                    .load_scripts(&mut c)
-                    .await
-                    .map_err(|e| broker.link.refused(&e))?
-            }
-            Err(Fail::Down(why, _)) => return Err(why),
-            Err(Fail::Redis(_, e)) => return Err(broker.link.refused(&e)),
-        }
+        let mut c = broker.link.first("").await?;
+        broker
+            .load_scripts(&mut c)
+            .await
+            .map_err(|e| broker.link.refused(&e))?;
         tokio::spawn(lease::tick(Arc::downgrade(&broker)));
         Ok(broker)
     }
 
     /// The seams an [`crate::task::App`] is built on, all this broker.
     pub fn seams(self: &Arc<Self>) -> Seams {
-        Seams {
-            broker: self.clone(),
-            backend: Some(self.clone()),
-            counter: Some(self.clone()),
-            inspector: Some(self.clone()),
-        }
+        Seams::all(self)
     }
 
     /// This process's consumer name.

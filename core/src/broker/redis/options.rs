@@ -6,9 +6,7 @@
 
 use std::time::Duration;
 
-use ::redis::Client;
-
-use super::{RedisUrl, tls};
+use super::super::options::limits;
 use crate::task::dead::{MAX_DELIVERIES, MAX_MESSAGE_BYTES};
 use crate::task::state::Refused;
 
@@ -107,65 +105,12 @@ impl RedisOptions {
                 "invalid `result_expires`: must be positive".into(),
             ));
         }
-        if options.max_deliveries == 0 {
-            return Err(Refused::Invalid(
-                "invalid `max_deliveries`: must be at least 1".into(),
-            ));
-        }
-        if options.max_message_bytes == 0 {
-            return Err(Refused::Invalid(
-                "invalid `max_message_bytes`: must be at least 1".into(),
-            ));
-        }
-        if options.beat_lease < Duration::from_millis(30) {
-            return Err(Refused::Invalid(
-                "invalid `beat_lease`: must be at least 30 ms".into(),
-            ));
-        }
-        Ok(())
+        limits(
+            options.max_deliveries,
+            options.max_message_bytes,
+            options.beat_lease,
+        )
     }
-}
-
-/// The redis-rs client for `parsed`, verifying a `rediss://` server against
-/// `tls_ca` when given (refused for a `redis://` URL).
-pub(super) fn client(parsed: &RedisUrl, tls_ca: Option<&Vec<u8>>) -> Result<Client, Refused> {
-    let addr = if parsed.tls {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        ::redis::ConnectionAddr::TcpTls {
-            host: parsed.host.clone(),
-            port: parsed.port,
-            insecure: false,
-            tls_params: None,
-        }
-    } else {
-        ::redis::ConnectionAddr::Tcp(parsed.host.clone(), parsed.port)
-    };
-    let mut settings = ::redis::RedisConnectionInfo::default().set_db(parsed.db);
-    if let Some(u) = &parsed.username {
-        settings = settings.set_username(u);
-    }
-    if let Some(p) = &parsed.password {
-        settings = settings.set_password(p);
-    }
-    let info = ::redis::IntoConnectionInfo::into_connection_info(addr)
-        .map_err(|e| Refused::Invalid(format!("invalid `url`: {}", parsed.scrub(&e.to_string()))))?
-        .set_redis_settings(settings);
-    match (tls_ca, parsed.tls) {
-        (Some(pem), true) => Client::build_with_tls(
-            tls::check_ca(pem).map(|_| info)?,
-            ::redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(pem.clone()),
-            },
-        ),
-        (Some(_), false) => {
-            return Err(Refused::Invalid(
-                "invalid `tls_ca`: given for a redis:// URL; use rediss://".into(),
-            ));
-        }
-        (None, _) => Client::open(info),
-    }
-    .map_err(|e| Refused::Invalid(format!("invalid `url`: {}", parsed.scrub(&e.to_string()))))
 }
 
 pub(super) fn check_name(what: &str, name: &str) -> Result<(), Refused> {

@@ -12,7 +12,7 @@ use crate::task::state::Refused;
 
 /// Refuses `pem` unless it holds at least one PEM certificate and nothing
 /// that fails to parse as one.
-pub(super) fn check_ca(pem: &[u8]) -> Result<(), Refused> {
+pub(crate) fn check_ca(pem: &[u8]) -> Result<(), Refused> {
     let mut n = 0;
     for c in CertificateDer::pem_slice_iter(pem) {
         if let Err(e) = c {

@@ -176,13 +176,34 @@ impl RedisUrl {
         })
     }
 
-    /// Replaces every occurrence of the password in `text` with `***`: what
-    /// an error from below passes through before it is shown.
+    /// `text` with the password taken out, in every form it could be
+    /// written in (as it is, and percent-encoded), however short: what an
+    /// error from below passes through before it is shown. A password
+    /// shorter than three characters is replaced only where it sits in a
+    /// URL's userinfo (`:p@`), so the error's other text stays readable.
     pub fn scrub(&self, text: &str) -> String {
-        match &self.password {
-            Some(p) if p.len() >= 3 => text.replace(p.as_str(), "***"),
-            _ => text.to_string(),
+        let Some(p) = self.password.as_deref().filter(|p| !p.is_empty()) else {
+            return text.to_string();
+        };
+        let encoded: String = p
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect();
+        let mut out = text.to_string();
+        for form in [p.to_string(), encoded.clone(), encoded.to_lowercase()] {
+            if form.len() >= 3 {
+                out = out.replace(&form, "***");
+            } else {
+                out = out.replace(&format!(":{form}@"), ":***@");
+            }
         }
+        out
     }
 }
 
