@@ -36,10 +36,11 @@ use redis::{AsyncConnectionConfig, Client, RedisError};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::error;
 use super::redis::RedisUrl;
 use crate::flow::{Backoff, MILLI};
 use crate::task::policy::seeded;
-use crate::task::state::Refused;
+use crate::task::state::{BrokerErrorKind, Refused};
 
 /// What a [`Link`] is made of. Every value is the layout's choice.
 pub struct LinkSetup {
@@ -134,10 +135,10 @@ impl Link {
         eprintln!("{}: {what}", self.setup.label);
     }
 
-    /// `e` as a refusal naming the URL, redacted.
+    /// `e` as a refusal naming the URL, redacted, of `e`'s kind.
     pub fn refused(&self, e: &RedisError) -> Refused {
         let url = &self.setup.url;
-        Refused::Broker(format!("{url}: {}", url.scrub(&e.to_string())))
+        error::refused(e, format!("{url}: {}", url.scrub(&e.to_string())))
     }
 
     /// A connection of its own (not the shared one), e.g. for a blocking
@@ -207,11 +208,14 @@ impl Link {
         }
         match s.retry_at {
             Some(at) if Instant::now() < at => Some(Err(Fail::Down(
-                Refused::Broker(format!(
-                    "{}: unreachable; reconnecting in {} ms",
-                    self.setup.url,
-                    at.saturating_duration_since(Instant::now()).as_millis()
-                )),
+                Refused::broker(
+                    BrokerErrorKind::Connection,
+                    format!(
+                        "{}: unreachable; reconnecting in {} ms",
+                        self.setup.url,
+                        at.saturating_duration_since(Instant::now()).as_millis()
+                    ),
+                ),
                 at,
             ))),
             _ => None,
@@ -382,7 +386,10 @@ impl<T: Clone + Send + 'static> Waiters<T> {
     }
 
     fn refused(&self, e: &RedisError) -> Refused {
-        Refused::Broker(format!("{}: {}", self.url, self.url.scrub(&e.to_string())))
+        error::refused(
+            e,
+            format!("{}: {}", self.url, self.url.scrub(&e.to_string())),
+        )
     }
 
     /// Joins `ch`'s waiters (subscribe with [`Waiters::subscribe`]).

@@ -4,11 +4,13 @@
 //! (tests, a single service that wants a queue without a server); `redis` is
 //! headway's own Redis layout (see `docs/redis-layout.md`); `celery` is
 //! Celery's Redis layout; `link` is the Redis plumbing (reconnecting
-//! connection, patient retries, pub/sub waiters) the Redis layouts share.
+//! connection, patient retries, pub/sub waiters) the Redis layouts share,
+//! and `error` what kind of broker failure a Redis error is.
 //! `target` is what a `broker=` argument means: the one place a URL's
 //! scheme picks one of them.
 
 pub mod celery;
+pub mod error;
 pub mod link;
 mod lua;
 pub mod memory;

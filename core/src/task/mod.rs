@@ -46,6 +46,6 @@ pub use spec::{
     Backend, Broker, ConsumerInfo, Counter, Delivery, EVENT_TEXT_MAX, Inspector, Joined, QueueInfo,
     Receipt, RunEvent,
 };
-pub use state::{Failure, Outcome, Refused, State};
+pub use state::{BrokerError, BrokerErrorKind, Failure, Outcome, Refused, State};
 pub use timetable::Timetable;
 pub use worker::{Worker, WorkerConfig};

@@ -79,10 +79,10 @@ impl Link {
             .get_multiplexed_async_connection_with_config(&config())
             .await
             .map_err(|e| {
-                Refused::Broker(format!(
-                    "cannot reach {url}: {}",
-                    scrub(&url, &e.to_string())
-                ))
+                crate::broker::error::refused(
+                    &e,
+                    format!("cannot reach {url}: {}", scrub(&url, &e.to_string())),
+                )
             })?;
         super::super::redis::refuse_cluster(&mut cmd.clone(), &url).await?;
         Ok(Link {
@@ -135,11 +135,10 @@ impl Link {
     }
 
     pub(super) fn refused(&self, e: &redis::RedisError) -> Refused {
-        Refused::Broker(format!(
-            "{}: {}",
-            self.url,
-            scrub(&self.url, &e.to_string())
-        ))
+        crate::broker::error::refused(
+            e,
+            format!("{}: {}", self.url, scrub(&self.url, &e.to_string())),
+        )
     }
 
     /// Turns a Redis error into a refusal, dropping the connection when the
