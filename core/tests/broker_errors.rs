@@ -56,7 +56,7 @@ async fn a_redis_out_of_memory_is_a_server_error() {
             .send("echo", vec![json!(1)], Map::new(), Default::default())
             .await;
         s.cli(&["CONFIG", "SET", "maxmemory", "0"]);
-        let e = got.err().expect("a send to a full Redis is refused");
+        let e = got.expect_err("a send to a full Redis is refused");
         assert_eq!(e.broker_kind(), Some(BrokerErrorKind::Server), "{e}");
         assert!(e.to_string().contains("OOM"), "{e}");
         t.close().await.unwrap();
