@@ -535,6 +535,16 @@ export interface TaskError extends Error {
   id?: string;
   /** UNKNOWN_TASK: the name. */
   task?: string;
+  /**
+   * BROKER: how the broker or store failed. `'connection'`: Redis could not
+   * be reached, the connection was lost, or a reply timed out (worth trying
+   * again later). `'script'`: a Lua script failed or answered something
+   * unexpected. `'server'`: Redis refused the command (OOM, READONLY,
+   * NOAUTH / WRONGPASS, NOPERM, MISCONF). `'closed'`: this broker or worker
+   * was closed. `'data'`: a stored value could not be read. `'other'`:
+   * anything else.
+   */
+  kind?: 'connection' | 'script' | 'server' | 'closed' | 'data' | 'other';
 }
 
 /** Per-send options (`task.send(args, options)`). */

@@ -71,6 +71,8 @@ function refusal(r) {
     err.id = r.id;
   } else if (r.code === 'UNKNOWN_TASK') {
     err.task = r.id;
+  } else if (r.code === 'BROKER') {
+    err.kind = r.kind;
   }
   return err;
 }

@@ -193,7 +193,8 @@ async function tasks(): Promise<void> {
   } catch (e) {
     const err = e as TaskError;
     const code: 'FAILED' | 'TIMEOUT' | 'REVOKED' | 'MISSING' | 'UNKNOWN_TASK' | 'BROKER' = err.code;
-    void [code, err.remoteType, err.remoteTraceback];
+    const kind: 'connection' | 'script' | 'server' | 'closed' | 'data' | 'other' | undefined = err.kind;
+    void [code, kind, err.remoteType, err.remoteTraceback];
   }
 
   const w = app.worker({ queues: 'a,b', concurrency: 8, prefetch: 32 });

@@ -1,11 +1,15 @@
-"""Errors across the boundary: panics, and the binding's own conversions."""
+"""Errors across the boundary: panics, the binding's own conversions, and
+the kinds of broker failure (one subclass of ``BrokerError`` each)."""
 
 from __future__ import annotations
 
 import math
 import os
+import pickle
+import socket
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -79,3 +83,68 @@ def test_type_errors_name_the_argument() -> None:
         headway.retry(42)  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="`open` must be callable"):
         headway.Pooled(None)  # type: ignore[call-overload]
+
+
+# ---------------------------------------------------------------- broker kinds
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _broker(layout: str, url: str) -> headway.RedisBroker:
+    if layout == "celery":
+        return headway.RedisBroker.celery(url)
+    return headway.RedisBroker(url, prefix="kinds:")
+
+
+@pytest.mark.parametrize("layout", ["redis", "celery"])
+def test_an_unreachable_redis_is_a_broker_connection_error(layout: str) -> None:
+    with pytest.raises(headway.BrokerConnectionError) as info:
+        headway.App(_broker(layout, f"redis://:secret@127.0.0.1:{_free_port()}/0"))
+    e = info.value
+    assert isinstance(e, headway.BrokerError) and isinstance(e, headway.Refused)
+    assert e.kind == "connection"
+    assert str(e).startswith("broker error: ") and "secret" not in str(e)
+    again = pickle.loads(pickle.dumps(e))
+    assert type(again) is headway.BrokerConnectionError
+    assert (again.kind, str(again)) == (e.kind, str(e))
+
+
+@pytest.mark.parametrize("layout", ["redis", "celery"])
+def test_a_redis_out_of_memory_is_a_broker_server_error(layout: str, redis_server: Any) -> None:
+    db = 14 if layout == "celery" else 0
+    app = headway.App(_broker(layout, redis_server.url.rsplit("/", 1)[0] + f"/{db}"))
+
+    @app.task(name="echo")
+    def echo(x: int) -> int:
+        return x
+
+    # Every write refused: noeviction, and more in use than allowed.
+    assert redis_server.command("CONFIG", "SET", "maxmemory-policy", "noeviction") == b"+OK"
+    assert redis_server.command("CONFIG", "SET", "maxmemory", "1") == b"+OK"
+    try:
+        with pytest.raises(headway.BrokerServerError) as info:
+            echo.delay(1)
+    finally:
+        assert redis_server.command("CONFIG", "SET", "maxmemory", "0") == b"+OK"
+    e = info.value
+    assert isinstance(e, headway.BrokerError)
+    assert e.kind == "server"
+    assert "OOM" in str(e)
+
+
+def test_broker_error_kinds_are_subclasses() -> None:
+    for cls, kind in [
+        (headway.BrokerConnectionError, "connection"),
+        (headway.BrokerScriptError, "script"),
+        (headway.BrokerServerError, "server"),
+        (headway.BrokerClosedError, "closed"),
+        (headway.BrokerDataError, "data"),
+    ]:
+        assert issubclass(cls, headway.BrokerError), cls
+        e = cls("broker error: x", kind)
+        assert (str(e), e.kind) == ("broker error: x", kind)
+    assert headway.BrokerError("broker error: y").kind == "other"

@@ -37,7 +37,12 @@ from typing import TypeAlias, TypeVar, Union
 
 from . import _native
 from ._errors import (
+    BrokerClosedError,
+    BrokerConnectionError,
+    BrokerDataError,
     BrokerError,
+    BrokerScriptError,
+    BrokerServerError,
     Full,
     Missing,
     PoolTimeout,
@@ -105,7 +110,12 @@ __all__ = [
     "Backoff",
     "Beat",
     "Breaker",
+    "BrokerClosedError",
+    "BrokerConnectionError",
+    "BrokerDataError",
     "BrokerError",
+    "BrokerScriptError",
+    "BrokerServerError",
     "Bucket",
     "Context",
     "Cron",

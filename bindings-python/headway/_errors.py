@@ -16,7 +16,12 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "BrokerClosedError",
+    "BrokerConnectionError",
+    "BrokerDataError",
     "BrokerError",
+    "BrokerScriptError",
+    "BrokerServerError",
     "Full",
     "Missing",
     "PoolTimeout",
@@ -144,5 +149,45 @@ class UnknownTask(Refused):
 
 class BrokerError(Refused):
     """The broker or the result store failed: unreachable, refused the
-    command, or answered something unreadable. The message says which (a
-    URL's password is never shown)."""
+    command, or answered something unreadable. The message says what
+    happened (a URL's password is never shown); ``kind`` says how, for code:
+    ``"connection"``, ``"script"``, ``"server"``, ``"closed"``, ``"data"``
+    or ``"other"``. Each kind but ``"other"`` raises its own subclass
+    (``BrokerConnectionError``, ...), so ``except`` can tell them apart and
+    ``except BrokerError`` still catches them all.
+    """
+
+    kind: str
+
+    def __init__(self, message: str, kind: str = "other") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.kind))
+
+
+class BrokerConnectionError(BrokerError):
+    """Redis could not be reached, the connection was lost, or a reply did
+    not come in time (``kind == "connection"``). Worth trying again later."""
+
+
+class BrokerScriptError(BrokerError):
+    """A Lua script failed, or Redis answered something of a shape headway
+    did not expect (``kind == "script"``): a bug, or another program writing
+    headway's keys."""
+
+
+class BrokerServerError(BrokerError):
+    """Redis refused the command (``kind == "server"``): out of memory,
+    read-only (a replica), a wrong password or missing permission, unable to
+    persist. Somebody must look at the server."""
+
+
+class BrokerClosedError(BrokerError):
+    """This broker or worker was closed (``kind == "closed"``)."""
+
+
+class BrokerDataError(BrokerError):
+    """A stored value could not be read, or a value could not be written as
+    one (``kind == "data"``)."""

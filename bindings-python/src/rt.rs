@@ -13,7 +13,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use headway_core::task::{Failure, Refused};
+use headway_core::task::{BrokerErrorKind, Failure, Refused};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -77,6 +77,11 @@ struct Errors {
     missing: Py<PyType>,
     unknown: Py<PyType>,
     broker: Py<PyType>,
+    broker_connection: Py<PyType>,
+    broker_script: Py<PyType>,
+    broker_server: Py<PyType>,
+    broker_closed: Py<PyType>,
+    broker_data: Py<PyType>,
 }
 
 static ERRORS: PyOnceLock<Errors> = PyOnceLock::new();
@@ -93,6 +98,11 @@ fn errors(py: Python<'_>) -> PyResult<&Errors> {
             missing: get("Missing")?,
             unknown: get("UnknownTask")?,
             broker: get("BrokerError")?,
+            broker_connection: get("BrokerConnectionError")?,
+            broker_script: get("BrokerScriptError")?,
+            broker_server: get("BrokerServerError")?,
+            broker_closed: get("BrokerClosedError")?,
+            broker_data: get("BrokerDataError")?,
         })
     })
 }
@@ -118,7 +128,17 @@ pub(crate) fn refused(py: Python<'_>, r: Refused) -> PyErr {
         Refused::Revoked(id) => e.revoked.bind(py).call1((id,)),
         Refused::Missing(why) => e.missing.bind(py).call1((format!("no result: {why}"),)),
         Refused::UnknownTask(name) => e.unknown.bind(py).call1((name,)),
-        Refused::Broker(why) => e.broker.bind(py).call1((format!("broker error: {why}"),)),
+        Refused::Broker(b) => {
+            let class = match b.kind {
+                BrokerErrorKind::Connection => &e.broker_connection,
+                BrokerErrorKind::Script => &e.broker_script,
+                BrokerErrorKind::Server => &e.broker_server,
+                BrokerErrorKind::Closed => &e.broker_closed,
+                BrokerErrorKind::Data => &e.broker_data,
+                BrokerErrorKind::Other => &e.broker,
+            };
+            class.bind(py).call1((b.to_string(), b.kind.name()))
+        }
         Refused::Invalid(why) => return PyValueError::new_err(why),
     };
     match made {

@@ -157,7 +157,7 @@ async fn send_patience(layout: &str) {
     let took = t.elapsed();
     match got {
         Err(Refused::Broker(why)) => assert!(
-            why.contains("127.0.0.1"),
+            why.text.contains("127.0.0.1"),
             "{layout}: the error names the server: {why}"
         ),
         other => panic!("{layout}: expected a broker error, got {other:?}"),

@@ -63,6 +63,8 @@ pub struct Refusal {
     pub remote_module: Option<String>,
     /// REVOKED: the run's id; UNKNOWN_TASK: the name.
     pub id: Option<String>,
+    /// BROKER: the core's `BrokerErrorKind::name()` (`connection`, ...).
+    pub kind: Option<String>,
 }
 
 impl Refusal {
@@ -75,6 +77,7 @@ impl Refusal {
             remote_traceback: None,
             remote_module: None,
             id: None,
+            kind: None,
         }
     }
 
@@ -113,7 +116,8 @@ impl From<Refused> for Refusal {
             }
             Refused::Revoked(id) => out.id = Some(id),
             Refused::UnknownTask(name) => out.id = Some(name),
-            Refused::Timeout | Refused::Missing(_) | Refused::Broker(_) | Refused::Invalid(_) => {}
+            Refused::Broker(b) => out.kind = Some(b.kind.name().to_string()),
+            Refused::Timeout | Refused::Missing(_) | Refused::Invalid(_) => {}
         }
         out
     }

@@ -36,10 +36,11 @@ use redis::{AsyncConnectionConfig, Client, RedisError};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::error;
 use super::redis::{RedisUrl, check_ca, refuse_cluster};
 use crate::flow::{Backoff, MILLI};
 use crate::task::policy::seeded;
-use crate::task::state::Refused;
+use crate::task::state::{BrokerError, BrokerErrorKind, Refused};
 
 /// What a [`Link`] is made of. Every value is the layout's choice.
 pub struct LinkSetup {
@@ -134,10 +135,10 @@ impl Link {
         eprintln!("{}: {what}", self.setup.label);
     }
 
-    /// `e` as a refusal naming the URL, redacted.
+    /// `e` as a refusal naming the URL, redacted, of `e`'s kind.
     pub fn refused(&self, e: &RedisError) -> Refused {
         let url = &self.setup.url;
-        Refused::Broker(format!("{url}: {}", url.scrub(&e.to_string())))
+        error::refused(e, format!("{url}: {}", url.scrub(&e.to_string())))
     }
 
     /// A connection of its own (not the shared one), e.g. for a blocking
@@ -207,11 +208,14 @@ impl Link {
         }
         match s.retry_at {
             Some(at) if Instant::now() < at => Some(Err(Fail::Down(
-                Refused::Broker(format!(
-                    "{}: unreachable; reconnecting in {} ms",
-                    self.setup.url,
-                    at.saturating_duration_since(Instant::now()).as_millis()
-                )),
+                Refused::broker(
+                    BrokerErrorKind::Connection,
+                    format!(
+                        "{}: unreachable; reconnecting in {} ms",
+                        self.setup.url,
+                        at.saturating_duration_since(Instant::now()).as_millis()
+                    ),
+                ),
                 at,
             ))),
             _ => None,
@@ -233,7 +237,10 @@ impl Link {
     /// (the layouts' keys are in no hash slot of their own).
     pub async fn first(&self, unreachable: &str) -> Result<MultiplexedConnection, Refused> {
         let (_, mut c) = self.conn().await.map_err(|why| match why {
-            Refused::Broker(s) => Refused::Broker(format!("{unreachable}{s}")),
+            Refused::Broker(e) => Refused::Broker(BrokerError {
+                kind: e.kind,
+                text: format!("{unreachable}{}", e.text),
+            }),
             other => other,
         })?;
         refuse_cluster(&mut c, &self.setup.url).await?;
@@ -466,7 +473,10 @@ impl<T: Clone + Send + 'static> Waiters<T> {
     }
 
     fn refused(&self, e: &RedisError) -> Refused {
-        Refused::Broker(format!("{}: {}", self.url, self.url.scrub(&e.to_string())))
+        error::refused(
+            e,
+            format!("{}: {}", self.url, self.url.scrub(&e.to_string())),
+        )
     }
 
     /// Joins `ch`'s waiters (subscribe with [`Waiters::subscribe`]).

@@ -5,12 +5,14 @@
 //! headway's own Redis layout (see `docs/redis-layout.md`); `celery` is
 //! Celery's Redis layout; `link` is the Redis plumbing (reconnecting
 //! connection, patient retries, pub/sub waiters) the Redis layouts share,
-//! `dead` how both read a dead letter back, and `options` the limits
-//! both take. `target` is what a `broker=` argument means: the one place a
-//! URL's scheme picks one of them.
+//! `dead` how both read a dead letter back, `options` the limits both take,
+//! and `error` what kind of broker failure a Redis error is. `target` is
+//! what a `broker=` argument means: the one place a URL's scheme picks one
+//! of them.
 
 pub mod celery;
 mod dead;
+pub mod error;
 pub mod link;
 mod lua;
 pub mod memory;

@@ -48,6 +48,6 @@ pub use spec::{
     Receipt, RunEvent,
 };
 pub use specs::{BackoffSpec, Host, PolicySpec, RateSpec, SendSpec, SpecError, WorkerSpec};
-pub use state::{Failure, Outcome, Refused, State};
+pub use state::{BrokerError, BrokerErrorKind, Failure, Outcome, Refused, State};
 pub use timetable::Timetable;
 pub use worker::{Worker, WorkerConfig};

@@ -183,8 +183,8 @@ pub enum Refused {
     Missing(String),
     /// No task is registered under the name.
     UnknownTask(String),
-    /// The broker or the result store failed.
-    Broker(String),
+    /// The broker or the result store failed; its kind says how.
+    Broker(BrokerError),
     /// An argument could not be accepted (named).
     Invalid(String),
 }
@@ -212,13 +212,145 @@ impl fmt::Display for Refused {
             Refused::Revoked(id) => write!(f, "task {id} was revoked"),
             Refused::Missing(why) => write!(f, "no result: {why}"),
             Refused::UnknownTask(name) => write!(f, "no task is registered as {name:?}"),
-            Refused::Broker(why) => write!(f, "broker error: {why}"),
+            Refused::Broker(e) => write!(f, "{e}"),
             Refused::Invalid(why) => write!(f, "{why}"),
         }
     }
 }
 
 impl std::error::Error for Refused {}
+
+/// How a broker or result store failed: what a caller may act on (retry
+/// later, page the operator, stop) without reading the message.
+///
+/// Decided once, where the failure is met: a Redis error by
+/// [`crate::broker::error::kind_of`], the rest where they are made. The
+/// bindings only map it (a Python subclass of `BrokerError`, a Node
+/// error's `kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BrokerErrorKind {
+    /// The server could not be reached, the connection was lost, or a
+    /// reply did not come in time. Worth trying again later.
+    Connection,
+    /// A Lua script failed, or a reply had a shape the caller did not
+    /// expect.
+    Script,
+    /// The server answered with a refusal: out of memory, read-only, not
+    /// authenticated, no permission, cannot persist.
+    Server,
+    /// This broker or worker was closed.
+    Closed,
+    /// A stored value could not be read (or a value could not be written
+    /// as one).
+    Data,
+    /// None of the above.
+    Other,
+}
+
+impl BrokerErrorKind {
+    /// Every kind.
+    pub const ALL: [BrokerErrorKind; 6] = [
+        BrokerErrorKind::Connection,
+        BrokerErrorKind::Script,
+        BrokerErrorKind::Server,
+        BrokerErrorKind::Closed,
+        BrokerErrorKind::Data,
+        BrokerErrorKind::Other,
+    ];
+
+    /// Its code (`"CONNECTION"`, ...).
+    pub fn code(self) -> &'static str {
+        match self {
+            BrokerErrorKind::Connection => "CONNECTION",
+            BrokerErrorKind::Script => "SCRIPT",
+            BrokerErrorKind::Server => "SERVER",
+            BrokerErrorKind::Closed => "CLOSED",
+            BrokerErrorKind::Data => "DATA",
+            BrokerErrorKind::Other => "OTHER",
+        }
+    }
+
+    /// Its name as the bindings show it (`"connection"`, ...): the code in
+    /// lower case.
+    pub fn name(self) -> &'static str {
+        match self {
+            BrokerErrorKind::Connection => "connection",
+            BrokerErrorKind::Script => "script",
+            BrokerErrorKind::Server => "server",
+            BrokerErrorKind::Closed => "closed",
+            BrokerErrorKind::Data => "data",
+            BrokerErrorKind::Other => "other",
+        }
+    }
+}
+
+impl fmt::Display for BrokerErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A broker or result store failure: its kind and what happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerError {
+    /// How it failed.
+    pub kind: BrokerErrorKind,
+    /// What happened (a URL in it is redacted).
+    pub text: String,
+}
+
+impl BrokerError {
+    /// A failure of `kind`.
+    pub fn new(kind: BrokerErrorKind, text: impl Into<String>) -> BrokerError {
+        BrokerError {
+            kind,
+            text: text.into(),
+        }
+    }
+}
+
+impl fmt::Display for BrokerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "broker error: {}", self.text)
+    }
+}
+
+impl std::error::Error for BrokerError {}
+
+/// A text alone is of kind [`BrokerErrorKind::Other`].
+impl From<String> for BrokerError {
+    fn from(text: String) -> Self {
+        BrokerError::new(BrokerErrorKind::Other, text)
+    }
+}
+
+/// A text alone is of kind [`BrokerErrorKind::Other`].
+impl From<&str> for BrokerError {
+    fn from(text: &str) -> Self {
+        BrokerError::new(BrokerErrorKind::Other, text)
+    }
+}
+
+impl From<BrokerError> for Refused {
+    fn from(e: BrokerError) -> Self {
+        Refused::Broker(e)
+    }
+}
+
+impl Refused {
+    /// A broker failure of `kind`.
+    pub fn broker(kind: BrokerErrorKind, text: impl Into<String>) -> Refused {
+        Refused::Broker(BrokerError::new(kind, text))
+    }
+
+    /// The broker failure's kind, when this is one.
+    pub fn broker_kind(&self) -> Option<BrokerErrorKind> {
+        match self {
+            Refused::Broker(e) => Some(e.kind),
+            _ => None,
+        }
+    }
+}
 
 impl From<super::PolicyError> for Refused {
     fn from(e: super::PolicyError) -> Self {
@@ -241,5 +373,21 @@ mod tests {
         }
         assert!(State::Success.is_final() && !State::Retry.is_final());
         assert_eq!(Refused::Timeout.code(), "TIMEOUT");
+    }
+
+    #[test]
+    fn a_broker_error_keeps_its_text_and_code() {
+        let e = Refused::broker(BrokerErrorKind::Server, "redis://h:6379/0: OOM");
+        assert_eq!(e.to_string(), "broker error: redis://h:6379/0: OOM");
+        assert_eq!(e.code(), "BROKER");
+        assert_eq!(e.broker_kind(), Some(BrokerErrorKind::Server));
+        // A bare text is Other, and reads as it did.
+        let bare = Refused::Broker("worker closed".into());
+        assert_eq!(bare.to_string(), "broker error: worker closed");
+        assert_eq!(bare.broker_kind(), Some(BrokerErrorKind::Other));
+        assert_eq!(Refused::Timeout.broker_kind(), None);
+        for k in BrokerErrorKind::ALL {
+            assert_eq!(k.name().to_uppercase(), k.code());
+        }
     }
 }

@@ -33,7 +33,7 @@ impl CeleryBroker {
             None => Ok(None),
             Some(raw) => result::decode_meta(id, &raw)
                 .map(Some)
-                .map_err(|e| Refused::Broker(e.to_string())),
+                .map_err(|e| Refused::broker(crate::task::BrokerErrorKind::Data, e.to_string())),
         }
     }
 

@@ -45,8 +45,12 @@ impl CeleryBroker {
         let mut results = Vec::with_capacity(members.len());
         let mut failed: Option<Failure> = None;
         for raw in &members {
-            let m: Value = serde_json::from_slice(raw)
-                .map_err(|e| Refused::Broker(format!("bad chord member: {e}")))?;
+            let m: Value = serde_json::from_slice(raw).map_err(|e| {
+                Refused::broker(
+                    crate::task::BrokerErrorKind::Data,
+                    format!("bad chord member: {e}"),
+                )
+            })?;
             let tid = m.get(1).and_then(Value::as_str).unwrap_or("?").to_string();
             let state = m.get(2).and_then(Value::as_str).unwrap_or("");
             let r = m.get(3).cloned().unwrap_or(Value::Null);

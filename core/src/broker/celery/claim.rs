@@ -15,7 +15,7 @@ use super::settle::Owed;
 use super::{CeleryBroker, Taken, dead};
 use crate::task::dead::{DEAD_KEPT, DEAD_PREFIX_BYTES};
 use crate::task::message::new_id;
-use crate::task::state::Refused;
+use crate::task::state::{BrokerErrorKind, Refused};
 
 /// One list a claim polls.
 pub(super) struct Polled {
@@ -142,7 +142,7 @@ impl CeleryBroker {
             // Not a key asked for: cannot happen; put it back.
             self.owe(
                 Owed::PushBack(key, raw),
-                &Refused::Broker("an unexpected BRPOP key".into()),
+                &Refused::broker(BrokerErrorKind::Script, "an unexpected BRPOP key"),
             );
             return Ok(0);
         };

@@ -50,17 +50,16 @@ impl CeleryBroker {
                 let ms = eta.saturating_sub(self.clock.now()).max(0) as u64;
                 until = until.min(Duration::from_millis(ms));
             }
-            let me = self
-                .me
-                .upgrade()
-                .ok_or_else(|| Refused::Broker("the broker is closed".into()))?;
+            let me = self.me.upgrade().ok_or_else(|| {
+                Refused::broker(crate::task::BrokerErrorKind::Closed, "the broker is closed")
+            })?;
             let qs = queues.to_vec();
             let task = tokio::spawn(async move { me.fetch(&qs, max, until).await });
             match task.await {
                 Ok(r) => {
                     r?;
                 }
-                Err(e) => return Err(Refused::Broker(format!("a claim failed: {e}"))),
+                Err(e) => return Err(Refused::Broker(format!("a claim failed: {e}").into())),
             }
         }
     }

@@ -23,10 +23,10 @@ pub async fn refuse_cluster(c: &mut MultiplexedConnection, url: &RedisUrl) -> Re
         Ok(s) => s,
         Err(e) if e.code() == Some("NOPERM") => return Ok(()),
         Err(e) => {
-            return Err(Refused::Broker(format!(
-                "{url}: {}",
-                url.scrub(&e.to_string())
-            )));
+            return Err(crate::broker::error::refused(
+                &e,
+                format!("{url}: {}", url.scrub(&e.to_string())),
+            ));
         }
     };
     if cluster_enabled(&info) {

@@ -23,7 +23,7 @@ use super::wire::{bytes, int, unheld, unmark};
 use super::{RedisBroker, log};
 use crate::task::dead;
 use crate::task::spec::{Claimed, Delivery, Receipt};
-use crate::task::state::Refused;
+use crate::task::state::{BrokerErrorKind, Refused};
 
 /// How long a worker of several queues blocks on its first before it looks
 /// at the others again: BLMOVE watches one list.
@@ -77,7 +77,10 @@ impl RedisBroker {
         let _gate = self.gate.read().await;
         let v = self.one(c, false).await?;
         let Value::Array(parts) = v else {
-            return Err(Refused::Broker("unexpected reply to a claim".into()));
+            return Err(Refused::broker(
+                BrokerErrorKind::Script,
+                "unexpected reply to a claim",
+            ));
         };
         let els = match parts.first() {
             Some(Value::Array(e)) => e.as_slice(),
@@ -240,7 +243,10 @@ impl RedisBroker {
             return Ok(Vec::new());
         }
         if self.closed.load(Ordering::SeqCst) {
-            return Err(Refused::Broker("this broker was closed".into()));
+            return Err(Refused::broker(
+                BrokerErrorKind::Closed,
+                "this broker was closed",
+            ));
         }
         if queues.is_empty() {
             return Err(Refused::Invalid(
@@ -303,7 +309,13 @@ impl RedisBroker {
                 Ok(Ok(Some(mut m))) => adopt = m.el.take(),
                 Ok(Ok(None)) => {}
                 Ok(Err(e)) => return Err(e),
-                Err(_) => return Err(Refused::Broker("the blocking claim was lost".into())),
+                // Its task ended without answering: the broker is gone.
+                Err(_) => {
+                    return Err(Refused::broker(
+                        BrokerErrorKind::Closed,
+                        "the blocking claim was lost",
+                    ));
+                }
             }
         }
     }

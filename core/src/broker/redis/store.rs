@@ -22,8 +22,9 @@ use super::results::NOTIFY_CAP;
 use super::settle::HELD_OLDEST_FIRST;
 use super::wire::{bytes, int, stored};
 use super::{EVENTS_KEPT, RedisBroker, log};
+use crate::broker::error::kind_of_text;
 use crate::task::spec::{Receipt, Round, RunEvent};
-use crate::task::state::{Outcome, Refused, State};
+use crate::task::state::{BrokerErrorKind, Outcome, Refused, State};
 
 /// How many results one store script call writes: a round's worth, kept
 /// short because Redis runs one script at a time.
@@ -71,7 +72,8 @@ impl RedisBroker {
         }
         let key = self.events_key();
         for e in events {
-            let json = serde_json::to_string(e).map_err(|e| Refused::Broker(e.to_string()))?;
+            let json = serde_json::to_string(e)
+                .map_err(|e| Refused::broker(BrokerErrorKind::Data, e.to_string()))?;
             p.cmd("XADD")
                 .arg(&key)
                 .arg("MAXLEN")
@@ -128,10 +130,18 @@ impl RedisBroker {
         let got = self.run(&p, true).await?;
         match Self::stores_failed(&got, items.len()).first() {
             None => Ok(()),
-            Some((i, why)) => Err(Refused::Broker(format!(
-                "{}: the result of {:?} was not stored: {why}",
-                self.url, outcomes[*i].id
-            ))),
+            Some((i, why)) => Err(Refused::broker(
+                // The error Redis gave for the key, or the script
+                // answering something else.
+                match kind_of_text(why) {
+                    BrokerErrorKind::Other => BrokerErrorKind::Script,
+                    k => k,
+                },
+                format!(
+                    "{}: the result of {:?} was not stored: {why}",
+                    self.url, outcomes[*i].id
+                ),
+            )),
         }
     }
 

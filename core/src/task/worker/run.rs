@@ -23,7 +23,7 @@ use crate::log::shown;
 use crate::task::app::Registered;
 use crate::task::body::Context;
 use crate::task::spec::Delivery;
-use crate::task::state::{Failure, Refused, State};
+use crate::task::state::{BrokerErrorKind, Failure, Refused, State};
 
 pub(super) async fn process(s: Arc<Shared>, w: Writer, d: Delivery, revoked: bool) {
     let receipt = d.receipt.clone();
@@ -132,7 +132,7 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
         Ok(p) => (p, false),
         Err(_) => {
             let p = tokio::select! {
-                p = s.slots.acquire() => p.map_err(|_| Refused::Broker("worker closed".into()))?,
+                p = s.slots.acquire() => p.map_err(|_| Refused::broker(BrokerErrorKind::Closed, "worker closed"))?,
                 _ = wait_true(&mut stopping) => {
                     return give_back(app, &m, receipt, false).await;
                 }

@@ -16,7 +16,7 @@ use super::stop::wait_true;
 use super::warn;
 use crate::task::app::App;
 use crate::task::spec::{Receipt, Round, RunEvent};
-use crate::task::state::{Outcome, Refused};
+use crate::task::state::{BrokerErrorKind, Outcome, Refused};
 
 /// How many gathered jobs the writer sends in one go at most.
 const WRITE_BATCH: usize = 512;
@@ -58,10 +58,12 @@ impl Writer {
         job: Job,
         rx: oneshot::Receiver<Result<bool, Refused>>,
     ) -> Result<bool, Refused> {
-        lane.send(job)
-            .map_err(|_| Refused::Broker("the worker's writer has stopped".into()))?;
-        rx.await
-            .map_err(|_| Refused::Broker("the worker's writer has stopped".into()))?
+        lane.send(job).map_err(|_| {
+            Refused::broker(BrokerErrorKind::Closed, "the worker's writer has stopped")
+        })?;
+        rx.await.map_err(|_| {
+            Refused::broker(BrokerErrorKind::Closed, "the worker's writer has stopped")
+        })?
     }
 
     /// Stores `outcomes` and records `event`, then acks `ack`. A write the
@@ -89,14 +91,19 @@ impl Writer {
                 ask: None,
                 done,
             };
-            self.writes
-                .send(job)
-                .map_err(|_| Refused::Broker("the worker's writer has stopped".into()))?;
+            self.writes.send(job).map_err(|_| {
+                Refused::broker(BrokerErrorKind::Closed, "the worker's writer has stopped")
+            })?;
             let e = match rx.await {
                 Ok(Ok(_)) => return Ok(()),
                 Ok(Err(e @ Refused::Broker(_))) if !*cancel.borrow() => e,
                 Ok(Err(e)) => return Err(e),
-                Err(_) => return Err(Refused::Broker("the worker's writer has stopped".into())),
+                Err(_) => {
+                    return Err(Refused::broker(
+                        BrokerErrorKind::Closed,
+                        "the worker's writer has stopped",
+                    ));
+                }
             };
             failures += 1;
             if failures == 1 {
