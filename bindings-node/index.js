@@ -9,8 +9,6 @@ const native = require('./addon.js');
 const { F, Limits, Pool, Ward, Breaker, pick, Backoff, Bucket, Window, Gate, poolMapped } = require('./lib/flow.js');
 const { retry } = require('./lib/retry.js');
 const { Pooled } = require('./lib/pooled.js');
-const { App, Task, Handle, Worker, Beat, Signature, Context, RedisBroker, chain, group, chord } = require('./lib/tasks.js');
-const { Fixed, Exponential, Every, Cron, At, Scheduler, schedule, testing } = require('./lib/tasks.js');
 
 const { version } = native;
 // The admin interface: admin.handler(app, { token }) for http or Express.
@@ -29,25 +27,8 @@ module.exports = {
   retry,
   Pooled,
   version,
-  App,
-  Task,
-  Handle,
-  Worker,
-  Beat,
-  Signature,
-  Context,
-  RedisBroker,
-  chain,
-  group,
-  chord,
-  Fixed,
-  Exponential,
-  Every,
-  Cron,
-  At,
-  Scheduler,
-  schedule,
-  testing,
+  // The task queue: App, Task, Worker, Beat, the canvas, schedules, testing.
+  ...require('./lib/tasks.js'),
   admin,
 };
 

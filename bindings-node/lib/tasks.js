@@ -530,20 +530,22 @@ module.exports = {
   testing,
 };
 
-// Hidden: how many Promises wait on the bell (tests: nothing is left behind),
-// and a Rust panic inside a task future, at once or on the runtime.
-Object.defineProperty(module.exports, '_outstanding', { value: () => native._hubOutstanding() });
-Object.defineProperty(module.exports, '_panic', {
-  value: (later) => {
-    try {
-      return answer(native._taskPanic(later), nothing, nothing);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+// Hidden (not enumerable, so neither index.js's spread nor an ESM import sees
+// them): how many Promises wait on the bell (tests: nothing is left behind),
+// a Rust panic inside a task future, at once or on the runtime, and for
+// admin.js an App's native half and a native answer as a Promise.
+Object.defineProperties(module.exports, {
+  _outstanding: { value: () => native._hubOutstanding() },
+  _panic: {
+    value: (later) => {
+      try {
+        return answer(native._taskPanic(later), nothing, nothing);
+      } catch (e) {
+        return Promise.reject(e);
+      }
+    },
   },
-});
-
-// Hidden, for admin.js: an App's native half, and a native answer as a Promise.
-Object.defineProperty(module.exports, '_admin', {
-  value: Object.freeze({ nativeOf: (app) => (app instanceof App ? app[APP] : undefined), answer }),
+  _admin: {
+    value: Object.freeze({ nativeOf: (app) => (app instanceof App ? app[APP] : undefined), answer }),
+  },
 });
