@@ -44,8 +44,8 @@ class Pooled {
     if (typeof o.open !== 'function') throw argType('open', 'of type function', o.open);
     if (o.close !== undefined && typeof o.close !== 'function') throw argType('close', 'of type function', o.close);
     const timeout = o.timeout === undefined ? DEFAULT_TIMEOUT : anyNum('timeout', o.timeout);
-    if (!(timeout >= 0)) throw outOfRange('timeout', `must be a non-negative number of milliseconds (received ${timeout})`);
     this.#pool = new Pool({ limits: o.limits, ward: o.ward });
+    // The core ranges the timeout (a RangeError naming it).
     poolAcq.init(this.#pool, timeout);
     let every = o.evictEvery;
     if (every === undefined) {
