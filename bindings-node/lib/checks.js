@@ -46,6 +46,7 @@ function strictOpts(v) {
   if (v === null || typeof v !== 'object') throw argType('options', 'of type object', v);
   return v;
 }
+
 /** An options object; null or undefined is none. */
 function opts(name, v) {
   if (v === undefined || v === null) return EMPTY;

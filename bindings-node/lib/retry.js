@@ -61,6 +61,4 @@ function retry(fn, options) {
   });
 }
 
-// ---------------------------------------------------------------- Pooled
-
 module.exports = { retry };

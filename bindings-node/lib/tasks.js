@@ -72,9 +72,6 @@ function sendOne(app, name, args, options, known, head) {
   }
 }
 
-/** How long `stop()` lets runs in progress finish: the core's default, 10 s (moontask; about what a supervisor waits between SIGTERM and SIGKILL). */
-const GRACE = native._grace();
-
 /**
  * Runs tasks: claims from its queues, runs up to `concurrency` bodies at
  * once on the event loop, settles each as its task's policy says.
@@ -142,8 +139,8 @@ class Worker {
     try {
       const o = opts('options', options);
       only('stop', o, ['grace']);
-      const grace = o.grace === undefined ? GRACE : num('grace', o.grace);
-      this.#n.stop(grace);
+      // No grace: the core's default (10 s).
+      this.#n.stop(o.grace === undefined ? undefined : num('grace', o.grace));
     } catch (e) {
       return Promise.reject(e);
     }

@@ -47,13 +47,6 @@ pub fn json_max_depth() -> u32 {
     headway_core::task::depth::MAX_DEPTH as u32
 }
 
-/// How long a worker's `stop()` lets runs in progress finish by default
-/// (ms): the core's `specs::GRACE`.
-#[napi(js_name = "_grace")]
-pub fn grace() -> f64 {
-    headway_core::task::specs::GRACE as f64
-}
-
 /// An empty call with two numbers through `#[napi]`'s generated glue, for
 /// the benchmark to compare with the raw floor (`_flow().noop`).
 #[napi(js_name = "_noopNapi", catch_unwind)]

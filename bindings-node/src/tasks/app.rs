@@ -507,11 +507,13 @@ impl NativeWorker {
     }
 
     /// Stops claiming, gives prefetched messages back, waits up to `grace`
-    /// ms for runs in progress, then cancels and gives back the rest.
-    /// Returns at once; `run` answers when it is all done.
+    /// ms (none: the core's `specs::GRACE`) for runs in progress, then
+    /// cancels and gives back the rest. Returns at once; `run` answers when
+    /// it is all done.
     #[napi]
-    pub fn stop(&self, grace: f64) {
-        self.w.stop(Duration::from_millis(ms(grace).max(0) as u64));
+    pub fn stop(&self, grace: Option<f64>) {
+        let grace = grace.map_or(headway_core::task::specs::GRACE, ms);
+        self.w.stop(Duration::from_millis(grace.max(0) as u64));
     }
 
     #[napi(getter)]
