@@ -1,5 +1,5 @@
 'use strict';
-// Loads the native addon, once, for index.js, tasks.js and admin.js.
+// Loads the native addon, once, for every file of lib/.
 //
 // Two files can hold it. `headway.node` is a source build (`npm run build`,
 // or an install that built from source); `headway.<platform>.node` (for

@@ -1,4 +1,4 @@
-// Types of `admin` (bindings-node/admin.js), re-exported by index.d.ts.
+// Types of `admin` (bindings-node/lib/admin.js), re-exported by index.d.ts.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
 import type { App } from './index';

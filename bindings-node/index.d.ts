@@ -1145,5 +1145,5 @@ export declare const schedule: {
   readonly At: typeof At;
 };
 
-// The admin interface (bindings-node/admin.js, typed in admin.d.ts).
+// The admin interface (bindings-node/lib/admin.js, typed in admin.d.ts).
 export { admin, type AdminOptions, type AdminHandler } from './admin';

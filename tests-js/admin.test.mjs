@@ -23,7 +23,7 @@ import { App, RedisBroker, admin } from 'headway';
 import { redisMissing, startRedis } from './fixtures/admin-redis.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const tasks = createRequire(import.meta.url)('../bindings-node/tasks.js');
+const tasks = createRequire(import.meta.url)('../bindings-node/lib/tasks.js');
 const T = 's3cret-token-for-tests';
 const WAIT = 10000;
 const CSP = "default-src 'self'; frame-ancestors 'none'";

@@ -12,12 +12,12 @@ import headway, { Pool } from 'headway';
 const require = createRequire(import.meta.url);
 
 const FLOW = ['Backoff', 'Breaker', 'Bucket', 'Gate', 'Limits', 'Pool', 'Pooled', 'Ward', 'Window', 'pick', 'retry', 'version'];
-// The task queue (bindings-node/tasks.js).
+// The task queue (bindings-node/lib/tasks.js).
 const TASKS = [
   'App', 'At', 'Beat', 'Context', 'Cron', 'Every', 'Exponential', 'Fixed', 'Handle', 'RedisBroker', 'Scheduler',
   'Signature', 'Task', 'Worker', 'chain', 'chord', 'group', 'schedule', 'testing',
 ];
-// The admin interface (bindings-node/admin.js).
+// The admin interface (bindings-node/lib/admin.js).
 const ADMIN = ['admin'];
 const EXPORTS = [...FLOW, ...TASKS, ...ADMIN].sort();
 

@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import headway, { App, At, Cron, Every, Exponential, Fixed, Scheduler, chain, schedule, testing } from 'headway';
 
 const require = createRequire(import.meta.url);
-const tasksModule = require('../bindings-node/tasks.js');
+const tasksModule = require('../bindings-node/lib/tasks.js');
 
 const START = Date.UTC(2026, 0, 1);
 const z = (y, mo, d, h = 0, mi = 0) => new Date(Date.UTC(y, mo - 1, d, h, mi));

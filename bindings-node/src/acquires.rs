@@ -1,9 +1,9 @@
 //! The core's acquire and retry loops as raw native functions, for
-//! `index.js`'s `Pooled` and `retry` to act on.
+//! `lib/pooled.js`'s `Pooled` and `lib/retry.js`'s `retry` to act on.
 //!
 //! A pool slot carries its `Acquires` (the `Pooled` over it sets the
 //! timeout with `acqInit`), so a call is the pool's id plus numbers, like
-//! every pool method. Items are the pool's slot ids; `index.js` mirrors each
+//! every pool method. Items are the pool's slot ids; `lib/flow.js` mirrors each
 //! answer in its id map, as it does for `take`.
 //!
 //! `acqStep` answers one int32, like `poolTake`: an item id ≥ 0 is

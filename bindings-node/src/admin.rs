@@ -1,5 +1,5 @@
 //! The admin interface for Node: the core's `Admin` behind `NativeAdmin`,
-//! which `bindings-node/admin.js` drives from a `(req, res)` handler.
+//! which `bindings-node/lib/admin.js` drives from a `(req, res)` handler.
 //!
 //! No rules here: the handler hands over the method, the URL below the
 //! mount point, the raw headers and the body; the core answers the status,
@@ -37,7 +37,7 @@ struct Slot {
 
 type Streams = Arc<Mutex<HashMap<u32, Arc<Slot>>>>;
 
-/// One admin over one app (`admin.js`'s `handler` wraps it).
+/// One admin over one app (`lib/admin.js`'s `handler` wraps it).
 #[napi]
 pub struct NativeAdmin {
     inner: Admin,
@@ -45,7 +45,7 @@ pub struct NativeAdmin {
     next_id: Arc<AtomicU32>,
 }
 
-/// A reply as `admin.js` reads it.
+/// A reply as `lib/admin.js` reads it.
 #[derive(Serialize)]
 struct ReplyOut<'a> {
     status: u16,

@@ -1,7 +1,7 @@
 //! The flow-control half of the core, as native functions over slabs.
 //!
 //! `_flow()` builds, once per JS environment, the object of functions that
-//! `bindings-node/index.js` wraps in the public classes. A factory
+//! `bindings-node/lib/flow.js` wraps in the public classes. A factory
 //! (`bucketNew(owner, rate, burst, at)`, ...) validates its arguments
 //! through the core — which refuses what cannot be accepted, naming the
 //! argument — stores the core value in a slab and ties the slot to `owner`,

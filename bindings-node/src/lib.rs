@@ -1,7 +1,7 @@
 //! The native addon behind `require('headway')`.
 //!
 //! It converts values and maps errors; every rule is `headway-core`'s. The
-//! public classes live in `index.js`, which wraps the functions here:
+//! public classes live in `lib/`, which wraps the functions here:
 //! - [`raw`]: raw Node-API callbacks (one call per method, no unwrap), the
 //!   slabs that hold core values by id, and the error mapping
 //!   (`TypeError`/`RangeError` with Node's codes; a panic becomes an `Error`);
@@ -10,7 +10,7 @@
 //!   `Ward`, `Pool`, `pick`, `Bucket`, `Window` and `Gate`;
 //! - [`tasks`]: the task queue (`NativeApp`, workers, beats, the scheduler,
 //!   clocks, Redis brokers) and the hub that answers its Promises, for
-//!   `tasks.js`.
+//!   `lib/tasks.js`.
 #![deny(clippy::all)]
 // napi-derive registers exports only outside `cfg(test)`, so in the unit-test
 // build the factories look unused.
@@ -41,17 +41,10 @@ pub fn version() -> String {
 }
 
 /// How many levels of containers a task's value may nest (the core's
-/// `task::depth::MAX_DEPTH`): `tasks.js` refuses deeper ones, as Python does.
+/// `task::depth::MAX_DEPTH`): `lib/json.js` refuses deeper ones, as Python does.
 #[napi(js_name = "_jsonMaxDepth")]
 pub fn json_max_depth() -> u32 {
     headway_core::task::depth::MAX_DEPTH as u32
-}
-
-/// How long a worker's `stop()` lets runs in progress finish by default
-/// (ms): the core's `specs::GRACE`.
-#[napi(js_name = "_grace")]
-pub fn grace() -> f64 {
-    headway_core::task::specs::GRACE as f64
 }
 
 /// An empty call with two numbers through `#[napi]`'s generated glue, for

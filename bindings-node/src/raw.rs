@@ -555,7 +555,7 @@ unsafe extern "C" fn drop_flow(_env: sys::napi_env, data: *mut c_void, _hint: *m
     let _ = catch_unwind(|| unsafe { drop(Rc::from_raw(data as *const Flow)) });
 }
 
-/// Builds the object of native functions `index.js` calls, every one bound
+/// Builds the object of native functions `lib/flow.js` calls, every one bound
 /// to the same [`Flow`].
 pub struct Funcs {
     env: sys::napi_env,

@@ -4,7 +4,7 @@
 //! A registered JS body is a core `HostQueue` body (the one mechanism both
 //! bindings use): a run pushes a call and waits for its answer. The queue's
 //! bell is the environment's hub bell, so calls arriving wake the JS thread
-//! once; `tasks.js` then drains them with one `take(max)` per batch, runs
+//! once; `lib/host.js` then drains them with one `take(max)` per batch, runs
 //! each body (sync, or an awaited Promise), and answers the batch with one
 //! `finish(ok, failed)`. Calls the core withdrew after JS took them (a
 //! timeout, a terminate, a stop past its grace) come back from
@@ -85,7 +85,7 @@ fn encode_calls(calls: &[Call]) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
-/// One failed run as `tasks.js` answers it: seq, type, message, stack (a
+/// One failed run as `lib/host.js` answers it: seq, type, message, stack (a
 /// type or message JS could not read is null).
 type Failed = (u64, Option<String>, Option<String>, Option<String>);
 
@@ -187,7 +187,7 @@ pub(crate) fn send_answer(app: &App, req: &str, known: bool) -> napi::Result<Ans
     )
 }
 
-/// The registry, the seams and the clock (`tasks.js`'s `App` wraps it).
+/// The registry, the seams and the clock (`lib/tasks.js`'s `App` wraps it).
 #[napi]
 pub struct NativeApp {
     app: App,
@@ -507,11 +507,13 @@ impl NativeWorker {
     }
 
     /// Stops claiming, gives prefetched messages back, waits up to `grace`
-    /// ms for runs in progress, then cancels and gives back the rest.
-    /// Returns at once; `run` answers when it is all done.
+    /// ms (none: the core's `specs::GRACE`) for runs in progress, then
+    /// cancels and gives back the rest. Returns at once; `run` answers when
+    /// it is all done.
     #[napi]
-    pub fn stop(&self, grace: f64) {
-        self.w.stop(Duration::from_millis(ms(grace).max(0) as u64));
+    pub fn stop(&self, grace: Option<f64>) {
+        let grace = grace.map_or(headway_core::task::specs::GRACE, ms);
+        self.w.stop(Duration::from_millis(grace.max(0) as u64));
     }
 
     #[napi(getter)]

@@ -47,7 +47,7 @@ fn connect(target: &Target, clock: &Arc<dyn Clock>) -> Result<NativeSeams, Refus
     })
 }
 
-/// A broker, result store and chord counter on Redis (see `tasks.js`).
+/// A broker, result store and chord counter on Redis (see `lib/brokers.js`).
 #[napi]
 pub struct NativeRedis {
     target: Target,

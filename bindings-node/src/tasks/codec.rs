@@ -1,8 +1,8 @@
-//! Requests from `tasks.js` (JSON text) into the core's values.
+//! Requests from the JS in `lib/` (JSON text) into the core's values.
 //!
-//! `tasks.js` has already checked types and turned `Date`s into epoch ms;
+//! The JS in `lib/` has already checked types and turned `Date`s into epoch ms;
 //! what is left is to read the fields and let the core refuse what it must.
-//! A request that does not parse means `tasks.js` and this file disagree —
+//! A request that does not parse means the JS in `lib/` and this file disagree —
 //! a bug, reported as such rather than guessed round.
 
 use headway_core::task::specs::When;
@@ -33,7 +33,7 @@ pub(crate) fn parse<'a, T: Deserialize<'a>>(what: &str, text: &'a str) -> Result
     serde_json::from_str(text).map_err(|e| garbled(what, e))
 }
 
-/// Per-send options as `tasks.js` spells them (instants in epoch ms).
+/// Per-send options as the JS in `lib/` spells them (instants in epoch ms).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct OptsIn {

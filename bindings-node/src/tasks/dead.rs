@@ -1,4 +1,4 @@
-//! Dead letters as JSON text for `tasks.js`, and raw bytes pushed
+//! Dead letters as JSON text for the JS in `lib/`, and raw bytes pushed
 //! onto a queue as another producer would, for tests and tools.
 //!
 //! Listing, counting, re-queueing and purging are the core's (`Inspector`,
@@ -30,7 +30,7 @@ pub(crate) fn letters_json(letters: Vec<DeadLetter>) -> String {
     serde_json::to_string(&v).unwrap_or_else(|_| "[]".into())
 }
 
-/// A JS count (`limit`; `tasks.js` checks the type), in the core's range.
+/// A JS count (`limit`; the JS in `lib/` checks the type), in the core's range.
 /// `null`: `none`.
 pub(crate) fn count(limit: Option<f64>, none: usize) -> Result<usize, super::Refusal> {
     Ok(headway_core::task::specs::limit(Host::Node, limit, none)?)

@@ -1,6 +1,6 @@
-//! The task queue half of the core, for `bindings-node/tasks.js`.
+//! The task queue half of the core, for `bindings-node/lib/`.
 //!
-//! Values cross as JSON text: `tasks.js` checks types and builds one JSON
+//! Values cross as JSON text: `lib/tasks.js` checks types and builds one JSON
 //! request per call (arguments, options, a policy, a canvas tree), the
 //! native side parses it with serde and hands it to the core, and answers
 //! come back as JSON text that V8 parses in one go. One string each way is
@@ -20,7 +20,7 @@
 //! - [`dead`]: dead letters as JSON text, and raw pushes for tests;
 //! - [`fast`]: `send` as a bare Node-API function, the one per-message call;
 //! - [`typed`]: kombu's typed values (`datetime`, `bytes`, ...) as the
-//!   markers `tasks.js` makes `Date`s and `Buffer`s of, and back.
+//!   markers `lib/json.js` makes `Date`s and `Buffer`s of, and back.
 //!
 //! No rule lives here: every default and every check is the core's; this
 //! converts units (ms as JS numbers, rounded) and maps refusals.
@@ -43,7 +43,7 @@ use headway_core::task::Refused;
 use napi_derive::napi;
 use serde::Serialize;
 
-/// Why a task-side call did not answer a value, as `tasks.js` turns it into
+/// Why a task-side call did not answer a value, as `lib/errors.js` turns it into
 /// an `Error` with a `code`: the core's `Refused::code()` (`FAILED`,
 /// `TIMEOUT`, `REVOKED`, `MISSING`, `UNKNOWN_TASK`, `BROKER`, `INVALID`),
 /// or `PANIC` for a Rust panic caught in a spawned future.
@@ -136,7 +136,7 @@ pub(crate) fn rt() -> napi::Result<&'static tokio::runtime::Runtime> {
 }
 
 /// A JS number of milliseconds as the core's `i64`, rounded to the nearest
-/// (`tasks.js` refuses NaN; ±Infinity saturate).
+/// (`lib/tasks.js` refuses NaN; ±Infinity saturate).
 pub(crate) fn ms(x: f64) -> i64 {
     x.round() as i64
 }

@@ -17,7 +17,7 @@ use super::hub::{Answer, bell, drive};
 use super::time::NativeClock;
 use super::{Refusal, ms};
 
-/// The core's scheduler (`tasks.js`'s `Scheduler` wraps it).
+/// The core's scheduler (`lib/tasks.js`'s `Scheduler` wraps it).
 #[napi]
 pub struct NativeScheduler {
     inner: Scheduler,

@@ -1,7 +1,7 @@
 //! Task-side time: the clock an app reads, and the rhythm and backoff
 //! helpers.
 //!
-//! Instants are epoch milliseconds as JS numbers (`tasks.js` turns a `Date`
+//! Instants are epoch milliseconds as JS numbers (the JS in `lib/` turns a `Date`
 //! into one with `getTime()`); spans are milliseconds.
 
 use std::sync::Arc;

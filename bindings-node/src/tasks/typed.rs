@@ -2,7 +2,7 @@
 //!
 //! The core keeps `{"__type__": T, "__value__": V}` objects as they are on
 //! the wire (`headway_core::broker::celery::typed`); this turns them into
-//! what `tasks.js` makes native values of, and back, with the core's
+//! what `lib/json.js` makes native values of, and back, with the core's
 //! `Typed::from_value` / `Typed::to_value` — so the ISO text of a `Date` and
 //! the `bytes`/`base64` choice are the core's, not JS's.
 //!
@@ -26,7 +26,7 @@ const DATE: &str = "\u{0}date";
 /// A `Buffer`: its bytes as lowercase hex.
 const BYTES: &str = "\u{0}bytes";
 
-/// Whether JSON text from `tasks.js` may hold markers.
+/// Whether JSON text from `lib/json.js` may hold markers.
 pub(crate) fn marked(text: &str) -> bool {
     text.contains("\\u0000")
 }
@@ -64,7 +64,7 @@ fn marker_in(m: &Map<String, Value>) -> Option<Typed> {
 }
 
 /// Writes `v` (a value, a list of them, keyword arguments) as JSON text for
-/// `tasks.js`, typed values as it reads them.
+/// `lib/json.js`, typed values as it reads them.
 pub(crate) fn write_js<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
     let start = out.len();
     // Serialising values into a Vec cannot fail.
@@ -82,7 +82,7 @@ pub(crate) fn write_js<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
     let _ = serde_json::to_writer(&mut *out, &c);
 }
 
-/// `v` as JSON text for `tasks.js` (see [`write_js`]).
+/// `v` as JSON text for `lib/json.js` (see [`write_js`]).
 pub(crate) fn text_js(v: &Value) -> String {
     let mut out = Vec::with_capacity(64);
     write_js(&mut out, v);

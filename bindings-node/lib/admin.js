@@ -9,7 +9,7 @@
 // until the client goes away — then drops the native stream, so no open
 // page keeps the process alive.
 
-const native = require('./addon.js');
+const native = require('../addon.js');
 const tasks = require('./tasks.js');
 
 const { nativeOf, answer } = tasks._admin;

@@ -1,0 +1,75 @@
+'use strict';
+// The errors the JS side builds, as Node's own APIs shape them (a `code`,
+// the argument named), and the core's refusals turned into Errors.
+
+const { inspect } = require('node:util');
+
+function received(v) {
+  if (v === undefined || v === null) return ` Received ${v}`;
+  if (typeof v === 'function') return ` Received function ${v.name || '<anonymous>'}`;
+  if (typeof v === 'object') {
+    const name = v.constructor && v.constructor.name;
+    return name ? ` Received an instance of ${name}` : ` Received ${inspect(v, { depth: -1 })}`;
+  }
+  let shown = inspect(v, { colors: false });
+  if (shown.length > 28) shown = `${shown.slice(0, 25)}...`;
+  return ` Received type ${typeof v} (${shown})`;
+}
+
+/** A TypeError as Node's own APIs throw it, naming the argument. */
+function argType(name, expected, value) {
+  const err = new TypeError(`The "${name}" argument must be ${expected}.${received(value)}`);
+  err.code = 'ERR_INVALID_ARG_TYPE';
+  return err;
+}
+
+/** A RangeError as Node's own APIs throw it, naming the argument. */
+function outOfRange(name, why) {
+  const err = new RangeError(`The value of "${name}" is out of range: it ${why}`);
+  err.code = 'ERR_OUT_OF_RANGE';
+  return err;
+}
+
+function coded(code, message) {
+  const err = new Error(message);
+  err.code = code;
+  return err;
+}
+/** The core's refusal as an Error (see index.d.ts, `TaskError`). */
+function refusal(r) {
+  if (r.code === 'INVALID') {
+    // A value the core cannot accept: its message names the argument.
+    const err = new RangeError(r.message);
+    err.code = 'ERR_INVALID_ARG_VALUE';
+    return err;
+  }
+  if (r.code === 'PANIC') {
+    const err = new Error(r.message);
+    err.code = 'GenericFailure';
+    return err;
+  }
+  const message = r.code === 'FAILED' ? `${r.remoteType}: ${r.remoteMessage}` : r.message;
+  const err = new Error(message);
+  err.code = r.code;
+  if (r.code === 'FAILED') {
+    err.remoteType = r.remoteType;
+    err.remoteMessage = r.remoteMessage;
+    err.remoteTraceback = r.remoteTraceback ?? null;
+    err.remoteModule = r.remoteModule ?? null;
+  } else if (r.code === 'REVOKED') {
+    err.id = r.id;
+  } else if (r.code === 'UNKNOWN_TASK') {
+    err.task = r.id;
+  } else if (r.code === 'BROKER') {
+    err.kind = r.kind;
+  }
+  return err;
+}
+
+function invalidState(message) {
+  const err = new Error(message);
+  err.code = 'ERR_INVALID_STATE';
+  return err;
+}
+
+module.exports = { argType, outOfRange, coded, refusal, invalidState };

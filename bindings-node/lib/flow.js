@@ -1,0 +1,559 @@
+'use strict';
+// The flow types over the native core — Limits, Breaker, Backoff, Ward, Pool,
+// pick, Bucket, Window, Gate — and `sleep`, which the drivers (Bucket.wait,
+// retry, Pooled) share. Every rule and default lives in the Rust core; this
+// file checks argument types, fills clocks (`performance.now()`) and draws
+// (`Math.random()`), maps slot ids back to the JS values they stand for, and
+// sleeps. See index.d.ts for what each item answers and why.
+
+const native = require('../addon.js');
+const { argType, outOfRange } = require('./errors.js');
+const { NUMBER, anyNum, optNum, clock, draw, fix, strictOpts, checkSignal } = require('./checks.js');
+
+// One set of native functions per JS environment, shared by every instance:
+// a method is `fn(id, ...numbers)`, so each call site sees one target.
+const F = native._flow();
+const {
+  bucketTake,
+  bucketTake1,
+  bucketNext,
+  bucketTokens,
+  windowTake,
+  windowLeft,
+  windowNext,
+  gateEnter,
+  gateLeave,
+  gateHeld,
+  backoffCeiling,
+  backoffDelay,
+  backoffMore,
+  backoffSchedule,
+  poolTake,
+  poolDelay,
+  poolMade,
+  poolUnmade,
+  poolGive,
+  poolDrop,
+  poolEvict,
+  poolClose,
+  poolRefusal,
+  poolLive,
+  poolIdle,
+  poolBusy,
+  acqInit,
+  acqQuick,
+  acqBegin,
+  acqStep,
+  acqValue,
+  acqOpened,
+  acqUnopened,
+  acqEnd,
+  acqGive,
+  acqEvict,
+  acqClose,
+  acqWakes,
+  acqParked,
+} = F;
+
+const perf = globalThis.performance;
+const NONE = 4294967295; // an id no item ever gets
+const TIMER_MAX = 2 ** 31 - 1; // setTimeout's longest sleep
+
+// ---------------------------------------------------------------- sleeping
+
+/** Sleeps `ms`, cut short (rejecting with the reason) when `signal` aborts. */
+function sleep(ms, signal) {
+  if (ms > TIMER_MAX) return sleep(TIMER_MAX, signal).then(() => sleep(ms - TIMER_MAX, signal));
+  return new Promise((resolve, reject) => {
+    if (signal === undefined) {
+      setTimeout(resolve, ms);
+      return;
+    }
+    if (signal.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    };
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+// ---------------------------------------------------------------- Limits
+
+let limitsHandle;
+
+class Limits {
+  #h;
+  static {
+    limitsHandle = (o) => (o !== null && typeof o === 'object' && #h in o ? o.#h : undefined);
+  }
+
+  constructor(options) {
+    const { size, idle, keep, life } = strictOpts(options);
+    const n = F.limitsNew(optNum('size', size), optNum('idle', idle), optNum('keep', keep), optNum('life', life));
+    this.#h = n.handle;
+    fix(this, { size: n.size, idle: n.idle, keep: n.keep, life: n.life, evictEvery: n.evictEvery });
+  }
+}
+
+let defaultLimits;
+
+// ---------------------------------------------------------------- Breaker
+
+let breakerHandle;
+
+class Breaker {
+  #h;
+  static {
+    breakerHandle = (o) => (o !== null && typeof o === 'object' && #h in o ? o.#h : undefined);
+  }
+
+  constructor(options) {
+    const { k, window } = strictOpts(options);
+    const n = F.breakerNew(optNum('k', k), optNum('window', window));
+    this.#h = n.handle;
+    fix(this, { k: n.k, window: n.window });
+  }
+}
+
+// ---------------------------------------------------------------- Backoff
+
+let backoffHandle;
+
+class Backoff {
+  #id;
+  static {
+    backoffHandle = (o) => (o !== null && typeof o === 'object' && #id in o ? o.#id : undefined);
+  }
+
+  constructor(options) {
+    const { base, factor, cap, attempts, jitter } = strictOpts(options);
+    if (jitter !== undefined && typeof jitter !== 'string') throw argType('jitter', 'of type string', jitter);
+    const n = F.backoffNew(this, optNum('base', base), optNum('factor', factor), optNum('cap', cap), optNum('attempts', attempts), jitter);
+    this.#id = n.id;
+    fix(this, { base: n.base, factor: n.factor, cap: n.cap, attempts: n.attempts, jitter: n.jitter });
+  }
+
+  ceiling(retry) {
+    return backoffCeiling(this.#id, anyNum('retry', retry));
+  }
+
+  delay(retry, random, previous) {
+    if (typeof retry !== 'number') throw argType('retry', NUMBER, retry);
+    if (random === undefined) random = Math.random();
+    else if (typeof random !== 'number') throw argType('random', NUMBER, random);
+    if (previous === undefined) previous = 0;
+    else if (typeof previous !== 'number') throw argType('previous', NUMBER, previous);
+    return backoffDelay(this.#id, retry, random, previous);
+  }
+
+  more(made) {
+    return backoffMore(this.#id, anyNum('made', made));
+  }
+
+  schedule(randoms) {
+    if (randoms === undefined) randoms = [];
+    else if (!Array.isArray(randoms)) throw argType('randoms', 'an array of numbers', randoms);
+    return backoffSchedule(this.#id, randoms);
+  }
+}
+
+// ---------------------------------------------------------------- Ward
+
+let wardHandle;
+
+class Ward {
+  #h;
+  static {
+    wardHandle = (o) => (o !== null && typeof o === 'object' && #h in o ? o.#h : undefined);
+  }
+
+  constructor(options) {
+    const { breaker, backoff } = strictOpts(options);
+    let b;
+    let o;
+    if (breaker !== undefined && (b = breakerHandle(breaker)) === undefined) {
+      throw argType('breaker', 'an instance of Breaker', breaker);
+    }
+    if (backoff !== undefined && (o = backoffHandle(backoff)) === undefined) {
+      throw argType('backoff', 'an instance of Backoff', backoff);
+    }
+    this.#h = F.wardNew(b, o);
+    fix(this, { breaker, backoff });
+  }
+}
+
+// ---------------------------------------------------------------- Pool
+
+const MAKE = Object.freeze({ kind: 'make' });
+const WAIT = Object.freeze({ kind: 'wait' });
+const SHED = Object.freeze({ kind: 'shed' });
+
+let poolHandle;
+let poolLends;
+let poolMapped;
+/** The core's acquire loop over a Pool's ids, for Pooled (see below). */
+let poolAcq;
+/** What `poolAcq.quick` answers when there is no fresh idle item. */
+const NO_ITEM = Symbol('no item');
+const OPEN_STEP = Object.freeze({ kind: 'open' });
+const CLOSED_STEP = Object.freeze({ kind: 'closed' });
+// acqStep's codes -2 .. -6, by their negation.
+const STEP_KINDS = [undefined, undefined, 'park', 'sleep', 'full', 'held', 'shed'];
+
+class Pool {
+  #pid;
+  // The core pools slot ids; these map them to the JS values (identity is
+  // the Map's, which is `===` but for NaN). `#held[id]` counts the core's
+  // entries for an id (idle or lent) and `#out[id]` the lent ones, both
+  // mirrored from the core's answers, so an id is forgotten exactly when the
+  // core can no longer hand it back.
+  #ids = new Map();
+  #items = [];
+  #held = [];
+  #out = [];
+  #spare = [];
+
+  static {
+    poolHandle = (o) => (o !== null && typeof o === 'object' && #pid in o ? o.#pid : undefined);
+    poolMapped = (pool) => pool.#ids.size;
+    poolLends = (pool, item) => {
+      const id = pool.#ids.get(item);
+      return id !== undefined && pool.#out[id] > 0;
+    };
+    // Each answer of the core's acquire loop is mirrored in the id map as
+    // `take`, `made`, `give` and `drop` mirror theirs.
+    poolAcq = {
+      init: (pool, timeout) => acqInit(pool.#pid, timeout),
+      quick: (pool, now) => {
+        const r = acqQuick(pool.#pid, now);
+        if (r < 0) return NO_ITEM;
+        pool.#out[r]++;
+        return pool.#items[r];
+      },
+      begin: (pool, now) => acqBegin(pool.#pid, now),
+      step: (pool, ticket, now, roll) => {
+        const r = acqStep(pool.#pid, ticket, now, roll);
+        if (r >= 0) {
+          pool.#out[r]++;
+          return { kind: 'hand', item: pool.#items[r] };
+        }
+        if (r <= -16) {
+          const id = -16 - r;
+          const item = pool.#items[id];
+          pool.#held[id]--;
+          pool.#forget(id);
+          return { kind: 'close', item };
+        }
+        if (r === -1) return OPEN_STEP;
+        if (r === -7) return CLOSED_STEP;
+        return { kind: STEP_KINDS[-r], value: acqValue(pool.#pid) };
+      },
+      opened: (pool, ticket, item, now) => {
+        const id = pool.#id(item);
+        const ok = acqOpened(pool.#pid, ticket, id, now);
+        if (ok) {
+          pool.#held[id]++;
+          pool.#out[id]++;
+        } else {
+          pool.#forget(id);
+        }
+        return ok;
+      },
+      unopened: (pool, ticket, now, roll) => acqUnopened(pool.#pid, ticket, now, roll),
+      end: (pool, ticket) => acqEnd(pool.#pid, ticket),
+      // Whether the caller must close the item.
+      give: (pool, item, now, broken) => {
+        let id = pool.#ids.get(item);
+        const known = id !== undefined;
+        if (!known) id = pool.#id(item);
+        const lent = known && pool.#out[id] > 0;
+        const r = acqGive(pool.#pid, id, now, broken ? 1 : 0);
+        if (r === 2) {
+          // Dropped.
+          if (lent) {
+            pool.#out[id]--;
+            pool.#held[id]--;
+          }
+          pool.#forget(id);
+        } else if (!known) {
+          if (r === 0) pool.#held[id] = 1;
+          else pool.#forget(id);
+        } else if (lent) {
+          pool.#out[id]--;
+          if (r !== 0) {
+            pool.#held[id]--;
+            pool.#forget(id);
+          }
+        } else if (r === 0) {
+          pool.#held[id]++;
+        }
+        return r !== 0;
+      },
+      evict: (pool, now) => pool.#gone(acqEvict(pool.#pid, now)),
+      close: (pool) => pool.#gone(acqClose(pool.#pid)),
+      wakes: (pool) => acqWakes(pool.#pid),
+      parked: (pool) => acqParked(pool.#pid),
+    };
+  }
+
+  constructor(options) {
+    const { limits, ward } = strictOpts(options);
+    let l;
+    let w;
+    if (limits === undefined) l = limitsHandle((defaultLimits ??= new Limits()));
+    else if ((l = limitsHandle(limits)) === undefined) throw argType('limits', 'an instance of Limits', limits);
+    if (ward !== undefined && (w = wardHandle(ward)) === undefined) throw argType('ward', 'an instance of Ward', ward);
+    this.#pid = F.poolNew(this, l, w);
+    fix(this, { limits: limits === undefined ? defaultLimits : limits, ward });
+  }
+
+  #id(item) {
+    let id = this.#ids.get(item);
+    if (id === undefined) {
+      id = this.#spare.length > 0 ? this.#spare.pop() : this.#items.length;
+      this.#ids.set(item, id);
+      this.#items[id] = item;
+      this.#held[id] = 0;
+      this.#out[id] = 0;
+    }
+    return id;
+  }
+
+  #forget(id) {
+    if (this.#held[id] === 0) {
+      this.#ids.delete(this.#items[id]);
+      this.#items[id] = undefined;
+      this.#spare.push(id);
+    }
+  }
+
+  #gone(ids) {
+    for (let i = 0; i < ids.length; i++) {
+      const id = ids[i];
+      ids[i] = this.#items[id];
+      this.#held[id]--;
+      this.#forget(id);
+    }
+    return ids;
+  }
+
+  take(now, roll) {
+    if (now === undefined) now = perf.now();
+    else if (typeof now !== 'number') throw argType('now', NUMBER, now);
+    if (roll === undefined) roll = Math.random();
+    else if (typeof roll !== 'number') throw argType('roll', NUMBER, roll);
+    const r = poolTake(this.#pid, now, roll);
+    if (r >= 0) {
+      this.#out[r]++;
+      return { kind: 'ready', item: this.#items[r] };
+    }
+    if (r <= -16) {
+      const id = -16 - r;
+      const item = this.#items[id];
+      this.#held[id]--;
+      this.#forget(id);
+      return { kind: 'stale', item };
+    }
+    if (r === -1) return MAKE;
+    if (r === -2) return WAIT;
+    if (r === -3) return SHED;
+    return { kind: 'later', delay: poolDelay(this.#pid) };
+  }
+
+  made(item, now) {
+    now = clock('now', now);
+    const id = this.#id(item);
+    poolMade(this.#pid, id, now);
+    this.#held[id]++;
+    this.#out[id]++;
+  }
+
+  unmade(now, roll) {
+    poolUnmade(this.#pid, clock('now', now), draw('roll', roll));
+  }
+
+  give(item, now) {
+    if (now === undefined) now = perf.now();
+    else if (typeof now !== 'number') throw argType('now', NUMBER, now);
+    let id = this.#ids.get(item);
+    if (id === undefined) {
+      // A stranger: the core fills a reserved room with it, or refuses it.
+      id = this.#id(item);
+      const kept = poolGive(this.#pid, id, now);
+      if (kept) this.#held[id] = 1;
+      else this.#forget(id);
+      return kept;
+    }
+    const lent = this.#out[id] > 0;
+    const kept = poolGive(this.#pid, id, now);
+    if (lent) {
+      this.#out[id]--;
+      if (!kept) {
+        this.#held[id]--;
+        this.#forget(id);
+      }
+    } else if (kept) {
+      this.#held[id]++;
+    }
+    return kept;
+  }
+
+  drop(item) {
+    const id = this.#ids.get(item);
+    if (id === undefined || this.#out[id] === 0) {
+      // Not lent: the core frees the room a take reserved, if any.
+      poolDrop(this.#pid, NONE);
+      return;
+    }
+    poolDrop(this.#pid, id);
+    this.#out[id]--;
+    this.#held[id]--;
+    this.#forget(id);
+  }
+
+  evict(now) {
+    return this.#gone(poolEvict(this.#pid, clock('now', now)));
+  }
+
+  close() {
+    return this.#gone(poolClose(this.#pid));
+  }
+
+  refusal(now) {
+    return poolRefusal(this.#pid, clock('now', now));
+  }
+
+  get live() {
+    return poolLive(this.#pid);
+  }
+
+  get idle() {
+    return poolIdle(this.#pid);
+  }
+
+  get busy() {
+    return poolBusy(this.#pid);
+  }
+}
+
+function pick(pools, now, first, second) {
+  if (!Array.isArray(pools)) throw argType('pools', 'an array of Pool', pools);
+  now = clock('now', now);
+  first = draw('first', first);
+  second = draw('second', second);
+  const handles = new Array(pools.length);
+  for (let i = 0; i < pools.length; i++) {
+    const h = poolHandle(pools[i]);
+    if (h === undefined) throw argType(`pools[${i}]`, 'an instance of Pool', pools[i]);
+    handles[i] = h;
+  }
+  return F.pick(handles, now, first, second);
+}
+
+// ---------------------------------------------------------------- Bucket
+
+class Bucket {
+  #id;
+
+  constructor(rate, options) {
+    const { burst, at } = strictOpts(options);
+    const n = F.bucketNew(this, anyNum('rate', rate), optNum('burst', burst), optNum('at', at));
+    this.#id = n.id;
+    fix(this, { rate: n.rate, burst: n.burst });
+  }
+
+  take(now, n) {
+    if (now === undefined) now = perf.now();
+    else if (typeof now !== 'number') throw argType('now', NUMBER, now);
+    if (n === undefined || n === 1) return bucketTake1(this.#id, now);
+    if (typeof n !== 'number') throw argType('n', NUMBER, n);
+    return bucketTake(this.#id, now, n);
+  }
+
+  next(now, n) {
+    now = clock('now', now);
+    if (n === undefined) n = 1;
+    else if (typeof n !== 'number') throw argType('n', NUMBER, n);
+    return bucketNext(this.#id, now, n);
+  }
+
+  tokens(now) {
+    return bucketTokens(this.#id, clock('now', now));
+  }
+
+  async wait(n, options) {
+    if (n === undefined) n = 1;
+    else if (typeof n !== 'number') throw argType('n', NUMBER, n);
+    const signal = checkSignal(strictOpts(options).signal);
+    for (;;) {
+      if (signal !== undefined) signal.throwIfAborted();
+      const now = perf.now();
+      if (bucketTake(this.#id, now, n)) return;
+      const wait = bucketNext(this.#id, now, n);
+      if (wait === Infinity) {
+        throw outOfRange('n', `can never be taken: more than the burst (${this.burst}) or a zero rate (received ${n})`);
+      }
+      await sleep(Math.max(1, Math.ceil(wait)), signal);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- Window
+
+class Window {
+  #id;
+
+  constructor(allow, window) {
+    const n = F.windowNew(this, anyNum('allow', allow), anyNum('window', window));
+    this.#id = n.id;
+    fix(this, { allow: n.allow, window: n.window });
+  }
+
+  take(now) {
+    if (now === undefined) now = perf.now();
+    else if (typeof now !== 'number') throw argType('now', NUMBER, now);
+    return windowTake(this.#id, now);
+  }
+
+  left(now) {
+    return windowLeft(this.#id, clock('now', now));
+  }
+
+  next(now) {
+    return windowNext(this.#id, clock('now', now));
+  }
+}
+
+// ---------------------------------------------------------------- Gate
+
+class Gate {
+  #id;
+
+  constructor(limit) {
+    const n = F.gateNew(this, anyNum('limit', limit));
+    this.#id = n.id;
+    fix(this, { limit: n.limit });
+  }
+
+  enter() {
+    return gateEnter(this.#id);
+  }
+
+  leave() {
+    gateLeave(this.#id);
+  }
+
+  get held() {
+    return gateHeld(this.#id);
+  }
+}
+
+module.exports = { F, perf, TIMER_MAX, sleep, Limits, Breaker, Backoff, Ward, Pool, pick, Bucket, Window, Gate, backoffHandle, poolLends, poolAcq, poolMapped, NO_ITEM };

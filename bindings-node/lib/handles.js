@@ -1,0 +1,109 @@
+'use strict';
+// Handles: a run or a set of runs to wait on, look at or revoke, and the
+// dead letters a broker reports.
+
+const { inspect } = require('node:util');
+const { outOfRange } = require('./errors.js');
+const { num, bool } = require('./checks.js');
+const { parse } = require('./json.js');
+const { answer } = require('./host.js');
+
+const APP = Symbol('app');
+const SEND = Symbol('send');
+
+/** A run, or a set of runs (a group), to wait on, look at or revoke. */
+class Handle {
+  #app;
+  #key;
+  #all;
+  #ids;
+  constructor(app, ids, all) {
+    this.#app = app;
+    this.#all = all;
+    this.#ids = ids;
+    this.#key = all ? JSON.stringify(ids) : ids[0];
+  }
+
+  /** The run's id (a group's first part). */
+  get id() {
+    return this.#ids[0];
+  }
+
+  /** Every id it waits on, in order. */
+  get ids() {
+    return this.#ids.slice();
+  }
+
+  /**
+   * The value (a group: the list, in order), waiting at most `timeout` real
+   * ms (omitted: for ever). Rejects with code FAILED, TIMEOUT, REVOKED or
+   * MISSING.
+   */
+  get(timeout) {
+    try {
+      const t = timeout === undefined || timeout === null ? null : num('timeout', timeout);
+      return answer(this.#app[APP].get(this.#key, this.#all, t), parse, identity);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /** What it is doing now, without waiting: a state name (PENDING ... REVOKED). */
+  state() {
+    try {
+      return answer(this.#app[APP].state(this.#key, this.#all), identity, identity);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /** Revokes it; with `terminate`, a run in progress in this process stops. */
+  revoke(terminate = false) {
+    try {
+      return answer(this.#app[APP].revoke(this.#key, this.#all, bool('terminate', terminate)), nothing, nothing);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  [inspect.custom]() {
+    return this.#all ? `Handle(group of ${this.#ids.length})` : `Handle(${this.#ids[0]})`;
+  }
+}
+
+function identity(x) {
+  return x;
+}
+
+function nothing() {
+  return undefined;
+}
+
+/** A count argument: a number, whole, 0 or more. */
+function count(name, v) {
+  num(name, v);
+  if (!Number.isInteger(v) || v < 0) throw outOfRange(name, `must be a whole number, 0 or more. Received ${v}`);
+  return v;
+}
+
+/** One dead letter, frozen: its bytes as a Buffer, its time as a Date. */
+function deadLetter(d) {
+  return Object.freeze({
+    queue: d.queue,
+    id: d.id,
+    reason: d.reason,
+    at: new Date(d.at),
+    raw: Buffer.from(d.raw, 'latin1'),
+    size: d.size,
+  });
+}
+
+function decodeDead(v) {
+  return (typeof v === 'string' ? JSON.parse(v) : v).map(deadLetter);
+}
+
+function handleOf(app, v) {
+  return new Handle(app, v.ids, v.all);
+}
+
+module.exports = { APP, SEND, Handle, nothing, count, decodeDead, handleOf };

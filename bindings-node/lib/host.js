@@ -1,0 +1,360 @@
+'use strict';
+// The bridge to the app's HostQueue: the hub that settles native answers on
+// the event loop, and the bodies it runs.
+//
+// How a body is called. The core pushes calls onto the app's HostQueue and
+// rings the environment's one bell (a weak ThreadsafeFunction). The bell
+// drains everything settled since the last ring (Promises of get(), send()
+// on Redis, worker.run(), ...) with one native call, then takes waiting calls
+// in batches of up to BATCH with one native call each, runs every body — a
+// sync result is answered at once, a Promise when it settles — and answers
+// the batch with one native call. A thrown error or a rejected Promise is a
+// task failure (type = err.name, message, stack), never a crash — whatever
+// was thrown (see `failed`).
+
+const { inspect } = require('node:util');
+const native = require('../addon.js');
+const { refusal } = require('./errors.js');
+const { parse, encode } = require('./json.js');
+
+// Promises waiting on a ticket: the native call did not finish at once and
+// runs on the core's runtime; the bell answers it.
+const waiting = new Map();
+// Hosts (an app's or a scheduler's body queue) with a worker or a scheduler
+// running, whose calls the bell serves.
+const active = new Set();
+const BATCH = 1024;
+// How many batches one wake-up serves before it yields to I/O.
+const ROUNDS = 16;
+
+function later(ticket, decode) {
+  return new Promise((resolve, reject) => {
+    waiting.set(ticket, { resolve, reject, decode });
+  });
+}
+
+/**
+ * A native answer as a Promise: a string is the payload (done at once), a
+ * number a ticket (answered through the bell), an object a refusal.
+ */
+function answer(r, now, decodeLater) {
+  if (typeof r === 'string') {
+    try {
+      return Promise.resolve(now(r));
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+  if (typeof r === 'number') return later(r, decodeLater);
+  return Promise.reject(refusal(r));
+}
+
+function settle(text) {
+  for (const [ticket, ok, payload] of parse(text)) {
+    const w = waiting.get(ticket);
+    if (w === undefined) continue;
+    waiting.delete(ticket);
+    if (ok === 1) {
+      let v;
+      try {
+        v = w.decode(payload);
+      } catch (e) {
+        w.reject(e);
+        continue;
+      }
+      w.resolve(v);
+    } else {
+      w.reject(refusal(payload));
+    }
+  }
+}
+
+function onBell() {
+  try {
+    const text = native._hubDrain();
+    if (text !== null) settle(text);
+    for (const host of active) serve(host);
+  } catch (e) {
+    // A bug in headway, not in a body (bodies are caught one by one): make
+    // it loud rather than lose it inside the ThreadsafeFunction.
+    queueMicrotask(() => {
+      throw e;
+    });
+  }
+}
+
+native._hubInit(onBell);
+
+// ---------------------------------------------------------------- bodies
+
+const TASK = 0;
+const JOB = 1;
+
+/** One body queue (an app's or a scheduler's) and the JS functions it calls. */
+class Host {
+  constructor(n, kind) {
+    this.n = n;
+    this.kind = kind;
+    this.fns = new Map();
+    this.running = new Map(); // seq -> Context of an async body in flight
+    this.ok = '';
+    this.failed = '';
+    this.flushing = false;
+    this.users = 0;
+  }
+
+  use() {
+    if (this.users++ === 0) active.add(this);
+    serve(this);
+  }
+
+  unuse() {
+    if (--this.users === 0) active.delete(this);
+  }
+}
+
+function serve(host) {
+  if (host.running.size > 0) cancel(host, host.n.cancelled());
+  for (let round = 0; round < ROUNDS; round++) {
+    // Answers what is waiting (async bodies settled since the last flush, the
+    // batch just run) and takes the next batch, in one native call.
+    const text = host.n.swap(host.ok && `[${host.ok}]`, host.failed && `[${host.failed}]`, BATCH);
+    host.ok = '';
+    host.failed = '';
+    if (text === null) return;
+    run(host, parse(text));
+  }
+  flush(host);
+  // More may wait: give I/O a turn, then go on (the queue does not ring
+  // again while it is not empty).
+  setImmediate(() => {
+    if (host.users > 0) serve(host);
+  });
+}
+
+function cancel(host, seqs) {
+  for (const seq of seqs) {
+    const ctx = host.running.get(seq);
+    if (ctx !== undefined) {
+      host.running.delete(seq);
+      ctx[ABORT]();
+    }
+  }
+}
+
+// Withdrawn calls (a timeout, a terminate) are reported by `cancelled()`
+// but not rung: while async bodies are in flight, look every 100 ms. The
+// timer is unref'd: it never keeps the process alive.
+let poller = null;
+function watch() {
+  if (poller !== null) return;
+  poller = setInterval(() => {
+    let any = false;
+    for (const host of active) {
+      if (host.running.size > 0) {
+        cancel(host, host.n.cancelled());
+        any = true;
+      }
+    }
+    if (!any) {
+      clearInterval(poller);
+      poller = null;
+    }
+  }, 100);
+  poller.unref();
+}
+
+function run(host, calls) {
+  for (let i = 0; i < calls.length; i++) {
+    const seq = calls[i][0];
+    try {
+      call(host, calls[i]);
+    } catch (e) {
+      // Nothing a body hands back should get here (each step below catches
+      // its own); if something does, it fails this run, not the batch.
+      failed(host, seq, e);
+    }
+  }
+}
+
+function call(host, c) {
+  const job = host.kind === JOB;
+  const seq = c[0];
+  const key = c[1];
+  const fn = host.fns.get(key);
+  if (fn === undefined) {
+    failed(host, seq, { name: 'NotRegistered', message: `no JS body is registered as ${JSON.stringify(key)}` });
+    return;
+  }
+  const ctx = new Context(c);
+  let r;
+  try {
+    r = job ? fn(ctx) : fn(c[8], ctx);
+  } catch (e) {
+    failed(host, seq, e);
+    return;
+  }
+  if (r === null || (typeof r !== 'object' && typeof r !== 'function')) {
+    done(host, seq, key, job ? null : r);
+    return;
+  }
+  // A thenable is read the way `await` reads one: `then` once (its getter
+  // may throw), called once (it may throw, or call back twice or never).
+  let then;
+  try {
+    then = r.then;
+  } catch (e) {
+    failed(host, seq, e);
+    return;
+  }
+  if (typeof then !== 'function') {
+    done(host, seq, key, job ? null : r);
+    return;
+  }
+  host.running.set(seq, ctx);
+  watch();
+  let settled = false;
+  try {
+    then.call(
+      r,
+      (v) => {
+        if (settled) return;
+        settled = true;
+        if (host.running.delete(seq) || !ctx[CANCELLED]) done(host, seq, key, job ? null : v);
+        soon(host);
+      },
+      (e) => {
+        if (settled) return;
+        settled = true;
+        host.running.delete(seq);
+        failed(host, seq, e);
+        soon(host);
+      },
+    );
+  } catch (e) {
+    if (settled) return;
+    settled = true;
+    host.running.delete(seq);
+    failed(host, seq, e);
+  }
+}
+
+function done(host, seq, key, v) {
+  let json;
+  try {
+    if (v === undefined || v === null) json = 'null';
+    else if (typeof v === 'number' && Number.isFinite(v)) json = `${v}`;
+    else if (typeof v === 'boolean') json = v ? 'true' : 'false';
+    else json = encode(key, 'result', v);
+  } catch (e) {
+    failed(host, seq, e);
+    return;
+  }
+  host.ok += `${host.ok ? ',' : ''}[${seq},${json}]`;
+}
+
+/** `f()`, or undefined when it throws (whatever it throws is not touched). */
+function attempt(f) {
+  try {
+    return f();
+  } catch {
+    return undefined;
+  }
+}
+
+/** `v` as text the native side accepts, or null when it is not a string. */
+function text(v) {
+  return typeof v === 'string' ? v.toWellFormed() : null;
+}
+
+// Anything can be thrown or rejected with — an object with no prototype, a
+// Proxy whose traps throw, an Error whose `message` or `stack` getter
+// throws, a Symbol — and each fails its run, never the worker or the batch:
+// every read is guarded, and a type or message that cannot be read crosses
+// as null, answered with the core's fixed text (headway-core's
+// Failure::UNNAMED and Failure::UNDESCRIBED).
+function failed(host, seq, e) {
+  let kind = null;
+  let message = null;
+  let stack = null;
+  if (e !== null && typeof e === 'object') {
+    kind = text(attempt(() => e.name)) || text(attempt(() => e.constructor.name)) || null;
+    message = text(attempt(() => e.message)) ?? text(attempt(() => String(e)));
+    stack = text(attempt(() => e.stack));
+  } else {
+    // `throw 'oops'` or a rejected Promise of a non-Error.
+    kind = e === null ? 'null' : typeof e;
+    message = text(attempt(() => String(e)));
+  }
+  host.failed += `${host.failed ? ',' : ''}${JSON.stringify([seq, kind, message, stack])}`;
+}
+
+function flush(host) {
+  if (host.ok === '' && host.failed === '') return;
+  const ok = host.ok ? `[${host.ok}]` : '';
+  const bad = host.failed ? `[${host.failed}]` : '';
+  host.ok = '';
+  host.failed = '';
+  host.n.finish(ok, bad);
+}
+
+/** Answers settled async bodies together, once the microtasks have run. */
+function soon(host) {
+  if (host.flushing) return;
+  host.flushing = true;
+  setImmediate(() => {
+    host.flushing = false;
+    flush(host);
+  });
+}
+
+const ABORT = Symbol('abort');
+const CANCELLED = Symbol('cancelled');
+
+/**
+ * What a body is told about the run it is in: `retries` attempts before this
+ * one failed, `attempt` this one counting from 1, `last` whether a failure
+ * now is final (no retry follows).
+ */
+class Context {
+  #now;
+  #controller = null;
+  constructor(c) {
+    this.id = c[2];
+    this.name = c[1];
+    this.queue = c[3];
+    this.retries = c[4];
+    this.attempt = c[5];
+    this.last = c[6] === 1;
+    this.#now = c[7];
+    this.kwargs = c[9] === null ? {} : c[9];
+    this.rootId = c[10];
+    this.parentId = c[11];
+    this[CANCELLED] = false;
+  }
+
+  /** The app's time when the run started. */
+  get now() {
+    return new Date(this.#now);
+  }
+
+  /** Aborts when the core stops waiting for this run (a timeout, a terminate, a stop past its grace). */
+  get signal() {
+    if (this.#controller === null) {
+      this.#controller = new AbortController();
+      if (this[CANCELLED]) this.#controller.abort();
+    }
+    return this.#controller.signal;
+  }
+
+  [ABORT]() {
+    this[CANCELLED] = true;
+    if (this.#controller !== null) this.#controller.abort();
+  }
+
+  [inspect.custom]() {
+    return `Context(${inspect({ id: this.id, name: this.name, queue: this.queue, attempt: this.attempt, last: this.last })})`;
+  }
+}
+
+module.exports = { answer, TASK, JOB, Host, Context };
