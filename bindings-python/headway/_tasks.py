@@ -436,12 +436,7 @@ class _TaskBase(Generic[P, R]):
             self.name,
             tuple(args),
             dict(kwargs) if kwargs else None,
-            eta=eta,
-            countdown=countdown,
-            expires=expires,
-            queue=queue,
-            priority=priority,
-            task_id=task_id,
+            **_options(eta, countdown, expires, queue, priority, task_id),
         )
 
     def s(self, *args: Any, **kwargs: Any) -> Signature[R]:
@@ -690,12 +685,7 @@ class App:
             name,
             tuple(args),
             dict(kwargs) if kwargs else None,
-            eta=eta,
-            countdown=countdown,
-            expires=expires,
-            queue=queue,
-            priority=priority,
-            task_id=task_id,
+            **_options(eta, countdown, expires, queue, priority, task_id),
         )
 
     def send_task(
@@ -717,12 +707,7 @@ class App:
             name,
             tuple(args),
             dict(kwargs) if kwargs else None,
-            eta=eta,
-            countdown=countdown,
-            expires=expires,
-            queue=queue,
-            priority=priority,
-            task_id=task_id,
+            **_options(eta, countdown, expires, queue, priority, task_id),
             known=False,
         )
 
