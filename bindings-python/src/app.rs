@@ -26,7 +26,7 @@ use crate::dead::{PyDeadLetter, Raw, limit_arg};
 use crate::host::{Entry, PyHost};
 use crate::json;
 use crate::rt::{Answer, SLICE, block, check, panicked, refused, rt};
-use crate::times::{clock_arg, instant_out, rhythm_arg, secs, span_ms, when_arg};
+use crate::times::{clock_arg, instant_out, named_instants, rhythm_arg, secs, span_ms, when_arg};
 use crate::{guard, int_arg, type_name};
 
 /// The core's refusal of an argument, named as Python spells it.
@@ -657,13 +657,7 @@ impl PyBeat {
     /// Entry names and when each fires next (aware UTC `datetime`), soonest
     /// first.
     fn pending<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let items = self
-            .inner
-            .pending()
-            .into_iter()
-            .map(|(n, at)| Ok((n, instant_out(py, at)?)))
-            .collect::<PyResult<Vec<_>>>()?;
-        PyList::new(py, items)
+        named_instants(py, self.inner.pending())
     }
 
     /// Sends what is due now: `(name, due, handle)` for each send.

@@ -19,7 +19,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDelta, PyType};
+use pyo3::types::{PyDelta, PyList, PyType};
 
 use crate::{float_arg, guard, span_arg, type_name};
 
@@ -110,6 +110,19 @@ pub(crate) fn when_arg(
         )));
     }
     Ok(When::At((s * 1000.0).round() as i64))
+}
+
+/// `(name, when)` pairs as a list of `(str, datetime)`: what `pending()`
+/// answers for a beat and a scheduler alike.
+pub(crate) fn named_instants(
+    py: Python<'_>,
+    items: Vec<(String, i64)>,
+) -> PyResult<Bound<'_, PyList>> {
+    let items = items
+        .into_iter()
+        .map(|(n, at)| Ok((n, instant_out(py, at)?)))
+        .collect::<PyResult<Vec<_>>>()?;
+    PyList::new(py, items)
 }
 
 /// An absolute instant (no `timedelta`).
