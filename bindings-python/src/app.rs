@@ -11,12 +11,12 @@ use headway_core::task::{
     App, Backoff, BackoffSpec, Beat, Canvas, Clock, Handle, Host, Options, PolicySpec, RateSpec,
     Refused, SendSpec, Sig, SpecError, State, Worker, WorkerSpec,
 };
+use pyo3::PyTraverseError;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
 use pyo3::types::{PyDict, PyGenericAlias, PyList, PyString, PyTuple, PyType};
-use pyo3::{IntoPyObjectExt, PyTraverseError};
 use serde_json::Value;
 
 use headway_core::broker::{Connected, Store};
@@ -78,12 +78,7 @@ impl PyFixed {
     }
 
     fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        let py = other.py();
-        match (op, other.cast::<PyFixed>()) {
-            (CompareOp::Eq, Ok(o)) => (self.inner == o.get().inner).into_py_any(py),
-            (CompareOp::Ne, Ok(o)) => (self.inner != o.get().inner).into_py_any(py),
-            _ => Ok(py.NotImplemented()),
-        }
+        crate::convert::richcmp(other, op, |o: &PyFixed| self.inner == o.inner)
     }
 
     fn __hash__(&self) -> u64 {
@@ -168,12 +163,7 @@ impl PyExponential {
     }
 
     fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        let py = other.py();
-        match (op, other.cast::<PyExponential>()) {
-            (CompareOp::Eq, Ok(o)) => (self.inner == o.get().inner).into_py_any(py),
-            (CompareOp::Ne, Ok(o)) => (self.inner != o.get().inner).into_py_any(py),
-            _ => Ok(py.NotImplemented()),
-        }
+        crate::convert::richcmp(other, op, |o: &PyExponential| self.inner == o.inner)
     }
 
     fn __hash__(&self) -> u64 {
@@ -478,12 +468,7 @@ impl PyHandle {
     }
 
     fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        let py = other.py();
-        match (op, other.cast::<PyHandle>()) {
-            (CompareOp::Eq, Ok(o)) => (self.inner.ids() == o.get().inner.ids()).into_py_any(py),
-            (CompareOp::Ne, Ok(o)) => (self.inner.ids() != o.get().inner.ids()).into_py_any(py),
-            _ => Ok(py.NotImplemented()),
-        }
+        crate::convert::richcmp(other, op, |o: &PyHandle| self.inner.ids() == o.inner.ids())
     }
 
     fn __hash__(&self) -> u64 {

@@ -14,7 +14,6 @@ use std::sync::Arc;
 
 use headway_core::task::clock;
 use headway_core::task::{Clock, Cron, Every, Rhythm, VirtualClock};
-use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
@@ -256,12 +255,7 @@ macro_rules! rhythm_methods {
             }
 
             fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-                let py = other.py();
-                match (op, other.cast::<Self>()) {
-                    (CompareOp::Eq, Ok(o)) => (self.inner == o.get().inner).into_py_any(py),
-                    (CompareOp::Ne, Ok(o)) => (self.inner != o.get().inner).into_py_any(py),
-                    _ => Ok(py.NotImplemented()),
-                }
+                crate::convert::richcmp(other, op, |o: &Self| self.inner == o.inner)
             }
 
             fn __hash__(&self) -> u64 {
