@@ -69,9 +69,7 @@ class Gate(_native.Gate):
         self.leave()
 
     async def __aenter__(self) -> Gate:
-        if not self.enter():
-            raise self._full()
-        return self
+        return self.__enter__()
 
     async def __aexit__(
         self,

@@ -34,7 +34,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Generic, TypeVar, cast, overload
@@ -405,6 +405,43 @@ class Pooled(Generic[T]):
             self._deliver()
         return items
 
+    def _steps(self, wake: Callable[[], None]) -> Generator[tuple[int, Any], Any, T]:
+        """The one loop over the core's answers both shells drive: it yields
+        what the shell must do — park until a deadline, open (the item or the
+        error is sent back), close, sleep — and returns the item handed over.
+        The shells differ only in how they wait, open and close."""
+        acq, pool = self._acq, self.pool
+        t = acq.begin()
+        self._wakers[t] = wake
+        try:
+            while True:
+                kind, v = acq.step(pool, t, self._roll)
+                if acq.has_wakes:
+                    self._deliver()
+                if kind == _HAND:
+                    return cast(T, v)
+                if kind == _OPEN:
+                    try:
+                        item = yield _OPEN, None
+                    except Exception:
+                        # The backend failed: the ward counts it. (Anything
+                        # else, an interrupt, gives the room back below
+                        # without blaming the backend.)
+                        acq.unopened(pool, t, self._roll)
+                        raise
+                    if not acq.opened(pool, t, item):
+                        yield _CLOSE, item
+                        raise RuntimeError("this Pooled is closed")
+                    return cast(T, item)
+                if kind not in (_PARK, _CLOSE, _SLEEP):
+                    raise self._failed(v)
+                yield kind, v
+        finally:
+            del self._wakers[t]
+            acq.end(pool, t)
+            if acq.has_wakes:
+                self._deliver()
+
     # sync ----------------------------------------------------------------
 
     def _get(self) -> T:
@@ -418,52 +455,39 @@ class Pooled(Generic[T]):
         return self._get_slow()
 
     def _get_slow(self) -> T:
-        acq, pool = self._acq, self.pool
-        t = acq.begin()
         woken = threading.Event()
-        self._wakers[t] = woken.set
+        steps = self._steps(woken.set)
+        sent: Any = None
+        err: Exception | None = None
         try:
             while True:
                 # Cleared before the step: a wake between the step and the
                 # wait is kept, not lost.
                 woken.clear()
-                kind, v = acq.step(pool, t, self._roll)
-                if acq.has_wakes:
-                    self._deliver()
-                if kind == _HAND:
-                    return cast(T, v)
+                try:
+                    kind, v = steps.throw(err) if err else steps.send(sent)
+                except StopIteration as done:
+                    return cast(T, done.value)
+                sent = err = None
                 if kind == _PARK:
                     woken.wait(None if v is None else max(0.0, v - time.monotonic()))
                 elif kind == _OPEN:
                     try:
-                        item = self._open()
-                        if inspect.isawaitable(item):
-                            _discard(item)
+                        sent = self._open()
+                        if inspect.isawaitable(sent):
+                            _discard(sent)
                             raise TypeError(
                                 "`open` returned an awaitable: use `async with "
                                 "acquire()` with an async open"
                             )
-                    except Exception:
-                        # The backend failed: the ward counts it. (Anything
-                        # else, an interrupt, gives the room back below
-                        # without blaming the backend.)
-                        acq.unopened(pool, t, self._roll)
-                        raise
-                    if not acq.opened(pool, t, item):
-                        self._close_one(item)
-                        raise RuntimeError("this Pooled is closed")
-                    return cast(T, item)
+                    except Exception as e:
+                        err = e
                 elif kind == _CLOSE:
                     self._close_one(v)
-                elif kind == _SLEEP:
-                    time.sleep(v)
                 else:
-                    raise self._failed(v)
+                    time.sleep(v)
         finally:
-            del self._wakers[t]
-            acq.end(pool, t)
-            if acq.has_wakes:
-                self._deliver()
+            steps.close()
 
     def _start_thread(self) -> None:
         with self._lock:
@@ -490,8 +514,6 @@ class Pooled(Generic[T]):
         return await self._aget_slow()
 
     async def _aget_slow(self) -> T:
-        acq, pool = self._acq, self.pool
-        t = acq.begin()
         loop = asyncio.get_running_loop()
         woken = asyncio.Event()
 
@@ -506,15 +528,17 @@ class Pooled(Generic[T]):
             else:
                 loop.call_soon_threadsafe(woken.set)
 
-        self._wakers[t] = wake
+        steps = self._steps(wake)
+        sent: Any = None
+        err: Exception | None = None
         try:
             while True:
                 woken.clear()
-                kind, v = acq.step(pool, t, self._roll)
-                if acq.has_wakes:
-                    self._deliver()
-                if kind == _HAND:
-                    return cast(T, v)
+                try:
+                    kind, v = steps.throw(err) if err else steps.send(sent)
+                except StopIteration as done:
+                    return cast(T, done.value)
+                sent = err = None
                 if kind == _PARK:
                     if v is None:
                         await woken.wait()
@@ -526,27 +550,17 @@ class Pooled(Generic[T]):
                             pass
                 elif kind == _OPEN:
                     try:
-                        item = self._open()
-                        if inspect.isawaitable(item):
-                            item = await item
-                    except Exception:
-                        acq.unopened(pool, t, self._roll)
-                        raise
-                    if not acq.opened(pool, t, item):
-                        await self._aclose_one(item)
-                        raise RuntimeError("this Pooled is closed")
-                    return cast(T, item)
+                        sent = self._open()
+                        if inspect.isawaitable(sent):
+                            sent = await sent
+                    except Exception as e:
+                        err = e
                 elif kind == _CLOSE:
                     await self._aclose_one(v)
-                elif kind == _SLEEP:
-                    await asyncio.sleep(v)
                 else:
-                    raise self._failed(v)
+                    await asyncio.sleep(v)
         finally:
-            del self._wakers[t]
-            acq.end(pool, t)
-            if acq.has_wakes:
-                self._deliver()
+            steps.close()
 
     def _start_task(self) -> None:
         self._task = asyncio.get_running_loop().create_task(

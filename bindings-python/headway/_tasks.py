@@ -436,12 +436,7 @@ class _TaskBase(Generic[P, R]):
             self.name,
             tuple(args),
             dict(kwargs) if kwargs else None,
-            eta=eta,
-            countdown=countdown,
-            expires=expires,
-            queue=queue,
-            priority=priority,
-            task_id=task_id,
+            **_options(eta, countdown, expires, queue, priority, task_id),
         )
 
     def s(self, *args: Any, **kwargs: Any) -> Signature[R]:
@@ -690,12 +685,7 @@ class App:
             name,
             tuple(args),
             dict(kwargs) if kwargs else None,
-            eta=eta,
-            countdown=countdown,
-            expires=expires,
-            queue=queue,
-            priority=priority,
-            task_id=task_id,
+            **_options(eta, countdown, expires, queue, priority, task_id),
         )
 
     def send_task(
@@ -717,12 +707,7 @@ class App:
             name,
             tuple(args),
             dict(kwargs) if kwargs else None,
-            eta=eta,
-            countdown=countdown,
-            expires=expires,
-            queue=queue,
-            priority=priority,
-            task_id=task_id,
+            **_options(eta, countdown, expires, queue, priority, task_id),
             known=False,
         )
 
@@ -1042,26 +1027,45 @@ class Beat:
     def start(self) -> None:
         """Runs it on a background (daemon) thread and returns at once."""
 
-        def main() -> None:
-            try:
-                self._native.run(None)
-            except BaseException as e:  # noqa: BLE001 - re-raised by stop()
-                self._error = e
-
         _live.add(self)
-        self._thread = threading.Thread(target=main, name="headway-beat", daemon=True)
-        self._thread.start()
+        self._thread = _run_in_thread(self, "headway-beat")
 
     def stop(self) -> None:
         """Stops it after the tick in progress (and waits for a started one)."""
         self._native.stop()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
-            self._thread = None
+        _join(self)
         _live.discard(self)
-        if self._error is not None:
-            err, self._error = self._error, None
-            raise err
+        _reraise(self)
 
     def _exit(self) -> None:
         self._native.stop()
+
+
+def _run_in_thread(owner: Any, name: str) -> threading.Thread:
+    """Runs ``owner._native.run(None)`` on a daemon thread (a ``Beat``'s or a
+    ``Scheduler``'s ``start()``); an error that ends it waits in
+    ``owner._error`` for ``stop()`` to re-raise."""
+
+    def main() -> None:
+        try:
+            owner._native.run(None)
+        except BaseException as e:  # noqa: BLE001 - re-raised by stop()
+            owner._error = e
+
+    thread = threading.Thread(target=main, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def _join(owner: Any) -> None:
+    """Waits for the thread ``start()`` began, unless called from it."""
+    if owner._thread is not None and owner._thread is not threading.current_thread():
+        owner._thread.join()
+        owner._thread = None
+
+
+def _reraise(owner: Any) -> None:
+    """Re-raises (once) the error that ended a ``start()``-ed run."""
+    if owner._error is not None:
+        err, owner._error = owner._error, None
+        raise err

@@ -34,7 +34,7 @@ from typing import Any
 from . import _native
 from ._native import At, Cron, Every, VirtualClock
 from ._serve import Serving
-from ._tasks import GRACE, _is_async
+from ._tasks import GRACE, _is_async, _join, _reraise, _run_in_thread
 
 __all__ = ["At", "Cron", "Every", "Scheduler"]
 
@@ -108,30 +108,19 @@ class Scheduler:
         """Runs it on a background (daemon) thread and returns at once."""
         self._serve()
 
-        def main() -> None:
-            try:
-                self._native.run(None)
-            except BaseException as e:  # noqa: BLE001 - re-raised by stop()
-                self._error = e
-
-        self._thread = threading.Thread(target=main, name="headway-schedule", daemon=True)
-        self._thread.start()
+        self._thread = _run_in_thread(self, "headway-schedule")
 
     def stop(self) -> None:
         """Stops it after the tick in progress, waits for a started one, and
         stops its threads."""
         self._native.stop()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
-            self._thread = None
+        _join(self)
         with self._lock:
             if self._serving is not None:
                 self._serving.close()
                 self._serving = None
         _live.discard(self)
-        if self._error is not None:
-            err, self._error = self._error, None
-            raise err
+        _reraise(self)
 
     def _exit(self) -> None:
         # At exit: stop, give a job in progress the worker's grace, and stop

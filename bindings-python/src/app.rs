@@ -11,12 +11,12 @@ use headway_core::task::{
     App, Backoff, BackoffSpec, Beat, Canvas, Clock, Handle, Host, Options, PolicySpec, RateSpec,
     Refused, SendSpec, Sig, SpecError, State, Worker, WorkerSpec,
 };
+use pyo3::PyTraverseError;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
 use pyo3::types::{PyDict, PyGenericAlias, PyList, PyString, PyTuple, PyType};
-use pyo3::{IntoPyObjectExt, PyTraverseError};
 use serde_json::Value;
 
 use headway_core::broker::{Connected, Store};
@@ -26,7 +26,7 @@ use crate::dead::{PyDeadLetter, Raw, limit_arg};
 use crate::host::{Entry, PyHost};
 use crate::json;
 use crate::rt::{Answer, SLICE, block, check, panicked, refused, rt};
-use crate::times::{clock_arg, instant_out, rhythm_arg, secs, span_ms, when_arg};
+use crate::times::{clock_arg, instant_out, named_instants, rhythm_arg, secs, span_ms, when_arg};
 use crate::{guard, int_arg, type_name};
 
 /// The core's refusal of an argument, named as Python spells it.
@@ -78,12 +78,7 @@ impl PyFixed {
     }
 
     fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        let py = other.py();
-        match (op, other.cast::<PyFixed>()) {
-            (CompareOp::Eq, Ok(o)) => (self.inner == o.get().inner).into_py_any(py),
-            (CompareOp::Ne, Ok(o)) => (self.inner != o.get().inner).into_py_any(py),
-            _ => Ok(py.NotImplemented()),
-        }
+        crate::convert::richcmp(other, op, |o: &PyFixed| self.inner == o.inner)
     }
 
     fn __hash__(&self) -> u64 {
@@ -168,12 +163,7 @@ impl PyExponential {
     }
 
     fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        let py = other.py();
-        match (op, other.cast::<PyExponential>()) {
-            (CompareOp::Eq, Ok(o)) => (self.inner == o.get().inner).into_py_any(py),
-            (CompareOp::Ne, Ok(o)) => (self.inner != o.get().inner).into_py_any(py),
-            _ => Ok(py.NotImplemented()),
-        }
+        crate::convert::richcmp(other, op, |o: &PyExponential| self.inner == o.inner)
     }
 
     fn __hash__(&self) -> u64 {
@@ -478,12 +468,7 @@ impl PyHandle {
     }
 
     fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        let py = other.py();
-        match (op, other.cast::<PyHandle>()) {
-            (CompareOp::Eq, Ok(o)) => (self.inner.ids() == o.get().inner.ids()).into_py_any(py),
-            (CompareOp::Ne, Ok(o)) => (self.inner.ids() != o.get().inner.ids()).into_py_any(py),
-            _ => Ok(py.NotImplemented()),
-        }
+        crate::convert::richcmp(other, op, |o: &PyHandle| self.inner.ids() == o.inner.ids())
     }
 
     fn __hash__(&self) -> u64 {
@@ -657,13 +642,7 @@ impl PyBeat {
     /// Entry names and when each fires next (aware UTC `datetime`), soonest
     /// first.
     fn pending<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let items = self
-            .inner
-            .pending()
-            .into_iter()
-            .map(|(n, at)| Ok((n, instant_out(py, at)?)))
-            .collect::<PyResult<Vec<_>>>()?;
-        PyList::new(py, items)
+        named_instants(py, self.inner.pending())
     }
 
     /// Sends what is due now: `(name, due, handle)` for each send.

@@ -1,7 +1,6 @@
 //! `Jitter` and `Backoff`.
 
 use headway_core::flow::{self, Jitter};
-use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
@@ -240,12 +239,7 @@ impl PyBackoff {
     }
 
     fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        let py = other.py();
-        match (op, other.cast::<PyBackoff>()) {
-            (CompareOp::Eq, Ok(o)) => (self.inner == o.get().inner).into_py_any(py),
-            (CompareOp::Ne, Ok(o)) => (self.inner != o.get().inner).into_py_any(py),
-            _ => Ok(py.NotImplemented()),
-        }
+        crate::convert::richcmp(other, op, |o: &PyBackoff| self.inner == o.inner)
     }
 
     fn __hash__(&self) -> u64 {

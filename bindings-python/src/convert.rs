@@ -237,3 +237,24 @@ mod tests {
         assert!(draws.windows(2).all(|w| w[0] != w[1]));
     }
 }
+
+/// `==` and `!=` between two of one frozen class, by `same`; any other
+/// comparison, or another type, is `NotImplemented` (so Python tries the
+/// other side).
+pub(crate) fn richcmp<T>(
+    other: &Bound<'_, PyAny>,
+    op: pyo3::pyclass::CompareOp,
+    same: impl FnOnce(&T) -> bool,
+) -> PyResult<Py<PyAny>>
+where
+    T: pyo3::PyClass<Frozen = pyo3::pyclass::boolean_struct::True> + Sync,
+{
+    use pyo3::IntoPyObjectExt;
+    use pyo3::pyclass::CompareOp;
+    let py = other.py();
+    match (op, other.cast::<T>()) {
+        (CompareOp::Eq, Ok(o)) => same(o.get()).into_py_any(py),
+        (CompareOp::Ne, Ok(o)) => (!same(o.get())).into_py_any(py),
+        _ => Ok(py.NotImplemented()),
+    }
+}

@@ -141,12 +141,7 @@ impl PyLimits {
     }
 
     fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        let py = other.py();
-        match (op, other.cast::<PyLimits>()) {
-            (CompareOp::Eq, Ok(o)) => (self.inner == o.get().inner).into_py_any(py),
-            (CompareOp::Ne, Ok(o)) => (self.inner != o.get().inner).into_py_any(py),
-            _ => Ok(py.NotImplemented()),
-        }
+        crate::convert::richcmp(other, op, |o: &PyLimits| self.inner == o.inner)
     }
 
     fn __hash__(&self) -> u64 {

@@ -15,7 +15,7 @@ use pyo3::types::{PyDict, PyList};
 use crate::guard;
 use crate::host::{Entry, PyHost};
 use crate::rt::{SLICE, block, panicked, rt};
-use crate::times::{clock_arg, instant_arg, instant_out, rhythm_arg, secs};
+use crate::times::{clock_arg, instant_arg, named_instants, rhythm_arg, secs};
 
 /// The core's scheduler. Internal: `headway.schedule.Scheduler` wraps it.
 #[pyclass(module = "headway._native", name = "_Scheduler", frozen)]
@@ -84,13 +84,7 @@ impl PyScheduler {
     /// Job names and when each fires next (aware UTC `datetime`), soonest
     /// first.
     fn pending<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let items = self
-            .inner
-            .pending()
-            .into_iter()
-            .map(|(n, at)| Ok((n, instant_out(py, at)?)))
-            .collect::<PyResult<Vec<_>>>()?;
-        PyList::new(py, items)
+        named_instants(py, self.inner.pending())
     }
 
     /// Calls what is due now, waits for those calls, and answers `(name,
@@ -99,11 +93,7 @@ impl PyScheduler {
         guard(|| {
             let s = self.inner.clone();
             let fired = block(py, async move { s.tick().await })?;
-            let items = fired
-                .into_iter()
-                .map(|(n, at)| Ok((n, instant_out(py, at)?)))
-                .collect::<PyResult<Vec<_>>>()?;
-            PyList::new(py, items)
+            named_instants(py, fired)
         })
     }
 

@@ -14,12 +14,11 @@ use std::sync::Arc;
 
 use headway_core::task::clock;
 use headway_core::task::{Clock, Cron, Every, Rhythm, VirtualClock};
-use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDelta, PyType};
+use pyo3::types::{PyDelta, PyList, PyType};
 
 use crate::{float_arg, guard, span_arg, type_name};
 
@@ -110,6 +109,19 @@ pub(crate) fn when_arg(
         )));
     }
     Ok(When::At((s * 1000.0).round() as i64))
+}
+
+/// `(name, when)` pairs as a list of `(str, datetime)`: what `pending()`
+/// answers for a beat and a scheduler alike.
+pub(crate) fn named_instants(
+    py: Python<'_>,
+    items: Vec<(String, i64)>,
+) -> PyResult<Bound<'_, PyList>> {
+    let items = items
+        .into_iter()
+        .map(|(n, at)| Ok((n, instant_out(py, at)?)))
+        .collect::<PyResult<Vec<_>>>()?;
+    PyList::new(py, items)
 }
 
 /// An absolute instant (no `timedelta`).
@@ -223,21 +235,39 @@ fn opt_instant(py: Python<'_>, ms: Option<i64>) -> PyResult<Py<PyAny>> {
     }
 }
 
-fn first_of(py: Python<'_>, r: &Rhythm, now: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-    let n = instant_arg("now", now)?;
-    opt_instant(py, r.first(n))
-}
+/// The methods `Every`, `Cron` and `At` share (`first`, `after`, `==`,
+/// `hash`), written once; each class adds its own after the `;`.
+macro_rules! rhythm_methods {
+    ($ty:ident; $($own:tt)*) => {
+        #[pymethods]
+        impl $ty {
+            /// The first time it fires at or after `now` (aware `datetime` or
+            /// epoch seconds), as an aware UTC `datetime`; `None` if never.
+            fn first(&self, py: Python<'_>, now: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+                opt_instant(py, self.inner.first(instant_arg("now", now)?))
+            }
 
-fn after_of(py: Python<'_>, r: &Rhythm, at: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-    let a = instant_arg("at", at)?;
-    opt_instant(py, r.after(a))
-}
+            /// The first time it fires strictly after `at` — pass the time that
+            /// was *due*, which is how a late tick keeps the phase. `None` when it
+            /// never fires again.
+            fn after(&self, py: Python<'_>, at: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+                opt_instant(py, self.inner.after(instant_arg("at", at)?))
+            }
 
-fn hash_of(r: &Rhythm) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    format!("{r:?}").hash(&mut h);
-    h.finish()
+            fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
+                crate::convert::richcmp(other, op, |o: &Self| self.inner == o.inner)
+            }
+
+            fn __hash__(&self) -> u64 {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                format!("{:?}", self.inner).hash(&mut h);
+                h.finish()
+            }
+
+            $($own)*
+        }
+    };
 }
 
 /// Once per `interval` (float seconds or `timedelta`).
@@ -253,34 +283,7 @@ pub(crate) struct PyEvery {
     pub(crate) inner: Rhythm,
 }
 
-#[pymethods]
-impl PyEvery {
-    /// The first time it fires at or after `now` (aware `datetime` or
-    /// epoch seconds), as an aware UTC `datetime`; `None` if never.
-    fn first(&self, py: Python<'_>, now: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        first_of(py, &self.inner, now)
-    }
-
-    /// The first time it fires strictly after `at` — pass the time that
-    /// was *due*, which is how a late tick keeps the phase. `None` when it
-    /// never fires again.
-    fn after(&self, py: Python<'_>, at: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        after_of(py, &self.inner, at)
-    }
-
-    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        let py = other.py();
-        match (op, other.cast::<Self>()) {
-            (CompareOp::Eq, Ok(o)) => (self.inner == o.get().inner).into_py_any(py),
-            (CompareOp::Ne, Ok(o)) => (self.inner != o.get().inner).into_py_any(py),
-            _ => Ok(py.NotImplemented()),
-        }
-    }
-
-    fn __hash__(&self) -> u64 {
-        hash_of(&self.inner)
-    }
-
+rhythm_methods! { PyEvery;
     #[new]
     #[pyo3(signature = (interval, anchor=None))]
     fn new(interval: &Bound<'_, PyAny>, anchor: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
@@ -343,34 +346,7 @@ pub(crate) struct PyCron {
     pub(crate) inner: Rhythm,
 }
 
-#[pymethods]
-impl PyCron {
-    /// The first time it fires at or after `now` (aware `datetime` or
-    /// epoch seconds), as an aware UTC `datetime`; `None` if never.
-    fn first(&self, py: Python<'_>, now: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        first_of(py, &self.inner, now)
-    }
-
-    /// The first time it fires strictly after `at` — pass the time that
-    /// was *due*, which is how a late tick keeps the phase. `None` when it
-    /// never fires again.
-    fn after(&self, py: Python<'_>, at: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        after_of(py, &self.inner, at)
-    }
-
-    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        let py = other.py();
-        match (op, other.cast::<Self>()) {
-            (CompareOp::Eq, Ok(o)) => (self.inner == o.get().inner).into_py_any(py),
-            (CompareOp::Ne, Ok(o)) => (self.inner != o.get().inner).into_py_any(py),
-            _ => Ok(py.NotImplemented()),
-        }
-    }
-
-    fn __hash__(&self) -> u64 {
-        hash_of(&self.inner)
-    }
-
+rhythm_methods! { PyCron;
     #[new]
     #[pyo3(signature = (expr, tz="UTC"))]
     fn new(expr: &str, tz: &str) -> PyResult<Self> {
@@ -415,34 +391,7 @@ pub(crate) struct PyAt {
     pub(crate) inner: Rhythm,
 }
 
-#[pymethods]
-impl PyAt {
-    /// The first time it fires at or after `now` (aware `datetime` or
-    /// epoch seconds), as an aware UTC `datetime`; `None` if never.
-    fn first(&self, py: Python<'_>, now: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        first_of(py, &self.inner, now)
-    }
-
-    /// The first time it fires strictly after `at` — pass the time that
-    /// was *due*, which is how a late tick keeps the phase. `None` when it
-    /// never fires again.
-    fn after(&self, py: Python<'_>, at: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        after_of(py, &self.inner, at)
-    }
-
-    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        let py = other.py();
-        match (op, other.cast::<Self>()) {
-            (CompareOp::Eq, Ok(o)) => (self.inner == o.get().inner).into_py_any(py),
-            (CompareOp::Ne, Ok(o)) => (self.inner != o.get().inner).into_py_any(py),
-            _ => Ok(py.NotImplemented()),
-        }
-    }
-
-    fn __hash__(&self) -> u64 {
-        hash_of(&self.inner)
-    }
-
+rhythm_methods! { PyAt;
     #[new]
     fn new(when: &Bound<'_, PyAny>) -> PyResult<Self> {
         guard(|| {
