@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headway_core::task::{
-    App, Backoff, BackoffSpec, Beat, Canvas, Clock, Handle, Host, Options, PolicySpec, RateSpec,
-    Refused, SendSpec, Sig, SpecError, State, Worker, WorkerSpec,
+    App, BackoffSpec, Beat, Canvas, Clock, Handle, Host, Options, PolicySpec, RateSpec, Refused,
+    RetryBackoff, SendSpec, Sig, SpecError, State, Worker, WorkerSpec,
 };
 use pyo3::PyTraverseError;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -40,7 +40,7 @@ pub(crate) fn spec_err(e: SpecError) -> PyErr {
 /// A negative delay raises `ValueError`.
 #[pyclass(module = "headway._native", name = "Fixed", frozen)]
 pub(crate) struct PyFixed {
-    inner: Backoff,
+    inner: RetryBackoff,
 }
 
 #[pymethods]
@@ -62,7 +62,7 @@ impl PyFixed {
     #[getter]
     fn delay(&self) -> f64 {
         match self.inner {
-            Backoff::Fixed { delay } => secs(delay),
+            RetryBackoff::Fixed { delay } => secs(delay),
             _ => 0.0,
         }
     }
@@ -83,7 +83,7 @@ impl PyFixed {
 
     fn __hash__(&self) -> u64 {
         match self.inner {
-            Backoff::Fixed { delay } => delay as u64,
+            RetryBackoff::Fixed { delay } => delay as u64,
             _ => 0,
         }
     }
@@ -99,7 +99,7 @@ impl PyFixed {
 /// `ValueError`.
 #[pyclass(module = "headway._native", name = "Exponential", frozen)]
 pub(crate) struct PyExponential {
-    inner: Backoff,
+    inner: RetryBackoff,
 }
 
 #[pymethods]
@@ -127,7 +127,7 @@ impl PyExponential {
     #[getter]
     fn base(&self) -> f64 {
         match self.inner {
-            Backoff::Exponential { base, .. } => secs(base),
+            RetryBackoff::Exponential { base, .. } => secs(base),
             _ => 0.0,
         }
     }
@@ -136,7 +136,7 @@ impl PyExponential {
     #[getter]
     fn cap(&self) -> f64 {
         match self.inner {
-            Backoff::Exponential { cap, .. } => secs(cap),
+            RetryBackoff::Exponential { cap, .. } => secs(cap),
             _ => 0.0,
         }
     }
@@ -144,7 +144,7 @@ impl PyExponential {
     /// Whether the wait is spread over [0, ceiling].
     #[getter]
     fn jitter(&self) -> bool {
-        matches!(self.inner, Backoff::Exponential { jitter: true, .. })
+        matches!(self.inner, RetryBackoff::Exponential { jitter: true, .. })
     }
 
     /// Seconds waited before attempt `attempt` of run `task_id` (the first
@@ -168,7 +168,7 @@ impl PyExponential {
 
     fn __hash__(&self) -> u64 {
         match self.inner {
-            Backoff::Exponential { base, cap, jitter } => {
+            RetryBackoff::Exponential { base, cap, jitter } => {
                 (base as u64).wrapping_mul(31).wrapping_add(cap as u64) ^ jitter as u64
             }
             _ => 0,

@@ -16,8 +16,8 @@ use headway_core::broker::MemoryBroker;
 use headway_core::broker::celery::Sender;
 use headway_core::broker::celery::result::decode_meta;
 use headway_core::task::{
-    App, Backoff, Clock, Failure, Outcome, Policy, Seams, State, SystemClock, VirtualClock, Worker,
-    WorkerConfig, body,
+    App, Clock, Failure, Outcome, Policy, RetryBackoff, Seams, State, SystemClock, VirtualClock,
+    Worker, WorkerConfig, body,
 };
 use serde_json::{Value, json};
 
@@ -91,7 +91,7 @@ fn failing(app: &App, retries: u32) -> Arc<AtomicU32> {
         "fail",
         Policy {
             retries,
-            backoff: Backoff::fixed(1000).unwrap(),
+            backoff: RetryBackoff::fixed(1000).unwrap(),
             ..Policy::default()
         },
         body(move |_, _| {

@@ -197,7 +197,7 @@ async fn retry_then_succeed_with_context() {
         let s2 = seen.clone();
         let policy = Policy {
             retries: 2,
-            backoff: headway_core::task::Backoff::fixed(30_000).unwrap(),
+            backoff: headway_core::task::RetryBackoff::fixed(30_000).unwrap(),
             ..Policy::default()
         };
         app.register(

@@ -7,8 +7,8 @@
 
 use headway_core::task::specs::When;
 use headway_core::task::{
-    Backoff, BackoffSpec, Canvas, Cron, Every, Host, Options, Policy, PolicySpec, RateSpec, Rhythm,
-    RhythmError, SendSpec, Sig, SpecError,
+    BackoffSpec, Canvas, Cron, Every, Host, Options, Policy, PolicySpec, RateSpec, RetryBackoff,
+    Rhythm, RhythmError, SendSpec, Sig, SpecError,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -93,7 +93,7 @@ impl BackoffIn {
 }
 
 /// `{fixed}` or `{base, cap, jitter}`; what is omitted is the core's.
-pub(crate) fn backoff_text(text: &str) -> Result<Backoff, Refusal> {
+pub(crate) fn backoff_text(text: &str) -> Result<RetryBackoff, Refusal> {
     let b: BackoffIn = parse("backoff", text)?;
     Ok(b.spec().build(Host::Node)?)
 }

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use headway_core::task::clock;
-use headway_core::task::{Backoff, Clock, VirtualClock};
+use headway_core::task::{Clock, RetryBackoff, VirtualClock};
 use napi::bindgen_prelude::Either;
 use napi_derive::napi;
 
@@ -105,8 +105,8 @@ pub fn rhythm_after(spec: String, at: f64) -> Either<Option<f64>, Refusal> {
 #[napi(js_name = "_backoffNorm", catch_unwind)]
 pub fn backoff_norm(spec: String) -> Either<String, Refusal> {
     match backoff_text(&spec) {
-        Ok(Backoff::Fixed { delay }) => Either::A(format!("{{\"fixed\":{delay}}}")),
-        Ok(Backoff::Exponential { base, cap, jitter }) => Either::A(format!(
+        Ok(RetryBackoff::Fixed { delay }) => Either::A(format!("{{\"fixed\":{delay}}}")),
+        Ok(RetryBackoff::Exponential { base, cap, jitter }) => Either::A(format!(
             "{{\"base\":{base},\"cap\":{cap},\"jitter\":{jitter}}}"
         )),
         Err(e) => Either::B(e),

@@ -35,9 +35,13 @@ fn bad(arg: &'static str, why: impl Into<String>) -> PolicyError {
     }
 }
 
-/// How long to wait before the next attempt of a failed run.
+/// How long to wait before the next attempt of a failed run: a task's
+/// retry policy, carried in its messages. Not [`crate::flow::Backoff`],
+/// the sans-I/O delay machine of the flow half (its own jitters, drawn by
+/// the caller); this one is seeded by the task id, so a retried run waits
+/// the same in every worker and binding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Backoff {
+pub enum RetryBackoff {
     /// The same wait every time (ms).
     Fixed { delay: i64 },
     /// Doubling from `base` to `cap` (ms). With `jitter` the wait is spread
@@ -46,11 +50,11 @@ pub enum Backoff {
     Exponential { base: i64, cap: i64, jitter: bool },
 }
 
-impl Default for Backoff {
+impl Default for RetryBackoff {
     /// Exponential from 1 s to 10 min, jittered (moontask's preset; Celery's
     /// `retry_backoff_max` is also 600 s).
     fn default() -> Self {
-        Backoff::Exponential {
+        RetryBackoff::Exponential {
             base: 1_000,
             cap: 600_000,
             jitter: true,
@@ -77,24 +81,24 @@ pub fn seeded(seed: &str, attempt: u32) -> f64 {
     (h >> 11) as f64 / (1u64 << 53) as f64
 }
 
-impl Backoff {
+impl RetryBackoff {
     /// A fixed wait; refused when negative.
-    pub fn fixed(delay: i64) -> Result<Backoff, PolicyError> {
+    pub fn fixed(delay: i64) -> Result<RetryBackoff, PolicyError> {
         if delay < 0 {
             return Err(bad("delay", "must not be negative"));
         }
-        Ok(Backoff::Fixed { delay })
+        Ok(RetryBackoff::Fixed { delay })
     }
 
     /// An exponential wait; refused when `base` or `cap` is negative.
-    pub fn exponential(base: i64, cap: i64, jitter: bool) -> Result<Backoff, PolicyError> {
+    pub fn exponential(base: i64, cap: i64, jitter: bool) -> Result<RetryBackoff, PolicyError> {
         if base < 0 {
             return Err(bad("base", "must not be negative"));
         }
         if cap < 0 {
             return Err(bad("cap", "must not be negative"));
         }
-        Ok(Backoff::Exponential { base, cap, jitter })
+        Ok(RetryBackoff::Exponential { base, cap, jitter })
     }
 
     /// The wait before attempt `attempt`, the first attempt being 1 (which
@@ -104,8 +108,8 @@ impl Backoff {
             return 0;
         }
         match *self {
-            Backoff::Fixed { delay } => delay,
-            Backoff::Exponential { base, cap, jitter } => {
+            RetryBackoff::Fixed { delay } => delay,
+            RetryBackoff::Exponential { base, cap, jitter } => {
                 let grown = (base as f64) * 2f64.powi((attempt - 2).min(1023) as i32);
                 let ceiling = if grown >= cap as f64 {
                     cap
@@ -181,7 +185,7 @@ pub struct Policy {
     /// How many times a failed run is tried again: 0.
     pub retries: u32,
     /// The wait between attempts.
-    pub backoff: Backoff,
+    pub backoff: RetryBackoff,
     /// How long one run may take (ms): no limit.
     pub timeout: Option<i64>,
     /// Confirm after the run instead of on receipt: false.
@@ -197,7 +201,7 @@ impl Default for Policy {
         Policy {
             queue: "default".into(),
             retries: 0,
-            backoff: Backoff::default(),
+            backoff: RetryBackoff::default(),
             timeout: None,
             acks_late: false,
             ignore_result: false,
@@ -238,7 +242,7 @@ mod tests {
         assert_eq!(p.retries, 0);
         assert_eq!(
             p.backoff,
-            Backoff::Exponential {
+            RetryBackoff::Exponential {
                 base: 1000,
                 cap: 600_000,
                 jitter: true
@@ -267,19 +271,22 @@ mod tests {
 
     #[test]
     fn exponential_and_fixed() {
-        let e = Backoff::exponential(1000, 5000, false).unwrap();
+        let e = RetryBackoff::exponential(1000, 5000, false).unwrap();
         assert_eq!(e.delay(0, "x"), 0);
         assert_eq!(e.delay(1, "x"), 0);
         assert_eq!(e.delay(2, "x"), 1000);
         assert_eq!(e.delay(3, "x"), 2000);
         assert_eq!(e.delay(5, "x"), 5000);
         assert_eq!(e.delay(400, "x"), 5000);
-        let j = Backoff::exponential(1000, 5000, true).unwrap();
+        let j = RetryBackoff::exponential(1000, 5000, true).unwrap();
         let d = j.delay(3, "x");
         assert_eq!(d, (2000.0 * seeded("x", 3)) as i64);
-        assert_eq!(Backoff::fixed(500).unwrap().delay(7, "y"), 500);
-        assert!(Backoff::fixed(-1).is_err());
-        assert_eq!(Backoff::exponential(-1, 1, true).unwrap_err().arg, "base");
+        assert_eq!(RetryBackoff::fixed(500).unwrap().delay(7, "y"), 500);
+        assert!(RetryBackoff::fixed(-1).is_err());
+        assert_eq!(
+            RetryBackoff::exponential(-1, 1, true).unwrap_err().arg,
+            "base"
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@
 use std::fmt;
 
 use super::message::Options;
-use super::policy::{Backoff, Policy, PolicyError, Rate};
+use super::policy::{Policy, PolicyError, Rate, RetryBackoff};
 use super::state::Refused;
 use super::worker::WorkerConfig;
 
@@ -137,7 +137,7 @@ pub fn limit(host: Host, x: Option<f64>, none: usize) -> Result<usize, SpecError
 // ---------------------------------------------------------------- backoff
 
 /// A retry backoff as given: a fixed wait, or an exponential one whose
-/// omitted parts are [`Backoff::default`]'s.
+/// omitted parts are [`RetryBackoff::default`]'s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackoffSpec {
     /// The same wait every time (ms).
@@ -150,12 +150,12 @@ pub enum BackoffSpec {
     },
 }
 
-impl From<Backoff> for BackoffSpec {
+impl From<RetryBackoff> for BackoffSpec {
     /// A backoff already built (and so already checked).
-    fn from(b: Backoff) -> BackoffSpec {
+    fn from(b: RetryBackoff) -> BackoffSpec {
         match b {
-            Backoff::Fixed { delay } => BackoffSpec::Fixed { delay },
-            Backoff::Exponential { base, cap, jitter } => BackoffSpec::Exponential {
+            RetryBackoff::Fixed { delay } => BackoffSpec::Fixed { delay },
+            RetryBackoff::Exponential { base, cap, jitter } => BackoffSpec::Exponential {
                 base: Some(base),
                 cap: Some(cap),
                 jitter: Some(jitter),
@@ -166,21 +166,25 @@ impl From<Backoff> for BackoffSpec {
 
 impl BackoffSpec {
     /// The backoff, or why not.
-    pub fn build(self, host: Host) -> Result<Backoff, SpecError> {
+    pub fn build(self, host: Host) -> Result<RetryBackoff, SpecError> {
         let bad = |e| SpecError::policy(host, e);
         match self {
-            BackoffSpec::Fixed { delay } => Backoff::fixed(delay).map_err(bad),
+            BackoffSpec::Fixed { delay } => RetryBackoff::fixed(delay).map_err(bad),
             BackoffSpec::Exponential { base, cap, jitter } => {
-                let Backoff::Exponential {
+                let RetryBackoff::Exponential {
                     base: b0,
                     cap: c0,
                     jitter: j0,
-                } = Backoff::default()
+                } = RetryBackoff::default()
                 else {
                     unreachable!("the default backoff is exponential")
                 };
-                Backoff::exponential(base.unwrap_or(b0), cap.unwrap_or(c0), jitter.unwrap_or(j0))
-                    .map_err(bad)
+                RetryBackoff::exponential(
+                    base.unwrap_or(b0),
+                    cap.unwrap_or(c0),
+                    jitter.unwrap_or(j0),
+                )
+                .map_err(bad)
             }
         }
     }

@@ -27,7 +27,7 @@ fn policy_fields_are_taken_and_checked() {
     .unwrap();
     assert_eq!(p.queue, "mail");
     assert_eq!(p.retries, 3);
-    assert_eq!(p.backoff, Backoff::Fixed { delay: 500 });
+    assert_eq!(p.backoff, RetryBackoff::Fixed { delay: 500 });
     assert_eq!(p.timeout, Some(2_000));
     assert!(p.acks_late && p.ignore_result);
     assert_eq!(p.rate, Some(Rate::new(10, 60_000).unwrap()));
@@ -67,7 +67,7 @@ fn backoffs_fill_in_the_default() {
         cap: None,
         jitter: None,
     };
-    assert_eq!(d.build(Host::Node).unwrap(), Backoff::default());
+    assert_eq!(d.build(Host::Node).unwrap(), RetryBackoff::default());
     let half = BackoffSpec::Exponential {
         base: Some(10),
         cap: None,
@@ -75,7 +75,7 @@ fn backoffs_fill_in_the_default() {
     };
     assert_eq!(
         half.build(Host::Python).unwrap(),
-        Backoff::Exponential {
+        RetryBackoff::Exponential {
             base: 10,
             cap: 600_000,
             jitter: false
