@@ -207,6 +207,27 @@ pub(crate) fn secs_out(ns: i64) -> f64 {
     }
 }
 
+/// `==` and `!=` between two of one frozen class, by `same`; any other
+/// comparison, or another type, is `NotImplemented` (so Python tries the
+/// other side).
+pub(crate) fn richcmp<T>(
+    other: &Bound<'_, PyAny>,
+    op: pyo3::pyclass::CompareOp,
+    same: impl FnOnce(&T) -> bool,
+) -> PyResult<Py<PyAny>>
+where
+    T: pyo3::PyClass<Frozen = pyo3::pyclass::boolean_struct::True> + Sync,
+{
+    use pyo3::IntoPyObjectExt;
+    use pyo3::pyclass::CompareOp;
+    let py = other.py();
+    match (op, other.cast::<T>()) {
+        (CompareOp::Eq, Ok(o)) => same(o.get()).into_py_any(py),
+        (CompareOp::Ne, Ok(o)) => (!same(o.get())).into_py_any(py),
+        _ => Ok(py.NotImplemented()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,26 +256,5 @@ mod tests {
         let mean = draws.iter().sum::<f64>() / draws.len() as f64;
         assert!((mean - 0.5).abs() < 0.02, "mean {mean}");
         assert!(draws.windows(2).all(|w| w[0] != w[1]));
-    }
-}
-
-/// `==` and `!=` between two of one frozen class, by `same`; any other
-/// comparison, or another type, is `NotImplemented` (so Python tries the
-/// other side).
-pub(crate) fn richcmp<T>(
-    other: &Bound<'_, PyAny>,
-    op: pyo3::pyclass::CompareOp,
-    same: impl FnOnce(&T) -> bool,
-) -> PyResult<Py<PyAny>>
-where
-    T: pyo3::PyClass<Frozen = pyo3::pyclass::boolean_struct::True> + Sync,
-{
-    use pyo3::IntoPyObjectExt;
-    use pyo3::pyclass::CompareOp;
-    let py = other.py();
-    match (op, other.cast::<T>()) {
-        (CompareOp::Eq, Ok(o)) => same(o.get()).into_py_any(py),
-        (CompareOp::Ne, Ok(o)) => (!same(o.get())).into_py_any(py),
-        _ => Ok(py.NotImplemented()),
     }
 }
