@@ -275,6 +275,16 @@ impl Link {
         }
     }
 
+    /// Runs `pipe` through a short outage as [`Link::patiently`] does,
+    /// its replies ignored: the shape of most writes a layout makes.
+    pub async fn pipe(&self, pipe: &redis::Pipeline) -> Result<(), Refused> {
+        self.patiently(
+            true,
+            |mut c| async move { pipe.query_async::<()>(&mut c).await },
+        )
+        .await
+    }
+
     /// Runs `op` on the live connection. A connection error drops the
     /// connection; it and a Redis still `LOADING` are retried — with
     /// `patient`, for up to the setup's patience, waiting out the backoff

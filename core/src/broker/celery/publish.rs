@@ -38,13 +38,7 @@ impl CeleryBroker {
         for m in &ready {
             self.remember_queue(&m.queue);
         }
-        let p = &p;
-        self.link
-            .patiently(
-                true,
-                |mut c| async move { p.query_async::<()>(&mut c).await },
-            )
-            .await
+        self.link.pipe(&p).await
     }
 
     /// Encodes `m` for its queue: (queue key, envelope).
@@ -61,12 +55,6 @@ impl CeleryBroker {
         self.remember_queue(queue);
         let mut p = redis::pipe();
         p.lpush(self.queue_key(queue, 0), raw).ignore();
-        let p = &p;
-        self.link
-            .patiently(
-                true,
-                |mut c| async move { p.query_async::<()>(&mut c).await },
-            )
-            .await
+        self.link.pipe(&p).await
     }
 }

@@ -30,13 +30,7 @@ impl CeleryBroker {
             .arg(now)
             .ignore();
         p.publish(&self.keys.pidbox, env).ignore();
-        let p = &p;
-        self.link
-            .patiently(
-                true,
-                |mut c| async move { p.query_async::<()>(&mut c).await },
-            )
-            .await
+        self.link.pipe(&p).await
     }
 
     /// Whether each of `ids` is revoked: this consumer's set first, then

@@ -82,13 +82,7 @@ impl CeleryBroker {
             .ignore()
             .hdel(&self.keys.unacked, &tags)
             .ignore();
-        let p = &p;
-        self.link
-            .patiently(
-                true,
-                |mut c| async move { p.query_async::<()>(&mut c).await },
-            )
-            .await
+        self.link.pipe(&p).await
     }
 
     pub(super) async fn drop_tags(&self, tags: &[String]) -> Result<(), Refused> {
@@ -96,13 +90,7 @@ impl CeleryBroker {
         p.atomic()
             .zrem(&self.keys.index, tags)
             .hdel(&self.keys.unacked, tags);
-        let p = &p;
-        self.link
-            .patiently(
-                true,
-                |mut c| async move { p.query_async::<()>(&mut c).await },
-            )
-            .await
+        self.link.pipe(&p).await
     }
 
     /// Keeps a settle that could not land, for the background task.
@@ -134,13 +122,7 @@ impl CeleryBroker {
                 Owed::PushBack(key, raw) => {
                     let mut p = redis::pipe();
                     p.rpush(key, raw.as_slice()).ignore();
-                    let p = &p;
-                    self.link
-                        .patiently(
-                            true,
-                            |mut c| async move { p.query_async::<()>(&mut c).await },
-                        )
-                        .await
+                    self.link.pipe(&p).await
                 }
             };
             if r.is_err() {

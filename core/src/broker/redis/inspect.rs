@@ -22,7 +22,8 @@ use crate::task::state::{Refused, State};
 pub const EVENTS_KEPT: usize = 10_000;
 
 impl RedisBroker {
-    pub(super) async fn stats(&self) -> Result<Vec<QueueInfo>, Refused> {
+    /// The queues this prefix has seen, sorted.
+    async fn queue_names(&self) -> Result<Vec<String>, Refused> {
         let v = self
             .one(
                 ::redis::cmd("SMEMBERS").arg(self.queues_key()).clone(),
@@ -37,6 +38,11 @@ impl RedisBroker {
             _ => Vec::new(),
         };
         names.sort();
+        Ok(names)
+    }
+
+    pub(super) async fn stats(&self) -> Result<Vec<QueueInfo>, Refused> {
+        let names = self.queue_names().await?;
         if names.is_empty() {
             return Ok(Vec::new());
         }
@@ -90,20 +96,7 @@ impl RedisBroker {
     }
 
     pub(super) async fn consumers_inner(&self) -> Result<Vec<ConsumerInfo>, Refused> {
-        let v = self
-            .one(
-                ::redis::cmd("SMEMBERS").arg(self.queues_key()).clone(),
-                false,
-            )
-            .await?;
-        let mut names: Vec<String> = match v {
-            Value::Array(a) | Value::Set(a) => a
-                .iter()
-                .filter_map(|x| bytes(x).map(|b| String::from_utf8_lossy(b).into_owned()))
-                .collect(),
-            _ => Vec::new(),
-        };
-        names.sort();
+        let names = self.queue_names().await?;
         if names.is_empty() {
             return Ok(Vec::new());
         }
