@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -23,6 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+# A suite started as a background job of a non-interactive shell (`cmd &`)
+# inherits SIGINT ignored, and an ignored signal stays ignored across exec:
+# every child the process tests start would then ignore the Ctrl-C they
+# send it (and Python would install no KeyboardInterrupt at all). Give the
+# children Python's own default instead.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 try:
     import headway._native  # noqa: F401
