@@ -103,18 +103,23 @@ impl CeleryBroker {
         for id in ids {
             inv.arg(id);
         }
-        let inv = &inv;
+        let n = self.run_dead(&inv).await?;
+        if n > 0 {
+            self.log(&format!("queue {queue:?}: re-queued {n} dead letter(s)"));
+        }
+        Ok(n)
+    }
+
+    /// Runs a prepared dead-letter script through a short outage; answers
+    /// how many letters it moved or dropped.
+    async fn run_dead(&self, inv: &redis::ScriptInvocation<'_>) -> Result<usize, Refused> {
         let n = self
             .link
             .patiently(true, |mut c| async move {
                 inv.invoke_async::<i64>(&mut c).await
             })
-            .await?
-            .max(0) as usize;
-        if n > 0 {
-            self.log(&format!("queue {queue:?}: re-queued {n} dead letter(s)"));
-        }
-        Ok(n)
+            .await?;
+        Ok(n.max(0) as usize)
     }
 
     /// Drops every dead letter of `queue`, in one script; answers how many.
@@ -125,14 +130,7 @@ impl CeleryBroker {
             .arg("purge")
             .arg(0)
             .arg(0);
-        let inv = &inv;
-        let n = self
-            .link
-            .patiently(true, |mut c| async move {
-                inv.invoke_async::<i64>(&mut c).await
-            })
-            .await?
-            .max(0) as usize;
+        let n = self.run_dead(&inv).await?;
         if n > 0 {
             self.log(&format!("queue {queue:?}: purged {n} dead letter(s)"));
         }

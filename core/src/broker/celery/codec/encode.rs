@@ -21,34 +21,26 @@ pub(super) enum J {
     A(Vec<J>),
 }
 
+/// `{"k": v, ...}` in Python's `json.dumps` spacing, for either kind of key.
+fn write_object<'a>(out: &mut String, fields: impl Iterator<Item = (&'a str, &'a J)>) {
+    out.push('{');
+    for (i, (k, v)) in fields.enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        write_str(out, k);
+        out.push_str(": ");
+        write_j(out, v);
+    }
+    out.push('}');
+}
+
 pub(super) fn write_j(out: &mut String, j: &J) {
     match j {
         J::V(v) => write_value(out, v),
         J::Ref(s) => write_str(out, s),
-        J::O(fields) => {
-            out.push('{');
-            for (i, (k, v)) in fields.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write_str(out, k);
-                out.push_str(": ");
-                write_j(out, v);
-            }
-            out.push('}');
-        }
-        J::OwnedO(fields) => {
-            out.push('{');
-            for (i, (k, v)) in fields.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write_str(out, k);
-                out.push_str(": ");
-                write_j(out, v);
-            }
-            out.push('}');
-        }
+        J::O(fields) => write_object(out, fields.iter().map(|(k, v)| (*k, v))),
+        J::OwnedO(fields) => write_object(out, fields.iter().map(|(k, v)| (k.as_str(), v))),
         J::A(items) => {
             out.push('[');
             for (i, v) in items.iter().enumerate() {
