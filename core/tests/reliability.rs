@@ -1520,6 +1520,7 @@ async fn child() {
                     concurrency: 1,
                     prefetch: Some(1),
                     name: None,
+                    ..WorkerConfig::default()
                 },
             )
             .unwrap();
@@ -1561,6 +1562,7 @@ async fn child() {
                     concurrency,
                     prefetch: Some(prefetch),
                     name: Some(name),
+                    ..WorkerConfig::default()
                 },
             )
             .unwrap();

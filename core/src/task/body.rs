@@ -19,7 +19,7 @@ use super::state::Failure;
 /// one counting from one, and `last` says whether a failure now is final — a
 /// body that must not repeat a side effect checks it before doing the work
 /// again.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Context {
     pub id: String,
     pub name: String,
@@ -34,6 +34,15 @@ pub struct Context {
     /// The first run of its canvas, and the one that sent it.
     pub root_id: Option<String>,
     pub parent_id: Option<String>,
+    /// The run's soft time limit (ms), when it has one: the host raises
+    /// `SoftTimeLimitExceeded` in the body once it passes (Celery's
+    /// `request.timelimit[1]`).
+    #[serde(default)]
+    pub soft_time_limit: Option<i64>,
+    /// The run's hard time limit (ms), when it has one: kept by the process
+    /// pool, which kills the child (Celery's `request.timelimit[0]`).
+    #[serde(default)]
+    pub time_limit: Option<i64>,
 }
 
 /// A task's body.

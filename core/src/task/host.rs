@@ -62,12 +62,16 @@ struct Inner {
     /// when one is: a notify is a futex syscall even with nobody waiting,
     /// and a busy runner is never asleep.
     sleepers: usize,
+    /// Taken calls past their soft time limit, for the host to interrupt.
+    softened: Vec<u64>,
 }
 
 /// Calls waiting for a host language, and their answers.
 pub struct HostQueue {
     inner: Mutex<Inner>,
     arrived: Condvar,
+    /// Rung when a call passes its soft limit (`softened_blocking`).
+    soft: Condvar,
     bell: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
     runners: Arc<Runners>,
 }
@@ -77,6 +81,7 @@ impl Default for HostQueue {
         HostQueue {
             inner: Mutex::new(Inner::default()),
             arrived: Condvar::new(),
+            soft: Condvar::new(),
             bell: Mutex::new(None),
             runners: Runners::new(),
         }
@@ -247,6 +252,50 @@ impl HostQueue {
         std::mem::take(&mut self.lock().cancelled)
     }
 
+    /// Marks call `seq` past its soft time limit, if the host took it and
+    /// it has not answered: the host raises `SoftTimeLimitExceeded` in it
+    /// (a Python thread) or aborts its signal (JS).
+    fn soften(&self, seq: u64) {
+        {
+            let mut g = self.lock();
+            if !g.waiting.contains_key(&seq) || g.queue.iter().any(|c| c.seq == seq) {
+                return;
+            }
+            g.softened.push(seq);
+        }
+        self.soft.notify_all();
+        let bell = self.bell.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(b) = bell {
+            b();
+        }
+    }
+
+    /// Calls past their soft time limit since the last ask (drained).
+    pub fn softened(&self) -> Vec<u64> {
+        std::mem::take(&mut self.lock().softened)
+    }
+
+    /// Like [`HostQueue::softened`], waiting up to `wait` for one. Blocks
+    /// the thread: a Python thread calls it with the GIL released.
+    pub fn softened_blocking(&self, wait: Duration) -> Vec<u64> {
+        let deadline = Instant::now() + wait;
+        let mut g = self.lock();
+        loop {
+            if !g.softened.is_empty() || g.closed {
+                return std::mem::take(&mut g.softened);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Vec::new();
+            }
+            g = self
+                .soft
+                .wait_timeout(g, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
     /// Calls waiting to be taken.
     pub fn len(&self) -> usize {
         self.lock().queue.len()
@@ -268,6 +317,7 @@ impl HostQueue {
             g.waiting.drain().map(|(_, tx)| tx).collect()
         };
         self.arrived.notify_all();
+        self.soft.notify_all();
         for tx in waiting {
             let _ = tx.send(Err(Failure::new(
                 "WorkerLost",
@@ -308,16 +358,29 @@ impl Body for HostBody {
     }
 
     fn call(&self, ctx: Context, args: Vec<Value>) -> BoxFuture<'static, Result<Value, Failure>> {
+        let soft = ctx.soft_time_limit;
         let pushed = self.queue.push(self.key.clone(), ctx, args);
         let queue = self.queue.clone();
         Box::pin(async move {
-            let (seq, rx) = pushed?;
+            let (seq, mut rx) = pushed?;
             let mut guard = Withdraw {
                 queue,
                 seq,
                 armed: true,
             };
-            let r = rx.await;
+            let r = match soft {
+                None => rx.await,
+                Some(ms) => {
+                    let limit = tokio::time::sleep(Duration::from_millis(ms.max(1) as u64));
+                    tokio::select! {
+                        r = &mut rx => r,
+                        _ = limit => {
+                            guard.queue.soften(seq);
+                            rx.await
+                        }
+                    }
+                }
+            };
             guard.armed = false;
             r.unwrap_or_else(|_| Err(Failure::new("WorkerLost", "the host runner has stopped")))
         })
@@ -341,6 +404,8 @@ mod tests {
             kwargs: Map::new(),
             root_id: None,
             parent_id: None,
+            soft_time_limit: None,
+            time_limit: None,
         }
     }
 

@@ -18,6 +18,7 @@ pub mod handle;
 pub mod host;
 pub mod message;
 pub mod policy;
+pub mod procs;
 pub mod rhythm;
 pub mod runners;
 pub mod schedule;
@@ -40,6 +41,7 @@ pub use handle::Handle;
 pub use host::{Call, HostQueue};
 pub use message::{Carried, Chord, Join, Message, Options, Sig, new_id};
 pub use policy::{Policy, PolicyError, Rate, RetryBackoff};
+pub use procs::{ProcSpec, Procs};
 pub use rhythm::{Cron, Every, Rhythm, RhythmError};
 pub use runners::{ABANDONED_PER_RUNNER, RunnerHealth, Runners, WorkerHealth};
 pub use schedule::{Job, Scheduler, Stats, Tally};
@@ -47,7 +49,9 @@ pub use spec::{
     Backend, Broker, ConsumerInfo, Counter, Delivery, EVENT_TEXT_MAX, Inspector, Joined, QueueInfo,
     Receipt, RunEvent,
 };
-pub use specs::{BackoffSpec, Host, PolicySpec, RateSpec, SendSpec, SpecError, WorkerSpec};
+pub use specs::{
+    BackoffSpec, ChildCommand, Host, PolicySpec, RateSpec, SendSpec, SpecError, WorkerSpec,
+};
 pub use state::{BrokerError, BrokerErrorKind, Failure, Outcome, Refused, State};
 pub use timetable::Timetable;
-pub use worker::{Worker, WorkerConfig};
+pub use worker::{Pool, Worker, WorkerConfig};

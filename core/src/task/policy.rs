@@ -194,6 +194,21 @@ pub struct Policy {
     pub ignore_result: bool,
     /// Runs per window, per worker: no limit.
     pub rate: Option<Rate>,
+    /// Celery's hard `time_limit` (ms): past it the run's child process is
+    /// killed and the run fails with `TimeLimitExceeded`. Only the process
+    /// pool can keep it: a thread cannot be stopped. No limit by default.
+    #[serde(default)]
+    pub time_limit: Option<i64>,
+    /// Celery's `soft_time_limit` (ms): past it `SoftTimeLimitExceeded` is
+    /// raised inside the body (Node: `ctx.signal` aborts), which may catch it
+    /// and clean up. No limit by default.
+    #[serde(default)]
+    pub soft_time_limit: Option<i64>,
+    /// With `acks_late`, a run whose process died under it (`WorkerLostError`)
+    /// goes back to its queue instead of failing: Celery's
+    /// `reject_on_worker_lost`. False, as Celery's.
+    #[serde(default)]
+    pub reject_on_worker_lost: bool,
 }
 
 impl Default for Policy {
@@ -206,13 +221,16 @@ impl Default for Policy {
             acks_late: false,
             ignore_result: false,
             rate: None,
+            time_limit: None,
+            soft_time_limit: None,
+            reject_on_worker_lost: false,
         }
     }
 }
 
 impl Policy {
-    /// Refuses a policy that cannot work: an empty queue name, a timeout that
-    /// is not positive.
+    /// Refuses a policy that cannot work: an empty queue name, a timeout or a
+    /// time limit that is not positive.
     pub fn check(&self) -> Result<(), PolicyError> {
         if self.queue.is_empty() {
             return Err(bad("queue", super::specs::NOT_EMPTY));
@@ -221,6 +239,16 @@ impl Policy {
             && t <= 0
         {
             return Err(bad("timeout", "must be positive"));
+        }
+        for (arg, limit) in [
+            ("time_limit", self.time_limit),
+            ("soft_time_limit", self.soft_time_limit),
+        ] {
+            if let Some(t) = limit
+                && t <= 0
+            {
+                return Err(bad(arg, "must be positive"));
+            }
         }
         Ok(())
     }

@@ -54,6 +54,8 @@ impl Job for BodyJob {
             kwargs: Map::new(),
             root_id: None,
             parent_id: None,
+            soft_time_limit: None,
+            time_limit: None,
         };
         let call = self.body.call(ctx, Vec::new());
         Box::pin(async move { call.await.map(|_| ()) })

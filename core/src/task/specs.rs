@@ -18,8 +18,9 @@ use std::fmt;
 
 use super::message::Options;
 use super::policy::{Policy, PolicyError, Rate, RetryBackoff};
+use super::procs::ProcSpec;
 use super::state::Refused;
-use super::worker::WorkerConfig;
+use super::worker::{HARD_LIMIT_NEEDS_PROCESS, Pool, WorkerConfig};
 
 /// Whose spelling an error uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +40,11 @@ impl Host {
             (Host::Node, "acks_late") => "acksLate",
             (Host::Node, "ignore_result") => "ignoreResult",
             (Host::Node, "task_id") => "id",
+            (Host::Node, "time_limit") => "timeLimit",
+            (Host::Node, "soft_time_limit") => "softTimeLimit",
+            (Host::Node, "reject_on_worker_lost") => "rejectOnWorkerLost",
+            (Host::Node, "max_tasks_per_child") => "maxTasksPerChild",
+            (Host::Node, "max_memory_per_child") => "maxMemoryPerChild",
             _ => arg,
         }
     }
@@ -241,6 +247,11 @@ pub struct PolicySpec {
     pub acks_late: Option<bool>,
     pub ignore_result: Option<bool>,
     pub rate: Option<RateSpec>,
+    /// The hard time limit (ms).
+    pub time_limit: Option<i64>,
+    /// The soft time limit (ms).
+    pub soft_time_limit: Option<i64>,
+    pub reject_on_worker_lost: Option<bool>,
 }
 
 impl PolicySpec {
@@ -265,6 +276,11 @@ impl PolicySpec {
                 None => d.rate,
                 Some(r) => Some(r.build(host)?),
             },
+            time_limit: self.time_limit.or(d.time_limit),
+            soft_time_limit: self.soft_time_limit.or(d.soft_time_limit),
+            reject_on_worker_lost: self
+                .reject_on_worker_lost
+                .unwrap_or(d.reject_on_worker_lost),
         };
         policy.check().map_err(|e| SpecError::policy(host, e))?;
         Ok(policy)
@@ -362,7 +378,35 @@ pub struct WorkerSpec {
     /// How many messages it may hold unsettled (a whole number).
     pub prefetch: Option<f64>,
     pub name: Option<String>,
+    /// `"threads"` (the default), `"process"` or Celery's `"prefork"`.
+    pub pool: Option<String>,
+    /// How the host starts a child of the process pool (the binding's own
+    /// command: `python -m headway._child ...`, `node lib/child.js ...`).
+    pub child: Option<ChildCommand>,
+    /// Runs after which a child is replaced (a whole number, at least 1).
+    pub max_tasks_per_child: Option<f64>,
+    /// Resident KiB past which a child is replaced (a whole number, at least 1).
+    pub max_memory_per_child: Option<f64>,
+    /// The hard time limit (ms) of a task that sets none.
+    pub time_limit: Option<i64>,
+    /// The soft time limit (ms) of a task that sets none.
+    pub soft_time_limit: Option<i64>,
 }
+
+/// How a binding starts one child of the process pool.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChildCommand {
+    pub program: String,
+    pub args: Vec<String>,
+    /// Variables set for the child on top of the parent's environment.
+    pub env: Vec<(String, String)>,
+}
+
+/// A pool's name.
+pub const POOL_NAMES: &str =
+    "must be \"threads\" or \"process\" (\"prefork\" is accepted for \"process\")";
+/// A per-child limit without the process pool.
+pub const NEEDS_PROCESS: &str = "applies to the process pool only (pool=\"process\")";
 
 impl WorkerSpec {
     /// The worker's configuration, or why not.
@@ -379,11 +423,65 @@ impl WorkerSpec {
             None => d.prefetch,
             Some(p) => Some(count(host, "prefetch", p, WHOLE)?),
         };
+        let per_child = |arg: &'static str, x: Option<f64>| -> Result<Option<u64>, SpecError> {
+            match x {
+                None => Ok(None),
+                Some(x) => match count(host, arg, x, AT_LEAST_ONE)? {
+                    0 => Err(SpecError::new(host, arg, AT_LEAST_ONE)),
+                    n => Ok(Some(n as u64)),
+                },
+            }
+        };
+        let max_tasks_per_child = per_child("max_tasks_per_child", self.max_tasks_per_child)?;
+        let max_memory_per_child = per_child("max_memory_per_child", self.max_memory_per_child)?;
+        let process = match self.pool.as_deref() {
+            None | Some("threads") => false,
+            Some("process" | "prefork") => true,
+            Some(_) => return Err(SpecError::new(host, "pool", POOL_NAMES)),
+        };
+        let pool = if process {
+            let child = self
+                .child
+                .ok_or_else(|| SpecError::new(host, "pool", "this host cannot start children"))?;
+            Pool::Process(ProcSpec {
+                program: child.program,
+                args: child.args,
+                env: child.env,
+                max_tasks_per_child,
+                max_memory_per_child,
+            })
+        } else {
+            for (arg, set) in [
+                ("max_tasks_per_child", max_tasks_per_child.is_some()),
+                ("max_memory_per_child", max_memory_per_child.is_some()),
+            ] {
+                if set {
+                    return Err(SpecError::new(host, arg, NEEDS_PROCESS));
+                }
+            }
+            if self.time_limit.is_some() {
+                return Err(SpecError::new(host, "time_limit", HARD_LIMIT_NEEDS_PROCESS));
+            }
+            Pool::Threads
+        };
+        for (arg, limit) in [
+            ("time_limit", self.time_limit),
+            ("soft_time_limit", self.soft_time_limit),
+        ] {
+            if let Some(t) = limit
+                && t <= 0
+            {
+                return Err(SpecError::new(host, arg, "must be positive"));
+            }
+        }
         Ok(WorkerConfig {
             queues: self.queues.unwrap_or(d.queues),
             concurrency,
             prefetch,
             name: self.name.or(d.name),
+            pool,
+            time_limit: self.time_limit,
+            soft_time_limit: self.soft_time_limit,
         })
     }
 }

@@ -22,9 +22,23 @@ fn policy_fields_are_taken_and_checked() {
         acks_late: Some(true),
         ignore_result: Some(true),
         rate: Some(RateSpec::Text("10/m".into())),
+        time_limit: Some(5_000),
+        soft_time_limit: Some(4_000),
+        reject_on_worker_lost: Some(true),
     }
     .build(Host::Python)
     .unwrap();
+    assert_eq!(
+        (p.time_limit, p.soft_time_limit, p.reject_on_worker_lost),
+        (Some(5_000), Some(4_000), true)
+    );
+    let e = PolicySpec {
+        soft_time_limit: Some(0),
+        ..PolicySpec::default()
+    }
+    .build(Host::Node)
+    .unwrap_err();
+    assert_eq!(e.arg(), "softTimeLimit");
     assert_eq!(p.queue, "mail");
     assert_eq!(p.retries, 3);
     assert_eq!(p.backoff, RetryBackoff::Fixed { delay: 500 });
@@ -236,6 +250,7 @@ fn workers_default_and_check() {
         concurrency: Some(2.0),
         prefetch: Some(0.0),
         name: Some("w".into()),
+        ..WorkerSpec::default()
     }
     .build(Host::Python)
     .unwrap();

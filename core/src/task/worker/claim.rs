@@ -31,6 +31,12 @@ impl Worker {
         if s.running.swap(true, Ordering::SeqCst) {
             return Err(Refused::Invalid("this worker is already running".into()));
         }
+        if let Some(p) = &s.procs
+            && let Err(e) = p.start().await
+        {
+            s.running.store(false, Ordering::SeqCst);
+            return Err(e);
+        }
         let mut set: JoinSet<()> = JoinSet::new();
         let mut stopping = s.stopping.subscribe();
         let (writes_tx, writes_rx) = mpsc::unbounded_channel();
@@ -152,6 +158,9 @@ impl Worker {
         // Every run is done: the writer finishes what it holds and ends.
         drop(writer);
         let _ = writes.await;
+        if let Some(p) = &s.procs {
+            p.close();
+        }
         s.running.store(false, Ordering::SeqCst);
         Ok(())
     }

@@ -49,11 +49,12 @@ use std::time::Duration;
 use tokio::sync::{Notify, Semaphore, watch};
 
 use super::app::App;
+use super::procs::Procs;
 use super::runners::{Gate, RunnerHealth};
 use super::state::Refused;
 use crate::flow::Window;
 
-pub use options::{PREFETCH_MULTIPLIER, WorkerConfig};
+pub use options::{HARD_LIMIT_NEEDS_PROCESS, PREFETCH_MULTIPLIER, Pool, WorkerConfig};
 
 struct Shared {
     app: App,
@@ -74,6 +75,11 @@ struct Shared {
     /// The runner threads its bodies run on (known once it runs): while
     /// every one is stuck it claims nothing (`runners`).
     gate: std::sync::OnceLock<Gate>,
+    /// The child processes its bodies run in, on the process pool.
+    procs: Option<Procs>,
+    /// The time limits (ms) of a task that sets none.
+    time_limit: Option<i64>,
+    soft_time_limit: Option<i64>,
 }
 
 /// Runs tasks. Cheap to clone (shared); `stop` from any clone.
@@ -86,6 +92,21 @@ fn warn(name: &str, what: &str) {
     eprintln!("headway worker {name}: {what}");
 }
 
+/// Refuses a worker on the threads pool when a registered task has a hard
+/// time limit: nothing there could keep it.
+fn hard_limits_refused(app: &App) -> Result<(), Refused> {
+    for name in app.task_names() {
+        if let Some(reg) = app.registered(&name)
+            && reg.policy.time_limit.is_some()
+        {
+            return Err(Refused::Invalid(format!(
+                "task {name:?} has a `time_limit`: {HARD_LIMIT_NEEDS_PROCESS}"
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl Worker {
     /// A worker of `app` set up by `config`.
     pub fn new(app: App, config: WorkerConfig) -> Result<Worker, Refused> {
@@ -94,7 +115,17 @@ impl Worker {
             concurrency,
             prefetch,
             name,
+            pool,
+            time_limit,
+            soft_time_limit,
         } = options::check(config)?;
+        let procs = match pool {
+            Pool::Threads => {
+                hard_limits_refused(&app)?;
+                None
+            }
+            Pool::Process(spec) => Some(Procs::new(spec, concurrency, &name)),
+        };
         Ok(Worker {
             shared: Arc::new(Shared {
                 app,
@@ -111,8 +142,16 @@ impl Worker {
                 limiters: Mutex::new(HashMap::new()),
                 done: AtomicU64::new(0),
                 gate: std::sync::OnceLock::new(),
+                procs,
+                time_limit,
+                soft_time_limit,
             }),
         })
+    }
+
+    /// Its process pool, when its bodies run in child processes.
+    pub fn procs(&self) -> Option<&Procs> {
+        self.shared.procs.as_ref()
     }
 
     /// The queues it claims from.

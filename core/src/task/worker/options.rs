@@ -5,6 +5,7 @@
 //! concurrency) are read and changed together, and a binding never repeats
 //! them.
 
+use crate::task::procs::ProcSpec;
 use crate::task::state::Refused;
 
 /// Celery's `worker_prefetch_multiplier`: a worker holds four messages per
@@ -23,6 +24,26 @@ pub struct WorkerConfig {
     pub prefetch: Option<usize>,
     /// A name for logs and the admin page.
     pub name: Option<String>,
+    /// Where bodies run: the host's threads (the default) or child
+    /// processes.
+    pub pool: Pool,
+    /// The hard time limit (ms) of a task that sets none (Celery's
+    /// `--time-limit`). Needs [`Pool::Process`].
+    pub time_limit: Option<i64>,
+    /// The soft time limit (ms) of a task that sets none.
+    pub soft_time_limit: Option<i64>,
+}
+
+/// Where a worker's bodies run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Pool {
+    /// On the host's runner threads (Python) or event loop (Node), in the
+    /// worker's own process.
+    #[default]
+    Threads,
+    /// In `concurrency` child processes started by the spec (`process`,
+    /// Celery's `prefork`).
+    Process(ProcSpec),
 }
 
 impl Default for WorkerConfig {
@@ -32,9 +53,15 @@ impl Default for WorkerConfig {
             concurrency: 4,
             prefetch: None,
             name: None,
+            pool: Pool::Threads,
+            time_limit: None,
+            soft_time_limit: None,
         }
     }
 }
+
+/// Why a hard time limit is refused on the threads pool.
+pub const HARD_LIMIT_NEEDS_PROCESS: &str = "a hard time limit needs the process pool (pool=\"process\"): a body running on a thread cannot be stopped; use `soft_time_limit`, or run this worker with the process pool";
 
 /// A `WorkerConfig` once checked, its defaults filled in.
 pub(super) struct Options {
@@ -42,6 +69,9 @@ pub(super) struct Options {
     pub concurrency: usize,
     pub prefetch: usize,
     pub name: String,
+    pub pool: Pool,
+    pub time_limit: Option<i64>,
+    pub soft_time_limit: Option<i64>,
 }
 
 /// Checks `config` and fills in its defaults.
@@ -61,6 +91,23 @@ pub(super) fn check(config: WorkerConfig) -> Result<Options, Refused> {
         .prefetch
         .unwrap_or(config.concurrency * PREFETCH_MULTIPLIER)
         .max(config.concurrency);
+    for (arg, limit) in [
+        ("time_limit", config.time_limit),
+        ("soft_time_limit", config.soft_time_limit),
+    ] {
+        if let Some(t) = limit
+            && t <= 0
+        {
+            return Err(Refused::Invalid(format!(
+                "invalid `{arg}`: must be positive"
+            )));
+        }
+    }
+    if config.time_limit.is_some() && config.pool == Pool::Threads {
+        return Err(Refused::Invalid(format!(
+            "invalid `time_limit`: {HARD_LIMIT_NEEDS_PROCESS}"
+        )));
+    }
     let name = config
         .name
         .unwrap_or_else(|| format!("worker-{}", &crate::task::message::new_id()[..8]));
@@ -69,5 +116,8 @@ pub(super) fn check(config: WorkerConfig) -> Result<Options, Refused> {
         concurrency: config.concurrency,
         prefetch,
         name,
+        pool: config.pool,
+        time_limit: config.time_limit,
+        soft_time_limit: config.soft_time_limit,
     })
 }

@@ -22,6 +22,7 @@ use crate::flow::{MILLI, Window};
 use crate::log::shown;
 use crate::task::app::Registered;
 use crate::task::body::Context;
+use crate::task::procs::WORKER_LOST;
 use crate::task::spec::Delivery;
 use crate::task::state::{BrokerErrorKind, Failure, Refused, State};
 
@@ -235,10 +236,19 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
         kwargs: m.kwargs.clone(),
         root_id: m.root_id.clone(),
         parent_id: m.parent_id.clone(),
+        soft_time_limit: policy.soft_time_limit.or(s.soft_time_limit),
+        time_limit: policy.time_limit.or(s.time_limit),
     };
     let mut cancel = s.cancel.subscribe();
     let started = app.now();
-    let call = body.call(ctx, args);
+    let call = match &s.procs {
+        Some(p) => {
+            let p = p.clone();
+            let key = m.task.clone();
+            Box::pin(async move { p.run(&key, ctx, args).await })
+        }
+        None => body.call(ctx, args),
+    };
     let ran = tokio::select! {
         r = async {
             match policy.timeout {
@@ -250,9 +260,17 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
             }
         } => match r {
             Ok(v) => Ran::Value(v),
+            // Celery's `reject_on_worker_lost`: the run's process died, and
+            // the message goes back rather than failing.
+            Err(f) if f.kind == WORKER_LOST && policy.acks_late && policy.reject_on_worker_lost => Ran::Cancelled,
             Err(f) => Ran::Failed(f),
         },
-        _ = app.terminated(&m.id) => Ran::Terminated,
+        _ = app.terminated(&m.id) => {
+            if let Some(p) = &s.procs {
+                p.signal(&m.id, libc::SIGTERM);
+            }
+            Ran::Terminated
+        }
         _ = wait_true(&mut cancel) => Ran::Cancelled,
     };
     drop(permit);

@@ -1,0 +1,629 @@
+//! The parent's side: children started, handed one run each, replaced.
+//!
+//! A child is handed a run only once it said `ready` and only while it runs
+//! nothing else, so one child's death costs exactly one run. What ends a run
+//! other than its answer ends its child too, since the child is the only
+//! thing that can stop a body mid-instruction:
+//! - past its hard limit: SIGKILL, the run fails with `TimeLimitExceeded`;
+//! - a terminate: the signal asked for (SIGTERM by default), SIGKILL
+//!   [`KILL_AFTER`] later if the child outlives it;
+//! - the worker stopped waiting (its `timeout`, a stop past the grace): SIGKILL;
+//! - the child died by itself (`os._exit`, a segfault, the OOM killer): the
+//!   run fails with `WorkerLostError`.
+//!
+//! Each time a new child takes the dead one's place. A child is also retired
+//! (its socket closed, so it exits) after `max_tasks_per_child` runs or once
+//! its resident memory passed `max_memory_per_child` KiB after a run, as
+//! Celery's prefork pool does. Each child is reaped by a thread of its own
+//! blocked in `waitpid` rather than through SIGCHLD: the host runtime may own
+//! that signal (Node's libuv installs a handler for its own children).
+
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream as StdStream;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::net::UnixStream;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{Notify, watch};
+
+use super::wire::{self, FromChild, ToChild};
+use crate::task::body::Context;
+use crate::task::state::{Failure, Refused};
+
+/// How long a child may take from its start to `ready` (importing the app):
+/// 60 s, far above a large Django project's import time.
+pub const STARTUP: Duration = Duration::from_secs(60);
+
+/// How long a child signalled to terminate may outlive the signal before it
+/// is killed: 2 s.
+pub const KILL_AFTER: Duration = Duration::from_secs(2);
+
+/// The wait before starting a child again after one failed to start: 1 s, so
+/// an app that cannot be imported is retried but not in a tight loop.
+const RESTART: Duration = Duration::from_secs(1);
+
+/// The failure of a run whose child died under it (Celery's type name).
+pub const WORKER_LOST: &str = "WorkerLostError";
+/// The failure of a run past its hard time limit (Celery's type name).
+pub const TIME_LIMIT: &str = "TimeLimitExceeded";
+
+/// How to start a child, and when to replace one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcSpec {
+    /// The program (`sys.executable`, `process.execPath`).
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Variables set for it, on top of the parent's environment.
+    pub env: Vec<(String, String)>,
+    /// Runs after which a child is replaced (`None`: never).
+    pub max_tasks_per_child: Option<u64>,
+    /// Resident memory (KiB) past which a child is replaced after its run
+    /// (`None`: never).
+    pub max_memory_per_child: Option<u64>,
+}
+
+/// A pool of child processes that run bodies for one worker.
+#[derive(Clone)]
+pub struct Procs {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    spec: ProcSpec,
+    size: usize,
+    state: Mutex<State>,
+    changed: Notify,
+    closed: AtomicBool,
+    name: String,
+}
+
+#[derive(Default)]
+struct State {
+    idle: Vec<Child>,
+    /// Children started and not ready yet.
+    starting: usize,
+    /// The pid running each run id.
+    running: HashMap<String, u32>,
+    /// The signal a terminate sent to each run's child.
+    signalled: HashMap<String, i32>,
+    /// Why the last start failed, until a child is ready.
+    broken: Option<String>,
+    /// Children that said `ready`, in all.
+    started: u64,
+}
+
+struct Child {
+    tx: OwnedWriteHalf,
+    rx: OwnedReadHalf,
+    proc: Proc,
+    runs: u64,
+}
+
+/// A started process and its exit, as its reaper thread saw it.
+struct Proc {
+    pid: u32,
+    exit: watch::Receiver<Option<ExitStatus>>,
+}
+
+impl Proc {
+    fn exited(&self) -> bool {
+        self.exit.borrow().is_some()
+    }
+
+    /// Sends `sig` unless the process was already reaped (its pid may be
+    /// someone else's by now).
+    fn signal(&self, sig: i32) {
+        if !self.exited() {
+            signal(self.pid, sig);
+        }
+    }
+
+    async fn status(&mut self) -> ExitStatus {
+        loop {
+            if let Some(s) = *self.exit.borrow_and_update() {
+                return s;
+            }
+            if self.exit.changed().await.is_err() {
+                return ExitStatus::from_raw(0);
+            }
+        }
+    }
+
+    /// Waits for the exit in the background, killing it if it has not
+    /// exited within [`KILL_AFTER`].
+    fn reap(mut self) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            self.signal(libc::SIGKILL);
+            return;
+        }
+        tokio::spawn(async move {
+            if tokio::time::timeout(KILL_AFTER, self.status())
+                .await
+                .is_err()
+            {
+                self.signal(libc::SIGKILL);
+                self.status().await;
+            }
+        });
+    }
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) with a pid we started and have not reaped.
+    unsafe {
+        libc::kill(pid as libc::pid_t, sig);
+    }
+}
+
+/// How an exit reads in a failure: `signal 9 (SIGKILL)` or `exitcode 1`,
+/// Celery's words.
+pub fn describe(status: ExitStatus) -> String {
+    match (status.signal(), status.code()) {
+        (Some(sig), _) => format!("signal {sig} ({})", signal_name(sig)),
+        (None, Some(code)) => format!("exitcode {code}"),
+        (None, None) => "an unknown status".into(),
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+fn warn(name: &str, what: &str) {
+    eprintln!("headway worker {name}: process pool: {what}");
+}
+
+impl Procs {
+    /// A pool of `size` children started by `spec` (none started yet:
+    /// [`Procs::start`]).
+    pub fn new(spec: ProcSpec, size: usize, name: &str) -> Procs {
+        Procs {
+            inner: Arc::new(Inner {
+                spec,
+                size,
+                state: Mutex::new(State::default()),
+                changed: Notify::new(),
+                closed: AtomicBool::new(false),
+                name: name.to_string(),
+            }),
+        }
+    }
+
+    /// Starts its children and waits until one is ready. Refused when the
+    /// first to finish starting failed (the app could not be imported, the
+    /// program is missing): a worker that can run nothing says so at once.
+    pub async fn start(&self) -> Result<(), Refused> {
+        {
+            let mut st = self.inner.lock();
+            st.starting += self.inner.size;
+        }
+        for _ in 0..self.inner.size {
+            tokio::spawn(spawn_child(self.inner.clone()));
+        }
+        loop {
+            let changed = self.inner.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let st = self.inner.lock();
+                if st.started > 0 {
+                    return Ok(());
+                }
+                if let Some(why) = &st.broken {
+                    let why = why.clone();
+                    drop(st);
+                    self.close();
+                    return Err(Refused::Invalid(format!(
+                        "the process pool could not start a child: {why}"
+                    )));
+                }
+            }
+            changed.await;
+        }
+    }
+
+    /// Stops handing out runs; idle children are let go (their socket
+    /// closes and they exit), busy ones when their run ends.
+    pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        let idle = std::mem::take(&mut self.inner.lock().idle);
+        for c in idle {
+            retire(c);
+        }
+        self.inner.changed.notify_waiters();
+    }
+
+    /// The pids of its children alive now (idle and busy).
+    pub fn pids(&self) -> Vec<u32> {
+        let st = self.inner.lock();
+        let mut pids: Vec<u32> = st.idle.iter().map(|c| c.proc.pid).collect();
+        pids.extend(st.running.values().copied());
+        pids.sort_unstable();
+        pids
+    }
+
+    /// How many children said `ready` since the pool started.
+    pub fn started(&self) -> u64 {
+        self.inner.lock().started
+    }
+
+    /// Sends `sig` to the child running `id`, if one here does; the run then
+    /// ends as terminated when its caller stops waiting, and the child is
+    /// killed [`KILL_AFTER`] later if it outlives the signal.
+    pub fn signal(&self, id: &str, sig: i32) -> bool {
+        let mut st = self.inner.lock();
+        match st.running.get(id).copied() {
+            Some(pid) => {
+                st.signalled.insert(id.to_string(), sig);
+                drop(st);
+                signal(pid, sig);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Runs the body registered as `key` in a child: its answer, or the
+    /// failure that ended it (`TimeLimitExceeded` past `ctx.time_limit`,
+    /// `WorkerLostError` when the child died). Dropping the future mid-run
+    /// ends the child (see the module docs).
+    pub async fn run(&self, key: &str, ctx: Context, args: Vec<Value>) -> Result<Value, Failure> {
+        let child = self.acquire().await?;
+        let id = ctx.id.clone();
+        let hard = ctx.time_limit;
+        self.inner.lock().running.insert(id.clone(), child.proc.pid);
+        let mut lease = Lease {
+            inner: self.inner.clone(),
+            child: Some(child),
+            id,
+        };
+        let c = lease.child.as_mut().expect("leased");
+        let seq = c.runs + 1;
+        let call = ToChild::Call {
+            seq,
+            key: key.to_string(),
+            ctx,
+            args,
+        };
+        enum End {
+            Answer(Result<Value, Failure>),
+            Lost,
+            Limit(i64),
+        }
+        let end = if wire::write(&mut c.tx, &call).await.is_err() {
+            End::Lost
+        } else {
+            let answer = async {
+                loop {
+                    match wire::read::<_, FromChild>(&mut c.rx).await {
+                        Ok(Some(FromChild::Done { seq: s, ok, err })) if s == seq => {
+                            return match err {
+                                Some(f) => End::Answer(Err(f)),
+                                None => End::Answer(Ok(ok.unwrap_or(Value::Null))),
+                            };
+                        }
+                        Ok(Some(_)) => continue,
+                        Ok(None) | Err(_) => return End::Lost,
+                    }
+                }
+            };
+            match hard {
+                Some(ms) => {
+                    match tokio::time::timeout(Duration::from_millis(ms.max(1) as u64), answer)
+                        .await
+                    {
+                        Ok(e) => e,
+                        Err(_) => End::Limit(ms),
+                    }
+                }
+                None => answer.await,
+            }
+        };
+        match end {
+            End::Answer(r) => {
+                lease.give_back();
+                r
+            }
+            End::Limit(ms) => {
+                lease.end(libc::SIGKILL);
+                Err(Failure::new(
+                    TIME_LIMIT,
+                    format!("TimeLimitExceeded({})", secs(ms)),
+                ))
+            }
+            End::Lost => {
+                let mut c = lease.take();
+                let status = tokio::time::timeout(KILL_AFTER, c.proc.status()).await;
+                let why = match status {
+                    Ok(s) => describe(s),
+                    Err(_) => {
+                        c.proc.signal(libc::SIGKILL);
+                        "its socket closed".into()
+                    }
+                };
+                lease.replace(c);
+                Err(Failure::new(
+                    WORKER_LOST,
+                    format!("Worker exited prematurely: {why}."),
+                ))
+            }
+        }
+    }
+
+    /// An idle child, waiting for one if each is busy or starting.
+    async fn acquire(&self) -> Result<Child, Failure> {
+        loop {
+            let changed = self.inner.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut st = self.inner.lock();
+                if self.inner.closed.load(Ordering::SeqCst) {
+                    return Err(Failure::new(WORKER_LOST, "the process pool is closed"));
+                }
+                while let Some(c) = st.idle.pop() {
+                    if !c.proc.exited() {
+                        return Ok(c);
+                    }
+                    // Died while idle: replaced, and no run is charged.
+                    st.starting += 1;
+                    tokio::spawn(spawn_child(self.inner.clone()));
+                }
+            }
+            changed.await;
+        }
+    }
+}
+
+fn secs(ms: i64) -> String {
+    let s = ms as f64 / 1000.0;
+    if s.fract() == 0.0 {
+        format!("{s:.1}")
+    } else {
+        format!("{s}")
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A child lent to one run: whatever ends the run early ends the child.
+struct Lease {
+    inner: Arc<Inner>,
+    child: Option<Child>,
+    id: String,
+}
+
+impl Lease {
+    fn take(&mut self) -> Child {
+        self.inner.lock().running.remove(&self.id);
+        self.child.take().expect("leased")
+    }
+
+    /// The run answered: the child goes back to the idle list, or is
+    /// retired when it ran its share or grew past its memory.
+    fn give_back(&mut self) {
+        let mut c = self.take();
+        c.runs += 1;
+        let spec = &self.inner.spec;
+        let worn = spec.max_tasks_per_child.is_some_and(|k| c.runs >= k)
+            || spec
+                .max_memory_per_child
+                .is_some_and(|kib| rss_kib(c.proc.pid).is_some_and(|rss| rss > kib));
+        if worn || self.inner.closed.load(Ordering::SeqCst) {
+            retire(c);
+            if !self.inner.closed.load(Ordering::SeqCst) {
+                self.inner.lock().starting += 1;
+                tokio::spawn(spawn_child(self.inner.clone()));
+            }
+        } else {
+            self.inner.lock().idle.push(c);
+            self.inner.changed.notify_one();
+        }
+        self.inner.lock().signalled.remove(&self.id);
+    }
+
+    /// Ends the child with `sig` (SIGKILL after [`KILL_AFTER`] if it
+    /// outlives another signal), and starts a new one.
+    fn end(&mut self, sig: i32) {
+        let c = self.take();
+        c.proc.signal(sig);
+        self.replace(c);
+    }
+
+    /// Reaps `c` in the background (killing it if it lingers) and starts a
+    /// new child in its place.
+    fn replace(&mut self, c: Child) {
+        self.inner.lock().signalled.remove(&self.id);
+        let Child { tx, rx, proc, .. } = c;
+        drop((tx, rx));
+        proc.reap();
+        if !self.inner.closed.load(Ordering::SeqCst)
+            && tokio::runtime::Handle::try_current().is_ok()
+        {
+            self.inner.lock().starting += 1;
+            tokio::spawn(spawn_child(self.inner.clone()));
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            // The caller stopped waiting mid-run: a terminate already sent
+            // its signal; anything else kills.
+            let sig = self.inner.lock().signalled.get(&self.id).copied();
+            let c = self.take();
+            if sig.is_none() {
+                c.proc.signal(libc::SIGKILL);
+            }
+            self.replace(c);
+        }
+    }
+}
+
+/// Lets a child go: its socket closes, so it exits; killed if it lingers.
+fn retire(c: Child) {
+    let Child { tx, rx, proc, .. } = c;
+    drop((tx, rx));
+    proc.reap();
+}
+
+/// The resident memory of `pid` in KiB (Linux: `VmRSS` in /proc).
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Starts one child and, once it is ready, adds it to the idle list;
+/// retried every [`RESTART`] while starts fail and the pool is open.
+async fn spawn_child(inner: Arc<Inner>) {
+    loop {
+        if inner.closed.load(Ordering::SeqCst) {
+            inner.lock().starting -= 1;
+            inner.changed.notify_waiters();
+            return;
+        }
+        match launch(&inner.spec).await {
+            Ok(c) => {
+                let late = {
+                    let mut st = inner.lock();
+                    st.starting -= 1;
+                    st.started += 1;
+                    st.broken = None;
+                    if inner.closed.load(Ordering::SeqCst) {
+                        Some(c)
+                    } else {
+                        st.idle.push(c);
+                        None
+                    }
+                };
+                if let Some(c) = late {
+                    retire(c);
+                }
+                inner.changed.notify_waiters();
+                return;
+            }
+            Err(why) => {
+                warn(&inner.name, &format!("a child failed to start: {why}"));
+                inner.lock().broken = Some(why);
+                inner.changed.notify_waiters();
+                tokio::time::sleep(RESTART).await;
+            }
+        }
+    }
+}
+
+/// Starts a child with its end of a socket pair as fd 3 and waits for its
+/// `ready`.
+async fn launch(spec: &ProcSpec) -> Result<Child, String> {
+    let (ours, theirs) = StdStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+    let fd = theirs.as_raw_fd();
+    let parent = std::process::id() as libc::pid_t;
+    let mut cmd = Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::null());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if fd == 3 {
+                let flags = libc::fcntl(3, libc::F_GETFD);
+                libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+            } else if libc::dup2(fd, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Dies with the parent (a kill -9 of the worker leaves no
+            // child), and not by a Ctrl-C meant for the parent, which
+            // stops gracefully and ends its children itself (Celery's
+            // children ignore SIGINT too).
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+    let mut proc = cmd
+        .spawn()
+        .map_err(|e| format!("{:?} could not be started: {e}", spec.program))?;
+    drop(theirs);
+    let pid = proc.id();
+    let (exit_tx, exit) = watch::channel(None);
+    std::thread::Builder::new()
+        .name(format!("headway-reap-{pid}"))
+        .spawn(move || {
+            let status = proc.wait().unwrap_or_else(|_| ExitStatus::from_raw(0));
+            let _ = exit_tx.send(Some(status));
+        })
+        .map_err(|e| format!("a reaper thread could not be started: {e}"))?;
+    let mut proc = Proc { pid, exit };
+    let stream = ours
+        .set_nonblocking(true)
+        .and_then(|()| UnixStream::from_std(ours))
+        .map_err(|e| format!("socket: {e}"));
+    let stream = match stream {
+        Ok(s) => s,
+        Err(e) => {
+            proc.reap();
+            return Err(e);
+        }
+    };
+    let (mut rx, tx) = stream.into_split();
+    let why = match tokio::time::timeout(STARTUP, wire::read::<_, FromChild>(&mut rx)).await {
+        Ok(Ok(Some(FromChild::Ready { .. }))) => {
+            return Ok(Child {
+                tx,
+                rx,
+                proc,
+                runs: 0,
+            });
+        }
+        Ok(Ok(Some(other))) => format!("it said {other:?} before `ready`"),
+        Ok(Ok(None)) | Ok(Err(_)) => {
+            drop((tx, rx));
+            match tokio::time::timeout(KILL_AFTER, proc.status()).await {
+                Ok(s) => format!(
+                    "it exited before it was ready ({}); its stderr says why",
+                    describe(s)
+                ),
+                Err(_) => "it closed its socket before it was ready".into(),
+            }
+        }
+        Err(_) => format!("it was not ready within {} s", STARTUP.as_secs()),
+    };
+    proc.signal(libc::SIGKILL);
+    proc.reap();
+    Err(why)
+}
