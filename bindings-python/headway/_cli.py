@@ -1,6 +1,8 @@
 """The ``headway`` command line.
 
     headway worker -A module:app [-c 4] [-Q a,b]   run a worker
+        [--pool process] [--max-tasks-per-child K] [--max-memory-per-child KIB]
+        [--time-limit S] [--soft-time-limit S]
     headway beat -A module:app                     run the app's beat
     headway admin -A module:app [--port 5555]      serve the admin (uvicorn)
     headway demo                                   a worker, a retry, a chain,
@@ -42,6 +44,8 @@ def _load(spec: str) -> App:
             f"headway: -A {spec!r}: {module}.{attr or 'app'} is not a headway.App "
             f"(got {type(obj).__name__})"
         )
+    # Where a process-pool child imports it from.
+    obj._origin = f"{module}:{attr or 'app'}"
     return obj
 
 
@@ -54,12 +58,21 @@ def _term(signum: int, frame: FrameType | None) -> None:
 def _worker(ns: argparse.Namespace) -> int:
     app = _load(ns.app)
     queues = [q for q in (ns.queues or "").split(",") if q] or None
-    w = app.worker(queues=queues, concurrency=ns.concurrency, prefetch=ns.prefetch)
+    w = app.worker(
+        queues=queues,
+        concurrency=ns.concurrency,
+        prefetch=ns.prefetch,
+        pool=ns.pool,
+        max_tasks_per_child=ns.max_tasks_per_child,
+        max_memory_per_child=ns.max_memory_per_child,
+        time_limit=ns.time_limit,
+        soft_time_limit=ns.soft_time_limit,
+    )
     try:
         signal.signal(signal.SIGTERM, _term)
         print(
             f"headway worker {w.name}: app {ns.app}, queues {','.join(w.queues)}, "
-            f"concurrency {w.concurrency}, prefetch {w.prefetch}",
+            f"concurrency {w.concurrency} ({w.pool}), prefetch {w.prefetch}",
             flush=True,
         )
         print(f"tasks: {', '.join(app.task_names()) or '(none)'}", flush=True)
@@ -130,6 +143,26 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument(
         "--grace", type=float, default=GRACE, help=f"seconds runs get at a stop ({GRACE:g})"
     )
+    w.add_argument(
+        "-P",
+        "--pool",
+        default="threads",
+        help="threads (default) or process (prefork: Celery's name for it)",
+    )
+    w.add_argument(
+        "--max-tasks-per-child", type=int, default=None, help="runs before a child is replaced"
+    )
+    w.add_argument(
+        "--max-memory-per-child",
+        type=int,
+        default=None,
+        metavar="KIB",
+        help="resident KiB past which a child is replaced after its run",
+    )
+    w.add_argument(
+        "--time-limit", type=float, default=None, help="hard limit in seconds (process pool)"
+    )
+    w.add_argument("--soft-time-limit", type=float, default=None, help="soft limit in seconds")
     w.set_defaults(run=_worker)
 
     b = sub.add_parser("beat", help="run the app's beat (app.beat())")

@@ -28,6 +28,7 @@ __all__ = [
     "Refused",
     "Revoked",
     "ShedError",
+    "SoftTimeLimitExceeded",
     "TaskFailed",
     "Timeout",
     "UnknownTask",
@@ -57,6 +58,17 @@ class PoolTimeout(TimeoutError):
 
 
 # ---------------------------------------------------------------- tasks
+
+
+class SoftTimeLimitExceeded(Exception):
+    """Raised inside a sync body once its run passed its ``soft_time_limit``
+    (Celery's exception of the same name). The body may catch it, clean up
+    and return: its return value is the run's result. Uncaught, the run fails
+    with this type. In a process-pool child it also ends a blocking call
+    (``time.sleep``, a socket read); on the threads pool it fires at the
+    body's next Python instruction, so a body blocked in C sees it when that
+    call returns. An ``async def`` body keeps time with ``asyncio.timeout``.
+    """
 
 
 class Refused(Exception):

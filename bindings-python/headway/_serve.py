@@ -13,6 +13,10 @@ both bindings). This module owns the Python side of it:
   withdrew (a timeout, a terminate, a stop past its grace) come back as
   ``cancel(seqs)``, and their tasks are cancelled.
 
+- one soft-limit thread calls the native ``soften``: it raises
+  ``SoftTimeLimitExceeded`` in each sync body the core reports past its soft
+  time limit.
+
 - one hiring thread calls the native ``hire``: a sync body the core stopped
   waiting for (past its timeout, terminated) keeps its thread until it
   returns, so the core's ledger asks for a replacement runner — up to one
@@ -36,6 +40,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from . import _native
+from ._errors import SoftTimeLimitExceeded
 
 #: How long ``close`` waits for its threads in all: the native loops look at
 #: their stop flag every 100 ms, so idle threads are gone in three slices; a
@@ -87,6 +92,14 @@ class Serving:
             self._threads.append(t)
         self._threads.append(
             threading.Thread(target=self._hire, name=f"{name}-hire", daemon=True)
+        )
+        self._threads.append(
+            threading.Thread(
+                target=host.soften,
+                args=(self._flag, SoftTimeLimitExceeded),
+                name=f"{name}-soft",
+                daemon=True,
+            )
         )
         self._threads.append(
             threading.Thread(

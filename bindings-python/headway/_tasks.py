@@ -12,6 +12,9 @@ from __future__ import annotations
 import asyncio
 import atexit
 import functools
+import json
+import os
+import sys
 import threading
 import uuid
 import weakref
@@ -553,6 +556,9 @@ class App:
         self.clock = clock
         self._tasks: dict[str, _TaskBase[Any, Any]] = {}
         self._beat: Beat | None = None
+        #: Where a process-pool child imports this app from (``module:attr``),
+        #: when the CLI loaded it; else found by ``_where``.
+        self._origin: str | None = None
 
     # -- registering ---------------------------------------------------
 
@@ -576,6 +582,9 @@ class App:
         acks_late: bool = False,
         ignore_result: bool = False,
         rate: Rate | None = None,
+        time_limit: Span | None = None,
+        soft_time_limit: Span | None = None,
+        reject_on_worker_lost: bool = False,
         bind: Literal[False] = False,
     ) -> _Decorator: ...
     @overload
@@ -592,6 +601,9 @@ class App:
         acks_late: bool = False,
         ignore_result: bool = False,
         rate: Rate | None = None,
+        time_limit: Span | None = None,
+        soft_time_limit: Span | None = None,
+        reject_on_worker_lost: bool = False,
         bind: Literal[True],
     ) -> _BoundDecorator: ...
 
@@ -608,6 +620,9 @@ class App:
         acks_late: bool = False,
         ignore_result: bool = False,
         rate: Rate | None = None,
+        time_limit: Span | None = None,
+        soft_time_limit: Span | None = None,
+        reject_on_worker_lost: bool = False,
         bind: bool = False,
     ) -> Any:
         """Registers a body: ``@app.task`` or ``@app.task(name=..., ...)``.
@@ -622,12 +637,24 @@ class App:
         ``"10/m"``). The name defaults to ``module.function``, as Celery's.
         ``bind=True`` passes the run's ``Context`` first. A body may be
         ``async def``; it then runs on an asyncio loop.
+
+        ``time_limit`` (seconds) is Celery's hard limit: past it the run's
+        child process is killed and the run fails with
+        ``TimeLimitExceeded`` — only a ``pool="process"`` worker can keep it,
+        and a threads worker refuses such a task. ``soft_time_limit`` raises
+        ``SoftTimeLimitExceeded`` inside the body, which may catch it and
+        return. ``reject_on_worker_lost=True`` with ``acks_late`` puts a run
+        whose child died back on its queue instead of failing it
+        (``WorkerLostError``), as Celery's.
         """
 
         def register(f: Callable[..., Any]) -> _TaskBase[Any, Any]:
             if not callable(f):
                 raise TypeError(f"@app.task needs a callable, not {type(f).__name__}")
-            tname = name or f"{f.__module__}.{getattr(f, '__name__', type(f).__name__)}"
+            # A script's tasks are named `__main__.f`, also in a process-pool
+            # child, which runs the script as `__mp_main__`.
+            module = "__main__" if f.__module__ == "__mp_main__" else f.__module__
+            tname = name or f"{module}.{getattr(f, '__name__', type(f).__name__)}"
             is_async = _is_async(f)
             tqueue = self._native.register(
                 tname,
@@ -641,6 +668,9 @@ class App:
                 acks_late=acks_late,
                 ignore_result=ignore_result,
                 rate=rate,
+                time_limit=time_limit,
+                soft_time_limit=soft_time_limit,
+                reject_on_worker_lost=reject_on_worker_lost,
             )
             cls: type[_TaskBase[Any, Any]] = AsyncTask if is_async else Task
             t = cls(self, f, tname, bind, tqueue)
@@ -751,15 +781,51 @@ class App:
         queues: Sequence[str] | str | None = None,
         concurrency: int = 4,
         prefetch: int | None = None,
+        *,
+        pool: Literal["threads", "process", "prefork"] = "threads",
+        max_tasks_per_child: int | None = None,
+        max_memory_per_child: int | None = None,
+        time_limit: Span | None = None,
+        soft_time_limit: Span | None = None,
     ) -> Worker:
         """A worker over ``queues`` (``["default"]``; a ``"a,b"`` string is
         split) running up to ``concurrency`` bodies at once (4, moontask's
         preset) and holding at most ``prefetch`` messages unsettled
-        (``concurrency × 4``, Celery's prefetch multiplier)."""
+        (``concurrency × 4``, Celery's prefetch multiplier).
+
+        ``pool="process"`` (``"prefork"``, Celery's name, is the same) runs
+        bodies in ``concurrency`` child processes instead of threads: each
+        uses a core, and a run past its ``time_limit`` or terminated is
+        stopped by killing its child, which is then replaced. Children are
+        started fresh (``python -m headway._child``) and import the app
+        themselves, so the app must live at the top level of a module (or
+        the main script, imported as ``__mp_main__`` with its
+        ``if __name__ == "__main__"`` block skipped). A child is replaced
+        after ``max_tasks_per_child`` runs, or once it holds more than
+        ``max_memory_per_child`` KiB after a run. ``time_limit`` and
+        ``soft_time_limit`` (seconds) apply to tasks that set none."""
         if isinstance(queues, str):
             queues = [q.strip() for q in queues.split(",") if q.strip()]
+        child = None
+        if pool in ("process", "prefork"):
+            child = (
+                sys.executable,
+                ["-m", "headway._child"],
+                [
+                    ("HEADWAY_CHILD_APP", _where(self)),
+                    ("HEADWAY_CHILD_PATH", json.dumps(sys.path)),
+                ],
+            )
         native = self._native.worker(
-            list(queues) if queues is not None else None, concurrency, prefetch
+            list(queues) if queues is not None else None,
+            concurrency,
+            prefetch,
+            pool=pool,
+            child=child,
+            max_tasks_per_child=max_tasks_per_child,
+            max_memory_per_child=max_memory_per_child,
+            time_limit=time_limit,
+            soft_time_limit=soft_time_limit,
         )
         return Worker(self, native)
 
@@ -803,6 +869,31 @@ class App:
 
     def __repr__(self) -> str:
         return f"<headway.App tasks={self.task_names()}>"
+
+
+def _where(app: App) -> str:
+    """Where a process-pool child finds ``app``: ``module:attr``, or
+    ``/path/script.py:attr`` for the main script."""
+    if app._origin:
+        return app._origin
+    main: tuple[Any, str] | None = None
+    for mname, mod in list(sys.modules.items()):
+        space = getattr(mod, "__dict__", None)
+        if not isinstance(space, dict):
+            continue
+        for attr, value in list(space.items()):
+            if value is app:
+                if mname in ("__main__", "__mp_main__"):
+                    main = (mod, attr)
+                else:
+                    return f"{mname}:{attr}"
+    if main is not None and getattr(main[0], "__file__", None):
+        return f"{os.path.abspath(main[0].__file__)}:{main[1]}"
+    raise ValueError(
+        "pool='process' needs the app at the top level of a module its children "
+        "can import (they start fresh and import it); this app is not an "
+        "attribute of any imported module"
+    )
 
 
 # ---------------------------------------------------------------- worker
@@ -864,6 +955,17 @@ class Worker:
         return self._native.settled
 
     @property
+    def pool(self) -> str:
+        """``"process"`` when its bodies run in child processes, else
+        ``"threads"``."""
+        return self._native.pool
+
+    @property
+    def child_pids(self) -> list[int]:
+        """The pids of its child processes now (empty on the threads pool)."""
+        return self._native.child_pids
+
+    @property
     def health(self) -> dict[str, Any]:
         """Its sync runner threads, as the core counts them: ``healthy``
         (false while every thread is stuck in a body past its timeout and
@@ -882,8 +984,10 @@ class Worker:
             raise RuntimeError("this worker has already run; make another with app.worker()")
         self._started = True
         host = self.app._native.host
-        n = self.concurrency if host.has_sync() else 1
-        self._serving = Serving(host, name=f"headway-{self.name}", sync_threads=n, loop=loop)
+        if self._native.pool == "threads":
+            # On the process pool bodies run in the children: nothing here.
+            n = self.concurrency if host.has_sync() else 1
+            self._serving = Serving(host, name=f"headway-{self.name}", sync_threads=n, loop=loop)
         _live.add(self)
 
     def _end(self) -> None:

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headway_core::task::{
-    App, BackoffSpec, Beat, Canvas, Clock, Handle, Host, Options, PolicySpec, RateSpec, Refused,
+    App, BackoffSpec, Beat, ChildCommand, Canvas, Clock, Handle, Host, Options, PolicySpec, RateSpec, Refused,
     RetryBackoff, SendSpec, Sig, SpecError, State, Worker, WorkerSpec,
 };
 use pyo3::PyTraverseError;
@@ -598,6 +598,20 @@ impl PyWorker {
     fn stopping(&self) -> bool {
         self.inner.is_stopping()
     }
+    /// `"process"` when its bodies run in child processes, else `"threads"`.
+    #[getter]
+    fn pool(&self) -> &'static str {
+        if self.inner.procs().is_some() {
+            "process"
+        } else {
+            "threads"
+        }
+    }
+    /// The pids of its children (none on the threads pool).
+    #[getter]
+    fn child_pids(&self) -> Vec<u32> {
+        self.inner.procs().map(|p| p.pids()).unwrap_or_default()
+    }
 }
 
 // ---------------------------------------------------------------- Beat
@@ -785,7 +799,7 @@ impl PyApp {
 
     /// Registers `func` under `name` with a policy (replacing an earlier one);
     /// answers the queue its runs go to. What is `None` is the core's default.
-    #[pyo3(signature = (name, func, *, bind=false, is_async=false, queue=None, retries=None, backoff=None, timeout=None, acks_late=None, ignore_result=None, rate=None))]
+    #[pyo3(signature = (name, func, *, bind=false, is_async=false, queue=None, retries=None, backoff=None, timeout=None, acks_late=None, ignore_result=None, rate=None, time_limit=None, soft_time_limit=None, reject_on_worker_lost=None))]
     #[allow(clippy::too_many_arguments)]
     fn register(
         &self,
@@ -801,6 +815,9 @@ impl PyApp {
         acks_late: Option<bool>,
         ignore_result: Option<bool>,
         rate: Option<&Bound<'_, PyAny>>,
+        time_limit: Option<&Bound<'_, PyAny>>,
+        soft_time_limit: Option<&Bound<'_, PyAny>>,
+        reject_on_worker_lost: Option<bool>,
     ) -> PyResult<String> {
         guard(|| {
             let spec = PolicySpec {
@@ -811,6 +828,13 @@ impl PyApp {
                 acks_late,
                 ignore_result,
                 rate: rate_arg(rate)?,
+                time_limit: some(time_limit)
+                    .map(|t| span_ms("time_limit", t))
+                    .transpose()?,
+                soft_time_limit: some(soft_time_limit)
+                    .map(|t| span_ms("soft_time_limit", t))
+                    .transpose()?,
+                reject_on_worker_lost,
             };
             let policy = spec.build(Host::Python).map_err(spec_err)?;
             // Checked before the body is kept under it.
@@ -909,14 +933,23 @@ impl PyApp {
         self.app.has_task(name)
     }
 
-    /// A worker over `queues` (the core's `["default"]` when `None`).
-    #[pyo3(signature = (queues=None, concurrency=None, prefetch=None, name=None))]
+    /// A worker over `queues` (the core's `["default"]` when `None`). On
+    /// `pool="process"` its children are started with `child`, a
+    /// `(program, args, env)` the `headway` package makes.
+    #[pyo3(signature = (queues=None, concurrency=None, prefetch=None, name=None, *, pool=None, child=None, max_tasks_per_child=None, max_memory_per_child=None, time_limit=None, soft_time_limit=None))]
+    #[allow(clippy::too_many_arguments)]
     fn worker(
         &self,
         queues: Option<Vec<String>>,
         concurrency: Option<i64>,
         prefetch: Option<i64>,
         name: Option<String>,
+        pool: Option<String>,
+        child: Option<(String, Vec<String>, Vec<(String, String)>)>,
+        max_tasks_per_child: Option<i64>,
+        max_memory_per_child: Option<i64>,
+        time_limit: Option<&Bound<'_, PyAny>>,
+        soft_time_limit: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyWorker> {
         guard(|| {
             let spec = WorkerSpec {
@@ -924,6 +957,16 @@ impl PyApp {
                 concurrency: concurrency.map(|c| c as f64),
                 prefetch: prefetch.map(|p| p as f64),
                 name,
+                pool,
+                child: child.map(|(program, args, env)| ChildCommand { program, args, env }),
+                max_tasks_per_child: max_tasks_per_child.map(|k| k as f64),
+                max_memory_per_child: max_memory_per_child.map(|k| k as f64),
+                time_limit: some(time_limit)
+                    .map(|t| span_ms("time_limit", t))
+                    .transpose()?,
+                soft_time_limit: some(soft_time_limit)
+                    .map(|t| span_ms("soft_time_limit", t))
+                    .transpose()?,
             };
             let cfg = spec.build(Host::Python).map_err(spec_err)?;
             let py_err = |r: Refused| PyValueError::new_err(r.to_string());
@@ -931,6 +974,23 @@ impl PyApp {
                 inner: self.app.worker(cfg).map_err(py_err)?,
             })
         })
+    }
+
+    /// In a process-pool child: serves the parent's runs (fd 3) on the
+    /// runtime and sets `flag` when the parent closes the socket, so the
+    /// thread serving with `flag` returns. Returns at once.
+    fn serve_child(&self, flag: &crate::host::PyFlag) -> PyResult<()> {
+        let app = self.app.clone();
+        let crew = flag.inner.clone();
+        rt()?.spawn(async move {
+            // SAFETY: `python -m headway._child` is started by the core's
+            // process pool with its socket on fd 3, and nothing else uses it.
+            if let Err(e) = unsafe { headway_core::task::procs::child::serve_fd(app).await } {
+                eprintln!("headway child {}: {e}", std::process::id());
+            }
+            crew.stop_all();
+        });
+        Ok(())
     }
 
     /// A new beat on this app.

@@ -55,6 +55,7 @@ pub(crate) struct Host {
     pub(crate) sync_q: Arc<HostQueue>,
     pub(crate) async_q: Arc<HostQueue>,
     entries: RwLock<HashMap<String, Arc<Entry>>>,
+    soft: crate::soft::Soft,
 }
 
 impl Host {
@@ -63,6 +64,7 @@ impl Host {
             sync_q: HostQueue::new(),
             async_q: HostQueue::new(),
             entries: RwLock::new(HashMap::new()),
+            soft: crate::soft::Soft::default(),
         })
     }
 
@@ -250,6 +252,8 @@ fn _direct_context(id: String, name: String, queue: String, now: f64) -> PyCtx {
             kwargs: serde_json::Map::new(),
             root_id: None,
             parent_id: None,
+            soft_time_limit: None,
+            time_limit: None,
         },
     }
 }
@@ -293,6 +297,12 @@ pub(crate) struct Crew {
 }
 
 impl Crew {
+    /// Sets the stop flag and wakes every thread serving with it.
+    pub(crate) fn stop_all(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.followers.notify_all();
+    }
+
     fn stopped(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
@@ -369,8 +379,7 @@ impl PyFlag {
     }
     /// Asks the threads serving with it to stop.
     fn set(&self) {
-        self.inner.stop.store(true, Ordering::SeqCst);
-        self.inner.followers.notify_all();
+        self.inner.stop_all();
     }
     /// Whether it was set.
     fn is_set(&self) -> bool {
@@ -424,7 +433,12 @@ fn run_sync(py: Python<'_>, host: &Host, call: Call) -> bool {
             "NotRegistered",
             format!("no Python body is registered as {key:?}"),
         )),
-        Some(e) => call_sync(py, &e, &key, ctx, &args),
+        Some(e) => {
+            host.soft.running(seq);
+            let r = call_sync(py, &e, &key, ctx, &args);
+            host.soft.ran(py, seq);
+            r
+        }
     };
     host.sync_q.finish(seq, result)
 }
@@ -558,6 +572,25 @@ impl PyHost {
         }
         let r = self.inner.sync_q.runners().clone();
         py.detach(|| r.hire(SLICE))
+    }
+
+    /// Raises `exc` (`SoftTimeLimitExceeded`) in each sync body past its
+    /// soft time limit, until `flag` is set: waits a slice at a time with
+    /// the GIL released.
+    fn soften(&self, py: Python<'_>, flag: &PyFlag, exc: &Bound<'_, PyAny>) {
+        let host = self.inner.clone();
+        while !flag.inner.stopped() {
+            let seqs = py.detach(|| host.sync_q.softened_blocking(SLICE));
+            if !seqs.is_empty() {
+                host.soft.soften(py, &seqs, exc);
+            }
+        }
+    }
+
+    /// With each soft limit also raise signal `sig` in this process (a
+    /// process-pool child: it wakes the main thread out of a blocking call).
+    fn wake_with(&self, sig: i32) {
+        self.inner.soft.wake_with(sig);
     }
 
     /// A runner counted by `staff` or `hire` that never served.

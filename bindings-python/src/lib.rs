@@ -28,6 +28,7 @@ mod pool;
 mod pooled;
 mod rt;
 mod sched;
+mod soft;
 mod times;
 
 pub(crate) use convert::*;
