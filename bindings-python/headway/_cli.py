@@ -72,7 +72,7 @@ def _worker(ns: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, _term)
         print(
             f"headway worker {w.name}: app {ns.app}, queues {','.join(w.queues)}, "
-            f"concurrency {w.concurrency} ({w.pool}), prefetch {w.prefetch}",
+            f"concurrency {w.concurrency}, prefetch {w.prefetch}, pool {w.pool}",
             flush=True,
         )
         print(f"tasks: {', '.join(app.task_names()) or '(none)'}", flush=True)

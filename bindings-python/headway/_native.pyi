@@ -958,6 +958,11 @@ class _Host:
         """How many replacement runners to start now (waits up to a slice)."""
     def leave(self) -> None:
         """A runner counted by ``staff`` or ``hire`` that never served."""
+    def soften(self, flag: _Flag, exc: type[BaseException]) -> None:
+        """Raises ``exc`` in each sync body past its soft time limit, until
+        ``flag`` is set."""
+    def wake_with(self, sig: int) -> None:
+        """With each soft limit also raise signal ``sig`` in this process."""
     def runners(self) -> dict[str, Any]:
         """The sync runners' health: ``healthy``, ``why``, ``runners``,
         ``threads``, ``stuck``, ``stuck_cap``."""
@@ -997,6 +1002,10 @@ class _Worker:
     def settled(self) -> int: ...
     @property
     def stopping(self) -> bool: ...
+    @property
+    def pool(self) -> str: ...
+    @property
+    def child_pids(self) -> list[int]: ...
 
 @final
 class _Beat:
@@ -1041,6 +1050,9 @@ class _App:
         acks_late: bool | None = None,
         ignore_result: bool | None = None,
         rate: str | Mapping[str, float] | None = None,
+        time_limit: _Span | None = None,
+        soft_time_limit: _Span | None = None,
+        reject_on_worker_lost: bool | None = None,
     ) -> str: ...
     def send(
         self,
@@ -1066,7 +1078,15 @@ class _App:
         concurrency: int | None = None,
         prefetch: int | None = None,
         name: str | None = None,
+        *,
+        pool: str | None = None,
+        child: tuple[str, list[str], list[tuple[str, str]]] | None = None,
+        max_tasks_per_child: int | None = None,
+        max_memory_per_child: int | None = None,
+        time_limit: _Span | None = None,
+        soft_time_limit: _Span | None = None,
     ) -> _Worker: ...
+    def serve_child(self, flag: _Flag) -> None: ...
     def beat(self) -> _Beat: ...
     def revoke(self, ids: list[str], terminate: bool = False) -> None: ...
     def dead_letters(self, queue: str, limit: int | None = None) -> list[DeadLetter]: ...

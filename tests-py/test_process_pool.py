@@ -1,0 +1,360 @@
+"""The process pool and time limits, with real child processes.
+
+Each test writes its app as a module of its own (the children import it, as
+they would a project's), on the broker the test names through environment
+variables the children inherit. Waits are on results, never on sleeps; each
+negative check ("the child is gone", "the run did not finish") has its
+positive control beside it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import headway
+
+from conftest import RedisServer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+BODIES = """
+import ctypes, os, time
+import headway
+
+kind, url = os.environ["PP_KIND"], os.environ.get("PP_URL", "")
+if kind == "memory":
+    app = headway.App("memory://")
+elif kind == "celery":
+    app = headway.App(headway.RedisBroker.celery(url))
+else:
+    app = headway.App(headway.RedisBroker(url, prefix=os.environ["PP_PREFIX"]))
+
+@app.task(name="pid")
+def pid():
+    return os.getpid()
+
+@app.task(name="nap")
+def nap(s):
+    time.sleep(s)
+    return os.getpid()
+
+@app.task(name="fail")
+def fail():
+    raise ValueError("bad input")
+
+if os.environ.get("PP_HARD") == "1":
+    @app.task(name="spin", time_limit=1)
+    def spin():
+        while True:
+            pass
+
+@app.task(name="soft_sleep", soft_time_limit=0.5)
+def soft_sleep():
+    try:
+        time.sleep(30)
+    except headway.SoftTimeLimitExceeded:
+        return "cleaned up"
+    return "slept"
+
+@app.task(name="soft_spin", soft_time_limit=0.5)
+def soft_spin():
+    try:
+        while True:
+            pass
+    except headway.SoftTimeLimitExceeded:
+        return "cleaned up"
+
+@app.task(name="soft_uncaught", soft_time_limit=0.3)
+def soft_uncaught():
+    while True:
+        pass
+
+@app.task(name="exit")
+def exit_():
+    os._exit(1)
+
+@app.task(name="segfault")
+def segfault():
+    ctypes.string_at(0)
+
+@app.task(name="exit_once", acks_late=True, reject_on_worker_lost=True)
+def exit_once(marker):
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)
+    return "second time"
+
+@app.task(name="burn")
+def burn(n):
+    x = 0
+    for i in range(n):
+        x += i * i
+    return x
+"""
+
+
+def make_module(
+    tmp: Path,
+    kind: str,
+    server: RedisServer | None,
+    monkeypatch: pytest.MonkeyPatch,
+    hard: bool = True,
+) -> ModuleType:
+    """The app module, imported here and importable by the children; with
+    `hard`, it has a task with a hard time limit (a threads worker refuses)."""
+    name = f"ppapp_{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("PP_HARD", "1" if hard else "0")
+    (tmp / f"{name}.py").write_text(textwrap.dedent(BODIES))
+    monkeypatch.setenv("PP_KIND", kind)
+    if server is not None:
+        base = server.url.rsplit("/", 1)[0]
+        if kind == "celery":
+            db = 7
+            assert server.command("FLUSHDB", db=db) == b"+OK"
+            monkeypatch.setenv("PP_URL", f"{base}/{db}")
+        else:
+            monkeypatch.setenv("PP_URL", server.url)
+            monkeypatch.setenv("PP_PREFIX", f"p{uuid.uuid4().hex[:8]}:")
+    monkeypatch.syspath_prepend(str(tmp))
+    import importlib
+
+    return importlib.import_module(name)
+
+
+@pytest.fixture
+def workers() -> Iterator[list[headway.Worker]]:
+    started: list[headway.Worker] = []
+    yield started
+    for w in started:
+        w.stop(2.0)
+
+
+def start(mod: ModuleType, workers: list[headway.Worker], **kw: object) -> headway.Worker:
+    w = mod.app.worker(**{"concurrency": 2, "pool": "process", **kw})
+    w.start()
+    workers.append(w)
+    return w
+
+
+def send(mod: ModuleType, name: str, *args: object) -> headway.Handle:
+    return mod.app.send(name, list(args))
+
+
+def failed(h: headway.Handle, limit: float = 20.0) -> headway.TaskFailed:
+    with pytest.raises(headway.TaskFailed) as e:
+        h.get(timeout=limit)
+    return e.value
+
+
+@pytest.fixture(params=["memory", "redis", "celery"])
+def kind(request: pytest.FixtureRequest) -> tuple[str, RedisServer | None]:
+    server = request.getfixturevalue("redis_server") if request.param != "memory" else None
+    return request.param, server
+
+
+def test_runs_go_to_children_on_every_broker(
+    kind: tuple[str, RedisServer | None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: list[headway.Worker]
+) -> None:
+    mod = make_module(tmp_path, kind[0], kind[1], monkeypatch)
+    w = start(mod, workers)
+    assert w.pool == "process"
+    a, b = send(mod, "nap", 0.3), send(mod, "nap", 0.3)
+    pa, pb = a.get(timeout=20), b.get(timeout=20)
+    assert pa != pb, "two runs at once went to one child"
+    assert os.getpid() not in (pa, pb), "a run went to the parent"
+    assert sorted(w.child_pids) == sorted([pa, pb])
+    e = failed(send(mod, "fail"))
+    assert "ValueError: bad input" in str(e)
+
+
+def test_a_hard_time_limit_kills_the_child_and_the_next_run_succeeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: list[headway.Worker]
+) -> None:
+    mod = make_module(tmp_path, "memory", None, monkeypatch)
+    start(mod, workers, concurrency=1)
+    before = send(mod, "pid").get(timeout=20)
+    t = time.monotonic()
+    e = failed(send(mod, "spin"))
+    assert "TimeLimitExceeded" in str(e)
+    assert time.monotonic() - t < 3.0
+    after = send(mod, "pid").get(timeout=20)
+    assert after != before, "the spinning child was not replaced"
+
+
+def test_a_soft_time_limit_raises_inside_the_body_and_its_cleanup_is_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: list[headway.Worker]
+) -> None:
+    mod = make_module(tmp_path, "memory", None, monkeypatch)
+    start(mod, workers)
+    t = time.monotonic()
+    # A blocking call is ended in the child, not only pure-Python code.
+    assert send(mod, "soft_sleep").get(timeout=20) == "cleaned up"
+    assert time.monotonic() - t < 5.0
+    assert send(mod, "soft_spin").get(timeout=20) == "cleaned up"
+    e = failed(send(mod, "soft_uncaught"))
+    assert "SoftTimeLimitExceeded" in str(e)
+
+
+def test_the_soft_limit_on_the_threads_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: list[headway.Worker]
+) -> None:
+    mod = make_module(tmp_path, "memory", None, monkeypatch, hard=False)
+    w = mod.app.worker(concurrency=2, pool="threads")
+    w.start()
+    workers.append(w)
+    assert send(mod, "soft_spin").get(timeout=20) == "cleaned up"
+    e = failed(send(mod, "soft_uncaught"))
+    assert "SoftTimeLimitExceeded" in str(e)
+    # The thread serves the next body unharmed (no exception left pending).
+    assert send(mod, "pid").get(timeout=20) == os.getpid()
+
+
+def test_a_hard_limit_on_the_threads_pool_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mod = make_module(tmp_path, "memory", None, monkeypatch)
+    with pytest.raises(ValueError, match="process pool"):
+        mod.app.worker(pool="threads")
+    app = headway.App("memory://")
+    with pytest.raises(ValueError, match="time_limit.*process pool"):
+        app.worker(time_limit=5)
+    with pytest.raises(ValueError, match="pool"):
+        app.worker(pool="forks")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_tasks_per_child"):
+        mod.app.worker(max_tasks_per_child=0, pool="process")
+    with pytest.raises(ValueError, match="max_memory_per_child.*process pool"):
+        app.worker(max_memory_per_child=1000)
+    # An app the children could not import is refused up front.
+    with pytest.raises(ValueError, match="top level of a module"):
+        app.worker(pool="process")
+
+
+def test_children_are_recycled_after_max_tasks_per_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: list[headway.Worker]
+) -> None:
+    mod = make_module(tmp_path, "memory", None, monkeypatch)
+    start(mod, workers, concurrency=1, max_tasks_per_child=2)
+    pids = [send(mod, "pid").get(timeout=20) for _ in range(4)]
+    assert pids[0] == pids[1] and pids[2] == pids[3]
+    assert pids[1] != pids[2], pids
+
+
+def test_a_child_over_its_memory_is_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: list[headway.Worker]
+) -> None:
+    mod = make_module(tmp_path, "memory", None, monkeypatch)
+    # Any Python process holds more than 1 MiB: replaced after every run.
+    start(mod, workers, concurrency=1, max_memory_per_child=1024)
+    pids = [send(mod, "pid").get(timeout=20) for _ in range(3)]
+    assert len(set(pids)) == 3, pids
+    # Positive control: a roomy limit keeps the child.
+    w = workers.pop()
+    w.stop(2.0)
+    start(mod, workers, concurrency=1, max_memory_per_child=10_000_000)
+    pids = [send(mod, "pid").get(timeout=20) for _ in range(3)]
+    assert len(set(pids)) == 1, pids
+
+
+@pytest.mark.parametrize("name", ["exit", "segfault"])
+def test_a_child_that_dies_fails_that_run_and_the_next_one_runs(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: list[headway.Worker]
+) -> None:
+    mod = make_module(tmp_path, "memory", None, monkeypatch)
+    start(mod, workers, concurrency=1)
+    e = failed(send(mod, name))
+    assert "WorkerLostError" in str(e)
+    assert ("exitcode 1" if name == "exit" else "SIGSEGV") in str(e)
+    assert isinstance(send(mod, "pid").get(timeout=20), int)
+
+
+def test_reject_on_worker_lost_redelivers_the_run(
+    redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: list[headway.Worker]
+) -> None:
+    mod = make_module(tmp_path, "redis", redis_server, monkeypatch)
+    start(mod, workers, concurrency=1)
+    marker = tmp_path / "died-once"
+    assert send(mod, "exit_once", str(marker)).get(timeout=30) == "second time"
+    assert marker.exists(), "the first attempt never ran"
+
+
+def test_a_cpu_bound_body_uses_every_core(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: list[headway.Worker]
+) -> None:
+    """With -c 2 on two cores, 40 runs of a ~50 ms pure-Python loop take at
+    most 0.6 of the threads pool's time (the GIL serialises threads)."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.fail("this check needs two cores")
+    mod = make_module(tmp_path, "memory", None, monkeypatch, hard=False)
+    t0 = time.perf_counter()
+    mod.burn(10_000)
+    n = max(10_000, int(10_000 * 0.05 / max(time.perf_counter() - t0, 1e-6)))
+    expected = sum(i * i for i in range(n))
+
+    def timed(pool: str) -> float:
+        w = mod.app.worker(concurrency=2, pool=pool)
+        w.start()
+        workers.append(w)
+        send(mod, "pid").get(timeout=20)  # children up before timing
+        t = time.perf_counter()
+        hs = [send(mod, "burn", n) for _ in range(40)]
+        assert [h.get(timeout=120) for h in hs] == [expected] * 40
+        took = time.perf_counter() - t
+        workers.remove(w)
+        w.stop(2.0)
+        return took
+
+    threads = timed("threads")
+    process = timed("process")
+    assert process <= 0.6 * threads, f"process {process:.2f} s vs threads {threads:.2f} s"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "\nState:\tZ" not in f.read()
+    except FileNotFoundError:
+        return False
+
+
+def test_kill_9_of_the_parent_leaves_no_child(redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = make_module(tmp_path, "redis", redis_server, monkeypatch)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "headway", "worker", "-A", f"{mod.__name__}:app", "--pool", "process", "-c", "2"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])},
+    )
+    try:
+        assert proc.stdout is not None
+        lines = []
+        while "ready" not in lines:
+            line = proc.stdout.readline()
+            assert line, f"the worker ended: {lines}"
+            lines.append(line.strip())
+        assert any("pool process" in x for x in lines), lines
+        a, b = send(mod, "nap", 0.3), send(mod, "nap", 0.3)
+        pids = {a.get(timeout=30), b.get(timeout=30)}
+        assert len(pids) == 2 and proc.pid not in pids
+        assert all(_alive(p) for p in pids), "positive control: the children run"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        deadline = time.monotonic() + 5.0
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(p) for p in pids), "a child outlived its parent"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
