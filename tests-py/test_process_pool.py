@@ -37,7 +37,8 @@ if kind == "memory":
 elif kind == "celery":
     app = headway.App(headway.RedisBroker.celery(url))
 else:
-    app = headway.App(headway.RedisBroker(url, prefix=os.environ["PP_PREFIX"]))
+    lease = float(os.environ.get("PP_LEASE", "30"))
+    app = headway.App(headway.RedisBroker(url, prefix=os.environ["PP_PREFIX"], lease=lease))
 
 @app.task(name="pid")
 def pid():
@@ -93,6 +94,13 @@ def exit_once(marker):
         open(marker, "w").close()
         os._exit(1)
     return "second time"
+
+@app.task(name="nap_logged", acks_late=True)
+def nap_logged(path, s):
+    with open(path, "a") as f:
+        f.write(f"child {os.getpid()}\\n")
+    time.sleep(s)
+    return "done"
 
 @app.task(name="burn")
 def burn(n):
@@ -285,6 +293,43 @@ def test_reject_on_worker_lost_redelivers_the_run(
     marker = tmp_path / "died-once"
     assert send(mod, "exit_once", str(marker)).get(timeout=30) == "second time"
     assert marker.exists(), "the first attempt never ran"
+
+
+def test_the_parent_keeps_the_lease_while_a_child_runs_for_long(
+    redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: list[headway.Worker]
+) -> None:
+    """A 1 s lease, a run of 4 s in a child: the parent keeps the claim
+    alive, so a second worker on the queue never recovers and reruns it."""
+    monkeypatch.setenv("PP_LEASE", "1.0")
+    mod = make_module(tmp_path, "redis", redis_server, monkeypatch)
+    start(mod, workers, concurrency=1, prefetch=1)
+    log = tmp_path / "runs.log"
+    other = headway.App(
+        headway.RedisBroker(os.environ["PP_URL"], prefix=os.environ["PP_PREFIX"], lease=1.0)
+    )
+
+    @other.task(name="nap_logged", acks_late=True)
+    def rerun(path: str, s: float) -> str:
+        with open(path, "a") as f:
+            f.write("other worker\n")
+        return "rerun"
+
+    @other.task(name="pid")
+    def probe() -> int:
+        return os.getpid()
+
+    h = send(mod, "nap_logged", str(log), 4.0)
+    while not log.exists():
+        time.sleep(0.02)
+    # The second worker starts once the run is in the child.
+    w2 = other.worker(concurrency=2)
+    w2.start()
+    workers.append(w2)
+    # Positive control: the other worker is live and takes work meanwhile.
+    assert other.send("pid", []).get(timeout=20) == os.getpid()
+    assert h.get(timeout=30) == "done"
+    assert log.read_text().splitlines()[0].startswith("child ")
+    assert "other worker" not in log.read_text(), "the claim lapsed and ran twice"
 
 
 def test_a_cpu_bound_body_uses_every_core(
