@@ -102,6 +102,14 @@ def nap_logged(path, s):
     time.sleep(s)
     return "done"
 
+@app.task(name="unlimited_spin")
+def unlimited_spin():
+    try:
+        while True:
+            pass
+    except headway.SoftTimeLimitExceeded:
+        return "soft from the worker"
+
 @app.task(name="burn")
 def burn(n):
     x = 0
@@ -211,6 +219,22 @@ def test_a_soft_time_limit_raises_inside_the_body_and_its_cleanup_is_stored(
     assert send(mod, "soft_spin").get(timeout=20) == "cleaned up"
     e = failed(send(mod, "soft_uncaught"))
     assert "SoftTimeLimitExceeded" in str(e)
+
+
+def test_the_workers_limits_apply_to_tasks_that_set_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: list[headway.Worker]
+) -> None:
+    mod = make_module(tmp_path, "memory", None, monkeypatch)
+    start(mod, workers, concurrency=1, soft_time_limit=0.4)
+    assert send(mod, "unlimited_spin").get(timeout=20) == "soft from the worker"
+    w = workers.pop()
+    w.stop(2.0)
+    start(mod, workers, concurrency=1, time_limit=1.5)
+    t = time.monotonic()
+    assert "TimeLimitExceeded" in str(failed(send(mod, "unlimited_spin")))
+    assert time.monotonic() - t < 4.0
+    # A task's own soft limit (0.5 s) comes before the worker's hard one.
+    assert send(mod, "soft_sleep").get(timeout=20) == "cleaned up"
 
 
 def test_the_soft_limit_on_the_threads_pool(
