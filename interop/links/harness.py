@@ -158,12 +158,14 @@ class World:
         self._ready(p, f"{name}@links ready")
         return p
 
-    def hw_worker(self, name, queues, sleep=0.0, concurrency=2, prefetch=None):
+    def hw_worker(self, name, queues, sleep=0.0, concurrency=2, prefetch=None, pool=None):
         if name in self.procs and self.procs[name].p.poll() is None:
             return self.procs[name]
         argv = [self.hw_py, "hw_py.py", "worker", "--queues", queues, "--concurrency", str(concurrency)]
         if prefetch is not None:
             argv += ["--prefetch", str(prefetch)]
+        if pool is not None:
+            argv += ["--pool", pool]
         p = self._spawn(name, argv, {"HEADWAY_LINKS_SLEEP": str(sleep), "HEADWAY_LINKS_WORKER": name})
         self._ready(p, f"ready {name}")
         return p
@@ -527,6 +529,26 @@ def links(w):
     expect(cel == want, "and Celery ran the same callbacks with the same arguments and parents")
 
 
+def time_limits(w):
+    """Celery's per-call time limits, kept by a headway process-pool worker."""
+    w.hw_worker("hw-py-procs", "hwp", pool="process")
+    t0 = time.time()
+    hard = w.capp.signature("h.spin", args=("hard",), options={"queue": "hwp"}).apply_async(time_limit=1)
+    try:
+        hard.get(timeout=DEADLINE)
+        raise Failed("a spinning task succeeded")
+    except Exception as e:  # noqa: BLE001 - the type is the assertion
+        from celery.exceptions import TimeLimitExceeded
+
+        expect(isinstance(e, TimeLimitExceeded), f"Celery reads {type(e).__name__}: {e}")
+    expect(time.time() - t0 < 5, "the hard limit ended the run within 5 s of the send")
+    soft = w.capp.signature("h.soft", args=("soft",), options={"queue": "hwp"}).apply_async(soft_time_limit=0.5)
+    expect(soft.get(timeout=DEADLINE) == "cleaned up soft",
+           "the soft limit raised inside the body, whose cleanup answer Celery reads")
+    show(w.ledger(t0))
+    expect(len(w.runs_of(hard.id, t0)) == 1, "the killed run ran once (no redelivery)")
+
+
 SCENARIOS = {
     "chain-from-headway": chain_from_headway,
     "chain-from-celery": chain_from_celery,
@@ -542,6 +564,7 @@ SCENARIOS = {
     "priorities": priorities,
     "revoke": revoke,
     "links": links,
+    "time-limits": time_limits,
 }
 
 

@@ -1,6 +1,6 @@
 """The headway Python side of ``interop/run_links.sh``.
 
-``python hw_py.py worker --queues hw [--concurrency N] [--prefetch N]`` runs
+``python hw_py.py worker --queues hw [--concurrency N] [--prefetch N] [--pool process]`` runs
 a headway worker process on Celery's layout until SIGTERM (or SIGKILL);
 ``python hw_py.py <command> <json>`` is a one-shot producer step that prints
 one JSON line:
@@ -96,6 +96,25 @@ def slow(ctx, label):
     return "headway:" + label
 
 
+@app.task(name="h.spin", queue="hwp", bind=True)
+def spin(ctx, label):
+    """Spins for ever: only a hard time limit (or a terminate) ends it."""
+    note(ctx, [label])
+    while True:
+        pass
+
+
+@app.task(name="h.soft", queue="hwp", bind=True)
+def soft(ctx, label):
+    """Sleeps until its soft time limit, then cleans up and answers."""
+    note(ctx, [label])
+    try:
+        time.sleep(60)
+    except headway.SoftTimeLimitExceeded:
+        return "cleaned up " + label
+    return "slept"
+
+
 def build(spec):
     if "chain" in spec:
         return headway.chain(*[build(s) for s in spec["chain"]])
@@ -115,7 +134,8 @@ def get(arg):
 def worker(argv):
     opts = dict(zip(argv[::2], argv[1::2]))
     w = app.worker(queues=opts.get("--queues", "hw"), concurrency=int(opts.get("--concurrency", "2")),
-                   prefetch=int(opts["--prefetch"]) if "--prefetch" in opts else None)
+                   prefetch=int(opts["--prefetch"]) if "--prefetch" in opts else None,
+                   pool=opts.get("--pool", "threads"))
     signal.signal(signal.SIGTERM, lambda *_: w.stop(grace=2.0, wait=False))
     print(f"ready {NAME} pid {os.getpid()} queues {w.queues}", flush=True)
     w.run()

@@ -464,6 +464,7 @@ impl NativeApp {
             concurrency,
             prefetch,
             name,
+            ..WorkerSpec::default()
         };
         let cfg = match spec.build(Host::Node) {
             Ok(c) => c,

@@ -134,6 +134,7 @@ pub(crate) fn policy(text: &str) -> Result<Policy, Refusal> {
                 per: Some(ms(per)),
             },
         }),
+        ..PolicySpec::default()
     };
     Ok(spec.build(Host::Node)?)
 }

@@ -203,6 +203,27 @@ impl Sig {
 }
 
 impl Message {
+    /// The time limits the message itself sets, in ms: Celery's `timelimit`
+    /// header, `[hard, soft]` in seconds (`apply_async(time_limit=…,
+    /// soft_time_limit=…)`). As in Celery's worker they win over the task's
+    /// own; a null, a non-number or one not above zero is no limit.
+    pub fn time_limits(&self) -> (Option<i64>, Option<i64>) {
+        let Some(Value::Array(pair)) = self
+            .carried
+            .as_ref()
+            .and_then(|c| c.headers.get("timelimit"))
+        else {
+            return (None, None);
+        };
+        let ms = |i: usize| {
+            pair.get(i)
+                .and_then(Value::as_f64)
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .map(|s| ((s * 1000.0).ceil() as i64).max(1))
+        };
+        (ms(0), ms(1))
+    }
+
     /// A bare message: no canvas, no eta, first attempt.
     pub fn new(
         id: String,
@@ -255,6 +276,23 @@ impl Message {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn time_limits_come_from_celerys_timelimit_header() {
+        let mut m =
+            super::Message::new("i".into(), "t".into(), vec![], Default::default(), "q".into());
+        assert_eq!(m.time_limits(), (None, None));
+        for (given, want) in [
+            (serde_json::json!([10, 2.5]), (Some(10_000), Some(2_500))),
+            (serde_json::json!([null, 3]), (None, Some(3_000))),
+            (serde_json::json!([0, -1]), (None, None)),
+            (serde_json::json!(["x", 1e-9]), (None, Some(1))),
+            (serde_json::json!("nope"), (None, None)),
+        ] {
+            m.carried_mut().headers.insert("timelimit".into(), given);
+            assert_eq!(m.time_limits(), want);
+        }
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -225,6 +225,7 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
         }
     }
 
+    let (carried_hard, carried_soft) = m.time_limits();
     let ctx = Context {
         id: m.id.clone(),
         name: m.task.clone(),
@@ -236,8 +237,8 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
         kwargs: m.kwargs.clone(),
         root_id: m.root_id.clone(),
         parent_id: m.parent_id.clone(),
-        soft_time_limit: policy.soft_time_limit.or(s.soft_time_limit),
-        time_limit: policy.time_limit.or(s.time_limit),
+        soft_time_limit: carried_soft.or(policy.soft_time_limit).or(s.soft_time_limit),
+        time_limit: carried_hard.or(policy.time_limit).or(s.time_limit),
     };
     let mut cancel = s.cancel.subscribe();
     let started = app.now();
