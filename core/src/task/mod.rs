@@ -21,6 +21,7 @@ pub mod policy;
 pub mod rhythm;
 pub mod runners;
 pub mod schedule;
+pub mod signal;
 pub mod spec;
 pub mod specs;
 pub mod state;
@@ -43,6 +44,7 @@ pub use policy::{Policy, PolicyError, Rate, RetryBackoff};
 pub use rhythm::{Cron, Every, Rhythm, RhythmError};
 pub use runners::{ABANDONED_PER_RUNNER, RunnerHealth, Runners, WorkerHealth};
 pub use schedule::{Job, Scheduler, Stats, Tally};
+pub use signal::{SIGTERM, SignalSpec};
 pub use spec::{
     Backend, Broker, ConsumerInfo, Counter, Delivery, EVENT_TEXT_MAX, Inspector, Joined, QueueInfo,
     Receipt, RunEvent,

@@ -100,6 +100,7 @@ impl MemoryBroker {
                 published: Notify::new(),
                 stored: Notify::new(),
                 opts,
+                hearers: Default::default(),
             }),
             consumer: Arc::from(LOCAL),
         })
@@ -291,6 +292,25 @@ impl Broker for MemoryBroker {
             g.revoked.insert(id, until);
         }
         Box::pin(async { Ok(()) })
+    }
+
+    /// Every app on this broker hears it: an app on another handle is what
+    /// a second process is on a shared broker.
+    fn terminate(
+        &self,
+        ids: Vec<String>,
+        until: i64,
+        signal: i32,
+    ) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(async move {
+            self.revoke(ids.clone(), until).await?;
+            self.shared.hearers.tell(&ids, signal);
+            Ok(())
+        })
+    }
+
+    fn on_terminate(&self, hear: crate::task::terminate::OnTerminate) {
+        self.shared.hearers.add(hear);
     }
 
     fn revoked<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Vec<bool>, Refused>> {
