@@ -160,16 +160,23 @@ mod tests {
 
     #[test]
     fn writes_the_body_celery_writes() {
-        // Celery 5.5's `app.control.revoke(id)` (captured above) and
-        // `revoke(id, terminate=True, signal="SIGKILL")`: its control.py
-        // passes `terminate` and `signal` through as given, in that order.
+        // Captured from `app.control.revoke(id, terminate=True,
+        // signal="SIGKILL")` on Celery 5.5.3 (`app.control.terminate(id)`
+        // sends the same with "SIGTERM").
+        let raw = br#"{"body": "eyJtZXRob2QiOiAicmV2b2tlIiwgImFyZ3VtZW50cyI6IHsidGFza19pZCI6ICI2MTkyYTNjNS1hZWVmLTQ1YTAtYjkzMS1jNjNhZmM3MmVjZTAiLCAidGVybWluYXRlIjogdHJ1ZSwgInNpZ25hbCI6ICJTSUdLSUxMIn0sICJkZXN0aW5hdGlvbiI6IG51bGwsICJwYXR0ZXJuIjogbnVsbCwgIm1hdGNoZXIiOiBudWxsfQ==", "content-encoding": "utf-8", "content-type": "application/json", "headers": {"clock": 1, "expires": 1796369717.596125}, "properties": {"delivery_mode": 2, "delivery_info": {"exchange": "celery.pidbox", "routing_key": ""}, "priority": 0, "body_encoding": "base64", "delivery_tag": "9bb21e7a-0b4b-486e-a090-d034071687d7"}}"#;
+        let c = decode(raw).unwrap();
         let id = vec!["6192a3c5-aeef-45a0-b931-c63afc72ece0".to_string()];
-        let plain = r#"{"method": "revoke", "arguments": {"task_id": "6192a3c5-aeef-45a0-b931-c63afc72ece0", "terminate": false, "signal": "SIGTERM"}, "destination": null, "pattern": null, "matcher": null}"#;
+        assert_eq!((c.method.as_str(), &c.ids), ("revoke", &id));
+        assert!(c.terminate);
+        assert_eq!(c.signal, Some(9));
+        // What headway writes is the same body, byte for byte, with and
+        // without terminate (the plain one is the capture above).
+        let captured = body_of(std::str::from_utf8(raw).unwrap());
+        assert_eq!(body_of(&revoke_envelope(&id, Some(9), 1)), captured);
+        let plain = captured
+            .replace("true", "false")
+            .replace("SIGKILL", "SIGTERM");
         assert_eq!(body_of(&revoke_envelope(&id, None, 1)), plain);
-        let kill = plain
-            .replace("false", "true")
-            .replace("SIGTERM", "SIGKILL");
-        assert_eq!(body_of(&revoke_envelope(&id, Some(9), 1)), kill);
         // A signal without a name here goes as its number, which Celery's
         // `signum` takes as it is.
         assert!(body_of(&revoke_envelope(&id, Some(40), 1)).contains(r#""signal": 40}"#));
