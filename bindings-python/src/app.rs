@@ -43,17 +43,24 @@ fn signal_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<i32> {
         Some(o) => {
             if let Ok(s) = o.cast::<PyString>() {
                 let name = s.to_str()?.to_owned();
-                return headway_core::task::signal::parse(Host::Python, Some(SignalSpec::Name(&name)))
-                    .map_err(spec_err);
+                return headway_core::task::signal::parse(
+                    Host::Python,
+                    Some(SignalSpec::Name(&name)),
+                )
+                .map_err(spec_err);
             }
-            if o.is_instance_of::<pyo3::types::PyBool>() || !o.is_instance_of::<pyo3::types::PyInt>() {
+            if o.is_instance_of::<pyo3::types::PyBool>()
+                || !o.is_instance_of::<pyo3::types::PyInt>()
+            {
                 return Err(PyTypeError::new_err(format!(
                     "`signal` must be a str or an int, not {}",
                     type_name(o)
                 )));
             }
             // A huge int is out of range however big: the core says so.
-            Some(SignalSpec::Number(o.extract::<i64>().map_or(f64::INFINITY, |n| n as f64)))
+            Some(SignalSpec::Number(
+                o.extract::<i64>().map_or(f64::INFINITY, |n| n as f64),
+            ))
         }
     };
     headway_core::task::signal::parse(Host::Python, spec).map_err(spec_err)
@@ -986,7 +993,10 @@ impl PyApp {
         guard(|| {
             let signal = signal_arg(signal)?;
             let app = self.app.clone();
-            let r = block(py, async move { app.revoke_with(&ids, terminate, signal).await })?;
+            let r = block(
+                py,
+                async move { app.revoke_with(&ids, terminate, signal).await },
+            )?;
             check(py, r)
         })
     }

@@ -262,6 +262,9 @@ impl World {
     }
 }
 
+/// The terminates a broker told: (ids, signal), in order.
+type Heard = Arc<Mutex<Vec<(Vec<String>, i32)>>>;
+
 /// What the headway side ran: (task, args, ms since the epoch).
 type Ran = Arc<Mutex<Vec<(String, Vec<Value>, i64)>>>;
 
@@ -726,7 +729,7 @@ async fn a_celery_clients_terminate_stops_a_headway_run() {
         }),
     )
     .unwrap();
-    let heard: Arc<Mutex<Vec<(Vec<String>, i32)>>> = Arc::default();
+    let heard: Heard = Arc::default();
     let h2 = heard.clone();
     headway_core::task::Broker::on_terminate(
         &*b,

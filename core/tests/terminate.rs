@@ -18,6 +18,9 @@ use headway_core::task::{
 use serde_json::{Map, json};
 use support::kit::{Kit, Layout, Opts};
 
+/// The terminates a broker told: (ids, signal), in order.
+type Heard = Arc<Mutex<Vec<(Vec<String>, i32)>>>;
+
 /// How long a terminate may take to stop a run in another process.
 const STOPS_WITHIN: Duration = Duration::from_secs(2);
 
@@ -77,9 +80,11 @@ async fn a_terminate_from_another_app_stops_the_run_where_it_goes() {
             .send("slow", vec![], Map::new(), Options::default())
             .await
             .unwrap();
-        until(&format!("{name}: both run on A"), Duration::from_secs(10), async || {
-            started.load(Ordering::SeqCst) == 2
-        })
+        until(
+            &format!("{name}: both run on A"),
+            Duration::from_secs(10),
+            async || started.load(Ordering::SeqCst) == 2,
+        )
         .await;
 
         let sent = Instant::now();
@@ -90,9 +95,16 @@ async fn a_terminate_from_another_app_stops_the_run_where_it_goes() {
             async || doomed.state().await.unwrap() == State::Revoked,
         )
         .await;
-        assert!(sent.elapsed() < STOPS_WITHIN, "{name}: {:?}", sent.elapsed());
         assert!(
-            matches!(doomed.get(Some(Duration::from_secs(1))).await, Err(Refused::Revoked(_))),
+            sent.elapsed() < STOPS_WITHIN,
+            "{name}: {:?}",
+            sent.elapsed()
+        );
+        assert!(
+            matches!(
+                doomed.get(Some(Duration::from_secs(1))).await,
+                Err(Refused::Revoked(_))
+            ),
             "{name}"
         );
         // Positive control: the run nobody terminated is still going, and
@@ -118,12 +130,13 @@ async fn a_terminate_carries_its_signal_to_every_app_on_the_broker() {
         let name = kit.name();
         // A hearer on A's broker, as an app is (an app adds itself so).
         let a = kit.open(Opts::named("a")).await;
-        let heard: Arc<Mutex<Vec<(Vec<String>, i32)>>> = Arc::default();
+        let heard: Heard = Arc::default();
         let h2 = heard.clone();
-        a.broker().on_terminate(Arc::new(move |ids: &[String], signal| {
-            h2.lock().unwrap().push((ids.to_vec(), signal));
-            true
-        }));
+        a.broker()
+            .on_terminate(Arc::new(move |ids: &[String], signal| {
+                h2.lock().unwrap().push((ids.to_vec(), signal));
+                true
+            }));
         let b = kit.app();
         // A revoke without terminate is not heard; a terminate is, with
         // its signal — SIGTERM unless named.
@@ -145,7 +158,10 @@ async fn a_terminate_carries_its_signal_to_every_app_on_the_broker() {
             "{name}"
         );
         // A signal out of range is refused, naming it, and nothing is sent.
-        let e = b.revoke_with(&["x".to_string()], true, 65).await.unwrap_err();
+        let e = b
+            .revoke_with(&["x".to_string()], true, 65)
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("invalid `signal`"), "{name}: {e}");
         assert!(!b.broker().revoked(&["x".to_string()]).await.unwrap()[0]);
         eprintln!("{name}: ok");

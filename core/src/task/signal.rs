@@ -168,7 +168,10 @@ mod tests {
             for bad in ["", "SIG", "SIGNOPE", "TERMINATE", "0", "65", "-9", "9.5"] {
                 let e = p(bad).unwrap_err();
                 assert_eq!(e.arg(), "signal", "{bad:?}");
-                assert!(e.to_string().starts_with("invalid `signal`: must be"), "{e}");
+                assert!(
+                    e.to_string().starts_with("invalid `signal`: must be"),
+                    "{e}"
+                );
             }
             let n = |x| parse(host, Some(SignalSpec::Number(x)));
             assert_eq!(n(1.0), Ok(1));

@@ -145,7 +145,11 @@ mod tests {
         // Positive control: a fresh mark is taken.
         assert_eq!(app.take_terminate("gone-7"), Some(crate::task::SIGTERM));
         clock.advance(TERMINATE_KEEP);
-        assert_eq!(app.take_terminate("gone-8"), None, "an expired mark was taken");
+        assert_eq!(
+            app.take_terminate("gone-8"),
+            None,
+            "an expired mark was taken"
+        );
         app.revoke(&["new".to_string()], true).await.unwrap();
         assert_eq!(app.terminate_marks(), 1, "expired marks were kept");
     }
