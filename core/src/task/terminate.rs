@@ -1,5 +1,6 @@
-//! Terminate marks: the ids a `revoke(terminate=true)` asked this process to
-//! stop, each with the signal it named, kept for [`TERMINATE_KEEP`] of the
+//! Terminate marks: the ids a `revoke(terminate=true)` — made here or in
+//! another process on the broker — asked this process to stop, each with the
+//! signal it named, kept for [`TERMINATE_KEEP`] of the
 //! app's clock; and the [`Hearers`] a broker tells when a terminate comes
 //! from another process.
 //!

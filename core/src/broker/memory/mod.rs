@@ -22,6 +22,8 @@
 //!   would, and `recover()` then hands back what it held — oldest claim at
 //!   the head, marked redelivered — and dead-letters a message lost with its
 //!   holder `max_deliveries` times ("worker lost ×3");
+//! - a terminate is told to every app on the broker, on any of its
+//!   handles, as a Redis layout tells every process on it;
 //! - bytes pushed by [`MemoryBroker::push_raw`] go through the same decoder
 //!   as a Redis claim ([`crate::task::dead::decode`]), and what does not
 //!   decode is quarantined in the queue's dead letters.
