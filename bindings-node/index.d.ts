@@ -710,11 +710,24 @@ export declare class Handle<R = unknown> {
   state(): Promise<State>;
   /**
    * Revokes it: it will not start anywhere the broker reaches. With
-   * `terminate`, a run in progress in this process stops (`ctx.signal`
-   * aborts) and is recorded REVOKED; a run in another process is left to
-   * finish, since nothing else is reachable.
+   * `terminate` (`revoke(true)` or `revoke({ terminate: true, signal })`),
+   * a run in progress stops — in whichever process on the broker runs it
+   * (`ctx.signal` aborts there) — and is recorded REVOKED. A bad `signal` is
+   * a RangeError (`ERR_INVALID_ARG_VALUE`), one of the wrong type a
+   * TypeError.
    */
-  revoke(terminate?: boolean): Promise<void>;
+  revoke(options?: boolean | RevokeOptions): Promise<void>;
+}
+
+/** How `revoke` stops a run in progress. */
+export interface RevokeOptions {
+  /** Also stop a run in progress, wherever it runs (default false). */
+  terminate?: boolean | undefined;
+  /**
+   * The signal a terminate carries: a name in any case, with or without
+   * `SIG` (`'SIGTERM'`, the default; `'KILL'`), or a number 1 to 64.
+   */
+  signal?: string | number | null | undefined;
 }
 
 /** A piece of work that has not been published; building one publishes nothing, so it can be sent twice. */
@@ -1064,6 +1077,12 @@ export declare class App {
   sig<R = unknown>(name: string, args?: Json[], options?: SigOptions): Signature<R>;
   /** A handle on the run `id`, which some other process may have sent. */
   handle<R = unknown>(id: string): Handle<R>;
+  /**
+   * Revokes the runs `ids` (one id or several), as `handle.revoke` does:
+   * with `{ terminate: true, signal }` a run in progress stops wherever it
+   * runs.
+   */
+  revoke(ids: string | readonly string[], options?: boolean | RevokeOptions): Promise<void>;
   /** The app's time, epoch ms (the virtual clock's, in tests). */
   now(): number;
   /** A worker of this app. */

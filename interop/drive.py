@@ -9,7 +9,9 @@ Commands:
   ``{"chain": [spec, ...]}`` or ``{"chord": [spec, ...], "body": spec}``.
 - ``get {"id", "timeout"}`` → ``{"ok": value}`` or ``{"error": type,
   "module", "args"}``.
-- ``state {"id"}`` → ``{"state"}``; ``revoke {"id"}`` → ``{}``.
+- ``state {"id"}`` → ``{"state"}``; ``revoke {"id", "terminate", "signal"}``
+  → ``{}`` (Celery's ``app.control.revoke``; ``terminate`` false and
+  ``signal`` Celery's default when omitted).
 - ``typed {"queue"}``: sends ``hw.echo`` with a datetime, a UUID, a Decimal
   and bytes and answers whether each came back equal and of its type.
 - ``meta {"id"}`` → the raw stored result meta.
@@ -61,7 +63,8 @@ def main():
     elif cmd == "state":
         out = {"state": app.AsyncResult(arg["id"]).state}
     elif cmd == "revoke":
-        app.control.revoke(arg["id"])
+        extra = {k: arg[k] for k in ("terminate", "signal") if k in arg}
+        app.control.revoke(arg["id"], **extra)
         out = {}
     elif cmd == "meta":
         raw = _r.get("celery-task-meta-" + arg["id"])

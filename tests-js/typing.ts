@@ -179,6 +179,12 @@ async function tasks(): Promise<void> {
   const hello: string = await (await greet.send(['ada'], { eta: new Date(), expires: Date.now() + 60_000 })).get();
   const state: State = await h.state();
   await h.revoke(true);
+  await h.revoke({ terminate: true, signal: 'SIGKILL' });
+  await h.revoke({ signal: 9 });
+  await app.revoke(['a', 'b'], { terminate: true });
+  await app.revoke('a');
+  // @ts-expect-error a signal is a name or a number
+  await h.revoke({ terminate: true, signal: true });
   const byName = await app.send<number>('add', [1, 2], { kwargs: { plus: 1 } });
   const other = await app.sendTask('elsewhere', [1]);
   const some: unknown = await app.handle(other.id).get();

@@ -4,7 +4,8 @@
 
 const { inspect } = require('node:util');
 const { outOfRange } = require('./errors.js');
-const { num, bool } = require('./checks.js');
+const { num, bool, opts, only } = require('./checks.js');
+const { argType } = require('./errors.js');
 const { parse } = require('./json.js');
 const { answer } = require('./host.js');
 
@@ -57,10 +58,16 @@ class Handle {
     }
   }
 
-  /** Revokes it; with `terminate`, a run in progress in this process stops. */
-  revoke(terminate = false) {
+  /**
+   * Revokes it: it will not start anywhere the broker reaches. With
+   * `terminate` (`revoke(true)` or `revoke({ terminate: true, signal })`), a
+   * run in progress stops — in whichever process on the broker runs it —
+   * with `signal` ('SIGTERM'; a name or a number 1 to 64).
+   */
+  revoke(options = false) {
     try {
-      return answer(this.#app[APP].revoke(this.#key, this.#all, bool('terminate', terminate)), nothing, nothing);
+      const [terminate, signal] = revokeOptions(options);
+      return answer(this.#app[APP].revoke(this.#key, this.#all, terminate, signal), nothing, nothing);
     } catch (e) {
       return Promise.reject(e);
     }
@@ -69,6 +76,19 @@ class Handle {
   [inspect.custom]() {
     return this.#all ? `Handle(group of ${this.#ids.length})` : `Handle(${this.#ids[0]})`;
   }
+}
+
+/** `revoke`'s argument: `terminate` alone, or `{ terminate, signal }`. */
+function revokeOptions(v) {
+  if (typeof v === 'boolean') return [v, null];
+  const o = opts('options', v);
+  only('revoke', o, ['terminate', 'signal']);
+  const terminate = o.terminate === undefined ? false : bool('terminate', o.terminate);
+  const s = o.signal;
+  if (s !== undefined && s !== null && typeof s !== 'string' && typeof s !== 'number') {
+    throw argType('signal', 'a signal name (string) or number', s);
+  }
+  return [terminate, s ?? null];
 }
 
 function identity(x) {

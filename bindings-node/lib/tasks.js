@@ -297,6 +297,23 @@ class App {
     return new Handle(this, [str('id', id)], false);
   }
 
+  /**
+   * Revokes the runs `ids` (one id or an array): they will not start
+   * anywhere the broker reaches. With `{ terminate: true }`, a run in
+   * progress stops — in whichever process on the broker runs it — with
+   * `signal` ('SIGTERM'; a name or a number 1 to 64).
+   */
+  revoke(ids, options) {
+    try {
+      const list = typeof ids === 'string' ? [ids] : ids;
+      if (!Array.isArray(list)) throw argType('ids', 'a run id or an array of them', ids);
+      list.forEach((id, i) => str(`ids[${i}]`, id));
+      return new Handle(this, list.slice(), true).revoke(options ?? false);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
   /** The app's time in epoch ms (the virtual clock's, in tests). */
   now() {
     return this[APP].now();

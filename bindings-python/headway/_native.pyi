@@ -860,11 +860,13 @@ class Handle(Generic[_R_co]):
         """What the run is doing now, without waiting. A group: FAILURE once
         any part failed, REVOKED once any was revoked, SUCCESS once all
         succeeded, else the first unsettled part's state."""
-    def revoke(self, terminate: bool = False) -> None:
+    def revoke(self, terminate: bool = False, signal: str | int = "SIGTERM") -> None:
         """Revokes it: it will not start anywhere the broker reaches. With
-        ``terminate``, a run in progress in this process stops (an async body
-        is cancelled; a sync body's late result is discarded) and is recorded
-        REVOKED."""
+        ``terminate``, a run in progress stops — in whichever process on the
+        broker runs it — and is recorded REVOKED (an async body is
+        cancelled; a sync body's late result is discarded). ``signal`` is
+        the signal a terminate carries: a name (``"SIGKILL"``, ``"kill"``)
+        or a number 1 to 64; a bad one raises ``ValueError``."""
     def ready(self) -> bool:
         """Whether it has settled for good (SUCCESS, FAILURE or REVOKED)."""
     def successful(self) -> bool:
@@ -1088,7 +1090,7 @@ class _App:
     ) -> _Worker: ...
     def serve_child(self, flag: _Flag) -> None: ...
     def beat(self) -> _Beat: ...
-    def revoke(self, ids: list[str], terminate: bool = False) -> None: ...
+    def revoke(self, ids: list[str], terminate: bool = False, signal: str | int = "SIGTERM") -> None: ...
     def dead_letters(self, queue: str, limit: int | None = None) -> list[DeadLetter]: ...
     def dead_count(self, queue: str) -> int: ...
     def requeue_dead(self, queue: str, limit: int | None = None, ids: list[str] | None = None) -> int: ...

@@ -770,6 +770,16 @@ class App:
         """Celery's name for ``handle(id)``."""
         return self._native.handle(id)
 
+    def revoke(
+        self, ids: str | Sequence[str], terminate: bool = False, signal: str | int = "SIGTERM"
+    ) -> None:
+        """Revokes the runs ``ids`` (one id or several): they will not start
+        anywhere the broker reaches. With ``terminate``, a run in progress
+        stops — in whichever process on the broker runs it — with
+        ``signal`` (a name such as ``"SIGKILL"`` or a number 1 to 64; a bad
+        one raises ``ValueError``) and is recorded REVOKED."""
+        self._native.revoke([ids] if isinstance(ids, str) else list(ids), terminate, signal)
+
     def now(self) -> float:
         """The app's time, in epoch seconds (the virtual clock's, in tests)."""
         return self._native.now()

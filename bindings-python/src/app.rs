@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headway_core::task::{
-    App, BackoffSpec, Beat, ChildCommand, Canvas, Clock, Handle, Host, Options, PolicySpec, RateSpec, Refused,
-    RetryBackoff, SendSpec, Sig, SpecError, State, Worker, WorkerSpec,
+    App, BackoffSpec, Beat, Canvas, ChildCommand, Clock, Handle, Host, Options, PolicySpec,
+    RateSpec, Refused, RetryBackoff, SendSpec, Sig, SignalSpec, SpecError, State, Worker,
+    WorkerSpec,
 };
 use pyo3::PyTraverseError;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -32,6 +33,38 @@ use crate::{guard, int_arg, type_name};
 /// The core's refusal of an argument, named as Python spells it.
 pub(crate) fn spec_err(e: SpecError) -> PyErr {
     PyValueError::new_err(e.to_string())
+}
+
+/// A `signal` argument: a name or an int (`signal.SIGKILL` is one), read
+/// by the core; `None` is the core's default.
+fn signal_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<i32> {
+    let spec = match obj {
+        None => None,
+        Some(o) if o.is_none() => None,
+        Some(o) => {
+            if let Ok(s) = o.cast::<PyString>() {
+                let name = s.to_str()?.to_owned();
+                return headway_core::task::signal::parse(
+                    Host::Python,
+                    Some(SignalSpec::Name(&name)),
+                )
+                .map_err(spec_err);
+            }
+            if o.is_instance_of::<pyo3::types::PyBool>()
+                || !o.is_instance_of::<pyo3::types::PyInt>()
+            {
+                return Err(PyTypeError::new_err(format!(
+                    "`signal` must be a str or an int, not {}",
+                    type_name(o)
+                )));
+            }
+            // A huge int is out of range however big: the core says so.
+            Some(SignalSpec::Number(
+                o.extract::<i64>().map_or(f64::INFINITY, |n| n as f64),
+            ))
+        }
+    };
+    headway_core::task::signal::parse(Host::Python, spec).map_err(spec_err)
 }
 
 // ---------------------------------------------------------------- backoffs
@@ -415,14 +448,21 @@ impl PyHandle {
     }
 
     /// Revokes it: it will not start anywhere the broker reaches. With
-    /// `terminate`, a run in progress in this process stops (an async body
-    /// is cancelled; a sync body's late result is discarded) and is recorded
-    /// REVOKED.
-    #[pyo3(signature = (terminate=false))]
-    fn revoke(&self, py: Python<'_>, terminate: bool) -> PyResult<()> {
+    /// `terminate`, a run in progress stops — in whichever process on the
+    /// broker runs it — and is recorded REVOKED (an async body is
+    /// cancelled; a sync body's late result is discarded). `signal` names
+    /// the signal a terminate carries.
+    #[pyo3(signature = (terminate=false, signal=None), text_signature = "($self, terminate=False, signal='SIGTERM')")]
+    fn revoke(
+        &self,
+        py: Python<'_>,
+        terminate: bool,
+        signal: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         guard(|| {
+            let signal = signal_arg(signal)?;
             let h = self.inner.clone();
-            let r = block(py, async move { h.revoke(terminate).await })?;
+            let r = block(py, async move { h.revoke_with(terminate, signal).await })?;
             check(py, r)
         })
     }
@@ -1001,12 +1041,23 @@ impl PyApp {
         }
     }
 
-    /// Revokes runs by id.
-    #[pyo3(signature = (ids, terminate=false))]
-    fn revoke(&self, py: Python<'_>, ids: Vec<String>, terminate: bool) -> PyResult<()> {
+    /// Revokes runs by id; with `terminate`, stops them where they run,
+    /// with `signal`.
+    #[pyo3(signature = (ids, terminate=false, signal=None), text_signature = "($self, ids, terminate=False, signal='SIGTERM')")]
+    fn revoke(
+        &self,
+        py: Python<'_>,
+        ids: Vec<String>,
+        terminate: bool,
+        signal: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         guard(|| {
+            let signal = signal_arg(signal)?;
             let app = self.app.clone();
-            let r = block(py, async move { app.revoke(&ids, terminate).await })?;
+            let r = block(
+                py,
+                async move { app.revoke_with(&ids, terminate, signal).await },
+            )?;
             check(py, r)
         })
     }

@@ -1,5 +1,6 @@
 //! headway against a REAL Celery 5.5 on one redis-server: tasks, chains,
-//! chords, failures, typed values, etas, revokes and dead consumers'
+//! chords, failures, typed values, etas, revokes (a Celery client's
+//! terminate included) and dead consumers'
 //! reservations, each in both directions. The Celery side is
 //! `interop/celery_app.py` (a worker) and `interop/drive.py` (a producer),
 //! run by the Python named in `HEADWAY_CELERY_PYTHON` or found in
@@ -260,6 +261,9 @@ impl World {
         (app, b)
     }
 }
+
+/// The terminates a broker told: (ids, signal), in order.
+type Heard = Arc<Mutex<Vec<(Vec<String>, i32)>>>;
 
 /// What the headway side ran: (task, args, ms since the epoch).
 type Ran = Arc<Mutex<Vec<(String, Vec<Value>, i64)>>>;
@@ -694,6 +698,81 @@ async fn revokes_both_ways() {
     assert_eq!(got["error"], json!("TaskRevokedError"), "{got}");
     assert!(ran.lock().unwrap().is_empty(), "headway ran a revoked task");
     assert_eq!(app.state_of(&id).await.unwrap(), State::Revoked);
+    stop(wk, h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_celery_clients_terminate_stops_a_headway_run() {
+    let Some(w) = world(3600.0) else { return };
+    let ran = Ran::default();
+    let (app, b) = w.headway(&ran).await;
+    // A run that goes until released; what the broker hears, with the
+    // signal.
+    let started = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (s2, r2) = (started.clone(), release.clone());
+    app.register(
+        "hw.hang",
+        Policy {
+            queue: "hw".into(),
+            ..Policy::default()
+        },
+        body(move |_, _| {
+            s2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let release = r2.clone();
+            async move {
+                while !release.load(std::sync::atomic::Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Ok(json!("released"))
+            }
+        }),
+    )
+    .unwrap();
+    let heard: Heard = Arc::default();
+    let h2 = heard.clone();
+    headway_core::task::Broker::on_terminate(
+        &*b,
+        Arc::new(move |ids: &[String], signal| {
+            h2.lock().unwrap().push((ids.to_vec(), signal));
+            true
+        }),
+    );
+    let (wk, h) = run_worker(&app, &["hw"]);
+    let send = |w: &World| {
+        w.drive("send", json!({"name": "hw.hang", "queue": "hw"}))["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let doomed = send(&w);
+    let spared = send(&w);
+    let until = Instant::now() + Duration::from_secs(10);
+    while started.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+        assert!(Instant::now() < until, "the runs never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Celery 5.5's own `app.control.revoke(id, terminate=True, signal=...)`.
+    let sent = Instant::now();
+    w.drive(
+        "revoke",
+        json!({"id": doomed, "terminate": true, "signal": "SIGKILL"}),
+    );
+    while app.state_of(&doomed).await.unwrap() != State::Revoked {
+        assert!(
+            sent.elapsed() < Duration::from_secs(2),
+            "not REVOKED within 2 s of the revoke"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(*heard.lock().unwrap(), vec![(vec![doomed.clone()], 9)]);
+    let got = w.drive("get", json!({"id": doomed}));
+    assert_eq!(got["error"], json!("TaskRevokedError"), "{got}");
+    // Positive control: the spared run was not stopped, and finishes.
+    assert!(!app.state_of(&spared).await.unwrap().is_final());
+    release.store(true, std::sync::atomic::Ordering::SeqCst);
+    let got = w.drive("get", json!({"id": spared}));
+    assert_eq!(got["ok"], json!("released"), "{got}");
     stop(wk, h).await;
 }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headway_core::task::{
-    App, Beat, Call, Failure, Handle, Host, HostQueue, Sig, Worker, WorkerSpec,
+    App, Beat, Call, Failure, Handle, Host, HostQueue, Sig, SignalSpec, Worker, WorkerSpec,
 };
 use napi::Env;
 use napi::bindgen_prelude::{Either, Unknown};
@@ -336,16 +336,31 @@ impl NativeApp {
         )
     }
 
-    /// Revokes the run (or the set); with `terminate`, a run in progress in
-    /// this process stops.
+    /// Revokes the run (or the set); with `terminate`, a run in progress
+    /// stops wherever it runs, with `signal` (a name or a number, read by
+    /// the core; none: SIGTERM).
     #[napi(catch_unwind)]
-    pub fn revoke(&self, ids: String, all: bool, terminate: bool) -> napi::Result<Answer> {
+    pub fn revoke(
+        &self,
+        ids: String,
+        all: bool,
+        terminate: bool,
+        signal: Option<Either<String, f64>>,
+    ) -> napi::Result<Answer> {
         let h = match handle_of(&self.app, &ids, all) {
             Ok(h) => h,
             Err(e) => return refused(e),
         };
+        let spec = signal.as_ref().map(|s| match s {
+            Either::A(name) => SignalSpec::Name(name),
+            Either::B(n) => SignalSpec::Number(*n),
+        });
+        let signal = match headway_core::task::signal::parse(Host::Node, spec) {
+            Ok(s) => s,
+            Err(e) => return refused(e.into()),
+        };
         drive(
-            async move { h.revoke(terminate).await },
+            async move { h.revoke_with(terminate, signal).await },
             |()| String::new(),
             |()| "null".to_string(),
         )

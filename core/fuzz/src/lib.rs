@@ -124,10 +124,12 @@ pub fn pidbox(data: &[u8]) {
         let _ = c.is_for("celery@host", now);
     }
     let _ = pidbox::describe(&c);
-    let env = pidbox::revoke_envelope(&c.ids, c.terminate, 1);
+    let signal = c.signal.unwrap_or(headway_core::task::SIGTERM);
+    let env = pidbox::revoke_envelope(&c.ids, c.terminate.then_some(signal), 1);
     let back = pidbox::decode(env.as_bytes()).expect("what it writes it reads");
     assert_eq!((back.method.as_str(), &back.ids), ("revoke", &c.ids));
     assert_eq!(back.terminate, c.terminate);
+    assert_eq!(back.signal, Some(signal));
 }
 
 /// The Celery result meta parser (`celery-task-meta-<id>`), which reads

@@ -544,7 +544,17 @@ impl<T: Clone + Send + 'static> Waiters<T> {
             let (mut s, stream) = ps.split();
             let patterns: Vec<String> = self.patterns().iter().map(|(p, _)| p.clone()).collect();
             for p in &patterns {
-                s.psubscribe(p).await.map_err(|e| self.refused(&e))?;
+                match s.psubscribe(p).await {
+                    Ok(()) => {}
+                    Err(e) if conn_error(&e) => return Err(self.refused(&e)),
+                    // Refused by Redis (an ACL without it): the other
+                    // patterns and every waiter still work; said once per
+                    // connection.
+                    Err(e) => eprintln!(
+                        "headway: {}; the pattern {p:?} is not heard",
+                        self.refused(&e)
+                    ),
+                }
             }
             let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
             *sink = Some((epoch, s));

@@ -79,7 +79,7 @@ impl App {
     /// tasks nobody waits on (`get` answers `Missing`), and one without a
     /// counter refuses to build a chord.
     pub fn new(seams: Seams, clock: Arc<dyn Clock>) -> App {
-        App {
+        let app = App {
             inner: Arc::new(AppInner {
                 broker: seams.broker,
                 backend: seams.backend,
@@ -90,7 +90,18 @@ impl App {
                 terminating: Mutex::new(super::terminate::Marks::default()),
                 terminate_bell: Notify::new(),
             }),
-        }
+        };
+        // Terminates other processes broadcast reach this app's runs; held
+        // weakly, so the broker does not keep a dropped app alive.
+        let weak = Arc::downgrade(&app.inner);
+        app.inner.broker.on_terminate(Arc::new(move |ids, signal| {
+            let Some(inner) = weak.upgrade() else {
+                return false;
+            };
+            App { inner }.mark_terminate(ids, signal);
+            true
+        }));
+        app
     }
 
     /// An app on a fresh in-memory broker that is also its store, counter and
@@ -284,31 +295,58 @@ impl App {
     }
 
     /// Revokes runs: they will not start anywhere the broker reaches, and
-    /// with `terminate` a run in progress in this process stops and is
-    /// recorded REVOKED. A run going in another process is left to finish:
-    /// nothing else is reachable.
+    /// with `terminate` a run in progress stops — in this process, and in
+    /// every other process on a broker that reaches them (both Redis
+    /// layouts) — and is recorded REVOKED. The signal is SIGTERM; see
+    /// [`App::revoke_with`].
     pub async fn revoke(&self, ids: &[String], terminate: bool) -> Result<(), Refused> {
-        self.inner
-            .broker
-            .revoke(ids.to_vec(), self.now().saturating_add(REVOKE_KEEP))
-            .await?;
+        self.revoke_with(ids, terminate, super::signal::SIGTERM)
+            .await
+    }
+
+    /// [`App::revoke`] naming the signal a terminate carries (1 to 64; see
+    /// [`super::signal::parse`] for names): what stops the run reads it
+    /// (a process pool kills its child with it). Refused, naming `signal`,
+    /// when it is out of range.
+    pub async fn revoke_with(
+        &self,
+        ids: &[String],
+        terminate: bool,
+        signal: i32,
+    ) -> Result<(), Refused> {
+        let signal = super::signal::check(super::specs::Host::Rust, signal)?;
+        let until = self.now().saturating_add(REVOKE_KEEP);
         if terminate {
-            let mut t = self
-                .inner
-                .terminating
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            t.mark(ids, self.now());
-            drop(t);
-            self.inner.terminate_bell.notify_waiters();
+            self.inner
+                .broker
+                .terminate(ids.to_vec(), until, signal)
+                .await?;
+            self.mark_terminate(ids, signal);
+        } else {
+            self.inner.broker.revoke(ids.to_vec(), until).await?;
         }
         Ok(())
     }
 
-    /// Whether `id` was asked to terminate within the last
-    /// [`TERMINATE_KEEP`](super::terminate::TERMINATE_KEEP) (and forgets
-    /// the ask).
-    pub(crate) fn take_terminate(&self, id: &str) -> bool {
+    /// Marks `ids` to terminate with `signal` here, and rings the bell the
+    /// running runs listen to.
+    pub(crate) fn mark_terminate(&self, ids: &[String], signal: i32) {
+        if ids.is_empty() {
+            return;
+        }
+        let now = self.now();
+        self.inner
+            .terminating
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .mark(ids, signal, now);
+        self.inner.terminate_bell.notify_waiters();
+    }
+
+    /// The signal `id` was asked to terminate with within the last
+    /// [`TERMINATE_KEEP`](super::terminate::TERMINATE_KEEP), if it was (and
+    /// forgets the ask).
+    pub(crate) fn take_terminate(&self, id: &str) -> Option<i32> {
         let now = self.now();
         self.inner
             .terminating
@@ -328,14 +366,14 @@ impl App {
             .len()
     }
 
-    /// Resolves once `id` is asked to terminate.
-    pub(crate) async fn terminated(&self, id: &str) {
+    /// Resolves once `id` is asked to terminate, with the signal asked for.
+    pub(crate) async fn terminated(&self, id: &str) -> i32 {
         loop {
             let bell = self.inner.terminate_bell.notified();
             tokio::pin!(bell);
             bell.as_mut().enable();
-            if self.take_terminate(id) {
-                return;
+            if let Some(signal) = self.take_terminate(id) {
+                return signal;
             }
             bell.await;
         }

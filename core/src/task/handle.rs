@@ -83,10 +83,17 @@ impl Handle {
         Ok(aggregate(&states))
     }
 
-    /// Revokes the run or the set; with `terminate`, a run in progress in
-    /// this process stops.
+    /// Revokes the run or the set; with `terminate`, a run in progress
+    /// stops with SIGTERM, here or in another process on the broker (see
+    /// [`App::revoke`]).
     pub async fn revoke(&self, terminate: bool) -> Result<(), Refused> {
         self.app.revoke(&self.ids, terminate).await
+    }
+
+    /// [`Handle::revoke`] naming the signal a terminate carries (see
+    /// [`App::revoke_with`]).
+    pub async fn revoke_with(&self, terminate: bool, signal: i32) -> Result<(), Refused> {
+        self.app.revoke_with(&self.ids, terminate, signal).await
     }
 }
 

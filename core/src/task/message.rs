@@ -278,8 +278,13 @@ impl Message {
 mod tests {
     #[test]
     fn time_limits_come_from_celerys_timelimit_header() {
-        let mut m =
-            super::Message::new("i".into(), "t".into(), vec![], Default::default(), "q".into());
+        let mut m = super::Message::new(
+            "i".into(),
+            "t".into(),
+            vec![],
+            Default::default(),
+            "q".into(),
+        );
         assert_eq!(m.time_limits(), (None, None));
         for (given, want) in [
             (serde_json::json!([10, 2.5]), (Some(10_000), Some(2_500))),

@@ -22,6 +22,7 @@ pub mod procs;
 pub mod rhythm;
 pub mod runners;
 pub mod schedule;
+pub mod signal;
 pub mod spec;
 pub mod specs;
 pub mod state;
@@ -45,6 +46,7 @@ pub use procs::{ProcSpec, Procs};
 pub use rhythm::{Cron, Every, Rhythm, RhythmError};
 pub use runners::{ABANDONED_PER_RUNNER, RunnerHealth, Runners, WorkerHealth};
 pub use schedule::{Job, Scheduler, Stats, Tally};
+pub use signal::{SIGTERM, SignalSpec};
 pub use spec::{
     Backend, Broker, ConsumerInfo, Counter, Delivery, EVENT_TEXT_MAX, Inspector, Joined, QueueInfo,
     Receipt, RunEvent,

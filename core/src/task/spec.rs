@@ -14,6 +14,7 @@ use super::clock::BoxFuture;
 use super::dead::DeadLetter;
 use super::message::Message;
 use super::state::{Outcome, Refused, State};
+use super::terminate::OnTerminate;
 
 /// A broker's proof that a consumer holds a message: opaque to the app.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,6 +154,29 @@ pub trait Broker: Send + Sync + 'static {
 
     /// Which of `ids` are revoked now.
     fn revoked<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Vec<bool>, Refused>>;
+
+    /// Revokes as [`Broker::revoke`] and asks every process on this broker
+    /// to stop a run of `ids` in progress with `signal`: each tells its
+    /// [`Broker::on_terminate`] hearers. A terminate is not kept — a
+    /// process not listening at that moment does not hear it; the revoke
+    /// is kept. The default only revokes: a broker no other process
+    /// reaches has nobody else to tell, and the app marks its own runs.
+    fn terminate(
+        &self,
+        ids: Vec<String>,
+        until: i64,
+        signal: i32,
+    ) -> BoxFuture<'_, Result<(), Refused>> {
+        let _ = signal;
+        self.revoke(ids, until)
+    }
+
+    /// Adds `hear` to those told of every terminate this broker hears
+    /// (see [`Broker::terminate`]); each app adds itself when it is made.
+    /// The default hears nothing.
+    fn on_terminate(&self, hear: OnTerminate) {
+        let _ = hear;
+    }
 
     /// Claims the right to fire beat entry `entry` for the slot due at `due`:
     /// `true` for exactly one caller per (entry, due) across every beat on

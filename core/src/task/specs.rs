@@ -62,7 +62,7 @@ pub struct SpecError {
 }
 
 impl SpecError {
-    fn new(host: Host, name: &'static str, why: impl Into<String>) -> SpecError {
+    pub(crate) fn new(host: Host, name: &'static str, why: impl Into<String>) -> SpecError {
         SpecError {
             host,
             name,

@@ -30,7 +30,8 @@
 //!
 //! Revokes go both ways over the pidbox broadcast (`/<db>.celery.pidbox`);
 //! each consumer keeps an expiring revoked set, checked at receipt and before
-//! running. Headway also keeps revokes in a sorted set of its own
+//! running, and a revoke with `terminate` stops the run wherever it is going
+//! (a Celery worker's or a headway process's). Headway also keeps revokes in a sorted set of its own
 //! (`headway.celery.revoked`) so a headway worker that was down when the
 //! revoke was sent still skips the task.
 
@@ -172,6 +173,8 @@ pub struct CeleryBroker {
     events: Mutex<Vec<String>>,
     stored: Notify,
     revoked_bell: Notify,
+    /// The apps on this broker, told of every terminate the pidbox carries.
+    hearers: crate::task::terminate::Hearers,
     keys: Keys,
     scripts: Scripts,
 }
@@ -250,6 +253,7 @@ impl CeleryBroker {
             events: Mutex::new(Vec::new()),
             stored: Notify::new(),
             revoked_bell: Notify::new(),
+            hearers: Default::default(),
             keys,
             scripts: Scripts::new(),
         });
@@ -384,7 +388,22 @@ impl Broker for CeleryBroker {
     }
 
     fn revoke(&self, ids: Vec<String>, until: i64) -> BoxFuture<'_, Result<(), Refused>> {
-        Box::pin(self.revoke_all(ids, until))
+        Box::pin(self.revoke_all(ids, until, None))
+    }
+
+    /// Celery's own revoke with `terminate: true` and the signal: Celery's
+    /// workers and headway's hear the same broadcast.
+    fn terminate(
+        &self,
+        ids: Vec<String>,
+        until: i64,
+        signal: i32,
+    ) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(self.revoke_all(ids, until, Some(signal)))
+    }
+
+    fn on_terminate(&self, hear: crate::task::terminate::OnTerminate) {
+        self.hearers.add(hear);
     }
 
     fn revoked<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Vec<bool>, Refused>> {

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use super::b64;
 use super::pyjson::{dumps, write_str, write_value};
 use crate::task::message::new_id;
+use crate::task::signal::{SIGTERM, from_wire, to_wire};
 
 /// The channel a revoke is published on: `/<db>.celery.pidbox`, behind the
 /// transport's `global_keyprefix` as kombu prefixes PUBLISH.
@@ -22,11 +23,14 @@ pub fn channel(prefix: &str, db: i64) -> String {
     format!("{prefix}/{db}.celery.pidbox")
 }
 
-/// The envelope of a revoke broadcast to every worker. `clock` is the
-/// sender's Lamport clock. `expires` 0: Celery's own broadcast gives a
-/// one-second deadline by the sender's clock, which drops the revoke on any
-/// worker whose clock is a second ahead; 0 is kombu's "no deadline".
-pub fn revoke_envelope(ids: &[String], terminate: bool, clock: u64) -> String {
+/// The envelope of a revoke broadcast to every worker; with `terminate`
+/// (a signal number) it asks whoever runs one of `ids` to stop it with that
+/// signal, sent by name where it has one (`"SIGKILL"`), as Celery's
+/// `revoke(terminate=True, signal=...)` sends it. `clock` is the sender's
+/// Lamport clock. `expires` 0: Celery's own broadcast gives a one-second
+/// deadline by the sender's clock, which drops the revoke on any worker
+/// whose clock is a second ahead; 0 is kombu's "no deadline".
+pub fn revoke_envelope(ids: &[String], terminate: Option<i32>, clock: u64) -> String {
     let task_id = if ids.len() == 1 {
         json!(ids[0])
     } else {
@@ -35,10 +39,10 @@ pub fn revoke_envelope(ids: &[String], terminate: bool, clock: u64) -> String {
     let mut body = String::from("{\"method\": \"revoke\", \"arguments\": {\"task_id\": ");
     write_value(&mut body, &task_id);
     body.push_str(", \"terminate\": ");
-    body.push_str(if terminate { "true" } else { "false" });
-    body.push_str(
-        ", \"signal\": \"SIGTERM\"}, \"destination\": null, \"pattern\": null, \"matcher\": null}",
-    );
+    body.push_str(if terminate.is_some() { "true" } else { "false" });
+    body.push_str(", \"signal\": ");
+    write_value(&mut body, &to_wire(terminate.unwrap_or(SIGTERM)));
+    body.push_str("}, \"destination\": null, \"pattern\": null, \"matcher\": null}");
     let mut out = String::with_capacity(body.len() * 2 + 256);
     out.push_str("{\"body\": ");
     write_str(&mut out, &b64::encode(body.as_bytes()));
@@ -59,6 +63,10 @@ pub struct Control {
     pub ids: Vec<String>,
     /// Whether a revoke asks to terminate running tasks.
     pub terminate: bool,
+    /// The signal it names (`"SIGKILL"`, `"KILL"` or a number), if one
+    /// this side knows; a terminate without one uses SIGTERM, as Celery's
+    /// workers do.
+    pub signal: Option<i32>,
     /// The nodes it is for (`None`: every node).
     pub destination: Option<Vec<String>>,
     /// Its `expires` header (Unix seconds; 0: none).
@@ -110,6 +118,7 @@ pub fn decode(raw: &[u8]) -> Option<Control> {
         method,
         ids,
         terminate: args.get("terminate").and_then(Value::as_bool) == Some(true),
+        signal: args.get("signal").and_then(from_wire),
         destination,
         expires: env
             .get("headers")
@@ -143,13 +152,72 @@ mod tests {
         assert!(!c.is_for("x", 1796202275.0));
     }
 
+    /// The body (base64 inside the envelope) of `env`, as text.
+    fn body_of(env: &str) -> String {
+        let v: Value = serde_json::from_str(env).unwrap();
+        String::from_utf8(b64::decode(v["body"].as_str().unwrap().as_bytes()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn writes_the_body_celery_writes() {
+        // Captured from `app.control.revoke(id, terminate=True,
+        // signal="SIGKILL")` on Celery 5.5.3 (`app.control.terminate(id)`
+        // sends the same with "SIGTERM").
+        let raw = br#"{"body": "eyJtZXRob2QiOiAicmV2b2tlIiwgImFyZ3VtZW50cyI6IHsidGFza19pZCI6ICI2MTkyYTNjNS1hZWVmLTQ1YTAtYjkzMS1jNjNhZmM3MmVjZTAiLCAidGVybWluYXRlIjogdHJ1ZSwgInNpZ25hbCI6ICJTSUdLSUxMIn0sICJkZXN0aW5hdGlvbiI6IG51bGwsICJwYXR0ZXJuIjogbnVsbCwgIm1hdGNoZXIiOiBudWxsfQ==", "content-encoding": "utf-8", "content-type": "application/json", "headers": {"clock": 1, "expires": 1796369717.596125}, "properties": {"delivery_mode": 2, "delivery_info": {"exchange": "celery.pidbox", "routing_key": ""}, "priority": 0, "body_encoding": "base64", "delivery_tag": "9bb21e7a-0b4b-486e-a090-d034071687d7"}}"#;
+        let c = decode(raw).unwrap();
+        let id = vec!["6192a3c5-aeef-45a0-b931-c63afc72ece0".to_string()];
+        assert_eq!((c.method.as_str(), &c.ids), ("revoke", &id));
+        assert!(c.terminate);
+        assert_eq!(c.signal, Some(9));
+        // What headway writes is the same body, byte for byte, with and
+        // without terminate (the plain one is the capture above).
+        let captured = body_of(std::str::from_utf8(raw).unwrap());
+        assert_eq!(body_of(&revoke_envelope(&id, Some(9), 1)), captured);
+        let plain = captured
+            .replace("true", "false")
+            .replace("SIGKILL", "SIGTERM");
+        assert_eq!(body_of(&revoke_envelope(&id, None, 1)), plain);
+        // A signal without a name here goes as its number, which Celery's
+        // `signum` takes as it is.
+        assert!(body_of(&revoke_envelope(&id, Some(40), 1)).contains(r#""signal": 40}"#));
+    }
+
+    #[test]
+    fn reads_a_celery_terminate() {
+        // `revoke(id, terminate=True)`, and Celery's names as a client may
+        // write them: "KILL" (its `signum` adds the SIG), or a number.
+        for (signal, want) in [
+            (r#""SIGTERM""#, Some(15)),
+            (r#""KILL""#, Some(9)),
+            ("2", Some(2)),
+            ("null", None),
+            (r#""SIGNOPE""#, None),
+        ] {
+            let body = format!(
+                r#"{{"method": "revoke", "arguments": {{"task_id": ["a", "b"], "terminate": true, "signal": {signal}}}, "destination": null, "pattern": null, "matcher": null}}"#
+            );
+            let env = json!({
+                "body": b64::encode(body.as_bytes()),
+                "headers": {"clock": 1, "expires": 0},
+                "properties": {"body_encoding": "base64"},
+            });
+            let c = decode(env.to_string().as_bytes()).unwrap();
+            assert!(c.terminate, "{signal}");
+            assert_eq!(c.ids, vec!["a".to_string(), "b".to_string()]);
+            assert_eq!(c.signal, want, "{signal}");
+        }
+    }
+
     #[test]
     fn writes_what_it_reads() {
         let ids = vec!["a".to_string(), "b".to_string()];
-        let env = revoke_envelope(&ids, true, 3);
+        let env = revoke_envelope(&ids, Some(9), 3);
         let c = decode(env.as_bytes()).unwrap();
         assert_eq!(c.ids, ids);
         assert!(c.terminate && c.is_for("n", 1e12));
+        assert_eq!(c.signal, Some(9));
+        let plain = decode(revoke_envelope(&ids, None, 4).as_bytes()).unwrap();
+        assert!(!plain.terminate);
         let body: Value = serde_json::from_str(&env).unwrap();
         assert_eq!(
             body["properties"]["delivery_info"]["exchange"],

@@ -3,23 +3,37 @@
 //! revoked set of its own, filled from the broadcast; headway also keeps
 //! its revokes in a sorted set (`headway.celery.revoked`), so a headway
 //! worker that was down when a revoke went out still skips the task.
+//!
+//! A revoke with `terminate` goes out as Celery's own (`"terminate": true`
+//! and the signal's name): a Celery worker running the task stops it, and a
+//! headway consumer hearing it — this process's included — tells its apps,
+//! so the headway process running the run stops it. Both ways, as for a
+//! revoke: a Celery client's `app.control.revoke(id, terminate=True)` stops
+//! a headway worker's run.
 
 use std::sync::atomic::Ordering;
 
 use super::{CeleryBroker, pidbox};
+use crate::task::signal::SIGTERM;
 use crate::task::state::Refused;
 
 impl CeleryBroker {
     /// Revokes `ids` until `until` (ms): remembered here, kept in the
-    /// sorted set, and broadcast over the pidbox as Celery's `revoke`.
-    pub(super) async fn revoke_all(&self, ids: Vec<String>, until: i64) -> Result<(), Refused> {
+    /// sorted set, and broadcast over the pidbox as Celery's `revoke` —
+    /// asking to terminate with the signal when `terminate` names one.
+    pub(super) async fn revoke_all(
+        &self,
+        ids: Vec<String>,
+        until: i64,
+        terminate: Option<i32>,
+    ) -> Result<(), Refused> {
         if ids.is_empty() {
             return Ok(());
         }
         self.note_revoked(&ids, until);
         let now = self.clock.now();
         let clock = self.lamport.fetch_add(1, Ordering::Relaxed) + 1;
-        let env = pidbox::revoke_envelope(&ids, false, clock);
+        let env = pidbox::revoke_envelope(&ids, terminate, clock);
         let mut p = redis::pipe();
         for id in &ids {
             p.zadd(&self.keys.revoked, id, until).ignore();
@@ -108,5 +122,8 @@ impl CeleryBroker {
         let keep = i64::try_from(self.opts.revoke_keep.as_millis()).unwrap_or(i64::MAX);
         let until = self.clock.now().saturating_add(keep);
         self.note_revoked(&c.ids, until);
+        if c.terminate && !c.ids.is_empty() {
+            self.hearers.tell(&c.ids, c.signal.unwrap_or(SIGTERM));
+        }
     }
 }

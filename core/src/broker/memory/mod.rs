@@ -22,6 +22,8 @@
 //!   would, and `recover()` then hands back what it held — oldest claim at
 //!   the head, marked redelivered — and dead-letters a message lost with its
 //!   holder `max_deliveries` times ("worker lost ×3");
+//! - a terminate is told to every app on the broker, on any of its
+//!   handles, as a Redis layout tells every process on it;
 //! - bytes pushed by [`MemoryBroker::push_raw`] go through the same decoder
 //!   as a Redis claim ([`crate::task::dead::decode`]), and what does not
 //!   decode is quarantined in the queue's dead letters.
@@ -100,6 +102,7 @@ impl MemoryBroker {
                 published: Notify::new(),
                 stored: Notify::new(),
                 opts,
+                hearers: Default::default(),
             }),
             consumer: Arc::from(LOCAL),
         })
@@ -291,6 +294,25 @@ impl Broker for MemoryBroker {
             g.revoked.insert(id, until);
         }
         Box::pin(async { Ok(()) })
+    }
+
+    /// Every app on this broker hears it: an app on another handle is what
+    /// a second process is on a shared broker.
+    fn terminate(
+        &self,
+        ids: Vec<String>,
+        until: i64,
+        signal: i32,
+    ) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(async move {
+            self.revoke(ids.clone(), until).await?;
+            self.shared.hearers.tell(&ids, signal);
+            Ok(())
+        })
+    }
+
+    fn on_terminate(&self, hear: crate::task::terminate::OnTerminate) {
+        self.shared.hearers.add(hear);
     }
 
     fn revoked<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Vec<bool>, Refused>> {

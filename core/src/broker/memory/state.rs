@@ -162,4 +162,7 @@ pub(super) struct Shared {
     pub(super) published: Notify,
     pub(super) stored: Notify,
     pub(super) opts: MemoryOptions,
+    /// The apps on this broker (on any of its handles), told of each
+    /// terminate.
+    pub(super) hearers: crate::task::terminate::Hearers,
 }

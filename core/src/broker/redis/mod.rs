@@ -33,7 +33,9 @@
 //! - Chords count parts in a set (SADD), so a redelivered part cannot count
 //!   twice; the arrival that completes it enqueues the callback in the same
 //!   script (`Joined::Sent`).
-//! - Revoked ids under `P:revoked:<id>`, expiring with the revoke.
+//! - Revoked ids under `P:revoked:<id>`, expiring with the revoke; a
+//!   terminate is also published on `P:terminate`, which every broker under
+//!   the prefix subscribes, so the process running the run stops it.
 //!
 //! Connections reconnect with headway's own capped, jittered backoff
 //! ([`crate::flow::Backoff`]) and say so in the log; writes wait through a
@@ -45,7 +47,8 @@
 //! (commands over the shared reconnecting link of [`crate::broker::link`]),
 //! `publish`, `consume` (claims), `settle` (acks, rejects, retries,
 //! revokes), `lease` (this consumer's and the beat's, and the background
-//! task), `store` and `results` (writing and waiting for results), `chords`,
+//! task), `store` and `results` (writing and waiting for results), `terminate`
+//! (terminates across processes), `chords`,
 //! `inspect`, `restore` (recover and sweep) and `dead` (dead letters). This
 //! file holds the broker's state and the seams' impls, which delegate.
 
@@ -64,6 +67,7 @@ mod run;
 mod scripts;
 mod settle;
 mod store;
+mod terminate;
 mod tls;
 mod url;
 mod wire;
@@ -144,7 +148,10 @@ pub struct RedisBroker {
     /// answer may have been lost with the old one.
     swept: AtomicU64,
     /// Result waiters; a notification carries the final outcome stored.
+    /// The terminate channel is a standing pattern on the same connection.
     waiters: Arc<Waiters<Outcome>>,
+    /// The apps on this broker, told of every terminate heard.
+    hearers: crate::task::terminate::Hearers,
     closed: AtomicBool,
     rt: tokio::runtime::Handle,
 }
@@ -226,6 +233,7 @@ impl RedisBroker {
             gate: tokio::sync::RwLock::new(()),
             swept: AtomicU64::new(0),
             waiters,
+            hearers: Default::default(),
             closed: AtomicBool::new(false),
             rt: tokio::runtime::Handle::current(),
         });
@@ -236,6 +244,9 @@ impl RedisBroker {
             .load_scripts(&mut c)
             .await
             .map_err(|e| broker.link.refused(&e))?;
+        // Subscribed before connect answers: a terminate sent right after
+        // is heard.
+        broker.hear_terminates().await;
         tokio::spawn(lease::tick(Arc::downgrade(&broker)));
         Ok(broker)
     }
@@ -322,6 +333,21 @@ impl Broker for RedisBroker {
 
     fn revoked<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Vec<bool>, Refused>> {
         Box::pin(self.revoked_inner(ids))
+    }
+
+    /// The revoke and a PUBLISH on `P:terminate` in one pipeline; every
+    /// broker under this prefix hears it (see `terminate.rs`).
+    fn terminate(
+        &self,
+        ids: Vec<String>,
+        until: i64,
+        signal: i32,
+    ) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(self.terminate_inner(ids, until, signal))
+    }
+
+    fn on_terminate(&self, hear: crate::task::terminate::OnTerminate) {
+        self.hearers.add(hear);
     }
 
     fn recover(&self) -> BoxFuture<'_, Result<usize, Refused>> {

@@ -128,9 +128,16 @@ impl RedisBroker {
         if ids.is_empty() {
             return Ok(());
         }
+        self.run(&self.revoke_pipe(&ids, until), true)
+            .await
+            .map(|_| ())
+    }
+
+    /// The revoked marks of `ids` until `until`, one SET each.
+    pub(super) fn revoke_pipe(&self, ids: &[String], until: i64) -> ::redis::Pipeline {
         let ttl = (until - self.clock.now()).max(1);
         let mut p = ::redis::pipe();
-        for id in &ids {
+        for id in ids {
             p.cmd("SET")
                 .arg(self.revoked_key(id))
                 .arg(until)
@@ -138,7 +145,7 @@ impl RedisBroker {
                 .arg(ttl)
                 .ignore();
         }
-        self.run(&p, true).await.map(|_| ())
+        p
     }
 
     pub(super) async fn revoked_inner(&self, ids: &[String]) -> Result<Vec<bool>, Refused> {

@@ -237,7 +237,9 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
         kwargs: m.kwargs.clone(),
         root_id: m.root_id.clone(),
         parent_id: m.parent_id.clone(),
-        soft_time_limit: carried_soft.or(policy.soft_time_limit).or(s.soft_time_limit),
+        soft_time_limit: carried_soft
+            .or(policy.soft_time_limit)
+            .or(s.soft_time_limit),
         time_limit: carried_hard.or(policy.time_limit).or(s.time_limit),
     };
     let mut cancel = s.cancel.subscribe();
@@ -266,9 +268,11 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
             Err(f) if f.kind == WORKER_LOST && policy.acks_late && policy.reject_on_worker_lost => Ran::Cancelled,
             Err(f) => Ran::Failed(f),
         },
-        _ = app.terminated(&m.id) => {
+        sig = app.terminated(&m.id) => {
+            // On the process pool the run's child gets the signal asked
+            // for; on threads the body is abandoned (it cannot be stopped).
             if let Some(p) = &s.procs {
-                p.signal(&m.id, libc::SIGTERM);
+                p.signal(&m.id, sig);
             }
             Ran::Terminated
         }
