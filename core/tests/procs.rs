@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use headway_core::task::{
-    App, ChildCommand, Failure, Host, Options, Policy, Pool, ProcSpec, Refused, State, Worker,
+    App, ChildCommand, Failure, Host, Options, Policy, Pool, ProcSpec, Refused, Worker,
     WorkerConfig, WorkerSpec, body,
 };
 use serde_json::{Map, Value, json};
@@ -253,17 +253,40 @@ async fn children_are_recycled_after_max_tasks_per_child() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminate_stops_the_run_in_its_child() {
     let r = start(&plain, 1, None);
+    let procs = r.worker.procs().unwrap().clone();
+    let in_child = |id: String| {
+        let procs = procs.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while procs.running(&id).is_none() {
+                assert!(Instant::now() < deadline, "the run never reached a child");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
     let h = r.send("sleep", vec![json!(30_000)]).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while h.state().await.unwrap() != State::Started && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    in_child(h.id().to_string()).await;
     let t = Instant::now();
     r.app.revoke(&[h.id().to_string()], true).await.unwrap();
     assert!(matches!(h.get(WAIT).await, Err(Refused::Revoked(_))));
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     // The pool still runs.
     assert!(r.send("pid", vec![]).await.get(WAIT).await.is_ok());
+    // The signal asked for is the one the child gets: SIGKILL ends it at
+    // once, and the next run is in a new child.
+    let before = r.worker.procs().unwrap().pids();
+    let h = r.send("sleep", vec![json!(30_000)]).await;
+    in_child(h.id().to_string()).await;
+    r.app
+        .revoke_with(&[h.id().to_string()], true, 9)
+        .await
+        .unwrap();
+    assert!(matches!(h.get(WAIT).await, Err(Refused::Revoked(_))));
+    let after = r.send("pid", vec![]).await.get(WAIT).await.unwrap();
+    assert!(
+        !before.contains(&(after.as_u64().unwrap() as u32)),
+        "{before:?} {after}"
+    );
     r.stop().await;
 }
 

@@ -265,6 +265,11 @@ impl Procs {
         pids
     }
 
+    /// The pid of the child running `id`, while one here does.
+    pub fn running(&self, id: &str) -> Option<u32> {
+        self.inner.lock().running.get(id).copied()
+    }
+
     /// How many children said `ready` since the pool started.
     pub fn started(&self) -> u64 {
         self.inner.lock().started
