@@ -395,6 +395,47 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_a_terminate_from_another_process_stops_the_run_in_its_child(
+    sig: str, redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mod = make_module(tmp_path, "redis", redis_server, monkeypatch)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "headway", "worker", "-A", f"{mod.__name__}:app", "-P", "prefork", "-c", "1"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])},
+    )
+    try:
+        assert proc.stdout is not None
+        lines: list[str] = []
+        while "ready" not in lines:
+            line = proc.stdout.readline()
+            assert line, f"the worker ended: {lines}"
+            lines.append(line.strip())
+        first = send(mod, "pid").get(timeout=30)
+        log = tmp_path / "runs.log"
+        h = send(mod, "nap_logged", str(log), 60.0)
+        while not log.exists():
+            time.sleep(0.02)
+        t = time.monotonic()
+        h.revoke(terminate=True, signal=sig)
+        with pytest.raises(headway.Revoked):
+            h.get(timeout=10)
+        assert time.monotonic() - t < 2.0
+        deadline = time.monotonic() + 2.0
+        while _alive(first) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _alive(first), "the terminated child outlived the signal by 2 s"
+        # Positive control: the worker goes on, in a new child.
+        assert send(mod, "pid").get(timeout=30) not in (first, proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
 def test_kill_9_of_the_parent_leaves_no_child(redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     mod = make_module(tmp_path, "redis", redis_server, monkeypatch)
     proc = subprocess.Popen(
