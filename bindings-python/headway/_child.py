@@ -51,7 +51,7 @@ def main() -> None:
     app = _load(ref)
     host = app._native.host
     signal.signal(signal.SIGUSR1, _wake)
-    host.wake_with(int(signal.SIGUSR1))
+    host.as_child(int(signal.SIGUSR1))
     serving = Serving(host, name="headway-child", sync_threads=0)
     flag = serving._flag
     host.staff(1)

@@ -963,8 +963,9 @@ class _Host:
     def soften(self, flag: _Flag, exc: type[BaseException]) -> None:
         """Raises ``exc`` in each sync body past its soft time limit, until
         ``flag`` is set."""
-    def wake_with(self, sig: int) -> None:
-        """With each soft limit also raise signal ``sig`` in this process."""
+    def as_child(self, sig: int) -> None:
+        """Sets up a process-pool child: raise ``sig`` with each soft limit,
+        and no spinning between calls."""
     def runners(self) -> dict[str, Any]:
         """The sync runners' health: ``healthy``, ``why``, ``runners``,
         ``threads``, ``stuck``, ``stuck_cap``."""
