@@ -52,12 +52,11 @@ def main() -> None:
     host = app._native.host
     signal.signal(signal.SIGUSR1, _wake)
     host.as_child(int(signal.SIGUSR1))
+    # Async bodies run on this loop thread; sync ones on the main thread,
+    # in `serve_child`.
     serving = Serving(host, name="headway-child", sync_threads=0)
-    flag = serving._flag
-    host.staff(1)
-    app._native.serve_child(flag)
     try:
-        host.serve(flag)
+        app._native.serve_child()
     finally:
         serving.close()
         sys.stdout.flush()

@@ -1016,21 +1016,12 @@ impl PyApp {
         })
     }
 
-    /// In a process-pool child: serves the parent's runs (fd 3) on the
-    /// runtime and sets `flag` when the parent closes the socket, so the
-    /// thread serving with `flag` returns. Returns at once.
-    fn serve_child(&self, flag: &crate::host::PyFlag) -> PyResult<()> {
-        let app = self.app.clone();
-        let crew = flag.inner.clone();
-        rt()?.spawn(async move {
-            // SAFETY: `python -m headway._child` is started by the core's
-            // process pool with its socket on fd 3, and nothing else uses it.
-            if let Err(e) = unsafe { headway_core::task::procs::child::serve_fd(app).await } {
-                eprintln!("headway child {}: {e}", std::process::id());
-            }
-            crew.stop_all();
-        });
-        Ok(())
+    /// In a process-pool child: serves the parent's runs (fd 3) on this
+    /// thread until the parent closes the socket. Sync bodies run here;
+    /// async ones on the app's loop (through the core's body).
+    fn serve_child(&self, py: Python<'_>) -> PyResult<()> {
+        rt()?;
+        crate::host::serve_child(py, &self.host.get().inner, &self.app)
     }
 
     /// A new beat on this app.

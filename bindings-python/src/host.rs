@@ -447,6 +447,57 @@ fn run_sync(py: Python<'_>, host: &Host, call: Call) -> bool {
     host.sync_q.finish(seq, result)
 }
 
+/// A process-pool child's loop, on its main thread: takes a run from the
+/// parent (blocking, the GIL released), runs a sync body right here under
+/// its soft limit, or an async one through the core's body (the loop's
+/// thread runs it), and answers. Ends when the parent closes the socket.
+pub(crate) fn serve_child(
+    py: Python<'_>,
+    host: &Arc<Host>,
+    app: &headway_core::task::App,
+) -> PyResult<()> {
+    use headway_core::task::procs::child::{Conn, SoftTimer, not_registered};
+    let io = |e: std::io::Error| pyo3::exceptions::PyOSError::new_err(e.to_string());
+    // SAFETY: `python -m headway._child` is started by the core's process
+    // pool with its socket on fd 3, and nothing else uses it.
+    let mut conn = py.detach(|| unsafe { Conn::open() }).map_err(io)?;
+    let exc: Py<PyAny> = py
+        .import("headway")?
+        .getattr("SoftTimeLimitExceeded")?
+        .unbind();
+    let fired = host.clone();
+    let timer = SoftTimer::new(move |seq| {
+        Python::try_attach(|py| fired.soft.soften(py, &[seq], exc.bind(py)));
+    })
+    .map_err(io)?;
+    while let Some(job) = py.detach(|| conn.next()).map_err(io)? {
+        let (seq, soft) = (job.seq, job.ctx.soft_time_limit);
+        let r = match host.entry(&job.key) {
+            Some(e) if !e.is_async => {
+                if let Some(ms) = soft {
+                    timer.arm(seq, ms);
+                }
+                host.soft.running(seq);
+                let r = call_sync(py, &e, &job.key, job.ctx, &job.args);
+                host.soft.ran(py, seq);
+                timer.disarm();
+                r
+            }
+            _ => {
+                let reg = app.registered(&job.key);
+                py.detach(|| match reg {
+                    Some(reg) => crate::rt::rt()
+                        .map_err(|e| Failure::new("RuntimeError", e.to_string()))
+                        .and_then(|rt| rt.block_on(reg.body.call(job.ctx, job.args))),
+                    None => Err(not_registered(&job.key)),
+                })
+            }
+        };
+        py.detach(|| conn.answer(seq, r)).map_err(io)?;
+    }
+    Ok(())
+}
+
 /// A serving thread's place in the core's count: it leaves when the thread
 /// ends, unless it retired (already uncounted).
 struct Seat {

@@ -51,20 +51,61 @@ pub enum FromChild {
     },
 }
 
-/// Writes one frame.
-pub async fn write<W: AsyncWrite + Unpin, T: Serialize>(w: &mut W, msg: &T) -> std::io::Result<()> {
-    let body = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
-    if body.len() > FRAME_MAX {
+/// One frame's bytes: its length, then `msg` as JSON.
+fn frame<T: Serialize>(msg: &T) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; 4];
+    serde_json::to_writer(&mut buf, msg).map_err(std::io::Error::other)?;
+    let n = buf.len() - 4;
+    if n > FRAME_MAX {
         return Err(std::io::Error::other(format!(
-            "a frame of {} bytes is over the limit of {FRAME_MAX}",
-            body.len()
+            "a frame of {n} bytes is over the limit of {FRAME_MAX}"
         )));
     }
-    let mut buf = Vec::with_capacity(4 + body.len());
-    buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    buf.extend_from_slice(&body);
-    w.write_all(&buf).await?;
+    buf[..4].copy_from_slice(&(n as u32).to_be_bytes());
+    Ok(buf)
+}
+
+/// A frame's length from its first four bytes, refused past [`FRAME_MAX`].
+fn length(len: [u8; 4]) -> std::io::Result<usize> {
+    let n = u32::from_be_bytes(len) as usize;
+    if n > FRAME_MAX {
+        return Err(std::io::Error::other(format!(
+            "a frame of {n} bytes is over the limit of {FRAME_MAX}"
+        )));
+    }
+    Ok(n)
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> std::io::Result<T> {
+    serde_json::from_slice(body)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// Writes one frame.
+pub async fn write<W: AsyncWrite + Unpin, T: Serialize>(w: &mut W, msg: &T) -> std::io::Result<()> {
+    w.write_all(&frame(msg)?).await?;
     w.flush().await
+}
+
+/// Writes one frame, blocking (a child's main thread, the GIL released).
+pub fn write_blocking<W: std::io::Write, T: Serialize>(w: &mut W, msg: &T) -> std::io::Result<()> {
+    w.write_all(&frame(msg)?)?;
+    w.flush()
+}
+
+/// Reads one frame, blocking; `None` at a clean end of stream.
+pub fn read_blocking<R: std::io::Read, T: for<'de> Deserialize<'de>>(
+    r: &mut R,
+) -> std::io::Result<Option<T>> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let mut body = vec![0u8; length(len)?];
+    r.read_exact(&mut body)?;
+    parse(&body).map(Some)
 }
 
 /// Reads one frame; `None` at a clean end of stream (the peer closed).
@@ -77,17 +118,9 @@ pub async fn read<R: AsyncRead + Unpin, T: for<'de> Deserialize<'de>>(
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e),
     }
-    let n = u32::from_be_bytes(len) as usize;
-    if n > FRAME_MAX {
-        return Err(std::io::Error::other(format!(
-            "a frame of {n} bytes is over the limit of {FRAME_MAX}"
-        )));
-    }
-    let mut body = vec![0u8; n];
+    let mut body = vec![0u8; length(len)?];
     r.read_exact(&mut body).await?;
-    serde_json::from_slice(&body)
-        .map(Some)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    parse(&body).map(Some)
 }
 
 #[cfg(test)]
@@ -122,6 +155,18 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(read::<_, FromChild>(&mut b).await.unwrap().is_none());
+    }
+
+    #[test]
+    fn blocking_frames_read_what_async_ones_write() {
+        let (mut a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+        write_blocking(&mut a, &FromChild::Ready { pid: 9 }).unwrap();
+        drop(a);
+        assert!(matches!(
+            read_blocking::<_, FromChild>(&mut b).unwrap(),
+            Some(FromChild::Ready { pid: 9 })
+        ));
+        assert!(read_blocking::<_, FromChild>(&mut b).unwrap().is_none());
     }
 
     #[tokio::test]
