@@ -547,6 +547,10 @@ impl<'py> IntoPyObject<'py> for Done {
     }
 }
 
+/// How the `headway` package starts a process-pool child: `(program, args,
+/// env)`.
+type ChildArgs = (String, Vec<String>, Vec<(String, String)>);
+
 /// The core's worker. Internal: `headway.Worker` adds the runner threads.
 #[pyclass(module = "headway._native", name = "_Worker", frozen)]
 pub(crate) struct PyWorker {
@@ -985,7 +989,7 @@ impl PyApp {
         prefetch: Option<i64>,
         name: Option<String>,
         pool: Option<String>,
-        child: Option<(String, Vec<String>, Vec<(String, String)>)>,
+        child: Option<ChildArgs>,
         max_tasks_per_child: Option<i64>,
         max_memory_per_child: Option<i64>,
         time_limit: Option<&Bound<'_, PyAny>>,

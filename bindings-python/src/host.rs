@@ -470,7 +470,7 @@ pub(crate) fn serve_child(
         Python::try_attach(|py| fired.soft.soften(py, &[seq], exc.bind(py)));
     })
     .map_err(io)?;
-    while let Some(job) = py.detach(|| conn.next()).map_err(io)? {
+    while let Some(job) = py.detach(|| conn.take()).map_err(io)? {
         let (seq, soft) = (job.seq, job.ctx.soft_time_limit);
         let r = match host.entry(&job.key) {
             Some(e) if !e.is_async => {

@@ -16,6 +16,8 @@
 
 use std::os::fd::{FromRawFd, RawFd};
 use std::os::unix::net::UnixStream as StdStream;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
 
 use tokio::net::UnixStream;
 
@@ -71,7 +73,7 @@ impl Conn {
     }
 
     /// The next run, or `None` once the parent closed the socket.
-    pub fn next(&mut self) -> std::io::Result<Option<Job>> {
+    pub fn take(&mut self) -> std::io::Result<Option<Job>> {
         Ok(
             wire::read_blocking::<_, ToChild>(&mut self.stream)?.map(|m| {
                 let ToChild::Call {
@@ -116,11 +118,12 @@ pub fn not_registered(key: &str) -> Failure {
 /// own, unless the run was disarmed first — for a host that runs bodies on
 /// the thread reading the socket, where nothing else is awake to time them.
 pub struct SoftTimer {
-    state: std::sync::Arc<(
-        std::sync::Mutex<Option<(u64, std::time::Instant)>>,
-        std::sync::Condvar,
-    )>,
+    state: Arc<Armed>,
 }
+
+/// The run being timed and when its soft limit passes, and the bell the
+/// timer thread waits on.
+type Armed = (Mutex<Option<(u64, Instant)>>, Condvar);
 
 impl SoftTimer {
     /// A timer calling `fire(seq)` from its thread.
