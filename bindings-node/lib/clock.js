@@ -176,7 +176,18 @@ function Exponential(options) {
   return new TaskBackoff(spec);
 }
 
-const POLICY = ['queue', 'retries', 'backoff', 'timeout', 'acksLate', 'ignoreResult', 'rate'];
+const POLICY = [
+  'queue',
+  'retries',
+  'backoff',
+  'timeout',
+  'acksLate',
+  'ignoreResult',
+  'rate',
+  'timeLimit',
+  'softTimeLimit',
+  'rejectOnWorkerLost',
+];
 
 function policyJson(policy) {
   const p = opts('policy', policy);
@@ -194,6 +205,9 @@ function policyJson(policy) {
   if (p.timeout !== undefined && p.timeout !== null) put('timeout', num('timeout', p.timeout));
   if (p.acksLate !== undefined) put('acksLate', bool('acksLate', p.acksLate));
   if (p.ignoreResult !== undefined) put('ignoreResult', bool('ignoreResult', p.ignoreResult));
+  if (p.timeLimit !== undefined && p.timeLimit !== null) put('timeLimit', num('timeLimit', p.timeLimit));
+  if (p.softTimeLimit !== undefined && p.softTimeLimit !== null) put('softTimeLimit', num('softTimeLimit', p.softTimeLimit));
+  if (p.rejectOnWorkerLost !== undefined) put('rejectOnWorkerLost', bool('rejectOnWorkerLost', p.rejectOnWorkerLost));
   if (p.rate !== undefined && p.rate !== null) {
     const r = p.rate;
     if (typeof r === 'string') put('rate', JSON.stringify(r));

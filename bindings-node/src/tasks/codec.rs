@@ -7,8 +7,8 @@
 
 use headway_core::task::specs::When;
 use headway_core::task::{
-    BackoffSpec, Canvas, Cron, Every, Host, Options, Policy, PolicySpec, RateSpec, RetryBackoff,
-    Rhythm, RhythmError, SendSpec, Sig, SpecError,
+    BackoffSpec, Canvas, ChildCommand, Cron, Every, Host, Options, Policy, PolicySpec, RateSpec,
+    RetryBackoff, Rhythm, RhythmError, SendSpec, Sig, SpecError, WorkerConfig, WorkerSpec,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -115,6 +115,9 @@ struct PolicyIn {
     acks_late: Option<bool>,
     ignore_result: Option<bool>,
     rate: Option<RateIn>,
+    time_limit: Option<f64>,
+    soft_time_limit: Option<f64>,
+    reject_on_worker_lost: Option<bool>,
 }
 
 /// A task's policy: what is omitted is the core's default.
@@ -134,6 +137,59 @@ pub(crate) fn policy(text: &str) -> Result<Policy, Refusal> {
                 per: Some(ms(per)),
             },
         }),
+        time_limit: p.time_limit.map(ms),
+        soft_time_limit: p.soft_time_limit.map(ms),
+        reject_on_worker_lost: p.reject_on_worker_lost,
+    };
+    Ok(spec.build(Host::Node)?)
+}
+
+/// How `lib/child.js` is started for the process pool: the program, its
+/// arguments and variables set on top of the parent's environment.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChildIn {
+    program: String,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+/// A worker's options as `lib/tasks.js` spells them (spans in ms).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct WorkerIn {
+    queues: Option<Vec<String>>,
+    concurrency: Option<f64>,
+    prefetch: Option<f64>,
+    name: Option<String>,
+    pool: Option<String>,
+    child: Option<ChildIn>,
+    max_tasks_per_child: Option<f64>,
+    max_memory_per_child: Option<f64>,
+    time_limit: Option<f64>,
+    soft_time_limit: Option<f64>,
+}
+
+/// A worker's configuration: what is omitted is the core's default, and
+/// every check (the pool's name, a hard limit without the process pool) is
+/// the core's.
+pub(crate) fn worker(text: &str) -> Result<WorkerConfig, Refusal> {
+    let w: WorkerIn = parse("worker", text)?;
+    let spec = WorkerSpec {
+        queues: w.queues,
+        concurrency: w.concurrency,
+        prefetch: w.prefetch,
+        name: w.name,
+        pool: w.pool,
+        child: w.child.map(|c| ChildCommand {
+            program: c.program,
+            args: c.args,
+            env: c.env,
+        }),
+        max_tasks_per_child: w.max_tasks_per_child,
+        max_memory_per_child: w.max_memory_per_child,
+        time_limit: w.time_limit.map(ms),
+        soft_time_limit: w.soft_time_limit.map(ms),
     };
     Ok(spec.build(Host::Node)?)
 }
