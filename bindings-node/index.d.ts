@@ -681,7 +681,9 @@ export interface Policy {
  * fails with that type.
  */
 export declare class SoftTimeLimitExceeded extends Error {
+  /** The reason for a run past its soft limit of `limit` ms (headway makes these; a test may too). */
   constructor(limit: number);
+  /** `'SoftTimeLimitExceeded'`, Celery's name: a body that rethrows it fails with that type. */
   readonly name: 'SoftTimeLimitExceeded';
   /** The soft time limit that passed, ms. */
   readonly limit: number;

@@ -492,9 +492,7 @@ impl NativeApp {
                 unsafe { headway_core::task::procs::child::serve_fd(app) }
                     .await
                     .map_err(|e| {
-                        Refused::Invalid(format!(
-                            "the process pool's socket (fd 3) failed: {e}"
-                        ))
+                        Refused::Invalid(format!("the process pool's socket (fd 3) failed: {e}"))
                     })
             },
             |()| String::new(),
