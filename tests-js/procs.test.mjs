@@ -32,6 +32,8 @@ const FIX = (name) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.ur
 const CLI = join(ROOT, 'bindings-node', 'cli.js');
 const LIMIT = 20_000;
 const require = createRequire(import.meta.url);
+// Hidden: an App's native half (its body queue's reports).
+const { _admin } = require(join(ROOT, 'bindings-node', 'lib', 'tasks.js'));
 
 /** Resolves once `check()` (sync or async) is truthy, polling every 20 ms; throws naming `what` after `limit` ms. */
 async function until(check, what, limit = LIMIT) {
@@ -168,6 +170,17 @@ for (const pool of ['threads', 'process']) {
     if (pool === 'threads') {
       a.task('soft', softBodies.soft, { softTimeLimit: 300 });
       a.task('soft_throw', softBodies.soft_throw, { softTimeLimit: 200 });
+      a.task(
+        'soft_sync',
+        ([peek]) => {
+          const end = Date.now() + 300;
+          while (Date.now() < end) {
+            // busy: the soft limit (50 ms) passes meanwhile
+          }
+          return peek ? _admin.nativeOf(a).host.softened() : null;
+        },
+        { softTimeLimit: 50 },
+      );
     }
     const p = started(a, pool === 'threads' ? { pool, concurrency: 2 } : { concurrency: 2 });
     try {
@@ -189,6 +202,17 @@ for (const pool of ['threads', 'process']) {
       const e = await failure(p.run('soft_throw'));
       assert.equal(e.remoteType, 'SoftTimeLimitExceeded');
       assert.match(e.remoteMessage, /soft time limit \(200 ms\)/);
+      if (pool === 'threads') {
+        // A sync body past its soft limit cannot be told, but the core
+        // reports it (positive control: the body itself drains the report
+        // and finds its run), and the host drains what it is told even with
+        // no async body in flight: nothing piles up.
+        const native = _admin.nativeOf(a);
+        const peeked = await p.run('soft_sync', [true]);
+        assert.equal(peeked.length, 1, JSON.stringify(peeked));
+        assert.equal(await p.run('soft_sync', [false]), null);
+        assert.deepEqual(native.host.softened(), []);
+      }
     } finally {
       await p.stop();
     }

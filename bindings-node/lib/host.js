@@ -114,10 +114,11 @@ class Host {
 }
 
 function serve(host) {
-  if (host.running.size > 0) {
-    cancel(host, host.n.cancelled());
-    soften(host, host.n.softened());
-  }
+  if (host.running.size > 0) cancel(host, host.n.cancelled());
+  // Drained on every wake-up, not only while async bodies are in flight: a
+  // sync body past its soft limit is reported too (and cannot be told), and
+  // what is not drained would pile up in the core.
+  soften(host, host.n.softened());
   for (let round = 0; round < ROUNDS; round++) {
     // Answers what is waiting (async bodies settled since the last flush, the
     // batch just run) and takes the next batch, in one native call.
