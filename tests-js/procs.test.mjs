@@ -143,11 +143,12 @@ test('CPU-bound runs: two children take at most 0.6× the time of the event loop
       await running;
     }
   };
-  // The machine is shared: a neighbour's burst can slow either side, so up
-  // to three rounds, each measuring both pools back to back; one round at
-  // or under 0.6 passes, and every round is reported.
+  // The machine is shared: a neighbour holding one of the two cores for a
+  // while takes the process pool's second core away, so up to five rounds,
+  // each measuring both pools back to back; one round at or under 0.6
+  // passes, and every round is reported.
   const rounds = [];
-  for (let i = 0; i < 3; i++) {
+  for (let i = 0; i < 5; i++) {
     const loop = await measure({});
     const procs = await measure({ pool: 'process', module: FIX('cpu-app.mjs') });
     rounds.push({ loop: Math.round(loop), procs: Math.round(procs), ratio: +(procs / loop).toFixed(2) });
