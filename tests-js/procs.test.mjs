@@ -368,6 +368,12 @@ test('bad options are refused, naming the option', () => {
   assert.throws(() => a.worker({ pool: 'process', module: 5 }), (e) => e instanceof TypeError && /module/.test(e.message));
   assert.throws(() => a.worker({ pool: 'process', timeLimit: '1s' }), (e) => e instanceof TypeError && /timeLimit/.test(e.message));
   assert.throws(() => a.worker({ pools: 'process' }), (e) => e instanceof TypeError && /pools/.test(e.message));
+  // ±Infinity reaches the core (JSON has no Infinity) and is refused there,
+  // never read as "not given".
+  assert.throws(() => a.worker({ concurrency: Infinity }), (e) => e instanceof RangeError && /`concurrency`: must be a whole number/.test(e.message));
+  assert.throws(() => a.worker({ pool: 'process', module: 'x.js', maxTasksPerChild: Infinity }), (e) => e instanceof RangeError && /maxTasksPerChild/.test(e.message));
+  assert.throws(() => a.task('u', () => 1, { retries: Infinity }), (e) => e instanceof RangeError && /`retries`/.test(e.message));
+  assert.throws(() => a.task('u', () => 1, { timeLimit: -Infinity }), (e) => e instanceof RangeError && /`timeLimit`: must be positive/.test(e.message));
   // A task with a hard limit of its own: the event loop refuses it.
   const b = new App();
   b.task('t', () => 1, { timeLimit: 1000 });

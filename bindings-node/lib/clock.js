@@ -5,7 +5,7 @@
 const { inspect } = require('node:util');
 const native = require('../addon.js');
 const { argType, outOfRange, refusal } = require('./errors.js');
-const { opts, only, str, num, bool, instant } = require('./checks.js');
+const { opts, only, str, num, bool, instant, jsonNumber } = require('./checks.js');
 
 const SYSTEM = native.NativeClock.system();
 const NATIVE = Symbol('native');
@@ -197,16 +197,16 @@ function policyJson(policy) {
     out += `${out ? ',' : ''}"${k}":${v}`;
   };
   if (p.queue !== undefined) put('queue', JSON.stringify(str('queue', p.queue)));
-  if (p.retries !== undefined) put('retries', num('retries', p.retries));
+  if (p.retries !== undefined) put('retries', jsonNumber(num('retries', p.retries)));
   if (p.backoff !== undefined) {
     if (!(p.backoff instanceof TaskBackoff)) throw argType('backoff', 'Fixed(...) or Exponential(...)', p.backoff);
     put('backoff', p.backoff[SPEC]);
   }
-  if (p.timeout !== undefined && p.timeout !== null) put('timeout', num('timeout', p.timeout));
+  if (p.timeout !== undefined && p.timeout !== null) put('timeout', jsonNumber(num('timeout', p.timeout)));
   if (p.acksLate !== undefined) put('acksLate', bool('acksLate', p.acksLate));
   if (p.ignoreResult !== undefined) put('ignoreResult', bool('ignoreResult', p.ignoreResult));
-  if (p.timeLimit !== undefined && p.timeLimit !== null) put('timeLimit', num('timeLimit', p.timeLimit));
-  if (p.softTimeLimit !== undefined && p.softTimeLimit !== null) put('softTimeLimit', num('softTimeLimit', p.softTimeLimit));
+  if (p.timeLimit !== undefined && p.timeLimit !== null) put('timeLimit', jsonNumber(num('timeLimit', p.timeLimit)));
+  if (p.softTimeLimit !== undefined && p.softTimeLimit !== null) put('softTimeLimit', jsonNumber(num('softTimeLimit', p.softTimeLimit)));
   if (p.rejectOnWorkerLost !== undefined) put('rejectOnWorkerLost', bool('rejectOnWorkerLost', p.rejectOnWorkerLost));
   if (p.rate !== undefined && p.rate !== null) {
     const r = p.rate;

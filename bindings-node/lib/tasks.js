@@ -9,7 +9,7 @@ const { inspect } = require('node:util');
 const native = require('../addon.js');
 const { argType, refusal, invalidState, SoftTimeLimitExceeded } = require('./errors.js');
 const { moduleUrl } = require('./load.js');
-const { EMPTY, opts, only, str, num, instant } = require('./checks.js');
+const { EMPTY, opts, only, str, num, instant, jsonNumber } = require('./checks.js');
 const { encodeArgs, encodeKwargs, SEND_OPTIONS, encodeOptions } = require('./json.js');
 const { answer, TASK, JOB, Host, Context } = require('./host.js');
 const { VirtualClock, clockOf, check, Every, Cron, At, rhythmSpec, Fixed, Exponential, policyJson } = require('./clock.js');
@@ -350,7 +350,7 @@ class App {
       // pool but the default is handed the command that starts a child.
       if (spec.pool !== 'threads') spec.child = childCommand(o.module);
     }
-    const w = this[APP].worker(JSON.stringify(spec));
+    const w = this[APP].worker(JSON.stringify(spec, (k, v) => (typeof v === 'number' ? jsonNumber(v, true) : v)));
     if (!(w instanceof native.NativeWorker)) throw refusal(w);
     return new Worker(w, this.#host);
   }
