@@ -3,19 +3,26 @@
 // The `headway` command line for Node (`npx headway ...`).
 //
 //     headway worker ./app.js [-c 4] [-Q a,b] [--prefetch N] [--grace ms]
+//                   [--pool process] [--max-tasks-per-child K]
+//                   [--max-memory-per-child KIB] [--time-limit S]
+//                   [--soft-time-limit S]
 //     headway beat ./app.js
 //
 // The module (CommonJS or ESM, resolved from the current directory) must
-// export a headway App: as `module.exports`, as its default export, or as
-// `app`. SIGINT and SIGTERM stop a worker gracefully — no more claims, runs
-// in progress get the grace (10 s), what it held is given back — and the
-// process exits once it has; a second signal exits at once. Mirrors
-// Python's `headway worker -A module:app` and its output.
+// export a headway App: as `module.exports` / its default export, as `app`,
+// or as its only App export (lib/load.js). SIGINT and SIGTERM stop a worker
+// gracefully — no more claims, runs in progress get the grace (10 s), what it
+// held is given back — and the process exits once it has; a second signal
+// exits at once. `--pool process` runs the bodies in N child processes, each
+// importing the same module. Time limits are in seconds, as Celery's
+// `--time-limit` and `--soft-time-limit` are. Mirrors Python's `headway
+// worker -A module:app` and its output.
 
 const path = require('node:path');
-const { pathToFileURL } = require('node:url');
 
 const USAGE = `usage: headway worker <app.js> [-c N] [-Q a,b] [--prefetch N] [--grace ms]
+                      [--pool threads|process] [--max-tasks-per-child K]
+                      [--max-memory-per-child KIB] [--time-limit S] [--soft-time-limit S]
        headway beat <app.js>`;
 
 function fail(message) {
@@ -32,6 +39,7 @@ function parse(argv) {
   if (command !== 'worker' && command !== 'beat') fail(`unknown command ${JSON.stringify(command ?? '')}\n${USAGE}`);
   if (!file || file.startsWith('-')) fail(`${command}: the app module is missing\n${USAGE}`);
   const o = { command, file, concurrency: undefined, queues: undefined, prefetch: undefined, grace: undefined };
+  const worker = {};
   for (let i = 0; i < rest.length; i++) {
     const flag = rest[i];
     const value = rest[i + 1];
@@ -39,6 +47,12 @@ function parse(argv) {
       if (value === undefined) fail(`${flag} needs a value`);
       i++;
       return value;
+    };
+    // Seconds on the command line (Celery's unit), ms for the worker.
+    const seconds = (v) => {
+      const n = Number(v);
+      if (v.trim() === '' || !Number.isFinite(n)) fail(`${flag} must be a number of seconds, not ${JSON.stringify(v)}`);
+      return Math.round(n * 1000);
     };
     const int = (v) => {
       const n = Number(v);
@@ -49,24 +63,24 @@ function parse(argv) {
     else if (command === 'worker' && (flag === '-Q' || flag === '--queues')) o.queues = need();
     else if (command === 'worker' && flag === '--prefetch') o.prefetch = int(need());
     else if (command === 'worker' && flag === '--grace') o.grace = int(need());
+    else if (command === 'worker' && flag === '--pool') worker.pool = need();
+    else if (command === 'worker' && flag === '--max-tasks-per-child') worker.maxTasksPerChild = int(need());
+    else if (command === 'worker' && flag === '--max-memory-per-child') worker.maxMemoryPerChild = int(need());
+    else if (command === 'worker' && flag === '--time-limit') worker.timeLimit = seconds(need());
+    else if (command === 'worker' && flag === '--soft-time-limit') worker.softTimeLimit = seconds(need());
     else fail(`unknown option ${flag}\n${USAGE}`);
   }
+  o.worker = worker;
   return o;
 }
 
 async function load(file, App) {
-  const full = path.resolve(process.cwd(), file);
-  let mod;
+  const { importApp } = require('./lib/load.js');
   try {
-    mod = await import(pathToFileURL(full).href);
+    return await importApp(file, App);
   } catch (e) {
-    fail(`cannot import ${file}: ${e && e.message}`);
+    fail(e && e.message);
   }
-  for (const v of [mod.default, mod.app, mod.default && mod.default.app]) {
-    if (v instanceof App) return v;
-  }
-  const got = mod.default === undefined ? 'nothing' : typeof mod.default;
-  fail(`${file} does not export a headway App (as module.exports, its default export or \`app\`; got ${got})`);
   return undefined;
 }
 
@@ -87,14 +101,23 @@ async function worker(o, App) {
   if (o.concurrency !== undefined) options.concurrency = o.concurrency;
   if (o.queues !== undefined) options.queues = o.queues;
   if (o.prefetch !== undefined) options.prefetch = o.prefetch;
-  const w = app.worker(options);
+  Object.assign(options, o.worker);
+  // The children import the module this command was given (the main
+  // script here is this CLI).
+  if (options.pool !== undefined) options.module = path.resolve(process.cwd(), o.file);
+  let w;
+  try {
+    w = app.worker(options);
+  } catch (e) {
+    fail(e.message);
+  }
   const running = w.run();
   onSignals(() => {
     w.stop(o.grace === undefined ? undefined : { grace: o.grace });
   });
   console.log(
     `headway worker ${w.name}: app ${o.file}, queues ${w.queues.join(',')}, ` +
-      `concurrency ${w.concurrency}, prefetch ${w.prefetch}`,
+      `concurrency ${w.concurrency}, prefetch ${w.prefetch}, pool ${w.pool}`,
   );
   console.log(`tasks: ${app.taskNames().join(', ') || '(none)'}`);
   console.log('ready');

@@ -523,7 +523,13 @@ export interface TaskError extends Error {
    * the store failed.
    */
   code: 'FAILED' | 'TIMEOUT' | 'REVOKED' | 'MISSING' | 'UNKNOWN_TASK' | 'BROKER';
-  /** FAILED: the remote error's type name (`err.name` for a JS body, the exception class for Python). */
+  /**
+   * FAILED: the remote error's type name (`err.name` for a JS body, the
+   * exception class for Python). On the process pool the pool's own
+   * failures read as Celery's: `'TimeLimitExceeded'` (the run passed its hard
+   * `timeLimit` and its child was killed) and `'WorkerLostError'` (its child
+   * died under it: `process.exit()`, a crash, the OOM killer).
+   */
   remoteType?: string;
   /** FAILED: its message. */
   remoteMessage?: string;
@@ -648,6 +654,39 @@ export interface Policy {
   ignoreResult?: boolean | undefined;
   /** Runs per window, per worker: `'10/m'` (Celery's notation: s, m, h, d) or `{ count, per }`. Default none. */
   rate?: string | Rate | null | undefined;
+  /**
+   * Celery's hard `time_limit`, ms: past it the run's child process is
+   * killed and the run fails with `TimeLimitExceeded`. Needs a worker on the
+   * process pool (`pool: 'process'`): on the event loop nothing can stop a
+   * body, and a worker there refuses a task that has one. Default none.
+   */
+  timeLimit?: number | null | undefined;
+  /**
+   * Celery's `soft_time_limit`, ms: past it `ctx.signal` aborts with a
+   * `SoftTimeLimitExceeded` reason; the body goes on, may clean up, and
+   * what it answers is stored. On either pool. Default none.
+   */
+  softTimeLimit?: number | null | undefined;
+  /**
+   * With `acksLate`, a run whose child process died under it
+   * (`WorkerLostError`) goes back to its queue instead of failing (Celery's
+   * `reject_on_worker_lost`). Default false.
+   */
+  rejectOnWorkerLost?: boolean | undefined;
+}
+
+/**
+ * The reason `ctx.signal` aborts with once a run passed its soft time limit
+ * (`name` is `'SoftTimeLimitExceeded'`, Celery's). A body that rethrows it
+ * fails with that type.
+ */
+export declare class SoftTimeLimitExceeded extends Error {
+  /** The reason for a run past its soft limit of `limit` ms (headway makes these; a test may too). */
+  constructor(limit: number);
+  /** `'SoftTimeLimitExceeded'`, Celery's name: a body that rethrows it fails with that type. */
+  readonly name: 'SoftTimeLimitExceeded';
+  /** The soft time limit that passed, ms. */
+  readonly limit: number;
 }
 
 /**
@@ -678,10 +717,17 @@ export declare class Context {
   readonly rootId: string | null;
   /** The run that sent this one (the previous link of a chain), if any. */
   readonly parentId: string | null;
+  /** The run's soft time limit, ms (its task's, else its worker's), or null. */
+  readonly softTimeLimit: number | null;
+  /** The run's hard time limit, ms (process pool only), or null. */
+  readonly timeLimit: number | null;
   /**
    * Aborts when the core stops waiting for this run — its timeout, a
    * `revoke(true)`, a worker stop past its grace — so an async body can stop
-   * its work. A sync body cannot be interrupted.
+   * its work; and, with a `SoftTimeLimitExceeded` reason, once the run passed
+   * its soft time limit (the body may then clean up and answer). A sync body
+   * cannot be interrupted on the event loop; on the process pool its hard
+   * `timeLimit` or a terminate kills its child.
    */
   readonly signal: AbortSignal;
 }
@@ -712,9 +758,10 @@ export declare class Handle<R = unknown> {
    * Revokes it: it will not start anywhere the broker reaches. With
    * `terminate` (`revoke(true)` or `revoke({ terminate: true, signal })`),
    * a run in progress stops — in whichever process on the broker runs it
-   * (`ctx.signal` aborts there) — and is recorded REVOKED. A bad `signal` is
-   * a RangeError (`ERR_INVALID_ARG_VALUE`), one of the wrong type a
-   * TypeError.
+   * (`ctx.signal` aborts there; on the process pool its child is sent the
+   * signal, then SIGKILL 2 s later) — and is recorded REVOKED. A bad
+   * `signal` is a RangeError (`ERR_INVALID_ARG_VALUE`), one of the wrong type
+   * a TypeError.
    */
   revoke(options?: boolean | RevokeOptions): Promise<void>;
 }
@@ -799,11 +846,37 @@ export interface WorkerOptions {
   prefetch?: number | null | undefined;
   /** A name for logs and the admin page. Default `worker-` and a random suffix. */
   name?: string | undefined;
+  /**
+   * Where bodies run. `'threads'` (the default): on this event loop.
+   * `'process'` (Celery's `'prefork'` is accepted too): in `concurrency`
+   * child processes the core starts, supervises and replaces, each running
+   * one body at a time — CPU-bound bodies use that many cores, and a body can
+   * be killed mid-instruction (`timeLimit`, a terminate).
+   */
+  pool?: 'threads' | 'process' | 'prefork' | undefined;
+  /**
+   * Process pool: the module each child imports to find the app — a path
+   * (from the current directory) or a `file:` URL. It must export the App:
+   * as its default export (`module.exports`), as `app`, or as its only App
+   * export. Default: this process's main script (`require.main.filename`,
+   * else `process.argv[1]`). The module runs again in every child, so it
+   * must start its worker only when it is the main script.
+   */
+  module?: string | URL | undefined;
+  /** Process pool: runs after which a child is replaced (Celery's `--max-tasks-per-child`). Default never. */
+  maxTasksPerChild?: number | null | undefined;
+  /** Process pool: resident memory, KiB, past which a child is replaced after its run (Celery's `--max-memory-per-child`). Default never. */
+  maxMemoryPerChild?: number | null | undefined;
+  /** The hard time limit (ms) of a task that sets none; needs the process pool. Default none. */
+  timeLimit?: number | null | undefined;
+  /** The soft time limit (ms) of a task that sets none. Default none. */
+  softTimeLimit?: number | null | undefined;
 }
 
 /**
  * Runs tasks: claims from its queues, runs up to `concurrency` bodies at
- * once on this event loop, and settles each as its policy says — early ack
+ * once (on this event loop, or in child processes with `pool: 'process'`),
+ * and settles each as its policy says — early ack
  * by default, late with `acksLate`; a failure within the retry budget goes
  * back with an eta from the backoff.
  */
@@ -817,6 +890,8 @@ export declare class Worker {
   readonly concurrency: number;
   /** Messages held unsettled at most. */
   readonly prefetch: number;
+  /** Where its bodies run: `'threads'` (this event loop) or `'process'` (child processes). */
+  readonly pool: 'threads' | 'process';
   /** How many messages it has settled so far. */
   readonly settled: number;
   /** Whether stop() was called. */

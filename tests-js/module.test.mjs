@@ -15,7 +15,7 @@ const FLOW = ['Backoff', 'Breaker', 'Bucket', 'Gate', 'Limits', 'Pool', 'Pooled'
 // The task queue (bindings-node/lib/tasks.js).
 const TASKS = [
   'App', 'At', 'Beat', 'Context', 'Cron', 'Every', 'Exponential', 'Fixed', 'Handle', 'RedisBroker', 'Scheduler',
-  'Signature', 'Task', 'Worker', 'chain', 'chord', 'group', 'schedule', 'testing',
+  'Signature', 'SoftTimeLimitExceeded', 'Task', 'Worker', 'chain', 'chord', 'group', 'schedule', 'testing',
 ];
 // The admin interface (bindings-node/lib/admin.js).
 const ADMIN = ['admin'];

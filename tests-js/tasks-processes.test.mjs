@@ -120,7 +120,7 @@ test('the CLI worker on a tiny app: header, ready, SIGTERM stops it gracefully',
   const child = new Child([CLI, 'worker', 'tests-js/fixtures/tiny-app.mjs', '-c', '2', '-Q', 'default,extra']);
   try {
     const lines = await child.until('ready');
-    assert.match(lines[0], /^headway worker worker-\w+: app tests-js\/fixtures\/tiny-app.mjs, queues default,extra, concurrency 2, prefetch 8$/);
+    assert.match(lines[0], /^headway worker worker-\w+: app tests-js\/fixtures\/tiny-app.mjs, queues default,extra, concurrency 2, prefetch 8, pool threads$/);
     assert.equal(lines[1], 'tasks: tiny.add, tiny.hello');
     child.proc.kill('SIGTERM');
     const { code, out, err } = await child.finish(5000);

@@ -140,6 +140,7 @@ import {
   Fixed,
   RedisBroker,
   Scheduler,
+  SoftTimeLimitExceeded,
   chain,
   chord,
   group,
@@ -169,6 +170,16 @@ async function tasks(): Promise<void> {
     acksLate: true,
     rate: '10/m',
   });
+  app.task('limited', async (_args: [], ctx: Context) => {
+    const reason: unknown = ctx.signal.reason;
+    const soft: number | null = ctx.softTimeLimit;
+    const hard: number | null = ctx.timeLimit;
+    if (reason instanceof SoftTimeLimitExceeded) {
+      const n: 'SoftTimeLimitExceeded' = reason.name;
+      void [n, reason.limit];
+    }
+    return [soft, hard];
+  }, { timeLimit: 10_000, softTimeLimit: 8_000, rejectOnWorkerLost: true, acksLate: true });
   const greet = app.task('greet', async ([name]: [string], ctx: Context) => {
     ctx.signal.throwIfAborted();
     return `hello ${name}, attempt ${ctx.attempt} of ${ctx.queue} at ${ctx.now.toISOString()}`;
@@ -208,6 +219,23 @@ async function tasks(): Promise<void> {
   await w.stop({ grace: 1000 });
   await running;
   void [w.name, w.queues, w.concurrency, w.prefetch, w.settled, w.stopping];
+  const pooled = app.worker({
+    pool: 'process',
+    concurrency: 2,
+    module: new URL('file:///srv/app.mjs'),
+    maxTasksPerChild: 100,
+    maxMemoryPerChild: 200_000,
+    timeLimit: 30_000,
+    softTimeLimit: 25_000,
+  });
+  const where: 'threads' | 'process' = pooled.pool;
+  app.worker({ pool: 'prefork', module: './app.js' });
+  app.worker({ pool: 'threads', softTimeLimit: 1000 });
+  // @ts-expect-error not a pool
+  app.worker({ pool: 'forks' });
+  // @ts-expect-error limits are ms numbers
+  app.worker({ pool: 'process', timeLimit: '30s' });
+  void where;
 
   const beat = app.beat();
   const r: Rhythm = Cron('*/5 * * * *', { tz: 'Europe/London' });

@@ -76,6 +76,18 @@ function num(name, v) {
   return v;
 }
 
+/**
+ * A number (NaN already refused) as a JSON request carries it: JSON has no
+ * ±Infinity, so those go as the strings "Infinity" / "-Infinity" (the native
+ * side reads them back, codec.rs `js_number`) and the core takes or refuses
+ * them like any other value. As text for a request built by hand, or, with
+ * `value`, as the value for JSON.stringify's replacer.
+ */
+function jsonNumber(v, value = false) {
+  if (Number.isFinite(v)) return value ? v : `${v}`;
+  return value ? String(v) : `"${v}"`;
+}
+
 function bool(name, v) {
   if (typeof v !== 'boolean') throw argType(name, 'of type boolean', v);
   return v;
@@ -101,4 +113,4 @@ function checkSignal(signal) {
   return signal;
 }
 
-module.exports = { EMPTY, NUMBER, anyNum, optNum, clock, draw, fix, strictOpts, checkSignal, opts, only, str, num, bool, instant };
+module.exports = { EMPTY, NUMBER, anyNum, optNum, clock, draw, fix, strictOpts, checkSignal, opts, only, str, num, bool, instant, jsonNumber };

@@ -5,7 +5,7 @@
 const { inspect } = require('node:util');
 const native = require('../addon.js');
 const { argType, outOfRange, refusal } = require('./errors.js');
-const { opts, only, str, num, bool, instant } = require('./checks.js');
+const { opts, only, str, num, bool, instant, jsonNumber } = require('./checks.js');
 
 const SYSTEM = native.NativeClock.system();
 const NATIVE = Symbol('native');
@@ -176,7 +176,18 @@ function Exponential(options) {
   return new TaskBackoff(spec);
 }
 
-const POLICY = ['queue', 'retries', 'backoff', 'timeout', 'acksLate', 'ignoreResult', 'rate'];
+const POLICY = [
+  'queue',
+  'retries',
+  'backoff',
+  'timeout',
+  'acksLate',
+  'ignoreResult',
+  'rate',
+  'timeLimit',
+  'softTimeLimit',
+  'rejectOnWorkerLost',
+];
 
 function policyJson(policy) {
   const p = opts('policy', policy);
@@ -186,14 +197,17 @@ function policyJson(policy) {
     out += `${out ? ',' : ''}"${k}":${v}`;
   };
   if (p.queue !== undefined) put('queue', JSON.stringify(str('queue', p.queue)));
-  if (p.retries !== undefined) put('retries', num('retries', p.retries));
+  if (p.retries !== undefined) put('retries', jsonNumber(num('retries', p.retries)));
   if (p.backoff !== undefined) {
     if (!(p.backoff instanceof TaskBackoff)) throw argType('backoff', 'Fixed(...) or Exponential(...)', p.backoff);
     put('backoff', p.backoff[SPEC]);
   }
-  if (p.timeout !== undefined && p.timeout !== null) put('timeout', num('timeout', p.timeout));
+  if (p.timeout !== undefined && p.timeout !== null) put('timeout', jsonNumber(num('timeout', p.timeout)));
   if (p.acksLate !== undefined) put('acksLate', bool('acksLate', p.acksLate));
   if (p.ignoreResult !== undefined) put('ignoreResult', bool('ignoreResult', p.ignoreResult));
+  if (p.timeLimit !== undefined && p.timeLimit !== null) put('timeLimit', jsonNumber(num('timeLimit', p.timeLimit)));
+  if (p.softTimeLimit !== undefined && p.softTimeLimit !== null) put('softTimeLimit', jsonNumber(num('softTimeLimit', p.softTimeLimit)));
+  if (p.rejectOnWorkerLost !== undefined) put('rejectOnWorkerLost', bool('rejectOnWorkerLost', p.rejectOnWorkerLost));
   if (p.rate !== undefined && p.rate !== null) {
     const r = p.rate;
     if (typeof r === 'string') put('rate', JSON.stringify(r));

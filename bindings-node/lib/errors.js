@@ -72,4 +72,23 @@ function invalidState(message) {
   return err;
 }
 
-module.exports = { argType, outOfRange, coded, refusal, invalidState };
+/**
+ * The reason `ctx.signal` aborts with once a run passed its soft time limit
+ * (Celery's name, so a body rethrowing it fails with the type Celery's
+ * bodies fail with). The body goes on: it may clean up and answer, and what
+ * it answers is stored.
+ */
+class SoftTimeLimitExceeded extends Error {
+  constructor(limit) {
+    super(`the soft time limit (${limit} ms) passed`);
+    /** The soft time limit, ms. */
+    this.limit = limit;
+  }
+}
+Object.defineProperty(SoftTimeLimitExceeded.prototype, 'name', {
+  value: 'SoftTimeLimitExceeded',
+  writable: true,
+  configurable: true,
+});
+
+module.exports = { argType, outOfRange, coded, refusal, invalidState, SoftTimeLimitExceeded };

@@ -14,7 +14,7 @@
 
 const { inspect } = require('node:util');
 const native = require('../addon.js');
-const { refusal } = require('./errors.js');
+const { refusal, SoftTimeLimitExceeded } = require('./errors.js');
 const { parse, encode } = require('./json.js');
 
 // Promises waiting on a ticket: the native call did not finish at once and
@@ -115,6 +115,10 @@ class Host {
 
 function serve(host) {
   if (host.running.size > 0) cancel(host, host.n.cancelled());
+  // Drained on every wake-up, not only while async bodies are in flight: a
+  // sync body past its soft limit is reported too (and cannot be told), and
+  // what is not drained would pile up in the core.
+  soften(host, host.n.softened());
   for (let round = 0; round < ROUNDS; round++) {
     // Answers what is waiting (async bodies settled since the last flush, the
     // batch just run) and takes the next batch, in one native call.
@@ -142,6 +146,16 @@ function cancel(host, seqs) {
   }
 }
 
+// Calls past their soft time limit ring the bell: their signal aborts with a
+// SoftTimeLimitExceeded, and the body goes on (its answer still counts). A
+// sync body holds the event loop, so only an async one can be told.
+function soften(host, seqs) {
+  for (const seq of seqs) {
+    const ctx = host.running.get(seq);
+    if (ctx !== undefined) ctx[SOFT]();
+  }
+}
+
 // Withdrawn calls (a timeout, a terminate) are reported by `cancelled()`
 // but not rung: while async bodies are in flight, look every 100 ms. The
 // timer is unref'd: it never keeps the process alive.
@@ -153,6 +167,7 @@ function watch() {
     for (const host of active) {
       if (host.running.size > 0) {
         cancel(host, host.n.cancelled());
+        soften(host, host.n.softened());
         any = true;
       }
     }
@@ -309,6 +324,7 @@ function soon(host) {
 }
 
 const ABORT = Symbol('abort');
+const SOFT = Symbol('soft');
 const CANCELLED = Symbol('cancelled');
 
 /**
@@ -319,6 +335,7 @@ const CANCELLED = Symbol('cancelled');
 class Context {
   #now;
   #controller = null;
+  #reason = undefined;
   constructor(c) {
     this.id = c[2];
     this.name = c[1];
@@ -330,6 +347,8 @@ class Context {
     this.kwargs = c[9] === null ? {} : c[9];
     this.rootId = c[10];
     this.parentId = c[11];
+    this.softTimeLimit = c[12] ?? null;
+    this.timeLimit = c[13] ?? null;
     this[CANCELLED] = false;
   }
 
@@ -338,18 +357,33 @@ class Context {
     return new Date(this.#now);
   }
 
-  /** Aborts when the core stops waiting for this run (a timeout, a terminate, a stop past its grace). */
+  /**
+   * Aborts when the core stops waiting for this run (a timeout, a
+   * terminate, a stop past its grace), or with a SoftTimeLimitExceeded
+   * reason once the run passed its soft time limit.
+   */
   get signal() {
     if (this.#controller === null) {
       this.#controller = new AbortController();
-      if (this[CANCELLED]) this.#controller.abort();
+      if (this.#reason !== undefined) this.#controller.abort(this.#reason);
     }
     return this.#controller.signal;
   }
 
   [ABORT]() {
     this[CANCELLED] = true;
-    if (this.#controller !== null) this.#controller.abort();
+    this.#abort(new DOMException('This operation was aborted', 'AbortError'));
+  }
+
+  [SOFT]() {
+    this.#abort(new SoftTimeLimitExceeded(this.softTimeLimit));
+  }
+
+  #abort(reason) {
+    // The first reason stays, as an AbortSignal keeps its first.
+    if (this.#reason !== undefined) return;
+    this.#reason = reason;
+    if (this.#controller !== null) this.#controller.abort(reason);
   }
 
   [inspect.custom]() {

@@ -4,16 +4,20 @@
 // Dates into epoch ms, builds one JSON request per call and hands bodies to
 // the HostQueue bridge (host.js).
 
+const path = require('node:path');
 const { inspect } = require('node:util');
 const native = require('../addon.js');
-const { argType, refusal, invalidState } = require('./errors.js');
-const { EMPTY, opts, only, str, num, instant } = require('./checks.js');
+const { argType, refusal, invalidState, SoftTimeLimitExceeded } = require('./errors.js');
+const { moduleUrl } = require('./load.js');
+const { EMPTY, opts, only, str, num, instant, jsonNumber } = require('./checks.js');
 const { encodeArgs, encodeKwargs, SEND_OPTIONS, encodeOptions } = require('./json.js');
 const { answer, TASK, JOB, Host, Context } = require('./host.js');
 const { VirtualClock, clockOf, check, Every, Cron, At, rhythmSpec, Fixed, Exponential, policyJson } = require('./clock.js');
 const { RedisBroker, seamsOf } = require('./brokers.js');
 const { APP, SEND, Handle, nothing, count, decodeDead } = require('./handles.js');
 const { Signature, chain, group, chord } = require('./canvas.js');
+
+const SERVE_CHILD = Symbol('serveChild');
 
 /** A registered body: `app.task(name, fn, policy)`. */
 class Task {
@@ -74,7 +78,8 @@ function sendOne(app, name, args, options, known, head) {
 
 /**
  * Runs tasks: claims from its queues, runs up to `concurrency` bodies at
- * once on the event loop, settles each as its task's policy says.
+ * once — on the event loop, or in child processes on the process pool —
+ * and settles each as its task's policy says.
  */
 class Worker {
   #n;
@@ -105,6 +110,11 @@ class Worker {
     return this.#n.prefetch;
   }
 
+  /** Where its bodies run: 'threads' (this event loop) or 'process' (child processes). */
+  get pool() {
+    return this.#n.pool;
+  }
+
   /** How many messages it has settled so far. */
   get settled() {
     return this.#n.settled;
@@ -118,15 +128,17 @@ class Worker {
   /** Runs until stopped; resolves once every message it held is settled or given back. A worker runs once. */
   run() {
     if (this.#run !== null) return Promise.reject(invalidState('this worker has already run; make another with app.worker()'));
-    const host = this.#host;
-    host.use();
+    // On the process pool the bodies run in the children, each serving its
+    // own app's queue; nothing arrives on this process's.
+    const host = this.#n.pool === 'process' ? null : this.#host;
+    host?.use();
     let p;
     try {
       p = answer(this.#n.run(), nothing, nothing);
     } catch (e) {
       p = Promise.reject(e);
     }
-    this.#run = p.finally(() => host.unuse());
+    this.#run = p.finally(() => host?.unuse());
     return this.#run;
   }
 
@@ -148,7 +160,7 @@ class Worker {
   }
 
   [inspect.custom]() {
-    return `Worker(${this.name} queues=${this.queues.join(',')} concurrency=${this.concurrency})`;
+    return `Worker(${this.name} queues=${this.queues.join(',')} concurrency=${this.concurrency} pool=${this.pool})`;
   }
 }
 
@@ -323,19 +335,39 @@ class App {
    * A worker over `queues` (['default']; an 'a,b' string is split) running
    * up to `concurrency` bodies at once (4, moontask's preset) and holding at
    * most `prefetch` messages unsettled (concurrency × 4, Celery's prefetch
-   * multiplier).
+   * multiplier). `pool` 'process' runs the bodies in `concurrency` child
+   * processes, each importing `module` (default: this process's main
+   * script) and serving the App it exports; `maxTasksPerChild`,
+   * `maxMemoryPerChild` (KiB) and `timeLimit` (ms, hard: the child is
+   * killed) need it. `softTimeLimit` (ms) aborts `ctx.signal` on either
+   * pool.
    */
   worker(options) {
+    if (inChild) {
+      throw invalidState(
+        'app.worker() was called while a process-pool child imported the app\'s module: ' +
+          'start workers only when the module runs as the main script ' +
+          '(`if (require.main === module)`, or compare import.meta.url with process.argv[1] in ESM)',
+      );
+    }
     const o = opts('options', options);
-    only('worker', o, ['queues', 'concurrency', 'prefetch', 'name']);
+    only('worker', o, WORKER_OPTIONS);
     let queues = null;
     if (typeof o.queues === 'string') queues = o.queues.split(',').map((q) => q.trim()).filter((q) => q);
     else if (Array.isArray(o.queues)) queues = o.queues.map((q, i) => str(`queues[${i}]`, q));
     else if (o.queues !== undefined && o.queues !== null) throw argType('queues', 'an array of names or an "a,b" string', o.queues);
-    const c = o.concurrency === undefined ? null : num('concurrency', o.concurrency);
-    const p = o.prefetch === undefined || o.prefetch === null ? null : num('prefetch', o.prefetch);
-    const name = o.name === undefined ? null : str('name', o.name);
-    const w = this[APP].worker(queues, c, p, name);
+    const spec = { queues };
+    for (const k of ['concurrency', 'prefetch', 'maxTasksPerChild', 'maxMemoryPerChild', 'timeLimit', 'softTimeLimit']) {
+      if (o[k] !== undefined && o[k] !== null) spec[k] = num(k, o[k]);
+    }
+    if (o.name !== undefined) spec.name = str('name', o.name);
+    if (o.pool !== undefined && o.pool !== null) {
+      spec.pool = str('pool', o.pool);
+      // Whether the name is one the core knows is the core's to say; any
+      // pool but the default is handed the command that starts a child.
+      if (spec.pool !== 'threads') spec.child = childCommand(o.module);
+    }
+    const w = this[APP].worker(JSON.stringify(spec, (k, v) => (typeof v === 'number' ? jsonNumber(v, true) : v)));
     if (!(w instanceof native.NativeWorker)) throw refusal(w);
     return new Worker(w, this.#host);
   }
@@ -402,9 +434,99 @@ class App {
     }
   }
 
+  /** See `serveChild`. */
+  [SERVE_CHILD]() {
+    const host = this.#host;
+    host.use();
+    let p;
+    try {
+      p = answer(this[APP]._serveChild(), nothing, nothing);
+    } catch (e) {
+      p = Promise.reject(e);
+    }
+    return p.finally(() => host.unuse());
+  }
+
   [inspect.custom]() {
     return `App(tasks=${inspect(this.taskNames())})`;
   }
+}
+
+const WORKER_OPTIONS = [
+  'queues',
+  'concurrency',
+  'prefetch',
+  'name',
+  'pool',
+  'module',
+  'maxTasksPerChild',
+  'maxMemoryPerChild',
+  'timeLimit',
+  'softTimeLimit',
+];
+
+// ---------------------------------------------------------------- process pool
+
+const CHILD_JS = path.join(__dirname, 'child.js');
+
+// Node flags a child should not repeat: the test runner's and the watcher's
+// (they would run the child as a test or watch it), the inspector's (a port
+// already taken), and code given on the command line instead of a script.
+const UNSHARED = /^--(test|watch|inspect|debug)/;
+const WITH_CODE = new Set(['-e', '--eval', '-p', '--print']);
+
+/** The parent's Node flags for a child: loaders (`--import`, `--require`) and options kept, the rest dropped (see UNSHARED). */
+function childFlags() {
+  const out = [];
+  const argv = process.execArgv;
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    if (WITH_CODE.has(a)) {
+      i++;
+      continue;
+    }
+    if (UNSHARED.test(a) || /^--(eval|print)=/.test(a) || a === '-i' || a === '--interactive') continue;
+    out.push(a);
+  }
+  return out;
+}
+
+/**
+ * How the process pool starts a child: this Node, with this process's
+ * flags, running lib/child.js on the module that exports the app. The
+ * module defaults to the main script — the file `node app.js` ran — since
+ * that is where a program that builds its worker registers its tasks; a
+ * module that does not export the App, or a process without a main script
+ * (the REPL, `node -e`), has to name it.
+ */
+function childCommand(module) {
+  let spec;
+  if (module === undefined || module === null) {
+    spec = require.main?.filename ?? process.argv[1];
+    if (typeof spec !== 'string' || spec === '') {
+      throw argType('module', 'given (the path or file URL of the module that exports the app): this process has no main script to default to', module);
+    }
+  } else if (module instanceof URL) spec = module;
+  else spec = str('module', module);
+  return {
+    program: process.execPath,
+    args: [...childFlags(), CHILD_JS, moduleUrl(spec)],
+    env: [['HEADWAY_PROCESS_CHILD', '1']],
+  };
+}
+
+// Set by lib/child.js while it imports the app's module, and for the rest of
+// the child's life: a worker started there would start children of its own.
+let inChild = false;
+
+/**
+ * In a child of the process pool: serves `app`'s bodies to the parent (fd 3)
+ * on this event loop, as a worker's host would; resolves when the parent
+ * closes the socket.
+ */
+function serveChild(app) {
+  if (!(app instanceof App)) return Promise.reject(argType('app', 'an App', app));
+  return app[SERVE_CHILD]();
 }
 
 // ---------------------------------------------------------------- schedule
@@ -530,6 +652,7 @@ module.exports = {
   Beat,
   Signature,
   Context,
+  SoftTimeLimitExceeded,
   RedisBroker,
   chain,
   group,
@@ -558,6 +681,15 @@ Object.defineProperties(module.exports, {
         return Promise.reject(e);
       }
     },
+  },
+  // lib/child.js: mark this process a child, and serve an app there.
+  _child: {
+    value: Object.freeze({
+      enter: () => {
+        inChild = true;
+      },
+      serve: (app) => serveChild(app),
+    }),
   },
   _admin: {
     value: Object.freeze({ nativeOf: (app) => (app instanceof App ? app[APP] : undefined), answer }),

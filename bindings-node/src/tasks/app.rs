@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headway_core::task::{
-    App, Beat, Call, Failure, Handle, Host, HostQueue, Sig, SignalSpec, Worker, WorkerSpec,
+    App, Beat, Call, Failure, Handle, Host, HostQueue, Refused, Sig, SignalSpec, Worker,
 };
 use napi::Env;
 use napi::bindgen_prelude::{Either, Unknown};
@@ -43,7 +43,8 @@ fn push_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
 }
 
 /// Calls as one JSON text: `[[seq, key, id, queue, retries, attempt, last,
-/// now, args, kwargs | null, rootId | null, parentId | null], ...]`.
+/// now, args, kwargs | null, rootId | null, parentId | null, softTimeLimit |
+/// null, timeLimit | null], ...]`.
 fn encode_calls(calls: &[Call]) -> String {
     let mut out = Vec::with_capacity(calls.len() * 160 + 2);
     out.push(b'[');
@@ -78,6 +79,10 @@ fn encode_calls(calls: &[Call]) -> String {
         push_json(&mut out, &x.root_id);
         out.push(b',');
         push_json(&mut out, &x.parent_id);
+        out.push(b',');
+        push_json(&mut out, &x.soft_time_limit);
+        out.push(b',');
+        push_json(&mut out, &x.time_limit);
         out.push(b']');
     }
     out.push(b']');
@@ -147,6 +152,14 @@ impl NativeHost {
     #[napi]
     pub fn cancelled(&self) -> Vec<f64> {
         self.q.cancelled().into_iter().map(|s| s as f64).collect()
+    }
+
+    /// Calls JS took that passed their soft time limit since the last ask:
+    /// their `ctx.signal` aborts with `SoftTimeLimitExceeded`, and their
+    /// bodies go on (the answer still counts).
+    #[napi]
+    pub fn softened(&self) -> Vec<f64> {
+        self.q.softened().into_iter().map(|s| s as f64).collect()
     }
 
     /// How many calls wait to be taken.
@@ -465,30 +478,43 @@ impl NativeApp {
         self.app.now() as f64
     }
 
-    /// A worker over `queues` (the core's `["default"]` when `null`).
+    /// A worker set up by `spec` (JSON, see `codec::worker`): on the event
+    /// loop, or on the process pool when `spec.pool` says so (then
+    /// `spec.child` is how `lib/child.js` is started).
     #[napi(catch_unwind)]
-    pub fn worker(
-        &self,
-        queues: Option<Vec<String>>,
-        concurrency: Option<f64>,
-        prefetch: Option<f64>,
-        name: Option<String>,
-    ) -> Either<NativeWorker, Refusal> {
-        let spec = WorkerSpec {
-            queues,
-            concurrency,
-            prefetch,
-            name,
-            ..WorkerSpec::default()
-        };
-        let cfg = match spec.build(Host::Node) {
+    pub fn worker(&self, spec: String) -> Either<NativeWorker, Refusal> {
+        let cfg = match codec::worker(&spec) {
             Ok(c) => c,
-            Err(e) => return Either::B(e.into()),
+            Err(e) => return Either::B(e),
         };
         match self.app.worker(cfg) {
             Ok(w) => Either::A(NativeWorker { w }),
             Err(e) => Either::B(Refusal::from(e)),
         }
+    }
+
+    /// In a child of the process pool (`lib/child.js`): serves the parent on
+    /// fd 3 — each run it hands over goes through this app's body queue to
+    /// the event loop, as in a worker — and answers (a ticket) when the
+    /// parent closes the socket. Hidden: only `lib/child.js` calls it, after
+    /// it checked that fd 3 is a socket it was given.
+    #[napi(js_name = "_serveChild", catch_unwind)]
+    pub fn serve_child(&self) -> napi::Result<Answer> {
+        let app = self.app.clone();
+        drive(
+            async move {
+                // SAFETY: `lib/child.js` calls this once, in a process the
+                // pool started with its socket as fd 3, which nothing else
+                // in the process owns.
+                unsafe { headway_core::task::procs::child::serve_fd(app) }
+                    .await
+                    .map_err(|e| {
+                        Refused::Invalid(format!("the process pool's socket (fd 3) failed: {e}"))
+                    })
+            },
+            |()| String::new(),
+            |()| "null".to_string(),
+        )
     }
 
     /// A new beat on this app.
@@ -547,6 +573,16 @@ impl NativeWorker {
     #[napi(getter)]
     pub fn prefetch(&self) -> u32 {
         self.w.prefetch() as u32
+    }
+    /// `"process"` when its bodies run in child processes, else `"threads"`
+    /// (this event loop).
+    #[napi(getter)]
+    pub fn pool(&self) -> &'static str {
+        if self.w.procs().is_some() {
+            "process"
+        } else {
+            "threads"
+        }
     }
     #[napi(getter)]
     pub fn settled(&self) -> f64 {

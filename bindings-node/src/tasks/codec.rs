@@ -7,10 +7,10 @@
 
 use headway_core::task::specs::When;
 use headway_core::task::{
-    BackoffSpec, Canvas, Cron, Every, Host, Options, Policy, PolicySpec, RateSpec, RetryBackoff,
-    Rhythm, RhythmError, SendSpec, Sig, SpecError,
+    BackoffSpec, Canvas, ChildCommand, Cron, Every, Host, Options, Policy, PolicySpec, RateSpec,
+    RetryBackoff, Rhythm, RhythmError, SendSpec, Sig, SpecError, WorkerConfig, WorkerSpec,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 use super::{Refusal, ms};
@@ -31,6 +31,28 @@ pub(crate) fn garbled(what: &str, e: impl std::fmt::Display) -> Refusal {
 /// Parses `text` as `T`.
 pub(crate) fn parse<'a, T: Deserialize<'a>>(what: &str, text: &'a str) -> Result<T, Refusal> {
     serde_json::from_str(text).map_err(|e| garbled(what, e))
+}
+
+/// A JS number as `lib/` writes it into a request: JSON has no ±Infinity, so
+/// those travel as the strings `"Infinity"` / `"-Infinity"` and reach the
+/// core as the numbers they are, for it to take or refuse (`lib/` refuses
+/// NaN itself).
+fn js_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Num {
+        F(f64),
+        S(String),
+    }
+    match Option::<Num>::deserialize(d)? {
+        None => Ok(None),
+        Some(Num::F(x)) => Ok(Some(x)),
+        Some(Num::S(s)) => match s.as_str() {
+            "Infinity" => Ok(Some(f64::INFINITY)),
+            "-Infinity" => Ok(Some(f64::NEG_INFINITY)),
+            _ => Err(serde::de::Error::custom(format!("{s:?} is not a number"))),
+        },
+    }
 }
 
 /// Per-send options as the JS in `lib/` spells them (instants in epoch ms).
@@ -109,12 +131,19 @@ enum RateIn {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct PolicyIn {
     queue: Option<String>,
+    #[serde(default, deserialize_with = "js_number")]
     retries: Option<f64>,
     backoff: Option<BackoffIn>,
+    #[serde(default, deserialize_with = "js_number")]
     timeout: Option<f64>,
     acks_late: Option<bool>,
     ignore_result: Option<bool>,
     rate: Option<RateIn>,
+    #[serde(default, deserialize_with = "js_number")]
+    time_limit: Option<f64>,
+    #[serde(default, deserialize_with = "js_number")]
+    soft_time_limit: Option<f64>,
+    reject_on_worker_lost: Option<bool>,
 }
 
 /// A task's policy: what is omitted is the core's default.
@@ -134,7 +163,65 @@ pub(crate) fn policy(text: &str) -> Result<Policy, Refusal> {
                 per: Some(ms(per)),
             },
         }),
-        ..PolicySpec::default()
+        time_limit: p.time_limit.map(ms),
+        soft_time_limit: p.soft_time_limit.map(ms),
+        reject_on_worker_lost: p.reject_on_worker_lost,
+    };
+    Ok(spec.build(Host::Node)?)
+}
+
+/// How `lib/child.js` is started for the process pool: the program, its
+/// arguments and variables set on top of the parent's environment.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChildIn {
+    program: String,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+/// A worker's options as `lib/tasks.js` spells them (spans in ms).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct WorkerIn {
+    queues: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "js_number")]
+    concurrency: Option<f64>,
+    #[serde(default, deserialize_with = "js_number")]
+    prefetch: Option<f64>,
+    name: Option<String>,
+    pool: Option<String>,
+    child: Option<ChildIn>,
+    #[serde(default, deserialize_with = "js_number")]
+    max_tasks_per_child: Option<f64>,
+    #[serde(default, deserialize_with = "js_number")]
+    max_memory_per_child: Option<f64>,
+    #[serde(default, deserialize_with = "js_number")]
+    time_limit: Option<f64>,
+    #[serde(default, deserialize_with = "js_number")]
+    soft_time_limit: Option<f64>,
+}
+
+/// A worker's configuration: what is omitted is the core's default, and
+/// every check (the pool's name, a hard limit without the process pool) is
+/// the core's.
+pub(crate) fn worker(text: &str) -> Result<WorkerConfig, Refusal> {
+    let w: WorkerIn = parse("worker", text)?;
+    let spec = WorkerSpec {
+        queues: w.queues,
+        concurrency: w.concurrency,
+        prefetch: w.prefetch,
+        name: w.name,
+        pool: w.pool,
+        child: w.child.map(|c| ChildCommand {
+            program: c.program,
+            args: c.args,
+            env: c.env,
+        }),
+        max_tasks_per_child: w.max_tasks_per_child,
+        max_memory_per_child: w.max_memory_per_child,
+        time_limit: w.time_limit.map(ms),
+        soft_time_limit: w.soft_time_limit.map(ms),
     };
     Ok(spec.build(Host::Node)?)
 }

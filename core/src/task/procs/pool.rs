@@ -565,6 +565,15 @@ async fn launch(spec: &ProcSpec) -> Result<Child, String> {
             } else if libc::dup2(fd, 3) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            // The child's stdout and stderr are the worker's: inherited,
+            // even where the host marked them close-on-exec (Node does, and
+            // a child would then start with /dev/null for both).
+            for std_fd in [1, 2] {
+                let flags = libc::fcntl(std_fd, libc::F_GETFD);
+                if flags >= 0 && flags & libc::FD_CLOEXEC != 0 {
+                    libc::fcntl(std_fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+                }
+            }
             // Dies with the parent (a kill -9 of the worker leaves no
             // child), and not by a Ctrl-C meant for the parent, which
             // stops gracefully and ends its children itself (Celery's
