@@ -106,6 +106,17 @@ struct Child {
     runs: u64,
 }
 
+impl Child {
+    /// Whether an idle child's socket is as it should be: nothing to read.
+    /// An idle child says nothing, so a readable socket is its end (it
+    /// died, and its reaper has not seen the exit yet) or garbage — either
+    /// way it gets no run.
+    fn quiet(&self) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(self.rx.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+}
+
 /// A started process and its exit, as its reaper thread saw it.
 struct Proc {
     pid: u32,
@@ -390,10 +401,11 @@ impl Procs {
                     return Err(Failure::new(WORKER_LOST, "the process pool is closed"));
                 }
                 while let Some(c) = st.idle.pop() {
-                    if !c.proc.exited() {
+                    if !c.proc.exited() && c.quiet() {
                         return Ok(c);
                     }
                     // Died while idle: replaced, and no run is charged.
+                    retire(c);
                     st.starting += 1;
                     tokio::spawn(spawn_child(self.inner.clone()));
                 }
