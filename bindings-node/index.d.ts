@@ -892,6 +892,8 @@ export declare class Worker {
   readonly prefetch: number;
   /** Where its bodies run: `'threads'` (this event loop) or `'process'` (child processes). */
   readonly pool: 'threads' | 'process';
+  /** The pids of its child processes now (empty on the threads pool). */
+  readonly childPids: number[];
   /** How many messages it has settled so far. */
   readonly settled: number;
   /** Whether stop() was called. */

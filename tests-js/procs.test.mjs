@@ -484,6 +484,27 @@ describe('on Redis', { skip: RedisServer.missing() ?? false }, () => {
     }
   });
 
+  test("on Celery's layout: runs go to the children, and a hard limit kills", async () => {
+    const url = server.url.replace(/\/\d+$/, '/6');
+    const env = { PROCS_BROKER: url, PROCS_LAYOUT: 'celery', PROCS_WORKER: JSON.stringify({ pool: 'process', concurrency: 2 }) };
+    const wp = workerProcess([FIX('procs-app.mjs')], env);
+    const broker = RedisBroker.celery(url);
+    const client = new App({ broker });
+    try {
+      await wp.ready();
+      const pids = await Promise.all([0, 1].map(async () => (await client.sendTask('sleep', [300])).get(LIMIT)));
+      assert.notEqual(pids[0], pids[1]);
+      assert.ok(!pids.includes(wp.proc.pid), 'a run went to the parent');
+      const t = Date.now();
+      await assert.rejects((await client.sendTask('spin', [])).get(LIMIT), (e) => e.remoteType === 'TimeLimitExceeded');
+      assert.ok(Date.now() - t < 3000, `took ${Date.now() - t} ms`);
+      assert.equal(typeof (await (await client.sendTask('pid', [])).get(LIMIT)), 'number');
+    } finally {
+      wp.kill();
+      await broker.close();
+    }
+  });
+
   test('the CLI: --pool process -c 2 --max-tasks-per-child 1 --time-limit 1 --soft-time-limit 0.5', async () => {
     const prefix = `procs-${randomUUID().slice(0, 8)}:`;
     const wp = workerProcess(

@@ -110,6 +110,10 @@ def unlimited_spin():
     except headway.SoftTimeLimitExceeded:
         return "soft from the worker"
 
+@app.task(name="limits", bind=True, soft_time_limit=2.5)
+def limits(ctx):
+    return [ctx.soft_time_limit, ctx.time_limit]
+
 @app.task(name="burn")
 def burn(n):
     x = 0
@@ -233,6 +237,8 @@ def test_the_workers_limits_apply_to_tasks_that_set_none(
     t = time.monotonic()
     assert "TimeLimitExceeded" in str(failed(send(mod, "unlimited_spin")))
     assert time.monotonic() - t < 4.0
+    # The body reads its limits: its task's soft one, the worker's hard one.
+    assert send(mod, "limits").get(timeout=20) == [2.5, 1.5]
     # A task's own soft limit (0.5 s) comes before the worker's hard one.
     assert send(mod, "soft_sleep").get(timeout=20) == "cleaned up"
 

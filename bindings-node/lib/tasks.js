@@ -115,6 +115,11 @@ class Worker {
     return this.#n.pool;
   }
 
+  /** The pids of its child processes now (empty on the threads pool). */
+  get childPids() {
+    return this.#n.childPids;
+  }
+
   /** How many messages it has settled so far. */
   get settled() {
     return this.#n.settled;

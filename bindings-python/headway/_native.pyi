@@ -802,6 +802,13 @@ class Context:
     @property
     def parent_id(self) -> str | None:
         """The run that sent this one (the previous link of a chain), if any."""
+    @property
+    def soft_time_limit(self) -> float | None:
+        """The run's soft time limit in seconds (its task's, else its
+        worker's), or None."""
+    @property
+    def time_limit(self) -> float | None:
+        """The run's hard time limit in seconds, or None."""
 
 def current() -> Context:
     """The ``Context`` of the run this code is inside — a sync body, an async

@@ -164,6 +164,17 @@ impl PyCtx {
     fn parent_id(&self) -> Option<&str> {
         self.inner.parent_id.as_deref()
     }
+    /// The run's soft time limit in seconds (its task's, else its
+    /// worker's), or None.
+    #[getter]
+    fn soft_time_limit(&self) -> Option<f64> {
+        self.inner.soft_time_limit.map(|ms| ms as f64 / 1000.0)
+    }
+    /// The run's hard time limit in seconds, or None.
+    #[getter]
+    fn time_limit(&self) -> Option<f64> {
+        self.inner.time_limit.map(|ms| ms as f64 / 1000.0)
+    }
     fn __repr__(&self) -> String {
         let c = &self.inner;
         format!(

@@ -584,6 +584,11 @@ impl NativeWorker {
             "threads"
         }
     }
+    /// The pids of its child processes now (none on the threads pool).
+    #[napi(getter)]
+    pub fn child_pids(&self) -> Vec<u32> {
+        self.w.procs().map(|p| p.pids()).unwrap_or_default()
+    }
     #[napi(getter)]
     pub fn settled(&self) -> f64 {
         self.w.settled() as f64
