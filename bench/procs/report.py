@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import glob
 import json
 import os
 import platform
@@ -97,7 +98,21 @@ def collect(work: str) -> dict[str, Any]:
 
     out: dict[str, Any] = {"calibration": read("calibrate")}
     out["cpu_bound"] = {k: read(n) for k, n, _ in CPU}
-    out["drain"] = {k: read(n) for k, n, _ in DRAIN}
+    def median_of(name: str) -> dict[str, Any]:
+        """The run of median rate among `name@1`, `name@2`, ... (an error
+        when any failed), with every rate in `rates`."""
+        runs = [read(os.path.splitext(os.path.basename(p))[0]) for p in sorted(glob.glob(os.path.join(work, name + "@*.json")))]
+        if not runs:
+            return {"error": "no result"}
+        bad = [r for r in runs if "error" in r or not isinstance(r.get("rate"), (int, float))]
+        if bad:
+            return bad[0] if "error" in bad[0] else {"error": "no rate"}
+        runs.sort(key=lambda r: r["rate"])
+        mid = dict(runs[len(runs) // 2])
+        mid["rates"] = [r["rate"] for r in runs]
+        return mid
+
+    out["drain"] = {k: median_of(n) for k, n, _ in DRAIN}
     out["hop"] = {k: read(n) for k, n, _ in HOP}
     out["rss"] = {k: read(n) for k, n, _ in RSS}
     cpu, dr, hop = out["cpu_bound"], out["drain"], out["hop"]
@@ -145,19 +160,24 @@ def tables(got: dict[str, Any]) -> list[str]:
         )
     L.append("")
     dr = got["drain"]
-    L.append(f"**No-op drain**: {got.get('n_drain')} no-op runs queued first, then the worker launched; results stored and counted.")
+    reps = got.get("drain_reps", "1")
+    L.append(
+        f"**No-op drain**: {got.get('n_drain')} no-op runs queued first, then the worker launched; results stored and counted. "
+        f"Each contender {reps} times in turn; the median run, with every run's rate."
+    )
     L.append("")
-    L.append("| contender | runs/s | drain, s | wall from launch, s | ×Celery |")
-    L.append("|---|---:|---:|---:|---:|")
+    L.append("| contender | runs/s (median) | drain, s | wall from launch, s | ×Celery | every run, runs/s |")
+    L.append("|---|---:|---:|---:|---:|---|")
     for k, _, label in DRAIN:
         r = dr[k]
         name = label.format_map(names)
         if "error" in r:
-            L.append(f"| {name} | FAILED ({r['error']}) | | | |")
+            L.append(f"| {name} | FAILED ({r['error']}) | | | | |")
             continue
+        every = ", ".join(f(x) for x in r.get("rates", []))
         L.append(
             f"| {name} | {f(r.get('rate'))} | {f(r.get('seconds'), '{:.2f}')} | {f(r.get('wall'), '{:.2f}')} "
-            f"| {times(ratio(r.get('rate'), dr['celery-prefork'].get('rate')))} |"
+            f"| {times(ratio(r.get('rate'), dr['celery-prefork'].get('rate')))} | {every} |"
         )
     L.append("")
     hop = got["hop"]

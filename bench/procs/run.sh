@@ -24,6 +24,7 @@ root="$(cd "$here/../.." && pwd)"
 
 n_cpu=200
 n_drain=5000
+reps=3
 rtt=500
 quick=0
 timeout_s="${PROCS_TIMEOUT:-300}"
@@ -33,6 +34,7 @@ while [ $# -gt 0 ]; do
       quick=1
       n_cpu=60
       n_drain=1000
+      reps=1
       timeout_s="${PROCS_TIMEOUT:-120}"
       ;;
     *)
@@ -155,33 +157,38 @@ contend cpu-threads "$hpy" "$here/hw.py" cpu "$url" "$n_cpu" "$count" --pool thr
 contend cpu-process "$hpy" "$here/hw.py" cpu "$url" "$n_cpu" "$count" --pool process
 contend cpu-celery "$cpy" "$here/cel.py" cpu "$url" "$n_cpu" "$count"
 
-# 2. No-op drains. On Celery's layout the queue is filled by Celery's own
-# producer, then counted again by Celery's result reader.
-contend drain-process "$hpy" "$here/hw.py" drain "$url" "$n_drain" --pool process
-redis-cli -p "$port" flushall >/dev/null
-if timeout -k 10 "$timeout_s" "$cpy" "$here/cel.py" fill "$url" "$n_drain" "$work/celery-layout.ids" >"$work/fill.out" 2>"$work/fill.err"; then
-  # Not through contend, which would flush the queue just filled.
-  say "running drain-process-celery (the queue filled by Celery: $(tail -n 1 "$work/fill.out"))"
-  rc=0
-  timeout -k 10 "$timeout_s" "$hpy" "$here/hw.py" drain "$url" "$n_drain" --pool process --layout celery \
-    --ids "$work/celery-layout.ids" >"$work/drain-process-celery.out" 2>"$work/drain-process-celery.err" || rc=$?
-  counted="$("$cpy" "$here/cel.py" count "$url" "$work/celery-layout.ids" 2>>"$work/drain-process-celery.err" | tail -n 1)" || rc=$?
-  if [ "$rc" -eq 0 ] && python3 -c 'import json, sys; sys.exit(json.loads(sys.argv[1])["success"] != int(sys.argv[2]))' "$counted" "$n_drain"; then
-    tail -n 1 "$work/drain-process-celery.out" >"$work/drain-process-celery.json"
+# 2. No-op drains, each contender $reps times in turn (a drain of 5 000 is
+# about a second for headway and Celery's rate alone varies twofold between
+# runs here): the report takes each contender's median. On Celery's layout
+# the queue is filled by Celery's own producer, then counted again by
+# Celery's result reader.
+for r in $(seq 1 "$reps"); do
+  contend drain-process@$r "$hpy" "$here/hw.py" drain "$url" "$n_drain" --pool process
+  redis-cli -p "$port" flushall >/dev/null
+  if timeout -k 10 "$timeout_s" "$cpy" "$here/cel.py" fill "$url" "$n_drain" "$work/celery-layout-$r.ids" >"$work/fill.out" 2>"$work/fill.err"; then
+    # Not through contend, which would flush the queue just filled.
+    say "running drain-process-celery@$r (the queue filled by Celery: $(tail -n 1 "$work/fill.out"))"
+    rc=0
+    timeout -k 10 "$timeout_s" "$hpy" "$here/hw.py" drain "$url" "$n_drain" --pool process --layout celery \
+      --ids "$work/celery-layout-$r.ids" >"$work/drain-process-celery@$r.out" 2>"$work/drain-process-celery@$r.err" || rc=$?
+    counted="$("$cpy" "$here/cel.py" count "$url" "$work/celery-layout-$r.ids" 2>>"$work/drain-process-celery@$r.err" | tail -n 1)" || rc=$?
+    if [ "$rc" -eq 0 ] && python3 -c 'import json, sys; sys.exit(json.loads(sys.argv[1])["success"] != int(sys.argv[2]))' "$counted" "$n_drain"; then
+      tail -n 1 "$work/drain-process-celery@$r.out" >"$work/drain-process-celery@$r.json"
+    else
+      say "drain-process-celery@$r FAILED: exit $rc; Celery reads ${counted:-nothing}"
+      tail -n 15 "$work/drain-process-celery@$r.err" >&2 || true
+      echo "{\"error\": \"exit $rc\"}" >"$work/drain-process-celery@$r.json"
+      failed=1
+    fi
   else
-    say "drain-process-celery FAILED: exit $rc; Celery reads ${counted:-nothing}"
-    tail -n 15 "$work/drain-process-celery.err" >&2 || true
-    echo "{\"error\": \"exit $rc\"}" >"$work/drain-process-celery.json"
+    say "drain-process-celery@$r FAILED: Celery's producer could not fill the queue"
+    tail -n 15 "$work/fill.err" >&2 || true
+    echo '{"error": "fill failed"}' >"$work/drain-process-celery@$r.json"
     failed=1
   fi
-else
-  say "drain-process-celery FAILED: Celery's producer could not fill the queue"
-  tail -n 15 "$work/fill.err" >&2 || true
-  echo '{"error": "fill failed"}' >"$work/drain-process-celery.json"
-  failed=1
-fi
-contend drain-celery "$cpy" "$here/cel.py" drain "$url" "$n_drain"
-contend drain-threads "$hpy" "$here/hw.py" drain "$url" "$n_drain" --pool threads
+  contend drain-celery@$r "$cpy" "$here/cel.py" drain "$url" "$n_drain"
+  contend drain-threads@$r "$hpy" "$here/hw.py" drain "$url" "$n_drain" --pool threads
+done
 
 # 3. The hop to a child.
 contend hop-threads "$hpy" "$here/hw.py" hop "$url" "$rtt" --pool threads
@@ -196,7 +203,7 @@ contend rss-celery "$cpy" "$here/cel.py" rss "$url"
 cmd="bash bench/procs/run.sh"
 [ "$quick" -eq 0 ] || cmd="$cmd --quick"
 python3 "$here/report.py" "$work" "$here/results.json" \
-  --meta "command=$cmd" "quick=$quick" "n_cpu=$n_cpu" "n_drain=$n_drain" "round_trips=$rtt" \
+  --meta "command=$cmd" "quick=$quick" "n_cpu=$n_cpu" "n_drain=$n_drain" "drain_reps=$reps" "round_trips=$rtt" \
   "commit=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo '+dirty')" \
   "seconds=$((SECONDS - started))" "compilers_at_start=$busy" \
   --versions "headway=$("$hpy" -c 'import headway; print(headway.__version__)')" \
