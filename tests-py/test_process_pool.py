@@ -401,26 +401,35 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def cli_worker(mod: ModuleType, tmp: Path, *flags: str) -> tuple[subprocess.Popen[str], list[str]]:
+    """`headway worker -A <mod>:app <flags>` in a process of its own, once it
+    printed `ready`; answers it and the lines it printed."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "headway", "worker", "-A", f"{mod.__name__}:app", *flags],
+        cwd=tmp,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp), *sys.path])},
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    while "ready" not in lines:
+        line = proc.stdout.readline()
+        if not line:
+            proc.kill()
+            raise AssertionError(f"the worker ended: {lines}")
+        lines.append(line.strip())
+    return proc, lines
+
+
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
 def test_a_terminate_from_another_process_stops_the_run_in_its_child(
     sig: str, redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     mod = make_module(tmp_path, "redis", redis_server, monkeypatch)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "headway", "worker", "-A", f"{mod.__name__}:app", "-P", "prefork", "-c", "1"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])},
-    )
+    proc, _ = cli_worker(mod, tmp_path, "-P", "prefork", "-c", "1")
     try:
-        assert proc.stdout is not None
-        lines: list[str] = []
-        while "ready" not in lines:
-            line = proc.stdout.readline()
-            assert line, f"the worker ended: {lines}"
-            lines.append(line.strip())
         first = send(mod, "pid").get(timeout=30)
         log = tmp_path / "runs.log"
         h = send(mod, "nap_logged", str(log), 60.0)
@@ -444,21 +453,8 @@ def test_a_terminate_from_another_process_stops_the_run_in_its_child(
 
 def test_kill_9_of_the_parent_leaves_no_child(redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     mod = make_module(tmp_path, "redis", redis_server, monkeypatch)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "headway", "worker", "-A", f"{mod.__name__}:app", "--pool", "process", "-c", "2"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])},
-    )
+    proc, lines = cli_worker(mod, tmp_path, "--pool", "process", "-c", "2")
     try:
-        assert proc.stdout is not None
-        lines = []
-        while "ready" not in lines:
-            line = proc.stdout.readline()
-            assert line, f"the worker ended: {lines}"
-            lines.append(line.strip())
         assert any("pool process" in x for x in lines), lines
         a, b = send(mod, "nap", 0.3), send(mod, "nap", 0.3)
         pids = {a.get(timeout=30), b.get(timeout=30)}

@@ -256,6 +256,11 @@ struct Opts<'a, 'py> {
     task_id: Option<&'a Bound<'py, PyAny>>,
 }
 
+/// An optional span argument in ms (`None` stays `None`).
+fn ms_arg(name: &'static str, o: Option<&Bound<'_, PyAny>>) -> PyResult<Option<i64>> {
+    some(o).map(|t| span_ms(name, t)).transpose()
+}
+
 fn some<'a, 'py>(o: Option<&'a Bound<'py, PyAny>>) -> Option<&'a Bound<'py, PyAny>> {
     o.filter(|x| !x.is_none())
 }
@@ -872,12 +877,8 @@ impl PyApp {
                 acks_late,
                 ignore_result,
                 rate: rate_arg(rate)?,
-                time_limit: some(time_limit)
-                    .map(|t| span_ms("time_limit", t))
-                    .transpose()?,
-                soft_time_limit: some(soft_time_limit)
-                    .map(|t| span_ms("soft_time_limit", t))
-                    .transpose()?,
+                time_limit: ms_arg("time_limit", time_limit)?,
+                soft_time_limit: ms_arg("soft_time_limit", soft_time_limit)?,
                 reject_on_worker_lost,
             };
             let policy = spec.build(Host::Python).map_err(spec_err)?;
@@ -1005,12 +1006,8 @@ impl PyApp {
                 child: child.map(|(program, args, env)| ChildCommand { program, args, env }),
                 max_tasks_per_child: max_tasks_per_child.map(|k| k as f64),
                 max_memory_per_child: max_memory_per_child.map(|k| k as f64),
-                time_limit: some(time_limit)
-                    .map(|t| span_ms("time_limit", t))
-                    .transpose()?,
-                soft_time_limit: some(soft_time_limit)
-                    .map(|t| span_ms("soft_time_limit", t))
-                    .transpose()?,
+                time_limit: ms_arg("time_limit", time_limit)?,
+                soft_time_limit: ms_arg("soft_time_limit", soft_time_limit)?,
             };
             let cfg = spec.build(Host::Python).map_err(spec_err)?;
             let py_err = |r: Refused| PyValueError::new_err(r.to_string());

@@ -28,11 +28,11 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use headway_core::task::{Options, Policy, WorkerConfig, body, open};
+//! use headway_core::task::{App, Options, Policy, WorkerConfig, body};
 //! use serde_json::{Map, json};
 //!
 //! headway_core::runtime::runtime().unwrap().block_on(async {
-//!     let app = open("memory://", None).await?;
+//!     let app = App::memory(None);
 //!     let add = body(|_ctx, args| async move {
 //!         Ok(json!(args[0].as_i64().unwrap_or(0) + args[1].as_i64().unwrap_or(0)))
 //!     });
