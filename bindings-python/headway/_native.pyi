@@ -971,8 +971,8 @@ class _Host:
         """Raises ``exc`` in each sync body past its soft time limit, until
         ``flag`` is set."""
     def as_child(self, sig: int) -> None:
-        """Sets up a process-pool child: raise ``sig`` with each soft limit,
-        and no spinning between calls."""
+        """Sets up a process-pool child: raise ``sig`` with each soft limit
+        (it wakes the main thread out of a blocking call)."""
     def runners(self) -> dict[str, Any]:
         """The sync runners' health: ``healthy``, ``why``, ``runners``,
         ``threads``, ``stuck``, ``stuck_cap``."""

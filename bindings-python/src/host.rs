@@ -56,9 +56,6 @@ pub(crate) struct Host {
     pub(crate) async_q: Arc<HostQueue>,
     entries: RwLock<HashMap<String, Arc<Entry>>>,
     soft: crate::soft::Soft,
-    /// Whether a runner out of calls spins briefly for the next (not in a
-    /// process-pool child: its next call is a parent round trip away).
-    spin: AtomicBool,
 }
 
 impl Host {
@@ -68,7 +65,6 @@ impl Host {
             async_q: HostQueue::new(),
             entries: RwLock::new(HashMap::new()),
             soft: crate::soft::Soft::default(),
-            spin: AtomicBool::new(true),
         })
     }
 
@@ -655,11 +651,9 @@ impl PyHost {
 
     /// Sets up a process-pool child: with each soft limit also raise signal
     /// `sig` in this process (it wakes the main thread out of a blocking
-    /// call), and do not spin between calls (the next one is a round trip
-    /// to the parent away: a spin would only burn a core the siblings need).
+    /// call).
     fn as_child(&self, sig: i32) {
         self.inner.soft.wake_with(sig);
-        self.inner.spin.store(false, Ordering::Relaxed);
     }
 
     /// A runner counted by `staff` or `hire` that never served.
@@ -701,9 +695,7 @@ impl PyHost {
                     // The core sends the next call microseconds after an
                     // answer; a short detached spin catches it without a
                     // sleep and a wake-up (two context switches).
-                    if host.spin.load(Ordering::Relaxed)
-                        && py.detach(|| spin_for_work(&host.sync_q))
-                    {
+                    if py.detach(|| spin_for_work(&host.sync_q)) {
                         continue;
                     }
                     break;

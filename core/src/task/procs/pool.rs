@@ -371,7 +371,7 @@ impl Procs {
                 ))
             }
             End::Lost => {
-                let mut c = lease.take();
+                let (mut c, _) = lease.take();
                 let status = tokio::time::timeout(KILL_AFTER, c.proc.status()).await;
                 let why = match status {
                     Ok(s) => describe(s),
@@ -438,15 +438,20 @@ struct Lease {
 }
 
 impl Lease {
-    fn take(&mut self) -> Child {
-        self.inner.lock().running.remove(&self.id);
-        self.child.take().expect("leased")
+    /// The child back from the run, and the signal a terminate sent it.
+    fn take(&mut self) -> (Child, Option<i32>) {
+        let sig = {
+            let mut st = self.inner.lock();
+            st.running.remove(&self.id);
+            st.signalled.remove(&self.id)
+        };
+        (self.child.take().expect("leased"), sig)
     }
 
     /// The run answered: the child goes back to the idle list, or is
     /// retired when it ran its share or grew past its memory.
     fn give_back(&mut self) {
-        let mut c = self.take();
+        let (mut c, _) = self.take();
         c.runs += 1;
         let spec = &self.inner.spec;
         let worn = spec.max_tasks_per_child.is_some_and(|k| c.runs >= k)
@@ -463,13 +468,12 @@ impl Lease {
             self.inner.lock().idle.push(c);
             self.inner.changed.notify_one();
         }
-        self.inner.lock().signalled.remove(&self.id);
     }
 
     /// Ends the child with `sig` (SIGKILL after [`KILL_AFTER`] if it
     /// outlives another signal), and starts a new one.
     fn end(&mut self, sig: i32) {
-        let c = self.take();
+        let (c, _) = self.take();
         c.proc.signal(sig);
         self.replace(c);
     }
@@ -477,7 +481,6 @@ impl Lease {
     /// Reaps `c` in the background (killing it if it lingers) and starts a
     /// new child in its place.
     fn replace(&mut self, c: Child) {
-        self.inner.lock().signalled.remove(&self.id);
         let Child { tx, rx, proc, .. } = c;
         drop((tx, rx));
         proc.reap();
@@ -495,8 +498,7 @@ impl Drop for Lease {
         if self.child.is_some() {
             // The caller stopped waiting mid-run: a terminate already sent
             // its signal; anything else kills.
-            let sig = self.inner.lock().signalled.get(&self.id).copied();
-            let c = self.take();
+            let (c, sig) = self.take();
             if sig.is_none() {
                 c.proc.signal(libc::SIGKILL);
             }
