@@ -17,7 +17,7 @@
 use std::os::fd::{FromRawFd, RawFd};
 use std::os::unix::net::UnixStream as StdStream;
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::net::UnixStream;
 
@@ -117,47 +117,65 @@ pub fn not_registered(key: &str) -> Failure {
 /// Fires a callback for a run once its soft limit passes, on a thread of its
 /// own, unless the run was disarmed first — for a host that runs bodies on
 /// the thread reading the socket, where nothing else is awake to time them.
+///
+/// Arming and disarming touch a mutex and wake the thread only when it must
+/// look again (a run armed with an earlier deadline than the one it sleeps
+/// towards). A disarm never wakes it: it finds nothing due when it wakes.
+/// Waking it on every run was two context switches per run in a child that
+/// ran no-op bodies (the drain in `bench/procs` spent half of a child's CPU
+/// switching tasks).
 pub struct SoftTimer {
     state: Arc<Armed>,
 }
 
-/// The run being timed and when its soft limit passes, and the bell the
-/// timer thread waits on.
-type Armed = (Mutex<Option<(u64, Instant)>>, Condvar);
+/// What the timer thread knows: the run being timed and when its soft limit
+/// passes, and when the thread itself will next look (`None`: it sleeps
+/// until woken).
+#[derive(Default)]
+struct Timing {
+    armed: Option<(u64, Instant)>,
+    looks: Option<Instant>,
+}
+
+/// The timing and the bell the timer thread waits on.
+type Armed = (Mutex<Timing>, Condvar);
 
 impl SoftTimer {
     /// A timer calling `fire(seq)` from its thread.
     pub fn new(fire: impl Fn(u64) + Send + 'static) -> std::io::Result<SoftTimer> {
-        let state = std::sync::Arc::new((std::sync::Mutex::new(None), std::sync::Condvar::new()));
-        let st = std::sync::Arc::downgrade(&state);
+        let state: Arc<Armed> = Arc::new((Mutex::new(Timing::default()), Condvar::new()));
+        let st = Arc::downgrade(&state);
         std::thread::Builder::new()
             .name("headway-soft".into())
             .spawn(move || {
+                // The thread holds only a weak reference between looks, so
+                // it ends once the timer is dropped (within `IDLE`).
+                const IDLE: Duration = Duration::from_millis(500);
                 loop {
                     let Some(st) = st.upgrade() else { return };
                     let (lock, cv) = &*st;
                     let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
-                    let due = match *g {
-                        None => {
-                            let _ = cv
-                                .wait_timeout(g, std::time::Duration::from_millis(500))
-                                .unwrap_or_else(|e| e.into_inner());
-                            continue;
+                    let now = Instant::now();
+                    let due = match g.armed {
+                        Some((seq, at)) if at <= now => {
+                            g.armed = None;
+                            Some(seq)
                         }
-                        Some((seq, at)) => {
-                            let now = std::time::Instant::now();
-                            if now < at {
-                                let _ = cv
-                                    .wait_timeout(g, at - now)
-                                    .unwrap_or_else(|e| e.into_inner());
-                                continue;
-                            }
-                            *g = None;
-                            seq
-                        }
+                        _ => None,
                     };
-                    drop(g);
-                    fire(due);
+                    if let Some(seq) = due {
+                        g.looks = None;
+                        drop(g);
+                        fire(seq);
+                        continue;
+                    }
+                    let wait = match g.armed {
+                        Some((_, at)) => (at - now).min(IDLE),
+                        None => IDLE,
+                    };
+                    g.looks = Some(now + wait);
+                    let (mut g, _) = cv.wait_timeout(g, wait).unwrap_or_else(|e| e.into_inner());
+                    g.looks = None;
                 }
             })?;
         Ok(SoftTimer { state })
@@ -166,16 +184,21 @@ impl SoftTimer {
     /// Times run `seq`: `fire(seq)` after `ms` unless disarmed.
     pub fn arm(&self, seq: u64, ms: i64) {
         let (lock, cv) = &*self.state;
-        let at = std::time::Instant::now() + std::time::Duration::from_millis(ms.max(1) as u64);
-        *lock.lock().unwrap_or_else(|e| e.into_inner()) = Some((seq, at));
-        cv.notify_all();
+        let at = Instant::now() + Duration::from_millis(ms.max(1) as u64);
+        let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
+        g.armed = Some((seq, at));
+        // Asleep towards a later look (or busy firing, `looks` unset): wake
+        // it so it sleeps towards this deadline instead.
+        if g.looks.is_none_or(|l| l > at) {
+            cv.notify_all();
+        }
     }
 
-    /// Stops timing (the run returned).
+    /// Stops timing (the run returned). The thread is not woken: when it
+    /// next looks, nothing is due.
     pub fn disarm(&self) {
-        let (lock, cv) = &*self.state;
-        *lock.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        cv.notify_all();
+        let (lock, _) = &*self.state;
+        lock.lock().unwrap_or_else(|e| e.into_inner()).armed = None;
     }
 }
 
@@ -207,4 +230,63 @@ pub async fn serve(app: App, stream: UnixStream) -> std::io::Result<()> {
         wire::write(&mut tx, &FromChild::Done { seq, ok, err }).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SoftTimer;
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    fn timer() -> (SoftTimer, mpsc::Receiver<(u64, Instant)>) {
+        let (tx, rx) = mpsc::channel();
+        let t = SoftTimer::new(move |seq| {
+            let _ = tx.send((seq, Instant::now()));
+        })
+        .expect("the timer thread starts");
+        (t, rx)
+    }
+
+    #[test]
+    fn an_armed_run_fires_once_at_its_limit() {
+        let (t, rx) = timer();
+        let armed = Instant::now();
+        t.arm(7, 50);
+        let (seq, at) = rx.recv_timeout(Duration::from_secs(5)).expect("fired");
+        assert_eq!(seq, 7);
+        assert!(at - armed >= Duration::from_millis(50), "fired early");
+        assert!(
+            rx.recv_timeout(Duration::from_millis(200)).is_err(),
+            "fired twice"
+        );
+    }
+
+    #[test]
+    fn a_disarmed_run_does_not_fire_and_the_next_one_does() {
+        let (t, rx) = timer();
+        t.arm(1, 60);
+        t.disarm();
+        // The positive control: run 2, armed after, fires.
+        t.arm(2, 150);
+        let (seq, _) = rx.recv_timeout(Duration::from_secs(5)).expect("fired");
+        assert_eq!(seq, 2, "only the run still armed fires");
+    }
+
+    #[test]
+    fn an_earlier_deadline_wakes_a_thread_sleeping_towards_a_later_one() {
+        let (t, rx) = timer();
+        // The thread sleeps towards run 1's far deadline...
+        t.arm(1, 60_000);
+        std::thread::sleep(Duration::from_millis(30));
+        // ...and run 2, armed in its place with a near one, fires on time.
+        let armed = Instant::now();
+        t.arm(2, 40);
+        let (seq, at) = rx.recv_timeout(Duration::from_secs(5)).expect("fired");
+        assert_eq!(seq, 2);
+        assert!(
+            at - armed < Duration::from_millis(300),
+            "woke late: {:?}",
+            at - armed
+        );
+    }
 }
