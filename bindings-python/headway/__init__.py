@@ -97,7 +97,10 @@ from ._tasks import (
 )
 
 # `headway.admin.asgi(app)`: the admin interface (imports the task side).
-from . import admin
+from . import _log, admin
+
+# The core's log records go to `logging`, under `headway.*`.
+_log._start()
 
 _T = TypeVar("_T")
 

@@ -3,6 +3,7 @@
     headway worker -A module:app [-c 4] [-Q a,b]   run a worker
         [--pool process] [--max-tasks-per-child K] [--max-memory-per-child KIB]
         [--time-limit S] [--soft-time-limit S]
+        [-l/--loglevel warning] [--log-format text|json]
     headway beat -A module:app                     run the app's beat
     headway admin -A module:app [--port 5555]      serve the admin (uvicorn)
     headway demo                                   a worker, a retry, a chain,
@@ -14,17 +15,25 @@
 as for Celery's ``-A``) and takes its ``app`` attribute (``module`` alone
 means ``module:app``). SIGTERM and Ctrl-C stop a worker gracefully: no more
 claims, runs in progress get the grace, what it held is given back.
+
+Every command takes ``-l/--loglevel`` (Celery's names: debug, info, warning,
+error, critical; default warning) and ``--log-format`` (``text``:
+``[<UTC time> <LEVEL> <logger>] <message>``; ``json``: one object a line with
+``ts``, ``level``, ``logger``, ``message``, ``worker``, ``task_name``,
+``task_id``), the same lines as the Node CLI's; they go to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import signal
 import sys
 from types import FrameType
 
+from . import _log, _native
 from ._tasks import GRACE, App
 
 
@@ -47,6 +56,19 @@ def _load(spec: str) -> App:
     # Where a process-pool child imports it from.
     obj._origin = f"{module}:{attr or 'app'}"
     return obj
+
+
+def _logging(level: str, fmt: str) -> None:
+    try:
+        fmt = _native.log_format(fmt)
+        _log.set_level(level)
+    except ValueError as e:
+        raise SystemExit(f"headway: {e}") from e
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_log.JsonFormatter() if fmt == "json" else _log.TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.getLogger("headway").level)
 
 
 def _term(signum: int, frame: FrameType | None) -> None:
@@ -190,6 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("demo", help="a real demo on the memory broker and a virtual clock")
     d.set_defaults(run=_demo)
 
+    for sp in (w, b, a, d):
+        sp.add_argument(
+            "-l", "--loglevel", default="warning", help="debug, info, warning (default), error, critical"
+        )
+        sp.add_argument("--log-format", default="text", help="text (default) or json")
     ns = p.parse_args(argv)
+    _logging(ns.loglevel, ns.log_format)
     status: int = ns.run(ns)
     return status

@@ -68,6 +68,11 @@ __all__ = [
     "Ward",
     "Window",
     "current",
+    "log_flush",
+    "log_format",
+    "log_level",
+    "log_line",
+    "log_to",
     "pick",
     # Hidden helpers (pyo3 lists every module member in __all__).
     "_Admin",
@@ -584,6 +589,40 @@ class Gate:
     @property
     def limit(self) -> int:
         """The ceiling."""
+
+# ------------------------------------------------------------------ logs
+
+def log_to(
+    callback: Callable[[str, str, str, str | None, str | None, str | None, float], object], /
+) -> None:
+    """Hands each core log record, in order on the core's ``headway-log``
+    thread, to ``callback(level, logger, message, worker, task, id, ts)``
+    (``headway._log`` installs it at import)."""
+
+def log_level(level: str) -> str:
+    """Sets the level of the core's records (``debug``, ``info``,
+    ``warning``, ``error``, ``critical``); answers its ``logging`` name.
+    ``ValueError`` names a level it does not know."""
+
+def log_flush(timeout: float) -> bool:
+    """Waits up to ``timeout`` seconds for the records made so far to be
+    delivered; answers whether they were."""
+
+def log_line(
+    format: str,
+    ts: float,
+    level: str,
+    logger: str,
+    message: str,
+    worker: str | None = None,
+    task: str | None = None,
+    id: str | None = None,
+) -> str:
+    """One log line in ``format`` (``text`` or ``json``), as the Node CLI
+    writes it."""
+
+def log_format(format: str) -> str:
+    """``text`` or ``json``, checked (``ValueError`` otherwise)."""
 
 # ------------------------------------------------------------------ hidden
 

@@ -18,6 +18,7 @@ use pyo3::prelude::*;
 mod admin;
 mod app;
 mod backoff;
+mod logs;
 mod brokers;
 mod convert;
 mod dead;
@@ -139,5 +140,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     brokers::register(m)?;
     sched::register(m)?;
     admin::register(m)?;
+    logs::register(m)?;
     Ok(())
 }

@@ -302,7 +302,10 @@ pub(crate) fn login(inner: &Inner, req: &Request) -> Response {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .fail(client, ns(now));
-        eprintln!("headway admin: failed login from {client}");
+        crate::log::warn(
+            "headway.admin",
+            format_args!("headway admin: failed login from {client}"),
+        );
         return refuse(req, 401, "unauthorized", "that is not this admin's token");
     }
     let (id, _) = inner

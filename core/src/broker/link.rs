@@ -132,7 +132,7 @@ impl Link {
 
     /// Writes `what` to the log under the link's label.
     pub fn log(&self, what: &str) {
-        eprintln!("{}: {what}", self.setup.label);
+        crate::log::warn("headway.redis", format_args!("{}: {what}", self.setup.label));
     }
 
     /// `e` as a refusal naming the URL, redacted, of `e`'s kind.
@@ -550,9 +550,12 @@ impl<T: Clone + Send + 'static> Waiters<T> {
                     // Refused by Redis (an ACL without it): the other
                     // patterns and every waiter still work; said once per
                     // connection.
-                    Err(e) => eprintln!(
-                        "headway: {}; the pattern {p:?} is not heard",
-                        self.refused(&e)
+                    Err(e) => crate::log::warn(
+                        "headway.redis",
+                        format_args!(
+                            "headway: {}; the pattern {p:?} is not heard",
+                            self.refused(&e)
+                        ),
                     ),
                 }
             }

@@ -215,7 +215,10 @@ impl Scheduler {
                     let r = fut.await;
                     running.store(false, Ordering::SeqCst);
                     if let Err(f) = r {
-                        eprintln!("headway schedule: job {label:?} failed: {f}");
+                        crate::log::warn(
+                            "headway.beat",
+                            format_args!("headway schedule: job {label:?} failed: {f}"),
+                        );
                         stats.failed.fetch_add(1, Ordering::Relaxed);
                         *stats.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
                     }

@@ -335,7 +335,12 @@ impl CeleryBroker {
     }
 
     fn log(&self, what: &str) {
-        eprintln!("headway celery broker {}: {what}", self.node);
+        crate::log::emit(
+            crate::log::Level::Warn,
+            "headway.celery",
+            crate::log::About::worker(&self.node),
+            format_args!("headway celery broker {}: {what}", self.node),
+        );
     }
 
     fn now_secs(&self) -> f64 {

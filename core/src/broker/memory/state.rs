@@ -76,10 +76,13 @@ impl Queue {
     }
 
     pub(super) fn bury(&mut self, letter: DeadLetter, step: usize) {
-        eprintln!(
-            "headway memory broker: queue {:?}: dead-lettered a message ({})",
-            letter.queue,
-            crate::log::shown(&letter.reason)
+        crate::log::warn(
+            "headway.memory",
+            format_args!(
+                "headway memory broker: queue {:?}: dead-lettered a message ({})",
+                letter.queue,
+                crate::log::shown(&letter.reason)
+            ),
         );
         self.dead.push_front(Dead { letter, step });
         self.dead.truncate(DEAD_KEPT);

@@ -106,7 +106,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn log(what: &str) {
-    eprintln!("headway redis: {what}");
+    crate::log::warn("headway.redis", format_args!("headway redis: {what}"));
 }
 
 /// headway's Redis broker: also its result store, chord counter and

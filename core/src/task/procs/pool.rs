@@ -204,7 +204,12 @@ fn signal_name(sig: i32) -> &'static str {
 }
 
 fn warn(name: &str, what: &str) {
-    eprintln!("headway worker {name}: process pool: {what}");
+    crate::log::emit(
+        crate::log::Level::Warn,
+        "headway.worker",
+        crate::log::About::worker(name),
+        format_args!("headway worker {name}: process pool: {what}"),
+    );
 }
 
 impl Procs {

@@ -64,10 +64,15 @@ async fn celery_links(app: &App, m: &Message, arg: Value, errors: bool) -> Resul
     let (out, bad) =
         crate::broker::celery::codec::apply_links(sigs, &arg, m, grouped, |s| app.message_of(s));
     for e in bad {
-        eprintln!(
-            "headway worker: a callback of {} was not sent: {}",
-            shown(&m.id),
-            shown(&e.to_string())
+        crate::log::emit(
+            crate::log::Level::Warn,
+            "headway.worker",
+            crate::log::About::default().run(&m.task, &m.id),
+            format_args!(
+                "headway worker: a callback of {} was not sent: {}",
+                shown(&m.id),
+                shown(&e.to_string())
+            ),
         );
     }
     if out.is_empty() {

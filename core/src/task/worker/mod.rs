@@ -91,7 +91,23 @@ pub struct Worker {
 }
 
 fn warn(name: &str, what: &str) {
-    eprintln!("headway worker {name}: {what}");
+    crate::log::emit(
+        crate::log::Level::Warn,
+        "headway.worker",
+        crate::log::About::worker(name),
+        format_args!("headway worker {name}: {what}"),
+    );
+}
+
+/// A warning about one run of worker `name`: the record carries the task's
+/// name and id.
+fn warn_run(name: &str, task: &str, id: &str, what: &str) {
+    crate::log::emit(
+        crate::log::Level::Warn,
+        "headway.worker",
+        crate::log::About::worker(name).run(task, id),
+        format_args!("headway worker {name}: {what}"),
+    );
 }
 
 /// Refuses a worker on the threads pool when a registered task has a hard

@@ -17,7 +17,7 @@ use super::follow::{arrive, collect, give_up};
 use super::settle::{Ran, event, settle_late, settle_ran};
 use super::stop::{give_back, wait_true};
 use super::writer::Writer;
-use super::{Shared, warn};
+use super::{Shared, warn_run};
 use crate::flow::{MILLI, Window};
 use crate::log::shown;
 use crate::task::app::Registered;
@@ -28,20 +28,26 @@ use crate::task::state::{BrokerErrorKind, Failure, Refused, State};
 
 pub(super) async fn process(s: Arc<Shared>, w: Writer, d: Delivery, revoked: bool) {
     let receipt = d.receipt.clone();
+    // Kept for the log records below, which name the run.
+    let (task, id) = (d.message.task.clone(), d.message.id.clone());
     if let Err(e) = take_and_run(&s, &w, d, revoked).await {
         // A claim that could not be settled goes back rather than sit held by
         // a live consumer for ever (a claim already acked is not affected:
         // the broker's fencing makes this a no-op).
-        warn(
+        warn_run(
             &s.name,
+            &task,
+            &id,
             &format!(
                 "could not settle a message ({}); giving it back",
                 shown(&e.to_string())
             ),
         );
         if let Err(e) = s.app.broker().reject(receipt, true).await {
-            warn(
+            warn_run(
                 &s.name,
+                &task,
+                &id,
                 &format!("could not give it back either ({e}); the broker's recovery will"),
             );
         }
@@ -85,8 +91,10 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
         return broker.ack(vec![receipt]).await;
     }
     let Some(reg) = app.registered(&m.task) else {
-        warn(
+        warn_run(
             &s.name,
+            &m.task,
+            &m.id,
             &format!(
                 "received unregistered task {:?}; recorded as failed",
                 shown(&m.task)

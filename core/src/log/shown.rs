@@ -9,9 +9,6 @@
 //! bidi overrides and backslashes are written as escapes, and it is cut to
 //! [`SHOWN_MAX`] characters with the original length after an ellipsis — one
 //! bounded line, whatever the message holds.
-//!
-//! Log lines still go to stderr with `eprintln!`; only the values from a
-//! message pass through here.
 
 use std::fmt::{self, Write};
 
