@@ -593,7 +593,7 @@ class Gate:
 # ------------------------------------------------------------------ logs
 
 def log_to(
-    callback: Callable[[str, str, str, str | None, str | None, str | None, float], object], /
+    callback: Callable[[str, str, str, str | None, str | None, str | None, float], object],
 ) -> None:
     """Hands each core log record, in order on the core's ``headway-log``
     thread, to ``callback(level, logger, message, worker, task, id, ts)``
