@@ -7,6 +7,7 @@
 //                   [--max-memory-per-child KIB] [--time-limit S]
 //                   [--soft-time-limit S]
 //     headway beat ./app.js
+//     either: [-l/--loglevel warning] [--log-format text|json]
 //
 // The module (CommonJS or ESM, resolved from the current directory) must
 // export a headway App: as `module.exports` / its default export, as `app`,
@@ -16,14 +17,19 @@
 // exits at once. `--pool process` runs the bodies in N child processes, each
 // importing the same module. Time limits are in seconds, as Celery's
 // `--time-limit` and `--soft-time-limit` are. Mirrors Python's `headway
-// worker -A module:app` and its output.
+// worker -A module:app` and its output. `--loglevel` (Celery's names:
+// debug, info, warning, error, critical) and `--log-format` (`text`:
+// `[<UTC time> <LEVEL> <logger>] <message>`; `json`: one object a line with
+// ts, level, logger, message, worker, task_name, task_id) set the core's
+// records on stderr, the same lines as Python's CLI.
 
 const path = require('node:path');
 
 const USAGE = `usage: headway worker <app.js> [-c N] [-Q a,b] [--prefetch N] [--grace ms]
                       [--pool threads|process] [--max-tasks-per-child K]
                       [--max-memory-per-child KIB] [--time-limit S] [--soft-time-limit S]
-       headway beat <app.js>`;
+       headway beat <app.js>
+       either: [-l/--loglevel warning] [--log-format text|json]`;
 
 function fail(message) {
   process.stderr.write(`headway: ${message}\n`);
@@ -38,7 +44,7 @@ function parse(argv) {
   }
   if (command !== 'worker' && command !== 'beat') fail(`unknown command ${JSON.stringify(command ?? '')}\n${USAGE}`);
   if (!file || file.startsWith('-')) fail(`${command}: the app module is missing\n${USAGE}`);
-  const o = { command, file, concurrency: undefined, queues: undefined, prefetch: undefined, grace: undefined };
+  const o = { command, file, concurrency: undefined, queues: undefined, prefetch: undefined, grace: undefined, loglevel: 'warning', logFormat: 'text' };
   const worker = {};
   for (let i = 0; i < rest.length; i++) {
     const flag = rest[i];
@@ -59,7 +65,9 @@ function parse(argv) {
       if (!Number.isInteger(n) || n < 0) fail(`${flag} must be a whole number, not ${JSON.stringify(v)}`);
       return n;
     };
-    if (command === 'worker' && (flag === '-c' || flag === '--concurrency')) o.concurrency = int(need());
+    if (flag === '-l' || flag === '--loglevel') o.loglevel = need();
+    else if (flag === '--log-format') o.logFormat = need();
+    else if (command === 'worker' && (flag === '-c' || flag === '--concurrency')) o.concurrency = int(need());
     else if (command === 'worker' && (flag === '-Q' || flag === '--queues')) o.queues = need();
     else if (command === 'worker' && flag === '--prefetch') o.prefetch = int(need());
     else if (command === 'worker' && flag === '--grace') o.grace = int(need());
@@ -143,6 +151,11 @@ async function beat(o, App) {
 async function main() {
   const o = parse(process.argv.slice(2));
   const { App } = require('./index.js');
+  try {
+    require('./lib/logs.js').configure(o.loglevel, o.logFormat);
+  } catch (e) {
+    fail(e.message);
+  }
   if (o.command === 'worker') await worker(o, App);
   else await beat(o, App);
 }

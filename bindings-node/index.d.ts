@@ -1119,6 +1119,34 @@ export interface AppOptions {
   backend?: string | RedisBroker | false | null | undefined;
   /** The only clock the task side reads: a testing.VirtualClock, or omitted for the system clock. */
   clock?: VirtualClock | null | undefined;
+  /**
+   * Where headway's log records go instead of stderr: `logger.warn(message,
+   * fields)` and its debug / info / error siblings (console, pino and
+   * winston fit). The records are the process's: every logger given to an
+   * App receives each of them.
+   */
+  logger?: Logger | undefined;
+}
+
+/** What headway tells a logger with each record. */
+export interface LogFields {
+  /** The part that made it: 'headway.worker', 'headway.redis', 'headway.celery', 'headway.beat', 'headway.admin', 'headway.memory'. */
+  logger: string;
+  /** The worker's name, where one made it. */
+  worker: string | null;
+  /** The run's task name and id, where the record is about a run. */
+  taskName: string | null;
+  taskId: string | null;
+  /** When it was made, seconds since the Unix epoch. */
+  ts: number;
+}
+
+/** A logger as console, pino and winston are. */
+export interface Logger {
+  debug(message: string, fields: LogFields): unknown;
+  info(message: string, fields: LogFields): unknown;
+  warn(message: string, fields: LogFields): unknown;
+  error(message: string, fields: LogFields): unknown;
 }
 
 /**

@@ -148,6 +148,7 @@ import {
   testing,
   type Context,
   type DeadLetter,
+  type LogFields,
   type Handle,
   type Json,
   type Rhythm,
@@ -160,6 +161,14 @@ async function tasks(): Promise<void> {
   const clock: VirtualClock = new testing.VirtualClock(new Date('2026-01-01T00:00:00Z'));
   const app = new App({ clock });
   new App({ broker: 'redis://127.0.0.1:6379/0', backend: false });
+  new App({ logger: console });
+  const seen: LogFields[] = [];
+  const keep = (_m: string, f: LogFields): void => {
+    seen.push(f);
+  };
+  new App({ logger: { debug: keep, info: keep, warn: keep, error: keep } });
+  // @ts-expect-error a logger needs all four methods
+  new App({ logger: { warn: keep } });
   new App({ broker: new RedisBroker('redis://127.0.0.1:6379/0', { prefix: 'p:', lease: 5000 }) });
   new App({ broker: RedisBroker.celery('redis://127.0.0.1:6379/0', { visibilityTimeout: 60_000 }) });
 

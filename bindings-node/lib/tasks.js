@@ -14,6 +14,7 @@ const { encodeArgs, encodeKwargs, SEND_OPTIONS, encodeOptions } = require('./jso
 const { answer, TASK, JOB, Host, Context } = require('./host.js');
 const { VirtualClock, clockOf, check, Every, Cron, At, rhythmSpec, Fixed, Exponential, policyJson } = require('./clock.js');
 const { RedisBroker, seamsOf } = require('./brokers.js');
+const { useLogger } = require('./logs.js');
 const { APP, SEND, Handle, nothing, count, decodeDead } = require('./handles.js');
 const { Signature, chain, group, chord } = require('./canvas.js');
 
@@ -255,7 +256,8 @@ class App {
   #tasks = new Map();
   constructor(options) {
     const o = opts('options', options);
-    only('App', o, ['broker', 'backend', 'clock']);
+    only('App', o, ['broker', 'backend', 'clock', 'logger']);
+    if (o.logger !== undefined) useLogger(o.logger);
     const clock = clockOf(o.clock);
     const seams = seamsOf('broker', o.broker === undefined ? 'memory://' : o.broker, clock);
     if (o.backend === false) seams.withoutBackend();

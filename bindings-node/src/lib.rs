@@ -19,6 +19,7 @@
 mod acquires;
 mod admin;
 mod flow;
+mod logs;
 mod raw;
 mod tasks;
 mod units;

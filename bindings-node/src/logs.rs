@@ -1,0 +1,57 @@
+//! The core's log records, for Node: written to stderr as they happen (the
+//! default, and the CLI's `--log-format`), or handed to the JS function
+//! that calls the app's `logger` (`lib/logs.js`).
+//!
+//! A record reaches JS as the core's JSON line, parsed there: one value to
+//! convert, and records are rare. The function is weak, so it never keeps
+//! the process alive; records made after the environment ended are dropped.
+
+use headway_core::log::sink::{self, Format};
+use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
+use napi::{Status, bindgen_prelude::Function};
+use napi_derive::napi;
+
+type Forward = ThreadsafeFunction<String, (), String, Status, false, true>;
+
+fn invalid(e: String) -> napi::Error {
+    napi::Error::new(Status::InvalidArg, e)
+}
+
+/// Hands every record, as its JSON line, to `callback`.
+#[napi(js_name = "_logTo", catch_unwind)]
+pub fn log_to(callback: Function<String, ()>) -> napi::Result<()> {
+    let tsfn: Forward = callback
+        .build_threadsafe_function::<String>()
+        .weak::<true>()
+        .callee_handled::<false>()
+        .build()?;
+    sink::deliver(move |r| {
+        let _ = tsfn.call(
+            r.line(Format::Json),
+            ThreadsafeFunctionCallMode::NonBlocking,
+        );
+    });
+    Ok(())
+}
+
+/// Writes every record to stderr: `plain` (the message alone, the
+/// default), `text` or `json` (the CLI's `--log-format`).
+#[napi(js_name = "_logStderr", catch_unwind)]
+pub fn log_stderr(format: String) -> napi::Result<()> {
+    let f = if format == "plain" {
+        Format::Plain
+    } else {
+        sink::parse_format(&format).map_err(invalid)?
+    };
+    sink::to_stderr(f);
+    Ok(())
+}
+
+/// Sets the level of the core's records (`debug`, `info`, `warning`,
+/// `error`, `critical`); answers its name (`WARNING`, ...).
+#[napi(js_name = "_logLevel", catch_unwind)]
+pub fn log_level(level: String) -> napi::Result<String> {
+    let l = sink::parse_level(&level).map_err(invalid)?;
+    sink::set_level(l);
+    Ok(sink::filter_name(l).to_string())
+}
