@@ -3,8 +3,9 @@
 //! A task name or id holding a newline, an ANSI escape, or a megabyte must
 //! come out as one bounded, escaped line: a forged `[ERROR]` line, a
 //! repainted terminal or a 1 MB log line per message are what a publisher
-//! could otherwise cause. The worker logs with `eprintln!`, so the test runs
-//! itself again as a child process (the same test, with
+//! could otherwise cause. The worker logs through the `log` facade; the
+//! child installs the core's stderr sink (as the Node binding does), so the
+//! test runs itself again as a child process (the same test, with
 //! `HEADWAY_LOG_LINES_CHILD` set), feeds that child's worker hostile
 //! messages, and reads the child's stderr.
 
@@ -27,6 +28,7 @@ const MB: usize = 1 << 20;
 const LINE_MAX: usize = 4096;
 
 async fn child() {
+    headway_core::log::sink::to_stderr(headway_core::log::sink::Format::Plain);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let b = MemoryBroker::new(clock.clone());
     let app = App::new(

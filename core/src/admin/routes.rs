@@ -96,6 +96,7 @@ enum Route<'a> {
     DeadRequeue,
     DeadPurge,
     Audit,
+    Metrics,
     Stream,
     Login,
     Logout,
@@ -117,6 +118,9 @@ impl Route<'_> {
             "/api/dead/requeue" => Route::DeadRequeue,
             "/api/dead/purge" => Route::DeadPurge,
             "/api/audit" => Route::Audit,
+            // Prometheus text, behind the same login (a scrape sends the
+            // token as `Authorization: Bearer`).
+            "/metrics" => Route::Metrics,
             "/api/stream" => Route::Stream,
             "/login" => Route::Login,
             "/logout" => Route::Logout,
@@ -285,6 +289,14 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
             Err(r) => full(r),
         },
         Route::Audit => full(Response::json(200, &reports::audit(inner))),
+        Route::Metrics => match crate::task::metrics::render(&inner.app).await {
+            Ok(text) => full(Response::with(
+                200,
+                crate::task::metrics::CONTENT_TYPE,
+                text.into_bytes(),
+            )),
+            Err(e) => full(broker_error(e)),
+        },
         Route::Stream => {
             let Some(slot) = inner.hub.open() else {
                 return full(

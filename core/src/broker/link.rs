@@ -172,6 +172,7 @@ impl Link {
             Ok(c) => {
                 s.epoch += 1;
                 if s.failures > 0 {
+                    crate::task::metrics::reconnected();
                     self.log(&format!(
                         "{}: reconnected after {} attempt(s); resuming",
                         self.setup.url, s.failures

@@ -43,6 +43,8 @@ pub(crate) struct AppInner {
     /// Ids asked to terminate, and the bell running runs listen to.
     terminating: Mutex<super::terminate::Marks>,
     pub(crate) terminate_bell: Notify,
+    /// What its workers in this process settled (`metrics`).
+    metrics: super::metrics::Metrics,
 }
 
 /// The registry, the seams and the clock. Cheap to clone (shared).
@@ -89,6 +91,7 @@ impl App {
                 tasks: RwLock::new(HashMap::new()),
                 terminating: Mutex::new(super::terminate::Marks::default()),
                 terminate_bell: Notify::new(),
+                metrics: super::metrics::Metrics::default(),
             }),
         };
         // Terminates other processes broadcast reach this app's runs; held
@@ -138,6 +141,12 @@ impl App {
     /// The result store, if any.
     pub fn backend(&self) -> Option<&Arc<dyn Backend>> {
         self.inner.backend.as_ref()
+    }
+
+    /// What this process's workers of the app settled (Prometheus text:
+    /// `metrics::render`).
+    pub fn metrics(&self) -> &super::metrics::Metrics {
+        &self.inner.metrics
     }
 
     /// The inspector, if any.

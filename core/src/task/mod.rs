@@ -17,6 +17,7 @@ pub mod depth;
 pub mod handle;
 pub mod host;
 pub mod message;
+pub mod metrics;
 pub mod policy;
 pub mod procs;
 pub mod rhythm;

@@ -338,13 +338,26 @@ pub struct WorkerHealth {
     pub name: String,
     /// Its runners.
     pub runners: RunnerHealth,
+    /// Its load now.
+    pub load: Load,
 }
+
+/// A worker's load: bodies running, messages held (running or prefetched).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Load {
+    pub active: u64,
+    pub held: u64,
+}
+
+/// How a listed worker tells its load.
+pub(crate) type LoadOf = Arc<dyn Fn() -> Load + Send + Sync>;
 
 struct Listed {
     id: u64,
     app: Weak<AppInner>,
     name: String,
     gate: Gate,
+    load: LoadOf,
 }
 
 /// The workers running in this process, for the admin of their app: a
@@ -353,7 +366,7 @@ static RUNNING: Mutex<Vec<Listed>> = Mutex::new(Vec::new());
 static NEXT: AtomicU64 = AtomicU64::new(1);
 
 /// Lists a running worker until the answer is dropped.
-pub(crate) fn list(app: &App, name: &str, gate: Gate) -> Unlist {
+pub(crate) fn list(app: &App, name: &str, gate: Gate, load: LoadOf) -> Unlist {
     let id = NEXT.fetch_add(1, Ordering::Relaxed);
     RUNNING
         .lock()
@@ -363,6 +376,7 @@ pub(crate) fn list(app: &App, name: &str, gate: Gate) -> Unlist {
             app: Arc::downgrade(&app.inner),
             name: name.to_string(),
             gate,
+            load,
         });
     Unlist(id)
 }
@@ -390,6 +404,7 @@ pub fn workers(app: &App) -> Vec<WorkerHealth> {
         .map(|l| WorkerHealth {
             name: l.name.clone(),
             runners: l.gate.health(),
+            load: (l.load)(),
         })
         .collect()
 }

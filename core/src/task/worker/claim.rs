@@ -53,7 +53,17 @@ impl Worker {
         let mut failures = 0i32;
         let clock = s.app.clock().clone();
         let gate = s.gate.get_or_init(|| Gate::of(&s.app)).clone();
-        let _listed = runners::list(&s.app, &s.name, gate.clone());
+        let weak = std::sync::Arc::downgrade(&self.shared);
+        let load: runners::LoadOf = std::sync::Arc::new(move || {
+            weak.upgrade().map_or_else(runners::Load::default, |s| runners::Load {
+                active: s.concurrency.saturating_sub(s.slots.available_permits()) as u64,
+                held: s
+                    .claimed
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(s.done.load(Ordering::Relaxed)),
+            })
+        });
+        let _listed = runners::list(&s.app, &s.name, gate.clone(), load);
         loop {
             while let Some(r) = set.try_join_next() {
                 if let Err(e) = r
@@ -151,6 +161,7 @@ impl Worker {
                 };
                 let shared = self.shared.clone();
                 let tx = writer.clone();
+                s.claimed.fetch_add(1, Ordering::Relaxed);
                 set.spawn(async move { process(shared, tx, c.delivery, rev).await });
             }
         }

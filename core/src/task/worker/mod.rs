@@ -74,6 +74,8 @@ struct Shared {
     slots: Semaphore,
     limiters: Mutex<HashMap<String, Window>>,
     done: AtomicU64,
+    /// Messages claimed so far (held now: claimed − done).
+    claimed: AtomicU64,
     /// The runner threads its bodies run on (known once it runs): while
     /// every one is stuck it claims nothing (`runners`).
     gate: std::sync::OnceLock<Gate>,
@@ -159,6 +161,7 @@ impl Worker {
                 slots: Semaphore::new(concurrency),
                 limiters: Mutex::new(HashMap::new()),
                 done: AtomicU64::new(0),
+                claimed: AtomicU64::new(0),
                 gate: std::sync::OnceLock::new(),
                 procs,
                 time_limit,

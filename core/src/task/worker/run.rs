@@ -69,6 +69,7 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
 
     // Checked at receipt: revoked, expired, unknown.
     if revoked {
+        app.metrics().settled(&m.task, State::Revoked, None);
         give_up(
             app,
             &m,
@@ -81,6 +82,7 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
     if let Some(exp) = m.expires
         && exp <= now
     {
+        app.metrics().settled(&m.task, State::Revoked, None);
         give_up(
             app,
             &m,
@@ -100,6 +102,7 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
                 shown(&m.task)
             ),
         );
+        app.metrics().settled(&m.task, State::Failure, None);
         give_up(
             app,
             &m,
@@ -206,6 +209,7 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
     let early = (!policy.acks_late).then(|| receipt.clone());
     if (early.is_some() || waited) && w.take(early, waited.then(|| m.id.clone())).await? {
         drop(permit);
+        app.metrics().settled(&m.task, State::Revoked, None);
         give_up(
             app,
             &m,
@@ -227,6 +231,7 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
             }
             Err(f) => {
                 drop(permit);
+                app.metrics().settled(&m.task, State::Failure, None);
                 give_up(app, &m, State::Failure, f).await?;
                 return settle_late(w, policy.acks_late, receipt).await;
             }

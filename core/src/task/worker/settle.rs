@@ -48,6 +48,16 @@ pub(super) async fn settle_ran(
 ) -> Result<(), Refused> {
     let app = &s.app;
     let broker = app.broker();
+    let took = Some(app.now().saturating_sub(started));
+    match &ran {
+        Ran::Value(_) => app.metrics().settled(&m.task, State::Success, took),
+        Ran::Failed(_) if m.retries < policy.retries => {
+            app.metrics().settled(&m.task, State::Retry, took)
+        }
+        Ran::Failed(_) => app.metrics().settled(&m.task, State::Failure, took),
+        Ran::Terminated => app.metrics().settled(&m.task, State::Revoked, took),
+        Ran::Cancelled => {}
+    }
     match ran {
         Ran::Value(v) => {
             let mut outcomes = Vec::new();
