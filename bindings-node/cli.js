@@ -5,7 +5,7 @@
 //     headway worker ./app.js [-c 4] [-Q a,b] [--prefetch N] [--grace ms]
 //                   [--pool process] [--max-tasks-per-child K]
 //                   [--max-memory-per-child KIB] [--time-limit S]
-//                   [--soft-time-limit S]
+//                   [--soft-time-limit S] [--metrics-port P [--metrics-host H]]
 //     headway beat ./app.js
 //     either: [-l/--loglevel warning] [--log-format text|json]
 //
@@ -28,6 +28,7 @@ const path = require('node:path');
 const USAGE = `usage: headway worker <app.js> [-c N] [-Q a,b] [--prefetch N] [--grace ms]
                       [--pool threads|process] [--max-tasks-per-child K]
                       [--max-memory-per-child KIB] [--time-limit S] [--soft-time-limit S]
+                      [--metrics-port P [--metrics-host 127.0.0.1]]
        headway beat <app.js>
        either: [-l/--loglevel warning] [--log-format text|json]`;
 
@@ -76,6 +77,8 @@ function parse(argv) {
     else if (command === 'worker' && flag === '--max-memory-per-child') worker.maxMemoryPerChild = int(need());
     else if (command === 'worker' && flag === '--time-limit') worker.timeLimit = seconds(need());
     else if (command === 'worker' && flag === '--soft-time-limit') worker.softTimeLimit = seconds(need());
+    else if (command === 'worker' && flag === '--metrics-port') o.metricsPort = int(need());
+    else if (command === 'worker' && flag === '--metrics-host') o.metricsHost = need();
     else fail(`unknown option ${flag}\n${USAGE}`);
   }
   o.worker = worker;
@@ -118,6 +121,16 @@ async function worker(o, App) {
     w = app.worker(options);
   } catch (e) {
     fail(e.message);
+  }
+  if (o.metricsPort !== undefined) {
+    const host = o.metricsHost ?? '127.0.0.1';
+    let port;
+    try {
+      port = require('./lib/tasks.js')._serveMetrics(app, host, o.metricsPort);
+    } catch (e) {
+      fail(e.message);
+    }
+    console.log(`metrics: http://${host}:${port}/metrics`);
   }
   const running = w.run();
   onSignals(() => {

@@ -701,4 +701,12 @@ Object.defineProperties(module.exports, {
   _admin: {
     value: Object.freeze({ nativeOf: (app) => (app instanceof App ? app[APP] : undefined), answer }),
   },
+  // cli.js: `--metrics-port`: serves the app's metrics; the port.
+  _serveMetrics: {
+    value: (app, host, port) => {
+      const r = app[APP].serveMetrics(host, port);
+      if (typeof r === 'object') throw refusal(r);
+      return r;
+    },
+  },
 });

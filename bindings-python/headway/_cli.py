@@ -90,6 +90,12 @@ def _worker(ns: argparse.Namespace) -> int:
         time_limit=ns.time_limit,
         soft_time_limit=ns.soft_time_limit,
     )
+    if ns.metrics_port is not None:
+        try:
+            port = app._native.serve_metrics(ns.metrics_host, ns.metrics_port)
+        except ValueError as e:
+            raise SystemExit(f"headway: {e}") from e
+        print(f"metrics: http://{ns.metrics_host}:{port}/metrics", flush=True)
     try:
         signal.signal(signal.SIGTERM, _term)
         print(
@@ -185,6 +191,11 @@ def main(argv: list[str] | None = None) -> int:
         "--time-limit", type=float, default=None, help="hard limit in seconds (process pool)"
     )
     w.add_argument("--soft-time-limit", type=float, default=None, help="soft limit in seconds")
+    w.add_argument(
+        "--metrics-port", type=int, default=None, metavar="P",
+        help="serve Prometheus metrics at http://HOST:P/metrics (0: any free port)",
+    )
+    w.add_argument("--metrics-host", default="127.0.0.1", help="address for --metrics-port (127.0.0.1)")
     w.set_defaults(run=_worker)
 
     b = sub.add_parser("beat", help="run the app's beat (app.beat())")

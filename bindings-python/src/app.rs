@@ -978,6 +978,16 @@ impl PyApp {
         self.app.has_task(name)
     }
 
+    /// Serves the app's Prometheus metrics at `http://host:port/metrics`
+    /// until the process ends; answers the port (the one chosen for 0).
+    fn serve_metrics(&self, py: Python<'_>, host: &str, port: i64) -> PyResult<u16> {
+        let server = crate::rt::check(
+            py,
+            headway_core::task::metrics::serve(self.app.clone(), host, port),
+        )?;
+        Ok(server.addr.port())
+    }
+
     /// A worker over `queues` (the core's `["default"]` when `None`). On
     /// `pool="process"` its children are started with `child`, a
     /// `(program, args, env)` the `headway` package makes.

@@ -66,17 +66,21 @@ fn log_line(
     id: Option<&str>,
 ) -> PyResult<String> {
     let f = sink::parse_format(format).map_err(PyValueError::new_err)?;
-    Ok(sink::format_line(f, ts, level, logger, message, worker, task, id))
+    Ok(sink::format_line(
+        f, ts, level, logger, message, worker, task, id,
+    ))
 }
 
 /// The format names, checked (`--log-format`).
 #[pyfunction]
 fn log_format(format: &str) -> PyResult<String> {
-    Ok(match sink::parse_format(format).map_err(PyValueError::new_err)? {
-        Format::Json => "json",
-        _ => "text",
-    }
-    .to_string())
+    Ok(
+        match sink::parse_format(format).map_err(PyValueError::new_err)? {
+            Format::Json => "json",
+            _ => "text",
+        }
+        .to_string(),
+    )
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -472,6 +472,16 @@ impl NativeApp {
         self.app.has_task(&name)
     }
 
+    /// Serves the app's Prometheus metrics at `http://host:port/metrics`
+    /// until the process ends: the port (the one chosen for 0), or why not.
+    #[napi(js_name = "serveMetrics", catch_unwind)]
+    pub fn serve_metrics(&self, host: String, port: f64) -> Either<u32, Refusal> {
+        match headway_core::task::metrics::serve(self.app.clone(), &host, ms(port)) {
+            Ok(s) => Either::A(u32::from(s.addr.port())),
+            Err(e) => Either::B(Refusal::from(e)),
+        }
+    }
+
     /// The app's time, epoch ms.
     #[napi]
     pub fn now(&self) -> f64 {

@@ -132,7 +132,10 @@ impl Link {
 
     /// Writes `what` to the log under the link's label.
     pub fn log(&self, what: &str) {
-        crate::log::warn("headway.redis", format_args!("{}: {what}", self.setup.label));
+        crate::log::warn(
+            "headway.redis",
+            format_args!("{}: {what}", self.setup.label),
+        );
     }
 
     /// `e` as a refusal naming the URL, redacted, of `e`'s kind.

@@ -311,9 +311,22 @@ mod tests {
         let e = parse_level("loud").unwrap_err();
         assert!(e.contains("\"loud\"") && e.contains("debug, info"), "{e}");
         assert_eq!(parse_format("JSON"), Ok(Format::Json));
-        let t = format_line(Format::Text, 0.5, "INFO", "headway.beat", "m", None, None, None);
+        let t = format_line(
+            Format::Text,
+            0.5,
+            "INFO",
+            "headway.beat",
+            "m",
+            None,
+            None,
+            None,
+        );
         assert_eq!(t, "[1970-01-01T00:00:00.500Z INFO headway.beat] m");
-        assert!(parse_format("xml").unwrap_err().contains("`text` or `json`"));
+        assert!(
+            parse_format("xml")
+                .unwrap_err()
+                .contains("`text` or `json`")
+        );
     }
 
     #[test]

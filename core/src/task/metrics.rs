@@ -26,8 +26,8 @@ use super::state::{Refused, State};
 /// The runtime histogram's upper bounds, seconds: Prometheus clients'
 /// defaults, and longer ones for the minutes a task may take.
 pub const BUCKETS: [f64; 17] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
-    900.0, 3600.0,
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0,
+    3600.0,
 ];
 
 /// Broker connections made again after they were lost, in this process.
@@ -115,7 +115,11 @@ fn by_queue(out: &mut String, name: &str, help: &str, rows: Vec<(&str, u64)>) {
 pub async fn render(app: &App) -> Result<String, Refused> {
     let mut out = String::new();
     {
-        let t = app.metrics().tasks.lock().unwrap_or_else(|e| e.into_inner());
+        let t = app
+            .metrics()
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let sorted: BTreeMap<&String, &TaskCounts> = t.iter().collect();
         head(
             &mut out,
@@ -273,8 +277,12 @@ impl MetricsServer {
     }
 }
 
-/// Serves `app`'s metrics on `host:port` (port 0: any free one).
-pub fn serve(app: App, host: &str, port: u16) -> Result<MetricsServer, Refused> {
+/// Serves `app`'s metrics on `host:port` (port 0: any free one; a port
+/// outside 0..=65535 is refused naming it).
+pub fn serve(app: App, host: &str, port: i64) -> Result<MetricsServer, Refused> {
+    let port = u16::try_from(port).map_err(|_| {
+        Refused::Invalid(format!("the metrics port must be 0 to 65535, not {port}"))
+    })?;
     let why = |e: std::io::Error| {
         Refused::Invalid(format!(
             "cannot serve metrics on {}:{port}: {e}",
@@ -331,13 +339,25 @@ async fn answer(app: App, mut sock: tokio::net::TcpStream) {
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
     let (status, ctype, body) = if path != "/metrics" {
-        ("404 Not Found", "text/plain; charset=utf-8", "only /metrics is served here\n".to_string())
+        (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "only /metrics is served here\n".to_string(),
+        )
     } else if method != "GET" && method != "HEAD" {
-        ("405 Method Not Allowed", "text/plain; charset=utf-8", "use GET\n".to_string())
+        (
+            "405 Method Not Allowed",
+            "text/plain; charset=utf-8",
+            "use GET\n".to_string(),
+        )
     } else {
         match render(&app).await {
             Ok(t) => ("200 OK", CONTENT_TYPE, t),
-            Err(e) => ("503 Service Unavailable", "text/plain; charset=utf-8", format!("{e}\n")),
+            Err(e) => (
+                "503 Service Unavailable",
+                "text/plain; charset=utf-8",
+                format!("{e}\n"),
+            ),
         }
     };
     let head = format!(
@@ -364,9 +384,18 @@ mod tests {
         m.settled("t", State::Failure, None);
         let t = m.tasks.lock().unwrap();
         let c = &t["t"];
-        assert_eq!(c.by_state[State::ALL.iter().position(|s| *s == State::Success).unwrap()], 2);
+        assert_eq!(
+            c.by_state[State::ALL
+                .iter()
+                .position(|s| *s == State::Success)
+                .unwrap()],
+            2
+        );
         assert_eq!(c.buckets[0], 1, "3 ms is under 5 ms");
-        assert_eq!(c.buckets[BUCKETS.iter().position(|b| *b == 1.0).unwrap()], 1);
+        assert_eq!(
+            c.buckets[BUCKETS.iter().position(|b| *b == 1.0).unwrap()],
+            1
+        );
         assert_eq!((c.timed, c.sum_ms), (2, 703));
     }
 }

@@ -55,13 +55,14 @@ impl Worker {
         let gate = s.gate.get_or_init(|| Gate::of(&s.app)).clone();
         let weak = std::sync::Arc::downgrade(&self.shared);
         let load: runners::LoadOf = std::sync::Arc::new(move || {
-            weak.upgrade().map_or_else(runners::Load::default, |s| runners::Load {
-                active: s.concurrency.saturating_sub(s.slots.available_permits()) as u64,
-                held: s
-                    .claimed
-                    .load(Ordering::Relaxed)
-                    .saturating_sub(s.done.load(Ordering::Relaxed)),
-            })
+            weak.upgrade()
+                .map_or_else(runners::Load::default, |s| runners::Load {
+                    active: s.concurrency.saturating_sub(s.slots.available_permits()) as u64,
+                    held: s
+                        .claimed
+                        .load(Ordering::Relaxed)
+                        .saturating_sub(s.done.load(Ordering::Relaxed)),
+                })
         });
         let _listed = runners::list(&s.app, &s.name, gate.clone(), load);
         loop {
