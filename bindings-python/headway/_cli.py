@@ -3,6 +3,7 @@
     headway worker -A module:app [-c 4] [-Q a,b]   run a worker
         [--pool process] [--max-tasks-per-child K] [--max-memory-per-child KIB]
         [--time-limit S] [--soft-time-limit S]
+        [--metrics-port P [--metrics-host H]]
         [-l/--loglevel warning] [--log-format text|json]
     headway beat -A module:app                     run the app's beat
     headway admin -A module:app [--port 5555]      serve the admin (uvicorn)
