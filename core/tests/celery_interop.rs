@@ -813,6 +813,8 @@ async fn child_claims_and_waits() {
     let Ok(url) = std::env::var("HEADWAY_INTEROP_CHILD_URL") else {
         return;
     };
+    // The worker logs through the `log` facade: to stderr, as a binding does.
+    headway_core::log::sink::to_stderr(headway_core::log::sink::Format::Plain);
     let b = CeleryBroker::connect(
         &url,
         CeleryOptions {
@@ -1219,4 +1221,56 @@ async fn drain_rates() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+/// `celery inspect ping` / `registered` / `stats`, Celery's own CLI, answered
+/// by a headway worker on Celery's layout — and not by the same process
+/// before its worker runs (a producer is no node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn celerys_inspect_is_answered_by_a_headway_worker() {
+    let Some(w) = world(3600.0) else { return };
+    let ran = Ran::default();
+    let (app, b) = w.headway(&ran).await;
+    let inspect = |what: &str| {
+        let out = w
+            .py()
+            .args([
+                "-m",
+                "celery",
+                "-A",
+                "celery_app",
+                "inspect",
+                what,
+                "--json",
+                "-t",
+                "3",
+            ])
+            .output()
+            .expect("run celery inspect");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    // No worker yet: nobody answers.
+    let (ok, out, err) = inspect("ping");
+    assert!(!ok, "answered without a worker: {out} {err}");
+    let (wk, h) = run_worker(&app, &["hw"]);
+    let node = b.node().to_string();
+    let (ok, out, err) = inspect("ping");
+    assert!(ok, "{out}\n{err}");
+    let v: Value = serde_json::from_str(out.trim().lines().last().unwrap_or(""))
+        .unwrap_or_else(|_| panic!("{out}"));
+    assert_eq!(v[&node], json!({"ok": "pong"}), "{out}");
+    let (ok, out, err) = inspect("registered");
+    assert!(ok, "{out}\n{err}");
+    let v: Value = serde_json::from_str(out.trim().lines().last().unwrap_or("")).unwrap();
+    let names = v[&node].as_array().unwrap_or_else(|| panic!("{out}"));
+    assert!(names.iter().any(|n| n == "hw.add"), "{out}");
+    let (ok, out, _) = inspect("stats");
+    assert!(ok, "{out}");
+    let v: Value = serde_json::from_str(out.trim().lines().last().unwrap_or("")).unwrap();
+    assert_eq!(v[&node]["pid"], json!(std::process::id()), "{out}");
+    stop(wk, h).await;
 }

@@ -377,6 +377,8 @@ async fn child() {
     let Ok(layout) = std::env::var("HEADWAY_CHILD") else {
         return;
     };
+    // The worker logs through the `log` facade: to stderr, as a binding does.
+    headway_core::log::sink::to_stderr(headway_core::log::sink::Format::Plain);
     let url = std::env::var("HEADWAY_CHILD_URL").unwrap();
     let path = std::env::var("HEADWAY_LEDGER").unwrap();
     let name = format!("outage-worker-{}", std::process::id());

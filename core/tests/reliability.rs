@@ -1472,6 +1472,8 @@ async fn child() {
     let Ok(role) = std::env::var("HEADWAY_CHILD") else {
         return;
     };
+    // The worker logs through the `log` facade: to stderr, as a binding does.
+    headway_core::log::sink::to_stderr(headway_core::log::sink::Format::Plain);
     let layout = Layout::parse(&std::env::var("HEADWAY_CHILD_LAYOUT").unwrap());
     let url = std::env::var("HEADWAY_CHILD_URL").unwrap();
     let name = std::env::var("HEADWAY_CHILD_NAME").unwrap();

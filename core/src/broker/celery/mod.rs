@@ -59,6 +59,7 @@ mod chords;
 mod claim;
 pub mod codec;
 mod consume;
+mod control;
 pub mod dead;
 mod eta;
 mod inspect;

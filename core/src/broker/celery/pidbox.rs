@@ -71,6 +71,13 @@ pub struct Control {
     pub destination: Option<Vec<String>>,
     /// Its `expires` header (Unix seconds; 0: none).
     pub expires: f64,
+    /// Where the sender waits for replies (`reply_to`: the exchange and
+    /// the routing key), and the ticket a reply carries; `None` for a
+    /// broadcast that wants none (a revoke).
+    pub reply_to: Option<(String, String)>,
+    pub ticket: Option<String>,
+    /// Its arguments, as sent.
+    pub arguments: Value,
 }
 
 impl Control {
@@ -114,11 +121,23 @@ pub fn decode(raw: &[u8]) -> Option<Control> {
             .filter_map(|v| v.as_str().map(str::to_string))
             .collect()
     });
+    let reply_to = body.get("reply_to").and_then(|r| {
+        Some((
+            r.get("exchange")?.as_str()?.to_string(),
+            r.get("routing_key")?.as_str()?.to_string(),
+        ))
+    });
     Some(Control {
+        reply_to,
+        ticket: body
+            .get("ticket")
+            .and_then(Value::as_str)
+            .map(str::to_string),
         method,
         ids,
         terminate: args.get("terminate").and_then(Value::as_bool) == Some(true),
         signal: args.get("signal").and_then(from_wire),
+        arguments: args.clone(),
         destination,
         expires: env
             .get("headers")
@@ -126,6 +145,60 @@ pub fn decode(raw: &[u8]) -> Option<Control> {
             .and_then(Value::as_f64)
             .unwrap_or(0.0),
     })
+}
+
+/// The envelope of a reply to a control command, as kombu's
+/// `Mailbox._publish_reply` writes it: the body `{node: reply}`, the
+/// ticket and the sender's Lamport clock in the headers, bound for the
+/// reply exchange with the asker's routing key.
+pub fn reply_envelope(
+    node: &str,
+    reply: &Value,
+    exchange: &str,
+    routing_key: &str,
+    ticket: &str,
+    clock: u64,
+) -> String {
+    let mut body = String::new();
+    write_value(&mut body, &json!({ node: reply }));
+    let env = json!({
+        "body": b64::encode(body.as_bytes()),
+        "content-encoding": "utf-8",
+        "content-type": "application/json",
+        "headers": {"ticket": ticket, "clock": clock},
+        "properties": {
+            "delivery_mode": 1,
+            "delivery_info": {"exchange": exchange, "routing_key": routing_key},
+            "priority": 0,
+            "body_encoding": "base64",
+            "delivery_tag": new_id(),
+        },
+    });
+    dumps(&env)
+}
+
+/// The set kombu's Redis transport keeps an exchange's bindings in.
+pub fn bindings_key(prefix: &str, exchange: &str) -> String {
+    format!("{prefix}_kombu.binding.{exchange}")
+}
+
+/// The queues among an exchange's `bindings` (kombu's members,
+/// `routing_key\x06\x16pattern\x06\x16queue`) that a direct publish
+/// with `routing_key` reaches.
+pub fn bound_queues(bindings: &[String], routing_key: &str) -> Vec<String> {
+    let mut out: Vec<String> = bindings
+        .iter()
+        .filter_map(|m| {
+            let mut parts = m.split("\x06\x16");
+            let rk = parts.next()?;
+            let _pattern = parts.next()?;
+            let queue = parts.next()?;
+            (rk == routing_key && !queue.is_empty()).then(|| queue.to_string())
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The body of a revoke as JSON text, for tests and logs.
@@ -206,6 +279,50 @@ mod tests {
             assert_eq!(c.ids, vec!["a".to_string(), "b".to_string()]);
             assert_eq!(c.signal, want, "{signal}");
         }
+    }
+
+    #[test]
+    fn reads_an_inspect_and_writes_the_reply_kombu_reads() {
+        // The body `celery inspect ping` sends (Celery 5.5), reply_to and
+        // ticket included.
+        let body = r#"{"method": "ping", "arguments": {}, "destination": null, "pattern": null, "matcher": null, "ticket": "t-1", "reply_to": {"exchange": "reply.celery.pidbox", "routing_key": "oid-9"}}"#;
+        let env = json!({
+            "body": b64::encode(body.as_bytes()),
+            "headers": {"clock": 1, "expires": 0},
+            "properties": {"body_encoding": "base64"},
+        });
+        let c = decode(env.to_string().as_bytes()).unwrap();
+        assert_eq!(c.method, "ping");
+        assert_eq!(c.ticket.as_deref(), Some("t-1"));
+        assert_eq!(
+            c.reply_to,
+            Some(("reply.celery.pidbox".to_string(), "oid-9".to_string()))
+        );
+        let r = reply_envelope(
+            "n@h",
+            &json!({"ok": "pong"}),
+            "reply.celery.pidbox",
+            "oid-9",
+            "t-1",
+            4,
+        );
+        let v: Value = serde_json::from_str(&r).unwrap();
+        assert_eq!(v["headers"]["ticket"], "t-1");
+        assert_eq!(v["properties"]["delivery_info"]["routing_key"], "oid-9");
+        assert_eq!(body_of(&r), r#"{"n@h": {"ok": "pong"}}"#);
+        let members = vec![
+            "oid-9\x06\x16\x06\x16oid-9.reply.celery.pidbox".to_string(),
+            "other\x06\x16\x06\x16other.reply.celery.pidbox".to_string(),
+        ];
+        assert_eq!(
+            bound_queues(&members, "oid-9"),
+            vec!["oid-9.reply.celery.pidbox"]
+        );
+        assert!(bound_queues(&members, "nobody").is_empty());
+        assert_eq!(
+            bindings_key("p:", "reply.celery.pidbox"),
+            "p:_kombu.binding.reply.celery.pidbox"
+        );
     }
 
     #[test]

@@ -116,7 +116,11 @@ impl CeleryBroker {
         let Some(c) = pidbox::decode(payload) else {
             return;
         };
-        if c.method != "revoke" || !c.is_for(&self.node, self.now_secs()) {
+        if c.method != "revoke" {
+            self.on_control(c);
+            return;
+        }
+        if !c.is_for(&self.node, self.now_secs()) {
             return;
         }
         let keep = i64::try_from(self.opts.revoke_keep.as_millis()).unwrap_or(i64::MAX);

@@ -1,0 +1,105 @@
+//! Celery's remote control, answered: `celery inspect ping` (the liveness
+//! probe), `inspect registered`, `inspect stats`, from Celery's CLI,
+//! Flower, or `app.control.inspect()`.
+//!
+//! A command is a pidbox broadcast carrying `reply_to` and a `ticket`
+//! (`pidbox`); the reply is a kombu message `{node: answer}` pushed onto the
+//! asker's reply queue — the queues bound to the `reply.celery.pidbox`
+//! direct exchange with the asker's routing key, read from kombu's binding
+//! set as kombu's Redis transport reads it. Only a process where a worker
+//! of the broker's app runs answers: a producer is no node, and a liveness
+//! probe must not be answered by one. What a node knows it answers;
+//! commands it does not know get Celery's `{"error": "No such key: ..."}`.
+
+use std::sync::atomic::Ordering;
+
+use serde_json::{Value, json};
+
+use super::CeleryBroker;
+use super::pidbox::{self, Control};
+
+impl CeleryBroker {
+    /// The app whose workers answer, when one of them runs here.
+    fn answering_app(&self) -> Option<crate::task::App> {
+        let inner = self
+            .app
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()?
+            .upgrade()?;
+        let app = crate::task::App { inner };
+        (!crate::task::runners::workers(&app).is_empty()).then_some(app)
+    }
+
+    /// What this node answers `c` with.
+    fn answer(&self, app: &crate::task::App, c: &Control) -> Value {
+        match c.method.as_str() {
+            "ping" => json!({"ok": "pong"}),
+            "registered" => json!(app.task_names()),
+            "stats" => {
+                let workers = crate::task::runners::workers(app);
+                let active: u64 = workers.iter().map(|w| w.load.active).sum();
+                let held: u64 = workers.iter().map(|w| w.load.held).sum();
+                json!({
+                    "pid": std::process::id(),
+                    "clock": self.lamport.load(Ordering::Relaxed).to_string(),
+                    "broker": {"transport": "redis", "hostname": self.link.url().to_string()},
+                    "headway": {
+                        "workers": workers.iter().map(|w| w.name.clone()).collect::<Vec<_>>(),
+                        "active": active,
+                        "held": held,
+                    },
+                })
+            }
+            m => json!({"error": format!("No such key: '{m}'")}),
+        }
+    }
+
+    /// Answers a control command heard on the pidbox, when it is for this
+    /// node, asks for a reply, and a worker runs here.
+    pub(super) fn on_control(&self, c: Control) {
+        let (Some((exchange, routing_key)), Some(ticket)) = (c.reply_to.clone(), c.ticket.clone())
+        else {
+            return;
+        };
+        if !c.is_for(&self.node, self.now_secs()) {
+            return;
+        }
+        let Some(app) = self.answering_app() else {
+            return;
+        };
+        let reply = self.answer(&app, &c);
+        let clock = self.lamport.fetch_add(1, Ordering::Relaxed) + 1;
+        let env =
+            pidbox::reply_envelope(&self.node, &reply, &exchange, &routing_key, &ticket, clock);
+        let Some(me) = self.me.upgrade() else { return };
+        tokio::spawn(async move {
+            let prefix = me.opts.global_keyprefix.clone();
+            let key = pidbox::bindings_key(&prefix, &exchange);
+            let members: Vec<String> = match me.link.conn().await {
+                Ok((epoch, mut conn)) => match redis::cmd("SMEMBERS")
+                    .arg(&key)
+                    .query_async(&mut conn)
+                    .await
+                {
+                    Ok(m) => m,
+                    Err(e) => {
+                        let _ = me.link.fail(epoch, &e);
+                        return;
+                    }
+                },
+                Err(_) => return,
+            };
+            let queues = pidbox::bound_queues(&members, &routing_key);
+            if queues.is_empty() {
+                // Nobody waits any more (the asker's queue is gone).
+                return;
+            }
+            let mut p = redis::pipe();
+            for q in queues {
+                p.lpush(format!("{prefix}{q}"), &env).ignore();
+            }
+            let _ = me.link.pipe(&p).await;
+        });
+    }
+}
