@@ -1274,3 +1274,81 @@ async fn celerys_inspect_is_answered_by_a_headway_worker() {
     assert_eq!(v[&node]["pid"], json!(std::process::id()), "{out}");
     stop(wk, h).await;
 }
+
+/// Celery's events from a headway worker, read by Celery's own
+/// `celery events --dump`: the worker comes online and beats, and a run is
+/// received, started and succeeds; off by default, turned on by Celery's
+/// `enable_events` control command (as Flower does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn celery_events_dump_shows_a_headway_workers_events() {
+    let Some(w) = world(3600.0) else { return };
+    let ran = Ran::default();
+    let (app, b) = w.headway(&ran).await;
+    assert!(!b.task_events(), "events are off until asked");
+    let log = w.server.dir.join("events.log");
+    let mut dump = w
+        .py()
+        .env("PYTHONUNBUFFERED", "1")
+        .args(["-m", "celery", "-A", "celery_app", "events", "--dump"])
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start celery events --dump");
+    let (wk, h) = run_worker(&app, &["hw"]);
+    // Celery's own broadcast turns them on (Flower sends the same).
+    let until = Instant::now() + Duration::from_secs(20);
+    while !b.task_events() {
+        assert!(Instant::now() < until, "enable_events was not heard");
+        let out = w
+            .py()
+            .args([
+                "-m",
+                "celery",
+                "-A",
+                "celery_app",
+                "control",
+                "enable_events",
+                "-t",
+                "2",
+            ])
+            .output()
+            .unwrap();
+        let _ = out;
+    }
+    let id = w.drive(
+        "send",
+        json!({"name": "hw.add", "args": [2, 3], "queue": "hw"}),
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(w.drive("get", json!({"id": id}))["ok"], json!(5));
+    let node = b.node().to_string();
+    let until = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let have = |what: &str| text.lines().any(|l| l.contains(&node) && l.contains(what));
+        // The dumper's words: "heartbeat", "task received", ...
+        if have("] heartbeat: ")
+            && have(&format!("task received: hw.add({id}) args=[2,3]"))
+            && have(&format!("task started: hw.add({id})"))
+            && have(&format!("task succeeded: hw.add({id})"))
+        {
+            break text;
+        }
+        assert!(
+            Instant::now() < until,
+            "events missing from the dump:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // worker-online, as the dumper words it.
+    assert!(
+        text.contains(&format!("{node} [")) && text.contains("] started: active="),
+        "{text}"
+    );
+    assert!(text.contains("result=5"), "{text}");
+    stop(wk, h).await;
+    let _ = dump.kill();
+    let _ = dump.wait();
+}

@@ -337,6 +337,13 @@ pub trait Inspector: Send + Sync + 'static {
     fn consumers(&self) -> BoxFuture<'_, Result<Vec<ConsumerInfo>, Refused>> {
         Box::pin(async { Ok(Vec::new()) })
     }
+    /// Whether it wants a run's receipt and start recorded too (`Received`
+    /// and `Started` run events, which cost a record each): Celery's
+    /// `task-received` and `task-started` events. The default wants only
+    /// what runs came to.
+    fn wants_run_starts(&self) -> bool {
+        false
+    }
     /// Records run events (a bounded log: the oldest fall off).
     fn record(&self, events: Vec<RunEvent>) -> BoxFuture<'_, Result<(), Refused>> {
         let _ = events;

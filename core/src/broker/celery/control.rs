@@ -31,6 +31,18 @@ impl CeleryBroker {
         (!crate::task::runners::workers(&app).is_empty()).then_some(app)
     }
 
+    /// The bodies running in this process's workers of the app, when one
+    /// runs here.
+    pub(super) fn answering_load(&self) -> Option<u64> {
+        let app = self.answering_app()?;
+        Some(
+            crate::task::runners::workers(&app)
+                .iter()
+                .map(|w| w.load.active)
+                .sum(),
+        )
+    }
+
     /// What this node answers `c` with.
     fn answer(&self, app: &crate::task::App, c: &Control) -> Value {
         match c.method.as_str() {
@@ -50,6 +62,14 @@ impl CeleryBroker {
                         "held": held,
                     },
                 })
+            }
+            "enable_events" => {
+                self.set_task_events(true);
+                json!({"ok": "task events enabled"})
+            }
+            "disable_events" => {
+                self.set_task_events(false);
+                json!({"ok": "task events disabled"})
             }
             m => json!({"error": format!("No such key: '{m}'")}),
         }

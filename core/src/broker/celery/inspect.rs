@@ -130,9 +130,17 @@ impl Inspector for CeleryBroker {
     }
 
     fn record(&self, events: Vec<RunEvent>) -> BoxFuture<'_, Result<(), Refused>> {
+        self.run_events(&events);
         let full = {
             let mut buf = self.events.lock().unwrap_or_else(|e| e.into_inner());
-            buf.extend(events.iter().filter_map(|e| serde_json::to_string(e).ok()));
+            // A run's receipt and start are Celery events only; the log
+            // keeps what runs came to.
+            buf.extend(
+                events
+                    .iter()
+                    .filter(|e| !matches!(e.state, State::Received | State::Started))
+                    .filter_map(|e| serde_json::to_string(e).ok()),
+            );
             buf.len() >= 256
         };
         Box::pin(async move {
@@ -141,6 +149,10 @@ impl Inspector for CeleryBroker {
             }
             Ok(())
         })
+    }
+
+    fn wants_run_starts(&self) -> bool {
+        self.task_events()
     }
 
     fn dead_letters<'a>(

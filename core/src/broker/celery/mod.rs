@@ -62,6 +62,7 @@ mod consume;
 mod control;
 pub mod dead;
 mod eta;
+mod events;
 mod inspect;
 mod keys;
 mod options;
@@ -176,6 +177,8 @@ pub struct CeleryBroker {
     revoked_bell: Notify,
     /// The apps on this broker, told of every terminate the pidbox carries.
     hearers: crate::task::terminate::Hearers,
+    /// Celery's events (`events`): on or off, and the way out.
+    celeryev: events::Events,
     keys: Keys,
     scripts: Scripts,
 }
@@ -232,6 +235,7 @@ impl CeleryBroker {
         let waiters = link.waiters(Box::new(|_| None));
         let keys = Keys::new(&opts, db);
         let beat_owner = format!("{node}#{}-{}", std::process::id(), &new_id()[..8]);
+        let (celeryev, outbox) = events::Events::new(opts.task_events);
         let broker = Arc::new_cyclic(|me| CeleryBroker {
             me: me.clone(),
             link,
@@ -255,6 +259,7 @@ impl CeleryBroker {
             stored: Notify::new(),
             revoked_bell: Notify::new(),
             hearers: Default::default(),
+            celeryev,
             keys,
             scripts: Scripts::new(),
         });
@@ -273,6 +278,7 @@ impl CeleryBroker {
         }
         broker.load_revoked().await?;
         tokio::spawn(background::rescore_loop(Arc::downgrade(&broker)));
+        tokio::spawn(events::run(Arc::downgrade(&broker), outbox));
         Ok(broker)
     }
 

@@ -87,6 +87,10 @@ pub struct CeleryOptions {
     /// ([`eta::MAX_HELD_ETAS`], 10 000): past it, it stops claiming until
     /// one comes due, as Celery's prefetch stops a worker.
     pub max_held_etas: usize,
+    /// Whether Celery's events go out (`events`): `false`, as Celery's
+    /// `worker_send_task_events` (`-E` turns them on); Celery's
+    /// `enable_events` control command turns them on too.
+    pub task_events: bool,
 }
 
 /// What a consumer does with a message for a task its app does not run.
@@ -124,6 +128,7 @@ impl Default for CeleryOptions {
             tls_ca: None,
             max_handbacks: unknown::MAX_HANDBACKS,
             max_held_etas: eta::MAX_HELD_ETAS,
+            task_events: false,
         }
     }
 }

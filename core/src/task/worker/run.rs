@@ -238,6 +238,12 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
         }
     }
 
+    // Celery's task-received and task-started, when the broker sends them.
+    if app.inspector().is_some_and(|i| i.wants_run_starts()) {
+        event(s, &m, State::Received, None, None).await;
+        event(s, &m, State::Started, None, None).await;
+    }
+
     let (carried_hard, carried_soft) = m.time_limits();
     let ctx = Context {
         id: m.id.clone(),

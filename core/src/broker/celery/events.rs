@@ -1,0 +1,247 @@
+//! Celery's events, sent as a Celery worker sends them: on the `celeryev`
+//! fanout exchange, which kombu's Redis transport makes `PUBLISH
+//! <prefix>/<db>.celeryev/<routing key>` (its `fanout_patterns`, on in
+//! Celery), the routing key being the type with `.` for `-`
+//! (`task.succeeded`). Flower, `celery events` and celery-exporter read
+//! them.
+//!
+//! Off until asked, as in Celery: `CeleryOptions::task_events` (Celery's
+//! `worker_send_task_events`, the worker's `-E`), or Celery's
+//! `enable_events` control command (Flower broadcasts it), and
+//! `disable_events` turns them off again. While on and a worker of the
+//! app runs in this process: `worker-online`, a `worker-heartbeat` every
+//! [`HEARTBEAT`] (with `freq`, `active`, `processed`, `loadavg`), and
+//! `worker-offline` when the last worker stops or events are turned off;
+//! for each run `task-received`, `task-started`, then `task-succeeded`,
+//! `task-failed`, `task-retried` or `task-revoked`, from the run events the
+//! worker records anyway. Events go out in order through one task, many
+//! to a pipeline, never on a run's path: a run waits for none of them, and
+//! one Redis cannot hear is dropped (events are best-effort in Celery too).
+
+use std::sync::Weak;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+
+use super::CeleryBroker;
+use super::b64;
+use super::pyjson::dumps;
+use crate::task::message::new_id;
+use crate::task::spec::RunEvent;
+use crate::task::state::State;
+
+/// How often a worker's heartbeat goes out: 2 s, Celery's
+/// `worker_heartbeat` default `freq`.
+pub const HEARTBEAT: Duration = Duration::from_secs(2);
+
+/// The events state of one broker.
+pub(super) struct Events {
+    on: AtomicBool,
+    processed: AtomicU64,
+    tx: mpsc::UnboundedSender<(String, Map<String, Value>)>,
+}
+
+/// The receiving end, for [`run`].
+pub(super) type Outbox = mpsc::UnboundedReceiver<(String, Map<String, Value>)>;
+
+impl Events {
+    pub(super) fn new(on: bool) -> (Events, Outbox) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (
+            Events {
+                on: AtomicBool::new(on),
+                processed: AtomicU64::new(0),
+                tx,
+            },
+            rx,
+        )
+    }
+}
+
+fn secs(ms: i64) -> f64 {
+    ms as f64 / 1000.0
+}
+
+impl CeleryBroker {
+    /// Whether task events are sent.
+    pub fn task_events(&self) -> bool {
+        self.celeryev.on.load(Ordering::Relaxed)
+    }
+
+    /// Turns task events on or off (Celery's `enable_events` /
+    /// `disable_events`).
+    pub fn set_task_events(&self, on: bool) {
+        self.celeryev.on.store(on, Ordering::Relaxed);
+    }
+
+    fn send_event(&self, kind: &str, fields: Map<String, Value>) {
+        let _ = self.celeryev.tx.send((kind.to_string(), fields));
+    }
+
+    /// The Celery events for `evs`, the run events a worker recorded.
+    pub(super) fn run_events(&self, evs: &[RunEvent]) {
+        if !self.task_events() {
+            return;
+        }
+        for e in evs {
+            let mut f = Map::new();
+            f.insert("uuid".into(), e.id.clone().into());
+            f.insert("timestamp".into(), secs(e.at).into());
+            let detail = e.detail.clone().unwrap_or_default();
+            let (first, rest) = detail.split_once('\n').unwrap_or((detail.as_str(), ""));
+            let kind = match e.state {
+                State::Received => {
+                    f.insert("name".into(), e.task.clone().into());
+                    f.insert("args".into(), e.args.clone().into());
+                    f.insert("kwargs".into(), "{}".into());
+                    f.insert("retries".into(), e.retries.into());
+                    "task-received"
+                }
+                State::Started => "task-started",
+                State::Success => {
+                    self.celeryev.processed.fetch_add(1, Ordering::Relaxed);
+                    f.insert("result".into(), detail.clone().into());
+                    f.insert("runtime".into(), secs(e.runtime.unwrap_or(0)).into());
+                    "task-succeeded"
+                }
+                State::Failure => {
+                    self.celeryev.processed.fetch_add(1, Ordering::Relaxed);
+                    f.insert("exception".into(), first.into());
+                    f.insert("traceback".into(), rest.into());
+                    "task-failed"
+                }
+                State::Retry => {
+                    f.insert("exception".into(), first.into());
+                    f.insert("traceback".into(), rest.into());
+                    "task-retried"
+                }
+                State::Revoked => {
+                    f.insert("terminated".into(), false.into());
+                    f.insert("signum".into(), Value::Null);
+                    f.insert("expired".into(), false.into());
+                    "task-revoked"
+                }
+                State::Pending => continue,
+            };
+            self.send_event(kind, f);
+        }
+    }
+
+    /// A worker event's fields (Celery's heartbeat fields).
+    fn worker_fields(&self, active: u64) -> Map<String, Value> {
+        let load: Vec<f64> = std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .map(|s| {
+                s.split_whitespace()
+                    .take(3)
+                    .filter_map(|x| x.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut f = Map::new();
+        f.insert("freq".into(), HEARTBEAT.as_secs_f64().into());
+        f.insert("active".into(), active.into());
+        f.insert(
+            "processed".into(),
+            self.celeryev.processed.load(Ordering::Relaxed).into(),
+        );
+        f.insert("loadavg".into(), json!(load));
+        f.insert("sw_ident".into(), "headway".into());
+        f.insert("sw_ver".into(), env!("CARGO_PKG_VERSION").into());
+        f.insert("sw_sys".into(), std::env::consts::OS.into());
+        f
+    }
+
+    /// One event's channel and envelope, as kombu publishes it.
+    fn event_envelope(&self, kind: &str, mut fields: Map<String, Value>) -> (String, String) {
+        let routing_key = kind.replace('-', ".");
+        fields.insert("hostname".into(), self.node.clone().into());
+        fields.insert("utcoffset".into(), 0.into());
+        fields.insert("pid".into(), std::process::id().into());
+        fields.insert(
+            "clock".into(),
+            (self.lamport.fetch_add(1, Ordering::Relaxed) + 1).into(),
+        );
+        if !fields.contains_key("timestamp") {
+            fields.insert("timestamp".into(), secs(self.clock.now()).into());
+        }
+        fields.insert("type".into(), kind.into());
+        let body = dumps(&Value::Object(fields));
+        let env = json!({
+            "body": b64::encode(body.as_bytes()),
+            "content-encoding": "utf-8",
+            "content-type": "application/json",
+            "headers": {"hostname": self.node},
+            "properties": {
+                "delivery_mode": 1,
+                "delivery_info": {"exchange": "celeryev", "routing_key": routing_key},
+                "priority": 0,
+                "body_encoding": "base64",
+                "delivery_tag": new_id(),
+            },
+        });
+        (
+            format!(
+                "{}/{}.celeryev/{routing_key}",
+                self.opts.global_keyprefix, self.db
+            ),
+            dumps(&env),
+        )
+    }
+}
+
+/// Sends the broker's events in order, and its workers' heartbeats, until
+/// the broker is dropped.
+pub(super) async fn run(me: Weak<CeleryBroker>, mut outbox: Outbox) {
+    let mut tick = tokio::time::interval(HEARTBEAT);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut online = false;
+    loop {
+        let mut batch = Vec::new();
+        tokio::select! {
+            got = outbox.recv() => match got {
+                Some(e) => {
+                    batch.push(e);
+                    while let Ok(e) = outbox.try_recv() {
+                        batch.push(e);
+                    }
+                }
+                None => return,
+            },
+            _ = tick.tick() => {}
+        }
+        let Some(b) = me.upgrade() else { return };
+        // The workers' state, looked at on every wake-up.
+        let running = b.task_events().then(|| b.answering_load()).flatten();
+        let mut out = Vec::with_capacity(batch.len() + 2);
+        match (running, online) {
+            (Some(active), was) => {
+                if !was {
+                    out.push(b.event_envelope("worker-online", b.worker_fields(active)));
+                }
+                if batch.is_empty() || !was {
+                    out.push(b.event_envelope("worker-heartbeat", b.worker_fields(active)));
+                }
+                online = true;
+            }
+            (None, true) => {
+                out.push(b.event_envelope("worker-offline", b.worker_fields(0)));
+                online = false;
+            }
+            (None, false) => {}
+        }
+        for (kind, fields) in batch {
+            out.push(b.event_envelope(&kind, fields));
+        }
+        if out.is_empty() {
+            continue;
+        }
+        let mut p = redis::pipe();
+        for (channel, env) in &out {
+            p.publish(channel, env).ignore();
+        }
+        let _ = b.link.pipe(&p).await;
+    }
+}
