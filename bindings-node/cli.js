@@ -5,7 +5,7 @@
 //     headway worker ./app.js [-c 4] [-Q a,b] [--prefetch N] [--grace ms]
 //                   [--pool process] [--max-tasks-per-child K]
 //                   [--max-memory-per-child KIB] [--time-limit S]
-//                   [--soft-time-limit S] [--metrics-port P [--metrics-host H]]
+//                   [--soft-time-limit S] [--metrics-port P [--metrics-host H]] [-E]
 //     headway beat ./app.js
 //     either: [-l/--loglevel warning] [--log-format text|json]
 //
@@ -28,7 +28,7 @@ const path = require('node:path');
 const USAGE = `usage: headway worker <app.js> [-c N] [-Q a,b] [--prefetch N] [--grace ms]
                       [--pool threads|process] [--max-tasks-per-child K]
                       [--max-memory-per-child KIB] [--time-limit S] [--soft-time-limit S]
-                      [--metrics-port P [--metrics-host 127.0.0.1]]
+                      [--metrics-port P [--metrics-host 127.0.0.1]] [-E/--task-events]
        headway beat <app.js>
        either: [-l/--loglevel warning] [--log-format text|json]`;
 
@@ -78,6 +78,7 @@ function parse(argv) {
     else if (command === 'worker' && flag === '--time-limit') worker.timeLimit = seconds(need());
     else if (command === 'worker' && flag === '--soft-time-limit') worker.softTimeLimit = seconds(need());
     else if (command === 'worker' && flag === '--metrics-port') o.metricsPort = int(need());
+    else if (command === 'worker' && (flag === '-E' || flag === '--task-events')) o.taskEvents = true;
     else if (command === 'worker' && flag === '--metrics-host') o.metricsHost = need();
     else fail(`unknown option ${flag}\n${USAGE}`);
   }
@@ -121,6 +122,13 @@ async function worker(o, App) {
     w = app.worker(options);
   } catch (e) {
     fail(e.message);
+  }
+  if (o.taskEvents) {
+    try {
+      require('./lib/tasks.js')._enableTaskEvents(app);
+    } catch (e) {
+      fail(e.message);
+    }
   }
   if (o.metricsPort !== undefined) {
     const host = o.metricsHost ?? '127.0.0.1';

@@ -50,3 +50,9 @@ test('a bad metrics port is refused by name', () => {
   assert.equal(r.status, 2);
   assert.match(r.stderr, /metrics port must be 0 to 65535, not 70000/);
 });
+
+test("-E on a broker that sends no events is refused naming Celery's layout", () => {
+  const r = spawnSync(process.execPath, [CLI, 'worker', APP, '-E'], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /task events \(-E\) are Celery's/);
+});

@@ -131,3 +131,17 @@ def test_a_bad_metrics_port_is_refused_by_name(tmp_path: Path) -> None:
     )
     assert out.returncode != 0
     assert "metrics port must be 0 to 65535, not 70000" in out.stderr
+
+
+def test_task_events_on_a_broker_that_sends_none_are_refused_by_name(tmp_path: Path) -> None:
+    (tmp_path / "evapp.py").write_text("import headway\napp = headway.App('memory://')\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "headway", "worker", "-A", "evapp:app", "-E"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])},
+    )
+    assert out.returncode != 0
+    assert "task events (-E) are Celery's" in out.stderr, out.stderr

@@ -701,6 +701,10 @@ Object.defineProperties(module.exports, {
   _admin: {
     value: Object.freeze({ nativeOf: (app) => (app instanceof App ? app[APP] : undefined), answer }),
   },
+  // cli.js: `-E`: Celery's events on.
+  _enableTaskEvents: {
+    value: (app) => check(app[APP].enableTaskEvents()),
+  },
   // cli.js: `--metrics-port`: serves the app's metrics; the port.
   _serveMetrics: {
     value: (app, host, port) => {

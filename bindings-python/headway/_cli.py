@@ -3,7 +3,7 @@
     headway worker -A module:app [-c 4] [-Q a,b]   run a worker
         [--pool process] [--max-tasks-per-child K] [--max-memory-per-child KIB]
         [--time-limit S] [--soft-time-limit S]
-        [--metrics-port P [--metrics-host H]]
+        [--metrics-port P [--metrics-host H]] [-E/--task-events]
         [-l/--loglevel warning] [--log-format text|json]
     headway beat -A module:app                     run the app's beat
     headway admin -A module:app [--port 5555]      serve the admin (uvicorn)
@@ -91,6 +91,11 @@ def _worker(ns: argparse.Namespace) -> int:
         time_limit=ns.time_limit,
         soft_time_limit=ns.soft_time_limit,
     )
+    if ns.task_events:
+        try:
+            app._native.enable_task_events()
+        except ValueError as e:
+            raise SystemExit(f"headway: {e}") from e
     if ns.metrics_port is not None:
         try:
             port = app._native.serve_metrics(ns.metrics_host, ns.metrics_port)
@@ -197,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
         help="serve Prometheus metrics at http://HOST:P/metrics (0: any free port)",
     )
     w.add_argument("--metrics-host", default="127.0.0.1", help="address for --metrics-port (127.0.0.1)")
+    w.add_argument(
+        "-E", "--task-events", action="store_true",
+        help="send Celery's events (Celery's layout: Flower, celery events)",
+    )
     w.set_defaults(run=_worker)
 
     b = sub.add_parser("beat", help="run the app's beat (app.beat())")

@@ -978,6 +978,11 @@ impl PyApp {
         self.app.has_task(name)
     }
 
+    /// Turns Celery's events on (`headway worker -E`).
+    fn enable_task_events(&self, py: Python<'_>) -> PyResult<()> {
+        crate::rt::check(py, self.app.enable_task_events())
+    }
+
     /// Serves the app's Prometheus metrics at `http://host:port/metrics`
     /// until the process ends; answers the port (the one chosen for 0).
     fn serve_metrics(&self, py: Python<'_>, host: &str, port: i64) -> PyResult<u16> {

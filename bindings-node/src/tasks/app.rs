@@ -472,6 +472,12 @@ impl NativeApp {
         self.app.has_task(&name)
     }
 
+    /// Turns Celery's events on (`headway worker -E`): null, or why not.
+    #[napi(js_name = "enableTaskEvents", catch_unwind)]
+    pub fn enable_task_events(&self) -> Option<Refusal> {
+        self.app.enable_task_events().err().map(Refusal::from)
+    }
+
     /// Serves the app's Prometheus metrics at `http://host:port/metrics`
     /// until the process ends: the port (the one chosen for 0), or why not.
     #[napi(js_name = "serveMetrics", catch_unwind)]

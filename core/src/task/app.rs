@@ -143,6 +143,18 @@ impl App {
         self.inner.backend.as_ref()
     }
 
+    /// Turns Celery's events on for the app's broker (a worker's `-E`):
+    /// refused, naming the layout, on a broker that sends none.
+    pub fn enable_task_events(&self) -> Result<(), Refused> {
+        if self.inner.broker.set_task_events(true) {
+            Ok(())
+        } else {
+            Err(Refused::Invalid(
+                "task events (-E) are Celery's: they need a broker on Celery's layout".into(),
+            ))
+        }
+    }
+
     /// What this process's workers of the app settled (Prometheus text:
     /// `metrics::render`).
     pub fn metrics(&self) -> &super::metrics::Metrics {

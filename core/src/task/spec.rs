@@ -171,6 +171,13 @@ pub trait Broker: Send + Sync + 'static {
         self.revoke(ids, until)
     }
 
+    /// Turns Celery's events on or off, where the broker sends them (the
+    /// Celery layout); answers whether it does.
+    fn set_task_events(&self, on: bool) -> bool {
+        let _ = on;
+        false
+    }
+
     /// Adds `hear` to those told of every terminate this broker hears
     /// (see [`Broker::terminate`]); each app adds itself when it is made.
     /// The default hears nothing.

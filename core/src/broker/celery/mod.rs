@@ -414,6 +414,11 @@ impl Broker for CeleryBroker {
         Box::pin(self.revoke_all(ids, until, Some(signal)))
     }
 
+    fn set_task_events(&self, on: bool) -> bool {
+        CeleryBroker::set_task_events(self, on);
+        true
+    }
+
     fn on_terminate(&self, hear: crate::task::terminate::OnTerminate) {
         self.hearers.add(hear);
     }
