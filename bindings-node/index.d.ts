@@ -1134,8 +1134,9 @@ export interface LogFields {
   logger: string;
   /** The worker's name, where one made it. */
   worker: string | null;
-  /** The run's task name and id, where the record is about a run. */
+  /** The run's task name, where the record is about a run. */
   taskName: string | null;
+  /** The run's id, where the record is about a run. */
   taskId: string | null;
   /** When it was made, seconds since the Unix epoch. */
   ts: number;
@@ -1143,9 +1144,13 @@ export interface LogFields {
 
 /** A logger as console, pino and winston are. */
 export interface Logger {
+  /** Debug records (`NODE_DEBUG=headway` or `--loglevel debug`). */
   debug(message: string, fields: LogFields): unknown;
+  /** Info records. */
   info(message: string, fields: LogFields): unknown;
+  /** Warnings: a worker's, a Redis link's, the beat's, the admin's. */
   warn(message: string, fields: LogFields): unknown;
+  /** Errors. */
   error(message: string, fields: LogFields): unknown;
 }
 
