@@ -66,9 +66,16 @@ fn log_line(
     id: Option<&str>,
 ) -> PyResult<String> {
     let f = sink::parse_format(format).map_err(PyValueError::new_err)?;
-    Ok(sink::format_line(
-        f, ts, level, logger, message, worker, task, id,
-    ))
+    let line = sink::Line {
+        ts,
+        level,
+        logger,
+        message,
+        worker,
+        task,
+        id,
+    };
+    Ok(line.format(f))
 }
 
 /// The format names, checked (`--log-format`).

@@ -46,16 +46,16 @@ impl Record {
 
     /// The line in `format`.
     pub fn line(&self, format: Format) -> String {
-        format_line(
-            format,
-            self.at_ms as f64 / 1000.0,
-            self.level_name(),
-            &self.target,
-            &self.message,
-            self.worker.as_deref(),
-            self.task.as_deref(),
-            self.id.as_deref(),
-        )
+        Line {
+            ts: self.at_ms as f64 / 1000.0,
+            level: self.level_name(),
+            logger: &self.target,
+            message: &self.message,
+            worker: self.worker.as_deref(),
+            task: self.task.as_deref(),
+            id: self.id.as_deref(),
+        }
+        .format(format)
     }
 }
 
@@ -75,32 +75,6 @@ pub fn filter_name(level: LevelFilter) -> &'static str {
     level.to_level().map_or("OFF", level_name)
 }
 
-/// A log line as JSON, the same fields whichever language wrote it:
-/// `ts` (seconds since the Unix epoch), `level`, `logger`, `message`, and
-/// `worker`, `task_name`, `task_id` when known (Celery's names for the
-/// last two).
-pub fn json_line(
-    ts: f64,
-    level: &str,
-    logger: &str,
-    message: &str,
-    worker: Option<&str>,
-    task: Option<&str>,
-    id: Option<&str>,
-) -> String {
-    let mut m = Map::new();
-    m.insert("ts".into(), Value::from((ts * 1000.0).round() / 1000.0));
-    m.insert("level".into(), level.into());
-    m.insert("logger".into(), logger.into());
-    m.insert("message".into(), message.into());
-    for (k, v) in [("worker", worker), ("task_name", task), ("task_id", id)] {
-        if let Some(v) = v {
-            m.insert(k.into(), v.into());
-        }
-    }
-    Value::Object(m).to_string()
-}
-
 /// How a line is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -110,30 +84,59 @@ pub enum Format {
     Plain,
     /// `[<UTC time> <LEVEL> <logger>] <message>`: the CLIs' default.
     Text,
-    /// [`json_line`]: `--log-format json`.
+    /// One JSON object ([`Line::format`]): `--log-format json`.
     Json,
 }
 
-/// A record's line in `format`, whichever language made the record.
-#[allow(clippy::too_many_arguments)]
-pub fn format_line(
-    format: Format,
-    ts: f64,
-    level: &str,
-    logger: &str,
-    message: &str,
-    worker: Option<&str>,
-    task: Option<&str>,
-    id: Option<&str>,
-) -> String {
-    match format {
-        Format::Plain => message.to_string(),
-        Format::Json => json_line(ts, level, logger, message, worker, task, id),
-        Format::Text => {
-            let at = chrono::DateTime::from_timestamp_millis((ts * 1000.0) as i64)
-                .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
-                .unwrap_or_default();
-            format!("[{at} {level} {logger}] {message}")
+/// One log line's parts, whichever language made the record (a Python
+/// formatter passes a `logging.LogRecord`'s).
+#[derive(Clone, Copy, Debug)]
+pub struct Line<'a> {
+    /// Seconds since the Unix epoch.
+    pub ts: f64,
+    /// `DEBUG`, `INFO`, `WARNING`, `ERROR`, ...
+    pub level: &'a str,
+    /// The logger's name (`headway.worker`, ...).
+    pub logger: &'a str,
+    pub message: &'a str,
+    pub worker: Option<&'a str>,
+    pub task: Option<&'a str>,
+    pub id: Option<&'a str>,
+}
+
+impl Line<'_> {
+    /// The line in `format`. JSON: `ts`, `level`, `logger`, `message`, and
+    /// `worker`, `task_name`, `task_id` when known (Celery's names for the
+    /// last two).
+    pub fn format(&self, format: Format) -> String {
+        match format {
+            Format::Plain => self.message.to_string(),
+            Format::Json => {
+                let mut m = Map::new();
+                m.insert(
+                    "ts".into(),
+                    Value::from((self.ts * 1000.0).round() / 1000.0),
+                );
+                m.insert("level".into(), self.level.into());
+                m.insert("logger".into(), self.logger.into());
+                m.insert("message".into(), self.message.into());
+                for (k, v) in [
+                    ("worker", self.worker),
+                    ("task_name", self.task),
+                    ("task_id", self.id),
+                ] {
+                    if let Some(v) = v {
+                        m.insert(k.into(), v.into());
+                    }
+                }
+                Value::Object(m).to_string()
+            }
+            Format::Text => {
+                let at = chrono::DateTime::from_timestamp_millis((self.ts * 1000.0) as i64)
+                    .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
+                    .unwrap_or_default();
+                format!("[{at} {} {}] {}", self.level, self.logger, self.message)
+            }
         }
     }
 }
@@ -311,16 +314,16 @@ mod tests {
         let e = parse_level("loud").unwrap_err();
         assert!(e.contains("\"loud\"") && e.contains("debug, info"), "{e}");
         assert_eq!(parse_format("JSON"), Ok(Format::Json));
-        let t = format_line(
-            Format::Text,
-            0.5,
-            "INFO",
-            "headway.beat",
-            "m",
-            None,
-            None,
-            None,
-        );
+        let t = Line {
+            ts: 0.5,
+            level: "INFO",
+            logger: "headway.beat",
+            message: "m",
+            worker: None,
+            task: None,
+            id: None,
+        }
+        .format(Format::Text);
         assert_eq!(t, "[1970-01-01T00:00:00.500Z INFO headway.beat] m");
         assert!(
             parse_format("xml")
@@ -331,23 +334,25 @@ mod tests {
 
     #[test]
     fn a_json_line_names_its_run_only_when_known() {
-        let line = json_line(
-            1.5,
-            "WARNING",
-            "headway.worker",
-            "m",
-            Some("w"),
-            Some("t"),
-            Some("i"),
-        );
-        let v: Value = serde_json::from_str(&line).unwrap();
+        let line = |worker, task, id| Line {
+            ts: 1.5,
+            level: "WARNING",
+            logger: "headway.worker",
+            message: "m",
+            worker,
+            task,
+            id,
+        };
+        let v: Value =
+            serde_json::from_str(&line(Some("w"), Some("t"), Some("i")).format(Format::Json))
+                .unwrap();
         assert_eq!(v["ts"], 1.5);
         assert_eq!(v["level"], "WARNING");
         assert_eq!(v["logger"], "headway.worker");
         assert_eq!(v["task_name"], "t");
         assert_eq!(v["task_id"], "i");
         let bare: Value =
-            serde_json::from_str(&json_line(0.0, "INFO", "x", "m", None, None, None)).unwrap();
+            serde_json::from_str(&line(None, None, None).format(Format::Json)).unwrap();
         assert!(bare.get("task_id").is_none() && bare.get("worker").is_none());
     }
 
