@@ -119,10 +119,11 @@ def test_a_worker_serves_its_metrics_on_its_own_port(tmp_path: Path) -> None:
         proc.wait(timeout=30)
 
 
-def test_a_bad_metrics_port_is_refused_by_name(tmp_path: Path) -> None:
-    (tmp_path / "portapp.py").write_text("import headway\napp = headway.App('memory://')\n")
+def refused_cli(tmp_path: Path, *flags: str) -> str:
+    """`headway worker` on a memory app with `flags`, which must fail; its stderr."""
+    (tmp_path / "memapp.py").write_text("import headway\napp = headway.App('memory://')\n")
     out = subprocess.run(
-        [sys.executable, "-m", "headway", "worker", "-A", "portapp:app", "--metrics-port", "70000"],
+        [sys.executable, "-m", "headway", "worker", "-A", "memapp:app", *flags],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -130,18 +131,15 @@ def test_a_bad_metrics_port_is_refused_by_name(tmp_path: Path) -> None:
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])},
     )
     assert out.returncode != 0
-    assert "metrics port must be 0 to 65535, not 70000" in out.stderr
+    return out.stderr
+
+
+def test_a_bad_metrics_port_is_refused_by_name(tmp_path: Path) -> None:
+    stderr = refused_cli(tmp_path, "--metrics-port", "70000")
+    # The positive control: a free port is served (the test above).
+    assert "metrics port must be 0 to 65535, not 70000" in stderr
 
 
 def test_task_events_on_a_broker_that_sends_none_are_refused_by_name(tmp_path: Path) -> None:
-    (tmp_path / "evapp.py").write_text("import headway\napp = headway.App('memory://')\n")
-    out = subprocess.run(
-        [sys.executable, "-m", "headway", "worker", "-A", "evapp:app", "-E"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])},
-    )
-    assert out.returncode != 0
-    assert "task events (-E) are Celery's" in out.stderr, out.stderr
+    stderr = refused_cli(tmp_path, "-E")
+    assert "task events (-E) are Celery's" in stderr, stderr
