@@ -97,7 +97,7 @@ from ._tasks import (
 )
 
 # `headway.admin.asgi(app)`: the admin interface (imports the task side).
-from . import _log, admin
+from . import _log, admin, signals
 
 # The core's log records go to `logging`, under `headway.*`.
 _log._start()

@@ -91,6 +91,7 @@ __all__ = [
     "_now",
     "_panic",
     "_reseed",
+    "_set_task_hook",
 ]
 
 class PanicError(RuntimeError):
@@ -638,6 +639,10 @@ def _reseed() -> None:
 def _now() -> float:
     """The clock ``now`` defaults to, in seconds."""
 
+def _set_task_hook(hook: Callable[..., object] | None = None) -> None:
+    """Installs the function ``headway.signals`` calls around each sync body
+    (None removes it)."""
+
 @final
 class _Noop:
     """A method that does nothing: the benchmark's floor for a method call."""
@@ -848,6 +853,9 @@ class Context:
     @property
     def time_limit(self) -> float | None:
         """The run's hard time limit in seconds, or None."""
+    def _state_after(self, ok: bool) -> str:
+        """``SUCCESS``, ``RETRY`` or ``FAILURE``: what the run comes to if its
+        body returns (``ok``) or raises now."""
 
 def current() -> Context:
     """The ``Context`` of the run this code is inside — a sync body, an async

@@ -40,6 +40,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from . import _native
+from . import signals as _signals
 from ._errors import SoftTimeLimitExceeded
 
 #: How long ``close`` waits for its threads in all: the native loops look at
@@ -48,6 +49,24 @@ from ._errors import SoftTimeLimitExceeded
 _JOIN = 0.3
 
 _Call = tuple[int, str, Any, tuple[Any, ...], "dict[str, Any] | None", _native.Context]
+
+
+def _own(args: tuple[Any, ...], ctx: _native.Context) -> tuple[Any, ...]:
+    """A run's own arguments: without the context a bound body takes first."""
+    return args[1:] if args and args[0] is ctx else args
+
+
+def _hook_after(
+    name: str,
+    ctx: _native.Context,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    out: Any,
+    state: str,
+) -> None:
+    hook = _signals.active
+    if hook is not None:
+        hook("post", name, ctx.id, args, kwargs, out, state)
 
 
 async def _awaiting(aw: Any) -> Any:
@@ -181,23 +200,30 @@ class Serving:
         loop = asyncio.get_running_loop()
         host = self._host
         current = _native._CURRENT
+        hook = _signals.active
         for seq, name, fn, args, kwargs, ctx in batch:
             token = current.set(ctx)
             try:
+                if hook is not None:
+                    hook("pre", name, ctx.id, _own(args, ctx), kwargs, None, None)
                 try:
                     aw = fn(*args, **kwargs) if kwargs else fn(*args)
                 except BaseException as e:  # noqa: BLE001 - a body's failure, whatever it is
+                    if hook is not None:
+                        _hook_after(name, ctx, _own(args, ctx), kwargs, e, ctx._state_after(False))
                     host.fail(seq, e)
                     continue
                 if not inspect.iscoroutine(aw):
                     if not inspect.isawaitable(aw):
+                        if hook is not None:
+                            _hook_after(name, ctx, _own(args, ctx), kwargs, aw, ctx._state_after(True))
                         host.finish(seq, name, aw)
                         continue
                     aw = _awaiting(aw)
                 c = contextvars.copy_context()
             finally:
                 current.reset(token)
-            run = self._run(seq, name, aw)
+            run = self._run(seq, name, aw) if hook is None else self._run_hooked(seq, name, aw, args, kwargs, ctx)
             if _EAGER:
                 task: asyncio.Future[Any] = asyncio.Task(  # type: ignore[call-arg,unused-ignore]
                     run, loop=loop, context=c, eager_start=True
@@ -207,6 +233,32 @@ class Serving:
             else:
                 task = loop.create_task(run, context=c)
             self._tasks[seq] = task
+
+    async def _run_hooked(
+        self,
+        seq: int,
+        name: str,
+        aw: Coroutine[Any, Any, Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None,
+        ctx: _native.Context,
+    ) -> None:
+        """``_run`` with ``headway.signals`` told after the body."""
+        own = _own(args, ctx)
+        try:
+            value = await aw
+        except asyncio.CancelledError:
+            self._host.cancelled(seq)
+            self._tasks.pop(seq, None)
+            raise
+        except BaseException as e:  # noqa: BLE001 - a body's failure, whatever it is
+            self._tasks.pop(seq, None)
+            _hook_after(name, ctx, own, kwargs, e, ctx._state_after(False))
+            self._host.fail(seq, e)
+            return
+        self._tasks.pop(seq, None)
+        _hook_after(name, ctx, own, kwargs, value, ctx._state_after(True))
+        self._host.finish(seq, name, value)
 
     async def _run(self, seq: int, name: str, aw: Coroutine[Any, Any, Any]) -> None:
         """A call's task: the body, answered from inside the task (no done

@@ -34,6 +34,7 @@ from typing import (
 )
 
 from . import _native
+from . import signals as _signals
 from ._native import (
     At,
     Context,
@@ -675,6 +676,7 @@ class App:
             cls: type[_TaskBase[Any, Any]] = AsyncTask if is_async else Task
             t = cls(self, f, tname, bind, tqueue)
             self._tasks[tname] = t
+            _signals._known(tname, t)
             return t
 
         if fn is not None:
@@ -999,11 +1001,13 @@ class Worker:
             n = self.concurrency if host.has_sync() else 1
             self._serving = Serving(host, name=f"headway-{self.name}", sync_threads=n, loop=loop)
         _live.add(self)
+        _signals.worker_ready.send(self)
 
     def _end(self) -> None:
         if self._serving is not None:
             self._serving.close()
         _live.discard(self)
+        _signals.worker_shutdown.send(self)
         self._done.set()
 
     def run(self, grace: Span = GRACE) -> None:

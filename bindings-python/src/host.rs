@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use headway_core::task::{Body, Call, Context, Failure, HostQueue, RunnerHealth, Runners};
+use headway_core::task::{Body, Call, Context, Failure, HostQueue, RunnerHealth, Runners, State};
 use pyo3::PyTraverseError;
 use pyo3::exceptions::PyLookupError;
 use pyo3::gc::PyVisit;
@@ -114,6 +114,12 @@ impl PyCtx {
     #[getter]
     fn id(&self) -> &str {
         &self.inner.id
+    }
+    /// What the run comes to if its body returns (`ok`) or raises now:
+    /// `SUCCESS`, `RETRY` or `FAILURE` (the core's rule, for
+    /// `headway.signals`).
+    fn _state_after(&self, ok: bool) -> &'static str {
+        self.inner.state_after(ok).name()
     }
     /// The task's registered name.
     #[getter]
@@ -532,6 +538,51 @@ fn health_dict<'py>(py: Python<'py>, h: &RunnerHealth) -> PyResult<Bound<'py, Py
     Ok(d)
 }
 
+/// The function `headway.signals` installs while any task signal has a
+/// receiver: called on the body's thread as `hook("pre", name, id, args,
+/// kwargs, None, None)` before a sync body and `hook("post", name, id, args,
+/// kwargs, value_or_exception, state)` after it (`state`: the core's
+/// `Context::state_after`). None: no call, no cost but a read lock.
+static TASK_HOOK: RwLock<Option<Py<PyAny>>> = RwLock::new(None);
+
+/// Installs (or, with None, removes) the task hook (`headway.signals`).
+#[pyfunction]
+#[pyo3(signature = (hook=None))]
+pub(crate) fn _set_task_hook(hook: Option<Py<PyAny>>) {
+    *TASK_HOOK.write().unwrap_or_else(|e| e.into_inner()) = hook;
+}
+
+fn task_hook(py: Python<'_>) -> Option<Py<PyAny>> {
+    TASK_HOOK
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .map(|h| h.clone_ref(py))
+}
+
+/// One call of the task hook; what it raises is reported as unraisable
+/// (a receiver's error never fails the run).
+#[allow(clippy::too_many_arguments)]
+fn fire(
+    py: Python<'_>,
+    hook: &Py<PyAny>,
+    phase: &str,
+    key: &str,
+    id: &str,
+    args: &Bound<'_, PyTuple>,
+    kwargs: Option<&Bound<'_, PyDict>>,
+    out: Option<Bound<'_, PyAny>>,
+    state: Option<State>,
+) {
+    let r = hook.call1(
+        py,
+        (phase, key, id, args, kwargs, out, state.map(State::name)),
+    );
+    if let Err(err) = r {
+        err.write_unraisable(py, None);
+    }
+}
+
 fn call_sync(
     py: Python<'_>,
     e: &Entry,
@@ -539,6 +590,14 @@ fn call_sync(
     ctx: Context,
     args: &[Value],
 ) -> Result<Value, Failure> {
+    let hook = task_hook(py);
+    let (id, after) = match &hook {
+        Some(_) => (
+            ctx.id.clone(),
+            [ctx.state_after(true), ctx.state_after(false)],
+        ),
+        None => (String::new(), [State::Success, State::Success]),
+    };
     let prepared = (|| -> PyResult<_> {
         let kwargs = if ctx.kwargs.is_empty() {
             None
@@ -561,7 +620,34 @@ fn call_sync(
     let (tuple, kwargs, current) = prepared.map_err(|err| failure_of(py, &err))?;
     let prev = CURRENT.with(|c| c.borrow_mut().replace(current));
     let restore = Restore(prev);
+    // The hook sees the run's own arguments (not a bound body's context).
+    let hooked = hook.map(|h| {
+        let own = if e.bind {
+            tuple.get_slice(1, tuple.len())
+        } else {
+            tuple.clone()
+        };
+        fire(py, &h, "pre", key, &id, &own, kwargs.as_ref(), None, None);
+        (h, own)
+    });
     let ret = e.func.bind(py).call(tuple, kwargs.as_ref());
+    if let Some((h, own)) = &hooked {
+        let (out, state) = match &ret {
+            Ok(v) => (v.clone(), after[0]),
+            Err(err) => (err.value(py).clone().into_any(), after[1]),
+        };
+        fire(
+            py,
+            h,
+            "post",
+            key,
+            &id,
+            own,
+            kwargs.as_ref(),
+            Some(out),
+            Some(state),
+        );
+    }
     drop(restore);
     match ret {
         Ok(v) => result_json(py, key, &v),
@@ -868,6 +954,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyHost>()?;
     m.add_function(wrap_pyfunction!(current, m)?)?;
     m.add_function(wrap_pyfunction!(_direct_context, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_task_hook, m)?)?;
     m.add("_CURRENT", current_var(py)?.clone_ref(py))?;
     Ok(())
 }

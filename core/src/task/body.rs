@@ -45,6 +45,23 @@ pub struct Context {
     pub time_limit: Option<i64>,
 }
 
+impl Context {
+    /// What the run comes to when its body returns (`ok`) or raises: the
+    /// state a host's hooks report (Celery's `task_postrun` `state`, and
+    /// which of `task_success`, `task_retry`, `task_failure` fires) — a
+    /// failure with attempts left is retried.
+    pub fn state_after(&self, ok: bool) -> super::state::State {
+        use super::state::State;
+        if ok {
+            State::Success
+        } else if self.last {
+            State::Failure
+        } else {
+            State::Retry
+        }
+    }
+}
+
 /// A task's body.
 pub trait Body: Send + Sync + 'static {
     /// Runs once. The future may be dropped (a timeout, a terminate, a
