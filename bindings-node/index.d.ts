@@ -12,6 +12,8 @@
 // NaN rate) a `RangeError` with `code: 'ERR_OUT_OF_RANGE'`. Both name the
 // argument in the message.
 
+import { EventEmitter } from 'node:events';
+
 /** The crate version of the native addon. */
 export declare function version(): string;
 
@@ -721,6 +723,8 @@ export declare class Context {
   readonly softTimeLimit: number | null;
   /** The run's hard time limit, ms (process pool only), or null. */
   readonly timeLimit: number | null;
+  /** The name of the worker running it ('' outside a worker). */
+  readonly worker: string;
   /**
    * Aborts when the core stops waiting for this run — its timeout, a
    * `revoke(true)`, a worker stop past its grace — so an async body can stop
@@ -880,8 +884,41 @@ export interface WorkerOptions {
  * by default, late with `acksLate`; a failure within the retry budget goes
  * back with an eta from the backoff.
  */
-export declare class Worker {
+/** A run as a worker's events carry it. */
+export interface WorkerJob {
+  /** The run's id. */
+  id: string;
+  /** Its task's name. */
+  name: string;
+  /** The queue it came from. */
+  queue: string;
+  /** This attempt, counting from 1. */
+  attempt: number;
+  /** Attempts before this one that failed. */
+  retries: number;
+  /** Its arguments. */
+  args: Json[];
+  /** Its keyword arguments. */
+  kwargs: Record<string, Json>;
+}
+
+/**
+ * Runs tasks (see App.worker). Its events, BullMQ's names, for the bodies
+ * that run in this process (not in process-pool children): 'active'
+ * (job) when a body starts; 'completed' (job, result); 'retrying' (job,
+ * error) when it threw with an attempt left; 'failed' (job, error) when
+ * it threw for good. A listener that throws fails no run.
+ */
+export declare class Worker extends EventEmitter {
   private constructor();
+  /** A body started. */
+  on(event: 'active', listener: (job: WorkerJob) => void): this;
+  /** A body returned `result`. */
+  on(event: 'completed', listener: (job: WorkerJob, result: unknown) => void): this;
+  /** A body threw and the run will be tried again. */
+  on(event: 'retrying' | 'failed', listener: (job: WorkerJob, error: unknown) => void): this;
+  /** Any other event (EventEmitter's). */
+  on(event: string | symbol, listener: (...args: any[]) => void): this;
   /** Its name, in logs and on the admin page. */
   readonly name: string;
   /** The queues it claims from, in order. */

@@ -149,6 +149,7 @@ import {
   type Context,
   type DeadLetter,
   type LogFields,
+  type WorkerJob,
   type Handle,
   type Json,
   type Rhythm,
@@ -224,6 +225,9 @@ async function tasks(): Promise<void> {
   }
 
   const w = app.worker({ queues: 'a,b', concurrency: 8, prefetch: 32 });
+  w.on('active', (job: WorkerJob) => void job.id);
+  w.on('completed', (job, result) => void [job.args, result]);
+  w.on('failed', (job, error) => void [job.attempt, error]);
   const running: Promise<void> = w.run();
   await w.stop({ grace: 1000 });
   await running;

@@ -101,6 +101,9 @@ class Host {
     this.failed = '';
     this.flushing = false;
     this.users = 0;
+    // (event, ctx, args, value) for each body's start and end, while a
+    // worker of the app has listeners (lib/tasks.js); null: no cost.
+    this.onRun = null;
   }
 
   use() {
@@ -202,14 +205,18 @@ function call(host, c) {
     return;
   }
   const ctx = new Context(c);
+  const on = job ? null : host.onRun;
+  if (on !== null) on('active', ctx, c[8]);
   let r;
   try {
     r = job ? fn(ctx) : fn(c[8], ctx);
   } catch (e) {
+    if (on !== null) on(c[15], ctx, c[8], e);
     failed(host, seq, e);
     return;
   }
   if (r === null || (typeof r !== 'object' && typeof r !== 'function')) {
+    if (on !== null) on('SUCCESS', ctx, c[8], r);
     done(host, seq, key, job ? null : r);
     return;
   }
@@ -223,6 +230,7 @@ function call(host, c) {
     return;
   }
   if (typeof then !== 'function') {
+    if (on !== null) on('SUCCESS', ctx, c[8], r);
     done(host, seq, key, job ? null : r);
     return;
   }
@@ -235,13 +243,17 @@ function call(host, c) {
       (v) => {
         if (settled) return;
         settled = true;
-        if (host.running.delete(seq) || !ctx[CANCELLED]) done(host, seq, key, job ? null : v);
+        if (host.running.delete(seq) || !ctx[CANCELLED]) {
+          if (on !== null) on('SUCCESS', ctx, c[8], v);
+          done(host, seq, key, job ? null : v);
+        }
         soon(host);
       },
       (e) => {
         if (settled) return;
         settled = true;
         host.running.delete(seq);
+        if (on !== null) on(c[15], ctx, c[8], e);
         failed(host, seq, e);
         soon(host);
       },
@@ -349,6 +361,7 @@ class Context {
     this.parentId = c[11];
     this.softTimeLimit = c[12] ?? null;
     this.timeLimit = c[13] ?? null;
+    this.worker = c[14] ?? '';
     this[CANCELLED] = false;
   }
 

@@ -15,6 +15,40 @@ const { answer, TASK, JOB, Host, Context } = require('./host.js');
 const { VirtualClock, clockOf, check, Every, Cron, At, rhythmSpec, Fixed, Exponential, policyJson } = require('./clock.js');
 const { RedisBroker, seamsOf } = require('./brokers.js');
 const { useLogger } = require('./logs.js');
+const { EventEmitter } = require('node:events');
+
+// BullMQ's worker events, by what the core says a run came to.
+const EVENT_OF = { active: 'active', SUCCESS: 'completed', RETRY: 'retrying', FAILURE: 'failed' };
+const RUNNING = Symbol('running workers');
+
+/**
+ * Adds (or removes) `w` among the running workers of `host`'s app, and
+ * hooks the host while any has run listeners: each body's start and end
+ * become the worker's 'active', 'completed', 'retrying' and 'failed'
+ * events, with a job `{ id, name, queue, attempt, retries, args, kwargs }`.
+ */
+function listening(host, w, on) {
+  if (host[RUNNING] === undefined) host[RUNNING] = new Map();
+  const running = host[RUNNING];
+  if (on) running.set(w.name, w);
+  else running.delete(w.name);
+  host.onRun =
+    running.size === 0
+      ? null
+      : (what, ctx, args, value) => {
+          const worker = running.get(ctx.worker);
+          const event = EVENT_OF[what];
+          if (worker === undefined || event === undefined || worker.listenerCount(event) === 0) return;
+          const job = { id: ctx.id, name: ctx.name, queue: ctx.queue, attempt: ctx.attempt, retries: ctx.retries, args, kwargs: ctx.kwargs };
+          try {
+            if (what === 'active') worker.emit(event, job);
+            else worker.emit(event, job, value);
+          } catch {
+            // A listener that throws does not fail the run (as a receiver
+            // of Python's headway.signals).
+          }
+        };
+}
 const { APP, SEND, Handle, nothing, count, decodeDead } = require('./handles.js');
 const { Signature, chain, group, chord } = require('./canvas.js');
 
@@ -82,11 +116,12 @@ function sendOne(app, name, args, options, known, head) {
  * once — on the event loop, or in child processes on the process pool —
  * and settles each as its task's policy says.
  */
-class Worker {
+class Worker extends EventEmitter {
   #n;
   #host;
   #run = null;
   constructor(n, host) {
+    super();
     this.#n = n;
     this.#host = host;
   }
@@ -138,13 +173,17 @@ class Worker {
     // own app's queue; nothing arrives on this process's.
     const host = this.#n.pool === 'process' ? null : this.#host;
     host?.use();
+    if (host) listening(host, this, true);
     let p;
     try {
       p = answer(this.#n.run(), nothing, nothing);
     } catch (e) {
       p = Promise.reject(e);
     }
-    this.#run = p.finally(() => host?.unuse());
+    this.#run = p.finally(() => {
+      if (host) listening(host, this, false);
+      host?.unuse();
+    });
     return this.#run;
   }
 

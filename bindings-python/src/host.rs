@@ -271,6 +271,7 @@ fn _direct_context(id: String, name: String, queue: String, now: f64) -> PyCtx {
             parent_id: None,
             soft_time_limit: None,
             time_limit: None,
+            worker: String::new(),
         },
     }
 }

@@ -83,6 +83,11 @@ fn encode_calls(calls: &[Call]) -> String {
         push_json(&mut out, &x.soft_time_limit);
         out.push(b',');
         push_json(&mut out, &x.time_limit);
+        out.push(b',');
+        push_json(&mut out, &x.worker);
+        // What a failure now comes to (the core's rule): RETRY or FAILURE.
+        out.push(b',');
+        push_json(&mut out, x.state_after(false).name());
         out.push(b']');
     }
     out.push(b']');

@@ -43,6 +43,10 @@ pub struct Context {
     /// pool, which kills the child (Celery's `request.timelimit[0]`).
     #[serde(default)]
     pub time_limit: Option<i64>,
+    /// The worker running it (empty outside a worker): Node's worker
+    /// events go to that worker.
+    #[serde(default)]
+    pub worker: String,
 }
 
 impl Context {

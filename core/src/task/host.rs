@@ -406,6 +406,7 @@ mod tests {
             parent_id: None,
             soft_time_limit: None,
             time_limit: None,
+            worker: String::new(),
         }
     }
 

@@ -56,6 +56,7 @@ impl Job for BodyJob {
             parent_id: None,
             soft_time_limit: None,
             time_limit: None,
+            worker: String::new(),
         };
         let call = self.body.call(ctx, Vec::new());
         Box::pin(async move { call.await.map(|_| ()) })

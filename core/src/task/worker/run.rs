@@ -260,6 +260,7 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
             .or(policy.soft_time_limit)
             .or(s.soft_time_limit),
         time_limit: carried_hard.or(policy.time_limit).or(s.time_limit),
+        worker: s.name.clone(),
     };
     let mut cancel = s.cancel.subscribe();
     let started = app.now();
