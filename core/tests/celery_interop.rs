@@ -1352,3 +1352,45 @@ async fn celery_events_dump_shows_a_headway_workers_events() {
     let _ = dump.kill();
     let _ = dump.wait();
 }
+
+/// `celery control shutdown`, Celery's own CLI, stops a headway worker
+/// gracefully: it ran a task before the command (the positive control),
+/// and its run ends after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn celerys_control_shutdown_stops_a_headway_worker() {
+    let Some(w) = world(3600.0) else { return };
+    let ran = Ran::default();
+    let (app, _b) = w.headway(&ran).await;
+    let (_wk, h) = run_worker(&app, &["hw"]);
+    // The positive control: it runs a task first.
+    let id = w.drive(
+        "send",
+        json!({"name": "hw.add", "args": [1, 1], "queue": "hw"}),
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(w.drive("get", json!({"id": id}))["ok"], json!(2));
+    assert!(!h.is_finished());
+    let out = w
+        .py()
+        .args([
+            "-m",
+            "celery",
+            "-A",
+            "celery_app",
+            "control",
+            "shutdown",
+            "-t",
+            "2",
+        ])
+        .output()
+        .expect("run celery control shutdown");
+    let _ = out;
+    let until = Instant::now() + Duration::from_secs(15);
+    while !h.is_finished() {
+        assert!(Instant::now() < until, "the worker did not stop");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    h.await.unwrap();
+}

@@ -352,12 +352,17 @@ pub struct Load {
 /// How a listed worker tells its load.
 pub(crate) type LoadOf = Arc<dyn Fn() -> Load + Send + Sync>;
 
+/// How a listed worker is asked to stop (gracefully, its default grace):
+/// a remote `shutdown`.
+pub(crate) type StopOf = Arc<dyn Fn() + Send + Sync>;
+
 struct Listed {
     id: u64,
     app: Weak<AppInner>,
     name: String,
     gate: Gate,
     load: LoadOf,
+    stop: StopOf,
 }
 
 /// The workers running in this process, for the admin of their app: a
@@ -366,7 +371,7 @@ static RUNNING: Mutex<Vec<Listed>> = Mutex::new(Vec::new());
 static NEXT: AtomicU64 = AtomicU64::new(1);
 
 /// Lists a running worker until the answer is dropped.
-pub(crate) fn list(app: &App, name: &str, gate: Gate, load: LoadOf) -> Unlist {
+pub(crate) fn list(app: &App, name: &str, gate: Gate, load: LoadOf, stop: StopOf) -> Unlist {
     let id = NEXT.fetch_add(1, Ordering::Relaxed);
     RUNNING
         .lock()
@@ -377,8 +382,25 @@ pub(crate) fn list(app: &App, name: &str, gate: Gate, load: LoadOf) -> Unlist {
             name: name.to_string(),
             gate,
             load,
+            stop,
         });
     Unlist(id)
+}
+
+/// Asks every worker of `app` running in this process to stop gracefully;
+/// answers how many were asked.
+pub(crate) fn stop_workers(app: &App) -> usize {
+    let stops: Vec<StopOf> = RUNNING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|l| std::ptr::eq(l.app.as_ptr(), Arc::as_ptr(&app.inner)))
+        .map(|l| l.stop.clone())
+        .collect();
+    for s in &stops {
+        s();
+    }
+    stops.len()
 }
 
 /// Takes a worker off the list when it stops running.

@@ -1,6 +1,8 @@
 //! Celery's remote control, answered: `celery inspect ping` (the liveness
-//! probe), `inspect registered`, `inspect stats`, from Celery's CLI,
-//! Flower, or `app.control.inspect()`.
+//! probe), `inspect registered`, `inspect stats`, `control shutdown` (a
+//! warm shutdown of this process's workers), `enable_events` /
+//! `disable_events` (Flower's), from Celery's CLI, Flower, or
+//! `app.control`.
 //!
 //! A command is a pidbox broadcast carrying `reply_to` and a `ticket`
 //! (`pidbox`); the reply is a kombu message `{node: answer}` pushed onto the
@@ -62,6 +64,12 @@ impl CeleryBroker {
                         "held": held,
                     },
                 })
+            }
+            // Celery's warm shutdown: stop claiming, finish what runs
+            // (the default grace), give back the rest.
+            "shutdown" => {
+                let n = crate::task::runners::stop_workers(app);
+                json!({"ok": format!("shutting down {n} worker(s)")})
             }
             "enable_events" => {
                 self.set_task_events(true);

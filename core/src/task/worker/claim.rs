@@ -64,7 +64,11 @@ impl Worker {
                         .saturating_sub(s.done.load(Ordering::Relaxed)),
                 })
         });
-        let _listed = runners::list(&s.app, &s.name, gate.clone(), load);
+        let me = self.clone();
+        let stop: runners::StopOf = std::sync::Arc::new(move || {
+            me.stop(Duration::from_millis(crate::task::specs::GRACE as u64))
+        });
+        let _listed = runners::list(&s.app, &s.name, gate.clone(), load, stop);
         loop {
             while let Some(r) = set.try_join_next() {
                 if let Err(e) = r
