@@ -153,6 +153,15 @@ impl World {
         format!("{}/0", self.server.url())
     }
 
+    /// Celery's own CLI on the interop app: `celery -A celery_app <args>`.
+    fn celery(&self, args: &[&str]) -> std::process::Output {
+        self.py()
+            .args(["-m", "celery", "-A", "celery_app"])
+            .args(args)
+            .output()
+            .expect("run Celery's CLI")
+    }
+
     fn py(&self) -> Command {
         let mut c = Command::new(&self.py);
         c.current_dir(interop_dir())
@@ -1232,21 +1241,7 @@ async fn celerys_inspect_is_answered_by_a_headway_worker() {
     let ran = Ran::default();
     let (app, b) = w.headway(&ran).await;
     let inspect = |what: &str| {
-        let out = w
-            .py()
-            .args([
-                "-m",
-                "celery",
-                "-A",
-                "celery_app",
-                "inspect",
-                what,
-                "--json",
-                "-t",
-                "3",
-            ])
-            .output()
-            .expect("run celery inspect");
+        let out = w.celery(&["inspect", what, "--json", "-t", "3"]);
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).to_string(),
@@ -1299,21 +1294,7 @@ async fn celery_events_dump_shows_a_headway_workers_events() {
     let until = Instant::now() + Duration::from_secs(20);
     while !b.task_events() {
         assert!(Instant::now() < until, "enable_events was not heard");
-        let out = w
-            .py()
-            .args([
-                "-m",
-                "celery",
-                "-A",
-                "celery_app",
-                "control",
-                "enable_events",
-                "-t",
-                "2",
-            ])
-            .output()
-            .unwrap();
-        let _ = out;
+        w.celery(&["control", "enable_events", "-t", "2"]);
     }
     let id = w.drive(
         "send",
@@ -1372,21 +1353,7 @@ async fn celerys_control_shutdown_stops_a_headway_worker() {
         .to_string();
     assert_eq!(w.drive("get", json!({"id": id}))["ok"], json!(2));
     assert!(!h.is_finished());
-    let out = w
-        .py()
-        .args([
-            "-m",
-            "celery",
-            "-A",
-            "celery_app",
-            "control",
-            "shutdown",
-            "-t",
-            "2",
-        ])
-        .output()
-        .expect("run celery control shutdown");
-    let _ = out;
+    w.celery(&["control", "shutdown", "-t", "2"]);
     let until = Instant::now() + Duration::from_secs(15);
     while !h.is_finished() {
         assert!(Instant::now() < until, "the worker did not stop");
