@@ -1361,3 +1361,73 @@ async fn celerys_control_shutdown_stops_a_headway_worker() {
     }
     h.await.unwrap();
 }
+
+/// `celery inspect scheduled` lists the etas a headway worker holds, and
+/// `inspect revoked` the ids it remembers revoked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn celerys_inspect_lists_held_etas_and_revoked_ids() {
+    let Some(w) = world(3600.0) else { return };
+    let ran = Ran::default();
+    let (app, b) = w.headway(&ran).await;
+    let (wk, h) = run_worker(&app, &["hw"]);
+    let node = b.node().to_string();
+    let later = w.drive(
+        "send",
+        json!({"name": "hw.add", "args": [4, 5], "queue": "hw", "countdown": 600}),
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let gone = w.drive(
+        "send",
+        json!({"name": "hw.add", "args": [1, 1], "queue": "hw", "countdown": 600}),
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    w.drive("revoke", json!({"id": gone}));
+    let answer = |what: &str| -> Value {
+        let out = w.celery(&["inspect", what, "--json", "-t", "3"]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        serde_json::from_str(text.trim().lines().last().unwrap_or(""))
+            .unwrap_or_else(|_| panic!("{text}"))
+    };
+    let until = Instant::now() + Duration::from_secs(20);
+    let scheduled = loop {
+        let v = answer("scheduled");
+        let ids: Vec<String> = v[&node]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|e| e["request"]["id"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if ids.contains(&later) {
+            break v;
+        }
+        assert!(Instant::now() < until, "the eta was never listed: {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let entry = scheduled[&node]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["request"]["id"] == json!(later))
+        .unwrap()
+        .clone();
+    assert_eq!(entry["request"]["name"], json!("hw.add"), "{entry}");
+    assert_eq!(entry["request"]["args"], json!([4, 5]), "{entry}");
+    assert!(
+        entry["eta"].as_str().is_some_and(|e| e.contains('T')),
+        "{entry}"
+    );
+    let revoked = answer("revoked");
+    let ids = revoked[&node]
+        .as_array()
+        .unwrap_or_else(|| panic!("{revoked}"));
+    assert!(ids.contains(&json!(gone)), "{revoked}");
+    // The positive control: the held eta is not among the revoked.
+    assert!(!ids.contains(&json!(later)), "{revoked}");
+    stop(wk, h).await;
+}

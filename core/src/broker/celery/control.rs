@@ -1,5 +1,6 @@
 //! Celery's remote control, answered: `celery inspect ping` (the liveness
-//! probe), `inspect registered`, `inspect stats`, `control shutdown` (a
+//! probe), `inspect registered`, `inspect stats`, `inspect revoked`,
+//! `inspect scheduled` (the etas held here), `control shutdown` (a
 //! warm shutdown of this process's workers), `enable_events` /
 //! `disable_events` (Flower's), from Celery's CLI, Flower, or
 //! `app.control`.
@@ -50,6 +51,54 @@ impl CeleryBroker {
         match c.method.as_str() {
             "ping" => json!({"ok": "pong"}),
             "registered" => json!(app.task_names()),
+            // Ids revoked and still remembered here (Celery's
+            // `inspect revoked`).
+            "revoked" => {
+                let now = self.clock.now();
+                let g = self.lock();
+                let mut ids: Vec<&String> = g
+                    .revoked
+                    .iter()
+                    .filter(|(_, until)| **until > now)
+                    .map(|(id, _)| id)
+                    .collect();
+                ids.sort();
+                json!(ids)
+            }
+            // Messages claimed with an eta, held here until due (Celery's
+            // `inspect scheduled`: its request fields that apply).
+            "scheduled" => {
+                let g = self.lock();
+                let out: Vec<Value> = g
+                    .held
+                    .iter()
+                    .map(|((eta, _), d)| {
+                        let m = &d.message;
+                        json!({
+                            "eta": super::typed::iso(*eta),
+                            "priority": m.priority.unwrap_or(0),
+                            "request": {
+                                "id": m.id,
+                                "name": m.task,
+                                "args": m.args,
+                                "kwargs": m.kwargs,
+                                "type": m.task,
+                                "hostname": self.node,
+                                "time_start": null,
+                                "acknowledged": false,
+                                "delivery_info": {
+                                    "exchange": "",
+                                    "routing_key": self.sender.wire_queue(&m.queue),
+                                    "priority": m.priority.unwrap_or(0),
+                                    "redelivered": d.redelivered,
+                                },
+                                "worker_pid": null,
+                            },
+                        })
+                    })
+                    .collect();
+                json!(out)
+            }
             "stats" => {
                 let workers = crate::task::runners::workers(app);
                 let active: u64 = workers.iter().map(|w| w.load.active).sum();
