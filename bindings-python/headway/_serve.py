@@ -223,7 +223,7 @@ class Serving:
                 c = contextvars.copy_context()
             finally:
                 current.reset(token)
-            run = self._run(seq, name, aw) if hook is None else self._run_hooked(seq, name, aw, args, kwargs, ctx)
+            run = self._run(seq, name, aw, None if hook is None else (_own(args, ctx), kwargs, ctx))
             if _EAGER:
                 task: asyncio.Future[Any] = asyncio.Task(  # type: ignore[call-arg,unused-ignore]
                     run, loop=loop, context=c, eager_start=True
@@ -234,45 +234,33 @@ class Serving:
                 task = loop.create_task(run, context=c)
             self._tasks[seq] = task
 
-    async def _run_hooked(
+    async def _run(
         self,
         seq: int,
         name: str,
         aw: Coroutine[Any, Any, Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any] | None,
-        ctx: _native.Context,
+        hooked: tuple[tuple[Any, ...], dict[str, Any] | None, _native.Context] | None = None,
     ) -> None:
-        """``_run`` with ``headway.signals`` told after the body."""
-        own = _own(args, ctx)
-        try:
-            value = await aw
-        except asyncio.CancelledError:
-            self._host.cancelled(seq)
-            self._tasks.pop(seq, None)
-            raise
-        except BaseException as e:  # noqa: BLE001 - a body's failure, whatever it is
-            self._tasks.pop(seq, None)
-            _hook_after(name, ctx, own, kwargs, e, ctx._state_after(False))
-            self._host.fail(seq, e)
-            return
-        self._tasks.pop(seq, None)
-        _hook_after(name, ctx, own, kwargs, value, ctx._state_after(True))
-        self._host.finish(seq, name, value)
-
-    async def _run(self, seq: int, name: str, aw: Coroutine[Any, Any, Any]) -> None:
         """A call's task: the body, answered from inside the task (no done
-        callback, so no extra turn of the loop per call)."""
+        callback, so no extra turn of the loop per call). ``hooked`` (the
+        run's own args, kwargs and context): ``headway.signals`` is told
+        what the body came to."""
         try:
             value = await aw
         except asyncio.CancelledError:
             self._host.cancelled(seq)
             raise
         except BaseException as e:  # noqa: BLE001 - a body's failure, whatever it is
+            if hooked is not None:
+                args, kwargs, ctx = hooked
+                _hook_after(name, ctx, args, kwargs, e, ctx._state_after(False))
             self._host.fail(seq, e)
             return
         finally:
             self._tasks.pop(seq, None)
+        if hooked is not None:
+            args, kwargs, ctx = hooked
+            _hook_after(name, ctx, args, kwargs, value, ctx._state_after(True))
         self._host.finish(seq, name, value)
 
     # -- stopping ------------------------------------------------------

@@ -138,13 +138,16 @@ pub(super) async fn arrive(app: &App, m: &Message) -> Result<(), Refused> {
 /// Records a run that will not succeed, and everything waiting on it: the
 /// rest of its chain, and its chord's callback (with that callback's chain).
 /// A failure (not a revoke, and not an unregistered name, as with Celery)
-/// then sends its Celery `link_error` callbacks with its id.
+/// then sends its Celery `link_error` callbacks with its id. Counted in
+/// the app's metrics as `state`, with `took` (ms) when its body ran.
 pub(super) async fn give_up(
     app: &App,
     m: &Message,
     state: State,
     f: Failure,
+    took: Option<i64>,
 ) -> Result<(), Refused> {
+    app.metrics().settled(&m.task, state, took);
     record_given_up(app, m, state, &f).await?;
     if state == State::Failure && f.kind != "NotRegistered" {
         celery_links(app, m, Value::String(m.id.clone()), true).await?;

@@ -69,12 +69,12 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
 
     // Checked at receipt: revoked, expired, unknown.
     if revoked {
-        app.metrics().settled(&m.task, State::Revoked, None);
         give_up(
             app,
             &m,
             State::Revoked,
             Failure::new("Revoked", "revoked before it ran"),
+            None,
         )
         .await?;
         return broker.ack(vec![receipt]).await;
@@ -82,12 +82,12 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
     if let Some(exp) = m.expires
         && exp <= now
     {
-        app.metrics().settled(&m.task, State::Revoked, None);
         give_up(
             app,
             &m,
             State::Revoked,
             Failure::new("Expired", "expired before it ran"),
+            None,
         )
         .await?;
         return broker.ack(vec![receipt]).await;
@@ -102,7 +102,6 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
                 shown(&m.task)
             ),
         );
-        app.metrics().settled(&m.task, State::Failure, None);
         give_up(
             app,
             &m,
@@ -111,6 +110,7 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
                 "NotRegistered",
                 format!("no task is registered as {:?} on this worker", m.task),
             ),
+            None,
         )
         .await?;
         event(
@@ -209,12 +209,12 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
     let early = (!policy.acks_late).then(|| receipt.clone());
     if (early.is_some() || waited) && w.take(early, waited.then(|| m.id.clone())).await? {
         drop(permit);
-        app.metrics().settled(&m.task, State::Revoked, None);
         give_up(
             app,
             &m,
             State::Revoked,
             Failure::new("Revoked", "revoked before it ran"),
+            None,
         )
         .await?;
         return settle_late(w, policy.acks_late, receipt).await;
@@ -231,8 +231,7 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
             }
             Err(f) => {
                 drop(permit);
-                app.metrics().settled(&m.task, State::Failure, None);
-                give_up(app, &m, State::Failure, f).await?;
+                give_up(app, &m, State::Failure, f, None).await?;
                 return settle_late(w, policy.acks_late, receipt).await;
             }
         }

@@ -54,9 +54,8 @@ pub(super) async fn settle_ran(
         Ran::Failed(_) if m.retries < policy.retries => {
             app.metrics().settled(&m.task, State::Retry, took)
         }
-        Ran::Failed(_) => app.metrics().settled(&m.task, State::Failure, took),
-        Ran::Terminated => app.metrics().settled(&m.task, State::Revoked, took),
-        Ran::Cancelled => {}
+        // A failure for good and a terminate are counted by `give_up`.
+        Ran::Failed(_) | Ran::Terminated | Ran::Cancelled => {}
     }
     match ran {
         Ran::Value(v) => {
@@ -110,7 +109,7 @@ pub(super) async fn settle_ran(
         }
         Ran::Failed(f) => {
             event(s, &m, State::Failure, Some(started), Some(failure_text(&f))).await;
-            give_up(app, &m, State::Failure, f).await?;
+            give_up(app, &m, State::Failure, f, took).await?;
             settle_late(w, policy.acks_late, receipt).await
         }
         Ran::Terminated => {
@@ -119,6 +118,7 @@ pub(super) async fn settle_ran(
                 &m,
                 State::Revoked,
                 Failure::new("Terminated", "terminated while running"),
+                took,
             )
             .await?;
             settle_late(w, policy.acks_late, receipt).await
