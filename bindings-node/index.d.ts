@@ -903,8 +903,9 @@ export interface WorkerJob {
 }
 
 /**
- * Runs tasks (see App.worker). Its events, BullMQ's names, for the bodies
- * that run in this process (not in process-pool children): 'active'
+ * Runs tasks (see App.worker). Its events, BullMQ's names, on either
+ * pool (process-pool runs' values arrive as JSON, their errors as an Error
+ * named by the failure's kind): 'active'
  * (job) when a body starts; 'completed' (job, result); 'retrying' (job,
  * error) when it threw with an attempt left; 'failed' (job, error) when
  * it threw for good. A listener that throws fails no run.

@@ -618,6 +618,32 @@ impl NativeWorker {
     pub fn stopping(&self) -> bool {
         self.w.is_stopping()
     }
+
+    /// Hands each process-pool run's note (its start, what it came to) to
+    /// `callback` as JSON, for the worker's events; `null` stops it. The
+    /// function is weak: it never keeps the process alive.
+    #[napi(js_name = "_observe", catch_unwind)]
+    pub fn observe(
+        &self,
+        callback: Option<napi::bindgen_prelude::Function<String, ()>>,
+    ) -> napi::Result<()> {
+        use napi::threadsafe_function::ThreadsafeFunctionCallMode;
+        let Some(callback) = callback else {
+            self.w.observe(None);
+            return Ok(());
+        };
+        let tsfn = callback
+            .build_threadsafe_function::<String>()
+            .weak::<true>()
+            .callee_handled::<false>()
+            .build()?;
+        self.w.observe(Some(Arc::new(move |note| {
+            if let Ok(j) = serde_json::to_string(&note) {
+                let _ = tsfn.call(j, ThreadsafeFunctionCallMode::NonBlocking);
+            }
+        })));
+        Ok(())
+    }
 }
 
 // ---------------------------------------------------------------- beat

@@ -32,11 +32,14 @@
 //!   the events it records;
 //! - `follow`: what waits on a run (chains, chords, Celery links), sent on
 //!   a success and failed with it on a failure;
+//! - `notes`: what a binding is told of each process-pool run (Node's
+//!   worker events fire in the parent);
 //! - `writer`: the lanes that gather many runs' writes into one round trip;
 //! - `stop`: the graceful stop, and giving a message back.
 
 mod claim;
 mod follow;
+mod notes;
 mod options;
 mod run;
 mod settle;
@@ -56,6 +59,7 @@ use super::runners::{Gate, RunnerHealth};
 use super::state::Refused;
 use crate::flow::Window;
 
+pub use notes::{Observer, RunNote};
 pub use options::{HARD_LIMIT_NEEDS_PROCESS, PREFETCH_MULTIPLIER, Pool, WorkerConfig};
 
 struct Shared {
@@ -84,6 +88,8 @@ struct Shared {
     /// The time limits (ms) of a task that sets none.
     time_limit: Option<i64>,
     soft_time_limit: Option<i64>,
+    /// What a binding is told of each process-pool run (`notes`).
+    notes: notes::Notes,
 }
 
 /// Runs tasks. Cheap to clone (shared); `stop` from any clone.
@@ -166,6 +172,7 @@ impl Worker {
                 procs,
                 time_limit,
                 soft_time_limit,
+                notes: notes::Notes::default(),
             }),
         })
     }

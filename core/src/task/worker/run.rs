@@ -265,6 +265,7 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
     let started = app.now();
     let call = match &s.procs {
         Some(p) => {
+            s.note(&m, "active", None);
             let p = p.clone();
             let key = m.task.clone();
             Box::pin(async move { p.run(&key, ctx, args).await })

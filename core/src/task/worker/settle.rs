@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::Shared;
 use super::follow::{arrive, follows, give_up, send_links};
+use super::notes::failed_as;
 use super::stop::give_back;
 use super::writer::Writer;
 use crate::task::message::Message;
@@ -56,6 +57,11 @@ pub(super) async fn settle_ran(
         }
         // A failure for good and a terminate are counted by `give_up`.
         Ran::Failed(_) | Ran::Terminated | Ran::Cancelled => {}
+    }
+    match &ran {
+        Ran::Value(v) => s.note(&m, State::Success.name(), Some(Ok(v))),
+        Ran::Failed(f) => s.note(&m, failed_as(m.retries < policy.retries), Some(Err(f))),
+        Ran::Terminated | Ran::Cancelled => {}
     }
     match ran {
         Ran::Value(v) => {
