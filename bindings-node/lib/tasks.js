@@ -7,7 +7,7 @@
 const path = require('node:path');
 const { inspect } = require('node:util');
 const native = require('../addon.js');
-const { argType, refusal, invalidState, SoftTimeLimitExceeded } = require('./errors.js');
+const { argType, refusal, invalidState, SoftTimeLimitExceeded, TaskRetry, Reject, Ignore } = require('./errors.js');
 const { moduleUrl } = require('./load.js');
 const { EMPTY, opts, only, str, num, instant, jsonNumber } = require('./checks.js');
 const { encodeArgs, encodeKwargs, SEND_OPTIONS, encodeOptions } = require('./json.js');
@@ -726,6 +726,9 @@ module.exports = {
   Signature,
   Context,
   SoftTimeLimitExceeded,
+  TaskRetry,
+  Reject,
+  Ignore,
   RedisBroker,
   chain,
   group,

@@ -84,6 +84,10 @@ pub struct Failure {
     /// The exception's module (Celery's `exc_module`), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub module: Option<String>,
+    /// What the body asked by raising it (retry, reject, ignore), when it
+    /// raised one of those (`task::ask`); never stored with a result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ask: Option<Box<super::ask::Ask>>,
 }
 
 impl Failure {
@@ -111,6 +115,7 @@ impl Failure {
             message: message.unwrap_or_else(|| Self::UNDESCRIBED.to_owned()),
             traceback,
             module: None,
+            ask: None,
         }
     }
 
@@ -121,6 +126,7 @@ impl Failure {
             message: message.into(),
             traceback: None,
             module: None,
+            ask: None,
         }
     }
 }
