@@ -7,6 +7,8 @@
 # (interop/flower/test_flower.py says what each step proves).
 #
 #   bash interop/run_flower.sh [pytest args]
+#   bash interop/run_flower.sh --screenshot <png>   # docs/flower.png's maker
+#                                                   # (interop/flower_screenshot.sh)
 #
 # The Celery side: interop/.venv (as interop/run.sh makes it), with
 # interop/flower/requirements.txt installed into it (Celery 5.5, Flower
@@ -68,5 +70,11 @@ fi
 "$hpy" -c 'import headway, sys; print("flower: headway (Python)", sys.executable)' || fail "$hpy cannot import headway"
 export HEADWAY_FLOWER_HW_PYTHON="$hpy"
 
+if [ "${1:-}" = "--screenshot" ]; then
+  [ -n "${2:-}" ] || fail "--screenshot needs a .png path"
+  png="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"
+  cd "$here/flower"
+  exec "$py" world.py screenshot "$png"
+fi
 cd "$here/flower"
 exec "$py" -m pytest -v test_flower.py "$@"

@@ -21,6 +21,7 @@ Nothing here is skipped: a missing redis-server, headway, Flower or
 chromium is an error.
 """
 
+import gc
 import json
 import os
 import shutil
@@ -169,6 +170,15 @@ class World:
         return "\n".join(f"--- {p.name} ({p.log})\n{p.text()[-4000:]}" for p in self.procs)
 
     def close(self, keep=False):
+        # Celery's AsyncResults unsubscribe from their result channel when
+        # collected, reconnecting if need be: let the dead ones go while the
+        # redis-server answers, and close the subscriber so that none left
+        # for the interpreter's exit tries to reach a stopped server.
+        gc.collect()
+        rc = getattr(getattr(self, "capp", None) and self.capp.backend, "result_consumer", None)
+        if getattr(rc, "_pubsub", None) is not None:
+            rc.stop()
+            rc._pubsub = None
         for p in reversed(self.procs):
             p.stop()
         if not keep:
@@ -235,19 +245,23 @@ def screenshot(png):
     and saves Flower's tasks page as ``png``."""
     w = World()
     try:
-        wait_for(lambda: w.get("/api/workers", status="1").get(NODE), "Flower to see the worker", 60)
-        done = [w.capp.send_task("flower.add", (i, i * 10)) for i in range(1, 6)]
-        failed = w.capp.send_task("flower.boom", ("no such invoice",))
-        for r in done:
-            w.task_in(r.id, "SUCCESS")
-        w.task_in(failed.id, "FAILURE")
-        running = [w.capp.send_task("flower.nap", (300,)) for _ in range(2)]
-        for r in running:
-            w.task_in(r.id, "STARTED")
-        w.chromium("/tasks", screenshot=os.path.abspath(png))
-        print(f"wrote {png}")
+        _stage(w, png)
     finally:
         w.close()
+
+
+def _stage(w, png):
+    wait_for(lambda: w.get("/api/workers", status="1").get(NODE), "Flower to see the worker", 60)
+    done = [w.capp.send_task("flower.add", (i, i * 10)) for i in range(1, 6)]
+    failed = w.capp.send_task("flower.boom", ("no such invoice",))
+    for r in done:
+        w.task_in(r.id, "SUCCESS")
+    w.task_in(failed.id, "FAILURE")
+    running = [w.capp.send_task("flower.nap", (300,)) for _ in range(2)]
+    for r in running:
+        w.task_in(r.id, "STARTED")
+    w.chromium("/tasks", screenshot=os.path.abspath(png))
+    print(f"wrote {png}")
 
 
 if __name__ == "__main__":
