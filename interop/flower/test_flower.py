@@ -124,6 +124,18 @@ def test_a_task_revoked_through_flower_never_runs_and_is_revoked(w):
     assert spared.id in w.get("/api/tasks", state="SUCCESS")
 
 
+def test_a_task_sent_through_flowers_api_runs_on_the_headway_worker(w):
+    sent = w.post("/api/task/send-task/flower.add", {"args": [20, 22]})
+    got = w.get(f"/api/task/result/{sent['task-id']}", timeout="20")
+    assert got == {"task-id": sent["task-id"], "state": "SUCCESS", "result": 42}, got
+    assert w.task_in(sent["task-id"], "SUCCESS")["worker"] == NODE
+    # Its control: the same task sent with arguments its body refuses fails
+    # on the worker, and Flower says why.
+    bad = w.post("/api/task/send-task/flower.add", {"args": [20]})
+    f = w.task_in(bad["task-id"], "FAILURE")
+    assert "TypeError" in f["exception"], f["exception"]
+
+
 def test_flower_pages_render_the_headway_worker_and_its_tasks(w):
     workers_page = w.chromium("/workers")
     assert NODE in workers_page, workers_page[-2000:]

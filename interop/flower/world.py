@@ -186,10 +186,12 @@ class World:
 
     # -- Flower's HTTP API ---------------------------------------------
 
-    def request(self, method, path, params=None):
-        """``(status, body text)`` of one request to Flower."""
+    def request(self, method, path, params=None, body=None):
+        """``(status, body text)`` of one request to Flower (``body``: sent
+        as JSON)."""
         url = self.base + path + ("?" + urllib.parse.urlencode(params) if params else "")
-        req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+        data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
+        req = urllib.request.Request(url, method=method, data=data)
         try:
             with urllib.request.urlopen(req, timeout=20) as resp:
                 return resp.status, resp.read().decode()
@@ -205,8 +207,8 @@ class World:
     def get(self, path, **params):
         return json.loads(self.get_text(path, params or None))
 
-    def post(self, path, **params):
-        status, body = self.request("POST", path, params or None)
+    def post(self, path, json_body=None, **params):
+        status, body = self.request("POST", path, params or None, json_body)
         if status != 200:
             raise AssertionError(f"POST {path} answered {status}: {body[:300]}")
         return json.loads(body)
