@@ -145,17 +145,20 @@ class World:
         self.capp = flower_celery.app
         print(f"world: redis {self.url}, Flower {self.base}, logs in {self.dir}", flush=True)
 
-    def start_worker(self):
+    def start_worker(self, node=NODE, events=True):
+        """A headway worker process named ``node``; with ``events``, ``-E``."""
         hw_py = os.environ["HEADWAY_FLOWER_HW_PYTHON"]
-        w = self._spawn("worker", [hw_py, "-m", "headway", "worker", "-A", "flower_hw:app",
-                                   "--pool", "process", "-c", "2", "-E", "-l", "info"])
-        wait_for(lambda: self._up(w) and "\nready" in w.text(), "the headway worker to start", 60)
+        argv = [hw_py, "-m", "headway", "worker", "-A", "flower_hw:app", "--pool", "process",
+                "-c", "2", "-l", "info"] + (["-E"] if events else [])
+        w = self._spawn(f"worker-{node}", argv, {"HEADWAY_FLOWER_NODE": node})
+        wait_for(lambda: self._up(w) and "\nready" in w.text(), f"the headway worker {node} to start", 60)
         return w
 
-    def _spawn(self, name, argv):
+    def _spawn(self, name, argv, env=None):
         log = os.path.join(self.dir, f"{name}.log")
         with open(log, "w") as f:
-            p = subprocess.Popen(argv, cwd=HERE, env=self.env, stdout=f, stderr=subprocess.STDOUT)
+            p = subprocess.Popen(argv, cwd=HERE, env={**self.env, **(env or {})}, stdout=f,
+                                 stderr=subprocess.STDOUT)
         proc = Proc(name, p, log)
         self.procs.append(proc)
         return proc
