@@ -137,15 +137,18 @@ def test_a_task_sent_through_flowers_api_runs_on_the_headway_worker(w):
 
 
 def test_flower_pages_render_the_headway_worker_and_its_tasks(w):
-    workers_page = w.chromium("/workers")
-    assert NODE in workers_page, workers_page[-2000:]
+    # The pages fill their tables by XHR after load: each is loaded until
+    # its rows are there (chromium's virtual time budget lets them run).
+    row = f'aria-label="Worker {NODE}"'
+    workers_page = wait_for(lambda: (d := w.chromium("/workers")) and row in d and d,
+                            "the workers page to list the headway worker", 90, every=1)
     assert re.search(r"<title>[^<]*Flower", workers_page), workers_page[:500]
+    assert ">Online<" in workers_page, workers_page[-3000:]
 
-    tasks_page = w.chromium("/tasks")
-    for name in ("flower.add", "flower.boom"):
-        assert name in tasks_page, (name, tasks_page[-3000:])
-    for state in ("SUCCESS", "FAILURE"):
-        assert state in tasks_page, (state, tasks_page[-3000:])
+    tasks_page = wait_for(lambda: (d := w.chromium("/tasks")) and "flower.boom" in d and d,
+                          "the tasks page to list the tasks", 90, every=1)
+    for text in ("flower.add", "flower.boom", NODE, "SUCCESS", "FAILURE"):
+        assert text in tasks_page, (text, tasks_page[-3000:])
     # Positive control for "present": a name never sent is not on the page.
     assert "flower.never_sent" not in tasks_page
 
