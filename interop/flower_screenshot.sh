@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Regenerates docs/flower.png: Flower 2.x's tasks page (1280×800, headless
-# chromium) watching a headway worker on Celery's Redis layout — tasks a
-# Celery producer sent, run by headway: succeeded, failed, and running.
+# Regenerates docs/flower.png: Flower 2.x's workers page (1280×800, headless
+# chromium) listing a headway worker on Celery's Redis layout, and
+# docs/flower-tasks.png, its tasks page: tasks a Celery producer sent, run by
+# headway — succeeded, failed, and running.
 #
 #   bash interop/flower_screenshot.sh [out.png]     # default docs/flower.png
 #

@@ -247,7 +247,7 @@ class World:
 
 def screenshot(png):
     """Runs the world, sends a few tasks (succeeded, failed, two running)
-    and saves Flower's tasks page as ``png``."""
+    and saves Flower's workers page as ``png``, its tasks page beside it."""
     w = World()
     try:
         _stage(w, png)
@@ -265,8 +265,12 @@ def _stage(w, png):
     running = [w.capp.send_task("flower.nap", (300,)) for _ in range(2)]
     for r in running:
         w.task_in(r.id, "STARTED")
-    w.chromium("/tasks", screenshot=os.path.abspath(png))
-    print(f"wrote {png}")
+    # The workers page (the headway worker listed, online, its counts) as
+    # `png`; the tasks page beside it as `<png stem>-tasks.png`.
+    w.chromium("/workers", screenshot=os.path.abspath(png))
+    tasks = os.path.splitext(png)[0] + "-tasks.png"
+    w.chromium("/tasks", screenshot=os.path.abspath(tasks))
+    print(f"wrote {png} and {tasks}")
 
 
 if __name__ == "__main__":
