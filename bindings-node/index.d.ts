@@ -675,6 +675,14 @@ export interface Policy {
    * `reject_on_worker_lost`). Default false.
    */
   rejectOnWorkerLost?: boolean | undefined;
+  /**
+   * Which failures are retried (Celery's `autoretry_for`): errors of these
+   * classes or their subclasses (an Error class or its name, or an array of
+   * them). Default: every failure, within `retries`.
+   */
+  retryFor?: ErrorClassList | undefined;
+  /** Which failures are never retried, even when `retryFor` names a base of theirs (Celery's `dont_autoretry_for`). */
+  dontRetryFor?: ErrorClassList | undefined;
 }
 
 /**
@@ -744,6 +752,9 @@ export declare class Context {
   /** Ends the run with nothing stored (Celery's `Ignore`): throws an Ignore, which the body lets propagate. */
   ignore(): never;
 }
+
+/** Error classes (or their names) a policy's retry filter names: one, or an array. */
+export type ErrorClassList = (abstract new (...args: never[]) => Error) | string | ReadonlyArray<(abstract new (...args: never[]) => Error) | string>;
 
 /** What `ctx.retry` asks: when, within which budget, recording what. */
 export interface RetryOptions {

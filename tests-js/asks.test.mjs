@@ -104,6 +104,40 @@ for (const b of brokers()) {
   });
 }
 
+class Flaky extends RangeError {}
+
+test('retryFor retries only the named error classes and their subclasses', async () => {
+  const { App, Fixed } = await import('headway');
+  const app = new App();
+  const seen = {};
+  app.task(
+    'ask.filtered',
+    ([kind], ctx) => {
+      (seen[kind] ??= []).push(ctx.attempt);
+      throw new { flaky: Flaky, type: TypeError, syntax: SyntaxError }[kind](kind);
+    },
+    { retries: 2, backoff: Fixed(10), retryFor: [RangeError, 'SyntaxError'], dontRetryFor: 'SyntaxError' },
+  );
+  const w = app.worker({ concurrency: 1 });
+  const running = w.run();
+  try {
+    // A subclass of a named class: retried (the positive control).
+    const f = await failure((await app.send('ask.filtered', ['flaky'])).get(WAIT));
+    assert.equal(f.remoteType, 'RangeError');
+    assert.deepEqual(seen.flaky, [1, 2, 3]);
+    // Not named: fails at once.
+    await failure((await app.send('ask.filtered', ['type'])).get(WAIT));
+    assert.deepEqual(seen.type, [1]);
+    // Named by dontRetryFor too: excluded.
+    await failure((await app.send('ask.filtered', ['syntax'])).get(WAIT));
+    assert.deepEqual(seen.syntax, [1]);
+  } finally {
+    await w.stop({ grace: 2000 });
+    await running;
+  }
+  assert.throws(() => app.task('ask.bad', () => 1, { retryFor: [42] }), (e) => e instanceof TypeError && /retryFor/.test(e.message));
+});
+
 test('the ask classes are Errors with Celery names', () => {
   assert.equal(new TaskRetry({ countdown: 5 }).name, 'Retry');
   assert.equal(new Reject().name, 'Reject');

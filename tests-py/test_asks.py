@@ -117,3 +117,48 @@ def test_a_bad_ask_fails_the_run_with_a_type_error_naming_the_field(apps: Apps) 
         bad.delay().get(timeout=WAIT)
     assert e.value.type == "TypeError"
     assert "`countdown`" in str(e.value)
+
+
+class Flaky(ConnectionError):
+    """A project's own error, derived from a builtin one."""
+
+
+def test_retry_for_retries_only_the_named_types_and_their_subclasses(apps: Apps) -> None:
+    app = apps.app(clock=None)
+    seen: dict[str, list[int]] = {}
+
+    @app.task(
+        name="ask.filtered",
+        bind=True,
+        retries=2,
+        backoff=headway.Fixed(0.01),
+        retry_for=(ConnectionError,),
+        dont_retry_for=PermissionError,
+    )
+    def filtered(ctx: headway.Context, kind: str) -> None:
+        seen.setdefault(kind, []).append(ctx.attempt)
+        raise {"flaky": Flaky, "value": ValueError, "perm": PermissionError}[kind](kind)
+
+    apps.start(app, concurrency=1)
+    # A subclass of a named type: retried (the positive control).
+    with pytest.raises(headway.TaskFailed) as e:
+        filtered.delay("flaky").get(timeout=WAIT)
+    assert e.value.type == "Flaky"
+    assert seen["flaky"] == [1, 2, 3]
+    # Not named: fails at once, as in Celery without autoretry_for.
+    with pytest.raises(headway.TaskFailed) as e:
+        filtered.delay("value").get(timeout=WAIT)
+    assert e.value.type == "ValueError"
+    assert seen["value"] == [1]
+    # Named by dont_retry_for (an OSError too, but excluded).
+    with pytest.raises(headway.TaskFailed):
+        filtered.delay("perm").get(timeout=WAIT)
+    assert seen["perm"] == [1]
+
+
+def test_retry_for_refuses_what_is_not_an_exception_class() -> None:
+    app = headway.App("memory://")
+    with pytest.raises(TypeError, match="retry_for"):
+
+        @app.task(name="ask.bad_filter", retry_for=("ConnectionError",))  # type: ignore[arg-type]
+        def f() -> None: ...

@@ -322,9 +322,22 @@ function askOf(e) {
   return { ...a, cause: { kind: kind ?? 'Error', message: message ?? '', traceback: traceback ?? undefined } };
 }
 
+/** The constructor names along a thrown object's prototype chain, most specific first (what a policy's `retryFor` matches). */
+function lineage(e) {
+  const out = [];
+  if (e === null || typeof e !== 'object') return out;
+  attempt(() => {
+    for (let p = Object.getPrototypeOf(e); p !== null && p !== Object.prototype && out.length < 32; p = Object.getPrototypeOf(p)) {
+      const n = Object.prototype.hasOwnProperty.call(p, 'constructor') ? p.constructor?.name : undefined;
+      if (typeof n === 'string' && n !== '') out.push(n);
+    }
+  });
+  return out;
+}
+
 function failed(host, seq, e) {
   const [kind, message, stack] = described(e);
-  host.failed += `${host.failed ? ',' : ''}${JSON.stringify([seq, kind, message, stack, askOf(e)])}`;
+  host.failed += `${host.failed ? ',' : ''}${JSON.stringify([seq, kind, message, stack, askOf(e), lineage(e)])}`;
 }
 
 function flush(host) {

@@ -1120,6 +1120,8 @@ class _App:
         time_limit: _Span | None = None,
         soft_time_limit: _Span | None = None,
         reject_on_worker_lost: bool | None = None,
+        retry_for: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+        dont_retry_for: type[BaseException] | tuple[type[BaseException], ...] | None = None,
     ) -> str: ...
     def send(
         self,

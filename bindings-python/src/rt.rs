@@ -175,6 +175,7 @@ pub(crate) fn failure_of(py: Python<'_>, err: &PyErr) -> Failure {
         traceback,
         module,
         ask: None,
+        lineage: lineage(&ty).into(),
     };
     // `headway.Retry`, `Reject`, `Ignore` (and `Context.retry`) ask
     // something of the run: `_headway_ask()` answers what, in ms, and the
@@ -186,6 +187,20 @@ pub(crate) fn failure_of(py: Python<'_>, err: &PyErr) -> Failure {
         },
         _ => raised,
     }
+}
+
+/// `ty` and its bases along the MRO, most specific first, as
+/// `module.QualName` (`object` left out: every type has it).
+fn lineage(ty: &Bound<'_, PyType>) -> Vec<String> {
+    ty.mro()
+        .iter()
+        .filter_map(|t| {
+            let t = t.cast::<PyType>().ok()?;
+            let q = t.qualname().ok()?.to_string();
+            let m = t.module().ok()?.to_string();
+            (q != "object").then(|| format!("{m}.{q}"))
+        })
+        .collect()
 }
 
 /// What `_headway_ask()` answers, as the core's JSON: `(dict, exc | None)`.

@@ -98,13 +98,15 @@ fn encode_calls(calls: &[Call]) -> String {
 
 /// One failed run as `lib/host.js` answers it: seq, type, message, stack (a
 /// type or message JS could not read is null), and what the body asked by
-/// throwing it (a `TaskRetry`, `Reject` or `Ignore`; `task::ask`) or null.
+/// throwing it (a `TaskRetry`, `Reject` or `Ignore`; `task::ask`) or null,
+/// and the constructor names along its prototype chain (its lineage).
 type Failed = (
     u64,
     Option<String>,
     Option<String>,
     Option<String>,
     Option<Value>,
+    Vec<String>,
 );
 
 #[napi]
@@ -122,7 +124,7 @@ impl NativeHost {
     }
 
     /// Answers a batch: `ok` is `[[seq, value], ...]`, `failed` is `[[seq,
-    /// type | null, message | null, stack | null, ask | null], ...]` (either may be
+    /// type | null, message | null, stack | null, ask | null, lineage], ...]` (either may be
     /// empty; a null type or message is one JS could not read, answered as
     /// the core's `Failure::UNNAMED` / `Failure::UNDESCRIBED`). A call the core stopped waiting for is
     /// dropped.
@@ -140,14 +142,18 @@ impl NativeHost {
         if !failed.is_empty() {
             let v: Vec<Failed> = serde_json::from_str(&failed)
                 .map_err(|e| napi::Error::from_reason(garbled("failures", e).message))?;
-            results.extend(v.into_iter().map(|(s, kind, message, stack, ask)| {
-                let f = Failure::thrown(kind, message, stack);
-                let f = match ask {
-                    Some(a) => Ask::failure(f, &a),
-                    None => f,
-                };
-                (s, Err(f))
-            }));
+            results.extend(
+                v.into_iter()
+                    .map(|(s, kind, message, stack, ask, lineage)| {
+                        let mut f = Failure::thrown(kind, message, stack);
+                        f.lineage = lineage.into();
+                        let f = match ask {
+                            Some(a) => Ask::failure(f, &a),
+                            None => f,
+                        };
+                        (s, Err(f))
+                    }),
+            );
         }
         self.q.finish_many(results);
         Ok(())

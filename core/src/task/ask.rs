@@ -125,8 +125,10 @@ impl Ask {
                     Some(c) => {
                         let mut f = serde_json::from_value::<Failure>(c.clone())
                             .map_err(|e| format!("`cause` is not a failure: {e}"))?;
-                        // A cause records a failure; it asks nothing itself.
+                        // A cause records a failure; it asks nothing
+                        // itself, and its lineage is not stored.
                         f.ask = None;
+                        f.lineage = Box::default();
                         Some(Box::new(f))
                     }
                 };
@@ -207,6 +209,7 @@ impl RetryAsk {
         let record = cause.unwrap_or_else(|| Failure {
             kind: RETRY.into(),
             ask: None,
+            lineage: Box::default(),
             ..raised.clone()
         });
         RetryVerdict::Again { at, record }

@@ -88,6 +88,12 @@ pub struct Failure {
     /// raised one of those (`task::ask`); never stored with a result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ask: Option<Box<super::ask::Ask>>,
+    /// The raised value's type and the types it derives from, most specific
+    /// first (Python `module.QualName` along the MRO, JS constructor names
+    /// along the prototype chain), when the host read them: what a policy's
+    /// `retry_for` matches; never stored with a result.
+    #[serde(default, skip_serializing_if = "<[String]>::is_empty")]
+    pub lineage: Box<[String]>,
 }
 
 impl Failure {
@@ -116,6 +122,7 @@ impl Failure {
             traceback,
             module: None,
             ask: None,
+            lineage: Box::default(),
         }
     }
 
@@ -127,6 +134,7 @@ impl Failure {
             traceback: None,
             module: None,
             ask: None,
+            lineage: Box::default(),
         }
     }
 }

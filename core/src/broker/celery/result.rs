@@ -201,6 +201,7 @@ pub fn failure_of(exc: &Value, traceback: Option<&str>) -> Failure {
             .and_then(Value::as_str)
             .map(str::to_string),
         ask: None,
+        lineage: Box::default(),
     }
 }
 

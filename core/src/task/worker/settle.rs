@@ -55,17 +55,29 @@ pub(super) async fn settle_ran(
     {
         return asked(s, w, m, receipt, policy, started, *ask, f.clone()).await;
     }
-    match &ran {
-        Ran::Value(_) => app.metrics().settled(&m.task, State::Success, took),
-        Ran::Failed(_) if m.retries < policy.retries => {
-            app.metrics().settled(&m.task, State::Retry, took)
+    // Decided once, before the failure's lineage (the host's reading of
+    // its type, for the policy's filter) is dropped: it is never stored.
+    let again = matches!(&ran, Ran::Failed(f) if retried(policy, &m, f));
+    let ran = match ran {
+        Ran::Failed(mut f) => {
+            f.lineage = Box::default();
+            Ran::Failed(f)
         }
-        // A failure for good and a terminate are counted by `give_up`.
-        Ran::Failed(_) | Ran::Terminated | Ran::Cancelled => {}
-    }
+        r => r,
+    };
     match &ran {
-        Ran::Value(v) => s.note(&m, State::Success.name(), Some(Ok(v))),
-        Ran::Failed(f) => s.note(&m, failed_as(m.retries < policy.retries), Some(Err(f))),
+        Ran::Value(v) => {
+            app.metrics().settled(&m.task, State::Success, took);
+            s.note(&m, State::Success.name(), Some(Ok(v)));
+        }
+        Ran::Failed(f) => {
+            // A failure for good is counted by `give_up`.
+            if again {
+                app.metrics().settled(&m.task, State::Retry, took);
+            }
+            s.note(&m, failed_as(again), Some(Err(f)));
+        }
+        // Counted by `give_up`.
         Ran::Terminated | Ran::Cancelled => {}
     }
     match ran {
@@ -101,7 +113,7 @@ pub(super) async fn settle_ran(
             arrive(app, &m).await?;
             settle_late(w, policy.acks_late, receipt).await
         }
-        Ran::Failed(f) if m.retries < policy.retries => {
+        Ran::Failed(f) if again => {
             let wait = policy.backoff_delay(m.retries.saturating_add(2), &m.id);
             let at = app.now().saturating_add(wait);
             retry_at(s, m, receipt, policy, started, f, at).await
@@ -124,6 +136,12 @@ pub(super) async fn settle_ran(
         }
         Ran::Cancelled => give_back(app, &m, receipt, !policy.acks_late).await,
     }
+}
+
+/// Whether the failure `f` of `m`'s run is retried: attempts left, and a
+/// failure the policy retries (`retry_for`, `dont_retry_for`).
+fn retried(policy: &Policy, m: &Message, f: &Failure) -> bool {
+    m.retries < policy.retries && policy.retries_on(f)
 }
 
 /// Records `f` as the run's RETRY and publishes its next attempt due `at`
@@ -190,6 +208,7 @@ async fn asked(
         Ask::Reject { requeue: false } => {
             let f = Failure {
                 ask: None,
+                lineage: Box::default(),
                 kind: REJECTED.into(),
                 ..raised
             };
