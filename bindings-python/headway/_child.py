@@ -20,6 +20,7 @@ import signal
 import sys
 from types import FrameType
 
+from ._from_celery import is_celery_app, serve
 from ._serve import Serving
 from ._tasks import App
 
@@ -37,6 +38,8 @@ def _load(ref: str) -> App:
         obj = runpy.run_path(where, run_name="__mp_main__").get(attr)
     else:
         obj = getattr(importlib.import_module(where), attr, None)
+    if is_celery_app(obj):
+        obj = serve(obj)
     if not isinstance(obj, App):
         raise SystemExit(f"headway child: {ref!r} is not a headway.App (got {type(obj).__name__})")
     return obj

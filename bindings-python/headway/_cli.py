@@ -14,7 +14,8 @@
 
 ``-A module:app`` imports ``module`` (the current directory is on the path,
 as for Celery's ``-A``) and takes its ``app`` attribute (``module`` alone
-means ``module:app``). SIGTERM and Ctrl-C stop a worker gracefully: no more
+means ``module:app``): a ``headway.App``, or a real ``celery.Celery``, whose
+tasks a worker then serves on its broker (``_from_celery``). SIGTERM and Ctrl-C stop a worker gracefully: no more
 claims, runs in progress get the grace, what it held is given back.
 
 Every command takes ``-l/--loglevel`` (Celery's names: debug, info, warning,
@@ -35,6 +36,7 @@ import sys
 from types import FrameType
 
 from . import _log, _native
+from ._from_celery import is_celery_app, serve
 from ._tasks import GRACE, App
 
 
@@ -49,6 +51,12 @@ def _load(spec: str) -> App:
     except ImportError as e:
         raise SystemExit(f"headway: -A {spec!r}: cannot import {module!r}: {e}") from e
     obj = getattr(m, attr or "app", None)
+    if is_celery_app(obj):
+        # A real Celery app: its tasks, served on its broker (_from_celery).
+        try:
+            obj = serve(obj)
+        except ValueError as e:
+            raise SystemExit(f"headway: -A {spec!r}: {e}") from e
     if not isinstance(obj, App):
         raise SystemExit(
             f"headway: -A {spec!r}: {module}.{attr or 'app'} is not a headway.App "
@@ -80,7 +88,7 @@ def _term(signum: int, frame: FrameType | None) -> None:
 
 def _worker(ns: argparse.Namespace) -> int:
     app = _load(ns.app)
-    queues = [q for q in (ns.queues or "").split(",") if q] or None
+    queues = [q for q in (ns.queues or "").split(",") if q] or app._queues
     w = app.worker(
         queues=queues,
         concurrency=ns.concurrency,

@@ -836,6 +836,9 @@ class Context:
     def queue(self) -> str:
         """The queue the message came from."""
     @property
+    def worker(self) -> str:
+        """The name of the worker running it (empty outside a worker)."""
+    @property
     def retries(self) -> int:
         """Attempts before this one that failed."""
     @property

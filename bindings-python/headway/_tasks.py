@@ -562,6 +562,9 @@ class App:
         #: Where a process-pool child imports this app from (``module:attr``),
         #: when the CLI loaded it; else found by ``_where``.
         self._origin: str | None = None
+        #: The queues the CLI's worker consumes when not given ``-Q``: None
+        #: (the worker's default), or a served Celery app's (``_from_celery``).
+        self._queues: list[str] | None = None
 
     # -- registering ---------------------------------------------------
 

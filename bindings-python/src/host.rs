@@ -154,6 +154,11 @@ impl PyCtx {
     fn queue(&self) -> &str {
         &self.inner.queue
     }
+    /// The name of the worker running it (empty outside a worker).
+    #[getter]
+    fn worker(&self) -> &str {
+        &self.inner.worker
+    }
     /// Attempts before this one that failed.
     #[getter]
     fn retries(&self) -> u32 {

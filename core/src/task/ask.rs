@@ -55,6 +55,12 @@ pub struct RetryAsk {
     /// The failure to record now, and to fail with past the budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<Box<Failure>>,
+    /// The next attempt's arguments, in place of this run's (Celery's
+    /// `retry(args=..., kwargs=...)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Vec<Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kwargs: Option<serde_json::Map<String, Value>>,
 }
 
 /// The failure kind of a retry asked for past its budget with no cause.
@@ -132,11 +138,25 @@ impl Ask {
                         Some(Box::new(f))
                     }
                 };
+                let args = match o.get("args") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::Array(a)) => Some(a.clone()),
+                    Some(other) => return Err(format!("`args` must be a list, got {other}")),
+                };
+                let kwargs = match o.get("kwargs") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::Object(m)) => Some(m.clone()),
+                    Some(other) => {
+                        return Err(format!("`kwargs` must be a mapping, got {other}"));
+                    }
+                };
                 Ok(Ask::Retry(RetryAsk {
                     countdown,
                     eta,
                     max_retries,
                     cause,
+                    args,
+                    kwargs,
                 }))
             }
             "reject" => match o.get("requeue") {
@@ -245,6 +265,8 @@ mod tests {
             (json!({"ask": "retry", "max_retries": 1.5}), "`max_retries`"),
             (json!({"ask": "retry", "cause": 3}), "`cause`"),
             (json!({"ask": "reject", "requeue": "yes"}), "`requeue`"),
+            (json!({"ask": "retry", "args": {"a": 1}}), "`args`"),
+            (json!({"ask": "retry", "kwargs": [1]}), "`kwargs`"),
             (json!({"ask": "later"}), "unknown ask"),
             (json!(7), "an object"),
         ] {

@@ -194,6 +194,13 @@ async fn asked(
                 RetryVerdict::Again { at, record } => {
                     app.metrics().settled(&m.task, State::Retry, took);
                     s.note(&m, State::Retry.name(), Some(Err(&record)));
+                    let mut m = m;
+                    if let Some(a) = r.args {
+                        m.args = a;
+                    }
+                    if let Some(k) = r.kwargs {
+                        m.kwargs = k;
+                    }
                     retry_at(s, m, receipt, policy, started, record, at).await
                 }
                 RetryVerdict::Exhausted(f) => {

@@ -1,0 +1,195 @@
+"""Serving a real Celery app: what ``headway worker -A proj.celery:app`` does
+when ``app`` is a ``celery.Celery``.
+
+The first step off Celery changes no code: the project keeps its Celery app
+and its tasks, and headway's worker takes the place of Celery's on the same
+queues. This module makes a headway ``App`` on the Celery app's broker and
+result backend (Celery's Redis layout, where Celery workers and producers
+share the queues) and registers each of the app's tasks with its Celery
+settings: the task's queue, ``acks_late``, ``ignore_result``,
+``time_limit`` / ``soft_time_limit`` (or the app's ``task_time_limit`` /
+``task_soft_time_limit``), ``reject_on_worker_lost`` and ``rate_limit``.
+
+A run calls the task's own ``run`` inside Celery's request context, so
+``bind=True`` tasks read ``self.request`` (id, args, kwargs, retries,
+delivery_info, hostname, root_id, parent_id, correlation_id, timelimit) and
+everything Celery wraps around ``run`` works as in Celery — ``autoretry_for``
+with ``retry_backoff`` (Celery's wrapper calls ``self.retry``),
+``update_state`` (Celery's backend writes Celery's result format). What the
+body raises means what it means to Celery: a plain exception fails the run
+(no retry unless the task asks), ``Reject`` and ``Ignore`` are headway's
+asks of the same names, and ``self.retry(...)`` is headway's retry ask —
+the same message goes again (its chain, chord and links kept), within the
+task's ``max_retries`` (``None``: for ever), after ``countdown`` or
+``default_retry_delay``, failing past the budget with ``exc`` or
+``MaxRetriesExceededError`` as Celery does. Only the conversion from
+Celery's objects is here; what each ask comes to is the core's.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from ._errors import Ignore, Reject, TaskRetry
+from ._tasks import App
+
+# Celery's `max_retries=None`: retried for ever (the core's budget is a count).
+_FOREVER = 2**32 - 1
+
+
+def is_celery_app(obj: object) -> bool:
+    """Whether ``obj`` is a ``celery.Celery`` (without importing Celery
+    when it is not installed)."""
+    mod = type(obj).__module__ or ""
+    return (mod == "celery" or mod.startswith("celery.")) and hasattr(obj, "tasks") and hasattr(obj, "conf")
+
+
+def serve(capp: Any) -> App:
+    """A headway ``App`` serving ``capp``'s tasks on its broker and result
+    backend (made once per Celery app)."""
+    made = getattr(capp, "_headway_app", None)
+    if isinstance(made, App):
+        return made
+    from celery import exceptions as cx  # noqa: PLC0415 - only with a Celery app
+
+    from ._native import RedisBroker  # noqa: PLC0415
+
+    conf = capp.conf
+    url = conf.broker_url or ""
+    if not url.startswith(("redis://", "rediss://")):
+        raise ValueError(
+            f"the Celery app's broker_url {_shown(url)!r}: headway serves a Celery app on "
+            "Redis (redis:// or rediss://)"
+        )
+    broker = RedisBroker.celery(url)
+    backend_url = conf.result_backend or ""
+    backend: Any = None
+    if backend_url and backend_url != url:
+        if not backend_url.startswith(("redis://", "rediss://")):
+            raise ValueError(
+                f"the Celery app's result_backend {_shown(backend_url)!r}: headway stores "
+                "a Celery app's results on Redis (redis:// or rediss://)"
+            )
+        backend = RedisBroker.celery(backend_url)
+    app = App(broker, backend=backend)
+    # The modules the app names (`imports`, `include`, autodiscovery) are
+    # imported, so every task is registered before the worker starts.
+    capp.loader.import_default_modules()
+    for name, task in sorted(capp.tasks.items()):
+        if name.startswith("celery."):
+            continue
+        _register(app, capp, task, cx)
+    # Celery's worker consumes the app's queues (`task_queues`, else the
+    # default queue) unless told `-Q`: so does this one (`_cli`).
+    named = [q.name for q in (conf.task_queues or ())] or [conf.task_default_queue]
+    app._queues = named
+    capp._headway_app = app
+    return app
+
+
+def _shown(url: str) -> str:
+    """``url`` with its password replaced."""
+    head, at, tail = url.rpartition("@")
+    if not at:
+        return url
+    scheme, _, cred = head.partition("://")
+    user = cred.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{tail}"
+
+
+def _rate(v: Any) -> str | None:
+    """Celery's ``rate_limit`` (``"10/m"``, or a number per second) as
+    headway's text."""
+    if v is None or v == "":
+        return None
+    if isinstance(v, (int, float)) or (isinstance(v, str) and v.replace(".", "", 1).isdigit()):
+        return f"{v}/s"
+    return str(v)
+
+
+def _register(app: App, capp: Any, task: Any, cx: Any) -> None:
+    conf = capp.conf
+    time_limit = task.time_limit if task.time_limit is not None else conf.task_time_limit
+    soft = task.soft_time_limit if task.soft_time_limit is not None else conf.task_soft_time_limit
+    queue = getattr(task, "queue", None) or conf.task_default_queue
+
+    def body(ctx: Any, *args: Any, **kwargs: Any) -> Any:
+        request = {
+            "id": ctx.id,
+            "task": task.name,
+            "args": list(args),
+            "kwargs": kwargs,
+            "retries": ctx.retries,
+            "delivery_info": {"exchange": "", "routing_key": ctx.queue, "priority": None, "redelivered": None},
+            "hostname": ctx.worker or None,
+            "root_id": ctx.root_id or ctx.id,
+            "parent_id": ctx.parent_id,
+            "correlation_id": ctx.id,
+            "reply_to": None,
+            "timelimit": (ctx.time_limit, ctx.soft_time_limit),
+            "is_eager": False,
+            "called_directly": False,
+        }
+        task.push_request(**request)
+        try:
+            return task.run(*args, **kwargs)
+        except cx.Reject as e:
+            raise Reject(e.reason, requeue=bool(e.requeue)) from e
+        except cx.Ignore as e:
+            raise Ignore() from e
+        finally:
+            task.pop_request()
+
+    app.task(
+        name=task.name,
+        bind=True,
+        queue=queue,
+        acks_late=bool(task.acks_late),
+        ignore_result=bool(task.ignore_result),
+        time_limit=time_limit,
+        soft_time_limit=soft,
+        reject_on_worker_lost=bool(task.reject_on_worker_lost),
+        rate=_rate(task.rate_limit),
+    )(body)
+    # `self.retry(...)` (and `autoretry_for`, which calls it) becomes
+    # headway's retry ask on this task object, in this process.
+    task.retry = types.MethodType(_retry, task)
+
+
+def _retry(
+    self: Any,
+    args: Any = None,
+    kwargs: Any = None,
+    exc: BaseException | None = None,
+    throw: bool = True,
+    eta: Any = None,
+    countdown: float | None = None,
+    max_retries: int | None = None,
+    **options: Any,
+) -> Any:
+    """Celery's ``Task.retry`` as headway's retry ask: the same message again
+    (with ``args`` / ``kwargs`` when given), after ``countdown`` (else
+    ``eta``, else the task's ``default_retry_delay``), within
+    ``max_retries`` (else the task's; ``None`` is for ever)."""
+    budget = self.max_retries if max_retries is None else max_retries
+    if countdown is None and eta is None:
+        countdown = self.default_retry_delay
+    e = TaskRetry(
+        countdown=countdown,
+        eta=eta,
+        max_retries=_FOREVER if budget is None else budget,
+        exc=exc,
+    )
+    ask = e._headway_ask
+
+    def with_args() -> tuple[dict[str, Any], BaseException | None]:
+        d, cause = ask()
+        if args is not None:
+            d["args"] = list(args)
+        if kwargs is not None:
+            d["kwargs"] = dict(kwargs)
+        return d, cause
+
+    e._headway_ask = with_args  # type: ignore[method-assign]
+    raise e
