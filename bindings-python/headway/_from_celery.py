@@ -51,7 +51,7 @@ def serve(capp: Any) -> App:
     made = getattr(capp, "_headway_app", None)
     if isinstance(made, App):
         return made
-    from celery import exceptions as cx  # noqa: PLC0415 - only with a Celery app
+    from celery import exceptions as cx  # type: ignore[import-untyped]  # noqa: PLC0415 - only with a Celery app
 
     from ._native import RedisBroker  # noqa: PLC0415
 
