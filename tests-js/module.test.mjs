@@ -14,8 +14,8 @@ const require = createRequire(import.meta.url);
 const FLOW = ['Backoff', 'Breaker', 'Bucket', 'Gate', 'Limits', 'Pool', 'Pooled', 'Ward', 'Window', 'pick', 'retry', 'version'];
 // The task queue (bindings-node/lib/tasks.js).
 const TASKS = [
-  'App', 'At', 'Beat', 'Context', 'Cron', 'Every', 'Exponential', 'Fixed', 'Handle', 'RedisBroker', 'Scheduler',
-  'Signature', 'SoftTimeLimitExceeded', 'Task', 'Worker', 'chain', 'chord', 'group', 'schedule', 'testing',
+  'App', 'At', 'Beat', 'Context', 'Cron', 'Every', 'Exponential', 'Fixed', 'Handle', 'Ignore', 'RedisBroker', 'Reject', 'Scheduler',
+  'Signature', 'SoftTimeLimitExceeded', 'Task', 'TaskRetry', 'Worker', 'chain', 'chord', 'group', 'schedule', 'testing',
 ];
 // The admin interface (bindings-node/lib/admin.js).
 const ADMIN = ['admin'];
