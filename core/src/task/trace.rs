@@ -106,6 +106,55 @@ pub struct RunTrace {
     pub carrier: Map<String, Value>,
 }
 
+impl Span {
+    /// `[name, kind, {attributes}]`, for a binding that takes JSON.
+    pub fn to_json(&self) -> Value {
+        Value::Array(vec![
+            Value::from(self.name.as_str()),
+            Value::from(self.kind.name()),
+            object(&self.attributes),
+        ])
+    }
+}
+
+fn object(attrs: &[(&'static str, Value)]) -> Value {
+    Value::Object(
+        attrs
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), v.clone()))
+            .collect(),
+    )
+}
+
+/// A traced run's span and both of its possible ends as one JSON value, for
+/// a binding that is handed its calls as JSON (Node): `[name, kind,
+/// {attributes}, {carrier}, {attributes on success}, {attributes on
+/// failure}, reason key | null]` — the reason key names the attribute the
+/// failure's text goes in (a retry's), and a failure's status is ERROR.
+/// `None` when the run is not traced.
+pub fn run_plan(ctx: &Context) -> Option<Value> {
+    let t = ctx.trace.as_deref()?;
+    let Value::Array(mut out) = run_span(ctx).to_json() else {
+        return None;
+    };
+    out.push(Value::Object(t.carrier.clone()));
+    out.push(object(&run_end(ctx, true, "").attributes));
+    let fail = run_end(ctx, false, "");
+    let reason = fail
+        .attributes
+        .iter()
+        .any(|(k, _)| *k == RETRY_REASON)
+        .then_some(RETRY_REASON);
+    let attrs: Vec<_> = fail
+        .attributes
+        .into_iter()
+        .filter(|(k, _)| *k != RETRY_REASON)
+        .collect();
+    out.push(object(&attrs));
+    out.push(reason.map_or(Value::Null, Value::from));
+    Some(Value::Array(out))
+}
+
 /// The span of a send of `task` as run `id` to `queue`.
 pub fn send_span(task: &str, id: &str, queue: &str) -> Span {
     Span {
@@ -248,6 +297,23 @@ mod tests {
         let e = run_end(&ctx(0, true), true, "");
         assert!(!e.error);
         assert_eq!(e.attributes, vec![(STATE, json!("SUCCESS"))]);
+    }
+
+    #[test]
+    fn a_run_plan_holds_both_ends() {
+        assert_eq!(run_plan(&ctx(0, false)), None);
+        let mut c = ctx(0, false);
+        c.trace = Some(Box::default());
+        let p = run_plan(&c).unwrap();
+        assert_eq!(p[0], "run/tasks.add");
+        assert_eq!(p[1], "CONSUMER");
+        assert_eq!(p[4], json!({"celery.state": "SUCCESS"}));
+        assert_eq!(p[5], json!({"celery.state": "RETRY"}));
+        assert_eq!(p[6], RETRY_REASON);
+        c.last = true;
+        let p = run_plan(&c).unwrap();
+        assert_eq!(p[5], json!({"celery.state": "FAILURE"}));
+        assert_eq!(p[6], Value::Null);
     }
 
     #[test]
