@@ -242,8 +242,14 @@ def test_tracing_false_emits_nothing(apps: Apps, spans: InMemorySpanExporter) ->
     assert not off._native.tracing and on._native.tracing
 
 
-def test_without_a_tracer_provider_nothing_is_traced() -> None:
+def test_without_a_tracer_provider_nothing_is_traced(redis_server: RedisServer) -> None:
+    # The positive control: test_the_context_travels_in_the_message_headers.
     _reset_globals()
+    celery = headway.App(headway.RedisBroker.celery(redis_server.url.rsplit("/", 1)[0] + "/14"))
+    assert redis_server.command("FLUSHDB", db=14) == b"+OK"
+    h = celery.send_task("elsewhere.task", (1,), queue="quiet")
+    headers = json.loads(_lindex(redis_server, "quiet", 14))["headers"]
+    assert headers["id"] == h.id and "traceparent" not in headers
     app = headway.App("memory://")
 
     @app.task(name="t.quiet")

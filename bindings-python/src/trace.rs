@@ -34,6 +34,11 @@ pub(crate) fn attributes<'py>(
 /// trace-context ones).
 pub(crate) fn carrier_arg(d: &Bound<'_, PyDict>) -> Map<String, Value> {
     d.iter()
-        .filter_map(|(k, v)| Some((k.extract::<String>().ok()?, Value::String(v.extract().ok()?))))
+        .filter_map(|(k, v)| {
+            Some((
+                k.extract::<String>().ok()?,
+                Value::String(v.extract().ok()?),
+            ))
+        })
         .collect()
 }
