@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { after, afterEach, before, beforeEach, describe, test } from 'node:test';
 
 import { context, propagation, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 
@@ -139,6 +140,27 @@ for (const b of brokers()) {
       assert.equal(runs[0].attributes['celery.retry.reason'], 'no 7');
       assert.equal(runs[1].attributes['celery.state'], 'FAILURE');
       assert.equal(runs[1].attributes['celery.retries'], 1);
+    });
+
+    test('with a context manager the body runs inside its span, and its sends are its children', async () => {
+      context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+      const app = await b.app({ clock: null });
+      const leaf = app.task('t.leaf', () => 1);
+      app.task('t.outer', async () => {
+        await tick();
+        const inside = trace.getActiveSpan()?.spanContext().spanId;
+        await leaf.send([]);
+        return inside ?? null;
+      });
+      b.start(app);
+      const inside = await (await app.send('t.outer', [])).get(WAIT);
+      const [run] = await named('run/t.outer');
+      const [nested] = await named('apply_async/t.leaf');
+      const [leafRun] = await named('run/t.leaf');
+      assert.equal(inside, run.spanContext().spanId);
+      assert.equal(parentOf(nested), run.spanContext().spanId);
+      assert.equal(leafRun.spanContext().traceId, run.spanContext().traceId);
+      assert.equal(parentOf(leafRun), nested.spanContext().spanId);
     });
 
     test('tracing: false traces nothing (the same task on a tracing app does)', async () => {
