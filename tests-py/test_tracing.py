@@ -263,3 +263,97 @@ def test_without_a_tracer_provider_nothing_is_traced(redis_server: RedisServer) 
     finally:
         w.stop(5.0)
     assert not app._native.tracing
+
+
+CHILD_APP = '''
+import json, os
+import headway
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+
+class ToFile(SpanExporter):
+    """Each finished span as a JSON line: the child's spans, for the test."""
+
+    def export(self, spans):
+        with open(os.environ["TR_SPANS"], "a") as f:
+            for s in spans:
+                parent = s.parent.span_id if s.parent is not None else None
+                f.write(json.dumps({"name": s.name, "trace": s.context.trace_id,
+                                    "parent": parent, "pid": os.getpid()}) + "\\n")
+        return SpanExportResult.SUCCESS
+
+
+# A child sets its own provider up at import, as a project's module would;
+# the test process has the fixture's already.
+if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(ToFile()))
+    trace.set_tracer_provider(provider)
+
+app = headway.App("memory://")
+
+
+@app.task(name="pp.pid")
+def pid():
+    return os.getpid()
+'''
+
+
+def test_a_process_pool_child_opens_the_run_span_under_the_send(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, spans: InMemorySpanExporter
+) -> None:
+    import importlib
+    import os
+
+    out = tmp_path / "spans.jsonl"
+    monkeypatch.setenv("TR_SPANS", str(out))
+    (tmp_path / "traced_pp_app.py").write_text(CHILD_APP)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("traced_pp_app")
+    w = mod.app.worker(concurrency=1, pool="process")
+    w.start()
+    try:
+        child = mod.pid.delay().get(timeout=30)
+    finally:
+        w.stop(5.0)
+    (send,) = named(spans, "apply_async/pp.pid")
+    assert send.context is not None
+    # The run ran, and was traced, in the child (not here).
+    assert child != os.getpid()
+    assert not [s for s in spans.get_finished_spans() if s.name == "run/pp.pid"]
+    runs = [json.loads(line) for line in out.read_text().splitlines()]
+    (run,) = [r for r in runs if r["name"] == "run/pp.pid"]
+    assert run["pid"] == child
+    assert run["trace"] == send.context.trace_id and run["parent"] == send.context.span_id
+
+
+def test_signal_receivers_run_inside_the_run_span(spans: InMemorySpanExporter) -> None:
+    from headway import signals
+
+    app = headway.App("memory://")
+    seen: list[tuple[str, Any]] = []
+
+    def pre(**kw: Any) -> None:
+        seen.append(("pre", trace.get_current_span().get_span_context()))
+
+    def post(**kw: Any) -> None:
+        seen.append(("post", trace.get_current_span().get_span_context()))
+
+    @app.task(name="t.hooked")
+    def hooked() -> int:
+        return 1
+
+    signals.task_prerun.connect(pre)
+    signals.task_postrun.connect(post)
+    w = app.worker(concurrency=1)
+    w.start()
+    try:
+        assert hooked.delay().get(timeout=WAIT) == 1
+    finally:
+        w.stop(5.0)
+        assert signals.task_prerun.disconnect(pre) and signals.task_postrun.disconnect(post)
+    (run,) = named(spans, "run/t.hooked")
+    assert run.context is not None
+    assert seen == [("pre", run.context), ("post", run.context)]
