@@ -357,3 +357,9 @@ def test_signal_receivers_run_inside_the_run_span(spans: InMemorySpanExporter) -
     (run,) = named(spans, "run/t.hooked")
     assert run.context is not None
     assert seen == [("pre", run.context), ("post", run.context)]
+
+
+def test_a_tracing_that_is_not_a_bool_is_refused_by_name() -> None:
+    with pytest.raises(TypeError, match="tracing must be a bool, not str"):
+        headway.App("memory://", tracing="no")  # type: ignore[arg-type]
+    assert headway.App("memory://", tracing=False)._tracing is False

@@ -576,9 +576,11 @@ class App:
         clock: VirtualClock | None = None,
         tracing: bool = True,
     ) -> None:
+        if not isinstance(tracing, bool):
+            raise TypeError(f"tracing must be a bool, not {type(tracing).__name__}")
         self._native = _native._App(broker, backend, clock)
         self.clock = clock
-        self._tracing = bool(tracing)
+        self._tracing = tracing
         self._tasks: dict[str, _TaskBase[Any, Any]] = {}
         self._beat: Beat | None = None
         #: Where a process-pool child imports this app from (``module:attr``),
