@@ -18,6 +18,7 @@ for one app.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
@@ -41,11 +42,26 @@ _cached: tuple[Any, Any] | None = None
 _stack = threading.local()
 
 
+#: A provider named in the environment is made by OpenTelemetry on the
+#: first ``get_tracer_provider()``: then only that call can say.
+_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+_UNKNOWN = object()
+
+
 def provided() -> bool:
-    """Whether OpenTelemetry is installed and a tracer provider is set."""
+    """Whether OpenTelemetry is installed and a tracer provider is set.
+
+    Called on every send, so it reads the API's global first:
+    ``get_tracer_provider()`` looks the environment up on each call (about
+    a microsecond, as much again as a send costs), and a provider once set
+    stays set. Where that global is not there, the public call decides."""
     if _trace is None:
         return False
-    p = _trace.get_tracer_provider()
+    p = getattr(_trace, "_TRACER_PROVIDER", _UNKNOWN)
+    if p is None and not _FROM_ENV:
+        return False
+    if p is _UNKNOWN or p is None:
+        p = _trace.get_tracer_provider()
     return not isinstance(p, (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider))
 
 
