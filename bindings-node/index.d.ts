@@ -1233,6 +1233,13 @@ export interface AppOptions {
    * App receives each of them.
    */
   logger?: Logger | undefined;
+  /**
+   * OpenTelemetry spans for sends and runs (default true): taken when
+   * `@opentelemetry/api` is installed and a tracer provider is registered
+   * (a worker's runs when one was registered as it was made); false turns
+   * tracing off for this app. See docs/api.md, "Tracing".
+   */
+  tracing?: boolean | null | undefined;
 }
 
 /** What headway tells a logger with each record. */

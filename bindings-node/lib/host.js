@@ -16,6 +16,7 @@ const { inspect } = require('node:util');
 const native = require('../addon.js');
 const { refusal, SoftTimeLimitExceeded, TaskRetry, Reject, Ignore, ASK } = require('./errors.js');
 const { parse, encode } = require('./json.js');
+const tracing = require('./tracing.js');
 
 // Promises waiting on a ticket: the native call did not finish at once and
 // runs on the core's runtime; the bell answers it.
@@ -207,16 +208,20 @@ function call(host, c) {
   const ctx = new Context(c);
   const on = job ? null : host.onRun;
   if (on !== null) on('active', ctx, c[8]);
+  // The run's span, when its app traces (the core added its plan).
+  const traced = c.length > 16 ? tracing.begin(c[16]) : null;
   let r;
   try {
-    r = job ? fn(ctx) : fn(c[8], ctx);
+    r = job ? fn(ctx) : traced === null ? fn(c[8], ctx) : tracing.within(traced, () => fn(c[8], ctx));
   } catch (e) {
     if (on !== null) on(c[15], ctx, c[8], e);
+    tracing.end(traced, false, e);
     failed(host, seq, e);
     return;
   }
   if (r === null || (typeof r !== 'object' && typeof r !== 'function')) {
     if (on !== null) on('SUCCESS', ctx, c[8], r);
+    tracing.end(traced, true, r);
     done(host, seq, key, job ? null : r);
     return;
   }
@@ -226,11 +231,13 @@ function call(host, c) {
   try {
     then = r.then;
   } catch (e) {
+    tracing.end(traced, false, e);
     failed(host, seq, e);
     return;
   }
   if (typeof then !== 'function') {
     if (on !== null) on('SUCCESS', ctx, c[8], r);
+    tracing.end(traced, true, r);
     done(host, seq, key, job ? null : r);
     return;
   }
@@ -245,7 +252,10 @@ function call(host, c) {
         settled = true;
         if (host.running.delete(seq) || !ctx[CANCELLED]) {
           if (on !== null) on('SUCCESS', ctx, c[8], v);
+          tracing.end(traced, true, v);
           done(host, seq, key, job ? null : v);
+        } else {
+          tracing.end(traced, false, ctx.signal.reason);
         }
         soon(host);
       },
@@ -254,6 +264,7 @@ function call(host, c) {
         settled = true;
         host.running.delete(seq);
         if (on !== null) on(c[15], ctx, c[8], e);
+        tracing.end(traced, false, e);
         failed(host, seq, e);
         soon(host);
       },
@@ -262,6 +273,7 @@ function call(host, c) {
     if (settled) return;
     settled = true;
     host.running.delete(seq);
+    tracing.end(traced, false, e);
     failed(host, seq, e);
   }
 }

@@ -9,12 +9,13 @@ const { inspect } = require('node:util');
 const native = require('../addon.js');
 const { argType, refusal, invalidState, SoftTimeLimitExceeded, TaskRetry, Reject, Ignore } = require('./errors.js');
 const { moduleUrl } = require('./load.js');
-const { EMPTY, opts, only, str, num, instant, jsonNumber } = require('./checks.js');
+const { EMPTY, opts, only, str, num, bool, instant, jsonNumber } = require('./checks.js');
 const { encodeArgs, encodeKwargs, SEND_OPTIONS, encodeOptions } = require('./json.js');
 const { answer, TASK, JOB, Host, Context } = require('./host.js');
 const { VirtualClock, clockOf, check, Every, Cron, At, rhythmSpec, Fixed, Exponential, policyJson } = require('./clock.js');
 const { RedisBroker, seamsOf } = require('./brokers.js');
 const { useLogger } = require('./logs.js');
+const tracing = require('./tracing.js');
 const { EventEmitter } = require('node:events');
 
 // BullMQ's worker events, by what the core says a run came to.
@@ -77,6 +78,7 @@ const { APP, SEND, Handle, nothing, count, decodeDead } = require('./handles.js'
 const { Signature, chain, group, chord } = require('./canvas.js');
 
 const SERVE_CHILD = Symbol('serveChild');
+const TRACING = Symbol('tracing');
 
 /** A registered body: `app.task(name, fn, policy)`. */
 class Task {
@@ -116,14 +118,24 @@ class Task {
 }
 
 function sendOne(app, name, args, options, known, head) {
+  // Inside an OpenTelemetry PRODUCER span when the app traces and a tracer
+  // provider is registered (one check otherwise).
+  if (app[TRACING] && tracing.provided()) {
+    return tracing.send(app[APP], name, options, (o, carrier) => sendReq(app, name, args, o, known, head, carrier));
+  }
+  return sendReq(app, name, args, options, known, head, null);
+}
+
+function sendReq(app, name, args, options, known, head, carrier) {
   try {
     let req;
+    const trace = carrier === null ? ']' : `,${JSON.stringify(carrier)}]`;
     if (options === undefined) {
-      req = `${head ?? `[${JSON.stringify(name)},`}${encodeArgs(name, args)},null,null]`;
+      req = `${head ?? `[${JSON.stringify(name)},`}${encodeArgs(name, args)},null,null${trace}`;
     } else {
       const o = opts('options', options);
       only(name, o, SEND_OPTIONS);
-      req = `${head ?? `[${JSON.stringify(name)},`}${encodeArgs(name, args)},${encodeKwargs(name, o.kwargs)},${o === EMPTY ? 'null' : encodeOptions(o)}]`;
+      req = `${head ?? `[${JSON.stringify(name)},`}${encodeArgs(name, args)},${encodeKwargs(name, o.kwargs)},${o === EMPTY ? 'null' : encodeOptions(o)}${trace}`;
     }
     return answer(
       app[SEND](req, known),
@@ -322,7 +334,7 @@ class App {
   #tasks = new Map();
   constructor(options) {
     const o = opts('options', options);
-    only('App', o, ['broker', 'backend', 'clock', 'logger']);
+    only('App', o, ['broker', 'backend', 'clock', 'logger', 'tracing']);
     if (o.logger !== undefined) useLogger(o.logger);
     const clock = clockOf(o.clock);
     const seams = seamsOf('broker', o.broker === undefined ? 'memory://' : o.broker, clock);
@@ -332,6 +344,7 @@ class App {
     } else if (o.backend !== undefined && o.backend !== null) seams.withBackend(seamsOf('backend', o.backend, clock));
     this[APP] = new native.NativeApp(seams, clock);
     this[SEND] = this[APP].sender();
+    this[TRACING] = o.tracing === undefined || o.tracing === null ? true : bool('tracing', o.tracing);
     this.#host = new Host(this[APP].host, TASK);
     /** The clock it was given (null: the system clock). */
     this.clock = o.clock === undefined ? null : o.clock;
@@ -442,6 +455,8 @@ class App {
     }
     const w = this[APP].worker(JSON.stringify(spec, (k, v) => (typeof v === 'number' ? jsonNumber(v, true) : v)));
     if (!(w instanceof native.NativeWorker)) throw refusal(w);
+    // Its runs are traced when OpenTelemetry has a provider now.
+    if (this[TRACING] && tracing.provided()) this[APP].setTracing(true);
     return new Worker(w, this.#host);
   }
 

@@ -20,6 +20,7 @@ import signal
 import sys
 from types import FrameType
 
+from . import _tracing
 from ._from_celery import is_celery_app, serve
 from ._serve import Serving
 from ._tasks import App
@@ -53,6 +54,10 @@ def main() -> None:
     sys.path[:] = [p for p in path if isinstance(p, str)] or sys.path
     app = _load(ref)
     host = app._native.host
+    # The parent decides which runs are traced; spans open here, with the
+    # tracer provider the app's module set up.
+    if app._tracing and _tracing.provided():
+        _tracing.enable()
     signal.signal(signal.SIGUSR1, _wake)
     host.as_child(int(signal.SIGUSR1))
     # Async bodies run on this loop thread; sync ones on the main thread,

@@ -869,6 +869,12 @@ class Context:
     def _state_after(self, ok: bool) -> str:
         """``SUCCESS``, ``RETRY`` or ``FAILURE``: what the run comes to if its
         body returns (``ok``) or raises now."""
+    def _trace(self) -> tuple[str, str, dict[str, str | int], dict[str, str]] | None:
+        """The run's span ``(name, kind, attributes, carrier)`` when its app
+        traces, else None."""
+    def _trace_end(self, ok: bool, reason: str) -> tuple[dict[str, str | int], bool]:
+        """What the run's span is told when the body is done:
+        ``(attributes, error)``."""
 
 def current() -> Context:
     """The ``Context`` of the run this code is inside — a sync body, an async
@@ -1139,7 +1145,14 @@ class _App:
         priority: int | None = None,
         task_id: str | None = None,
         known: bool = True,
+        trace: dict[str, str] | None = None,
     ) -> Handle[Any]: ...
+    def send_span(
+        self, name: str, queue: str | None = None, task_id: str | None = None
+    ) -> tuple[str, str, dict[str, str | int], str]: ...
+    def set_tracing(self, on: bool) -> None: ...
+    @property
+    def tracing(self) -> bool: ...
     def send_canvas(self, tree: tuple[Any, ...]) -> Handle[Any]: ...
     def handle(self, id: str) -> Handle[Any]: ...
     def task_names(self) -> list[str]: ...

@@ -39,7 +39,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from . import _native
+from . import _native, _tracing
 from . import signals as _signals
 from ._errors import SoftTimeLimitExceeded
 
@@ -201,29 +201,40 @@ class Serving:
         host = self._host
         current = _native._CURRENT
         hook = _signals.active
+        tracing = _tracing.enabled
         for seq, name, fn, args, kwargs, ctx in batch:
+            traced = None
             token = current.set(ctx)
             try:
                 if hook is not None:
                     hook("pre", name, ctx.id, _own(args, ctx), kwargs, None, None)
+                # The run's span is current in the task's copy of the
+                # context, and no longer in the loop's once it is copied.
+                traced = _tracing.begin(ctx) if tracing else None
                 try:
                     aw = fn(*args, **kwargs) if kwargs else fn(*args)
                 except BaseException as e:  # noqa: BLE001 - a body's failure, whatever it is
                     if hook is not None:
                         _hook_after(name, ctx, _own(args, ctx), kwargs, e, ctx._state_after(False))
+                    _tracing.end(traced, e, False)
                     host.fail(seq, e)
                     continue
                 if not inspect.iscoroutine(aw):
                     if not inspect.isawaitable(aw):
                         if hook is not None:
                             _hook_after(name, ctx, _own(args, ctx), kwargs, aw, ctx._state_after(True))
+                        _tracing.end(traced, aw, True)
                         host.finish(seq, name, aw)
                         continue
                     aw = _awaiting(aw)
                 c = contextvars.copy_context()
             finally:
+                if traced is not None:
+                    _tracing.detach(traced)
                 current.reset(token)
-            run = self._run(seq, name, aw, None if hook is None else (_own(args, ctx), kwargs, ctx))
+            run = self._run(
+                seq, name, aw, None if hook is None else (_own(args, ctx), kwargs, ctx), traced
+            )
             if _EAGER:
                 task: asyncio.Future[Any] = asyncio.Task(  # type: ignore[call-arg,unused-ignore]
                     run, loop=loop, context=c, eager_start=True
@@ -240,20 +251,23 @@ class Serving:
         name: str,
         aw: Coroutine[Any, Any, Any],
         hooked: tuple[tuple[Any, ...], dict[str, Any] | None, _native.Context] | None = None,
+        traced: Any = None,
     ) -> None:
         """A call's task: the body, answered from inside the task (no done
         callback, so no extra turn of the loop per call). ``hooked`` (the
         run's own args, kwargs and context): ``headway.signals`` is told
-        what the body came to."""
+        what the body came to; ``traced``: the run's span, ended here."""
         try:
             value = await aw
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as e:
+            _tracing.end(traced, e, False)
             self._host.cancelled(seq)
             raise
         except BaseException as e:  # noqa: BLE001 - a body's failure, whatever it is
             if hooked is not None:
                 args, kwargs, ctx = hooked
                 _hook_after(name, ctx, args, kwargs, e, ctx._state_after(False))
+            _tracing.end(traced, e, False)
             self._host.fail(seq, e)
             return
         finally:
@@ -261,6 +275,7 @@ class Serving:
         if hooked is not None:
             args, kwargs, ctx = hooked
             _hook_after(name, ctx, args, kwargs, value, ctx._state_after(True))
+        _tracing.end(traced, value, True)
         self._host.finish(seq, name, value)
 
     # -- stopping ------------------------------------------------------

@@ -34,6 +34,7 @@ from typing import (
 )
 
 from . import _native
+from . import _tracing
 from . import signals as _signals
 from ._native import (
     At,
@@ -114,6 +115,21 @@ def _options(
     if task_id is not None:
         out["task_id"] = task_id
     return out
+
+
+def _send(
+    app: App,
+    name: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    opts: dict[str, Any],
+    known: bool = True,
+) -> Handle[Any]:
+    """Every single send: inside an OpenTelemetry PRODUCER span when the
+    app traces and a tracer provider is set (one check otherwise)."""
+    if app._tracing and _tracing.provided():
+        return _tracing.send(app._native, name, args, kwargs, opts, known)  # type: ignore[no-any-return]
+    return app._native.send(name, args, kwargs, **opts, known=known)
 
 
 # ---------------------------------------------------------------- canvas
@@ -417,7 +433,10 @@ class _TaskBase(Generic[P, R]):
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> Handle[R]:
         """Publishes a run with these arguments and answers its handle."""
-        return self.app._native.send(self.name, args, kwargs or None)
+        app = self.app
+        if app._tracing and _tracing.provided():
+            return _tracing.send(app._native, self.name, args, kwargs or None, {}, True)  # type: ignore[no-any-return]
+        return app._native.send(self.name, args, kwargs or None)
 
     def apply_async(
         self,
@@ -438,11 +457,12 @@ class _TaskBase(Generic[P, R]):
         pointless — a worker that finds it expired records it REVOKED without
         running it; ``queue`` overrides the task's; ``priority`` 0 (first) to
         9; ``task_id`` fixes the run's id."""
-        return self.app._native.send(
+        return _send(
+            self.app,
             self.name,
             tuple(args),
             dict(kwargs) if kwargs else None,
-            **_options(eta, countdown, expires, queue, priority, task_id),
+            _options(eta, countdown, expires, queue, priority, task_id),
         )
 
     def s(self, *args: Any, **kwargs: Any) -> Signature[R]:
@@ -542,7 +562,10 @@ class App:
     results are kept: ``None`` the broker's own, ``False`` none at all
     (``get()`` raises ``Missing``), or another URL/``RedisBroker``.
     ``clock`` is the only clock the task side reads: ``None`` the system
-    clock, or a ``headway.testing.VirtualClock``.
+    clock, or a ``headway.testing.VirtualClock``. ``tracing`` (on by
+    default) has sends and runs traced with OpenTelemetry when
+    ``opentelemetry-api`` is installed and a tracer provider is set
+    (``headway[otel]``); ``False`` turns that off for this app.
 
     Nothing is global: two apps in one process do not see each other's
     tasks. Registering twice under one name replaces the first.
@@ -554,9 +577,13 @@ class App:
         *,
         backend: str | RedisBroker | Literal[False] | None = None,
         clock: VirtualClock | None = None,
+        tracing: bool = True,
     ) -> None:
+        if not isinstance(tracing, bool):
+            raise TypeError(f"tracing must be a bool, not {type(tracing).__name__}")
         self._native = _native._App(broker, backend, clock)
         self.clock = clock
+        self._tracing = tracing
         self._tasks: dict[str, _TaskBase[Any, Any]] = {}
         self._beat: Beat | None = None
         #: Where a process-pool child imports this app from (``module:attr``),
@@ -731,11 +758,12 @@ class App:
         entry, for a name learnt at run time. A name this app has not
         registered raises ``UnknownTask``: a queue that accepts work nobody
         can run only moves the failure to a worker."""
-        return self._native.send(
+        return _send(
+            self,
             name,
             tuple(args),
             dict(kwargs) if kwargs else None,
-            **_options(eta, countdown, expires, queue, priority, task_id),
+            _options(eta, countdown, expires, queue, priority, task_id),
         )
 
     def send_task(
@@ -753,11 +781,12 @@ class App:
     ) -> Handle[Any]:
         """Celery's ``send_task``: publishes a run of any name, for tasks
         another process (a Celery worker, say) runs."""
-        return self._native.send(
+        return _send(
+            self,
             name,
             tuple(args),
             dict(kwargs) if kwargs else None,
-            **_options(eta, countdown, expires, queue, priority, task_id),
+            _options(eta, countdown, expires, queue, priority, task_id),
             known=False,
         )
 
@@ -799,6 +828,13 @@ class App:
         ``signal`` (a name such as ``"SIGKILL"`` or a number 1 to 64; a bad
         one raises ``ValueError``) and is recorded REVOKED."""
         self._native.revoke([ids] if isinstance(ids, str) else list(ids), terminate, signal)
+
+    def _trace_runs(self) -> None:
+        """Has this app's runs traced in this process (a worker starting,
+        a process-pool child), when it traces and a tracer provider is set."""
+        if self._tracing and _tracing.provided():
+            self._native.set_tracing(True)
+            _tracing.enable()
 
     def now(self) -> float:
         """The app's time, in epoch seconds (the virtual clock's, in tests)."""
@@ -1014,6 +1050,7 @@ class Worker:
             raise RuntimeError("this worker has already run; make another with app.worker()")
         self._started = True
         host = self.app._native.host
+        self.app._trace_runs()
         if self._native.pool == "threads":
             # On the process pool bodies run in the children: nothing here.
             n = self.concurrency if host.has_sync() else 1

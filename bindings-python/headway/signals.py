@@ -34,7 +34,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from . import _native
+from . import _native, _tracing
 
 __all__ = [
     "Signal",
@@ -133,7 +133,7 @@ def _rehook() -> None:
     global active
     on = any(s._receivers for s in _TASK_SIGNALS)
     active = _hook if on else None
-    _native._set_task_hook(active)
+    _native._set_task_hook(_tracing.compose(active))
 
 
 def _known(name: str, task: Any) -> None:

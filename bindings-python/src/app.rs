@@ -904,7 +904,7 @@ impl PyApp {
 
     /// Publishes a run of `name`; with `known`, a name this app has not
     /// registered is refused (`UnknownTask`).
-    #[pyo3(signature = (name, args, kwargs=None, *, eta=None, countdown=None, expires=None, queue=None, priority=None, task_id=None, known=true))]
+    #[pyo3(signature = (name, args, kwargs=None, *, eta=None, countdown=None, expires=None, queue=None, priority=None, task_id=None, known=true, trace=None))]
     #[allow(clippy::too_many_arguments)]
     fn send(
         &self,
@@ -919,6 +919,7 @@ impl PyApp {
         priority: Option<&Bound<'_, PyAny>>,
         task_id: Option<&Bound<'_, PyAny>>,
         known: bool,
+        trace: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyHandle> {
         guard(|| {
             rt()?;
@@ -938,19 +939,49 @@ impl PyApp {
                     task_id,
                 },
             )?;
+            let trace = trace.map(crate::trace::carrier_arg);
             let app = self.app.clone();
             let name = name.to_string();
             let r = block(py, async move {
-                if known {
-                    app.send(&name, a, kw, opts).await
-                } else {
-                    app.send_task(&name, a, kw, opts).await
-                }
+                app.send_traced(&name, a, kw, opts, known, trace).await
             })?;
             Ok(PyHandle {
                 inner: check(py, r)?,
             })
         })
+    }
+
+    /// The span a traced send of `name` is: `(name, kind, attributes,
+    /// task_id)`, the run's id fixed here when `task_id` is None.
+    #[pyo3(signature = (name, queue=None, task_id=None))]
+    fn send_span<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        queue: Option<String>,
+        task_id: Option<String>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let mut o = Options {
+            queue,
+            id: task_id,
+            ..Options::default()
+        };
+        let span = self.app.send_span(name, &mut o);
+        let id = o.id.unwrap_or_default();
+        let (n, k, a) = crate::trace::span_parts(py, &span)?;
+        PyTuple::new(py, [n, k, a, PyString::new(py, &id).into_any()])
+    }
+
+    /// Turns tracing of the app's runs on or off (`headway` turns it on
+    /// when OpenTelemetry has a tracer provider).
+    fn set_tracing(&self, on: bool) {
+        self.app.set_tracing(on);
+    }
+
+    /// Whether the app's runs are traced.
+    #[getter]
+    fn tracing(&self) -> bool {
+        self.app.tracing()
     }
 
     /// Publishes a canvas tree (see `canvas_of`) and answers its handle.

@@ -144,6 +144,29 @@ impl PyCtx {
             .call((), Some(&kw))?;
         Err(PyErr::from_value(e))
     }
+    /// The run's span when its app traces: `(name, kind, attributes,
+    /// carrier)`, the carrier what the message carried for the propagator
+    /// to extract; None when the app does not trace.
+    fn _trace<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let Some(t) = &self.inner.trace else {
+            return Ok(None);
+        };
+        let span = headway_core::task::trace::run_span(&self.inner);
+        let (n, k, a) = crate::trace::span_parts(py, &span)?;
+        let carrier = crate::json::dict(py, &t.carrier)?;
+        Ok(Some(PyTuple::new(py, [n, k, a, carrier.into_any()])?))
+    }
+    /// What the run's span is told when the body returned (`ok`) or raised
+    /// `reason` (its text): `(attributes, error)`.
+    fn _trace_end<'py>(
+        &self,
+        py: Python<'py>,
+        ok: bool,
+        reason: &str,
+    ) -> PyResult<(Bound<'py, PyDict>, bool)> {
+        let end = headway_core::task::trace::run_end(&self.inner, ok, reason);
+        Ok((crate::trace::attributes(py, &end.attributes)?, end.error))
+    }
     /// The task's registered name.
     #[getter]
     fn name(&self) -> &str {
@@ -300,6 +323,7 @@ fn _direct_context(id: String, name: String, queue: String, now: f64) -> PyCtx {
             soft_time_limit: None,
             time_limit: None,
             worker: String::new(),
+            trace: None,
         },
     }
 }

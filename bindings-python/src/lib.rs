@@ -31,6 +31,7 @@ mod rt;
 mod sched;
 mod soft;
 mod times;
+mod trace;
 
 pub(crate) use convert::*;
 

@@ -45,7 +45,8 @@ fn push_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
 
 /// Calls as one JSON text: `[[seq, key, id, queue, retries, attempt, last,
 /// now, args, kwargs | null, rootId | null, parentId | null, softTimeLimit |
-/// null, timeLimit | null], ...]`.
+/// null, timeLimit | null, worker, failState, trace?], ...]` (`trace` only
+/// on a traced run: `trace::run_plan`).
 fn encode_calls(calls: &[Call]) -> String {
     let mut out = Vec::with_capacity(calls.len() * 160 + 2);
     out.push(b'[');
@@ -89,6 +90,12 @@ fn encode_calls(calls: &[Call]) -> String {
         // What a failure now comes to (the core's rule): RETRY or FAILURE.
         out.push(b',');
         push_json(&mut out, x.state_after(false).name());
+        // The run's span when its app traces (`trace::run_plan`); else
+        // nothing, so an untraced call costs no bytes.
+        if let Some(plan) = headway_core::task::trace::run_plan(x) {
+            out.push(b',');
+            push_json(&mut out, &plan);
+        }
         out.push(b']');
     }
     out.push(b']');
@@ -195,7 +202,7 @@ impl NativeHost {
 
 /// A send (see `NativeApp::send`), shared with the bare `sender` function.
 pub(crate) fn send_answer(app: &App, req: &str, known: bool) -> napi::Result<Answer> {
-    let SendIn(name, mut args, mut kwargs, opts) = match parse::<SendIn>("send", req) {
+    let SendIn(name, mut args, mut kwargs, opts, trace) = match parse::<SendIn>("send", req) {
         Ok(r) => r,
         Err(e) => return refused(e),
     };
@@ -211,11 +218,8 @@ pub(crate) fn send_answer(app: &App, req: &str, known: bool) -> napi::Result<Ans
     let kwargs = kwargs.unwrap_or_default();
     drive(
         async move {
-            if known {
-                app.send(&name, args, kwargs, opts).await
-            } else {
-                app.send_task(&name, args, kwargs, opts).await
-            }
+            app.send_traced(&name, args, kwargs, opts, known, trace)
+                .await
         },
         |h| h.id().to_string(),
         |h| quote(h.id()),
@@ -311,6 +315,36 @@ impl NativeApp {
     #[napi(catch_unwind)]
     pub fn send(&self, req: String, known: bool) -> napi::Result<Answer> {
         send_answer(&self.app, &req, known)
+    }
+
+    /// The span a traced send of `name` is: `[name, kind, {attributes},
+    /// id]`, the run's id fixed here when `id` is null.
+    #[napi(js_name = "sendSpan", catch_unwind)]
+    pub fn send_span(&self, name: String, queue: Option<String>, id: Option<String>) -> String {
+        let mut o = headway_core::task::Options {
+            queue,
+            id,
+            ..Default::default()
+        };
+        let span = self.app.send_span(&name, &mut o);
+        let mut v = span.to_json();
+        if let Value::Array(a) = &mut v {
+            a.push(Value::from(o.id.unwrap_or_default()));
+        }
+        v.to_string()
+    }
+
+    /// Turns tracing of the app's runs on or off (`lib/tracing.js` turns it
+    /// on when OpenTelemetry has a tracer provider).
+    #[napi(js_name = "setTracing")]
+    pub fn set_tracing(&self, on: bool) {
+        self.app.set_tracing(on);
+    }
+
+    /// Whether the app's runs are traced.
+    #[napi(getter)]
+    pub fn tracing(&self) -> bool {
+        self.app.tracing()
     }
 
     /// `send(req, known)` as a bare Node-API function bound to this app (see

@@ -84,13 +84,15 @@ pub(crate) fn options(o: Option<OptsIn>) -> Result<Options, Refusal> {
     Ok(spec.options(Host::Node, || 0)?)
 }
 
-/// A send: `[name, args, kwargs | null, options | null]`.
+/// A send: `[name, args, kwargs | null, options | null, trace?]`, `trace`
+/// what OpenTelemetry's propagator injected inside the send's span.
 #[derive(Debug, Deserialize)]
 pub(crate) struct SendIn(
     pub String,
     pub Vec<Value>,
     pub Option<Map<String, Value>>,
     pub Option<OptsIn>,
+    #[serde(default)] pub Option<Map<String, Value>>,
 );
 
 #[derive(Debug, Deserialize)]

@@ -45,6 +45,8 @@ pub(crate) struct AppInner {
     pub(crate) terminate_bell: Notify,
     /// What its workers in this process settled (`metrics`).
     metrics: super::metrics::Metrics,
+    /// Whether its runs are traced (`set_tracing`).
+    tracing: std::sync::atomic::AtomicBool,
 }
 
 /// The registry, the seams and the clock. Cheap to clone (shared).
@@ -92,6 +94,7 @@ impl App {
                 terminating: Mutex::new(super::terminate::Marks::default()),
                 terminate_bell: Notify::new(),
                 metrics: super::metrics::Metrics::default(),
+                tracing: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         // Terminates other processes broadcast reach this app's runs; held
@@ -159,6 +162,38 @@ impl App {
     /// `metrics::render`).
     pub fn metrics(&self) -> &super::metrics::Metrics {
         &self.inner.metrics
+    }
+
+    /// Turns tracing of this app's runs on or off: on, a run's
+    /// [`Context::trace`](super::body::Context::trace) carries what its
+    /// message carried for the binding to open a span with
+    /// ([`super::trace`]). Off (the default) costs a run nothing. A binding
+    /// turns it on when the host's OpenTelemetry has a tracer provider and
+    /// the app was not made with tracing off.
+    pub fn set_tracing(&self, on: bool) {
+        self.inner
+            .tracing
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether this app's runs are traced.
+    pub fn tracing(&self) -> bool {
+        self.inner
+            .tracing
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The span a traced send of `name` with `options` is, fixing the run's
+    /// id in `options` (a fresh one when none was given) so the span can
+    /// name the message before it exists.
+    pub fn send_span(&self, name: &str, options: &mut Options) -> super::trace::Span {
+        let id = options.id.get_or_insert_with(new_id).clone();
+        let queue = options
+            .queue
+            .clone()
+            .or_else(|| self.policy_of(name).map(|p| p.queue))
+            .unwrap_or_else(|| "default".to_string());
+        super::trace::send_span(name, &id, &queue)
     }
 
     /// The inspector, if any.
@@ -256,10 +291,31 @@ impl App {
         kwargs: Map<String, Value>,
         options: Options,
     ) -> Result<Handle, Refused> {
-        if !self.has_task(name) {
+        self.send_traced(name, args, kwargs, options, true, None)
+            .await
+    }
+
+    /// [`App::send`] (`known`) or [`App::send_task`], the message carrying
+    /// `trace`: what the binding's OpenTelemetry propagator injected inside
+    /// the send's span ([`App::send_span`]); only its trace-context entries
+    /// are kept ([`super::trace::headers_of`]).
+    pub async fn send_traced(
+        &self,
+        name: &str,
+        args: Vec<Value>,
+        kwargs: Map<String, Value>,
+        options: Options,
+        known: bool,
+        trace: Option<Map<String, Value>>,
+    ) -> Result<Handle, Refused> {
+        if known && !self.has_task(name) {
             return Err(Refused::UnknownTask(name.to_string()));
         }
-        self.send_task(name, args, kwargs, options).await
+        check_options(&options)?;
+        let sig = Sig::new(name, args)
+            .with_kwargs(kwargs)
+            .with_options(options);
+        self.send_canvas_traced(Canvas::Sig(sig), trace).await
     }
 
     /// Publishes a run of any task name, for tasks another process (a Celery
@@ -271,17 +327,29 @@ impl App {
         kwargs: Map<String, Value>,
         options: Options,
     ) -> Result<Handle, Refused> {
-        check_options(&options)?;
-        let sig = Sig::new(name, args)
-            .with_kwargs(kwargs)
-            .with_options(options);
-        self.send_canvas(Canvas::Sig(sig)).await
+        self.send_traced(name, args, kwargs, options, false, None)
+            .await
     }
 
     /// Publishes a canvas and answers a handle on what it waits for: a
     /// chain's last link, a group's parts in order, a chord's callback.
     pub async fn send_canvas(&self, canvas: Canvas) -> Result<Handle, Refused> {
-        let plan = canvas.plan(self)?;
+        self.send_canvas_traced(canvas, None).await
+    }
+
+    /// [`App::send_canvas`], every message it publishes carrying `trace`
+    /// (see [`App::send_traced`]).
+    pub async fn send_canvas_traced(
+        &self,
+        canvas: Canvas,
+        trace: Option<Map<String, Value>>,
+    ) -> Result<Handle, Refused> {
+        let mut plan = canvas.plan(self)?;
+        if let Some(h) = trace.and_then(super::trace::headers_of) {
+            for m in &mut plan.publish {
+                super::trace::carry(m, &h);
+            }
+        }
         if !plan.opens.is_empty() {
             let counter =
                 self.inner.counter.as_ref().ok_or_else(|| {

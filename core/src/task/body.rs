@@ -47,6 +47,10 @@ pub struct Context {
     /// events go to that worker.
     #[serde(default)]
     pub worker: String,
+    /// What tracing needs about the run, when its app traces (see
+    /// [`super::trace`]); `None` otherwise, at no cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Box<super::trace::RunTrace>>,
 }
 
 impl Context {

@@ -407,6 +407,7 @@ mod tests {
             soft_time_limit: None,
             time_limit: None,
             worker: String::new(),
+            trace: None,
         }
     }
 

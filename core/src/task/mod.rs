@@ -30,6 +30,7 @@ pub mod specs;
 pub mod state;
 pub mod terminate;
 pub mod timetable;
+pub mod trace;
 pub mod worker;
 
 pub use app::{App, Registered, Seams};

@@ -57,6 +57,7 @@ impl Job for BodyJob {
             soft_time_limit: None,
             time_limit: None,
             worker: String::new(),
+            trace: None,
         };
         let call = self.body.call(ctx, Vec::new());
         Box::pin(async move { call.await.map(|_| ()) })

@@ -104,6 +104,7 @@ pub(super) async fn send_links(app: &App, m: &Message, value: Value) -> Result<(
         // A Celery chain link's own `link`/`link_error` travel with it.
         crate::broker::celery::codec::carry_links(&next.extra, &mut n);
         n.chain = rest.to_vec();
+        crate::task::trace::inherit(m, &mut n);
         n.chord = m.chord.clone();
         n.root_id = Some(m.root_id.clone().unwrap_or_else(|| m.id.clone()));
         n.parent_id = Some(m.id.clone());

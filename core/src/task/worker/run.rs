@@ -260,6 +260,11 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
             .or(s.soft_time_limit),
         time_limit: carried_hard.or(policy.time_limit).or(s.time_limit),
         worker: s.name.clone(),
+        trace: app.tracing().then(|| {
+            Box::new(crate::task::trace::RunTrace {
+                carrier: crate::task::trace::carried(&m),
+            })
+        }),
     };
     let mut cancel = s.cancel.subscribe();
     let started = app.now();
