@@ -119,6 +119,10 @@ test('retryFor retries only the named error classes and their subclasses', async
     { retries: 2, backoff: Fixed(10), retryFor: [RangeError, 'SyntaxError'], dontRetryFor: 'SyntaxError' },
   );
   const w = app.worker({ concurrency: 1 });
+  // The worker's events tell what the core decides for each failure.
+  const heard = [];
+  w.on('retrying', (job) => heard.push(['retrying', job.args[0]]));
+  w.on('failed', (job) => heard.push(['failed', job.args[0]]));
   const running = w.run();
   try {
     // A subclass of a named class: retried (the positive control).
@@ -131,6 +135,11 @@ test('retryFor retries only the named error classes and their subclasses', async
     // Named by dontRetryFor too: excluded.
     await failure((await app.send('ask.filtered', ['syntax'])).get(WAIT));
     assert.deepEqual(seen.syntax, [1]);
+    assert.deepEqual(heard, [
+      ['retrying', 'flaky'], ['retrying', 'flaky'], ['failed', 'flaky'],
+      ['failed', 'type'],
+      ['failed', 'syntax'],
+    ]);
   } finally {
     await w.stop({ grace: 2000 });
     await running;

@@ -185,3 +185,71 @@ def test_in_a_process_pool_child_the_signals_fire_in_the_child(tmp_path: Path) -
     assert ["pre", h.id, child] in lines, lines
     assert ["post", h.id, child, "SUCCESS"] in lines, lines
     assert child != os.getpid()
+
+
+def test_the_hooks_tell_the_state_the_worker_records_for_filtered_failures_and_asks(
+    seen: list[tuple[Any, ...]],
+) -> None:
+    """A failure the task's retry_for does not name fails for good (task_failure,
+    though attempts are left); one it names is retried (task_retry, the positive
+    control); a retry asked past its budget fails; a requeueing reject is
+    REJECTED and an ignore IGNORED (neither success, retry nor failure)."""
+    app = headway.App("memory://")
+    mark: list[str] = []
+
+    @app.task(name="s.filtered", retries=1, backoff=headway.Fixed(0.01), retry_for=(ConnectionError,))
+    def filtered(kind: str) -> None:
+        raise {"conn": ConnectionError, "value": ValueError}[kind](kind)
+
+    @app.task(name="s.asks", bind=True)
+    def asks(ctx: headway.Context, what: str) -> None:
+        if what == "retry":
+            ctx.retry(countdown=0.01, max_retries=0)
+        if what == "requeue" and not mark:
+            mark.append("x")
+            raise headway.Reject("later", requeue=True)
+        if what == "ignore":
+            raise headway.Ignore()
+
+    w = app.worker(concurrency=1)
+    w.start()
+    try:
+        with pytest.raises(headway.TaskFailed):
+            filtered.delay("value").get(timeout=10)
+        with pytest.raises(headway.TaskFailed):
+            filtered.delay("conn").get(timeout=10)
+        with pytest.raises(headway.TaskFailed):
+            asks.delay("retry").get(timeout=10)
+        asks.delay("requeue").get(timeout=10)
+        asks.delay("ignore")
+        assert asks.delay("done").get(timeout=10) is None
+    finally:
+        w.stop(5.0)
+
+    def states(task: str, arg: str) -> list[tuple[str, Any]]:
+        """The outcome signals of `task`'s runs with `arg`, in order."""
+        out = []
+        for n, sender, kw, _ in seen:
+            if n not in ("task_retry", "task_failure", "task_success", "task_postrun"):
+                continue
+            if getattr(sender, "name", None) != task:
+                continue
+            args = kw["request"].kwargs if n == "task_retry" else None
+            run_args = list(kw.get("args") or ()) if n != "task_retry" else None
+            if n == "task_retry":
+                # The retry's request: its run's id ties it to the postrun after it.
+                out.append((n, None, kw["request"].id))
+            elif run_args == [arg]:
+                out.append((n, kw.get("state"), kw.get("task_id")))
+            del args
+        ids = {i for n, _, i in out if n != "task_retry"}
+        return [(n, st) for n, st, i in out if i in ids]
+
+    assert states("s.filtered", "value") == [("task_failure", None), ("task_postrun", "FAILURE")]
+    assert states("s.filtered", "conn") == [
+        ("task_retry", None), ("task_postrun", "RETRY"),
+        ("task_failure", None), ("task_postrun", "FAILURE"),
+    ]
+    assert states("s.asks", "retry") == [("task_failure", None), ("task_postrun", "FAILURE")]
+    assert states("s.asks", "requeue")[:1] == [("task_postrun", "REJECTED")]
+    assert states("s.asks", "ignore") == [("task_postrun", "IGNORED")]

@@ -214,8 +214,9 @@ function call(host, c) {
   try {
     r = job ? fn(ctx) : traced === null ? fn(c[8], ctx) : tracing.within(traced, () => fn(c[8], ctx));
   } catch (e) {
-    if (on !== null) on(c[15], ctx, c[8], e);
-    tracing.end(traced, false, e);
+    const after = on !== null || traced !== null ? afterFailure(c, e) : null;
+    if (on !== null) on(after[0], ctx, c[8], e);
+    tracing.end(traced, false, e, after);
     failed(host, seq, e);
     return;
   }
@@ -263,8 +264,9 @@ function call(host, c) {
         if (settled) return;
         settled = true;
         host.running.delete(seq);
-        if (on !== null) on(c[15], ctx, c[8], e);
-        tracing.end(traced, false, e);
+        const after = on !== null || traced !== null ? afterFailure(c, e) : null;
+        if (on !== null) on(after[0], ctx, c[8], e);
+        tracing.end(traced, false, e, after);
         failed(host, seq, e);
         soon(host);
       },
@@ -345,6 +347,18 @@ function lineage(e) {
     }
   });
   return out;
+}
+
+/**
+ * What a run that threw `e` comes to, asked of the core with the run's
+ * retry rule (`c[15]`, from the core) and what JS reads of `e`: `[state,
+ * span attributes, the attribute the failure's text goes in or null]` —
+ * for the worker's events and the run's span. Asked only when something
+ * listens.
+ */
+function afterFailure(c, e) {
+  const [kind, message, stack] = described(e);
+  return JSON.parse(native._afterFailure(JSON.stringify(c[15]), JSON.stringify([kind, message, stack, askOf(e), lineage(e)])));
 }
 
 function failed(host, seq, e) {

@@ -125,8 +125,13 @@ function within(run, f) {
   return run === null ? f() : api.context.with(run.ctx, f);
 }
 
-/** Ends a run's span: the state the core says; an error with the exception for a body that threw. */
-function end(run, ok, out) {
+/**
+ * Ends a run's span: the state the core says; an error with the exception
+ * for a body that threw. `after` is the core's answer for that failure
+ * (`[state, attributes, reason key]`, lib/host.js), else the plan's for a
+ * plain failure.
+ */
+function end(run, ok, out, after = null) {
   if (run === null) return;
   const { span, plan } = run;
   try {
@@ -134,8 +139,9 @@ function end(run, ok, out) {
       span.setAttributes(plan[4]);
     } else {
       const message = textOf(out);
-      span.setAttributes(plan[5]);
-      if (plan[6] !== null) span.setAttribute(plan[6], message);
+      const [attrs, reason] = after === null ? [plan[5], plan[6]] : [after[1], after[2]];
+      span.setAttributes(attrs);
+      if (reason !== null) span.setAttribute(reason, message);
       failSpan(span, out, message);
     }
     span.end();

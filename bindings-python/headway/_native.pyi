@@ -866,13 +866,14 @@ class Context:
     @property
     def time_limit(self) -> float | None:
         """The run's hard time limit in seconds, or None."""
-    def _state_after(self, ok: bool) -> str:
-        """``SUCCESS``, ``RETRY`` or ``FAILURE``: what the run comes to if its
-        body returns (``ok``) or raises now."""
+    def _state_after(self, exc: BaseException | None = None) -> str:
+        """``SUCCESS``, ``RETRY``, ``FAILURE``, ``REJECTED`` or ``IGNORED``:
+        what the run comes to if its body returns (``exc`` None) or raises
+        ``exc``."""
     def _trace(self) -> tuple[str, str, dict[str, str | int], dict[str, str]] | None:
         """The run's span ``(name, kind, attributes, carrier)`` when its app
         traces, else None."""
-    def _trace_end(self, ok: bool, reason: str) -> tuple[dict[str, str | int], bool]:
+    def _trace_end(self, exc: BaseException | None, reason: str) -> tuple[dict[str, str | int], bool]:
         """What the run's span is told when the body is done:
         ``(attributes, error)``."""
 

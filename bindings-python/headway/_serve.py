@@ -215,14 +215,14 @@ class Serving:
                     aw = fn(*args, **kwargs) if kwargs else fn(*args)
                 except BaseException as e:  # noqa: BLE001 - a body's failure, whatever it is
                     if hook is not None:
-                        _hook_after(name, ctx, _own(args, ctx), kwargs, e, ctx._state_after(False))
+                        _hook_after(name, ctx, _own(args, ctx), kwargs, e, ctx._state_after(e))
                     _tracing.end(traced, e, False)
                     host.fail(seq, e)
                     continue
                 if not inspect.iscoroutine(aw):
                     if not inspect.isawaitable(aw):
                         if hook is not None:
-                            _hook_after(name, ctx, _own(args, ctx), kwargs, aw, ctx._state_after(True))
+                            _hook_after(name, ctx, _own(args, ctx), kwargs, aw, ctx._state_after())
                         _tracing.end(traced, aw, True)
                         host.finish(seq, name, aw)
                         continue
@@ -266,7 +266,7 @@ class Serving:
         except BaseException as e:  # noqa: BLE001 - a body's failure, whatever it is
             if hooked is not None:
                 args, kwargs, ctx = hooked
-                _hook_after(name, ctx, args, kwargs, e, ctx._state_after(False))
+                _hook_after(name, ctx, args, kwargs, e, ctx._state_after(e))
             _tracing.end(traced, e, False)
             self._host.fail(seq, e)
             return
@@ -274,7 +274,7 @@ class Serving:
             self._tasks.pop(seq, None)
         if hooked is not None:
             args, kwargs, ctx = hooked
-            _hook_after(name, ctx, args, kwargs, value, ctx._state_after(True))
+            _hook_after(name, ctx, args, kwargs, value, ctx._state_after())
         _tracing.end(traced, value, True)
         self._host.finish(seq, name, value)
 

@@ -196,7 +196,8 @@ def end(run: _Run | None, out: Any, ok: bool) -> None:
         return
     try:
         reason = "" if ok else str(out)
-        attrs, error = run.ctx._trace_end(ok, reason)
+        raised = None if ok else out if isinstance(out, BaseException) else Exception(str(out))
+        attrs, error = run.ctx._trace_end(raised, reason)
         span = run.span
         span.set_attributes(attrs)
         if error:

@@ -162,7 +162,9 @@ def _hook(
         einfo = (type(exc), exc, tb) if exc is not None else sys.exc_info()
         if state == "RETRY":
             task_retry.send(task, request=_native.current(), reason=exc, einfo=einfo)
-        else:
+        elif state == "FAILURE":
+            # A requeueing reject (REJECTED) or an ignore (IGNORED) is
+            # neither a retry nor a failure: task_postrun alone, as Celery.
             task_failure.send(
                 task, task_id=task_id, exception=exc, args=args, kwargs=kw, traceback=tb, einfo=einfo
             )

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use headway_core::task::{Body, Call, Context, Failure, HostQueue, RunnerHealth, Runners, State};
+use headway_core::task::{Body, Call, Context, Failure, HostQueue, RunnerHealth, Runners};
 use pyo3::PyTraverseError;
 use pyo3::exceptions::PyLookupError;
 use pyo3::gc::PyVisit;
@@ -115,11 +115,13 @@ impl PyCtx {
     fn id(&self) -> &str {
         &self.inner.id
     }
-    /// What the run comes to if its body returns (`ok`) or raises now:
-    /// `SUCCESS`, `RETRY` or `FAILURE` (the core's rule, for
-    /// `headway.signals`).
-    fn _state_after(&self, ok: bool) -> &'static str {
-        self.inner.state_after(ok).name()
+    /// What the run comes to if its body returns (`exc` None) or raises
+    /// `exc`: `SUCCESS`, `RETRY`, `FAILURE`, `REJECTED` or `IGNORED` (the
+    /// core's rule, for `headway.signals`).
+    #[pyo3(signature = (exc=None))]
+    fn _state_after(&self, py: Python<'_>, exc: Option<Bound<'_, PyAny>>) -> &'static str {
+        let f = exc.map(|e| failure_of(py, &PyErr::from_value(e)));
+        self.inner.state_after(f.as_ref())
     }
     /// Asks for this run to be retried on its own terms, as Celery's
     /// `self.retry`: raises `headway.TaskRetry(countdown=, eta=,
@@ -156,15 +158,17 @@ impl PyCtx {
         let carrier = crate::json::dict(py, &t.carrier)?;
         Ok(Some(PyTuple::new(py, [n, k, a, carrier.into_any()])?))
     }
-    /// What the run's span is told when the body returned (`ok`) or raised
-    /// `reason` (its text): `(attributes, error)`.
+    /// What the run's span is told when the body returned (`exc` None) or
+    /// raised `exc` (`reason` its text): `(attributes, error)`.
+    #[pyo3(signature = (exc, reason))]
     fn _trace_end<'py>(
         &self,
         py: Python<'py>,
-        ok: bool,
+        exc: Option<Bound<'py, PyAny>>,
         reason: &str,
     ) -> PyResult<(Bound<'py, PyDict>, bool)> {
-        let end = headway_core::task::trace::run_end(&self.inner, ok, reason);
+        let f = exc.map(|e| failure_of(py, &PyErr::from_value(e)));
+        let end = headway_core::task::trace::run_end(&self.inner, f.as_ref(), reason);
         Ok((crate::trace::attributes(py, &end.attributes)?, end.error))
     }
     /// The task's registered name.
@@ -324,6 +328,7 @@ fn _direct_context(id: String, name: String, queue: String, now: f64) -> PyCtx {
             time_limit: None,
             worker: String::new(),
             trace: None,
+            rule: Default::default(),
         },
     }
 }
@@ -625,12 +630,9 @@ fn fire(
     args: &Bound<'_, PyTuple>,
     kwargs: Option<&Bound<'_, PyDict>>,
     out: Option<Bound<'_, PyAny>>,
-    state: Option<State>,
+    state: Option<&'static str>,
 ) {
-    let r = hook.call1(
-        py,
-        (phase, key, id, args, kwargs, out, state.map(State::name)),
-    );
+    let r = hook.call1(py, (phase, key, id, args, kwargs, out, state));
     if let Err(err) = r {
         err.write_unraisable(py, None);
     }
@@ -644,12 +646,11 @@ fn call_sync(
     args: &[Value],
 ) -> Result<Value, Failure> {
     let hook = task_hook(py);
-    let (id, after) = match &hook {
-        Some(_) => (
-            ctx.id.clone(),
-            [ctx.state_after(true), ctx.state_after(false)],
-        ),
-        None => (String::new(), [State::Success, State::Success]),
+    // What decides the state the hook is told (the core's rule), kept
+    // while the context goes to the body.
+    let (id, rule) = match &hook {
+        Some(_) => (ctx.id.clone(), Some((ctx.retries, ctx.rule.clone()))),
+        None => (String::new(), None),
     };
     let prepared = (|| -> PyResult<_> {
         let kwargs = if ctx.kwargs.is_empty() {
@@ -684,10 +685,12 @@ fn call_sync(
         (h, own)
     });
     let ret = e.func.bind(py).call(tuple, kwargs.as_ref());
-    if let Some((h, own)) = &hooked {
-        let (out, state) = match &ret {
-            Ok(v) => (v.clone(), after[0]),
-            Err(err) => (err.value(py).clone().into_any(), after[1]),
+    let failed = ret.as_ref().err().map(|err| failure_of(py, err));
+    if let (Some((h, own)), Some((retries, rule))) = (&hooked, &rule) {
+        let state = headway_core::task::body::state_after(*retries, rule, failed.as_ref());
+        let out = match &ret {
+            Ok(v) => v.clone(),
+            Err(err) => err.value(py).clone().into_any(),
         };
         fire(
             py,
@@ -702,9 +705,10 @@ fn call_sync(
         );
     }
     drop(restore);
-    match ret {
-        Ok(v) => result_json(py, key, &v),
-        Err(err) => Err(failure_of(py, &err)),
+    match (ret, failed) {
+        (Ok(v), _) => result_json(py, key, &v),
+        (Err(_), Some(f)) => Err(f),
+        (Err(err), None) => Err(failure_of(py, &err)),
     }
 }
 

@@ -87,9 +87,14 @@ fn encode_calls(calls: &[Call]) -> String {
         push_json(&mut out, &x.time_limit);
         out.push(b',');
         push_json(&mut out, &x.worker);
-        // What a failure now comes to (the core's rule): RETRY or FAILURE.
+        // What decides what a failure comes to: the attempts so far and
+        // the task's retry rule, handed back with the failure
+        // (`_afterFailure`) when a listener or a span asks.
         out.push(b',');
-        push_json(&mut out, x.state_after(false).name());
+        push_json(
+            &mut out,
+            &serde_json::json!({"retries": x.retries, "rule": x.rule}),
+        );
         // The run's span when its app traces (`trace::run_plan`); else
         // nothing, so an untraced call costs no bytes.
         if let Some(plan) = headway_core::task::trace::run_plan(x) {
@@ -115,6 +120,62 @@ type Failed = (
     Option<Value>,
     Vec<String>,
 );
+
+/// What `lib/host.js` reads of a thrown value: type, message, stack, ask,
+/// lineage — as the core's failure.
+fn thrown(
+    kind: Option<String>,
+    message: Option<String>,
+    stack: Option<String>,
+    ask: Option<Value>,
+    lineage: Vec<String>,
+) -> Failure {
+    let mut f = Failure::thrown(kind, message, stack);
+    f.lineage = lineage.into();
+    match ask {
+        Some(a) => Ask::failure(f, &a),
+        None => f,
+    }
+}
+
+/// What a run that threw comes to, for its worker's events and its span:
+/// `rule` is the call's `{retries, rule}` (as the core put it in the call),
+/// `failed` `[type, message, stack, ask, lineage]`; answers `[state,
+/// {span attributes}, the attribute the failure's text goes in | null]`.
+#[napi(js_name = "_afterFailure", catch_unwind)]
+pub fn after_failure(rule: String, failed: String) -> napi::Result<String> {
+    #[derive(serde::Deserialize)]
+    struct Rule {
+        retries: u32,
+        rule: headway_core::task::body::RetryRule,
+    }
+    type Thrown = (
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<Value>,
+        Vec<String>,
+    );
+    let r: Rule = serde_json::from_str(&rule)
+        .map_err(|e| napi::Error::from_reason(garbled("rule", e).message))?;
+    let (kind, message, stack, ask, lineage): Thrown = serde_json::from_str(&failed)
+        .map_err(|e| napi::Error::from_reason(garbled("failure", e).message))?;
+    let f = thrown(kind, message, stack, ask, lineage);
+    let state = headway_core::task::body::state_after(r.retries, &r.rule, Some(&f));
+    let end = headway_core::task::trace::end_of(state, "");
+    let reason = end
+        .attributes
+        .iter()
+        .any(|(k, _)| *k == headway_core::task::trace::RETRY_REASON)
+        .then_some(headway_core::task::trace::RETRY_REASON);
+    let attrs: serde_json::Map<String, Value> = end
+        .attributes
+        .into_iter()
+        .filter(|(k, _)| *k != headway_core::task::trace::RETRY_REASON)
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    Ok(serde_json::json!([state, attrs, reason]).to_string())
+}
 
 #[napi]
 impl NativeHost {
@@ -152,13 +213,7 @@ impl NativeHost {
             results.extend(
                 v.into_iter()
                     .map(|(s, kind, message, stack, ask, lineage)| {
-                        let mut f = Failure::thrown(kind, message, stack);
-                        f.lineage = lineage.into();
-                        let f = match ask {
-                            Some(a) => Ask::failure(f, &a),
-                            None => f,
-                        };
-                        (s, Err(f))
+                        (s, Err(thrown(kind, message, stack, ask, lineage)))
                     }),
             );
         }

@@ -51,22 +51,76 @@ pub struct Context {
     /// [`super::trace`]); `None` otherwise, at no cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<Box<super::trace::RunTrace>>,
+    /// Whether a failure now goes again (see [`Context::state_after`]).
+    #[serde(default)]
+    pub rule: RetryRule,
 }
 
 impl Context {
-    /// What the run comes to when its body returns (`ok`) or raises: the
-    /// state a host's hooks report (Celery's `task_postrun` `state`, and
-    /// which of `task_success`, `task_retry`, `task_failure` fires) — a
-    /// failure with attempts left is retried.
-    pub fn state_after(&self, ok: bool) -> super::state::State {
-        use super::state::State;
-        if ok {
-            State::Success
-        } else if self.last {
-            State::Failure
-        } else {
-            State::Retry
+    /// What the run comes to when its body returns (`raised` None) or
+    /// raises `raised`: the state a host's hooks and its run span report
+    /// (Celery's `task_postrun` `state`, and which of `task_success`,
+    /// `task_retry`, `task_failure` fires). The worker's own rule, from the
+    /// same facts: a retry asked for within its budget, or a failure the
+    /// policy retries with attempts left, is `RETRY`; a reject that
+    /// requeues is `REJECTED`, an ignore `IGNORED` (Celery's names); any
+    /// other failure is `FAILURE`.
+    pub fn state_after(&self, raised: Option<&Failure>) -> &'static str {
+        state_after(self.retries, &self.rule, raised)
+    }
+}
+
+/// [`Context::state_after`] from its parts: `retries` the attempts before
+/// this one, `rule` the task's (a host that keeps only these, as Node's
+/// call array does, asks with them).
+pub fn state_after(retries: u32, rule: &RetryRule, raised: Option<&Failure>) -> &'static str {
+    use super::ask::{Ask, RetryVerdict};
+    use super::state::State;
+    let Some(f) = raised else {
+        return State::Success.name();
+    };
+    let retried = match f.ask.as_deref() {
+        Some(Ask::Retry(r)) => matches!(
+            r.verdict(f, 0, retries, rule.budget, 0),
+            RetryVerdict::Again { .. }
+        ),
+        Some(Ask::Reject { requeue: true }) => return "REJECTED",
+        Some(Ask::Ignore) => return "IGNORED",
+        Some(Ask::Reject { requeue: false }) => false,
+        None => retries < rule.budget && rule.retries_on(f),
+    };
+    if retried {
+        State::Retry.name()
+    } else {
+        State::Failure.name()
+    }
+}
+
+/// What decides whether a failed run goes again, carried with the run (a
+/// process-pool child and a host's hooks see it): the task's `retries`
+/// and its `retry_for` / `dont_retry_for` filter.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RetryRule {
+    pub budget: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retry_for: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dont_retry_for: Vec<String>,
+}
+
+impl RetryRule {
+    /// The rule of `policy`.
+    pub fn of(policy: &super::policy::Policy) -> RetryRule {
+        RetryRule {
+            budget: policy.retries,
+            retry_for: policy.retry_for.clone(),
+            dont_retry_for: policy.dont_retry_for.clone(),
         }
+    }
+
+    /// Whether failure `f` is one the filter retries (attempts aside).
+    pub fn retries_on(&self, f: &Failure) -> bool {
+        super::policy::retry_matches(&self.retry_for, &self.dont_retry_for, f)
     }
 }
 

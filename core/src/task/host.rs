@@ -408,6 +408,7 @@ mod tests {
             time_limit: None,
             worker: String::new(),
             trace: None,
+            rule: Default::default(),
         }
     }
 

@@ -281,25 +281,31 @@ impl Policy {
     /// matches `builtins.ConnectionError`); a failure whose lineage the
     /// host could not read is matched by its `kind`.
     pub fn retries_on(&self, f: &Failure) -> bool {
-        let names: Vec<&str> = if f.lineage.is_empty() {
-            vec![f.kind.as_str()]
-        } else {
-            f.lineage.iter().map(String::as_str).collect()
-        };
-        let named = |list: &[String]| {
-            list.iter().any(|want| {
-                names
-                    .iter()
-                    .any(|n| n == want || n.rsplit('.').next() == Some(want.as_str()))
-            })
-        };
-        !named(&self.dont_retry_for) && (self.retry_for.is_empty() || named(&self.retry_for))
+        retry_matches(&self.retry_for, &self.dont_retry_for, f)
     }
 
     /// The wait before attempt `attempt` of the run `seed`.
     pub fn backoff_delay(&self, attempt: u32, seed: &str) -> i64 {
         self.backoff.delay(attempt, seed)
     }
+}
+
+/// Whether failure `f` passes a retry filter: not named by `dont`, and
+/// named by `want` when that names any (see [`Policy::retries_on`]).
+pub fn retry_matches(want: &[String], dont: &[String], f: &Failure) -> bool {
+    let names: Vec<&str> = if f.lineage.is_empty() {
+        vec![f.kind.as_str()]
+    } else {
+        f.lineage.iter().map(String::as_str).collect()
+    };
+    let named = |list: &[String]| {
+        list.iter().any(|w| {
+            names
+                .iter()
+                .any(|n| n == w || n.rsplit('.').next() == Some(w.as_str()))
+        })
+    };
+    !named(dont) && (want.is_empty() || named(want))
 }
 
 #[cfg(test)]

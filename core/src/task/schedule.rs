@@ -58,6 +58,7 @@ impl Job for BodyJob {
             time_limit: None,
             worker: String::new(),
             trace: None,
+            rule: Default::default(),
         };
         let call = self.body.call(ctx, Vec::new());
         Box::pin(async move { call.await.map(|_| ()) })

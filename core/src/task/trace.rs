@@ -138,8 +138,10 @@ pub fn run_plan(ctx: &Context) -> Option<Value> {
         return None;
     };
     out.push(Value::Object(t.carrier.clone()));
-    out.push(object(&run_end(ctx, true, "").attributes));
-    let fail = run_end(ctx, false, "");
+    out.push(object(&run_end(ctx, None, "").attributes));
+    // A plain failure's end; a host whose body raised an ask, or whose task
+    // filters what it retries, asks the core with the failure instead.
+    let fail = run_end(ctx, Some(&super::state::Failure::new("", "")), "");
     let reason = fail
         .attributes
         .iter()
@@ -191,17 +193,22 @@ pub fn run_span(ctx: &Context) -> Span {
     }
 }
 
-/// What a run's span is told when its body returned (`ok`) or raised
-/// `reason` (the exception's text).
-pub fn run_end(ctx: &Context, ok: bool, reason: &str) -> End {
-    let state = ctx.state_after(ok);
-    let mut attributes = vec![(STATE, Value::from(state.name()))];
-    if state == super::state::State::Retry {
+/// What a run's span is told when its body returned (`raised` None) or
+/// raised `raised` (`reason` its text): the state the worker will record.
+pub fn run_end(ctx: &Context, raised: Option<&super::state::Failure>, reason: &str) -> End {
+    end_of(ctx.state_after(raised), reason)
+}
+
+/// What a run's span is told once its state is known (`state`, a Celery
+/// state name; `reason` the failure's text).
+pub fn end_of(state: &'static str, reason: &str) -> End {
+    let mut attributes = vec![(STATE, Value::from(state))];
+    if state == super::state::State::Retry.name() {
         attributes.push((RETRY_REASON, Value::from(reason)));
     }
     End {
         attributes,
-        error: !ok,
+        error: state != super::state::State::Success.name(),
     }
 }
 
@@ -266,6 +273,11 @@ mod tests {
             time_limit: None,
             worker: "w@h".into(),
             trace: None,
+            // `last` as the rule: one attempt left unless it is the last.
+            rule: crate::task::body::RetryRule {
+                budget: if last { retries } else { retries + 1 },
+                ..Default::default()
+            },
         }
     }
 
@@ -286,15 +298,16 @@ mod tests {
 
     #[test]
     fn the_end_says_the_state_and_a_retrys_reason() {
-        let e = run_end(&ctx(0, false), false, "boom");
+        let boom = crate::task::state::Failure::new("ValueError", "boom");
+        let e = run_end(&ctx(0, false), Some(&boom), "boom");
         assert!(e.error);
         assert_eq!(
             e.attributes,
             vec![(STATE, json!("RETRY")), (RETRY_REASON, json!("boom"))]
         );
-        let e = run_end(&ctx(0, true), false, "boom");
+        let e = run_end(&ctx(0, true), Some(&boom), "boom");
         assert_eq!(e.attributes, vec![(STATE, json!("FAILURE"))]);
-        let e = run_end(&ctx(0, true), true, "");
+        let e = run_end(&ctx(0, true), None, "");
         assert!(!e.error);
         assert_eq!(e.attributes, vec![(STATE, json!("SUCCESS"))]);
     }
@@ -310,7 +323,8 @@ mod tests {
         assert_eq!(p[4], json!({"celery.state": "SUCCESS"}));
         assert_eq!(p[5], json!({"celery.state": "RETRY"}));
         assert_eq!(p[6], RETRY_REASON);
-        c.last = true;
+        // The last attempt (no budget left): a failure is for good.
+        c.rule.budget = 0;
         let p = run_plan(&c).unwrap();
         assert_eq!(p[5], json!({"celery.state": "FAILURE"}));
         assert_eq!(p[6], Value::Null);

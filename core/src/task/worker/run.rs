@@ -260,6 +260,7 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
             .or(s.soft_time_limit),
         time_limit: carried_hard.or(policy.time_limit).or(s.time_limit),
         worker: s.name.clone(),
+        rule: crate::task::body::RetryRule::of(policy),
         trace: app.tracing().then(|| {
             Box::new(crate::task::trace::RunTrace {
                 carrier: crate::task::trace::carried(&m),
