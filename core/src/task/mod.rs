@@ -20,6 +20,7 @@ pub mod message;
 pub mod metrics;
 pub mod policy;
 pub mod procs;
+pub mod remote;
 pub mod rhythm;
 pub mod runners;
 pub mod schedule;
@@ -57,4 +58,4 @@ pub use specs::{
 };
 pub use state::{BrokerError, BrokerErrorKind, Failure, Outcome, Refused, State};
 pub use timetable::Timetable;
-pub use worker::{Pool, Worker, WorkerConfig};
+pub use worker::{Pool, RunInfo, Worker, WorkerConfig};

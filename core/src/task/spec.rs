@@ -178,6 +178,12 @@ pub trait Broker: Send + Sync + 'static {
         false
     }
 
+    /// Sends a worker heartbeat event now, where the broker sends events
+    /// (Celery's `heartbeat` control); answers whether it did.
+    fn heartbeat_now(&self) -> bool {
+        false
+    }
+
     /// Adds `hear` to those told of every terminate this broker hears
     /// (see [`Broker::terminate`]); each app adds itself when it is made.
     /// The default hears nothing.

@@ -80,6 +80,17 @@ impl CeleryBroker {
         let _ = self.celeryev.tx.send((kind.to_string(), fields));
     }
 
+    /// A `worker-heartbeat` now (Celery's `heartbeat` control), whether
+    /// task events are on or not, as a Celery worker sends it; only while
+    /// a worker runs here.
+    pub(super) fn send_heartbeat(&self) -> bool {
+        let Some(active) = self.answering_load() else {
+            return false;
+        };
+        self.send_event("worker-heartbeat", self.worker_fields(active));
+        true
+    }
+
     /// The Celery events for `evs`, the run events a worker recorded.
     pub(super) fn run_events(&self, evs: &[RunEvent]) {
         if !self.task_events() {

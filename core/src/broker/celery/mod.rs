@@ -419,6 +419,10 @@ impl Broker for CeleryBroker {
         true
     }
 
+    fn heartbeat_now(&self) -> bool {
+        self.send_heartbeat()
+    }
+
     fn on_terminate(&self, hear: crate::task::terminate::OnTerminate) {
         self.hearers.add(hear);
     }
