@@ -178,6 +178,13 @@ pub trait Broker: Send + Sync + 'static {
         false
     }
 
+    /// A worker gave message `id` back (`requeue`) or dropped it as a
+    /// Celery worker's reject does: the Celery layout sends `task-rejected`
+    /// when task events are on. The default does nothing.
+    fn rejected(&self, id: &str, requeue: bool) {
+        let _ = (id, requeue);
+    }
+
     /// Sends a worker heartbeat event now, where the broker sends events
     /// (Celery's `heartbeat` control); answers whether it did.
     fn heartbeat_now(&self) -> bool {

@@ -419,6 +419,10 @@ impl Broker for CeleryBroker {
         true
     }
 
+    fn rejected(&self, id: &str, requeue: bool) {
+        self.rejected_event(id, requeue);
+    }
+
     fn heartbeat_now(&self) -> bool {
         self.send_heartbeat()
     }

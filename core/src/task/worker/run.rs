@@ -301,7 +301,7 @@ async fn take_and_run(
             Ok(v) => Ran::Value(v),
             // Celery's `reject_on_worker_lost`: the run's process died, and
             // the message goes back rather than failing.
-            Err(f) if f.kind == WORKER_LOST && policy.acks_late && policy.reject_on_worker_lost => Ran::Cancelled,
+            Err(f) if f.kind == WORKER_LOST && policy.acks_late && policy.reject_on_worker_lost => Ran::Rejected,
             Err(f) => Ran::Failed(f),
         },
         sig = app.terminated(&m.id) => {

@@ -24,6 +24,9 @@ pub(super) enum Ran {
     Failed(Failure),
     Terminated,
     Cancelled,
+    /// Its process died and the task asks for the message back
+    /// (`acks_late` + `reject_on_worker_lost`): Celery's reject, requeued.
+    Rejected,
 }
 
 /// Acks `receipt` now when its task acks late; an early ack went out when
@@ -55,7 +58,7 @@ pub(super) async fn settle_ran(
             app.metrics().settled(&m.task, State::Retry, took)
         }
         // A failure for good and a terminate are counted by `give_up`.
-        Ran::Failed(_) | Ran::Terminated | Ran::Cancelled => {}
+        Ran::Failed(_) | Ran::Terminated | Ran::Cancelled | Ran::Rejected => {}
     }
     match ran {
         Ran::Value(v) => {
@@ -124,6 +127,10 @@ pub(super) async fn settle_ran(
             settle_late(w, policy.acks_late, receipt).await
         }
         Ran::Cancelled => give_back(app, &m, receipt, !policy.acks_late).await,
+        Ran::Rejected => {
+            app.broker().rejected(&m.id, true);
+            give_back(app, &m, receipt, !policy.acks_late).await
+        }
     }
 }
 
