@@ -384,3 +384,115 @@ async fn time_limits_set_remotely_apply_and_a_hard_one_needs_processes() {
     w.stop(Duration::from_secs(5));
     h.await.unwrap();
 }
+
+mod support;
+
+use headway_core::task::control;
+use support::kit::{Kit, Layout, Opts};
+
+/// `headway inspect` / `control` on the own layouts: an app on a broker of
+/// its own (another process, on Redis) asks; the node where the worker runs
+/// answers, and nobody answers before it runs (the positive control is the
+/// answer after). On Celery's layout the ask is refused naming Celery's
+/// CLI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_own_layouts_control_channel_reaches_the_node_where_the_worker_runs() {
+    for kit in Kit::all(&Layout::ALL).await {
+        let name = kit.name();
+        let a = kit.app();
+        let asker = kit.open(Opts::named("asker")).await.app();
+        a.register(
+            "fast",
+            Policy::default(),
+            body(|_ctx, _| async move { Ok(json!("ok")) }),
+        )
+        .unwrap();
+        let t = Duration::from_millis(500);
+        if kit.layout == Layout::Celery {
+            let e = control::ask(&asker, "ping", &json!({}), None, t)
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("celery inspect"), "{name}: {e}");
+            continue;
+        }
+        let none = control::ask(&asker, "ping", &json!({}), None, t)
+            .await
+            .unwrap();
+        assert!(none.is_empty(), "{name}: answered with no worker: {none:?}");
+        let (w, h) = start(
+            &a,
+            WorkerConfig {
+                name: Some("the-worker".into()),
+                ..WorkerConfig::default()
+            },
+        );
+        until("a node", || Node::here(&a).is_some()).await;
+        let started = std::time::Instant::now();
+        let got = control::ask(&asker, "ping", &json!({}), None, Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(
+            got,
+            vec![(control::node_name(), json!({"ok": "pong"}))],
+            "{name}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{name}: waited for the timeout though every process answered"
+        );
+        // A destination: the worker's name reaches it, another does not.
+        let only = vec!["the-worker".to_string()];
+        let got = control::ask(&asker, "registered", &json!({}), Some(&only), t)
+            .await
+            .unwrap();
+        assert_eq!(got[0].1, json!(["fast"]), "{name}");
+        let other = vec!["someone-else".to_string()];
+        let got = control::ask(&asker, "ping", &json!({}), Some(&other), t)
+            .await
+            .unwrap();
+        assert!(got.is_empty(), "{name}: {got:?}");
+        // A control through the CLI's path: printed, and it took.
+        let p = control::cli(
+            &asker,
+            "control",
+            "pool-grow",
+            &["2".to_string()],
+            Some(5.0),
+            None,
+            false,
+        )
+        .await
+        .unwrap();
+        assert_eq!(p.code, 0, "{name}: {p:?}");
+        assert!(p.out.contains("OK pool will grow"), "{name}: {p:?}");
+        assert_eq!(w.concurrency(), 6, "{name}");
+        let p = control::cli(
+            &asker,
+            "control",
+            "rate-limit",
+            &["nope".to_string(), "1/s".to_string()],
+            Some(5.0),
+            None,
+            true,
+        )
+        .await
+        .unwrap();
+        assert_eq!(p.code, 1, "{name}: {p:?}");
+        assert!(p.out.contains("unknown task"), "{name}: {p:?}");
+        // Shutdown: the worker stops, and then nobody answers.
+        let p = control::cli(&asker, "control", "shutdown", &[], Some(5.0), None, false)
+            .await
+            .unwrap();
+        assert!(p.out.contains("shutting down 1 worker(s)"), "{name}: {p:?}");
+        tokio::time::timeout(Duration::from_secs(15), h)
+            .await
+            .unwrap()
+            .unwrap();
+        let p = control::cli(&asker, "inspect", "ping", &[], Some(0.3), None, false)
+            .await
+            .unwrap();
+        assert_eq!(p.code, 1, "{name}: {p:?}");
+        assert!(p.err.contains("No nodes replied"), "{name}");
+    }
+}

@@ -12,6 +12,7 @@ pub mod beat;
 pub mod body;
 pub mod canvas;
 pub mod clock;
+pub mod control;
 pub mod dead;
 pub mod depth;
 pub mod handle;

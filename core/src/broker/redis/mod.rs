@@ -55,6 +55,7 @@
 mod chords;
 mod cluster;
 mod consume;
+mod control;
 mod dead;
 mod inspect;
 mod keys;
@@ -152,6 +153,8 @@ pub struct RedisBroker {
     waiters: Arc<Waiters<Outcome>>,
     /// The apps on this broker, told of every terminate heard.
     hearers: crate::task::terminate::Hearers,
+    /// The apps on this broker, asked every remote command heard.
+    answerers: crate::task::control::Answerers,
     closed: AtomicBool,
     rt: tokio::runtime::Handle,
 }
@@ -234,6 +237,7 @@ impl RedisBroker {
             swept: AtomicU64::new(0),
             waiters,
             hearers: Default::default(),
+            answerers: Default::default(),
             closed: AtomicBool::new(false),
             rt: tokio::runtime::Handle::current(),
         });
@@ -247,6 +251,7 @@ impl RedisBroker {
         // Subscribed before connect answers: a terminate sent right after
         // is heard.
         broker.hear_terminates().await;
+        broker.hear_controls().await;
         tokio::spawn(lease::tick(Arc::downgrade(&broker)));
         Ok(broker)
     }
@@ -344,6 +349,18 @@ impl Broker for RedisBroker {
         signal: i32,
     ) -> BoxFuture<'_, Result<(), Refused>> {
         Box::pin(self.terminate_inner(ids, until, signal))
+    }
+
+    fn control(
+        &self,
+        request: serde_json::Value,
+        timeout: Duration,
+    ) -> Option<BoxFuture<'_, Result<Vec<serde_json::Value>, Refused>>> {
+        Some(Box::pin(self.control_inner(request, timeout)))
+    }
+
+    fn on_control(&self, answer: crate::task::spec::OnControl) {
+        self.answerers.add(answer);
     }
 
     fn on_terminate(&self, hear: crate::task::terminate::OnTerminate) {
