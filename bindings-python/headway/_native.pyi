@@ -1131,6 +1131,15 @@ class _App:
     def has_task(self, name: str) -> bool: ...
     def serve_metrics(self, host: str, port: int) -> int: ...
     def enable_task_events(self) -> None: ...
+    def remote(
+        self,
+        kind: str,
+        what: str,
+        words: list[str],
+        timeout: float | None = None,
+        destination: list[str] | None = None,
+        json: bool = False,
+    ) -> tuple[int, str, str]: ...
     def worker(
         self,
         queues: list[str] | None = None,

@@ -61,7 +61,7 @@ impl RedisBroker {
                 for a in &answers {
                     p.rpush(&key, a.to_string()).ignore();
                 }
-                p.expire(&key, REPLY_TTL_SECS as i64).ignore();
+                p.pexpire(&key, (REPLY_TTL_SECS * 1000) as i64).ignore();
                 let _ = b.run(&p, false).await;
             });
         });

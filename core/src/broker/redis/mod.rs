@@ -36,6 +36,10 @@
 //! - Revoked ids under `P:revoked:<id>`, expiring with the revoke; a
 //!   terminate is also published on `P:terminate`, which every broker under
 //!   the prefix subscribes, so the process running the run stops it.
+//! - Remote commands (`headway inspect` / `control`) are published on
+//!   `P:control`, which every broker under the prefix subscribes too; each
+//!   answers onto the request's `P:control:reply:<ticket>` list (a minute's
+//!   expiry).
 //!
 //! Connections reconnect with headway's own capped, jittered backoff
 //! ([`crate::flow::Backoff`]) and say so in the log; writes wait through a
@@ -48,7 +52,8 @@
 //! `publish`, `consume` (claims), `settle` (acks, rejects, retries,
 //! revokes), `lease` (this consumer's and the beat's, and the background
 //! task), `store` and `results` (writing and waiting for results), `terminate`
-//! (terminates across processes), `chords`,
+//! (terminates across processes), `control` (remote commands across
+//! processes), `chords`,
 //! `inspect`, `restore` (recover and sweep) and `dead` (dead letters). This
 //! file holds the broker's state and the seams' impls, which delegate.
 
