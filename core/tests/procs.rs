@@ -372,3 +372,62 @@ fn a_hard_limit_needs_the_process_pool() {
         })
     ));
 }
+
+/// A remote `pool_grow` starts more children and `pool_shrink` lets them
+/// go (idle ones at once, busy ones when their run ends, not replaced);
+/// `inspect active` names the child running each run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_process_pool_grows_and_shrinks_remotely() {
+    use headway_core::task::remote::{Command, Node, Reply};
+    let r = start(&plain, 1, None);
+    let until = |what: &str, pids: usize, w: &Worker| {
+        let (what, w) = (what.to_string(), w.clone());
+        async move {
+            let end = std::time::Instant::now() + Duration::from_secs(20);
+            while w.procs().unwrap().pids().len() != pids {
+                assert!(std::time::Instant::now() < end, "never: {what}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    until("one child", 1, &r.worker).await;
+    let node = loop {
+        if let Some(n) = Node::here(&r.app) {
+            break n;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(
+        node.run(&Command::PoolGrow(2)).unwrap(),
+        Reply::Done("pool will grow".into())
+    );
+    until("three children", 3, &r.worker).await;
+    assert_eq!(r.worker.concurrency(), 3);
+    // Three sleeps run at once, each in a child of its own.
+    let hs = [
+        r.send("sleep", vec![json!(600)]).await,
+        r.send("sleep", vec![json!(600)]).await,
+        r.send("sleep", vec![json!(600)]).await,
+    ];
+    let active = loop {
+        match node.run(&Command::Active).unwrap() {
+            Reply::Runs(a) if a.len() == 3 => break a,
+            _ => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    };
+    let mut pids: Vec<u32> = active.iter().map(|a| a.pid.unwrap()).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    assert_eq!(pids.len(), 3, "{active:?}");
+    assert!(!pids.contains(&std::process::id()));
+    for h in &hs {
+        let pid = h.get(WAIT).await.unwrap().as_u64().unwrap() as u32;
+        assert!(pids.contains(&pid));
+    }
+    // Shrunk by two: two children go, none replaced.
+    node.run(&Command::PoolShrink(2)).unwrap();
+    until("one child again", 1, &r.worker).await;
+    assert_eq!(r.worker.concurrency(), 1);
+    assert!(r.send("pid", vec![]).await.get(WAIT).await.is_ok());
+    r.stop().await;
+}
