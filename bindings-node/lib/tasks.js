@@ -747,7 +747,7 @@ Object.defineProperties(module.exports, {
   // cli.js: `inspect` / `control`: the core asks every node; resolves
   // to {code, out, err}.
   _remote: {
-    value: (app, request) => answer(app[APP].remote(JSON.stringify(request)), JSON.parse, JSON.parse),
+    value: (app, request) => answer(app[APP].remote(JSON.stringify(request)), JSON.parse, (v) => v),
   },
   // cli.js: `--metrics-port`: serves the app's metrics; the port.
   _serveMetrics: {

@@ -513,8 +513,8 @@ impl NativeApp {
         let r: Req = match serde_json::from_str(&request) {
             Ok(r) => r,
             Err(e) => {
-                return refused(headway_core::task::Refused::Invalid(format!(
-                    "invalid remote request: {e}"
+                return refused(Refusal::from(headway_core::task::Refused::Invalid(
+                    format!("invalid remote request: {e}"),
                 )));
             }
         };
