@@ -185,3 +185,38 @@ def test_a_memory_app_has_no_other_process_to_ask(tmp_path: Path) -> None:
         assert list(json.loads(text).values()) == [{"ok": "pong"}]
     finally:
         w.stop(5.0)
+
+
+def test_task_sent_events_go_out_when_asked_on_celerys_layout(redis_server: RedisServer) -> None:
+    import base64
+    import socket
+
+    import headway
+
+    url = redis_server.url.rsplit("/", 1)[0] + "/10"
+    # A subscriber to Celery's task-sent channel, over raw RESP.
+    sub = socket.create_connection(("127.0.0.1", redis_server.port), timeout=10)
+    pattern = b"*celeryev/task.sent"
+    sub.sendall(b"*2\r\n$10\r\nPSUBSCRIBE\r\n$%d\r\n%s\r\n" % (len(pattern), pattern))
+    got = b""
+    while b"psubscribe" not in got:
+        got += sub.recv(65536)
+    quiet = headway.App(headway.RedisBroker.celery(url))
+    loud = headway.App(headway.RedisBroker.celery(url, task_send_sent_event=True))
+    q = quiet.send_task("r.add", (1, 1), queue="nobody").id
+    h = loud.send_task("r.add", (2, 2), queue="nobody").id
+    def mark(run_id: str) -> bytes:
+        # The event's body is base64 in kombu's envelope; it starts with
+        # the run's uuid, so its first 45 bytes encode the same every time.
+        return base64.b64encode(f'{{"uuid": "{run_id}"'.encode())[:60]
+
+    seen = b""
+    end = time.monotonic() + WAIT
+    while mark(h) not in seen:
+        assert time.monotonic() < end, seen
+        seen += sub.recv(65536)
+    sub.close()
+    # The option off sends none (its send came first, on the same Redis).
+    assert mark(q) not in seen
+    with pytest.raises(TypeError):
+        headway.RedisBroker.celery(url, task_send_sent_event="yes")  # type: ignore[arg-type]

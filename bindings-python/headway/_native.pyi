@@ -957,9 +957,15 @@ class RedisBroker:
     ) -> RedisBroker: ...
     @staticmethod
     def celery(
-        url: str, consumer: str | None = None, visibility_timeout: _Span | None = 3600.0
+        url: str,
+        consumer: str | None = None,
+        visibility_timeout: _Span | None = 3600.0,
+        *,
+        task_send_sent_event: bool = False,
     ) -> RedisBroker:
-        """Celery's Redis layout and message format on ``url``."""
+        """Celery's Redis layout and message format on ``url``;
+        ``task_send_sent_event``: a ``task-sent`` event for each message
+        sent (Celery's setting)."""
     @property
     def url(self) -> str:
         """The URL, password redacted."""
