@@ -143,3 +143,30 @@ test('a bad inspect word is refused naming the words there are', () => {
   assert.equal(missingWhat.status, 2);
   assert.match(missingWhat.stderr, /inspect: what to inspect is missing/);
 });
+
+test("RedisBroker.celery's taskSendSentEvent sends Celery's task-sent for each message", { skip: missing ?? false }, async () => {
+  const { createConnection } = await import('node:net');
+  const { App, RedisBroker } = await import('headway');
+  const celeryUrl = server.db(12);
+  // A subscriber to Celery's task-sent channel, over raw RESP.
+  const sub = createConnection({ host: '127.0.0.1', port: server.port });
+  let seen = '';
+  sub.on('data', (d) => {
+    seen += d.toString('latin1');
+  });
+  const pattern = '*celeryev/task.sent';
+  sub.write(`*2\r\n$10\r\nPSUBSCRIBE\r\n$${pattern.length}\r\n${pattern}\r\n`);
+  await until('subscribed', () => seen.includes('psubscribe'));
+  // The event's body is base64 in kombu's envelope and starts with the
+  // run's uuid: its first 45 bytes encode the same every time.
+  const mark = (id) => Buffer.from(`{"uuid": "${id}"`).toString('base64').slice(0, 60);
+  const quiet = new App({ broker: RedisBroker.celery(celeryUrl) });
+  const loud = new App({ broker: RedisBroker.celery(celeryUrl, { taskSendSentEvent: true }) });
+  const q = (await quiet.sendTask('r.add', [1, 1], { queue: 'nobody' })).id;
+  const h = (await loud.sendTask('r.add', [2, 2], { queue: 'nobody' })).id;
+  await until('the task-sent event', () => seen.includes(mark(h)));
+  sub.destroy();
+  // The option off sends none.
+  assert.ok(!seen.includes(mark(q)));
+  assert.throws(() => RedisBroker.celery(celeryUrl, { taskSendSentEvent: 'yes' }), TypeError);
+});
