@@ -496,3 +496,19 @@ async fn the_own_layouts_control_channel_reaches_the_node_where_the_worker_runs(
         assert!(p.err.contains("No nodes replied"), "{name}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_does_not_run_refuses_to_grow_or_shrink() {
+    let (app, _gate) = app();
+    let w = Worker::new(app.clone(), WorkerConfig::default()).unwrap();
+    let e = w.grow(1).unwrap_err().to_string();
+    assert!(e.contains("not running"), "{e}");
+    assert!(w.shrink(1).unwrap_err().to_string().contains("not running"));
+    // The positive control: running, it grows.
+    let w2 = w.clone();
+    let h = tokio::spawn(async move { w2.run().await.unwrap() });
+    until("a node", || Node::here(&app).is_some()).await;
+    assert_eq!(w.grow(1).unwrap(), 5);
+    w.stop(Duration::from_secs(5));
+    h.await.unwrap();
+}

@@ -212,14 +212,16 @@ impl Worker {
     /// Runs `n` more bodies at once (Celery's `pool_grow`): one more slot
     /// each, a runner thread or a child process more, and the prefetch
     /// grows by [`super::PREFETCH_MULTIPLIER`] a slot. Answers the new
-    /// concurrency.
+    /// concurrency; refused unless it runs.
     pub fn grow(&self, n: usize) -> Result<usize, Refused> {
         let s = &self.shared;
         if n == 0 {
             return Err(Refused::Invalid("invalid `n`: must be at least 1".into()));
         }
-        if *s.stopping.borrow() {
-            return Err(Refused::Invalid("the worker is stopping".into()));
+        if *s.stopping.borrow() || !s.running.load(Ordering::SeqCst) {
+            return Err(Refused::Invalid(
+                "the worker is not running (or is stopping)".into(),
+            ));
         }
         let now = s.concurrency.fetch_add(n, Ordering::SeqCst) + n;
         s.prefetch
@@ -239,11 +241,14 @@ impl Worker {
 
     /// Runs `n` fewer bodies at once (Celery's `pool_shrink`): slots free
     /// now go at once, busy ones when their run ends; never below one.
-    /// Answers the new concurrency.
+    /// Answers the new concurrency; refused unless it runs.
     pub fn shrink(&self, n: usize) -> Result<usize, Refused> {
         let s = &self.shared;
         if n == 0 {
             return Err(Refused::Invalid("invalid `n`: must be at least 1".into()));
+        }
+        if !s.running.load(Ordering::SeqCst) {
+            return Err(Refused::Invalid("the worker is not running".into()));
         }
         let mut cur = s.concurrency.load(Ordering::SeqCst);
         loop {
