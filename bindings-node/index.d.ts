@@ -675,6 +675,14 @@ export interface Policy {
    * `reject_on_worker_lost`). Default false.
    */
   rejectOnWorkerLost?: boolean | undefined;
+  /**
+   * Which failures are retried (Celery's `autoretry_for`): errors of these
+   * classes or their subclasses (an Error class or its name, or an array of
+   * them). Default: every failure, within `retries`.
+   */
+  retryFor?: ErrorClassList | undefined;
+  /** Which failures are never retried, even when `retryFor` names a base of theirs (Celery's `dont_autoretry_for`). */
+  dontRetryFor?: ErrorClassList | undefined;
 }
 
 /**
@@ -734,6 +742,67 @@ export declare class Context {
    * `timeLimit` or a terminate kills its child.
    */
   readonly signal: AbortSignal;
+  /**
+   * Asks for this run to be retried on its own terms (Celery's
+   * `self.retry`): throws a TaskRetry, which the body lets propagate.
+   */
+  retry(options?: RetryOptions): never;
+  /** Rejects the run's message (Celery's `Reject`): throws a Reject, which the body lets propagate. */
+  reject(options?: RejectOptions): never;
+  /** Ends the run with nothing stored (Celery's `Ignore`): throws an Ignore, which the body lets propagate. */
+  ignore(): never;
+}
+
+/** Error classes (or their names) a policy's retry filter names: one, or an array. */
+export type ErrorClassList = (abstract new (...args: never[]) => Error) | string | ReadonlyArray<(abstract new (...args: never[]) => Error) | string>;
+
+/** What `ctx.retry` asks: when, within which budget, recording what. */
+export interface RetryOptions {
+  /** Run again after this many ms (else the task's backoff). */
+  countdown?: number | null | undefined;
+  /** Run again at this time (a Date or ms since the epoch); not with `countdown`. */
+  eta?: Date | number | null | undefined;
+  /** The attempts allowed for this ask, in place of the task's `retries`. */
+  maxRetries?: number | null | undefined;
+  /** The error to record meanwhile, and to fail with past the budget (else `MaxRetriesExceededError`). */
+  error?: unknown;
+}
+
+/** What `ctx.reject` asks. */
+export interface RejectOptions {
+  /** Back to the queue as it was (true), or fail for good with the reason (false, the default). */
+  requeue?: boolean | undefined;
+  /** Why, recorded with the failure. */
+  reason?: string | undefined;
+}
+
+/**
+ * Thrown by `ctx.retry` (or by a body): the run goes again on its own terms
+ * (`name` is `'Retry'`, Celery's). Past its budget the run fails with its
+ * `error`, or `MaxRetriesExceededError`; a bad option fails it with a
+ * `TypeError` naming the option.
+ */
+export declare class TaskRetry extends Error {
+  /** A retry asking what `options` say. */
+  constructor(options?: RetryOptions);
+  /** `'Retry'`, Celery's name. */
+  readonly name: 'Retry';
+}
+
+/** Thrown by `ctx.reject` (or by a body): requeue the message, or fail the run with the reason (`name` is `'Reject'`). */
+export declare class Reject extends Error {
+  /** A reject asking what `options` say. */
+  constructor(options?: RejectOptions);
+  /** `'Reject'`, Celery's name. */
+  readonly name: 'Reject';
+}
+
+/** Thrown by `ctx.ignore` (or by a body): the run ends with nothing stored (`name` is `'Ignore'`). */
+export declare class Ignore extends Error {
+  /** An ignore. */
+  constructor();
+  /** `'Ignore'`, Celery's name. */
+  readonly name: 'Ignore';
 }
 
 /** A body: the positional arguments and the context; a value, or a Promise of one. */
@@ -903,8 +972,9 @@ export interface WorkerJob {
 }
 
 /**
- * Runs tasks (see App.worker). Its events, BullMQ's names, for the bodies
- * that run in this process (not in process-pool children): 'active'
+ * Runs tasks (see App.worker). Its events, BullMQ's names, on either
+ * pool (process-pool runs' values arrive as JSON, their errors as an Error
+ * named by the failure's kind): 'active'
  * (job) when a body starts; 'completed' (job, result); 'retrying' (job,
  * error) when it threw with an attempt left; 'failed' (job, error) when
  * it threw for good. A listener that throws fails no run.

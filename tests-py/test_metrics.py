@@ -143,3 +143,46 @@ def test_a_bad_metrics_port_is_refused_by_name(tmp_path: Path) -> None:
 def test_task_events_on_a_broker_that_sends_none_are_refused_by_name(tmp_path: Path) -> None:
     stderr = refused_cli(tmp_path, "-E")
     assert "task events (-E) are Celery's" in stderr, stderr
+
+
+def promtool(text: str) -> subprocess.CompletedProcess[str]:
+    """`promtool check metrics` (Debian's `prometheus` package) on `text`;
+    CI installs it, so a missing promtool fails rather than skips."""
+    return subprocess.run(
+        ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_promtool_passes_the_admins_metrics() -> None:
+    app = headway.App("memory://")
+
+    @app.task(name="p.ok")
+    def ok() -> int:
+        return 1
+
+    @app.task(name="p.bad")
+    def bad() -> None:
+        raise ValueError("no")
+
+    w = app.worker(concurrency=2)
+    w.start()
+    try:
+        assert ok.delay().get(timeout=WAIT) == 1
+        with pytest.raises(headway.TaskFailed):
+            bad.delay().get(timeout=WAIT)
+        admin = asgi(app, token=T, announce=False)
+        status, _, body = asyncio.run(
+            call(admin, "GET", "/metrics", [("authorization", f"Bearer {T}")])
+        )
+    finally:
+        w.stop(5.0)
+    assert status == 200
+    text = body.decode()
+    # What is checked holds runs of both states and the runtime histogram.
+    assert "headway_tasks_total" in text and "headway_task_runtime_seconds_bucket" in text, text
+    out = promtool(text)
+    assert out.returncode == 0, out.stdout + out.stderr
+    # The positive control: promtool does fail a counter named against its rules.
+    bad_text = "# HELP bad_seconds x\n# TYPE bad_seconds counter\nbad_seconds 1\n"
+    out = promtool(bad_text)
+    assert out.returncode != 0 and "_total" in out.stdout + out.stderr, out

@@ -5,7 +5,7 @@
 # bench/procs/README.md; `python3 bench/procs/report.py --table` prints the
 # README's tables from results.json).
 #
-#   bash bench/procs/run.sh           # CPU-bound N = 200, drains of 5 000, 500 round trips
+#   bash bench/procs/run.sh           # CPU-bound N = 200, drains of 20 000, 500 round trips
 #   bash bench/procs/run.sh --quick   # CPU-bound N = 60, drains of 1 000, 500 round trips
 #
 # It installs the newest Celery 5.x with the Redis extras (`pip install
@@ -23,7 +23,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 
 n_cpu=200
-n_drain=5000
+n_drain=20000
 reps=3
 rtt=500
 quick=0
@@ -157,9 +157,12 @@ contend cpu-threads "$hpy" "$here/hw.py" cpu "$url" "$n_cpu" "$count" --pool thr
 contend cpu-process "$hpy" "$here/hw.py" cpu "$url" "$n_cpu" "$count" --pool process
 contend cpu-celery "$cpy" "$here/cel.py" cpu "$url" "$n_cpu" "$count"
 
-# 2. No-op drains, each contender $reps times in turn (a drain of 5 000 is
-# about a second for headway and Celery's rate alone varies twofold between
-# runs here): the report takes each contender's median. On Celery's layout
+# 2. No-op drains, each contender $reps times in turn (Celery's rate alone
+# varies twofold between runs here): the report takes each contender's
+# median. 20 000 runs, as bench/tasks: a drain of 5 000 is half a second
+# for headway, a third of it the ramp while the first claims and the
+# children's first runs go through (5 000: 6.7–9.1k/s; 20 000 in the same
+# minutes: 10.1–10.6k/s), so it measured the start rather than the rate. On Celery's layout
 # the queue is filled by Celery's own producer, then counted again by
 # Celery's result reader.
 for r in $(seq 1 "$reps"); do

@@ -187,6 +187,8 @@ const POLICY = [
   'timeLimit',
   'softTimeLimit',
   'rejectOnWorkerLost',
+  'retryFor',
+  'dontRetryFor',
 ];
 
 function policyJson(policy) {
@@ -208,6 +210,17 @@ function policyJson(policy) {
   if (p.timeLimit !== undefined && p.timeLimit !== null) put('timeLimit', jsonNumber(num('timeLimit', p.timeLimit)));
   if (p.softTimeLimit !== undefined && p.softTimeLimit !== null) put('softTimeLimit', jsonNumber(num('softTimeLimit', p.softTimeLimit)));
   if (p.rejectOnWorkerLost !== undefined) put('rejectOnWorkerLost', bool('rejectOnWorkerLost', p.rejectOnWorkerLost));
+  // Error classes (or their names) as names: what the core matches a
+  // thrown error's constructor chain against.
+  for (const k of ['retryFor', 'dontRetryFor']) {
+    if (p[k] === undefined || p[k] === null) continue;
+    const list = Array.isArray(p[k]) ? p[k] : [p[k]];
+    put(k, JSON.stringify(list.map((c) => {
+      if (typeof c === 'function' && typeof c.name === 'string') return c.name;
+      if (typeof c === 'string') return c;
+      throw argType(k, 'an Error class, its name, or an array of them', c);
+    })));
+  }
   if (p.rate !== undefined && p.rate !== null) {
     const r = p.rate;
     if (typeof r === 'string') put('rate', JSON.stringify(r));

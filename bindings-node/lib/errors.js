@@ -85,10 +85,76 @@ class SoftTimeLimitExceeded extends Error {
     this.limit = limit;
   }
 }
-Object.defineProperty(SoftTimeLimitExceeded.prototype, 'name', {
-  value: 'SoftTimeLimitExceeded',
-  writable: true,
-  configurable: true,
-});
 
-module.exports = { argType, outOfRange, coded, refusal, invalidState, SoftTimeLimitExceeded };
+// What a body asks by throwing one of the three below: the core reads it
+// (lib/host.js passes it with the failure) and checks it.
+const ASK = Symbol('headway.ask');
+
+/** A number of ms, or a Date as its time; anything else as given (the core names it). */
+function msOf(v) {
+  return v instanceof Date ? v.getTime() : v;
+}
+
+/**
+ * Thrown by `ctx.retry({ countdown, eta, maxRetries, error })` (or by a
+ * body): the run goes again after `countdown` ms or at `eta` (else the
+ * task's backoff), within `maxRetries` attempts (else the task's
+ * `retries`), recording `error` meanwhile; past the budget it fails with
+ * `error`, or without one with `MaxRetriesExceededError`.
+ */
+class TaskRetry extends Error {
+  constructor(options = {}) {
+    const o = options ?? {};
+    super(o.countdown === undefined || o.countdown === null ? 'Retry' : `Retry in ${o.countdown} ms`);
+    this[ASK] = {
+      ask: 'retry',
+      countdown: msOf(o.countdown),
+      eta: msOf(o.eta),
+      max_retries: o.maxRetries,
+      cause: o.error === undefined || o.error === null ? undefined : o.error,
+    };
+  }
+}
+
+/**
+ * Thrown by `ctx.reject({ requeue, reason })` (or by a body): with
+ * `requeue` the message goes back to its queue as it was; without, the run
+ * fails for good with this type and the reason (Celery's `Reject`).
+ */
+class Reject extends Error {
+  constructor(options = {}) {
+    const o = options ?? {};
+    super(o.reason === undefined ? 'rejected' : String(o.reason));
+    this[ASK] = { ask: 'reject', requeue: o.requeue === undefined ? false : o.requeue };
+  }
+}
+
+/** Thrown by `ctx.ignore()` (or by a body): the run ends with nothing stored (Celery's `Ignore`). */
+class Ignore extends Error {
+  constructor() {
+    super('ignored');
+    this[ASK] = { ask: 'ignore' };
+  }
+}
+
+for (const [cls, name] of [
+  [SoftTimeLimitExceeded, 'SoftTimeLimitExceeded'],
+  [TaskRetry, 'Retry'],
+  [Reject, 'Reject'],
+  [Ignore, 'Ignore'],
+]) {
+  Object.defineProperty(cls.prototype, 'name', { value: name, writable: true, configurable: true });
+}
+
+module.exports = {
+  argType,
+  outOfRange,
+  coded,
+  refusal,
+  invalidState,
+  SoftTimeLimitExceeded,
+  TaskRetry,
+  Reject,
+  Ignore,
+  ASK,
+};

@@ -14,7 +14,7 @@
 
 const { inspect } = require('node:util');
 const native = require('../addon.js');
-const { refusal, SoftTimeLimitExceeded } = require('./errors.js');
+const { refusal, SoftTimeLimitExceeded, TaskRetry, Reject, Ignore, ASK } = require('./errors.js');
 const { parse, encode } = require('./json.js');
 
 // Promises waiting on a ticket: the native call did not finish at once and
@@ -300,20 +300,44 @@ function text(v) {
 // every read is guarded, and a type or message that cannot be read crosses
 // as null, answered with the core's fixed text (headway-core's
 // Failure::UNNAMED and Failure::UNDESCRIBED).
-function failed(host, seq, e) {
-  let kind = null;
-  let message = null;
-  let stack = null;
+/** What JS can read of a thrown value: type, message, stack (null where unreadable). */
+function described(e) {
   if (e !== null && typeof e === 'object') {
-    kind = text(attempt(() => e.name)) || text(attempt(() => e.constructor.name)) || null;
-    message = text(attempt(() => e.message)) ?? text(attempt(() => String(e)));
-    stack = text(attempt(() => e.stack));
-  } else {
-    // `throw 'oops'` or a rejected Promise of a non-Error.
-    kind = e === null ? 'null' : typeof e;
-    message = text(attempt(() => String(e)));
+    return [
+      text(attempt(() => e.name)) || text(attempt(() => e.constructor.name)) || null,
+      text(attempt(() => e.message)) ?? text(attempt(() => String(e))),
+      text(attempt(() => e.stack)),
+    ];
   }
-  host.failed += `${host.failed ? ',' : ''}${JSON.stringify([seq, kind, message, stack])}`;
+  // `throw 'oops'` or a rejected Promise of a non-Error.
+  return [e === null ? 'null' : typeof e, text(attempt(() => String(e))), null];
+}
+
+/** The ask a thrown TaskRetry, Reject or Ignore carries (its cause described), else null. */
+function askOf(e) {
+  const a = e !== null && typeof e === 'object' ? attempt(() => e[ASK]) : undefined;
+  if (a === undefined || a === null) return null;
+  if (a.cause === undefined) return a;
+  const [kind, message, traceback] = described(a.cause);
+  return { ...a, cause: { kind: kind ?? 'Error', message: message ?? '', traceback: traceback ?? undefined } };
+}
+
+/** The constructor names along a thrown object's prototype chain, most specific first (what a policy's `retryFor` matches). */
+function lineage(e) {
+  const out = [];
+  if (e === null || typeof e !== 'object') return out;
+  attempt(() => {
+    for (let p = Object.getPrototypeOf(e); p !== null && p !== Object.prototype && out.length < 32; p = Object.getPrototypeOf(p)) {
+      const n = Object.prototype.hasOwnProperty.call(p, 'constructor') ? p.constructor?.name : undefined;
+      if (typeof n === 'string' && n !== '') out.push(n);
+    }
+  });
+  return out;
+}
+
+function failed(host, seq, e) {
+  const [kind, message, stack] = described(e);
+  host.failed += `${host.failed ? ',' : ''}${JSON.stringify([seq, kind, message, stack, askOf(e), lineage(e)])}`;
 }
 
 function flush(host) {
@@ -397,6 +421,24 @@ class Context {
     if (this.#reason !== undefined) return;
     this.#reason = reason;
     if (this.#controller !== null) this.#controller.abort(reason);
+  }
+
+  /**
+   * Asks for this run to be retried on its own terms (Celery's
+   * `self.retry`): throws a TaskRetry; let it propagate.
+   */
+  retry(options) {
+    throw new TaskRetry(options);
+  }
+
+  /** Rejects the run's message (Celery's `Reject`): throws a Reject; let it propagate. */
+  reject(options) {
+    throw new Reject(options);
+  }
+
+  /** Ends the run with nothing stored (Celery's `Ignore`): throws an Ignore; let it propagate. */
+  ignore() {
+    throw new Ignore();
   }
 
   [inspect.custom]() {

@@ -7,7 +7,7 @@
 const path = require('node:path');
 const { inspect } = require('node:util');
 const native = require('../addon.js');
-const { argType, refusal, invalidState, SoftTimeLimitExceeded } = require('./errors.js');
+const { argType, refusal, invalidState, SoftTimeLimitExceeded, TaskRetry, Reject, Ignore } = require('./errors.js');
 const { moduleUrl } = require('./load.js');
 const { EMPTY, opts, only, str, num, instant, jsonNumber } = require('./checks.js');
 const { encodeArgs, encodeKwargs, SEND_OPTIONS, encodeOptions } = require('./json.js');
@@ -48,6 +48,30 @@ function listening(host, w, on) {
             // of Python's headway.signals).
           }
         };
+}
+/**
+ * A process-pool run's note from the core (JSON: what, the run, a
+ * success's value or a failure's kind and message) as `w`'s event, with
+ * the same job as on the event loop; a failure arrives as an Error named
+ * by its kind, its stack the child's.
+ */
+function noted(w, line) {
+  const n = JSON.parse(line);
+  const event = EVENT_OF[n.what];
+  if (event === undefined || w.listenerCount(event) === 0) return;
+  const job = { id: n.id, name: n.name, queue: n.queue, attempt: n.attempt, retries: n.retries, args: n.args, kwargs: n.kwargs };
+  try {
+    if (n.what === 'active') w.emit(event, job);
+    else if (n.failure === undefined) w.emit(event, job, n.value);
+    else {
+      const e = new Error(n.failure.message);
+      e.name = n.failure.kind;
+      if (n.failure.traceback !== undefined) e.stack = n.failure.traceback;
+      w.emit(event, job, e);
+    }
+  } catch {
+    // A listener that throws does not fail the run (as on the event loop).
+  }
 }
 const { APP, SEND, Handle, nothing, count, decodeDead } = require('./handles.js');
 const { Signature, chain, group, chord } = require('./canvas.js');
@@ -174,6 +198,8 @@ class Worker extends EventEmitter {
     const host = this.#n.pool === 'process' ? null : this.#host;
     host?.use();
     if (host) listening(host, this, true);
+    // There the core notes each run's start and end for this worker's events.
+    else this.#n._observe((line) => noted(this, line));
     let p;
     try {
       p = answer(this.#n.run(), nothing, nothing);
@@ -182,6 +208,7 @@ class Worker extends EventEmitter {
     }
     this.#run = p.finally(() => {
       if (host) listening(host, this, false);
+      else this.#n._observe(null);
       host?.unuse();
     });
     return this.#run;
@@ -699,6 +726,9 @@ module.exports = {
   Signature,
   Context,
   SoftTimeLimitExceeded,
+  TaskRetry,
+  Reject,
+  Ignore,
   RedisBroker,
   chain,
   group,

@@ -23,13 +23,16 @@ __all__ = [
     "BrokerScriptError",
     "BrokerServerError",
     "Full",
+    "Ignore",
     "Missing",
     "PoolTimeout",
     "Refused",
+    "Reject",
     "Revoked",
     "ShedError",
     "SoftTimeLimitExceeded",
     "TaskFailed",
+    "TaskRetry",
     "Timeout",
     "UnknownTask",
 ]
@@ -69,6 +72,84 @@ class SoftTimeLimitExceeded(Exception):
     body's next Python instruction, so a body blocked in C sees it when that
     call returns. An ``async def`` body keeps time with ``asyncio.timeout``.
     """
+
+
+def _ms(v: Any) -> Any:
+    """Seconds as ms for the core; anything else as given (the core names
+    what is wrong with it)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return v * 1000
+    return v
+
+
+def _eta_ms(v: Any) -> Any:
+    """An eta (an aware ``datetime``, or seconds since the epoch) as ms."""
+    from datetime import datetime
+
+    if isinstance(v, datetime):
+        if v.tzinfo is None:
+            raise ValueError("eta: a naive datetime is ambiguous; give an aware one (UTC)")
+        return v.timestamp() * 1000
+    return _ms(v)
+
+
+class TaskRetry(Exception):
+    """Raised by a body (or by ``ctx.retry(...)``) to have its run retried on
+    its own terms, as Celery's ``self.retry``: after ``countdown`` seconds or
+    at ``eta`` (an aware ``datetime``; else the task's backoff), within
+    ``max_retries`` attempts (else the task's ``retries``), recording ``exc``
+    meanwhile. Past that budget the run fails with ``exc``, or without one
+    with ``MaxRetriesExceededError``."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        countdown: float | None = None,
+        eta: Any = None,
+        max_retries: int | None = None,
+        exc: BaseException | None = None,
+    ) -> None:
+        super().__init__(message or ("Retry" + (f" in {countdown}s" if countdown is not None else "")))
+        # Recorded as Celery records it: the run's RETRY shows `Retry`.
+        self.countdown = countdown
+        self.eta = eta
+        self.max_retries = max_retries
+        self.exc = exc
+
+    def _headway_ask(self) -> tuple[dict[str, Any], BaseException | None]:
+        ask: dict[str, Any] = {"ask": "retry"}
+        if self.countdown is not None:
+            ask["countdown"] = _ms(self.countdown)
+        if self.eta is not None:
+            ask["eta"] = _eta_ms(self.eta)
+        if self.max_retries is not None:
+            ask["max_retries"] = self.max_retries
+        return ask, (self.exc if self.exc is not self else None)
+
+
+class Reject(Exception):
+    """Raised by a body to reject its message, as Celery's ``Reject``: with
+    ``requeue=True`` it goes back to its queue as it was; without, the run
+    fails for good with this type and ``reason`` (where Celery's Redis
+    transport drops the message, the caller here sees why)."""
+
+    def __init__(self, reason: object = None, requeue: bool = False) -> None:
+        super().__init__(reason if reason is not None else "rejected")
+        self.reason = reason
+        self.requeue = requeue
+
+    def _headway_ask(self) -> tuple[dict[str, Any], None]:
+        return {"ask": "reject", "requeue": self.requeue}, None
+
+
+class Ignore(Exception):
+    """Raised by a body to end its run with nothing stored and no state
+    recorded, as Celery's ``Ignore`` (a body that settled its run some other
+    way)."""
+
+    def _headway_ask(self) -> tuple[dict[str, Any], None]:
+        return {"ask": "ignore"}, None
 
 
 class Refused(Exception):

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, S
 from contextvars import ContextVar
 from datetime import datetime, timedelta
 from types import GenericAlias
-from typing import Any, Final, Generic, Literal, SupportsFloat, SupportsIndex, TypeVar, final
+from typing import Any, Final, Generic, Literal, NoReturn, SupportsFloat, SupportsIndex, TypeVar, final
 
 from typing_extensions import disjoint_base
 
@@ -819,6 +819,16 @@ class Context:
     @property
     def id(self) -> str:
         """The run's id (also its result's key; a retry keeps it)."""
+    def retry(
+        self,
+        *,
+        countdown: float | None = None,
+        eta: datetime | float | None = None,
+        max_retries: int | None = None,
+        exc: BaseException | None = None,
+    ) -> NoReturn:
+        """Asks for this run to be retried on its own terms, as Celery's
+        ``self.retry``: raises ``headway.TaskRetry`` (let it propagate)."""
     @property
     def name(self) -> str:
         """The task's registered name."""
@@ -1116,6 +1126,8 @@ class _App:
         time_limit: _Span | None = None,
         soft_time_limit: _Span | None = None,
         reject_on_worker_lost: bool | None = None,
+        retry_for: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+        dont_retry_for: type[BaseException] | tuple[type[BaseException], ...] | None = None,
     ) -> str: ...
     def send(
         self,

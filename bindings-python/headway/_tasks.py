@@ -75,6 +75,8 @@ Rhythm: TypeAlias = Every | Cron | At
 Backoff: TypeAlias = Fixed | Exponential
 #: ``"10/m"`` (Celery's notation: s, m, h, d) or ``{"count": 10, "per": 60.0}``.
 Rate: TypeAlias = str | Mapping[str, float]
+# Exception types a policy's retry filter names: one, or a tuple of them.
+ExcTypes: TypeAlias = type[BaseException] | tuple[type[BaseException], ...]
 
 #: How long ``stop()`` (and Ctrl-C, and exit) lets runs in progress finish:
 #: 10 s, moontask's preset and about what a supervisor waits between SIGTERM
@@ -586,6 +588,8 @@ class App:
         time_limit: Span | None = None,
         soft_time_limit: Span | None = None,
         reject_on_worker_lost: bool = False,
+        retry_for: ExcTypes | None = None,
+        dont_retry_for: ExcTypes | None = None,
         bind: Literal[False] = False,
     ) -> _Decorator: ...
     @overload
@@ -605,6 +609,8 @@ class App:
         time_limit: Span | None = None,
         soft_time_limit: Span | None = None,
         reject_on_worker_lost: bool = False,
+        retry_for: ExcTypes | None = None,
+        dont_retry_for: ExcTypes | None = None,
         bind: Literal[True],
     ) -> _BoundDecorator: ...
 
@@ -624,6 +630,8 @@ class App:
         time_limit: Span | None = None,
         soft_time_limit: Span | None = None,
         reject_on_worker_lost: bool = False,
+        retry_for: ExcTypes | None = None,
+        dont_retry_for: ExcTypes | None = None,
         bind: bool = False,
     ) -> Any:
         """Registers a body: ``@app.task`` or ``@app.task(name=..., ...)``.
@@ -647,6 +655,11 @@ class App:
         return. ``reject_on_worker_lost=True`` with ``acks_late`` puts a run
         whose child died back on its queue instead of failing it
         (``WorkerLostError``), as Celery's.
+
+        ``retry_for`` (Celery's ``autoretry_for``): an exception class or a
+        tuple of them; only failures of those types (or their subclasses)
+        are retried, within ``retries``. ``dont_retry_for`` names types never
+        retried. A body may also ask for a retry itself: ``ctx.retry(...)``.
         """
 
         def register(f: Callable[..., Any]) -> _TaskBase[Any, Any]:
@@ -672,6 +685,8 @@ class App:
                 time_limit=time_limit,
                 soft_time_limit=soft_time_limit,
                 reject_on_worker_lost=reject_on_worker_lost,
+                retry_for=retry_for,
+                dont_retry_for=dont_retry_for,
             )
             cls: type[_TaskBase[Any, Any]] = AsyncTask if is_async else Task
             t = cls(self, f, tname, bind, tqueue)

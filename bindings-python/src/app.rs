@@ -848,7 +848,7 @@ impl PyApp {
 
     /// Registers `func` under `name` with a policy (replacing an earlier one);
     /// answers the queue its runs go to. What is `None` is the core's default.
-    #[pyo3(signature = (name, func, *, bind=false, is_async=false, queue=None, retries=None, backoff=None, timeout=None, acks_late=None, ignore_result=None, rate=None, time_limit=None, soft_time_limit=None, reject_on_worker_lost=None))]
+    #[pyo3(signature = (name, func, *, bind=false, is_async=false, queue=None, retries=None, backoff=None, timeout=None, acks_late=None, ignore_result=None, rate=None, time_limit=None, soft_time_limit=None, reject_on_worker_lost=None, retry_for=None, dont_retry_for=None))]
     #[allow(clippy::too_many_arguments)]
     fn register(
         &self,
@@ -867,9 +867,13 @@ impl PyApp {
         time_limit: Option<&Bound<'_, PyAny>>,
         soft_time_limit: Option<&Bound<'_, PyAny>>,
         reject_on_worker_lost: Option<bool>,
+        retry_for: Option<&Bound<'_, PyAny>>,
+        dont_retry_for: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<String> {
         guard(|| {
             let spec = PolicySpec {
+                retry_for: type_names("retry_for", retry_for)?,
+                dont_retry_for: type_names("dont_retry_for", dont_retry_for)?,
                 queue,
                 retries: retries.map(|r| r as f64),
                 backoff: backoff_arg(backoff)?,
@@ -1196,4 +1200,30 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_json_roundtrip, m)?)?;
     m.add("GRACE", secs(headway_core::task::specs::GRACE))?;
     Ok(())
+}
+
+/// Exception types a policy names (`retry_for=ConnectionError` or a tuple
+/// of types) as the core's names, `module.QualName` — how a raised
+/// exception's lineage is written (`rt::failure_of`). None when not given.
+fn type_names(arg: &str, v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<String>>> {
+    let Some(v) = v.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    let one = |t: &Bound<'_, PyAny>| -> PyResult<String> {
+        let ty = t.cast::<pyo3::types::PyType>().map_err(|_| {
+            pyo3::exceptions::PyTypeError::new_err(format!(
+                "{arg}: expected an exception class or a tuple of them, got {}",
+                t.repr().map(|r| r.to_string()).unwrap_or_default()
+            ))
+        })?;
+        Ok(format!("{}.{}", ty.module()?, ty.qualname()?))
+    };
+    if let Ok(t) = v.cast::<pyo3::types::PyTuple>() {
+        return t
+            .iter()
+            .map(|x| one(&x))
+            .collect::<PyResult<Vec<_>>>()
+            .map(Some);
+    }
+    one(v).map(|n| Some(vec![n]))
 }

@@ -121,6 +121,29 @@ impl PyCtx {
     fn _state_after(&self, ok: bool) -> &'static str {
         self.inner.state_after(ok).name()
     }
+    /// Asks for this run to be retried on its own terms, as Celery's
+    /// `self.retry`: raises `headway.TaskRetry(countdown=, eta=,
+    /// max_retries=, exc=)`, which the body lets propagate.
+    #[pyo3(signature = (*, countdown=None, eta=None, max_retries=None, exc=None))]
+    fn retry(
+        &self,
+        py: Python<'_>,
+        countdown: Option<Bound<'_, PyAny>>,
+        eta: Option<Bound<'_, PyAny>>,
+        max_retries: Option<Bound<'_, PyAny>>,
+        exc: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let kw = PyDict::new(py);
+        kw.set_item("countdown", countdown)?;
+        kw.set_item("eta", eta)?;
+        kw.set_item("max_retries", max_retries)?;
+        kw.set_item("exc", exc)?;
+        let e = py
+            .import("headway._errors")?
+            .getattr("TaskRetry")?
+            .call((), Some(&kw))?;
+        Err(PyErr::from_value(e))
+    }
     /// The task's registered name.
     #[getter]
     fn name(&self) -> &str {

@@ -13,6 +13,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use headway_core::task::ask::Ask;
 use headway_core::task::{BrokerErrorKind, Failure, Refused};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -168,12 +169,51 @@ pub(crate) fn failure_of(py: Python<'_>, err: &PyErr) -> Failure {
         .unwrap_or_else(|_| "<str() failed>".into());
     let module = ty.module().ok().map(|m| m.to_string());
     let traceback = format_traceback(py, err).ok();
-    Failure {
+    let raised = Failure {
         kind,
         message,
         traceback,
         module,
+        ask: None,
+        lineage: lineage(&ty).into(),
+    };
+    // `headway.Retry`, `Reject`, `Ignore` (and `Context.retry`) ask
+    // something of the run: `_headway_ask()` answers what, in ms, and the
+    // exception to record (`exc`), converted here; the core checks it.
+    match value.getattr("_headway_ask") {
+        Ok(f) if f.is_callable() => match asked(py, &f) {
+            Ok(ask) => Ask::failure(raised, &ask),
+            Err(e) => Failure::new("TypeError", format!("{}: {}", raised.kind, e.value(py))),
+        },
+        _ => raised,
     }
+}
+
+/// `ty` and its bases along the MRO, most specific first, as
+/// `module.QualName` (`object` left out: every type has it).
+fn lineage(ty: &Bound<'_, PyType>) -> Vec<String> {
+    ty.mro()
+        .iter()
+        .filter_map(|t| {
+            let t = t.cast::<PyType>().ok()?;
+            let q = t.qualname().ok()?.to_string();
+            let m = t.module().ok()?.to_string();
+            (q != "object").then(|| format!("{m}.{q}"))
+        })
+        .collect()
+}
+
+/// What `_headway_ask()` answers, as the core's JSON: `(dict, exc | None)`.
+fn asked(py: Python<'_>, f: &Bound<'_, PyAny>) -> PyResult<Value> {
+    let (ask, exc): (Bound<'_, PyAny>, Bound<'_, PyAny>) = f.call0()?.extract()?;
+    let mut v = crate::json::to_json("ask", &crate::json::Path::Root("ask"), &ask)?;
+    if !exc.is_none() {
+        let cause = failure_of(py, &PyErr::from_value(exc));
+        if let (Value::Object(o), Ok(c)) = (&mut v, serde_json::to_value(cause)) {
+            o.insert("cause".into(), c);
+        }
+    }
+    Ok(v)
 }
 
 static FORMAT_EXCEPTION: PyOnceLock<Py<PyAny>> = PyOnceLock::new();

@@ -14,6 +14,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
+use headway_core::task::ask::Ask;
 use headway_core::task::{
     App, Beat, Call, Failure, Handle, Host, HostQueue, Refused, Sig, SignalSpec, Worker,
 };
@@ -96,8 +97,17 @@ fn encode_calls(calls: &[Call]) -> String {
 }
 
 /// One failed run as `lib/host.js` answers it: seq, type, message, stack (a
-/// type or message JS could not read is null).
-type Failed = (u64, Option<String>, Option<String>, Option<String>);
+/// type or message JS could not read is null), and what the body asked by
+/// throwing it (a `TaskRetry`, `Reject` or `Ignore`; `task::ask`) or null,
+/// and the constructor names along its prototype chain (its lineage).
+type Failed = (
+    u64,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<Value>,
+    Vec<String>,
+);
 
 #[napi]
 impl NativeHost {
@@ -114,7 +124,7 @@ impl NativeHost {
     }
 
     /// Answers a batch: `ok` is `[[seq, value], ...]`, `failed` is `[[seq,
-    /// type | null, message | null, stack | null], ...]` (either may be
+    /// type | null, message | null, stack | null, ask | null, lineage], ...]` (either may be
     /// empty; a null type or message is one JS could not read, answered as
     /// the core's `Failure::UNNAMED` / `Failure::UNDESCRIBED`). A call the core stopped waiting for is
     /// dropped.
@@ -133,9 +143,16 @@ impl NativeHost {
             let v: Vec<Failed> = serde_json::from_str(&failed)
                 .map_err(|e| napi::Error::from_reason(garbled("failures", e).message))?;
             results.extend(
-                v.into_iter().map(|(s, kind, message, stack)| {
-                    (s, Err(Failure::thrown(kind, message, stack)))
-                }),
+                v.into_iter()
+                    .map(|(s, kind, message, stack, ask, lineage)| {
+                        let mut f = Failure::thrown(kind, message, stack);
+                        f.lineage = lineage.into();
+                        let f = match ask {
+                            Some(a) => Ask::failure(f, &a),
+                            None => f,
+                        };
+                        (s, Err(f))
+                    }),
             );
         }
         self.q.finish_many(results);
@@ -664,6 +681,32 @@ impl NativeWorker {
     #[napi(getter)]
     pub fn stopping(&self) -> bool {
         self.w.is_stopping()
+    }
+
+    /// Hands each process-pool run's note (its start, what it came to) to
+    /// `callback` as JSON, for the worker's events; `null` stops it. The
+    /// function is weak: it never keeps the process alive.
+    #[napi(js_name = "_observe", catch_unwind)]
+    pub fn observe(
+        &self,
+        callback: Option<napi::bindgen_prelude::Function<String, ()>>,
+    ) -> napi::Result<()> {
+        use napi::threadsafe_function::ThreadsafeFunctionCallMode;
+        let Some(callback) = callback else {
+            self.w.observe(None);
+            return Ok(());
+        };
+        let tsfn = callback
+            .build_threadsafe_function::<String>()
+            .weak::<true>()
+            .callee_handled::<false>()
+            .build()?;
+        self.w.observe(Some(Arc::new(move |note| {
+            if let Ok(j) = serde_json::to_string(&note) {
+                let _ = tsfn.call(j, ThreadsafeFunctionCallMode::NonBlocking);
+            }
+        })));
+        Ok(())
     }
 }
 

@@ -144,6 +144,8 @@ struct PolicyIn {
     #[serde(default, deserialize_with = "js_number")]
     soft_time_limit: Option<f64>,
     reject_on_worker_lost: Option<bool>,
+    retry_for: Option<Vec<String>>,
+    dont_retry_for: Option<Vec<String>>,
 }
 
 /// A task's policy: what is omitted is the core's default.
@@ -166,6 +168,8 @@ pub(crate) fn policy(text: &str) -> Result<Policy, Refusal> {
         time_limit: p.time_limit.map(ms),
         soft_time_limit: p.soft_time_limit.map(ms),
         reject_on_worker_lost: p.reject_on_worker_lost,
+        retry_for: p.retry_for,
+        dont_retry_for: p.dont_retry_for,
     };
     Ok(spec.build(Host::Node)?)
 }

@@ -8,6 +8,7 @@
 //! virtual clock runs an hour of retries and beats in milliseconds.
 
 pub mod app;
+pub mod ask;
 pub mod beat;
 pub mod body;
 pub mod canvas;

@@ -11,6 +11,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use super::state::Failure;
+
 /// A policy knob that cannot be accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyError {
@@ -209,6 +211,15 @@ pub struct Policy {
     /// `reject_on_worker_lost`. False, as Celery's.
     #[serde(default)]
     pub reject_on_worker_lost: bool,
+    /// Which failures are retried (Celery's `autoretry_for`): the names of
+    /// types a failure's type is or derives from. Empty: every failure is
+    /// (within `retries`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retry_for: Vec<String>,
+    /// Which failures are never retried, even when `retry_for` names one of
+    /// their bases (Celery's `dont_autoretry_for`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dont_retry_for: Vec<String>,
 }
 
 impl Default for Policy {
@@ -224,6 +235,8 @@ impl Default for Policy {
             time_limit: None,
             soft_time_limit: None,
             reject_on_worker_lost: false,
+            retry_for: Vec::new(),
+            dont_retry_for: Vec::new(),
         }
     }
 }
@@ -240,6 +253,14 @@ impl Policy {
         {
             return Err(bad("timeout", "must be positive"));
         }
+        for (arg, list) in [
+            ("retry_for", &self.retry_for),
+            ("dont_retry_for", &self.dont_retry_for),
+        ] {
+            if list.iter().any(|n| n.is_empty()) {
+                return Err(bad(arg, "names a type with an empty name"));
+            }
+        }
         for (arg, limit) in [
             ("time_limit", self.time_limit),
             ("soft_time_limit", self.soft_time_limit),
@@ -251,6 +272,28 @@ impl Policy {
             }
         }
         Ok(())
+    }
+
+    /// Whether failure `f` is one this policy retries (attempts left
+    /// aside): not named by `dont_retry_for`, and named by `retry_for` when
+    /// that names any. A name matches a type of `f`'s lineage written out
+    /// (`myapp.errors.Flaky`) or by its last part (`ConnectionError`
+    /// matches `builtins.ConnectionError`); a failure whose lineage the
+    /// host could not read is matched by its `kind`.
+    pub fn retries_on(&self, f: &Failure) -> bool {
+        let names: Vec<&str> = if f.lineage.is_empty() {
+            vec![f.kind.as_str()]
+        } else {
+            f.lineage.iter().map(String::as_str).collect()
+        };
+        let named = |list: &[String]| {
+            list.iter().any(|want| {
+                names
+                    .iter()
+                    .any(|n| n == want || n.rsplit('.').next() == Some(want.as_str()))
+            })
+        };
+        !named(&self.dont_retry_for) && (self.retry_for.is_empty() || named(&self.retry_for))
     }
 
     /// The wait before attempt `attempt` of the run `seed`.
@@ -348,6 +391,49 @@ mod tests {
         assert_eq!(e.arg, "rate");
         assert!(e.why.contains("292 years"), "{e}");
         assert!(Rate::new(1, i64::MAX / 1_000_000).is_ok());
+    }
+
+    #[test]
+    fn retry_for_matches_a_type_or_its_bases_by_full_or_last_name() {
+        let mut f = Failure::new("ConnectionRefusedError", "no");
+        f.lineage = [
+            "builtins.ConnectionRefusedError".into(),
+            "builtins.ConnectionError".into(),
+            "builtins.OSError".into(),
+            "builtins.Exception".into(),
+        ]
+        .into();
+        let any = Policy::default();
+        assert!(any.retries_on(&f), "no filter: every failure");
+        let on = |r: &[&str], d: &[&str]| Policy {
+            retry_for: r.iter().map(|s| s.to_string()).collect(),
+            dont_retry_for: d.iter().map(|s| s.to_string()).collect(),
+            ..Policy::default()
+        };
+        assert!(
+            on(&["ConnectionError"], &[]).retries_on(&f),
+            "a base, by its last name"
+        );
+        assert!(
+            on(&["builtins.OSError"], &[]).retries_on(&f),
+            "a base, written out"
+        );
+        assert!(!on(&["ValueError"], &[]).retries_on(&f));
+        assert!(!on(&["OSError"], &["ConnectionRefusedError"]).retries_on(&f));
+        assert!(
+            !on(&[], &["Exception"]).retries_on(&f),
+            "dont alone excludes"
+        );
+        assert!(
+            !on(&["builtins.Connection"], &[]).retries_on(&f),
+            "no prefix match"
+        );
+        // No lineage (a host that could not read it): the kind.
+        let bare = Failure::new("RangeError", "x");
+        assert!(on(&["RangeError"], &[]).retries_on(&bare));
+        assert!(!on(&["TypeError"], &[]).retries_on(&bare));
+        let bad = on(&[""], &[]);
+        assert_eq!(bad.check().unwrap_err().arg, "retry_for");
     }
 
     #[test]

@@ -43,6 +43,8 @@ impl Host {
             (Host::Node, "time_limit") => "timeLimit",
             (Host::Node, "soft_time_limit") => "softTimeLimit",
             (Host::Node, "reject_on_worker_lost") => "rejectOnWorkerLost",
+            (Host::Node, "retry_for") => "retryFor",
+            (Host::Node, "dont_retry_for") => "dontRetryFor",
             (Host::Node, "max_tasks_per_child") => "maxTasksPerChild",
             (Host::Node, "max_memory_per_child") => "maxMemoryPerChild",
             _ => arg,
@@ -252,6 +254,10 @@ pub struct PolicySpec {
     /// The soft time limit (ms).
     pub soft_time_limit: Option<i64>,
     pub reject_on_worker_lost: Option<bool>,
+    /// Type names whose failures are retried (Celery's `autoretry_for`).
+    pub retry_for: Option<Vec<String>>,
+    /// Type names whose failures never are (`dont_autoretry_for`).
+    pub dont_retry_for: Option<Vec<String>>,
 }
 
 impl PolicySpec {
@@ -281,6 +287,8 @@ impl PolicySpec {
             reject_on_worker_lost: self
                 .reject_on_worker_lost
                 .unwrap_or(d.reject_on_worker_lost),
+            retry_for: self.retry_for.unwrap_or(d.retry_for),
+            dont_retry_for: self.dont_retry_for.unwrap_or(d.dont_retry_for),
         };
         policy.check().map_err(|e| SpecError::policy(host, e))?;
         Ok(policy)

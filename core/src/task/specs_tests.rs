@@ -25,9 +25,12 @@ fn policy_fields_are_taken_and_checked() {
         time_limit: Some(5_000),
         soft_time_limit: Some(4_000),
         reject_on_worker_lost: Some(true),
+        retry_for: Some(vec!["builtins.ConnectionError".into()]),
+        dont_retry_for: None,
     }
     .build(Host::Python)
     .unwrap();
+    assert_eq!(p.retry_for, ["builtins.ConnectionError"]);
     assert_eq!(
         (p.time_limit, p.soft_time_limit, p.reject_on_worker_lost),
         (Some(5_000), Some(4_000), true)

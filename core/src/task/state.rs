@@ -84,6 +84,16 @@ pub struct Failure {
     /// The exception's module (Celery's `exc_module`), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub module: Option<String>,
+    /// What the body asked by raising it (retry, reject, ignore), when it
+    /// raised one of those (`task::ask`); never stored with a result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ask: Option<Box<super::ask::Ask>>,
+    /// The raised value's type and the types it derives from, most specific
+    /// first (Python `module.QualName` along the MRO, JS constructor names
+    /// along the prototype chain), when the host read them: what a policy's
+    /// `retry_for` matches; never stored with a result.
+    #[serde(default, skip_serializing_if = "<[String]>::is_empty")]
+    pub lineage: Box<[String]>,
 }
 
 impl Failure {
@@ -111,6 +121,8 @@ impl Failure {
             message: message.unwrap_or_else(|| Self::UNDESCRIBED.to_owned()),
             traceback,
             module: None,
+            ask: None,
+            lineage: Box::default(),
         }
     }
 
@@ -121,6 +133,8 @@ impl Failure {
             message: message.into(),
             traceback: None,
             module: None,
+            ask: None,
+            lineage: Box::default(),
         }
     }
 }

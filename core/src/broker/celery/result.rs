@@ -200,6 +200,8 @@ pub fn failure_of(exc: &Value, traceback: Option<&str>) -> Failure {
             .get("exc_module")
             .and_then(Value::as_str)
             .map(str::to_string),
+        ask: None,
+        lineage: Box::default(),
     }
 }
 

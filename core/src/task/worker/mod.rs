@@ -32,6 +32,8 @@
 //!   the events it records;
 //! - `follow`: what waits on a run (chains, chords, Celery links), sent on
 //!   a success and failed with it on a failure;
+//! - `notes`: what a binding is told of each process-pool run (Node's
+//!   worker events fire in the parent);
 //! - `writer`: the lanes that gather many runs' writes into one round trip;
 //! - `stop`: the graceful stop, and giving a message back;
 //! - `live`: what remote control reads and changes while it runs (the runs
@@ -40,6 +42,7 @@
 mod claim;
 mod follow;
 mod live;
+mod notes;
 mod options;
 mod run;
 mod settle;
@@ -61,6 +64,7 @@ use super::state::Refused;
 use crate::flow::Window;
 
 pub use live::RunInfo;
+pub use notes::{Observer, RunNote};
 pub use options::{HARD_LIMIT_NEEDS_PROCESS, PREFETCH_MULTIPLIER, Pool, WorkerConfig};
 
 struct Shared {
@@ -103,6 +107,8 @@ struct Shared {
     /// Bumped when a remote command changed its queues or its prefetch:
     /// the claim loop looks round at once.
     reshaped: watch::Sender<u64>,
+    /// What a binding is told of each process-pool run (`notes`).
+    notes: notes::Notes,
 }
 
 /// Runs tasks. Cheap to clone (shared); `stop` from any clone.
@@ -200,6 +206,7 @@ impl Worker {
                 tuned: Mutex::new(HashMap::new()),
                 retuned: Notify::new(),
                 reshaped: watch::channel(0).0,
+                notes: notes::Notes::default(),
             }),
         })
     }

@@ -282,6 +282,7 @@ async fn take_and_run(
     s.start(key, started, !policy.acks_late);
     let call = match &s.procs {
         Some(p) => {
+            s.note(&m, "active", None);
             let p = p.clone();
             let key = m.task.clone();
             Box::pin(async move { p.run(&key, ctx, args).await })

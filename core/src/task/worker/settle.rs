@@ -11,8 +11,10 @@ use serde_json::Value;
 
 use super::Shared;
 use super::follow::{arrive, follows, give_up, send_links};
+use super::notes::failed_as;
 use super::stop::give_back;
 use super::writer::Writer;
+use crate::task::ask::{Ask, REJECTED, RetryVerdict};
 use crate::task::message::Message;
 use crate::task::policy::Policy;
 use crate::task::spec::{EVENT_TEXT_MAX, Receipt, RunEvent, truncate};
@@ -50,15 +52,36 @@ pub(super) async fn settle_ran(
     ran: Ran,
 ) -> Result<(), Refused> {
     let app = &s.app;
-    let broker = app.broker();
     let took = Some(app.now().saturating_sub(started));
-    match &ran {
-        Ran::Value(_) => app.metrics().settled(&m.task, State::Success, took),
-        Ran::Failed(_) if m.retries < policy.retries => {
-            app.metrics().settled(&m.task, State::Retry, took)
+    if let Ran::Failed(f) = &ran
+        && let Some(ask) = f.ask.clone()
+    {
+        return asked(s, w, m, receipt, policy, started, *ask, f.clone()).await;
+    }
+    // Decided once, before the failure's lineage (the host's reading of
+    // its type, for the policy's filter) is dropped: it is never stored.
+    let again = matches!(&ran, Ran::Failed(f) if retried(policy, &m, f));
+    let ran = match ran {
+        Ran::Failed(mut f) => {
+            f.lineage = Box::default();
+            Ran::Failed(f)
         }
-        // A failure for good and a terminate are counted by `give_up`.
-        Ran::Failed(_) | Ran::Terminated | Ran::Cancelled | Ran::Rejected => {}
+        r => r,
+    };
+    match &ran {
+        Ran::Value(v) => {
+            app.metrics().settled(&m.task, State::Success, took);
+            s.note(&m, State::Success.name(), Some(Ok(v)));
+        }
+        Ran::Failed(f) => {
+            // A failure for good is counted by `give_up`.
+            if again {
+                app.metrics().settled(&m.task, State::Retry, took);
+            }
+            s.note(&m, failed_as(again), Some(Err(f)));
+        }
+        // Counted by `give_up`.
+        Ran::Terminated | Ran::Cancelled | Ran::Rejected => {}
     }
     match ran {
         Ran::Value(v) => {
@@ -93,22 +116,10 @@ pub(super) async fn settle_ran(
             arrive(app, &m).await?;
             settle_late(w, policy.acks_late, receipt).await
         }
-        Ran::Failed(f) if m.retries < policy.retries => {
-            let mut next = m.clone();
-            next.retries = next.retries.saturating_add(1);
-            let wait = policy.backoff_delay(next.retries.saturating_add(1), &m.id);
-            next.eta = Some(app.now().saturating_add(wait));
-            event(s, &m, State::Retry, Some(started), Some(failure_text(&f))).await;
-            let mut o = Outcome::new(m.id.clone(), State::Retry, app.now());
-            o.error = Some(f);
-            o.retries = m.retries;
-            o.task = Some(m.task.clone());
-            app.store(vec![o]).await?;
-            if policy.acks_late {
-                broker.retry(receipt, next).await
-            } else {
-                broker.publish(vec![next]).await
-            }
+        Ran::Failed(f) if again => {
+            let wait = policy.backoff_delay(m.retries.saturating_add(2), &m.id);
+            let at = app.now().saturating_add(wait);
+            retry_at(s, m, receipt, policy, started, f, at).await
         }
         Ran::Failed(f) => {
             event(s, &m, State::Failure, Some(started), Some(failure_text(&f))).await;
@@ -131,6 +142,94 @@ pub(super) async fn settle_ran(
             app.broker().rejected(&m.id, true);
             give_back(app, &m, receipt, !policy.acks_late).await
         }
+    }
+}
+
+/// Whether the failure `f` of `m`'s run is retried: attempts left, and a
+/// failure the policy retries (`retry_for`, `dont_retry_for`).
+fn retried(policy: &Policy, m: &Message, f: &Failure) -> bool {
+    m.retries < policy.retries && policy.retries_on(f)
+}
+
+/// Records `f` as the run's RETRY and publishes its next attempt due `at`
+/// (in the claim's place when it acks late).
+async fn retry_at(
+    s: &Shared,
+    m: Message,
+    receipt: Receipt,
+    policy: &Policy,
+    started: i64,
+    f: Failure,
+    at: i64,
+) -> Result<(), Refused> {
+    let app = &s.app;
+    let mut next = m.clone();
+    next.retries = next.retries.saturating_add(1);
+    next.eta = Some(at);
+    event(s, &m, State::Retry, Some(started), Some(failure_text(&f))).await;
+    let mut o = Outcome::new(m.id.clone(), State::Retry, app.now());
+    o.error = Some(f);
+    o.retries = m.retries;
+    o.task = Some(m.task.clone());
+    app.store(vec![o]).await?;
+    if policy.acks_late {
+        app.broker().retry(receipt, next).await
+    } else {
+        app.broker().publish(vec![next]).await
+    }
+}
+
+/// Settles a run whose body asked something of it (`task::ask`): a retry
+/// on its own terms, a reject, an ignore.
+#[allow(clippy::too_many_arguments)]
+async fn asked(
+    s: &Shared,
+    w: &Writer,
+    m: Message,
+    receipt: Receipt,
+    policy: &Policy,
+    started: i64,
+    ask: Ask,
+    raised: Failure,
+) -> Result<(), Refused> {
+    let app = &s.app;
+    let took = Some(app.now().saturating_sub(started));
+    match ask {
+        Ask::Retry(r) => {
+            let backoff = policy.backoff_delay(m.retries.saturating_add(2), &m.id);
+            match r.verdict(&raised, app.now(), m.retries, policy.retries, backoff) {
+                RetryVerdict::Again { at, record } => {
+                    app.metrics().settled(&m.task, State::Retry, took);
+                    s.note(&m, State::Retry.name(), Some(Err(&record)));
+                    retry_at(s, m, receipt, policy, started, record, at).await
+                }
+                RetryVerdict::Exhausted(f) => {
+                    s.note(&m, State::Failure.name(), Some(Err(&f)));
+                    event(s, &m, State::Failure, Some(started), Some(failure_text(&f))).await;
+                    give_up(app, &m, State::Failure, f, took).await?;
+                    settle_late(w, policy.acks_late, receipt).await
+                }
+            }
+        }
+        // Celery's `Reject`: `task-rejected` where the broker sends events.
+        Ask::Reject { requeue: true } => {
+            app.broker().rejected(&m.id, true);
+            give_back(app, &m, receipt, !policy.acks_late).await
+        }
+        Ask::Reject { requeue: false } => {
+            app.broker().rejected(&m.id, false);
+            let f = Failure {
+                ask: None,
+                lineage: Box::default(),
+                kind: REJECTED.into(),
+                ..raised
+            };
+            s.note(&m, State::Failure.name(), Some(Err(&f)));
+            event(s, &m, State::Failure, Some(started), Some(failure_text(&f))).await;
+            give_up(app, &m, State::Failure, f, took).await?;
+            settle_late(w, policy.acks_late, receipt).await
+        }
+        Ask::Ignore => settle_late(w, policy.acks_late, receipt).await,
     }
 }
 
