@@ -7,7 +7,16 @@
 //                   [--max-memory-per-child KIB] [--time-limit S]
 //                   [--soft-time-limit S] [--metrics-port P [--metrics-host H]] [-E]
 //     headway beat ./app.js
-//     either: [-l/--loglevel warning] [--log-format text|json]
+//     headway inspect ./app.js WHAT [--json] [--timeout S] [-d NODE,...]
+//     headway control ./app.js WHAT [ARGS] [--json] [--timeout S] [-d NODE,...]
+//     any: [-l/--loglevel warning] [--log-format text|json]
+//
+// `inspect` and `control` are Celery's: they ask every process where a
+// worker of the app runs (inspect ping, active, reserved, scheduled,
+// stats, registered, active-queues; control shutdown, rate-limit TASK
+// RATE, time-limit TASK SOFT [HARD], pool-grow [N], pool-shrink [N],
+// add-consumer Q, cancel-consumer Q, heartbeat). The words, the sending,
+// the gathering and the printed text are the core's, as in Python's CLI.
 //
 // The module (CommonJS or ESM, resolved from the current directory) must
 // export a headway App: as `module.exports` / its default export, as `app`,
@@ -30,7 +39,9 @@ const USAGE = `usage: headway worker <app.js> [-c N] [-Q a,b] [--prefetch N] [--
                       [--max-memory-per-child KIB] [--time-limit S] [--soft-time-limit S]
                       [--metrics-port P [--metrics-host 127.0.0.1]] [-E/--task-events]
        headway beat <app.js>
-       either: [-l/--loglevel warning] [--log-format text|json]`;
+       headway inspect <app.js> <what> [--json] [--timeout S] [-d NODE,...]
+       headway control <app.js> <what> [args...] [--json] [--timeout S] [-d NODE,...]
+       any: [-l/--loglevel warning] [--log-format text|json]`;
 
 function fail(message) {
   process.stderr.write(`headway: ${message}\n`);
@@ -43,10 +54,16 @@ function parse(argv) {
     process.stdout.write(`${USAGE}\n`);
     process.exit(0);
   }
-  if (command !== 'worker' && command !== 'beat') fail(`unknown command ${JSON.stringify(command ?? '')}\n${USAGE}`);
+  if (!['worker', 'beat', 'inspect', 'control'].includes(command)) fail(`unknown command ${JSON.stringify(command ?? '')}\n${USAGE}`);
   if (!file || file.startsWith('-')) fail(`${command}: the app module is missing\n${USAGE}`);
   const o = { command, file, concurrency: undefined, queues: undefined, prefetch: undefined, grace: undefined, loglevel: 'warning', logFormat: 'text' };
   const worker = {};
+  const remote = command === 'inspect' || command === 'control';
+  if (remote) {
+    if (rest.length === 0 || rest[0].startsWith('-')) fail(`${command}: what to ${command} is missing\n${USAGE}`);
+    o.what = rest.shift();
+    o.words = [];
+  }
   for (let i = 0; i < rest.length; i++) {
     const flag = rest[i];
     const value = rest[i + 1];
@@ -80,6 +97,13 @@ function parse(argv) {
     else if (command === 'worker' && flag === '--metrics-port') o.metricsPort = int(need());
     else if (command === 'worker' && (flag === '-E' || flag === '--task-events')) o.taskEvents = true;
     else if (command === 'worker' && flag === '--metrics-host') o.metricsHost = need();
+    else if (remote && flag === '--json') o.json = true;
+    else if (remote && (flag === '-t' || flag === '--timeout')) {
+      const v = need();
+      o.timeout = Number(v);
+      if (v.trim() === '' || !Number.isFinite(o.timeout)) fail(`${flag} must be a number of seconds, not ${JSON.stringify(v)}`);
+    } else if (remote && (flag === '-d' || flag === '--destination')) o.destination = need().split(',').filter((d) => d);
+    else if (remote && !flag.startsWith('-')) o.words.push(flag);
     else fail(`unknown option ${flag}\n${USAGE}`);
   }
   o.worker = worker;
@@ -169,6 +193,26 @@ async function beat(o, App) {
   console.log('headway beat: stopped');
 }
 
+async function remote(o, App) {
+  const app = await load(o.file, App);
+  let r;
+  try {
+    r = await require('./lib/tasks.js')._remote(app, {
+      kind: o.command,
+      what: o.what,
+      words: o.words,
+      timeout: o.timeout,
+      destination: o.destination && o.destination.length ? o.destination : undefined,
+      json: Boolean(o.json),
+    });
+  } catch (e) {
+    fail(e.message);
+  }
+  process.stdout.write(r.out);
+  process.stderr.write(r.err);
+  process.exitCode = r.code;
+}
+
 async function main() {
   const o = parse(process.argv.slice(2));
   const { App } = require('./index.js');
@@ -178,7 +222,8 @@ async function main() {
     fail(e.message);
   }
   if (o.command === 'worker') await worker(o, App);
-  else await beat(o, App);
+  else if (o.command === 'beat') await beat(o, App);
+  else await remote(o, App);
 }
 
 main().catch((e) => {

@@ -1199,10 +1199,16 @@ export declare class RedisBroker {
    * Celery's layout and message format, so one queue is shared with Celery
    * workers and producers. `visibilityTimeout` ms: how long a claim may stay
    * unacked before any consumer hands it back (kombu's 3600 s).
+   * `taskSendSentEvent`: a `task-sent` event for each message sent
+   * (Celery's `task_send_sent_event`; off).
    */
   static celery(
     url: string,
-    options?: { consumer?: string | undefined; visibilityTimeout?: number | undefined },
+    options?: {
+      consumer?: string | undefined;
+      visibilityTimeout?: number | undefined;
+      taskSendSentEvent?: boolean | undefined;
+    },
   ): RedisBroker;
   /** The URL, password redacted (`redis://user:***@host`). */
   readonly url: string;

@@ -370,6 +370,29 @@ async function drive(server, screenshot) {
       await page.screenshot({ path: SCREENSHOT, fullPage: true });
     }
 
+    // The Workers card: this process's node, a rate limit set from the
+    // form, then the node shut down from its row (a second click confirms).
+    const workerRows = page.locator('#workers tbody tr');
+    await workerRows.first().waitFor({ timeout: WAIT });
+    assert.equal(await workerRows.count(), 1);
+    await page.selectOption('#rate-task', 'add');
+    await page.fill('#rate-value', '100/s');
+    await page.click('#rate-submit');
+    await page.locator('#workers-result', { hasText: 'Rate limit of add: 100/s' }).waitFor({ timeout: WAIT });
+    await page.fill('#rate-value', 'fast');
+    await page.click('#rate-submit');
+    await page.locator('#workers-result .error', { hasText: 'Invalid rate limit string' }).waitFor({ timeout: WAIT });
+    const shut = workerRows.first().locator('button[data-action="shutdown"]');
+    await shut.click();
+    assert.equal(await shut.textContent(), 'Shut down for good?');
+    await shut.click();
+    await page.locator('#workers-result', { hasText: 'Shutting down' }).waitFor({ timeout: WAIT });
+    await until('no worker listed', async () => (await workerRows.count()) === 0);
+    const controls = (await api(server.base, 'GET', '/api/audit')).body.audit
+      .filter((e) => e.action === 'control')
+      .map((e) => e.by);
+    assert.deepEqual(controls, ['session', 'session']);
+
     // Logging out revokes the session: a kept copy of its cookie is refused.
     const kept = (await page.context().cookies())[0];
     await Promise.all([page.waitForNavigation(), page.click('#logout')]);

@@ -4,7 +4,7 @@
 const { inspect } = require('node:util');
 const native = require('../addon.js');
 const { argType, refusal } = require('./errors.js');
-const { opts, only, str, num } = require('./checks.js');
+const { opts, only, str, num, bool } = require('./checks.js');
 const { answer } = require('./host.js');
 const { NATIVE } = require('./clock.js');
 
@@ -13,7 +13,7 @@ const CELERY = Symbol('celery');
 /**
  * A broker, result store and chord counter on Redis: headway's own layout
  * (`new RedisBroker(url, { consumer, prefix, lease })`), or Celery's
- * (`RedisBroker.celery(url, { consumer, visibilityTimeout })`). It connects
+ * (`RedisBroker.celery(url, { consumer, visibilityTimeout, taskSendSentEvent })`). It connects
  * when an App is built on it, with that app's clock.
  */
 class RedisBroker {
@@ -22,10 +22,11 @@ class RedisBroker {
     const o = opts('options', options);
     let r;
     if (layout === CELERY) {
-      only('RedisBroker.celery', o, ['consumer', 'visibilityTimeout']);
+      only('RedisBroker.celery', o, ['consumer', 'visibilityTimeout', 'taskSendSentEvent']);
       const consumer = o.consumer === undefined ? null : str('consumer', o.consumer);
       const vt = o.visibilityTimeout === undefined ? null : num('visibilityTimeout', o.visibilityTimeout);
-      r = native.NativeRedis.celery(url, consumer, vt);
+      const sent = o.taskSendSentEvent === undefined ? null : bool('taskSendSentEvent', o.taskSendSentEvent);
+      r = native.NativeRedis.celery(url, consumer, vt, sent);
     } else {
       only('RedisBroker', o, ['consumer', 'prefix', 'lease']);
       const consumer = o.consumer === undefined ? null : str('consumer', o.consumer);

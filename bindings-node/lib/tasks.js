@@ -789,6 +789,11 @@ Object.defineProperties(module.exports, {
   _enableTaskEvents: {
     value: (app) => check(app[APP].enableTaskEvents()),
   },
+  // cli.js: `inspect` / `control`: the core asks every node; resolves
+  // to {code, out, err}.
+  _remote: {
+    value: (app, request) => answer(app[APP].remote(JSON.stringify(request)), JSON.parse, (v) => v),
+  },
   // cli.js: `--metrics-port`: serves the app's metrics; the port.
   _serveMetrics: {
     value: (app, host, port) => {

@@ -7,6 +7,16 @@
         [-l/--loglevel warning] [--log-format text|json]
     headway beat -A module:app                     run the app's beat
     headway admin -A module:app [--port 5555]      serve the admin (uvicorn)
+    headway inspect WHAT -A module:app             ask every worker process:
+        [--json] [--timeout S] [-d NODE,...]       ping, active, reserved,
+                                                   scheduled, stats, registered,
+                                                   active-queues
+    headway control WHAT [ARGS] -A module:app      change them: shutdown,
+        [--json] [--timeout S] [-d NODE,...]       rate-limit TASK RATE,
+                                                   time-limit TASK SOFT [HARD],
+                                                   pool-grow [N], pool-shrink [N],
+                                                   add-consumer Q,
+                                                   cancel-consumer Q, heartbeat
     headway demo                                   a worker, a retry, a chain,
                                                    a chord and a beat, on the
                                                    memory broker and a virtual
@@ -165,6 +175,23 @@ def _admin(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _remote(ns: argparse.Namespace) -> int:
+    # Celery's `inspect` / `control`: the words, the sending, the gathering
+    # and the text are the core's (the Node CLI prints the same).
+    app = _load(ns.app)
+    dest = [d for d in (ns.destination or "").split(",") if d] or None
+    try:
+        code, out, err = app._native.remote(
+            ns.command, ns.what, ns.words, ns.timeout, dest, ns.json
+        )
+    except ValueError as e:
+        raise SystemExit(f"headway: {e}") from e
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    sys.stdout.flush()
+    return code
+
+
 def _demo(ns: argparse.Namespace) -> int:
     from ._demo import demo
 
@@ -241,7 +268,26 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("demo", help="a real demo on the memory broker and a virtual clock")
     d.set_defaults(run=_demo)
 
-    for sp in (w, b, a, d):
+    remote = []
+    for kind, what in (
+        ("inspect", "ask every worker process of the app (Celery's inspect)"),
+        ("control", "change every worker process of the app (Celery's control)"),
+    ):
+        r = sub.add_parser(kind, help=what)
+        r.add_argument("what", help="the command (see headway --help)")
+        r.add_argument("words", nargs="*", help="its arguments")
+        r.add_argument("-A", "--app", required=True, help="module:app")
+        r.add_argument("--json", action="store_true", help="one JSON line {node: answer}")
+        r.add_argument(
+            "-t", "--timeout", type=float, default=None, help="seconds to wait for answers (1)"
+        )
+        r.add_argument(
+            "-d", "--destination", default=None, help="nodes or worker names, comma-separated"
+        )
+        r.set_defaults(run=_remote)
+        remote.append(r)
+
+    for sp in (w, b, a, d, *remote):
         sp.add_argument(
             "-l", "--loglevel", default="warning", help="debug, info, warning (default), error, critical"
         )

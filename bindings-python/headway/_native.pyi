@@ -977,9 +977,15 @@ class RedisBroker:
     ) -> RedisBroker: ...
     @staticmethod
     def celery(
-        url: str, consumer: str | None = None, visibility_timeout: _Span | None = 3600.0
+        url: str,
+        consumer: str | None = None,
+        visibility_timeout: _Span | None = 3600.0,
+        *,
+        task_send_sent_event: bool = False,
     ) -> RedisBroker:
-        """Celery's Redis layout and message format on ``url``."""
+        """Celery's Redis layout and message format on ``url``;
+        ``task_send_sent_event``: a ``task-sent`` event for each message
+        sent (Celery's setting)."""
     @property
     def url(self) -> str:
         """The URL, password redacted."""
@@ -1160,6 +1166,15 @@ class _App:
     def has_task(self, name: str) -> bool: ...
     def serve_metrics(self, host: str, port: int) -> int: ...
     def enable_task_events(self) -> None: ...
+    def remote(
+        self,
+        kind: str,
+        what: str,
+        words: list[str],
+        timeout: float | None = None,
+        destination: list[str] | None = None,
+        json: bool = False,
+    ) -> tuple[int, str, str]: ...
     def worker(
         self,
         queues: list[str] | None = None,

@@ -1028,6 +1028,39 @@ impl PyApp {
         Ok(server.addr.port())
     }
 
+    /// `headway inspect|control <what> <words...>` (the CLI): the command
+    /// sent to every node of the app and their answers gathered, as
+    /// `(exit status, stdout text, stderr text)`; refused (ValueError) for a
+    /// bad command, before anything is sent.
+    #[pyo3(signature = (kind, what, words, timeout=None, destination=None, json=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn remote(
+        &self,
+        py: Python<'_>,
+        kind: String,
+        what: String,
+        words: Vec<String>,
+        timeout: Option<f64>,
+        destination: Option<Vec<String>>,
+        json: bool,
+    ) -> PyResult<(i32, String, String)> {
+        let app = self.app.clone();
+        let r = block(py, async move {
+            headway_core::task::control::cli(
+                &app,
+                &kind,
+                &what,
+                &words,
+                timeout,
+                destination.as_deref(),
+                json,
+            )
+            .await
+        })?;
+        let p = crate::rt::check(py, r)?;
+        Ok((p.code, p.out, p.err))
+    }
+
     /// A worker over `queues` (the core's `["default"]` when `None`). On
     /// `pool="process"` its children are started with `child`, a
     /// `(program, args, env)` the `headway` package makes.

@@ -61,19 +61,23 @@ impl PyRedisBroker {
     /// Celery workers share queues, results and chords.
     /// `visibility_timeout` (seconds): how long a claim may stay unacked
     /// before any consumer's restore hands it back — kombu's 3600 s.
+    /// `task_send_sent_event`: a `task-sent` event for each message sent
+    /// (Celery's setting of that name).
     #[staticmethod]
-    #[pyo3(signature = (url, consumer=None, visibility_timeout=None), text_signature = "(url, consumer=None, visibility_timeout=3600.0)")]
+    #[pyo3(signature = (url, consumer=None, visibility_timeout=None, *, task_send_sent_event=false), text_signature = "(url, consumer=None, visibility_timeout=3600.0, *, task_send_sent_event=False)")]
     fn celery(
         url: &str,
         consumer: Option<String>,
         visibility_timeout: Option<&Bound<'_, PyAny>>,
+        task_send_sent_event: bool,
     ) -> PyResult<Self> {
         guard(|| {
             let vt = match visibility_timeout {
                 Some(v) if !v.is_none() => Some(span_ms("visibility_timeout", v)?),
                 _ => None,
             };
-            let t = Target::celery(url, consumer, vt);
+            let t = Target::celery(url, consumer, vt)
+                .map(|t| t.task_send_sent_event(task_send_sent_event));
             Ok(PyRedisBroker { target: target(t)? })
         })
     }

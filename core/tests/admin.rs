@@ -1322,3 +1322,125 @@ fn previews_escape_what_is_not_printable_and_are_bounded() {
     let p = preview(&big);
     assert_eq!(p, format!("{}…", "x".repeat(PREVIEW_MAX)));
 }
+
+/// `/api/workers` lists the nodes that answer (with when they last did),
+/// and `/api/control` changes a task's rate and shuts a node down — by POST,
+/// with the login and CSRF rules of every change, and audited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_are_listed_and_controlled() {
+    let app = app();
+    let a = admin(&app);
+    // No worker: nothing listed (the positive control follows).
+    let r = call(&a, authed(get("/api/workers"))).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(body_json(&r)["nodes"], json!([]));
+    let running = start(&app);
+    let h = &running.1;
+    let listed = loop {
+        let v = body_json(&call(&a, authed(get("/api/workers"))).await);
+        if v["nodes"].as_array().is_some_and(|n| n.len() == 1) {
+            break v;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let node = listed["nodes"][0].clone();
+    assert!(node["heartbeat"].as_i64().unwrap() >= listed["at"].as_i64().unwrap() - 1);
+    assert_eq!(node["stats"]["workers"][0]["name"], "w1", "{node}");
+    assert_eq!(listed["reach"], "broker");
+    let name = node["node"].as_str().unwrap().to_string();
+
+    // A change needs the CSRF value with a cookie, as every change does.
+    let (cookie, csrf) = login(&a).await;
+    let rate = json!({"command": "rate_limit", "node": name, "task": "add", "rate": "5/m"});
+    let r = call(
+        &a,
+        post("/api/control", &rate)
+            .header("Cookie", cookie.clone())
+            .header("Origin", ORIGIN),
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    let r = call(
+        &a,
+        post("/api/control", &rate)
+            .header("Cookie", cookie.clone())
+            .header("Origin", ORIGIN)
+            .header(CSRF_HEADER, csrf.clone()),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        body_json(&r)["replies"][&name],
+        json!({"ok": "new rate limit set successfully"})
+    );
+    // GET is no way to change.
+    let r = call(&a, authed(get("/api/control"))).await;
+    assert_eq!(r.status, 405);
+    // Refusals name what was wrong.
+    for (bad, why) in [
+        (
+            json!({"command": "reboot", "node": name}),
+            "invalid `command`",
+        ),
+        (
+            json!({"command": "rate_limit", "node": name}),
+            "invalid `task`",
+        ),
+        (
+            json!({"command": "rate_limit", "node": name, "task": "nope", "rate": "1/s"}),
+            "unknown task",
+        ),
+        (
+            json!({"command": "rate_limit", "node": name, "task": "add", "rate": "x"}),
+            "Invalid rate limit string",
+        ),
+        (
+            json!({"command": "shutdown", "node": name, "x": 1}),
+            "unknown field `x`",
+        ),
+    ] {
+        let r = call(&a, authed(post("/api/control", &bad))).await;
+        assert_eq!(r.status, 400, "{bad}");
+        let text = String::from_utf8_lossy(&r.body).to_string();
+        assert!(text.contains(why), "{bad}: {text}");
+    }
+    let r = call(
+        &a,
+        authed(post(
+            "/api/control",
+            &json!({"command": "shutdown", "node": "nobody"}),
+        )),
+    )
+    .await;
+    assert_eq!(r.status, 404);
+    assert!(!h.is_finished(), "a shutdown for another node stopped it");
+    // Shut down by its worker's name.
+    let r = call(
+        &a,
+        authed(post(
+            "/api/control",
+            &json!({"command": "shutdown", "node": "w1"}),
+        )),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let (_, h) = running;
+    tokio::time::timeout(Duration::from_secs(10), h)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let audit = body_json(&call(&a, authed(get("/api/audit"))).await);
+    let actions: Vec<&str> = audit
+        .as_array()
+        .or_else(|| audit["audit"].as_array())
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    assert_eq!(
+        actions.iter().filter(|a| **a == "control").count(),
+        2,
+        "{audit}"
+    );
+}

@@ -1431,3 +1431,363 @@ async fn celerys_inspect_lists_held_etas_and_revoked_ids() {
     assert!(!ids.contains(&json!(later)), "{revoked}");
     stop(wk, h).await;
 }
+
+/// Celery's CLI's answer on one line of `--json` output, for `node`.
+fn cli_answer(w: &World, args: &[&str], node: &str) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["--json", "-t", "3"]);
+    let out = w.celery(&all);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let v: Value =
+        serde_json::from_str(text.trim().lines().last().unwrap_or("")).unwrap_or_else(|_| {
+            panic!(
+                "celery {args:?}: {text}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    // `inspect` answers `{node: answer}`; `control` a list of those.
+    match v {
+        Value::Array(a) => a
+            .into_iter()
+            .find_map(|e| e.get(node).cloned())
+            .unwrap_or(Value::Null),
+        v => v.get(node).cloned().unwrap_or(Value::Null),
+    }
+}
+
+/// Registers `hw.hold`, whose body waits for a permit of the answer.
+fn hold_task(app: &App) -> Arc<tokio::sync::Semaphore> {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let g = gate.clone();
+    app.register(
+        "hw.hold",
+        Policy {
+            queue: "hw".into(),
+            ..Policy::default()
+        },
+        body(move |_ctx, args| {
+            let g = g.clone();
+            async move {
+                g.acquire().await.unwrap().forget();
+                Ok(Value::Array(args))
+            }
+        }),
+    )
+    .unwrap();
+    gate
+}
+
+async fn send_to(app: &App, task: &str, args: Vec<Value>, queue: &str) -> String {
+    app.send(
+        task,
+        args,
+        Map::new(),
+        Options {
+            queue: Some(queue.into()),
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap()
+    .id()
+    .to_string()
+}
+
+/// `celery inspect active` / `reserved` / `active_queues` / `conf` /
+/// `report`, Celery's own CLI, answered by a headway worker from what it
+/// holds: one run active, one reserved behind it (concurrency 1); both
+/// empty once they finish (the positive control the lists are live).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn celerys_inspect_active_and_reserved_show_a_headway_workers_runs() {
+    let Some(w) = world(3600.0) else { return };
+    let ran = Ran::default();
+    let (app, b) = w.headway(&ran).await;
+    let gate = hold_task(&app);
+    let wk = Worker::new(
+        app.clone(),
+        WorkerConfig {
+            queues: vec!["hw".into()],
+            concurrency: 1,
+            prefetch: Some(2),
+            ..WorkerConfig::default()
+        },
+    )
+    .unwrap();
+    let w2 = wk.clone();
+    let h = tokio::spawn(async move { w2.run().await.unwrap() });
+    let node = b.node().to_string();
+    let one = send_to(&app, "hw.hold", vec![json!(1)], "hw").await;
+    let two = send_to(&app, "hw.hold", vec![json!(2)], "hw").await;
+    let until = Instant::now() + Duration::from_secs(20);
+    let (active, reserved) = loop {
+        let a = cli_answer(&w, &["inspect", "active"], &node);
+        let r = cli_answer(&w, &["inspect", "reserved"], &node);
+        if a.as_array().is_some_and(|x| x.len() == 1) && r.as_array().is_some_and(|x| x.len() == 1)
+        {
+            break (a[0].clone(), r[0].clone());
+        }
+        assert!(
+            Instant::now() < until,
+            "never one active, one reserved: {a} {r}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let ids = [active["id"].clone(), reserved["id"].clone()];
+    assert!(
+        ids.contains(&json!(one)) && ids.contains(&json!(two)),
+        "{ids:?}"
+    );
+    assert_eq!(active["name"], json!("hw.hold"), "{active}");
+    assert_eq!(active["type"], json!("hw.hold"), "{active}");
+    assert_eq!(active["hostname"], json!(node), "{active}");
+    assert_eq!(active["worker_pid"], json!(std::process::id()), "{active}");
+    assert_eq!(active["acknowledged"], json!(true), "{active}");
+    assert!(
+        active["time_start"].as_f64().is_some_and(|t| t > 1e9),
+        "{active}"
+    );
+    assert_eq!(
+        active["delivery_info"]["routing_key"],
+        json!("hw"),
+        "{active}"
+    );
+    assert_eq!(reserved["time_start"], Value::Null, "{reserved}");
+    assert_eq!(reserved["acknowledged"], json!(false), "{reserved}");
+    // The queues consumed, as kombu's Queue.as_dict shows them.
+    let queues = cli_answer(&w, &["inspect", "active_queues"], &node);
+    assert_eq!(queues[0]["name"], json!("hw"), "{queues}");
+    assert_eq!(queues[0]["exchange"]["type"], json!("direct"), "{queues}");
+    // Flower's `conf`, and the bug report.
+    let conf = cli_answer(&w, &["inspect", "conf"], &node);
+    assert_eq!(conf["broker_url"], json!(w.url()), "{conf}");
+    let report = cli_answer(&w, &["inspect", "report"], &node);
+    assert!(
+        report["ok"].as_str().is_some_and(|r| r.contains("headway")),
+        "{report}"
+    );
+    // Both finish: nothing active or reserved.
+    gate.add_permits(2);
+    for id in [&one, &two] {
+        app.handle(id)
+            .get(Some(Duration::from_secs(20)))
+            .await
+            .unwrap();
+    }
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let a = cli_answer(&w, &["inspect", "active"], &node);
+        let r = cli_answer(&w, &["inspect", "reserved"], &node);
+        if a == json!([]) && r == json!([]) {
+            break;
+        }
+        assert!(Instant::now() < until, "still held: {a} {r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop(wk, h).await;
+}
+
+/// `celery control rate_limit`, `time_limit`, `add_consumer`,
+/// `cancel_consumer`, `pool_grow`, `pool_shrink`, Celery's own CLI, change
+/// a running headway worker, each seen in what it does next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn celerys_control_commands_change_a_headway_worker() {
+    let Some(w) = world(3600.0) else { return };
+    let ran = Ran::default();
+    let (app, b) = w.headway(&ran).await;
+    let (wk, h) = run_worker(&app, &["hw"]);
+    let node = b.node().to_string();
+    // Positive control: it answers at all.
+    let until = Instant::now() + Duration::from_secs(20);
+    while cli_answer(&w, &["inspect", "ping"], &node) != json!({"ok": "pong"}) {
+        assert!(Instant::now() < until, "no pong");
+    }
+
+    // rate_limit: one hw.add an hour; the second waits, then runs once
+    // the limit is lifted.
+    let r = cli_answer(&w, &["control", "rate_limit", "hw.add", "1/h"], &node);
+    assert_eq!(r, json!({"ok": "new rate limit set successfully"}));
+    let first = send_to(&app, "hw.add", vec![json!(1), json!(2)], "hw").await;
+    assert_eq!(
+        app.handle(&first)
+            .get(Some(Duration::from_secs(20)))
+            .await
+            .unwrap(),
+        json!(3)
+    );
+    let second = send_to(&app, "hw.add", vec![json!(2), json!(2)], "hw").await;
+    assert!(
+        app.handle(&second)
+            .get(Some(Duration::from_millis(800)))
+            .await
+            .is_err(),
+        "the rate let a second run through within the hour"
+    );
+    let r = cli_answer(&w, &["control", "rate_limit", "hw.add", "0"], &node);
+    assert_eq!(r, json!({"ok": "rate limit disabled successfully"}));
+    assert_eq!(
+        app.handle(&second)
+            .get(Some(Duration::from_secs(20)))
+            .await
+            .unwrap(),
+        json!(4)
+    );
+    let r = cli_answer(&w, &["control", "rate_limit", "no.such", "1/s"], &node);
+    assert_eq!(r, json!({"error": "unknown task \"no.such\""}));
+
+    // time_limit: a soft limit is taken; a hard one needs the process
+    // pool, and says so.
+    let r = cli_answer(&w, &["control", "time_limit", "hw.add", "5"], &node);
+    assert_eq!(r, json!({"ok": "time limits set successfully"}));
+    let r = cli_answer(&w, &["control", "time_limit", "hw.add", "5", "10"], &node);
+    assert!(
+        r["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("process pool")),
+        "{r}"
+    );
+
+    // add_consumer: a run on `extra` waits until the worker consumes it.
+    let waiting = send_to(&app, "hw.add", vec![json!(5), json!(5)], "extra").await;
+    assert!(
+        app.handle(&waiting)
+            .get(Some(Duration::from_millis(500)))
+            .await
+            .is_err(),
+        "ran from a queue not consumed"
+    );
+    let r = cli_answer(&w, &["control", "add_consumer", "extra"], &node);
+    assert_eq!(r, json!({"ok": "add consumer extra"}));
+    assert_eq!(
+        app.handle(&waiting)
+            .get(Some(Duration::from_secs(20)))
+            .await
+            .unwrap(),
+        json!(10)
+    );
+    let queues = cli_answer(&w, &["inspect", "active_queues"], &node);
+    let names: Vec<&str> = queues
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|q| q["name"].as_str())
+        .collect();
+    assert_eq!(names, vec!["hw", "extra"], "{queues}");
+    let r = cli_answer(&w, &["control", "cancel_consumer", "extra"], &node);
+    assert_eq!(r, json!({"ok": "no longer consuming from extra"}));
+    assert_eq!(wk.queues(), vec!["hw".to_string()]);
+
+    // pool_grow / pool_shrink: the concurrency `inspect stats` shows.
+    let conc = || cli_answer(&w, &["inspect", "stats"], &node)["pool"]["max-concurrency"].clone();
+    assert_eq!(conc(), json!(2));
+    let r = cli_answer(&w, &["control", "pool_grow", "3"], &node);
+    assert_eq!(r, json!({"ok": "pool will grow"}));
+    assert_eq!(conc(), json!(5));
+    let r = cli_answer(&w, &["control", "pool_shrink", "4"], &node);
+    assert_eq!(r, json!({"ok": "pool will shrink"}));
+    assert_eq!(conc(), json!(1));
+    let r = cli_answer(&w, &["control", "pool_shrink", "1"], &node);
+    assert!(
+        r["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("at least 1")),
+        "{r}"
+    );
+    // Still runs.
+    let last = send_to(&app, "hw.add", vec![json!(3), json!(3)], "hw").await;
+    assert_eq!(
+        app.handle(&last)
+            .get(Some(Duration::from_secs(20)))
+            .await
+            .unwrap(),
+        json!(6)
+    );
+    stop(wk, h).await;
+}
+
+/// `celery control heartbeat` makes a headway worker send a heartbeat at
+/// once, even with task events off; a producer with Celery's
+/// `task_send_sent_event` sends `task-sent`, one without does not — both
+/// read by Celery's own `celery events --dump`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn celery_events_dump_shows_a_remote_heartbeat_and_task_sent() {
+    let Some(w) = world(3600.0) else { return };
+    let ran = Ran::default();
+    let (app, b) = w.headway(&ran).await;
+    assert!(!b.task_events());
+    let log = w.server.dir.join("events.log");
+    let mut dump = w
+        .py()
+        .env("PYTHONUNBUFFERED", "1")
+        .args(["-m", "celery", "-A", "celery_app", "events", "--dump"])
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start celery events --dump");
+    let (wk, h) = run_worker(&app, &["hw"]);
+    let node = b.node().to_string();
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    // Events off: the heartbeat comes only when asked (the dumper may start
+    // late, so ask until one shows).
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = w.celery(&["control", "heartbeat", "-t", "1"]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        if read()
+            .lines()
+            .any(|l| l.contains(&node) && l.contains("] heartbeat: "))
+        {
+            break;
+        }
+        assert!(Instant::now() < until, "no heartbeat: {}", read());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!b.task_events(), "a heartbeat turns nothing on");
+    // task-sent: the same app without the option sends none; a producer
+    // with it sends one for its message.
+    let quiet = send_to(&app, "hw.add", vec![json!(1), json!(1)], "hw").await;
+    let loud_b = CeleryBroker::connect(
+        &w.url(),
+        CeleryOptions {
+            task_send_sent_event: true,
+            ..CeleryOptions::default()
+        },
+        Arc::new(SystemClock),
+    )
+    .await
+    .expect("connect");
+    let loud_app = App::new(loud_b.seams(), Arc::new(SystemClock));
+    let loud = loud_app
+        .send_task(
+            "hw.add",
+            vec![json!(2), json!(2)],
+            Map::new(),
+            Options {
+                queue: Some("hw".into()),
+                ..Options::default()
+            },
+        )
+        .await
+        .unwrap()
+        .id()
+        .to_string();
+    assert_eq!(
+        app.handle(&loud)
+            .get(Some(Duration::from_secs(20)))
+            .await
+            .unwrap(),
+        json!(4)
+    );
+    let until = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let text = read();
+        if text.contains(&format!("task sent: hw.add({loud})")) {
+            break text;
+        }
+        assert!(Instant::now() < until, "no task sent:\n{text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(!text.contains(&quiet), "{text}");
+    stop(wk, h).await;
+    let _ = dump.kill();
+    let _ = dump.wait();
+}

@@ -12,6 +12,8 @@
 //! that cannot start makes the worker's `run` fail with the reason; a hard
 //! limit on the threads pool is refused.
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use headway_core::task::{
@@ -371,4 +373,167 @@ fn a_hard_limit_needs_the_process_pool() {
             ..
         })
     ));
+}
+
+/// A remote `pool_grow` starts more children and `pool_shrink` lets them
+/// go (idle ones at once, busy ones when their run ends, not replaced);
+/// `inspect active` names the child running each run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_process_pool_grows_and_shrinks_remotely() {
+    use headway_core::task::remote::{Command, Node, Reply};
+    let r = start(&plain, 1, None);
+    let until = |what: &str, pids: usize, w: &Worker| {
+        let (what, w) = (what.to_string(), w.clone());
+        async move {
+            let end = std::time::Instant::now() + Duration::from_secs(20);
+            while w.procs().unwrap().pids().len() != pids {
+                assert!(std::time::Instant::now() < end, "never: {what}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    until("one child", 1, &r.worker).await;
+    let node = loop {
+        if let Some(n) = Node::here(&r.app) {
+            break n;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(
+        node.run(&Command::PoolGrow(2)).unwrap(),
+        Reply::Done("pool will grow".into())
+    );
+    until("three children", 3, &r.worker).await;
+    assert_eq!(r.worker.concurrency(), 3);
+    // Three sleeps run at once, each in a child of its own.
+    let hs = [
+        r.send("sleep", vec![json!(600)]).await,
+        r.send("sleep", vec![json!(600)]).await,
+        r.send("sleep", vec![json!(600)]).await,
+    ];
+    let active = loop {
+        match node.run(&Command::Active).unwrap() {
+            Reply::Runs(a) if a.len() == 3 => break a,
+            _ => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    };
+    let mut pids: Vec<u32> = active.iter().map(|a| a.pid.unwrap()).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    assert_eq!(pids.len(), 3, "{active:?}");
+    assert!(!pids.contains(&std::process::id()));
+    for h in &hs {
+        let pid = h.get(WAIT).await.unwrap().as_u64().unwrap() as u32;
+        assert!(pids.contains(&pid));
+    }
+    // Shrunk by two: two children go, none replaced.
+    node.run(&Command::PoolShrink(2)).unwrap();
+    until("one child again", 1, &r.worker).await;
+    assert_eq!(r.worker.concurrency(), 1);
+    assert!(r.send("pid", vec![]).await.get(WAIT).await.is_ok());
+    r.stop().await;
+}
+
+/// On Celery's layout with task events on, a run whose child died and whose
+/// task asks for its message back (`acks_late` + `reject_on_worker_lost`)
+/// sends Celery's `task-rejected` (`requeue` true) — and a run that
+/// succeeds sends none (the positive control: its `task-succeeded` comes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_child_died_sends_celerys_task_rejected() {
+    use futures_util::StreamExt;
+    let Some(server) = support::RedisServer::start() else {
+        return;
+    };
+    let url = format!("{}/0", server.url());
+    let b = headway_core::broker::celery::CeleryBroker::connect(
+        &url,
+        headway_core::broker::celery::CeleryOptions {
+            task_events: true,
+            ..Default::default()
+        },
+        std::sync::Arc::new(headway_core::task::SystemClock),
+    )
+    .await
+    .unwrap();
+    let app = App::new(
+        b.seams(),
+        std::sync::Arc::new(headway_core::task::SystemClock),
+    );
+    b.route_for(&app);
+    let late = |_: &str| Policy {
+        acks_late: true,
+        reject_on_worker_lost: true,
+        ..Policy::default()
+    };
+    register(&app, &late);
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut sub = client.get_async_pubsub().await.unwrap();
+    sub.psubscribe("*celeryev/task.*").await.unwrap();
+    let mut events = sub.into_on_message();
+    let worker = Worker::new(
+        app.clone(),
+        WorkerConfig {
+            queues: vec!["celery".into()],
+            concurrency: 1,
+            pool: Pool::Process(spec(None)),
+            ..WorkerConfig::default()
+        },
+    )
+    .unwrap();
+    let w = worker.clone();
+    let done = tokio::spawn(async move { w.run().await });
+    let dir = std::env::temp_dir().join(format!("headway-rejected-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let marker = dir.join("exit_once").display().to_string();
+    let _ = std::fs::remove_file(&marker);
+    let opts = || Options {
+        queue: Some("celery".into()),
+        ..Options::default()
+    };
+    let h = app
+        .send("exit_once", vec![json!(marker)], Map::new(), opts())
+        .await
+        .unwrap();
+    assert_eq!(h.get(WAIT).await.unwrap(), json!("second time"));
+    let ok = app.send("pid", vec![], Map::new(), opts()).await.unwrap();
+    ok.get(WAIT).await.unwrap();
+    // Read the events until the second run's success: by then the first
+    // run's rejection went out (events go in order).
+    let mut rejected = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let m = tokio::time::timeout_at(deadline, events.next())
+            .await
+            .expect("the events came")
+            .unwrap();
+        let env: Value = serde_json::from_slice(m.get_payload_bytes()).unwrap();
+        let body = env["body"].as_str().unwrap();
+        let body: Value = serde_json::from_slice(&unbase64(body)).unwrap();
+        if body["type"] == "task-rejected" {
+            rejected.push((body["uuid"].clone(), body["requeue"].clone()));
+        }
+        if body["type"] == "task-succeeded" && body["uuid"] == json!(ok.id()) {
+            break;
+        }
+    }
+    assert_eq!(rejected, vec![(json!(h.id()), json!(true))]);
+    worker.stop(Duration::from_secs(5));
+    done.await.unwrap().unwrap();
+}
+
+/// Standard base64 (kombu's body encoding), for reading events.
+fn unbase64(text: &str) -> Vec<u8> {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in text.bytes().filter(|c| *c != b'=') {
+        acc = (acc << 6) | A.iter().position(|a| *a == c).expect("base64") as u32;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    out
 }

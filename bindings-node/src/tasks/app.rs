@@ -599,6 +599,53 @@ impl NativeApp {
         }
     }
 
+    /// `headway inspect|control` (the CLI): `request` is JSON `{kind,
+    /// what, words, timeout (s), destination, json}`; answers JSON `{code,
+    /// out, err}` once the nodes' answers are gathered, or why not (a bad
+    /// command is refused before anything is sent).
+    #[napi(catch_unwind)]
+    pub fn remote(&self, request: String) -> napi::Result<Answer> {
+        #[derive(serde::Deserialize)]
+        struct Req {
+            kind: String,
+            what: String,
+            #[serde(default)]
+            words: Vec<String>,
+            timeout: Option<f64>,
+            destination: Option<Vec<String>>,
+            #[serde(default)]
+            json: bool,
+        }
+        let r: Req = match serde_json::from_str(&request) {
+            Ok(r) => r,
+            Err(e) => {
+                return refused(Refusal::from(headway_core::task::Refused::Invalid(
+                    format!("invalid remote request: {e}"),
+                )));
+            }
+        };
+        let app = self.app.clone();
+        let text = |p: headway_core::task::control::Printed| {
+            serde_json::json!({"code": p.code, "out": p.out, "err": p.err}).to_string()
+        };
+        drive(
+            async move {
+                headway_core::task::control::cli(
+                    &app,
+                    &r.kind,
+                    &r.what,
+                    &r.words,
+                    r.timeout,
+                    r.destination.as_deref(),
+                    r.json,
+                )
+                .await
+            },
+            text,
+            text,
+        )
+    }
+
     /// The app's time, epoch ms.
     #[napi]
     pub fn now(&self) -> f64 {

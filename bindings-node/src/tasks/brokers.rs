@@ -70,14 +70,19 @@ impl NativeRedis {
     }
 
     /// Celery's layout and message format: `visibilityTimeout` ms (kombu's
-    /// 3600 s when omitted).
+    /// 3600 s when omitted); `taskSendSentEvent`: a `task-sent` event for
+    /// each message sent (Celery's `task_send_sent_event`).
     #[napi(catch_unwind)]
     pub fn celery(
         url: String,
         consumer: Option<String>,
         visibility_timeout: Option<f64>,
+        task_send_sent_event: Option<bool>,
     ) -> Either<NativeRedis, Refusal> {
-        made(Target::celery(&url, consumer, visibility_timeout.map(ms)))
+        made(
+            Target::celery(&url, consumer, visibility_timeout.map(ms))
+                .map(|t| t.task_send_sent_event(task_send_sent_event.unwrap_or(false))),
+        )
     }
 
     /// The URL, password redacted.

@@ -28,6 +28,7 @@
 mod auth;
 mod http;
 mod page;
+mod remote;
 mod reports;
 mod routes;
 mod session;

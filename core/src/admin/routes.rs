@@ -96,6 +96,8 @@ enum Route<'a> {
     DeadRequeue,
     DeadPurge,
     Audit,
+    Workers,
+    Control,
     Metrics,
     Stream,
     Login,
@@ -118,6 +120,8 @@ impl Route<'_> {
             "/api/dead/requeue" => Route::DeadRequeue,
             "/api/dead/purge" => Route::DeadPurge,
             "/api/audit" => Route::Audit,
+            "/api/workers" => Route::Workers,
+            "/api/control" => Route::Control,
             // Prometheus text, behind the same login (a scrape sends the
             // token as `Authorization: Bearer`).
             "/metrics" => Route::Metrics,
@@ -134,7 +138,7 @@ impl Route<'_> {
     fn changes(self) -> bool {
         matches!(
             self,
-            Route::Send | Route::Revoke | Route::DeadRequeue | Route::DeadPurge
+            Route::Send | Route::Revoke | Route::DeadRequeue | Route::DeadPurge | Route::Control
         )
     }
 }
@@ -238,6 +242,7 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
             Route::Send => ("send", send(inner, body).await),
             Route::Revoke => ("revoke", revoke(inner, body).await),
             Route::DeadRequeue => ("dead.requeue", requeue_dead(inner, body).await),
+            Route::Control => ("control", super::remote::command(inner, body).await),
             _ => ("dead.purge", purge_dead(inner, body).await),
         };
         if r.status == 200 {
@@ -289,6 +294,7 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
             Err(r) => full(r),
         },
         Route::Audit => full(Response::json(200, &reports::audit(inner))),
+        Route::Workers => full(super::remote::workers(inner).await),
         Route::Metrics => match crate::task::metrics::render(&inner.app).await {
             Ok(text) => full(Response::with(
                 200,
@@ -331,6 +337,7 @@ async fn route(inner: &Arc<Inner>, req: &Request) -> Reply {
         | Route::Revoke
         | Route::DeadRequeue
         | Route::DeadPurge
+        | Route::Control
         | Route::Login
         | Route::Logout => {
             unreachable!("handled above")

@@ -376,6 +376,16 @@ impl Target {
         Ok(Target::new(url, shown, Layout::Celery(options)))
     }
 
+    /// On Celery's layout, whether a `task-sent` event goes out for each
+    /// message published (Celery's `task_send_sent_event`); other layouts
+    /// send no Celery events and are unchanged.
+    pub fn task_send_sent_event(mut self, on: bool) -> Target {
+        if let Layout::Celery(o) = &mut self.layout {
+            o.task_send_sent_event = on;
+        }
+        self
+    }
+
     /// A Redis URL as shown, or why it is not one.
     fn redis_url(url: &str) -> Result<String, TargetError> {
         not_yet("url", url)?;

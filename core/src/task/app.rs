@@ -107,6 +107,13 @@ impl App {
             App { inner }.mark_terminate(ids, signal);
             true
         }));
+        // Remote commands other processes send (`task::control`), answered
+        // while a worker of this app runs here.
+        let weak = Arc::downgrade(&app.inner);
+        app.inner.broker.on_control(Arc::new(move |request| {
+            let inner = weak.upgrade()?;
+            Some(super::control::answer(&App { inner }, request))
+        }));
         app
     }
 

@@ -167,6 +167,14 @@ impl Runners {
         self.changed(&l);
     }
 
+    /// A running worker asks for `n` more runners (a remote `pool_grow`):
+    /// the host's hiring thread starts them.
+    pub fn grow(&self, n: usize) {
+        let mut l = self.lock();
+        l.staffed += n;
+        self.changed(&l);
+    }
+
     /// A serving thread ended (or one counted by `hire` could not start).
     pub fn leave(&self) {
         let mut l = self.lock();
@@ -288,6 +296,22 @@ impl Gate {
         self.ledgers.iter().all(|l| l.healthy())
     }
 
+    /// `n` more runners on each staffed ledger (a remote `pool_grow`).
+    pub(crate) fn grow(&self, n: usize) {
+        for l in self.ledgers.iter().filter(|l| l.staffed()) {
+            l.grow(n);
+        }
+    }
+
+    /// `n` fewer runners on each staffed ledger (a remote `pool_shrink`,
+    /// or a grown worker stopping); surplus threads stay idle until they
+    /// end.
+    pub(crate) fn shrink(&self, n: usize) {
+        for l in self.ledgers.iter().filter(|l| l.staffed()) {
+            l.unstaff(n);
+        }
+    }
+
     /// Resolves once every ledger is healthy.
     pub(crate) async fn until_healthy(&self) {
         while !self.healthy() {
@@ -363,6 +387,8 @@ struct Listed {
     gate: Gate,
     load: LoadOf,
     stop: StopOf,
+    /// The worker itself, for remote control (`task::remote`).
+    worker: super::Worker,
 }
 
 /// The workers running in this process, for the admin of their app: a
@@ -371,7 +397,14 @@ static RUNNING: Mutex<Vec<Listed>> = Mutex::new(Vec::new());
 static NEXT: AtomicU64 = AtomicU64::new(1);
 
 /// Lists a running worker until the answer is dropped.
-pub(crate) fn list(app: &App, name: &str, gate: Gate, load: LoadOf, stop: StopOf) -> Unlist {
+pub(crate) fn list(
+    app: &App,
+    name: &str,
+    gate: Gate,
+    load: LoadOf,
+    stop: StopOf,
+    worker: super::Worker,
+) -> Unlist {
     let id = NEXT.fetch_add(1, Ordering::Relaxed);
     RUNNING
         .lock()
@@ -383,6 +416,7 @@ pub(crate) fn list(app: &App, name: &str, gate: Gate, load: LoadOf, stop: StopOf
             gate,
             load,
             stop,
+            worker,
         });
     Unlist(id)
 }
@@ -401,6 +435,18 @@ pub(crate) fn stop_workers(app: &App) -> usize {
         s();
     }
     stops.len()
+}
+
+/// The workers of `app` running in this process, in the order they
+/// started: what remote control reads and changes.
+pub(crate) fn handles(app: &App) -> Vec<super::Worker> {
+    RUNNING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|l| std::ptr::eq(l.app.as_ptr(), Arc::as_ptr(&app.inner)))
+        .map(|l| l.worker.clone())
+        .collect()
 }
 
 /// Takes a worker off the list when it stops running.

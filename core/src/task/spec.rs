@@ -16,6 +16,13 @@ use super::message::Message;
 use super::state::{Outcome, Refused, State};
 use super::terminate::OnTerminate;
 
+/// Asked each remote command a broker hears: `None` once its app is gone
+/// (it is then forgotten), else this app's answer, if it is a node the
+/// command is for (`Some(None)`: it is not).
+pub type OnControl = std::sync::Arc<
+    dyn Fn(&serde_json::Value) -> Option<Option<(String, serde_json::Value)>> + Send + Sync,
+>;
+
 /// A broker's proof that a consumer holds a message: opaque to the app.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Receipt {
@@ -175,6 +182,39 @@ pub trait Broker: Send + Sync + 'static {
     /// Celery layout); answers whether it does.
     fn set_task_events(&self, on: bool) -> bool {
         let _ = on;
+        false
+    }
+
+    /// Sends a remote command (`task::control`'s request) to every process
+    /// on this broker and gathers their answers (`{"node", "reply"}` each)
+    /// for up to `timeout`, or until every process answered. `None` when no
+    /// other process reaches this broker (memory): the app answers itself.
+    fn control(
+        &self,
+        request: serde_json::Value,
+        timeout: std::time::Duration,
+    ) -> Option<BoxFuture<'_, Result<Vec<serde_json::Value>, Refused>>> {
+        let _ = (request, timeout);
+        None
+    }
+
+    /// Adds `answer` to those asked each remote command this broker hears
+    /// (see [`Broker::control`]); each app adds itself when it is made.
+    /// The default hears nothing.
+    fn on_control(&self, answer: OnControl) {
+        let _ = answer;
+    }
+
+    /// A worker gave message `id` back (`requeue`) or dropped it as a
+    /// Celery worker's reject does: the Celery layout sends `task-rejected`
+    /// when task events are on. The default does nothing.
+    fn rejected(&self, id: &str, requeue: bool) {
+        let _ = (id, requeue);
+    }
+
+    /// Sends a worker heartbeat event now, where the broker sends events
+    /// (Celery's `heartbeat` control); answers whether it did.
+    fn heartbeat_now(&self) -> bool {
         false
     }
 

@@ -267,6 +267,79 @@
     $('#dead-purge').disabled = readOnly || r.count === 0;
   }
 
+  // Workers in every process: a row per node, with a shutdown (a second
+  // click confirms) and the rate form's choice of node.
+  const workersResult = $('#workers-result');
+  function workersSaid(text, bad) {
+    workersResult.replaceChildren(el('span', bad ? 'error' : 'muted', text));
+  }
+
+  function workerRow(n) {
+    const tr = el('tr');
+    tr.dataset.node = n.node;
+    const ws = (n.stats && n.stats.workers) || [];
+    const actions = el('td', 'actions');
+    if (!readOnly) {
+      const b = el('button', 'danger', 'Shut down');
+      b.type = 'button';
+      b.dataset.action = 'shutdown';
+      actions.append(b);
+    }
+    tr.append(
+      el('td', 'name', n.node),
+      el('td', 'names', ws.map((w) => w.name).join(', ')),
+      el('td', 'num', ws.reduce((a, w) => a + (w.concurrency || 0), 0)),
+      el('td', 'num', ws.reduce((a, w) => a + (w.active || 0), 0)),
+      el('td', 'heartbeat', when(n.heartbeat)),
+      actions,
+    );
+    return tr;
+  }
+
+  async function refreshWorkers(taskNames) {
+    const r = await api('api/workers');
+    $('#workers-reach').textContent = r.reach === 'process' ? '(this process)' : '';
+    setRows('workers', (r.nodes || []).map(workerRow));
+    fillSelect($('#rate-node'), (r.nodes || []).map((n) => n.node), null);
+    fillSelect($('#rate-task'), taskNames || [], null);
+    $('#rate-submit').disabled = readOnly || !(r.nodes || []).length;
+  }
+
+  $('#workers tbody').addEventListener('click', async (ev) => {
+    const btn = ev.target.closest('button[data-action="shutdown"]');
+    const tr = btn && btn.closest('tr[data-node]');
+    if (!tr) return;
+    if (btn.dataset.armed !== 'true') {
+      btn.dataset.armed = 'true';
+      btn.textContent = 'Shut down for good?';
+      return;
+    }
+    btn.disabled = true;
+    try {
+      await post('api/control', { command: 'shutdown', node: tr.dataset.node });
+      workersSaid('Shutting down ' + tr.dataset.node, false);
+      await refresh();
+    } catch (e) {
+      workersSaid('Could not shut down: ' + e.message, true);
+    }
+  });
+
+  $('#rate-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const body = {
+      command: 'rate_limit',
+      node: $('#rate-node').value,
+      task: $('#rate-task').value,
+      rate: $('#rate-value').value.trim(),
+    };
+    try {
+      await post('api/control', body);
+      workersSaid('Rate limit of ' + body.task + ': ' + (body.rate || 'none'), false);
+    } catch (e) {
+      workersSaid('Could not set the rate limit: ' + e.message, true);
+    }
+  });
+
   let busy = false;
   async function refresh() {
     if (busy) return;
@@ -280,6 +353,7 @@
       renderConsumers(o.consumers);
       renderTasks(o.tasks);
       await refreshDead(o.dead);
+      await refreshWorkers(o.task_names);
       fillSelect($('#send-task'), o.task_names || [], null);
       const taskFilter = document.createElement('option');
       taskFilter.value = '';
@@ -474,6 +548,7 @@
     $('#send-section').hidden = true;
     $('#dead-requeue').hidden = true;
     $('#dead-purge').hidden = true;
+    $('#rate-form').hidden = true;
     $('#read-only-badge').hidden = false;
   }
 

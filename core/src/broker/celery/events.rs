@@ -80,6 +80,55 @@ impl CeleryBroker {
         let _ = self.celeryev.tx.send((kind.to_string(), fields));
     }
 
+    /// `task-sent` for a message published (Celery's
+    /// `task_send_sent_event`), with the fields a Celery producer sends.
+    pub(super) fn sent_event(&self, m: &crate::task::message::Message) {
+        let queue = self.sender.wire_queue(&m.queue);
+        let mut f = Map::new();
+        f.insert("uuid".into(), m.id.clone().into());
+        f.insert(
+            "root_id".into(),
+            json!(m.root_id.as_deref().unwrap_or(&m.id)),
+        );
+        f.insert("parent_id".into(), json!(m.parent_id));
+        f.insert("name".into(), m.task.clone().into());
+        f.insert("args".into(), dumps(&Value::Array(m.args.clone())).into());
+        f.insert(
+            "kwargs".into(),
+            dumps(&Value::Object(m.kwargs.clone())).into(),
+        );
+        f.insert("retries".into(), m.retries.into());
+        f.insert("eta".into(), json!(m.eta.map(super::typed::iso)));
+        f.insert("expires".into(), json!(m.expires.map(super::typed::iso)));
+        f.insert("queue".into(), queue.into());
+        f.insert("exchange".into(), "".into());
+        f.insert("routing_key".into(), queue.into());
+        self.send_event("task-sent", f);
+    }
+
+    /// `task-rejected` for a message a worker gave back (`requeue`) or
+    /// dropped, as a Celery worker's `Request.reject` sends it.
+    pub(super) fn rejected_event(&self, id: &str, requeue: bool) {
+        if !self.task_events() {
+            return;
+        }
+        let mut f = Map::new();
+        f.insert("uuid".into(), id.into());
+        f.insert("requeue".into(), requeue.into());
+        self.send_event("task-rejected", f);
+    }
+
+    /// A `worker-heartbeat` now (Celery's `heartbeat` control), whether
+    /// task events are on or not, as a Celery worker sends it; only while
+    /// a worker runs here.
+    pub(super) fn send_heartbeat(&self) -> bool {
+        let Some(active) = self.answering_load() else {
+            return false;
+        };
+        self.send_event("worker-heartbeat", self.worker_fields(active));
+        true
+    }
+
     /// The Celery events for `evs`, the run events a worker recorded.
     pub(super) fn run_events(&self, evs: &[RunEvent]) {
         if !self.task_events() {

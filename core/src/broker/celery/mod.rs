@@ -419,6 +419,14 @@ impl Broker for CeleryBroker {
         true
     }
 
+    fn rejected(&self, id: &str, requeue: bool) {
+        self.rejected_event(id, requeue);
+    }
+
+    fn heartbeat_now(&self) -> bool {
+        self.send_heartbeat()
+    }
+
     fn on_terminate(&self, hear: crate::task::terminate::OnTerminate) {
         self.hearers.add(hear);
     }

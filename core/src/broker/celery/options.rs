@@ -91,6 +91,9 @@ pub struct CeleryOptions {
     /// `worker_send_task_events` (`-E` turns them on); Celery's
     /// `enable_events` control command turns them on too.
     pub task_events: bool,
+    /// Whether a `task-sent` event goes out for each message published
+    /// (Celery's `task_send_sent_event`): `false`, as in Celery.
+    pub task_send_sent_event: bool,
 }
 
 /// What a consumer does with a message for a task its app does not run.
@@ -129,6 +132,7 @@ impl Default for CeleryOptions {
             max_handbacks: unknown::MAX_HANDBACKS,
             max_held_etas: eta::MAX_HELD_ETAS,
             task_events: false,
+            task_send_sent_event: false,
         }
     }
 }

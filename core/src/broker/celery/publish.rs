@@ -38,7 +38,13 @@ impl CeleryBroker {
         for m in &ready {
             self.remember_queue(&m.queue);
         }
-        self.link.pipe(&p).await
+        self.link.pipe(&p).await?;
+        if self.opts.task_send_sent_event {
+            for m in &ready {
+                self.sent_event(m);
+            }
+        }
+        Ok(())
     }
 
     /// Encodes `m` for its queue: (queue key, envelope).

@@ -103,6 +103,7 @@ impl MemoryBroker {
                 stored: Notify::new(),
                 opts,
                 hearers: Default::default(),
+                answerers: Default::default(),
             }),
             consumer: Arc::from(LOCAL),
         })
@@ -313,6 +314,21 @@ impl Broker for MemoryBroker {
 
     fn on_terminate(&self, hear: crate::task::terminate::OnTerminate) {
         self.shared.hearers.add(hear);
+    }
+
+    /// Only this process reaches it: its apps answer at once.
+    fn control(
+        &self,
+        request: serde_json::Value,
+        timeout: Duration,
+    ) -> Option<BoxFuture<'_, Result<Vec<serde_json::Value>, Refused>>> {
+        let _ = timeout;
+        let got = self.shared.answerers.answer(&request);
+        Some(Box::pin(async move { Ok(got) }))
+    }
+
+    fn on_control(&self, answer: crate::task::spec::OnControl) {
+        self.shared.answerers.add(answer);
     }
 
     fn revoked<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Vec<bool>, Refused>> {

@@ -168,4 +168,6 @@ pub(super) struct Shared {
     /// The apps on this broker (on any of its handles), told of each
     /// terminate.
     pub(super) hearers: crate::task::terminate::Hearers,
+    /// The apps on this broker, asked each remote command.
+    pub(super) answerers: crate::task::control::Answerers,
 }

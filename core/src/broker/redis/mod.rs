@@ -36,6 +36,10 @@
 //! - Revoked ids under `P:revoked:<id>`, expiring with the revoke; a
 //!   terminate is also published on `P:terminate`, which every broker under
 //!   the prefix subscribes, so the process running the run stops it.
+//! - Remote commands (`headway inspect` / `control`) are published on
+//!   `P:control`, which every broker under the prefix subscribes too; each
+//!   answers onto the request's `P:control:reply:<ticket>` list (a minute's
+//!   expiry).
 //!
 //! Connections reconnect with headway's own capped, jittered backoff
 //! ([`crate::flow::Backoff`]) and say so in the log; writes wait through a
@@ -48,13 +52,15 @@
 //! `publish`, `consume` (claims), `settle` (acks, rejects, retries,
 //! revokes), `lease` (this consumer's and the beat's, and the background
 //! task), `store` and `results` (writing and waiting for results), `terminate`
-//! (terminates across processes), `chords`,
+//! (terminates across processes), `control` (remote commands across
+//! processes), `chords`,
 //! `inspect`, `restore` (recover and sweep) and `dead` (dead letters). This
 //! file holds the broker's state and the seams' impls, which delegate.
 
 mod chords;
 mod cluster;
 mod consume;
+mod control;
 mod dead;
 mod inspect;
 mod keys;
@@ -152,6 +158,8 @@ pub struct RedisBroker {
     waiters: Arc<Waiters<Outcome>>,
     /// The apps on this broker, told of every terminate heard.
     hearers: crate::task::terminate::Hearers,
+    /// The apps on this broker, asked every remote command heard.
+    answerers: crate::task::control::Answerers,
     closed: AtomicBool,
     rt: tokio::runtime::Handle,
 }
@@ -234,6 +242,7 @@ impl RedisBroker {
             swept: AtomicU64::new(0),
             waiters,
             hearers: Default::default(),
+            answerers: Default::default(),
             closed: AtomicBool::new(false),
             rt: tokio::runtime::Handle::current(),
         });
@@ -247,6 +256,7 @@ impl RedisBroker {
         // Subscribed before connect answers: a terminate sent right after
         // is heard.
         broker.hear_terminates().await;
+        broker.hear_controls().await;
         tokio::spawn(lease::tick(Arc::downgrade(&broker)));
         Ok(broker)
     }
@@ -344,6 +354,18 @@ impl Broker for RedisBroker {
         signal: i32,
     ) -> BoxFuture<'_, Result<(), Refused>> {
         Box::pin(self.terminate_inner(ids, until, signal))
+    }
+
+    fn control(
+        &self,
+        request: serde_json::Value,
+        timeout: Duration,
+    ) -> Option<BoxFuture<'_, Result<Vec<serde_json::Value>, Refused>>> {
+        Some(Box::pin(self.control_inner(request, timeout)))
+    }
+
+    fn on_control(&self, answer: crate::task::spec::OnControl) {
+        self.answerers.add(answer);
     }
 
     fn on_terminate(&self, hear: crate::task::terminate::OnTerminate) {

@@ -97,6 +97,9 @@ struct State {
     broken: Option<String>,
     /// Children that said `ready`, in all.
     started: u64,
+    /// Children to let go rather than replace (a remote `pool_shrink`
+    /// that found them busy).
+    shed: usize,
 }
 
 struct Child {
@@ -270,6 +273,39 @@ impl Procs {
             retire(c);
         }
         self.inner.changed.notify_waiters();
+    }
+
+    /// Starts `n` more children (a remote `pool_grow`).
+    pub fn grow(&self, n: usize) {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        let more = {
+            let mut st = self.inner.lock();
+            // A grow first cancels a shrink still owed.
+            let owed = st.shed.min(n);
+            st.shed -= owed;
+            st.starting += n - owed;
+            n - owed
+        };
+        for _ in 0..more {
+            tokio::spawn(spawn_child(self.inner.clone()));
+        }
+    }
+
+    /// Lets `n` children go (a remote `pool_shrink`): idle ones now, busy
+    /// ones when their run ends, instead of being replaced.
+    pub fn shrink(&self, n: usize) {
+        let idle: Vec<Child> = {
+            let mut st = self.inner.lock();
+            let k = n.min(st.idle.len());
+            st.shed += n - k;
+            let at = st.idle.len() - k;
+            st.idle.split_off(at)
+        };
+        for c in idle {
+            retire(c);
+        }
     }
 
     /// The pids of its children alive now (idle and busy).
@@ -463,7 +499,16 @@ impl Lease {
             || spec
                 .max_memory_per_child
                 .is_some_and(|kib| rss_kib(c.proc.pid).is_some_and(|rss| rss > kib));
-        if worn || self.inner.closed.load(Ordering::SeqCst) {
+        let shed = {
+            let mut st = self.inner.lock();
+            let shed = st.shed > 0;
+            st.shed -= usize::from(shed);
+            shed
+        };
+        if shed {
+            retire(c);
+            self.inner.changed.notify_waiters();
+        } else if worn || self.inner.closed.load(Ordering::SeqCst) {
             retire(c);
             if !self.inner.closed.load(Ordering::SeqCst) {
                 self.inner.lock().starting += 1;
@@ -489,7 +534,14 @@ impl Lease {
         let Child { tx, rx, proc, .. } = c;
         drop((tx, rx));
         proc.reap();
-        if !self.inner.closed.load(Ordering::SeqCst)
+        let shed = {
+            let mut st = self.inner.lock();
+            let shed = st.shed > 0;
+            st.shed -= usize::from(shed);
+            shed
+        };
+        if !shed
+            && !self.inner.closed.load(Ordering::SeqCst)
             && tokio::runtime::Handle::try_current().is_ok()
         {
             self.inner.lock().starting += 1;

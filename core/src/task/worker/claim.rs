@@ -39,6 +39,7 @@ impl Worker {
         }
         let mut set: JoinSet<()> = JoinSet::new();
         let mut stopping = s.stopping.subscribe();
+        let mut reshaped = s.reshaped.subscribe();
         let (writes_tx, writes_rx) = mpsc::unbounded_channel();
         let (takes_tx, takes_rx) = mpsc::unbounded_channel();
         let writer = Writer {
@@ -57,7 +58,7 @@ impl Worker {
         let load: runners::LoadOf = std::sync::Arc::new(move || {
             weak.upgrade()
                 .map_or_else(runners::Load::default, |s| runners::Load {
-                    active: s.concurrency.saturating_sub(s.slots.available_permits()) as u64,
+                    active: s.active_count(),
                     held: s
                         .claimed
                         .load(Ordering::Relaxed)
@@ -68,7 +69,7 @@ impl Worker {
         let stop: runners::StopOf = std::sync::Arc::new(move || {
             me.stop(Duration::from_millis(crate::task::specs::GRACE as u64))
         });
-        let _listed = runners::list(&s.app, &s.name, gate.clone(), load, stop);
+        let _listed = runners::list(&s.app, &s.name, gate.clone(), load, stop, self.clone());
         loop {
             while let Some(r) = set.try_join_next() {
                 if let Err(e) = r
@@ -94,20 +95,25 @@ impl Worker {
             // Refill in halves: a claim per run settled would be a round
             // trip (and a claim script) per message under load. An idle
             // worker claims at once, whatever it holds.
-            let room = s.prefetch.saturating_sub(set.len());
-            if room == 0 || (!set.is_empty() && room < s.prefetch.div_ceil(2)) {
+            let prefetch = s.prefetch.load(Ordering::SeqCst);
+            let room = prefetch.saturating_sub(set.len());
+            if room == 0 || (!set.is_empty() && room < prefetch.div_ceil(2)) {
                 tokio::select! {
                     _ = set.join_next() => {}
                     _ = stopping.changed() => {}
+                    _ = reshaped.changed() => {}
                 }
                 continue;
             }
+            let queues = s.queues();
             let got = tokio::select! {
                 biased;
                 _ = stopping.changed() => continue,
                 // A claim cut short is handed back, as at a stop.
                 _ = gate.until_unhealthy() => continue,
-                r = s.app.broker().claim(&s.queues, room, POLL) => r,
+                // New queues or prefetch: claim with them at once.
+                _ = reshaped.changed() => continue,
+                r = s.app.broker().claim(&queues, room, POLL) => r,
             };
             let batch = match got {
                 Ok(b) => {
@@ -135,7 +141,7 @@ impl Worker {
             if batch.is_empty() {
                 if clock.is_virtual()
                     && set.is_empty()
-                    && let Ok(Some(eta)) = s.app.broker().next_eta(&s.queues).await
+                    && let Ok(Some(eta)) = s.app.broker().next_eta(&queues).await
                 {
                     clock.sleep_until(eta).await;
                 }
@@ -167,10 +173,17 @@ impl Worker {
                 let shared = self.shared.clone();
                 let tx = writer.clone();
                 s.claimed.fetch_add(1, Ordering::Relaxed);
-                set.spawn(async move { process(shared, tx, c.delivery, rev).await });
+                let entered = shared.enter(&c.delivery);
+                set.spawn(async move { process(shared, tx, c.delivery, rev, entered).await });
             }
         }
         stop::wind_down(s, &mut set).await;
+        // Runners a remote `pool_grow` asked for go with the worker (the
+        // host unstaffs what it staffed).
+        if s.procs.is_none() {
+            let now = s.concurrency.load(Ordering::SeqCst);
+            gate.shrink(now.saturating_sub(s.configured));
+        }
         // Every run is done: the writer finishes what it holds and ends.
         drop(writer);
         let _ = writes.await;

@@ -35,10 +35,13 @@
 //! - `notes`: what a binding is told of each process-pool run (Node's
 //!   worker events fire in the parent);
 //! - `writer`: the lanes that gather many runs' writes into one round trip;
-//! - `stop`: the graceful stop, and giving a message back.
+//! - `stop`: the graceful stop, and giving a message back;
+//! - `live`: what remote control reads and changes while it runs (the runs
+//!   it holds, its queues, its concurrency, a task's rate and time limits).
 
 mod claim;
 mod follow;
+mod live;
 mod notes;
 mod options;
 mod run;
@@ -46,9 +49,10 @@ mod settle;
 mod stop;
 mod writer;
 
+use std::collections::BTreeMap;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore, watch};
@@ -59,14 +63,19 @@ use super::runners::{Gate, RunnerHealth};
 use super::state::Refused;
 use crate::flow::Window;
 
+pub use live::RunInfo;
 pub use notes::{Observer, RunNote};
 pub use options::{HARD_LIMIT_NEEDS_PROCESS, PREFETCH_MULTIPLIER, Pool, WorkerConfig};
 
 struct Shared {
     app: App,
-    queues: Vec<String>,
-    concurrency: usize,
-    prefetch: usize,
+    /// The queues it claims from; remote control adds and cancels.
+    queues: RwLock<Vec<String>>,
+    /// Slots and prefetch; remote control grows and shrinks them.
+    concurrency: AtomicUsize,
+    prefetch: AtomicUsize,
+    /// Its concurrency as configured: the runners a host staffed for it.
+    configured: usize,
     name: String,
     /// Set when stop begins: stop claiming, give prefetched messages back.
     stopping: watch::Sender<bool>,
@@ -88,6 +97,16 @@ struct Shared {
     /// The time limits (ms) of a task that sets none.
     time_limit: Option<i64>,
     soft_time_limit: Option<i64>,
+    /// The runs it holds, by claim order (`live`).
+    runs: Mutex<BTreeMap<u64, RunInfo>>,
+    next_run: AtomicU64,
+    /// A task's limits as remote control set them here (`live`).
+    tuned: Mutex<HashMap<String, live::Tuned>>,
+    /// Rung when a remote command changed a rate: waiters read it again.
+    retuned: Notify,
+    /// Bumped when a remote command changed its queues or its prefetch:
+    /// the claim loop looks round at once.
+    reshaped: watch::Sender<u64>,
     /// What a binding is told of each process-pool run (`notes`).
     notes: notes::Notes,
 }
@@ -96,6 +115,15 @@ struct Shared {
 #[derive(Clone)]
 pub struct Worker {
     shared: Arc<Shared>,
+}
+
+impl Shared {
+    fn queues(&self) -> Vec<String> {
+        self.queues
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
 }
 
 fn warn(name: &str, what: &str) {
@@ -155,9 +183,10 @@ impl Worker {
         Ok(Worker {
             shared: Arc::new(Shared {
                 app,
-                queues,
-                concurrency,
-                prefetch,
+                queues: RwLock::new(queues),
+                concurrency: AtomicUsize::new(concurrency),
+                configured: concurrency,
+                prefetch: AtomicUsize::new(prefetch),
                 name,
                 stopping: watch::channel(false).0,
                 cancel: watch::channel(false).0,
@@ -172,6 +201,11 @@ impl Worker {
                 procs,
                 time_limit,
                 soft_time_limit,
+                runs: Mutex::new(BTreeMap::new()),
+                next_run: AtomicU64::new(0),
+                tuned: Mutex::new(HashMap::new()),
+                retuned: Notify::new(),
+                reshaped: watch::channel(0).0,
                 notes: notes::Notes::default(),
             }),
         })
@@ -182,17 +216,17 @@ impl Worker {
         self.shared.procs.as_ref()
     }
 
-    /// The queues it claims from.
-    pub fn queues(&self) -> &[String] {
-        &self.shared.queues
+    /// The queues it claims from now.
+    pub fn queues(&self) -> Vec<String> {
+        self.shared.queues()
     }
-    /// The most messages it holds unsettled.
+    /// The most messages it holds unsettled now.
     pub fn prefetch(&self) -> usize {
-        self.shared.prefetch
+        self.shared.prefetch.load(Ordering::SeqCst)
     }
-    /// How many bodies run at once.
+    /// How many bodies run at once now.
     pub fn concurrency(&self) -> usize {
-        self.shared.concurrency
+        self.shared.concurrency.load(Ordering::SeqCst)
     }
     /// Its name.
     pub fn name(&self) -> &str {

@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::follow::{arrive, collect, give_up};
+use super::live::Entered;
 use super::settle::{Ran, event, settle_late, settle_ran};
 use super::stop::{give_back, wait_true};
 use super::writer::Writer;
@@ -26,11 +27,17 @@ use crate::task::procs::WORKER_LOST;
 use crate::task::spec::Delivery;
 use crate::task::state::{BrokerErrorKind, Failure, Refused, State};
 
-pub(super) async fn process(s: Arc<Shared>, w: Writer, d: Delivery, revoked: bool) {
+pub(super) async fn process(
+    s: Arc<Shared>,
+    w: Writer,
+    d: Delivery,
+    revoked: bool,
+    entered: Entered,
+) {
     let receipt = d.receipt.clone();
     // Kept for the log records below, which name the run.
     let (task, id) = (d.message.task.clone(), d.message.id.clone());
-    if let Err(e) = take_and_run(&s, &w, d, revoked).await {
+    if let Err(e) = take_and_run(&s, &w, d, revoked, entered.key).await {
         // A claim that could not be settled goes back rather than sit held by
         // a live consumer for ever (a claim already acked is not affected:
         // the broker's fencing makes this a no-op).
@@ -52,12 +59,19 @@ pub(super) async fn process(s: Arc<Shared>, w: Writer, d: Delivery, revoked: boo
             );
         }
     }
+    drop(entered);
     s.done.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Takes a claimed message to run and runs it, unless a check at receipt
 /// or a stop says otherwise.
-async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Result<(), Refused> {
+async fn take_and_run(
+    s: &Shared,
+    w: &Writer,
+    d: Delivery,
+    revoked: bool,
+    key: u64,
+) -> Result<(), Refused> {
     let app = &s.app;
     let broker = app.broker();
     let Delivery {
@@ -167,33 +181,35 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
         }
     }
 
-    // Per-worker rate.
-    if let Some(rate) = policy.rate {
-        loop {
-            let now_ns = app.now().saturating_mul(MILLI);
-            let wait = {
-                let mut l = s.limiters.lock().unwrap_or_else(|e| e.into_inner());
-                let w = l.entry(m.task.clone()).or_insert_with(|| {
-                    Window::new(rate.count as i64, rate.per.saturating_mul(MILLI))
-                        .expect("valid rate")
-                });
-                if w.take(now_ns) {
-                    None
-                } else {
-                    Some(w.next(now_ns))
-                }
-            };
-            match wait {
-                None => break,
-                Some(ns) => {
-                    let until = app.now().saturating_add((ns / MILLI).max(1));
-                    waited = true;
-                    tokio::select! {
-                        _ = app.clock().sleep_until(until) => {}
-                        _ = wait_true(&mut stopping) => {
-                            drop(permit);
-                            return give_back(app, &m, receipt, false).await;
-                        }
+    // Per-worker rate, read again after every wait: a remote command may
+    // change it meanwhile (and wakes the waiters when it does).
+    while let Some(rate) = s.rate_of(&m.task, policy.rate) {
+        let retuned = s.retuned.notified();
+        tokio::pin!(retuned);
+        retuned.as_mut().enable();
+        let now_ns = app.now().saturating_mul(MILLI);
+        let wait = {
+            let mut l = s.limiters.lock().unwrap_or_else(|e| e.into_inner());
+            let w = l.entry(m.task.clone()).or_insert_with(|| {
+                Window::new(rate.count as i64, rate.per.saturating_mul(MILLI)).expect("valid rate")
+            });
+            if w.take(now_ns) {
+                None
+            } else {
+                Some(w.next(now_ns))
+            }
+        };
+        match wait {
+            None => break,
+            Some(ns) => {
+                let until = app.now().saturating_add((ns / MILLI).max(1));
+                waited = true;
+                tokio::select! {
+                    _ = app.clock().sleep_until(until) => {}
+                    _ = retuned => {}
+                    _ = wait_true(&mut stopping) => {
+                        drop(permit);
+                        return give_back(app, &m, receipt, false).await;
                     }
                 }
             }
@@ -244,6 +260,8 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
     }
 
     let (carried_hard, carried_soft) = m.time_limits();
+    let (tuned_soft, tuned_hard) =
+        s.limits_of(&m.task, (policy.soft_time_limit, policy.time_limit));
     let ctx = Context {
         id: m.id.clone(),
         name: m.task.clone(),
@@ -255,10 +273,8 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
         kwargs: m.kwargs.clone(),
         root_id: m.root_id.clone(),
         parent_id: m.parent_id.clone(),
-        soft_time_limit: carried_soft
-            .or(policy.soft_time_limit)
-            .or(s.soft_time_limit),
-        time_limit: carried_hard.or(policy.time_limit).or(s.time_limit),
+        soft_time_limit: carried_soft.or(tuned_soft).or(s.soft_time_limit),
+        time_limit: carried_hard.or(tuned_hard).or(s.time_limit),
         worker: s.name.clone(),
         rule: crate::task::body::RetryRule::of(policy),
         trace: app.tracing().then(|| {
@@ -269,6 +285,7 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
     };
     let mut cancel = s.cancel.subscribe();
     let started = app.now();
+    s.start(key, started, !policy.acks_late);
     let call = match &s.procs {
         Some(p) => {
             s.note(&m, "active", None);
@@ -291,7 +308,7 @@ async fn take_and_run(s: &Shared, w: &Writer, d: Delivery, revoked: bool) -> Res
             Ok(v) => Ran::Value(v),
             // Celery's `reject_on_worker_lost`: the run's process died, and
             // the message goes back rather than failing.
-            Err(f) if f.kind == WORKER_LOST && policy.acks_late && policy.reject_on_worker_lost => Ran::Cancelled,
+            Err(f) if f.kind == WORKER_LOST && policy.acks_late && policy.reject_on_worker_lost => Ran::Rejected,
             Err(f) => Ran::Failed(f),
         },
         sig = app.terminated(&m.id) => {

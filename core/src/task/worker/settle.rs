@@ -26,6 +26,9 @@ pub(super) enum Ran {
     Failed(Failure),
     Terminated,
     Cancelled,
+    /// Its process died and the task asks for the message back
+    /// (`acks_late` + `reject_on_worker_lost`): Celery's reject, requeued.
+    Rejected,
 }
 
 /// Acks `receipt` now when its task acks late; an early ack went out when
@@ -78,7 +81,7 @@ pub(super) async fn settle_ran(
             s.note(&m, failed_as(again), Some(Err(f)));
         }
         // Counted by `give_up`.
-        Ran::Terminated | Ran::Cancelled => {}
+        Ran::Terminated | Ran::Cancelled | Ran::Rejected => {}
     }
     match ran {
         Ran::Value(v) => {
@@ -135,6 +138,10 @@ pub(super) async fn settle_ran(
             settle_late(w, policy.acks_late, receipt).await
         }
         Ran::Cancelled => give_back(app, &m, receipt, !policy.acks_late).await,
+        Ran::Rejected => {
+            app.broker().rejected(&m.id, true);
+            give_back(app, &m, receipt, !policy.acks_late).await
+        }
     }
 }
 
@@ -211,8 +218,13 @@ async fn asked(
                 }
             }
         }
-        Ask::Reject { requeue: true } => give_back(app, &m, receipt, !policy.acks_late).await,
+        // Celery's `Reject`: `task-rejected` where the broker sends events.
+        Ask::Reject { requeue: true } => {
+            app.broker().rejected(&m.id, true);
+            give_back(app, &m, receipt, !policy.acks_late).await
+        }
         Ask::Reject { requeue: false } => {
+            app.broker().rejected(&m.id, false);
             let f = Failure {
                 ask: None,
                 lineage: Box::default(),
