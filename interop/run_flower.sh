@@ -77,4 +77,4 @@ if [ "${1:-}" = "--screenshot" ]; then
   exec "$py" world.py screenshot "$png"
 fi
 cd "$here/flower"
-exec "$py" -m pytest -v test_flower.py "$@"
+exec "$py" -m pytest -v test_flower.py test_flower_next.py "$@"
