@@ -77,4 +77,7 @@ if [ "${1:-}" = "--screenshot" ]; then
   exec "$py" world.py screenshot "$png"
 fi
 cd "$here/flower"
-exec "$py" -m pytest -v test_flower.py test_flower_next.py "$@"
+# One pytest process per file: each file's world has its own redis-server,
+# and the Celery client module (flower_celery) reads its URL once, at import.
+"$py" -m pytest -v test_flower.py "$@"
+exec "$py" -m pytest -v test_flower_next.py "$@"

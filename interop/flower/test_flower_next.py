@@ -1,8 +1,11 @@
-"""What Flower 2.x does with a headway worker once headway answers the rest
-of what Flower sends (docs/celery.md, "Flower": "What does not work yet").
+"""What Flower 2.x drives on a headway worker beyond watching it: its
+enable_events broadcast and Shut Down button (commands that ask for no
+reply), a revoke shown REVOKED, a terminate from Flower's API, the worker
+page and queue lengths (docs/celery.md, "Flower").
 
-Each test here names what it waits on in headway's core; each has its
-positive control beside it. Same world as ``test_flower.py``.
+Each test names the part of headway's core it exercises; each has its
+positive control beside it. Same world as ``test_flower.py``, in a pytest
+process of its own (``interop/run_flower.sh``).
 """
 
 import pytest
@@ -23,7 +26,7 @@ def w():
 def test_flowers_enable_events_broadcast_turns_a_workers_events_on(w):
     # Flower broadcasts `enable_events` every 5 s *without asking for a
     # reply* (Celery's `control.enable_events()`: no `reply_to`, no
-    # `ticket`). Waits on: control.rs acting on commands that ask for no
+    # `ticket`). Exercises: control.rs acting on commands that ask for no
     # reply (it answers none then).
     wait_for(lambda: w.get("/api/workers", status="1").get(NODE) is True, "the -E worker online (control)")
     quiet = w.start_worker(QUIET, events=False)
@@ -35,7 +38,7 @@ def test_flowers_enable_events_broadcast_turns_a_workers_events_on(w):
 
 
 def test_a_task_revoked_before_it_ran_shows_revoked_in_flower(w):
-    # Waits on: a `task-revoked` event (terminated false, expired false)
+    # Exercises: a `task-revoked` event (terminated false, expired false)
     # when a worker gives up a revoked message — Celery's
     # `Request._announce_revoked`; headway records no run event then.
     doomed = w.capp.send_task("flower.add", (1, 1), countdown=3)
@@ -64,7 +67,7 @@ def test_terminate_through_flower_stops_a_running_task(w):
 
 
 def test_flowers_worker_page_and_queue_lengths(w):
-    # Waits on: `inspect active_queues` (kombu's Queue.as_dict: name,
+    # Exercises: `inspect active_queues` (kombu's Queue.as_dict: name,
     # exchange, routing_key, durable, exclusive, auto_delete, no_ack,
     # alias, queue_arguments, binding_arguments, bindings), `active`,
     # `reserved`, `conf`, and `stats.total` ({task name: runs}) — the
@@ -79,7 +82,7 @@ def test_flowers_worker_page_and_queue_lengths(w):
 
 def test_flowers_shutdown_stops_the_worker(w):
     # Flower's `/api/worker/shutdown/<name>` broadcasts `shutdown` without
-    # asking for a reply. Waits on: control.rs acting on it (as for
+    # asking for a reply. Exercises: control.rs acting on it (as for
     # enable_events above).
     assert w.get("/api/workers", status="1")[NODE] is True
     assert w.post(f"/api/worker/shutdown/{NODE}") == {"message": "Shutting down!"}

@@ -48,7 +48,9 @@ def wait_for(cond, what, timeout=DEADLINE, every=0.1):
     while True:
         try:
             got = cond()
-        except (OSError, ValueError, KeyError) as e:  # not up yet, or not there yet
+        # Not up yet, or not there yet (redis-py's ConnectionError is no
+        # OSError): the last error is named if the wait runs out.
+        except Exception as e:  # noqa: BLE001
             got, last = None, e
         if got:
             return got

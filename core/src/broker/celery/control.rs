@@ -248,13 +248,12 @@ impl CeleryBroker {
         }
     }
 
-    /// Answers a control command heard on the pidbox, when it is for this
-    /// node, asks for a reply, and a worker runs here.
+    /// Carries out a control command heard on the pidbox, when it is for
+    /// this node and a worker runs here, and answers it when it asks for a
+    /// reply. A broadcast without `reply_to` and `ticket` is carried out
+    /// all the same, unanswered, as Celery's worker does: Flower's
+    /// `enable_events` every 5 s and its Shut Down button ask for none.
     pub(super) fn on_control(&self, c: Control) {
-        let (Some((exchange, routing_key)), Some(ticket)) = (c.reply_to.clone(), c.ticket.clone())
-        else {
-            return;
-        };
         if !c.is_for(&self.node, self.now_secs()) {
             return;
         }
@@ -262,6 +261,10 @@ impl CeleryBroker {
             return;
         };
         let reply = self.answer(&node, &c);
+        let (Some((exchange, routing_key)), Some(ticket)) = (c.reply_to.clone(), c.ticket.clone())
+        else {
+            return;
+        };
         let clock = self.lamport.fetch_add(1, Ordering::Relaxed) + 1;
         let env =
             pidbox::reply_envelope(&self.node, &reply, &exchange, &routing_key, &ticket, clock);

@@ -166,10 +166,15 @@ impl CeleryBroker {
                     f.insert("traceback".into(), rest.into());
                     "task-retried"
                 }
+                // Why, from the run event's failure: revoked before it ran,
+                // expired, or terminated while running (Celery's
+                // `Request._announce_revoked` fields).
                 State::Revoked => {
-                    f.insert("terminated".into(), false.into());
+                    let terminated = first.starts_with("Terminated");
+                    f.insert("terminated".into(), terminated.into());
+                    // The signal is the terminating process's, not known here.
                     f.insert("signum".into(), Value::Null);
-                    f.insert("expired".into(), false.into());
+                    f.insert("expired".into(), first.starts_with("Expired").into());
                     "task-revoked"
                 }
                 State::Pending => continue,

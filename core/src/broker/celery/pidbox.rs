@@ -135,7 +135,7 @@ pub fn decode(raw: &[u8]) -> Option<Control> {
             .map(str::to_string),
         method,
         ids,
-        terminate: args.get("terminate").and_then(Value::as_bool) == Some(true),
+        terminate: args.get("terminate").is_some_and(truthy),
         signal: args.get("signal").and_then(from_wire),
         arguments: args.clone(),
         destination,
@@ -145,6 +145,20 @@ pub fn decode(raw: &[u8]) -> Option<Control> {
             .and_then(Value::as_f64)
             .unwrap_or(0.0),
     })
+}
+
+/// Whether `v` is true as Python reads it: Flower sends `"terminate": 1`
+/// (its `strtobool` answers 1, passed straight to `control.revoke`), Celery
+/// `true`; a non-zero number, a non-empty string, list or object count too.
+fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
 }
 
 /// The envelope of a reply to a control command, as kombu's

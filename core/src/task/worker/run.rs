@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::follow::{arrive, collect, give_up};
 use super::live::Entered;
-use super::settle::{Ran, event, settle_late, settle_ran};
+use super::settle::{Ran, event, failure_text, settle_late, settle_ran};
 use super::stop::{give_back, wait_true};
 use super::writer::Writer;
 use super::{Shared, warn_run};
@@ -83,27 +83,17 @@ async fn take_and_run(
 
     // Checked at receipt: revoked, expired, unknown.
     if revoked {
-        give_up(
-            app,
-            &m,
-            State::Revoked,
-            Failure::new("Revoked", "revoked before it ran"),
-            None,
-        )
-        .await?;
+        let f = Failure::new("Revoked", "revoked before it ran");
+        event(s, &m, State::Revoked, None, Some(failure_text(&f))).await;
+        give_up(app, &m, State::Revoked, f, None).await?;
         return broker.ack(vec![receipt]).await;
     }
     if let Some(exp) = m.expires
         && exp <= now
     {
-        give_up(
-            app,
-            &m,
-            State::Revoked,
-            Failure::new("Expired", "expired before it ran"),
-            None,
-        )
-        .await?;
+        let f = Failure::new("Expired", "expired before it ran");
+        event(s, &m, State::Revoked, None, Some(failure_text(&f))).await;
+        give_up(app, &m, State::Revoked, f, None).await?;
         return broker.ack(vec![receipt]).await;
     }
     let Some(reg) = app.registered(&m.task) else {
@@ -225,14 +215,9 @@ async fn take_and_run(
     let early = (!policy.acks_late).then(|| receipt.clone());
     if (early.is_some() || waited) && w.take(early, waited.then(|| m.id.clone())).await? {
         drop(permit);
-        give_up(
-            app,
-            &m,
-            State::Revoked,
-            Failure::new("Revoked", "revoked before it ran"),
-            None,
-        )
-        .await?;
+        let f = Failure::new("Revoked", "revoked before it ran");
+        event(s, &m, State::Revoked, None, Some(failure_text(&f))).await;
+        give_up(app, &m, State::Revoked, f, None).await?;
         return settle_late(w, policy.acks_late, receipt).await;
     }
 

@@ -127,14 +127,9 @@ pub(super) async fn settle_ran(
             settle_late(w, policy.acks_late, receipt).await
         }
         Ran::Terminated => {
-            give_up(
-                app,
-                &m,
-                State::Revoked,
-                Failure::new("Terminated", "terminated while running"),
-                took,
-            )
-            .await?;
+            let f = Failure::new("Terminated", "terminated while running");
+            event(s, &m, State::Revoked, Some(started), Some(failure_text(&f))).await;
+            give_up(app, &m, State::Revoked, f, took).await?;
             settle_late(w, policy.acks_late, receipt).await
         }
         Ran::Cancelled => give_back(app, &m, receipt, !policy.acks_late).await,
@@ -281,7 +276,7 @@ fn run_event(
     })
 }
 
-fn failure_text(f: &Failure) -> String {
+pub(super) fn failure_text(f: &Failure) -> String {
     match &f.traceback {
         Some(tb) => format!("{f}\n{tb}"),
         None => f.to_string(),
