@@ -51,7 +51,7 @@ def test_a_task_revoked_before_it_ran_shows_revoked_in_flower(w):
 
 def test_terminate_through_flower_stops_a_running_task(w):
     # Flower's `/api/task/revoke/<id>?terminate=true` sends
-    # `"terminate": 1` (its strtobool answers 1, not True). Waits on:
+    # `"terminate": 1` (its strtobool answers 1, not True). Exercises:
     # pidbox.rs reading `terminate` by Python truthiness, and the
     # `task-revoked` event (terminated true, signum 15) for a terminated run.
     doomed = w.capp.send_task("flower.nap", (120,))
