@@ -62,7 +62,13 @@ def serve(capp: Any) -> App:
             f"the Celery app's broker_url {_shown(url)!r}: headway serves a Celery app on "
             "Redis (redis:// or rediss://)"
         )
-    broker = RedisBroker.celery(url)
+    # Celery's transport options and event settings that headway has.
+    topts = conf.broker_transport_options or {}
+    broker = RedisBroker.celery(
+        url,
+        visibility_timeout=topts.get("visibility_timeout", 3600.0),
+        task_send_sent_event=bool(conf.task_send_sent_event),
+    )
     backend_url = conf.result_backend or ""
     backend: Any = None
     if backend_url and backend_url != url:
@@ -73,6 +79,9 @@ def serve(capp: Any) -> App:
             )
         backend = RedisBroker.celery(backend_url)
     app = App(broker, backend=backend)
+    if conf.worker_send_task_events:
+        # Celery's `worker_send_task_events` (its `-E`).
+        app._native.enable_task_events()
     # The modules the app names (`imports`, `include`, autodiscovery) are
     # imported, so every task is registered before the worker starts.
     capp.loader.import_default_modules()
