@@ -7,8 +7,11 @@ Processes: a redis-server on a free loopback port; a Celery worker
 processes (``hw_py.py``) on ``hw``; a headway Node worker process
 (``hw_node.js``) on ``node`` where a scenario names Node; more workers of
 each kind on private queues where a scenario needs them (and kills them).
-Celery is driven from this process; headway's producers are one-shot
-``hw_py.py`` / ``hw_node.js`` processes.
+Celery is driven from this process (and, in ``inspect``, through Celery's
+own CLI, ``celery -A celery_side inspect|control``, as a separate process);
+headway's producers are one-shot ``hw_py.py`` / ``hw_node.js`` processes.
+A headway worker process is the node ``<worker>@links`` in Celery's remote
+control, as the Celery workers are.
 
 Every task run appends to a ledger (Celery: the Redis list ``ledger``;
 headway: ``ledger-<worker>.jsonl``), so each scenario prints what each side
@@ -549,6 +552,93 @@ def time_limits(w):
     expect(len(w.runs_of(hard.id, t0)) == 1, "the killed run ran once (no redelivery)")
 
 
+def _celery_cli(*args):
+    """Celery's own CLI, ``celery -A celery_side <args>``, as a separate
+    process; its ``--json`` answer (the last line of its output)."""
+    argv = [sys.executable, "-m", "celery", "-A", "celery_side", *args]
+    out = subprocess.run(argv, cwd=HERE, capture_output=True, text=True, timeout=60)
+    print(f"    $ celery -A celery_side {' '.join(args)}  → exit {out.returncode}")
+    line = (out.stdout.strip().splitlines() or [""])[-1]
+    try:
+        return json.loads(line)
+    except ValueError:
+        raise Failed(f"celery {' '.join(args)}: exit {out.returncode}\n{out.stdout}\n{out.stderr}") from None
+
+
+def inspect(w):
+    """Celery's own CLI (inspect, control shutdown) answered by headway Python and Node worker processes."""
+    w.main_workers(node=True)
+    py, nd = w.procs["hw-py-main"], w.procs["hw-node-main"]
+    pyn, ndn = "hw-py-main@links", "hw-node-main@links"
+
+    def ask(what):
+        got = _celery_cli("inspect", what, "--json", "-t", "2")
+        print(f"      {json.dumps({n: got.get(n) for n in (pyn, ndn)})[:1200]}")
+        return got
+
+    got = ask("ping")
+    expect(got.get(pyn) == {"ok": "pong"} and got.get(ndn) == {"ok": "pong"},
+           f"both headway worker processes answer ping by their own node names ({pyn}, {ndn})")
+    expect(got.get("celery-main@links") == {"ok": "pong"}, "beside the Celery worker, which answers too")
+
+    got = ask("stats")
+    expect(got[pyn]["pid"] == py.p.pid and got[ndn]["pid"] == nd.p.pid,
+           f"stats: each node's pid is its own process's (Python {py.p.pid}, Node {nd.p.pid})")
+    expect(got[pyn]["broker"]["hostname"] == w.url and got[ndn]["broker"]["hostname"] == w.url,
+           f"stats: each names this redis-server ({w.url}) as its broker")
+    expect(got[ndn]["headway"]["workers"] == ["hw-node-main"] and len(got[pyn]["headway"]["workers"]) == 1,
+           "stats: each process runs one headway worker (the Node one named hw-node-main)")
+    expect(got[pyn]["pool"]["max-concurrency"] == 2, "stats: the Python pool's max-concurrency is its concurrency (2)")
+
+    got = ask("registered")
+    expect({"h.add", "h.gate", "shared.slow"} <= set(got[pyn]) and {"n.add", "n.gate"} <= set(got[ndn]),
+           "registered: the Python node lists h.add, h.gate, shared.slow; the Node node n.add, n.gate")
+    expect(not any(t.startswith("n.") for t in got[pyn]) and not any(t.startswith("h.") for t in got[ndn]),
+           "and neither lists the other's tasks (each lists its own, above)")
+
+    got = ask("active")
+    expect(got.get(pyn) == [] and got.get(ndn) == [], "active: nothing runs on either yet")
+    t0 = time.time()
+    pid = w.capp.send_task("h.gate", args=["py"], queue="hw").id
+    nid = w.capp.send_task("n.gate", args=["node"], queue="node").id
+    wait_for(lambda: w.runs_of(pid, t0) and w.runs_of(nid, t0), "both gate tasks to start")
+    got = ask("active")
+    for node, tid, name, label in ((pyn, pid, "h.gate", "py"), (ndn, nid, "n.gate", "node")):
+        runs = got.get(node) or []
+        expect([(r["id"], r["name"]) for r in runs] == [(tid, name)],
+               f"active: {node} lists its running {name} {tid}")
+        expect(runs[0]["hostname"] == node and runs[0]["args"] == [label] and runs[0]["time_start"],
+               f"  with hostname {node}, args [{label!r}] and a time_start")
+    expect(pid not in json.dumps(got[ndn]) and nid not in json.dumps(got[pyn]),
+           "neither lists the other's run (each lists its own, above)")
+
+    # Shut the Node worker down while its run is in progress.
+    got = _celery_cli("control", "shutdown", "-d", ndn, "--json", "-t", "2")
+    print(f"      {json.dumps(got)}")
+    expect([list(r) for r in got] == [[ndn]] and "ok" in got[0][ndn],
+           f"control shutdown -d {ndn}: only that node answers, ok ({got[0][ndn]})")
+    late = w.capp.send_task("n.record", args=["late"], queue="node").id
+    expect(nd.p.poll() is None,
+           "the Node process still runs after the shutdown answer: its run is in progress (its gate is shut)")
+    with open(os.path.join(w.dir, "gate-node"), "w"):
+        pass
+    print("    opened gate-node")
+    expect(w.result(nid) == "headway-node:node", "the Node run it had started finished: Celery reads its result")
+    rc = wait_for(lambda: nd.p.poll() is not None and (nd.p.returncode,), "the Node process to exit")[0]
+    expect(rc == 0, "then the Node process exited, with status 0")
+    expect(w.runs_of(late, t0) == [] and (
+        any(late.encode() in m for m in w.r.lrange("node", 0, -1)) or w.held(late)),
+        "a task sent to it after the shutdown did not run: it is still on Redis (the gate task ran, above)")
+    got = ask("ping")
+    expect(got.get(pyn) == {"ok": "pong"}, f"the Python worker ({pyn}) still answers ping")
+    expect(ndn not in got, f"{ndn} no longer does")
+    expect(py.p.poll() is None, "the Python process still runs")
+    with open(os.path.join(w.dir, "gate-py"), "w"):
+        pass
+    expect(w.result(pid) == "headway-py:py", "and its run finishes when its gate opens")
+    show(w.ledger(t0))
+
+
 SCENARIOS = {
     "chain-from-headway": chain_from_headway,
     "chain-from-celery": chain_from_celery,
@@ -565,6 +655,7 @@ SCENARIOS = {
     "revoke": revoke,
     "links": links,
     "time-limits": time_limits,
+    "inspect": inspect,
 }
 
 

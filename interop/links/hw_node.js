@@ -6,7 +6,10 @@
 //
 // Environment as for hw_py.py: HEADWAY_LINKS_URL, HEADWAY_LINKS_VT (s),
 // HEADWAY_LINKS_WORKER, HEADWAY_LINKS_DIR (each run appends one JSON line to
-// ledger-<worker>.jsonl). Tasks `n.*` are registered only here.
+// ledger-<worker>.jsonl; `n.gate` waits there for its file gate-<label>).
+// Tasks `n.*` are registered only here. A worker process is the node
+// `<worker>@links` in Celery's remote control (its broker's `consumer`), as
+// the harness's Celery workers are; a producer step is no node.
 const fs = require('node:fs');
 const path = require('node:path');
 const { App, RedisBroker } = require(path.join(__dirname, '..', '..'));
@@ -14,7 +17,8 @@ const { App, RedisBroker } = require(path.join(__dirname, '..', '..'));
 const URL = process.env.HEADWAY_LINKS_URL;
 const VT = Number(process.env.HEADWAY_LINKS_VT || '4');
 const NAME = process.env.HEADWAY_LINKS_WORKER || 'hw-node';
-const app = new App({ broker: RedisBroker.celery(URL, { visibilityTimeout: VT * 1000 }) });
+const consumer = process.argv[2] === 'worker' ? `${NAME}@links` : undefined;
+const app = new App({ broker: RedisBroker.celery(URL, { consumer, visibilityTimeout: VT * 1000 }) });
 
 function note(ctx, args) {
   const line = JSON.stringify({
@@ -27,6 +31,18 @@ function note(ctx, args) {
 const node = { queue: 'node' };
 app.task('n.add', ([x, y = 0], ctx) => { note(ctx, [x, y]); return x + y; }, node);
 app.task('n.record', (args, ctx) => { note(ctx, args); return args; }, node);
+// Runs until the harness creates gate-<label> (at most 60 s): a run in
+// progress for as long as the harness needs one.
+app.task('n.gate', async ([label], ctx) => {
+  note(ctx, [label]);
+  const file = path.join(process.env.HEADWAY_LINKS_DIR, `gate-${label}`);
+  const end = Date.now() + 60000;
+  while (!fs.existsSync(file)) {
+    if (Date.now() > end) throw new Error(`${file} never appeared`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return `headway-node:${label}`;
+}, node);
 
 async function main() {
   const [cmd, rest] = [process.argv[2], process.argv.slice(3)];

@@ -13,11 +13,17 @@ one JSON line:
 - ``typed {}``: what headway's Python API does with a datetime, a UUID and a
   Decimal argument for ``c.typed`` (sent, or refused), and the answer.
 
+A worker process is the node ``<worker>@links`` in Celery's remote control
+(``celery inspect`` / ``celery control``), as the harness's Celery workers
+are: its broker's ``consumer`` names it, so two headway processes on one host
+do not both answer as ``headway@<host>``.
+
 Environment: ``HEADWAY_LINKS_URL``, ``HEADWAY_LINKS_VT`` (visibility
 timeout, s), ``HEADWAY_LINKS_SLEEP`` (how long ``shared.slow`` sleeps
 here), ``HEADWAY_LINKS_WORKER`` (this worker's name) and
 ``HEADWAY_LINKS_DIR``, where every run appends one JSON line (task, id,
-side, worker, args, at, parent_id, root_id) to ``ledger-<worker>.jsonl``.
+side, worker, args, at, parent_id, root_id) to ``ledger-<worker>.jsonl``
+and where ``h.gate`` waits for its file ``gate-<label>``.
 """
 
 import datetime
@@ -35,8 +41,10 @@ URL = os.environ["HEADWAY_LINKS_URL"]
 VT = float(os.environ.get("HEADWAY_LINKS_VT", "4"))
 NAME = os.environ.get("HEADWAY_LINKS_WORKER", "hw-py")
 SIDE = "headway-py"
+# A worker process is a node of Celery's remote control; a producer step is none.
+CONSUMER = f"{NAME}@links" if sys.argv[1:2] == ["worker"] else None
 
-app = headway.App(headway.RedisBroker.celery(URL, visibility_timeout=VT))
+app = headway.App(headway.RedisBroker.celery(URL, consumer=CONSUMER, visibility_timeout=VT))
 _ledger = None
 
 
@@ -87,6 +95,20 @@ def echo(ctx, *args):
     """Answers its arguments and the Python types they arrived as."""
     note(ctx, [repr(a) for a in args])
     return {"types": [type(a).__name__ for a in args], "values": list(args)}
+
+
+@app.task(name="h.gate", queue="hw", bind=True)
+def gate(ctx, label):
+    """Runs until the harness creates ``gate-<label>`` (at most 60 s): a run
+    that is in progress for as long as the harness needs one."""
+    note(ctx, [label])
+    path = os.path.join(os.environ["HEADWAY_LINKS_DIR"], f"gate-{label}")
+    end = time.monotonic() + 60
+    while not os.path.exists(path):
+        if time.monotonic() > end:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.02)
+    return "headway-py:" + label
 
 
 @app.task(name="shared.slow", bind=True, acks_late=True)
