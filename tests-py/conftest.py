@@ -68,6 +68,10 @@ class RedisServer:
                 "--bind", "127.0.0.1",
                 "--save", "",
                 "--appendonly", "no",
+                # 0-15 for the Apps fixture's Celery-layout cycle, the rest
+                # for tests that keep a database of their own (16 and up), so
+                # no leftover consumer of one test shares another's keys.
+                "--databases", "64",
                 "--dir", str(tmp),
             ],
             stdout=subprocess.DEVNULL,

@@ -110,7 +110,7 @@ class Project:
         self.name = f"capp_{uuid.uuid4().hex[:8]}"
         self.marks = tmp / "marks"
         self.marks.mkdir()
-        db = 9
+        db = 20
         assert server.command("FLUSHDB", db=db) == b"+OK"
         url = server.url.rsplit("/", 1)[0] + f"/{db}"
         self.env = {"CAPP_URL": url, "CAPP_QUEUE": f"q{uuid.uuid4().hex[:6]}", "CAPP_MARKS": str(self.marks)}

@@ -115,7 +115,7 @@ def test_an_unreachable_redis_is_a_broker_connection_error(layout: str) -> None:
 
 @pytest.mark.parametrize("layout", ["redis", "celery"])
 def test_a_redis_out_of_memory_is_a_broker_server_error(layout: str, redis_server: Any) -> None:
-    db = 14 if layout == "celery" else 0
+    db = 18 if layout == "celery" else 0
     app = headway.App(_broker(layout, redis_server.url.rsplit("/", 1)[0] + f"/{db}"))
 
     @app.task(name="echo")

@@ -149,7 +149,7 @@ def make_module(
     if server is not None:
         base = server.url.rsplit("/", 1)[0]
         if kind == "celery":
-            db = 7
+            db = 17
             assert server.command("FLUSHDB", db=db) == b"+OK"
             monkeypatch.setenv("PP_URL", f"{base}/{db}")
         else:

@@ -103,11 +103,11 @@ def test_the_context_travels_in_the_message_headers(
 ) -> None:
     # On Celery's layout the context is a top-level protocol-v2 header, where
     # the Celery instrumentation puts it and a Celery worker reads it back.
-    app = headway.App(headway.RedisBroker.celery(redis_server.url.rsplit("/", 1)[0] + "/14"))
-    assert redis_server.command("FLUSHDB", db=14) == b"+OK"
+    app = headway.App(headway.RedisBroker.celery(redis_server.url.rsplit("/", 1)[0] + "/19"))
+    assert redis_server.command("FLUSHDB", db=19) == b"+OK"
     h = app.send_task("elsewhere.task", (1,), queue="traced")
     (send,) = named(spans, "apply_async/elsewhere.task")
-    envelope = _lindex(redis_server, "traced", 14)
+    envelope = _lindex(redis_server, "traced", 19)
     headers = json.loads(envelope)["headers"]
     assert send.context is not None
     # version-trace id-parent id-flags (the flags are the sampler's).
@@ -245,10 +245,10 @@ def test_tracing_false_emits_nothing(apps: Apps, spans: InMemorySpanExporter) ->
 def test_without_a_tracer_provider_nothing_is_traced(redis_server: RedisServer) -> None:
     # The positive control: test_the_context_travels_in_the_message_headers.
     _reset_globals()
-    celery = headway.App(headway.RedisBroker.celery(redis_server.url.rsplit("/", 1)[0] + "/14"))
-    assert redis_server.command("FLUSHDB", db=14) == b"+OK"
+    celery = headway.App(headway.RedisBroker.celery(redis_server.url.rsplit("/", 1)[0] + "/19"))
+    assert redis_server.command("FLUSHDB", db=19) == b"+OK"
     h = celery.send_task("elsewhere.task", (1,), queue="quiet")
-    headers = json.loads(_lindex(redis_server, "quiet", 14))["headers"]
+    headers = json.loads(_lindex(redis_server, "quiet", 19))["headers"]
     assert headers["id"] == h.id and "traceparent" not in headers
     app = headway.App("memory://")
 

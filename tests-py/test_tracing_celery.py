@@ -30,7 +30,7 @@ import headway
 from conftest import RedisServer
 
 WAIT = 20.0
-DB = 13
+DB = 21
 
 
 def _reset_globals() -> None:

@@ -32,7 +32,7 @@ WAIT = 20.0
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests-js" / "fixtures" / "trace-node.mjs"
 #: Celery's key names are fixed: a database per layout use, flushed first.
-CELERY_DB = {"py-to-node": 12, "node-to-py": 13}
+CELERY_DB = {"py-to-node": 22, "node-to-py": 23}
 
 
 def _reset_globals() -> None:

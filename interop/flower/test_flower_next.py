@@ -49,11 +49,24 @@ def test_a_task_revoked_before_it_ran_shows_revoked_in_flower(w):
     assert t["started"] is None
 
 
+def test_an_eta_task_is_listed_received_with_its_eta_before_it_runs(w):
+    # Exercises: `task-received` sent when the message reaches the consumer
+    # (consume.rs), with its eta, as a Celery worker sends it on receipt —
+    # not when the run starts.
+    later = w.capp.send_task("flower.add", (3, 4), countdown=60)
+    t = w.task_in(later.id, "RECEIVED")
+    assert t["eta"] and t["started"] is None, t
+    # The positive control: a task due now goes on to run.
+    now = w.capp.send_task("flower.add", (5, 6))
+    assert w.task_in(now.id, "SUCCESS")["received"] is not None
+    w.post(f"/api/task/revoke/{later.id}")
+
+
 def test_terminate_through_flower_stops_a_running_task(w):
     # Flower's `/api/task/revoke/<id>?terminate=true` sends
     # `"terminate": 1` (its strtobool answers 1, not True). Exercises:
     # pidbox.rs reading `terminate` by Python truthiness, and the
-    # `task-revoked` event (terminated true, signum 15) for a terminated run.
+    # `task-revoked` event (terminated true) for a terminated run.
     doomed = w.capp.send_task("flower.nap", (120,))
     control = w.capp.send_task("flower.nap", (1.5,))
     w.task_in(doomed.id, "STARTED")

@@ -384,10 +384,10 @@ pub trait Inspector: Send + Sync + 'static {
     fn consumers(&self) -> BoxFuture<'_, Result<Vec<ConsumerInfo>, Refused>> {
         Box::pin(async { Ok(Vec::new()) })
     }
-    /// Whether it wants a run's receipt and start recorded too (`Received`
-    /// and `Started` run events, which cost a record each): Celery's
-    /// `task-received` and `task-started` events. The default wants only
-    /// what runs came to.
+    /// Whether it wants a run's start recorded too (a `Started` run event,
+    /// which costs a record): Celery's `task-started` event (its
+    /// `task-received` the Celery layout sends itself, when the message
+    /// reaches the consumer). The default wants only what runs came to.
     fn wants_run_starts(&self) -> bool {
         false
     }

@@ -125,6 +125,7 @@ impl CeleryBroker {
                         message: m,
                     };
                     n += 1;
+                    self.received_event(&delivery.message);
                     let mut g = self.lock();
                     g.out.insert(
                         local,

@@ -106,6 +106,33 @@ impl CeleryBroker {
         self.send_event("task-sent", f);
     }
 
+    /// `task-received` for a message as it reaches this consumer (held for
+    /// its eta or not), as a Celery worker sends it on receipt, with the
+    /// fields Flower shows (its eta among them); only while task events
+    /// are on and a worker of the app runs here.
+    pub(super) fn received_event(&self, m: &crate::task::message::Message) {
+        if !self.task_events() || self.answering_load().is_none() {
+            return;
+        }
+        let mut f = Map::new();
+        f.insert("uuid".into(), m.id.clone().into());
+        f.insert("name".into(), m.task.clone().into());
+        f.insert("args".into(), dumps(&Value::Array(m.args.clone())).into());
+        f.insert(
+            "kwargs".into(),
+            dumps(&Value::Object(m.kwargs.clone())).into(),
+        );
+        f.insert("retries".into(), m.retries.into());
+        f.insert("eta".into(), json!(m.eta.map(super::typed::iso)));
+        f.insert("expires".into(), json!(m.expires.map(super::typed::iso)));
+        f.insert(
+            "root_id".into(),
+            json!(m.root_id.as_deref().unwrap_or(&m.id)),
+        );
+        f.insert("parent_id".into(), json!(m.parent_id));
+        self.send_event("task-received", f);
+    }
+
     /// `task-rejected` for a message a worker gave back (`requeue`) or
     /// dropped, as a Celery worker's `Request.reject` sends it.
     pub(super) fn rejected_event(&self, id: &str, requeue: bool) {
@@ -141,13 +168,8 @@ impl CeleryBroker {
             let detail = e.detail.clone().unwrap_or_default();
             let (first, rest) = detail.split_once('\n').unwrap_or((detail.as_str(), ""));
             let kind = match e.state {
-                State::Received => {
-                    f.insert("name".into(), e.task.clone().into());
-                    f.insert("args".into(), e.args.clone().into());
-                    f.insert("kwargs".into(), "{}".into());
-                    f.insert("retries".into(), e.retries.into());
-                    "task-received"
-                }
+                // Sent on receipt, by the consumer (`received_event`).
+                State::Received => continue,
                 State::Started => "task-started",
                 State::Success => {
                     self.celeryev.processed.fetch_add(1, Ordering::Relaxed);

@@ -238,9 +238,9 @@ async fn take_and_run(
         }
     }
 
-    // Celery's task-received and task-started, when the broker sends them.
+    // Celery's task-started, when the broker sends it (its task-received
+    // went out when the message reached the consumer).
     if app.inspector().is_some_and(|i| i.wants_run_starts()) {
-        event(s, &m, State::Received, None, None).await;
         event(s, &m, State::Started, None, None).await;
     }
 
