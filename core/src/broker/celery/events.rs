@@ -84,22 +84,7 @@ impl CeleryBroker {
     /// `task_send_sent_event`), with the fields a Celery producer sends.
     pub(super) fn sent_event(&self, m: &crate::task::message::Message) {
         let queue = self.sender.wire_queue(&m.queue);
-        let mut f = Map::new();
-        f.insert("uuid".into(), m.id.clone().into());
-        f.insert(
-            "root_id".into(),
-            json!(m.root_id.as_deref().unwrap_or(&m.id)),
-        );
-        f.insert("parent_id".into(), json!(m.parent_id));
-        f.insert("name".into(), m.task.clone().into());
-        f.insert("args".into(), dumps(&Value::Array(m.args.clone())).into());
-        f.insert(
-            "kwargs".into(),
-            dumps(&Value::Object(m.kwargs.clone())).into(),
-        );
-        f.insert("retries".into(), m.retries.into());
-        f.insert("eta".into(), json!(m.eta.map(super::typed::iso)));
-        f.insert("expires".into(), json!(m.expires.map(super::typed::iso)));
+        let mut f = task_fields(m);
         f.insert("queue".into(), queue.into());
         f.insert("exchange".into(), "".into());
         f.insert("routing_key".into(), queue.into());
@@ -114,23 +99,7 @@ impl CeleryBroker {
         if !self.task_events() || self.answering_load().is_none() {
             return;
         }
-        let mut f = Map::new();
-        f.insert("uuid".into(), m.id.clone().into());
-        f.insert("name".into(), m.task.clone().into());
-        f.insert("args".into(), dumps(&Value::Array(m.args.clone())).into());
-        f.insert(
-            "kwargs".into(),
-            dumps(&Value::Object(m.kwargs.clone())).into(),
-        );
-        f.insert("retries".into(), m.retries.into());
-        f.insert("eta".into(), json!(m.eta.map(super::typed::iso)));
-        f.insert("expires".into(), json!(m.expires.map(super::typed::iso)));
-        f.insert(
-            "root_id".into(),
-            json!(m.root_id.as_deref().unwrap_or(&m.id)),
-        );
-        f.insert("parent_id".into(), json!(m.parent_id));
-        self.send_event("task-received", f);
+        self.send_event("task-received", task_fields(m));
     }
 
     /// `task-rejected` for a message a worker gave back (`requeue`) or
@@ -320,4 +289,26 @@ pub(super) async fn run(me: Weak<CeleryBroker>, mut outbox: Outbox) {
         }
         let _ = b.link.pipe(&p).await;
     }
+}
+
+/// What `task-sent` and `task-received` say of message `m`: its id, name,
+/// arguments (as text), retries, eta, expires, root and parent.
+fn task_fields(m: &crate::task::message::Message) -> Map<String, Value> {
+    let mut f = Map::new();
+    f.insert("uuid".into(), m.id.clone().into());
+    f.insert(
+        "root_id".into(),
+        json!(m.root_id.as_deref().unwrap_or(&m.id)),
+    );
+    f.insert("parent_id".into(), json!(m.parent_id));
+    f.insert("name".into(), m.task.clone().into());
+    f.insert("args".into(), dumps(&Value::Array(m.args.clone())).into());
+    f.insert(
+        "kwargs".into(),
+        dumps(&Value::Object(m.kwargs.clone())).into(),
+    );
+    f.insert("retries".into(), m.retries.into());
+    f.insert("eta".into(), json!(m.eta.map(super::typed::iso)));
+    f.insert("expires".into(), json!(m.expires.map(super::typed::iso)));
+    f
 }

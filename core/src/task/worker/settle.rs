@@ -206,10 +206,7 @@ async fn asked(
                     retry_at(s, m, receipt, policy, started, record, at).await
                 }
                 RetryVerdict::Exhausted(f) => {
-                    s.note(&m, State::Failure.name(), Some(Err(&f)));
-                    event(s, &m, State::Failure, Some(started), Some(failure_text(&f))).await;
-                    give_up(app, &m, State::Failure, f, took).await?;
-                    settle_late(w, policy.acks_late, receipt).await
+                    failed_for_good(s, w, &m, receipt, policy, started, f).await
                 }
             }
         }
@@ -226,13 +223,28 @@ async fn asked(
                 kind: REJECTED.into(),
                 ..raised
             };
-            s.note(&m, State::Failure.name(), Some(Err(&f)));
-            event(s, &m, State::Failure, Some(started), Some(failure_text(&f))).await;
-            give_up(app, &m, State::Failure, f, took).await?;
-            settle_late(w, policy.acks_late, receipt).await
+            failed_for_good(s, w, &m, receipt, policy, started, f).await
         }
         Ask::Ignore => settle_late(w, policy.acks_late, receipt).await,
     }
+}
+
+/// A run an ask ended for good with `f`: noted, recorded, given up (its
+/// chain and chord failed with it), then acked if it acks late.
+async fn failed_for_good(
+    s: &Shared,
+    w: &Writer,
+    m: &Message,
+    receipt: Receipt,
+    policy: &Policy,
+    started: i64,
+    f: Failure,
+) -> Result<(), Refused> {
+    let took = Some(s.app.now().saturating_sub(started));
+    s.note(m, State::Failure.name(), Some(Err(&f)));
+    event(s, m, State::Failure, Some(started), Some(failure_text(&f))).await;
+    give_up(&s.app, m, State::Failure, f, took).await?;
+    settle_late(w, policy.acks_late, receipt).await
 }
 
 /// Records what happened to a run for admin pages, when the broker keeps a
