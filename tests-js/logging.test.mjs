@@ -5,7 +5,9 @@ import { spawn, spawnSync } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { App } from 'headway';
+import { App, RedisBroker } from 'headway';
+
+import { RedisServer } from './fixtures/brokers.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CLI = fileURLToPath(new URL('../bindings-node/cli.js', import.meta.url));
@@ -48,6 +50,31 @@ test("an App's logger receives the worker's warning with the run it is about", a
   assert.equal(typeof r.worker, 'string');
   assert.equal(typeof r.ts, 'number');
   assert.ok(!got.some((x) => x.taskId === fine.id), 'the good run left no record');
+});
+
+test("on Celery's layout the hand-back warning names the run it hands back", async (t) => {
+  const server = await new RedisServer().start();
+  t.after(() => server.stop());
+  const got = [];
+  const logger = { debug: () => {}, info: () => {}, warn: (message, fields) => got.push({ message, ...fields }), error: () => {} };
+  const app = new App({ broker: RedisBroker.celery(server.db(5)), logger });
+  app.task('here.mul', ([a, b]) => a * b);
+  const foreign = await app.sendTask('celery.only', [1]);
+  const fine = await app.send('here.mul', [2, 3]);
+  const w = app.worker({ concurrency: 1 });
+  const running = w.run();
+  try {
+    // The positive control: the registered run went through.
+    assert.equal(await fine.get(10_000), 6);
+    await until(() => got.some((r) => r.logger === 'headway.celery'), 'the hand-back warning');
+  } finally {
+    await w.stop({ grace: 5_000 });
+    await running;
+  }
+  const r = got.find((x) => x.logger === 'headway.celery');
+  assert.match(r.message, /handing it back/);
+  assert.equal(r.taskId, foreign.id);
+  assert.equal(r.taskName, 'celery.only');
 });
 
 test('a logger without the four methods is a TypeError naming it', () => {

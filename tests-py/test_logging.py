@@ -17,6 +17,8 @@ import pytest
 import headway
 from headway import _log, _native
 
+from conftest import RedisServer
+
 
 class Kept(logging.Handler):
     def __init__(self) -> None:
@@ -71,6 +73,33 @@ def test_a_run_the_worker_refuses_is_logged_under_headway_worker_with_its_run(ke
     assert rec.worker == w.name  # type: ignore[attr-defined]
     # Only the refused run was logged: the good one left no record.
     assert all(getattr(r, "task_id", None) != fine.id for r in kept.records)
+
+
+def test_the_hand_back_warning_names_the_run_it_hands_back(kept: Kept, redis_server: RedisServer) -> None:
+    # On Celery's layout a task this app does not run goes back for another
+    # consumer (a Celery worker), with one warning naming the run.
+    assert redis_server.command("FLUSHDB", db=24) == b"+OK"
+    app = headway.App(headway.RedisBroker.celery(redis_server.url.rsplit("/", 1)[0] + "/24"))
+
+    @app.task(name="here.mul")
+    def mul(a: int, b: int) -> int:
+        return a * b
+
+    foreign = app.send_task("celery.only", (1,))
+    fine = mul.delay(2, 3)
+    w = app.worker(concurrency=1)
+    w.start()
+    try:
+        # The positive control: the registered run went through.
+        assert fine.get(timeout=10) == 6
+        until(lambda: any(r.name == "headway.celery" for r in kept.records), "the hand-back warning")
+    finally:
+        w.stop(5.0)
+    rec = next(r for r in kept.records if r.name == "headway.celery")
+    assert rec.levelno == logging.WARNING
+    assert "handing it back" in rec.getMessage()
+    assert rec.task_id == foreign.id  # type: ignore[attr-defined]
+    assert rec.task_name == "celery.only"  # type: ignore[attr-defined]
 
 
 def test_records_below_the_level_are_not_made_and_the_level_is_settable(kept: Kept) -> None:

@@ -1311,7 +1311,7 @@ async fn celery_events_dump_shows_a_headway_workers_events() {
         let have = |what: &str| text.lines().any(|l| l.contains(&node) && l.contains(what));
         // The dumper's words: "heartbeat", "task received", ...
         if have("] heartbeat: ")
-            && have(&format!("task received: hw.add({id}) args=[2,3]"))
+            && have(&format!("task received: hw.add({id}) args=[2, 3]"))
             && have(&format!("task started: hw.add({id})"))
             && have(&format!("task succeeded: hw.add({id})"))
         {

@@ -94,7 +94,8 @@ impl CeleryBroker {
                 Err(why)
                     if !tag.is_empty()
                         && why.reason.starts_with("content type not allowed")
-                        && unknown::named_task(&raw).is_some_and(|t| self.is_foreign(&t)) =>
+                        && unknown::named_task(&raw)
+                            .is_some_and(|(t, id)| self.is_foreign(&t, &id)) =>
                 {
                     foreign.push(tag)
                 }
@@ -110,7 +111,7 @@ impl CeleryBroker {
                         },
                     ));
                 }
-                Ok(d) if self.is_foreign(&d.message.task) => foreign.push(tag),
+                Ok(d) if self.is_foreign(&d.message.task, &d.message.id) => foreign.push(tag),
                 Ok(d) => {
                     let local = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
                     let m = d.message;

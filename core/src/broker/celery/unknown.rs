@@ -51,17 +51,19 @@ pub fn handed_back_reason(task: &str, times: u32) -> String {
 /// The task an envelope names in `headers.task`, when the bytes are a JSON
 /// object that has one: read from an envelope headway will not decode (a
 /// pickle) to learn whether it is another consumer's.
-pub(super) fn named_task(raw: &[u8]) -> Option<String> {
+pub(super) fn named_task(raw: &[u8]) -> Option<(String, String)> {
     let v: Value = serde_json::from_slice(raw).ok()?;
-    let t = v.get("headers")?.get("task")?.as_str()?;
-    (!t.is_empty()).then(|| t.to_string())
+    let h = v.get("headers")?;
+    let t = h.get("task")?.as_str()?;
+    let id = h.get("id").and_then(Value::as_str).unwrap_or_default();
+    (!t.is_empty()).then(|| (t.to_string(), id.to_string()))
 }
 
 impl CeleryBroker {
-    /// Whether `task` is one this consumer hands back (see
+    /// Whether `task` (run `id`) is one this consumer hands back (see
     /// [`UnknownTasks`]), logging each such name once (the first
-    /// [`WARNED_MAX`] names).
-    pub(super) fn is_foreign(&self, task: &str) -> bool {
+    /// [`WARNED_MAX`] names), the record naming the run.
+    pub(super) fn is_foreign(&self, task: &str, id: &str) -> bool {
         if self.opts.unknown_tasks != UnknownTasks::Requeue {
             return false;
         }
@@ -79,10 +81,16 @@ impl CeleryBroker {
         }
         let mut w = self.warned.lock().unwrap_or_else(|e| e.into_inner());
         if w.len() < WARNED_MAX && w.insert(task.to_string()) {
-            self.log(&format!(
-                "task {} is not registered here; handing it back for another consumer",
-                shown(task)
-            ));
+            crate::log::emit(
+                crate::log::Level::Warn,
+                "headway.celery",
+                crate::log::About::worker(&self.node).run(task, id),
+                format_args!(
+                    "headway celery broker {}: task {} is not registered here; handing it back for another consumer",
+                    self.node,
+                    shown(task)
+                ),
+            );
             if w.len() == WARNED_MAX {
                 self.log(&format!(
                     "{WARNED_MAX} unregistered task names logged; further ones are handed back unlogged"
@@ -112,8 +120,8 @@ mod tests {
         assert!(s.len() < 110 && s.ends_with('…'), "{s}");
         assert!(handed_back_reason("a\nb", 100).contains(r#""a\nb" handed back ×100"#));
         assert_eq!(
-            named_task(br#"{"headers": {"task": "t"}}"#).as_deref(),
-            Some("t")
+            named_task(br#"{"headers": {"task": "t", "id": "i"}}"#),
+            Some(("t".into(), "i".into()))
         );
         assert_eq!(named_task(b"\x80\x04"), None);
     }
