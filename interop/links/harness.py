@@ -588,7 +588,9 @@ def inspect(w):
            f"stats: each names this redis-server ({w.url}) as its broker")
     expect(got[ndn]["headway"]["workers"] == ["hw-node-main"] and len(got[pyn]["headway"]["workers"]) == 1,
            "stats: each process runs one headway worker (the Node one named hw-node-main)")
-    expect(got[pyn]["pool"]["max-concurrency"] == 2, "stats: the Python pool's max-concurrency is its concurrency (2)")
+    expect(got[pyn]["pool"] == {"max-concurrency": 2, "processes": [py.p.pid]}
+           and got[ndn]["pool"] == {"max-concurrency": 2, "processes": [nd.p.pid]},
+           "stats: each pool's max-concurrency is its worker's concurrency (2), run in its own process")
 
     got = ask("registered")
     expect({"h.add", "h.gate", "shared.slow"} <= set(got[pyn]) and {"n.add", "n.gate"} <= set(got[ndn]),
