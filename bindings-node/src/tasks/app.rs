@@ -38,6 +38,15 @@ pub struct NativeHost {
     pub(crate) q: Arc<HostQueue>,
 }
 
+/// A call's retry rule as `lib/host.js` hands it back to `_afterFailure`:
+/// written borrowed, straight into the call's text (no value built per
+/// call).
+#[derive(serde::Serialize)]
+struct CallRule<'a> {
+    retries: u32,
+    rule: &'a headway_core::task::body::RetryRule,
+}
+
 fn push_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
     // Serialising a `Value` or a `str` into a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, v);
@@ -45,7 +54,7 @@ fn push_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
 
 /// Calls as one JSON text: `[[seq, key, id, queue, retries, attempt, last,
 /// now, args, kwargs | null, rootId | null, parentId | null, softTimeLimit |
-/// null, timeLimit | null, worker, failState, trace?], ...]` (`trace` only
+/// null, timeLimit | null, worker, {retries, rule}, trace?], ...]` (`trace` only
 /// on a traced run: `trace::run_plan`).
 fn encode_calls(calls: &[Call]) -> String {
     let mut out = Vec::with_capacity(calls.len() * 160 + 2);
@@ -93,7 +102,10 @@ fn encode_calls(calls: &[Call]) -> String {
         out.push(b',');
         push_json(
             &mut out,
-            &serde_json::json!({"retries": x.retries, "rule": x.rule}),
+            &CallRule {
+                retries: x.retries,
+                rule: &x.rule,
+            },
         );
         // The run's span when its app traces (`trace::run_plan`); else
         // nothing, so an untraced call costs no bytes.

@@ -306,7 +306,10 @@ async fn take_and_run(
         }
         _ = wait_true(&mut cancel) => Ran::Cancelled,
     };
+    // The body is over: it leaves the run table (not active any more, as
+    // its slot is free) before the settle's writes, as the slot does.
     drop(permit);
+    s.runs().remove(&key);
 
     settle_ran(s, w, m, receipt, policy, started, ran).await
 }
