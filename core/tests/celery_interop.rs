@@ -1289,6 +1289,16 @@ async fn celery_events_dump_shows_a_headway_workers_events() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("start celery events --dump");
+    // worker-online is sent once, at start, on a fanout that keeps nothing
+    // for a late subscriber: the worker starts once the dumper is capturing.
+    let until = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("starting capture")
+    {
+        assert!(Instant::now() < until, "celery events --dump did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let (wk, h) = run_worker(&app, &["hw"]);
     // Celery's own broadcast turns them on (Flower sends the same).
     let until = Instant::now() + Duration::from_secs(20);
