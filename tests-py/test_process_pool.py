@@ -102,6 +102,13 @@ def nap_logged(path, s):
     time.sleep(s)
     return "done"
 
+@app.task(name="nap_noted")
+def nap_noted(path, s):
+    with open(path, "a") as f:
+        f.write(f"start {os.getpid()}\\n")
+    time.sleep(s)
+    return os.getpid()
+
 @app.task(name="unlimited_spin")
 def unlimited_spin():
     try:
@@ -489,6 +496,51 @@ def test_kill_9_of_the_parent_leaves_no_child(redis_server: RedisServer, tmp_pat
         while any(_alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not any(_alive(p) for p in pids), "a child outlived its parent"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_kill_9_loses_the_run_in_a_child_and_not_the_one_on_deck(
+    redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: list[headway.Worker]
+) -> None:
+    """The process pool takes a child's next run while the child is busy
+    (on deck: checked, not acked) and acks it only as the child takes it.
+    A parent killed -9 then loses the run its child had started (early
+    ack, as documented) but not the one on deck: that one is recovered and
+    runs on another worker."""
+    import redis as redis_py
+
+    monkeypatch.setenv("PP_LEASE", "1.0")
+    mod = make_module(tmp_path, "redis", redis_server, monkeypatch, hard=False)
+    proc, _ = cli_worker(mod, tmp_path, "--pool", "process", "-c", "1")
+    try:
+        started, deck = tmp_path / "started.log", tmp_path / "deck.log"
+        a = send(mod, "nap_noted", str(started), 60.0)
+        while not started.exists():
+            time.sleep(0.02)
+        b = send(mod, "nap_noted", str(deck), 0.0)
+        # b is claimed (no message left ready) and waits on deck.
+        r = redis_py.Redis.from_url(os.environ["PP_URL"])
+        prefix = os.environ["PP_PREFIX"]
+        deadline = time.monotonic() + 20
+        while sum(r.llen(k) for k in r.scan_iter(f"{prefix}*ready:*")) > 0:
+            assert time.monotonic() < deadline, "the worker never claimed the second run"
+            time.sleep(0.02)
+        assert not deck.exists(), "the run on deck ran while its child was busy"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        # Another worker recovers the dead one's claims once its lease lapses.
+        w2 = mod.app.worker(concurrency=2)
+        w2.start()
+        workers.append(w2)
+        assert b.get(timeout=30) == os.getpid(), "the run on deck was lost"
+        # Positive control: w2 is live and takes new work; the started run
+        # (acked as its child took it) is not run again.
+        assert send(mod, "pid").get(timeout=30) == os.getpid()
+        assert started.read_text().count("start") == 1, started.read_text()
+        assert a.state() != "SUCCESS"
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -24,4 +24,7 @@ pub mod child;
 pub mod pool;
 pub mod wire;
 
-pub use pool::{KILL_AFTER, ProcSpec, Procs, STARTUP, TIME_LIMIT, WORKER_LOST, describe, rss_kib};
+pub use pool::{
+    Idle, KILL_AFTER, ProcSpec, Procs, STARTUP, TIME_LIMIT, WORKER_LOST, describe, rss_kib,
+    timed_out,
+};

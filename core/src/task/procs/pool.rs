@@ -343,14 +343,52 @@ impl Procs {
         }
     }
 
+    /// Waits for an idle child and holds it for one run ([`Procs::run_on`]);
+    /// a child held and never run goes back to the idle list.
+    pub async fn idle(&self) -> Result<Idle, Failure> {
+        let child = self.acquire().await?;
+        Ok(Idle {
+            inner: self.inner.clone(),
+            child: Some(child),
+        })
+    }
+
     /// Runs the body registered as `key` in a child: its answer, or the
     /// failure that ended it (`TimeLimitExceeded` past `ctx.time_limit`,
-    /// `WorkerLostError` when the child died). Dropping the future mid-run
-    /// ends the child (see the module docs).
-    pub async fn run(&self, key: &str, ctx: Context, args: Vec<Value>) -> Result<Value, Failure> {
-        let child = self.acquire().await?;
+    /// `TimeoutError` past `timeout` ms, `WorkerLostError` when the child
+    /// died). Dropping the future mid-run ends the child (see the module
+    /// docs).
+    pub async fn run(
+        &self,
+        key: &str,
+        ctx: Context,
+        args: Vec<Value>,
+        timeout: Option<i64>,
+    ) -> Result<Value, Failure> {
+        let idle = self.idle().await?;
+        self.run_on(idle, key, ctx, args, timeout).await
+    }
+
+    /// Runs the body registered as `key` on the child `idle` holds (see
+    /// [`Procs::run`]). Both limits count from here, not from the wait for
+    /// a child.
+    pub async fn run_on(
+        &self,
+        mut idle: Idle,
+        key: &str,
+        ctx: Context,
+        args: Vec<Value>,
+        timeout: Option<i64>,
+    ) -> Result<Value, Failure> {
+        let child = idle.child.take().expect("held");
         let id = ctx.id.clone();
-        let hard = ctx.time_limit;
+        // The nearer of the hard limit and the run's timeout ends it.
+        let limit = match (ctx.time_limit, timeout) {
+            (Some(h), Some(t)) if t < h => Some((t, false)),
+            (Some(h), _) => Some((h, true)),
+            (None, Some(t)) => Some((t, false)),
+            (None, None) => None,
+        };
         self.inner.lock().running.insert(id.clone(), child.proc.pid);
         let mut lease = Lease {
             inner: self.inner.clone(),
@@ -369,6 +407,7 @@ impl Procs {
             Answer(Result<Value, Failure>),
             Lost,
             Limit(i64),
+            Timeout(i64),
         }
         let end = if wire::write(&mut c.tx, &call).await.is_err() {
             End::Lost
@@ -387,13 +426,14 @@ impl Procs {
                     }
                 }
             };
-            match hard {
-                Some(ms) => {
+            match limit {
+                Some((ms, hard)) => {
                     match tokio::time::timeout(Duration::from_millis(ms.max(1) as u64), answer)
                         .await
                     {
                         Ok(e) => e,
-                        Err(_) => End::Limit(ms),
+                        Err(_) if hard => End::Limit(ms),
+                        Err(_) => End::Timeout(ms),
                     }
                 }
                 None => answer.await,
@@ -410,6 +450,10 @@ impl Procs {
                     TIME_LIMIT,
                     format!("TimeLimitExceeded({})", secs(ms)),
                 ))
+            }
+            End::Timeout(ms) => {
+                lease.end(libc::SIGKILL);
+                Err(timed_out(ms))
             }
             End::Lost => {
                 let (mut c, _) = lease.take();
@@ -562,6 +606,35 @@ impl Drop for Lease {
             self.replace(c);
         }
     }
+}
+
+/// An idle child held for one run: the run waits for a child before its
+/// early ack and its revoked check at hand-over (the worker's), and a run
+/// that ends there (terminated, the worker stopping) puts the child back.
+pub struct Idle {
+    inner: Arc<Inner>,
+    child: Option<Child>,
+}
+
+impl Drop for Idle {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.take() {
+            if self.inner.closed.load(Ordering::SeqCst) {
+                retire(c);
+            } else {
+                self.inner.lock().idle.push(c);
+            }
+            self.inner.changed.notify_one();
+        }
+    }
+}
+
+/// The failure of a run past its `timeout` (ms).
+pub fn timed_out(ms: i64) -> Failure {
+    Failure::new(
+        "TimeoutError",
+        format!("the run took longer than its timeout of {ms} ms"),
+    )
 }
 
 /// Lets a child go: its socket closes, so it exits; killed if it lingers.

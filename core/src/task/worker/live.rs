@@ -234,7 +234,7 @@ impl Worker {
                 }
             }
         }
-        s.slots.add_permits(n);
+        s.slots.add_permits(n * super::slots_per(s.procs.is_some()));
         s.reshaped.send_modify(|v| *v += 1);
         Ok(now)
     }
@@ -280,8 +280,9 @@ impl Worker {
             }
         }
         s.reshaped.send_modify(|v| *v += 1);
-        let now_free = s.slots.forget_permits(n);
-        let owed = (n - now_free) as u32;
+        let gone = n * super::slots_per(s.procs.is_some());
+        let now_free = s.slots.forget_permits(gone);
+        let owed = (gone - now_free) as u32;
         if owed > 0 {
             let me = self.shared.clone();
             tokio::spawn(async move {

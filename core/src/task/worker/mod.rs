@@ -67,6 +67,20 @@ pub use live::RunInfo;
 pub use notes::{Observer, RunNote};
 pub use options::{HARD_LIMIT_NEEDS_PROCESS, PREFETCH_MULTIPLIER, Pool, WorkerConfig};
 
+/// Slots per unit of concurrency: one on the threads pool; two on the
+/// process pool, where each child has a run *on deck* — checked for revoke
+/// and waiting for the child, not acked — so a child that answers is handed
+/// its next run at once. Without it the child sat idle through the next
+/// run's take (a round trip to the broker) after every run: a no-op drain
+/// at concurrency 2 on Redis ran 4.5k/s against 6.5k/s with it on a loaded
+/// machine, and each round carried one run's writes instead of several
+/// (Redis's CPU per run 83 µs against 56 µs). The early ack still goes out
+/// when the child takes the run, so a worker killed -9 loses no more runs
+/// than it has children (`run`).
+pub(super) fn slots_per(process_pool: bool) -> usize {
+    if process_pool { 2 } else { 1 }
+}
+
 struct Shared {
     app: App,
     /// The queues it claims from; remote control adds and cancels.
@@ -84,6 +98,8 @@ struct Shared {
     grace: Mutex<Duration>,
     woken: Notify,
     running: AtomicBool,
+    /// A run holds one from before its revoked check until its body ends:
+    /// [`slots_per`] a unit of concurrency.
     slots: Semaphore,
     limiters: Mutex<HashMap<String, Window>>,
     done: AtomicU64,
@@ -173,6 +189,7 @@ impl Worker {
             time_limit,
             soft_time_limit,
         } = options::check(config)?;
+        let pooled = matches!(pool, Pool::Process(_));
         let procs = match pool {
             Pool::Threads => {
                 hard_limits_refused(&app)?;
@@ -193,7 +210,7 @@ impl Worker {
                 grace: Mutex::new(Duration::from_secs(10)),
                 woken: Notify::new(),
                 running: AtomicBool::new(false),
-                slots: Semaphore::new(concurrency),
+                slots: Semaphore::new(concurrency * slots_per(pooled)),
                 limiters: Mutex::new(HashMap::new()),
                 done: AtomicU64::new(0),
                 claimed: AtomicU64::new(0),

@@ -7,8 +7,8 @@
 //! a message not yet taken must not be lost or run late; what the run comes
 //! to is `settle`'s.
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -17,14 +17,15 @@ use super::follow::{arrive, collect, give_up};
 use super::live::Entered;
 use super::settle::{Ran, event, failure_text, settle_late, settle_ran};
 use super::stop::{give_back, wait_true};
-use super::writer::Writer;
+use super::writer::{AckSent, Writer};
 use super::{Shared, warn_run};
 use crate::flow::{MILLI, Window};
 use crate::log::shown;
 use crate::task::app::Registered;
 use crate::task::body::Context;
-use crate::task::procs::WORKER_LOST;
-use crate::task::spec::Delivery;
+use crate::task::message::Message;
+use crate::task::procs::{WORKER_LOST, timed_out};
+use crate::task::spec::{Delivery, Receipt};
 use crate::task::state::{BrokerErrorKind, Failure, Refused, State};
 
 pub(super) async fn process(
@@ -212,13 +213,17 @@ async fn take_and_run(
     // means a worker killed with messages prefetched loses none of them:
     // they are still held, and recovered (Celery acks when its pool
     // accepts the task, not when the message arrives).
-    let early = (!policy.acks_late).then(|| receipt.clone());
+    //
+    // On the process pool the early ack waits for the child instead: the
+    // run is checked here, then waits on deck for a child (`slots_per`),
+    // and is acked as the child takes it — so a worker killed -9 still
+    // loses only the runs its children had started.
+    let pooled = s.procs.is_some();
+    let early = (!policy.acks_late && !pooled).then(|| receipt.clone());
+    let checked = app.now();
     if (early.is_some() || waited) && w.take(early, waited.then(|| m.id.clone())).await? {
         drop(permit);
-        let f = Failure::new("Revoked", "revoked before it ran");
-        event(s, &m, State::Revoked, None, Some(failure_text(&f))).await;
-        give_up(app, &m, State::Revoked, f, None).await?;
-        return settle_late(w, policy.acks_late, receipt).await;
+        return revoked_before(s, w, &m, receipt, policy.acks_late || pooled).await;
     }
 
     // A chord's callback collects its parts' results.
@@ -269,25 +274,55 @@ async fn take_and_run(
         }),
     };
     let mut cancel = s.cancel.subscribe();
-    let started = app.now();
-    s.start(key, started, !policy.acks_late);
+    // On the process pool these are set at the hand-over to a child.
+    let started = AtomicI64::new(app.now());
+    let handed = AtomicBool::new(!pooled);
+    let revoked_late = AtomicBool::new(false);
+    let back = AtomicBool::new(false);
+    let acked: Mutex<Option<AckSent>> = Mutex::new(None);
     let call = match &s.procs {
-        Some(p) => {
+        Some(p) => Box::pin(async {
+            // A stop gives back what waits on deck: not acked, not started.
+            let idle = tokio::select! {
+                biased;
+                i = p.idle() => i?,
+                _ = wait_true(&mut stopping) => {
+                    back.store(true, Ordering::Relaxed);
+                    return Err(Failure::new("Stopping", "the worker is stopping"));
+                }
+            };
+            // Long on deck: a revoke sent meanwhile still stops it.
+            if app.now().saturating_sub(checked) > RECHECK_AFTER
+                && matches!(w.take(None, Some(m.id.clone())).await, Ok(true))
+            {
+                revoked_late.store(true, Ordering::Relaxed);
+                return Err(Failure::new("Revoked", "revoked before it ran"));
+            }
+            let now = app.now();
+            started.store(now, Ordering::Relaxed);
+            s.start(key, now, !policy.acks_late);
             s.note(&m, "active", None);
-            let p = p.clone();
-            let key = m.task.clone();
-            Box::pin(async move { p.run(&key, ctx, args).await })
+            if !policy.acks_late {
+                *acked.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(w.ack_soon(receipt.clone()));
+            }
+            handed.store(true, Ordering::Relaxed);
+            p.run_on(idle, &m.task, ctx, args, policy.timeout).await
+        }) as futures_util::future::BoxFuture<'_, Result<Value, Failure>>,
+        None => {
+            s.start(key, app.now(), !policy.acks_late);
+            body.call(ctx, args)
         }
-        None => body.call(ctx, args),
     };
     let ran = tokio::select! {
         r = async {
             match policy.timeout {
-                Some(ms) => match tokio::time::timeout(Duration::from_millis(ms as u64), call).await {
+                // The process pool times the run from its hand-over.
+                Some(ms) if !pooled => match tokio::time::timeout(Duration::from_millis(ms as u64), call).await {
                     Ok(r) => r,
-                    Err(_) => Err(Failure::new("TimeoutError", format!("the run took longer than its timeout of {ms} ms"))),
+                    Err(_) => Err(timed_out(ms)),
                 },
-                None => call.await,
+                _ => call.await,
             }
         } => match r {
             Ok(v) => Ran::Value(v),
@@ -310,6 +345,51 @@ async fn take_and_run(
     // its slot is free) before the settle's writes, as the slot does.
     drop(permit);
     s.runs().remove(&key);
+    let started = started.into_inner();
+    if back.into_inner() {
+        return give_back(app, &m, receipt, false).await;
+    }
+    if revoked_late.into_inner() {
+        return revoked_before(s, w, &m, receipt, true).await;
+    }
+    if !handed.into_inner() {
+        // It ended on deck (terminated, the worker stopping): it never
+        // started, and its early ack never went out.
+        if matches!(ran, Ran::Cancelled) {
+            return give_back(app, &m, receipt, false).await;
+        }
+        if !policy.acks_late {
+            w.take(Some(receipt.clone()), None).await?;
+        }
+    } else if let Some(sent) = acked.into_inner().unwrap_or_else(|e| e.into_inner())
+        && !matches!(sent.await, Ok(Ok(_)))
+    {
+        // The ack sent at the hand-over did not land (the broker was
+        // away): the run is over, so it is made until it lands rather than
+        // the message left to run again.
+        w.write(Vec::new(), None, Some(receipt.clone())).await?;
+    }
 
     settle_ran(s, w, m, receipt, policy, started, ran).await
+}
+
+/// On the process pool, how long a run may wait on deck for a child (ms)
+/// before its revoked check is made again at the hand-over: a check per
+/// run costs a round trip, which a no-op drain feels, while a run that
+/// waited out a long body should not miss a revoke sent meanwhile.
+const RECHECK_AFTER: i64 = 100;
+
+/// Records `m` as revoked before it ran and settles its claim (acking it
+/// when `owed`: an ack not made yet).
+async fn revoked_before(
+    s: &Shared,
+    w: &Writer,
+    m: &Message,
+    receipt: Receipt,
+    owed: bool,
+) -> Result<(), Refused> {
+    let f = Failure::new("Revoked", "revoked before it ran");
+    event(s, m, State::Revoked, None, Some(failure_text(&f))).await;
+    give_up(&s.app, m, State::Revoked, f, None).await?;
+    settle_late(w, owed, receipt).await
 }

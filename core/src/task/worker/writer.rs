@@ -31,6 +31,9 @@ const WRITE_ROUNDS: usize = 1;
 /// rounds) and was no faster.
 const TAKE_ROUNDS: usize = 1;
 
+/// The answer to an ack sent without waiting ([`Writer::ack_soon`]).
+pub(super) type AckSent = oneshot::Receiver<Result<bool, Refused>>;
+
 /// One run's writes or question, for the writer to gather with others'.
 pub(super) struct Job {
     outcomes: Vec<Outcome>,
@@ -119,6 +122,23 @@ impl Writer {
                 _ = wait_true(&mut cancel) => {}
             }
         }
+    }
+
+    /// Acks `ack` without waiting for the broker's answer: the process
+    /// pool's hand-over of a run to its child. The answer comes on the
+    /// receiver.
+    pub(super) fn ack_soon(&self, ack: Receipt) -> AckSent {
+        let (done, rx) = oneshot::channel();
+        let job = Job {
+            outcomes: Vec::new(),
+            event: None,
+            ack: Some(ack),
+            ask: None,
+            done,
+        };
+        // A writer gone drops the job, and the receiver answers an error.
+        let _ = self.takes.send(job);
+        rx
     }
 
     /// Acks `ack` and answers whether `ask` is revoked now (`false` when
