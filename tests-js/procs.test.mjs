@@ -13,7 +13,7 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -23,7 +23,7 @@ import { createRequire } from 'node:module';
 
 import { App, RedisBroker, SoftTimeLimitExceeded } from 'headway';
 
-import { RedisServer } from './fixtures/brokers.mjs';
+import { RedisServer, command } from './fixtures/brokers.mjs';
 import { app } from './fixtures/procs-app.mjs';
 import { app as cpuApp, work } from './fixtures/cpu-app.mjs';
 
@@ -481,6 +481,56 @@ describe('on Redis', { skip: RedisServer.missing() ?? false }, () => {
     } finally {
       wp.kill();
       await broker.close();
+    }
+  });
+
+  test('kill -9 loses the run a child started (early ack) but not the one on deck: that one is recovered', async () => {
+    const prefix = `procs-${randomUUID().slice(0, 8)}:`;
+    const env = { PROCS_BROKER: server.url, PROCS_PREFIX: prefix, PROCS_WORKER: JSON.stringify({ pool: 'process', concurrency: 1 }) };
+    const wp = workerProcess([FIX('procs-app.mjs')], env);
+    const broker = new RedisBroker(server.url, { prefix, lease: 1000 });
+    const client = new App({ broker });
+    client.task('noted', ([path]) => {
+      appendFileSync(path, 'start here\n');
+      return process.pid;
+    });
+    client.task('pid', () => process.pid);
+    const dir = mkdtempSync(join(tmpdir(), 'hw-deck-'));
+    const [started, deck] = [join(dir, 'started.log'), join(dir, 'deck.log')];
+    let w2 = null;
+    let running = null;
+    try {
+      await wp.ready();
+      const a = await client.sendTask('noted', [started, 60_000]);
+      await until(() => existsSync(started), 'the first run to start in the child');
+      const b = await client.sendTask('noted', [deck, 0]);
+      // The second run is claimed (nothing left ready) and waits on deck.
+      const ready = async () => {
+        let n = 0;
+        for (let step = 0; step < 10; step++) n += Number((await command(server.port, 'LLEN', `${prefix}{default}:ready:${step}`)).slice(1));
+        return n;
+      };
+      await until(async () => (await ready()) === 0, 'the worker to claim the second run');
+      assert.ok(!existsSync(deck), 'the run on deck ran while its child was busy');
+      wp.proc.kill('SIGKILL');
+      await wp.exited;
+      // Another worker recovers the dead one's claims once the lease lapses.
+      w2 = client.worker({ concurrency: 2 });
+      running = w2.run();
+      assert.equal(await b.get(LIMIT), process.pid, 'the run on deck was lost');
+      // Positive control: w2 takes new work; the started run (acked as its
+      // child took it) does not run again.
+      assert.equal(await (await client.sendTask('pid', [])).get(LIMIT), process.pid);
+      assert.equal(readFileSync(started, 'utf8').split('start').length - 1, 1);
+      assert.notEqual(await a.state(), 'SUCCESS');
+    } finally {
+      wp.kill();
+      if (w2) {
+        await w2.stop();
+        await running;
+      }
+      await broker.close();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 
