@@ -22,6 +22,7 @@ from types import FrameType
 
 from . import _tracing
 from ._from_celery import is_celery_app, serve
+from .celery.app import Celery as DropIn
 from ._serve import Serving
 from ._tasks import App
 
@@ -41,6 +42,8 @@ def _load(ref: str) -> App:
         obj = getattr(importlib.import_module(where), attr, None)
     if is_celery_app(obj):
         obj = serve(obj)
+    elif isinstance(obj, DropIn):
+        obj = obj._served()
     if not isinstance(obj, App):
         raise SystemExit(f"headway child: {ref!r} is not a headway.App (got {type(obj).__name__})")
     return obj

@@ -47,6 +47,7 @@ from types import FrameType
 
 from . import _log, _native
 from ._from_celery import is_celery_app, serve
+from .celery.app import Celery as DropIn
 from ._tasks import GRACE, App
 
 
@@ -65,6 +66,12 @@ def _load(spec: str) -> App:
         # A real Celery app: its tasks, served on its broker (_from_celery).
         try:
             obj = serve(obj)
+        except ValueError as e:
+            raise SystemExit(f"headway: -A {spec!r}: {e}") from e
+    elif isinstance(obj, DropIn):
+        # `headway.celery.Celery`: the headway App behind it, on its queues.
+        try:
+            obj = obj._served()
         except ValueError as e:
             raise SystemExit(f"headway: -A {spec!r}: {e}") from e
     if not isinstance(obj, App):

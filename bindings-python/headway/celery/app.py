@@ -1,0 +1,531 @@
+"""``Celery``, ``Task`` and ``shared_task`` on headway.
+
+A ``Celery`` here is a headway ``App`` dressed in Celery's API: made lazily
+on first use (so ``config_from_object`` after the tasks are defined works,
+as in Celery), on the broker its ``broker_url`` names — ``redis://`` in
+Celery's own Redis layout and message format, so Celery workers and
+producers still on the same Redis share its queues and results;
+``memory://`` (the default when none is given) for tests. Every task option
+becomes the headway policy of the same meaning; what a policy does is the
+core's. What Celery has and this does not is refused with an error naming
+it, never ignored (docs/celery.md lists both).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from .. import _tasks
+from .._errors import TaskRetry
+from .._native import Exponential, Fixed, RedisBroker
+from .._tasks import App, chain, group
+from .result import AsyncResult
+
+# Celery's `max_retries=None`: retried for ever (the core's budget is a count).
+_FOREVER = 2**32 - 1
+
+#: Celery's defaults for the settings headway reads.
+DEFAULTS: dict[str, Any] = {
+    "broker_url": None,
+    "result_backend": None,
+    "task_default_queue": "celery",
+    "task_routes": None,
+    "task_acks_late": False,
+    "task_reject_on_worker_lost": None,
+    "task_ignore_result": False,
+    "task_time_limit": None,
+    "task_soft_time_limit": None,
+    "task_default_rate_limit": None,
+    "task_default_retry_delay": 180,
+    "task_max_retries": 3,
+    "worker_prefetch_multiplier": 4,
+    "result_expires": 86400,
+}
+
+#: Task options this accepts (Celery's names).
+_TASK_OPTIONS = frozenset(
+    {
+        "name", "bind", "base", "queue", "acks_late", "ignore_result", "time_limit",
+        "soft_time_limit", "rate_limit", "reject_on_worker_lost", "autoretry_for",
+        "dont_autoretry_for", "retry_backoff", "retry_backoff_max", "retry_jitter",
+        "retry_kwargs", "max_retries", "default_retry_delay", "serializer", "track_started",
+        "typing", "shared", "trail", "store_errors_even_if_ignored",
+    }
+)  # fmt: skip
+
+
+class Settings(dict[str, Any]):
+    """``app.conf``: Celery's settings, read and set as keys or attributes."""
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        self[key] = value
+
+
+_CURRENT: list[Celery] = []
+
+
+def current_app() -> Celery:
+    """The ``Celery`` made last in this process (Celery's ``current_app``)."""
+    if not _CURRENT:
+        _CURRENT.append(Celery())
+    return _CURRENT[-1]
+
+
+class Request:
+    """``self.request`` of a bound task: the run it is in, in Celery's words."""
+
+    def __init__(
+        self,
+        ctx: Any | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        default_queue: str = "celery",
+    ) -> None:
+        self.args = list(args)
+        self.kwargs = dict(kwargs or {})
+        self.called_directly = ctx is None
+        self.is_eager = False
+        self.eta = None
+        self.expires = None
+        self.group = None
+        self.chord = None
+        self.callbacks = None
+        self.errbacks = None
+        self.reply_to = None
+        if ctx is None:
+            self.id = None
+            self.task = None
+            self.retries = 0
+            self.hostname = None
+            self.root_id = None
+            self.parent_id = None
+            self.correlation_id = None
+            self.delivery_info: dict[str, Any] = {}
+            self.timelimit = (None, None)
+            return
+        self.id = ctx.id
+        self.task = ctx.name
+        self.retries = ctx.retries
+        self.hostname = ctx.worker or None
+        self.root_id = ctx.root_id or ctx.id
+        self.parent_id = ctx.parent_id
+        self.correlation_id = ctx.id
+        # Celery's layout names its default queue `default` in headway's model.
+        queue = default_queue if ctx.queue == "default" else ctx.queue
+        self.delivery_info = {"exchange": "", "routing_key": queue, "priority": None, "redelivered": None}
+        self.timelimit = (ctx.time_limit, ctx.soft_time_limit)
+
+    def __repr__(self) -> str:
+        return f"<Request {self.task} {self.id}>"
+
+
+_REQUEST: contextvars.ContextVar[Request] = contextvars.ContextVar("headway_celery_request")
+
+
+class Task:
+    """A task in Celery's shape; ``@app.task`` makes one per function.
+    Subclass it for ``base=``: its class attributes are defaults of the
+    options."""
+
+    name: str = ""
+    max_retries: int | None = 3
+    default_retry_delay: float = 180
+    acks_late: bool | None = None
+    ignore_result: bool | None = None
+    typing = True
+
+    def __init__(self, app: Celery, fn: Callable[..., Any], name: str, bind: bool, opts: dict[str, Any]) -> None:
+        self._app = app
+        self.run = fn
+        self.name = name
+        self.bind = bind
+        self._opts = opts
+        self.max_retries = opts.get("max_retries", type(self).max_retries)
+        self.default_retry_delay = opts.get(
+            "default_retry_delay", app.conf.task_default_retry_delay
+        )
+        self.__doc__ = fn.__doc__
+        self.__name__ = getattr(fn, "__name__", name)
+        self.__module__ = getattr(fn, "__module__", __name__)
+
+    @property
+    def app(self) -> Celery:
+        return self._app
+
+    @property
+    def request(self) -> Request:
+        """The run this code is in (``called_directly`` outside one)."""
+        return _REQUEST.get(Request())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Runs the body here and now, as Celery's ``__call__``."""
+        return self.run(self, *args, **kwargs) if self.bind else self.run(*args, **kwargs)
+
+    # -- sending -------------------------------------------------------
+
+    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:
+        return self.apply_async(args, kwargs)
+
+    def apply_async(
+        self,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> AsyncResult:
+        """Celery's ``apply_async``: ``countdown``, ``eta``, ``expires``,
+        ``queue``, ``priority``, ``task_id`` and ``routing_key`` (read as the
+        queue); an option headway does not have raises ``TypeError``."""
+        return self._app.send_task(self.name, args, kwargs, **options)
+
+    def s(self, *args: Any, **kwargs: Any) -> _tasks.Signature[Any]:
+        return self._app.app.signature(self.name, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> _tasks.Signature[Any]:
+        return self._app.app.signature(self.name, args, kwargs, immutable=True)
+
+    def signature(
+        self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
+        immutable: bool = False, **options: Any,
+    ) -> _tasks.Signature[Any]:  # fmt: skip
+        return self._app.app.signature(self.name, tuple(args or ()), kwargs, immutable, **_send_options(options))
+
+    def map(self, it: Iterable[Any]) -> _tasks.Signature[Any]:
+        """One run calling the task for each item (Celery's ``xmap``)."""
+        return self._app.app.signature("celery.map", (), {"task": self.name, "it": list(it)}, immutable=True)
+
+    def starmap(self, it: Iterable[Sequence[Any]]) -> _tasks.Signature[Any]:
+        """One run calling the task with each item's arguments (``xstarmap``)."""
+        items = [list(x) for x in it]
+        return self._app.app.signature("celery.starmap", (), {"task": self.name, "it": items}, immutable=True)
+
+    def chunks(self, it: Iterable[Sequence[Any]], n: int) -> group:
+        """The items in runs of ``n`` (each a ``starmap``), as a group."""
+        return chunks(self, it, n)
+
+    def AsyncResult(self, task_id: str) -> AsyncResult:  # noqa: N802 - Celery's name
+        return AsyncResult(task_id, self._app)
+
+    # -- inside a run ----------------------------------------------------
+
+    def retry(
+        self,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        exc: BaseException | None = None,
+        throw: bool = True,
+        eta: Any = None,
+        countdown: float | None = None,
+        max_retries: int | None = None,
+        **options: Any,
+    ) -> TaskRetry:
+        """Celery's ``self.retry``: raises ``Retry``; the run goes again
+        after ``countdown`` (else ``eta``, else ``default_retry_delay``),
+        within ``max_retries`` (else the task's; ``None`` for ever), past
+        which it fails with ``exc`` or ``MaxRetriesExceededError``. Only
+        ``throw=True`` is supported (headway retries what is raised)."""
+        if not throw:
+            raise TypeError("retry(throw=False) is not supported: raise what retry() answers")
+        if options:
+            raise TypeError(f"retry() options headway does not have: {sorted(options)}")
+        budget = self.max_retries if max_retries is None else max_retries
+        if countdown is None and eta is None:
+            countdown = self.default_retry_delay
+        e = TaskRetry(countdown=countdown, eta=eta, max_retries=_FOREVER if budget is None else budget, exc=exc)
+        if args is not None or kwargs is not None:
+            ask = e._headway_ask
+
+            def with_args() -> tuple[dict[str, Any], BaseException | None]:
+                d, cause = ask()
+                if args is not None:
+                    d["args"] = list(args)
+                if kwargs is not None:
+                    d["kwargs"] = dict(kwargs)
+                return d, cause
+
+            e._headway_ask = with_args  # type: ignore[method-assign]
+        raise e
+
+    def __repr__(self) -> str:
+        return f"<@task: {self.name}>"
+
+
+def _send_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Celery's send options as headway's; one it does not have raises."""
+    out: dict[str, Any] = {}
+    for k, v in options.items():
+        if k in ("countdown", "eta", "expires", "queue", "priority", "task_id"):
+            if v is not None:
+                out[k] = v
+        elif k == "routing_key":
+            if v is not None:
+                out.setdefault("queue", v)
+        elif k in ("serializer", "exchange", "headers", "retry", "retry_policy", "ignore_result"):
+            # Celery's wire options that the Celery layout sets itself:
+            # JSON, the default exchange, publish retries by the client.
+            continue
+        else:
+            raise TypeError(f"apply_async option {k!r} is not supported by headway.celery")
+    return out
+
+
+class Celery:
+    """Celery's app: ``Celery(main=None, broker=None, backend=None, **conf)``."""
+
+    def __init__(
+        self,
+        main: str | None = None,
+        broker: str | None = None,
+        backend: str | None = None,
+        include: Sequence[str] | None = None,
+        **conf: Any,
+    ) -> None:
+        self.main = main
+        self.conf = Settings(DEFAULTS)
+        self.conf.update(conf)
+        if broker is not None:
+            self.conf.broker_url = broker
+        if backend is not None:
+            self.conf.result_backend = backend
+        self._include = list(include or ())
+        self._app: App | None = None
+        self.tasks: dict[str, Task] = {}
+        _CURRENT.append(self)
+
+    # -- settings ----------------------------------------------------------
+
+    def config_from_object(self, obj: Any, namespace: str | None = None, force: bool = False) -> None:
+        """Reads settings from a module, a module's dotted name, a class or a
+        mapping; with ``namespace="CELERY"``, ``CELERY_BROKER_URL`` is
+        ``broker_url``."""
+        if self._app is not None:
+            raise RuntimeError("config_from_object after the app was used: its broker is already open")
+        if isinstance(obj, str):
+            obj = importlib.import_module(obj)
+        items = obj.items() if isinstance(obj, Mapping) else ((k, getattr(obj, k)) for k in dir(obj))
+        prefix = f"{namespace}_" if namespace else ""
+        for k, v in items:
+            if not isinstance(k, str) or k.startswith("_"):
+                continue
+            if prefix:
+                if not k.startswith(prefix):
+                    continue
+                k = k[len(prefix) :].lower()
+            elif not k.islower():
+                continue
+            self.conf[k] = v
+
+    @property
+    def app(self) -> App:
+        """The headway ``App`` behind it, made on first use."""
+        if self._app is None:
+            for m in self._include:
+                importlib.import_module(m)
+            self._app = _make(self.conf)
+            for t in self.tasks.values():
+                _register(self, t)
+            _builtins(self)
+        return self._app
+
+    # -- tasks ------------------------------------------------------------
+
+    def task(self, *args: Any, **opts: Any) -> Any:
+        """``@app.task`` or ``@app.task(bind=True, name=..., **options)``."""
+        unknown = set(opts) - _TASK_OPTIONS
+        if unknown:
+            raise TypeError(f"task options headway.celery does not have: {sorted(unknown)}")
+
+        def make(fn: Callable[..., Any]) -> Task:
+            base = opts.get("base") or Task
+            name = opts.get("name") or f"{fn.__module__}.{fn.__name__}"
+            t = base(self, fn, name, bool(opts.get("bind", False)), opts)
+            self.tasks[name] = t
+            if self._app is not None:
+                _register(self, t)
+            return t
+
+        if len(args) == 1 and callable(args[0]) and not opts:
+            return make(args[0])
+        if args:
+            raise TypeError("app.task takes the function alone, or options as keywords")
+        return make
+
+    def send_task(
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> AsyncResult:
+        opts = _send_options(options)
+        if "queue" not in opts:
+            opts["queue"] = _route(self, name)
+        h = self.app.send_task(name, tuple(args or ()), dict(kwargs) if kwargs else None, **opts)
+        return AsyncResult(h.id, self)
+
+    def AsyncResult(self, id: str) -> AsyncResult:  # noqa: N802 - Celery's name
+        return AsyncResult(id, self)
+
+    def signature(self, name: str, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, **options: Any) -> _tasks.Signature[Any]:
+        immutable = bool(options.pop("immutable", False))
+        return self.app.signature(name, tuple(args), kwargs, immutable, **_send_options(options))
+
+    def _served(self) -> App:
+        """The headway app a worker serves (``headway worker -A``): on every
+        queue this app's tasks go to, as Celery's worker consumes them."""
+        app = self.app
+        app._queues = _queues(self)
+        return app
+
+    def worker(self, **kw: Any) -> _tasks.Worker:
+        """A headway worker on this app's queues (``queues`` to choose)."""
+        kw.setdefault("queues", _queues(self))
+        return self.app.worker(**kw)
+
+    def __repr__(self) -> str:
+        return f"<Celery {self.main or '__main__'} on headway>"
+
+
+def shared_task(*args: Any, **opts: Any) -> Any:
+    """``@shared_task``: a task of the current app."""
+    return current_app().task(*args, **opts)
+
+
+def _make(conf: Settings) -> App:
+    url = conf.broker_url or "memory://"
+    if url.startswith("memory://"):
+        return App("memory://")
+    if not url.startswith(("redis://", "rediss://")):
+        raise ValueError(f"broker_url {url.split('@')[-1]!r}: headway.celery runs on redis:// or memory://")
+    backend_url = conf.result_backend
+    backend: Any = None
+    if backend_url and backend_url != url:
+        if not str(backend_url).startswith(("redis://", "rediss://")):
+            raise ValueError(f"result_backend {str(backend_url).split('@')[-1]!r}: headway.celery keeps results on redis://")
+        backend = RedisBroker.celery(backend_url)
+    return App(RedisBroker.celery(url), backend=backend)
+
+
+def _route(capp: Celery, name: str) -> str:
+    """The queue of task ``name``: its own option, ``task_routes``, else the default queue."""
+    t = capp.tasks.get(name)
+    if t is not None and t._opts.get("queue"):
+        return str(t._opts["queue"])
+    routes = capp.conf.task_routes
+    if isinstance(routes, Mapping):
+        import fnmatch  # noqa: PLC0415
+
+        for pattern, route in routes.items():
+            if fnmatch.fnmatchcase(name, pattern):
+                q = route.get("queue") if isinstance(route, Mapping) else route
+                if q:
+                    return str(q)
+    elif routes is not None:
+        raise TypeError("task_routes: headway.celery reads a mapping of glob → {'queue': ...}")
+    return str(capp.conf.task_default_queue)
+
+
+def _queues(capp: Celery) -> list[str]:
+    """Every queue the app's tasks go to."""
+    qs = {_route(capp, n) for n in capp.tasks} | {str(capp.conf.task_default_queue)}
+    return sorted(qs)
+
+
+def _rate(v: Any) -> str | None:
+    if v is None or v == "":
+        return None
+    if isinstance(v, (int, float)):
+        return f"{v}/s"
+    return str(v)
+
+
+def _register(capp: Celery, t: Task) -> None:
+    """Registers ``t`` on the headway app with its Celery options as policy."""
+    o, conf = t._opts, capp.conf
+    kw: dict[str, Any] = {
+        "name": t.name,
+        "queue": _route(capp, t.name),
+        "acks_late": bool(o.get("acks_late", conf.task_acks_late)),
+        "ignore_result": bool(o.get("ignore_result", conf.task_ignore_result)),
+        "time_limit": o.get("time_limit", conf.task_time_limit),
+        "soft_time_limit": o.get("soft_time_limit", conf.task_soft_time_limit),
+        "reject_on_worker_lost": bool(o.get("reject_on_worker_lost", conf.task_reject_on_worker_lost)),
+        "rate": _rate(o.get("rate_limit", conf.task_default_rate_limit)),
+    }
+    auto = o.get("autoretry_for") or ()
+    if auto:
+        rk = dict(o.get("retry_kwargs") or {})
+        budget = rk.pop("max_retries", t.max_retries)
+        kw["retries"] = _FOREVER if budget is None else int(budget)
+        kw["retry_for"] = tuple(auto)
+        if o.get("dont_autoretry_for"):
+            kw["dont_retry_for"] = tuple(o["dont_autoretry_for"])
+        backoff = o.get("retry_backoff", False)
+        if backoff:
+            factor = 1 if backoff is True else backoff
+            kw["backoff"] = Exponential(factor, o.get("retry_backoff_max", 600), bool(o.get("retry_jitter", True)))
+        else:
+            kw["backoff"] = Fixed(rk.pop("countdown", t.default_retry_delay))
+        if rk:
+            raise TypeError(f"task {t.name}: retry_kwargs headway.celery does not have: {sorted(rk)}")
+
+    def body(ctx: Any, *args: Any, **kwargs: Any) -> Any:
+        token = _REQUEST.set(Request(ctx, args, kwargs, str(conf.task_default_queue)))
+        try:
+            return t.run(t, *args, **kwargs) if t.bind else t.run(*args, **kwargs)
+        finally:
+            _REQUEST.reset(token)
+
+    capp.app.task(bind=True, **kw)(body)
+
+
+def _builtins(capp: Celery) -> None:
+    """Celery's ``celery.map`` and ``celery.starmap``: one run calling a
+    task of this app for each item."""
+    app = capp._app
+    assert app is not None
+
+    def task_of(task: Any) -> Task:
+        name = task.get("task") if isinstance(task, Mapping) else task
+        t = capp.tasks.get(str(name))
+        if t is None:
+            raise LookupError(f"no task named {name!r} in this app")
+        return t
+
+    @app.task(name="celery.map", queue=str(capp.conf.task_default_queue))
+    def xmap(task: Any, it: list[Any]) -> list[Any]:
+        t = task_of(task)
+        return [t(x) for x in it]
+
+    @app.task(name="celery.starmap", queue=str(capp.conf.task_default_queue))
+    def xstarmap(task: Any, it: list[list[Any]]) -> list[Any]:
+        t = task_of(task)
+        return [t(*x) for x in it]
+
+
+def signature(varies: Any, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, **options: Any) -> _tasks.Signature[Any]:
+    """Celery's ``signature(name_or_task, args, kwargs, **options)``."""
+    if isinstance(varies, _tasks.Signature):
+        return varies
+    name = varies.name if isinstance(varies, Task) else str(varies)
+    capp = varies.app if isinstance(varies, Task) else current_app()
+    return capp.signature(name, args, kwargs, **options)
+
+
+def chunks(task: Task, it: Iterable[Sequence[Any]], n: int) -> group:
+    """``it`` in runs of ``n`` items (each a ``starmap``), as a group."""
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"chunks: n must be a positive int, not {n!r}")
+    items = [list(x) for x in it]
+    return group(*(task.starmap(items[i : i + n]) for i in range(0, len(items), n)))
+
+
+__all__ = ["Celery", "Request", "Settings", "Task", "chain", "chunks", "current_app", "shared_task", "signature"]
