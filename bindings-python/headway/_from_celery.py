@@ -89,12 +89,43 @@ def serve(capp: Any) -> App:
         if name.startswith("celery."):
             continue
         _register(app, capp, task, cx)
+    maps(app, str(conf.task_default_queue), lambda name: capp.tasks[name])
     # Celery's worker consumes the app's queues (`task_queues`, else the
     # default queue) unless told `-Q`: so does this one (`_cli`).
     named = [q.name for q in (conf.task_queues or ())] or [conf.task_default_queue]
     app._queues = named
     capp._headway_app = app
     return app
+
+
+def routing_key(queue: str, conf: Any) -> str:
+    """Celery's name of the queue a run came from: Celery's layout calls
+    the app's default queue ``default`` in headway's model."""
+    return str(conf.task_default_queue) if queue == "default" else queue
+
+
+def maps(app: App, queue: str, lookup: Any) -> None:
+    """Celery's builtin ``celery.map`` and ``celery.starmap`` (what
+    ``task.map``, ``task.starmap`` and ``task.chunks`` send): one run calling
+    the task ``lookup(name)`` answers for each item, here, as Celery's
+    worker does. ``task`` is Celery's signature dict, or a name."""
+
+    def task_of(task: Any) -> Any:
+        name = task.get("task") if isinstance(task, dict) else task
+        try:
+            return lookup(str(name))
+        except KeyError:
+            raise LookupError(f"no task named {name!r} in this app") from None
+
+    @app.task(name="celery.map", queue=queue)
+    def xmap(task: Any, it: list[Any]) -> list[Any]:
+        t = task_of(task)
+        return [t(x) for x in it]
+
+    @app.task(name="celery.starmap", queue=queue)
+    def xstarmap(task: Any, it: list[list[Any]]) -> list[Any]:
+        t = task_of(task)
+        return [t(*x) for x in it]
 
 
 def _shown(url: str) -> str:
@@ -130,7 +161,7 @@ def _register(app: App, capp: Any, task: Any, cx: Any) -> None:
             "args": list(args),
             "kwargs": kwargs,
             "retries": ctx.retries,
-            "delivery_info": {"exchange": "", "routing_key": ctx.queue, "priority": None, "redelivered": None},
+            "delivery_info": {"exchange": "", "routing_key": routing_key(ctx.queue, conf), "priority": None, "redelivered": None},
             "hostname": ctx.worker or None,
             "root_id": ctx.root_id or ctx.id,
             "parent_id": ctx.parent_id,

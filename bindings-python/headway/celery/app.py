@@ -20,6 +20,7 @@ from typing import Any
 
 from .. import _tasks
 from .._errors import TaskRetry
+from .._from_celery import maps, routing_key
 from .._native import Exponential, Fixed, RedisBroker
 from .._tasks import App, chain, group
 from .result import AsyncResult
@@ -119,9 +120,12 @@ class Request:
         self.root_id = ctx.root_id or ctx.id
         self.parent_id = ctx.parent_id
         self.correlation_id = ctx.id
-        # Celery's layout names its default queue `default` in headway's model.
-        queue = default_queue if ctx.queue == "default" else ctx.queue
-        self.delivery_info = {"exchange": "", "routing_key": queue, "priority": None, "redelivered": None}
+        self.delivery_info = {
+            "exchange": "",
+            "routing_key": routing_key(ctx.queue, Settings(task_default_queue=default_queue)),
+            "priority": None,
+            "redelivered": None,
+        }
         self.timelimit = (ctx.time_limit, ctx.soft_time_limit)
 
     def __repr__(self) -> str:
@@ -488,27 +492,9 @@ def _register(capp: Celery, t: Task) -> None:
 
 
 def _builtins(capp: Celery) -> None:
-    """Celery's ``celery.map`` and ``celery.starmap``: one run calling a
-    task of this app for each item."""
-    app = capp._app
-    assert app is not None
-
-    def task_of(task: Any) -> Task:
-        name = task.get("task") if isinstance(task, Mapping) else task
-        t = capp.tasks.get(str(name))
-        if t is None:
-            raise LookupError(f"no task named {name!r} in this app")
-        return t
-
-    @app.task(name="celery.map", queue=str(capp.conf.task_default_queue))
-    def xmap(task: Any, it: list[Any]) -> list[Any]:
-        t = task_of(task)
-        return [t(x) for x in it]
-
-    @app.task(name="celery.starmap", queue=str(capp.conf.task_default_queue))
-    def xstarmap(task: Any, it: list[list[Any]]) -> list[Any]:
-        t = task_of(task)
-        return [t(*x) for x in it]
+    """Celery's ``celery.map`` and ``celery.starmap`` over this app's tasks."""
+    assert capp._app is not None
+    maps(capp._app, str(capp.conf.task_default_queue), lambda name: capp.tasks[name])
 
 
 def signature(varies: Any, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, **options: Any) -> _tasks.Signature[Any]:

@@ -1,0 +1,205 @@
+"""One Celery project, run three ways, gives the same results:
+
+- ``celery``: a real Celery worker (``celery -A proj worker``) and Celery's client;
+- ``served``: ``headway worker -A proj:app`` serving the same Celery app
+  (the first step off Celery: no code changed), Celery's client;
+- ``dropin``: the same files with ``celery`` imports swapped for
+  ``headway.celery`` (the second step), headway's worker and client; the
+  project then imports no Celery at all (checked).
+
+Each runs on its own Redis database, Celery's layout; the project's state
+(attempt counters) is kept in files, since the worker is another process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import RedisServer
+
+WAIT = 60.0
+
+PROJECT = '''
+import os
+from celery import Celery, chain, chord, group, signature
+
+URL = os.environ["THREE_URL"]
+app = Celery("proj", broker=URL, backend=URL)
+app.conf.task_routes = {"proj.routed.*": {"queue": "routed"}}
+STATE = os.environ["THREE_STATE"]
+
+
+def bump(key):
+    path = os.path.join(STATE, key)
+    n = int(open(path).read()) + 1 if os.path.exists(path) else 1
+    with open(path, "w") as f:
+        f.write(str(n))
+    return n
+
+
+@app.task(name="proj.add")
+def add(x, y):
+    return x + y
+
+
+@app.task(name="proj.tsum")
+def tsum(xs):
+    return sum(xs)
+
+
+@app.task(name="proj.who", bind=True)
+def who(self, tag):
+    r = self.request
+    return {"task": r.task, "args": list(r.args), "retries": r.retries,
+            "routing_key": r.delivery_info.get("routing_key"), "tag": tag,
+            "root_is_self": r.root_id == r.id}
+
+
+@app.task(name="proj.bound_retry", bind=True, max_retries=3)
+def bound_retry(self, key):
+    if bump(key) < 3:
+        raise self.retry(exc=IOError("not yet"), countdown=0.05)
+    return ["done", self.request.retries]
+
+
+@app.task(name="proj.give_up", bind=True, max_retries=1)
+def give_up(self):
+    raise self.retry(exc=KeyError("gone"), countdown=0.05)
+
+
+@app.task(name="proj.auto", autoretry_for=(IOError,), max_retries=4,
+          retry_backoff=0.05, retry_backoff_max=0.2, retry_jitter=False)
+def auto(key):
+    n = bump(key)
+    if n < 3:
+        raise IOError("flaky")
+    return n
+
+
+@app.task(name="proj.plain_error", max_retries=5)
+def plain_error(key):
+    bump(key)
+    raise ValueError("a bug is not retried")
+
+
+@app.task(name="proj.routed.ping")
+def routed_ping():
+    return "pong"
+'''
+
+MODES = ["celery", "served", "dropin"]
+
+
+def _failed_type(r: Any) -> str:
+    """The failure's type name, from Celery's rebuilt exception or headway's TaskFailed."""
+    e = r.result
+    return str(getattr(e, "type", None) or type(e).__name__)
+
+
+@pytest.fixture(params=MODES)
+def proj(request: pytest.FixtureRequest, redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Any, Path]]:
+    mode = str(request.param)
+    db = {"celery": 33, "served": 34, "dropin": 35}[mode]
+    redis_server.command("FLUSHDB", db=db)
+    url = f"redis://127.0.0.1:{redis_server.port}/{db}"
+    state = tmp_path / "state"
+    state.mkdir()
+    src = textwrap.dedent(PROJECT)
+    if mode == "dropin":
+        src = src.replace("from celery import", "from headway.celery import")
+    name = f"three_{mode}_{os.getpid()}_{time.monotonic_ns()}"
+    (tmp_path / f"{name}.py").write_text(src)
+    env = {
+        **os.environ,
+        "THREE_URL": url,
+        "THREE_STATE": str(state),
+        "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    monkeypatch.setenv("THREE_URL", url)
+    monkeypatch.setenv("THREE_STATE", str(state))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    if mode == "celery":
+        cmd = [sys.executable, "-m", "celery", "-A", name, "worker", "-Q", "celery,routed", "-c", "2",
+               "--without-heartbeat", "--without-gossip", "--without-mingle", "-l", "warning"]  # fmt: skip
+    else:
+        cmd = [sys.executable, "-m", "headway", "worker", "-A", f"{name}:app", "-Q", "celery,routed", "-c", "2"]
+    log = open(tmp_path / "worker.log", "w")
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        mod = importlib.import_module(name)
+        # Ready once a run comes back.
+        assert mod.add.delay(0, 0).get(timeout=WAIT) == 0, (tmp_path / "worker.log").read_text()
+        yield mode, mod, tmp_path
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+
+
+def test_results_and_the_request(proj: tuple[str, Any, Path]) -> None:
+    mode, m, _ = proj
+    r = m.add.delay(2, 3)
+    assert r.get(timeout=WAIT) == 5
+    assert r.state == "SUCCESS" and r.successful() and r.ready() and r.result == 5
+    assert m.add.apply_async((1, 1), countdown=0.1).get(timeout=WAIT) == 2
+    assert m.app.AsyncResult(r.id).get(timeout=WAIT) == 5
+    assert m.add(4, 4) == 8
+    out = m.who.delay("t").get(timeout=WAIT)
+    assert out == {"task": "proj.who", "args": ["t"], "retries": 0, "routing_key": "celery",
+                   "tag": "t", "root_is_self": True}, mode  # fmt: skip
+    assert m.routed_ping.delay().get(timeout=WAIT) == "pong"
+
+
+def test_retries_and_failures(proj: tuple[str, Any, Path]) -> None:
+    mode, m, tmp = proj
+    assert m.bound_retry.delay("b").get(timeout=WAIT) == ["done", 2]
+    assert m.auto.delay("a").get(timeout=WAIT) == 3
+    g = m.give_up.delay()
+    with pytest.raises(Exception):
+        g.get(timeout=WAIT)
+    assert g.state == "FAILURE" and _failed_type(g) == "KeyError", mode
+    p = m.plain_error.delay("p")
+    with pytest.raises(Exception):
+        p.get(timeout=WAIT)
+    assert p.state == "FAILURE" and _failed_type(p) == "ValueError"
+    # Without autoretry_for a plain exception is not retried: one attempt.
+    assert (tmp / "state" / "p").read_text() == "1"
+    assert p.failed()
+
+
+def test_canvas(proj: tuple[str, Any, Path]) -> None:
+    mode, m, _ = proj
+    assert m.chain(m.add.s(1, 2), m.add.s(10)).delay().get(timeout=WAIT) == 13
+    assert (m.add.s(1, 1) | m.add.s(1)).delay().get(timeout=WAIT) == 3
+    assert m.group(m.add.s(i, i) for i in range(4)).delay().get(timeout=WAIT) == [0, 2, 4, 6]
+    assert m.chord((m.add.s(i, 1) for i in range(3)), m.tsum.s()).delay().get(timeout=WAIT) == 6
+    assert m.add.starmap([(1, 2), (3, 4)]).delay().get(timeout=WAIT) == [3, 7]
+    assert m.add.chunks([(i, i) for i in range(5)], 2).delay().get(timeout=WAIT) == [[0, 2], [4, 6], [8]]
+    assert m.signature("proj.add", (5, 6)).delay().get(timeout=WAIT) == 11
+
+
+def test_the_dropin_project_imports_no_celery(proj: tuple[str, Any, Path]) -> None:
+    mode, m, tmp = proj
+    code = f"import sys, {m.__name__}; print(sorted(k for k in sys.modules if k == 'celery' or k.startswith('celery.')))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(tmp)})  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    if mode == "dropin":
+        assert out.stdout.strip() == "[]"
+    else:
+        # Positive control: the Celery project does import Celery.
+        assert "'celery'" in out.stdout
