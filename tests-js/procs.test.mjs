@@ -565,7 +565,7 @@ describe('on Redis', { skip: RedisServer.missing() ?? false }, () => {
     const client = new App({ broker });
     try {
       await wp.ready();
-      assert.match(wp.lines[0], /concurrency 2, prefetch 8, pool process$/);
+      assert.match(wp.lines[0], /concurrency 2, prefetch 16, pool process$/);
       // One run per child: three runs, three pids, none the CLI's.
       const pids = [];
       for (let i = 0; i < 3; i++) pids.push(await (await client.sendTask('pid', [])).get(LIMIT));

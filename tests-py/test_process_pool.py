@@ -214,6 +214,15 @@ def test_runs_go_to_children_on_every_broker(
     assert "ValueError: bad input" in str(e)
 
 
+def test_the_default_prefetch_is_four_per_slot(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A process-pool child has two slots (its run and one on deck), so the
+    default prefetch is concurrency × 8; threads keep concurrency × 4."""
+    mod = make_module(tmp_path, "memory", None, monkeypatch, hard=False)
+    assert mod.app.worker(concurrency=2, pool="process").prefetch == 16
+    assert mod.app.worker(concurrency=2, pool="threads").prefetch == 8
+    assert mod.app.worker(concurrency=2, pool="process", prefetch=5).prefetch == 5
+
+
 def test_a_hard_time_limit_kills_the_child_and_the_next_run_succeeds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: list[headway.Worker]
 ) -> None:

@@ -421,7 +421,8 @@ class App {
    * A worker over `queues` (['default']; an 'a,b' string is split) running
    * up to `concurrency` bodies at once (4, moontask's preset) and holding at
    * most `prefetch` messages unsettled (concurrency × 4, Celery's prefetch
-   * multiplier). `pool` 'process' runs the bodies in `concurrency` child
+   * multiplier; × 8 on the process pool, four per slot: each child has its
+   * run and one on deck). `pool` 'process' runs the bodies in `concurrency` child
    * processes, each importing `module` (default: this process's main
    * script) and serving the App it exports; `maxTasksPerChild`,
    * `maxMemoryPerChild` (KiB) and `timeLimit` (ms, hard: the child is

@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("-A", "--app", required=True, help="module:app")
     w.add_argument("-c", "--concurrency", type=int, default=4, help="bodies at once (4)")
     w.add_argument("-Q", "--queues", default=None, help="queues, comma-separated (default)")
-    w.add_argument("--prefetch", type=int, default=None, help="unsettled at most (concurrency×4)")
+    w.add_argument("--prefetch", type=int, default=None, help="unsettled at most (concurrency×4; ×8 on the process pool)")
     w.add_argument(
         "--grace", type=float, default=GRACE, help=f"seconds runs get at a stop ({GRACE:g})"
     )

@@ -857,7 +857,8 @@ class App:
         """A worker over ``queues`` (``["default"]``; a ``"a,b"`` string is
         split) running up to ``concurrency`` bodies at once (4, moontask's
         preset) and holding at most ``prefetch`` messages unsettled
-        (``concurrency × 4``, Celery's prefetch multiplier).
+        (``concurrency × 4``, Celery's prefetch multiplier; ``× 8`` on the
+        process pool, four per slot: each child has its run and one on deck).
 
         ``pool="process"`` (``"prefork"``, Celery's name, is the same) runs
         bodies in ``concurrency`` child processes instead of threads: each

@@ -224,8 +224,10 @@ impl Worker {
             ));
         }
         let now = s.concurrency.fetch_add(n, Ordering::SeqCst) + n;
-        s.prefetch
-            .fetch_add(n * super::PREFETCH_MULTIPLIER, Ordering::SeqCst);
+        s.prefetch.fetch_add(
+            n * super::slots_per(s.procs.is_some()) * super::PREFETCH_MULTIPLIER,
+            Ordering::SeqCst,
+        );
         match &s.procs {
             Some(p) => p.grow(n),
             None => {
@@ -265,7 +267,7 @@ impl Worker {
                 Err(now) => cur = now,
             }
         }
-        let fewer = n * super::PREFETCH_MULTIPLIER;
+        let fewer = n * super::slots_per(s.procs.is_some()) * super::PREFETCH_MULTIPLIER;
         let _ = s
             .prefetch
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| {

@@ -65,21 +65,8 @@ use crate::flow::Window;
 
 pub use live::RunInfo;
 pub use notes::{Observer, RunNote};
+use options::slots_per;
 pub use options::{HARD_LIMIT_NEEDS_PROCESS, PREFETCH_MULTIPLIER, Pool, WorkerConfig};
-
-/// Slots per unit of concurrency: one on the threads pool; two on the
-/// process pool, where each child has a run *on deck* — checked for revoke
-/// and waiting for the child, not acked — so a child that answers is handed
-/// its next run at once. Without it the child sat idle through the next
-/// run's take (a round trip to the broker) after every run: a no-op drain
-/// at concurrency 2 on Redis ran 4.5k/s against 6.5k/s with it on a loaded
-/// machine, and each round carried one run's writes instead of several
-/// (Redis's CPU per run 83 µs against 56 µs). The early ack still goes out
-/// when the child takes the run, so a worker killed -9 loses no more runs
-/// than it has children (`run`).
-pub(super) fn slots_per(process_pool: bool) -> usize {
-    if process_pool { 2 } else { 1 }
-}
 
 struct Shared {
     app: App,
