@@ -10,7 +10,7 @@ contender in a process of its own and prints one JSON line).
 ``cpu`` and ``drain``: the runs are queued first with no worker running
 (on Celery's layout ``run.sh`` has Celery's producer fill the queue and
 passes its ids), then ``app.worker(concurrency=2, pool=P)`` starts in this
-process (headway's defaults otherwise: prefetch concurrency × 4). This
+process (headway's defaults otherwise: prefetch four per slot). This
 process then only looks at the worker's ``settled`` counter every 100 ms
 (no Redis traffic, nothing on the children's cores); when all N have
 settled it reads every run's result back and exits 1 unless all N are
