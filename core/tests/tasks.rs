@@ -719,8 +719,26 @@ async fn custom_states_while_a_run_runs() {
             }),
         )
         .unwrap();
+        app.register(
+            "boom",
+            Policy::default(),
+            body(|_, _| async { Err(Failure::new("ValueError", "bad input")) }),
+        )
+        .unwrap();
         add(&app);
         let (w, h) = worker(&app, 2);
+        // A failure's info is its error.
+        let boom = app
+            .send("boom", vec![], Map::new(), Options::default())
+            .await
+            .unwrap();
+        assert!(matches!(boom.get(t(5)).await, Err(Refused::Failed(_))));
+        assert_eq!(boom.state_name().await.unwrap(), "FAILURE");
+        let info = boom.info().await.unwrap();
+        assert_eq!(
+            (&info["kind"], &info["message"]),
+            (&json!("ValueError"), &json!("bad input"))
+        );
         let hd = app
             .send("long", vec![], Map::new(), Options::default())
             .await
@@ -776,33 +794,6 @@ async fn custom_states_while_a_run_runs() {
                 .await,
             Err(Refused::Invalid(_))
         ));
-        w.stop(Duration::from_secs(1));
-        h.await.unwrap();
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn info_of_a_failure_is_its_error() {
-    each(async |app, _| {
-        app.register(
-            "boom",
-            Policy::default(),
-            body(|_, _| async { Err(Failure::new("ValueError", "bad input")) }),
-        )
-        .unwrap();
-        let (w, h) = worker(&app, 1);
-        let hd = app
-            .send("boom", vec![], Map::new(), Options::default())
-            .await
-            .unwrap();
-        assert!(matches!(hd.get(t(5)).await, Err(Refused::Failed(_))));
-        assert_eq!(hd.state_name().await.unwrap(), "FAILURE");
-        let info = hd.info().await.unwrap();
-        assert_eq!(
-            (&info["kind"], &info["message"]),
-            (&json!("ValueError"), &json!("bad input"))
-        );
         w.stop(Duration::from_secs(1));
         h.await.unwrap();
     })
