@@ -161,3 +161,50 @@ def test_celerys_async_result_reads_a_headway_progress(redis_server: RedisServer
     finally:
         w.stop(5.0)
         capp.close()
+
+
+def test_a_served_celery_tasks_update_state_is_headways(redis_server: RedisServer) -> None:
+    """A Celery task served by headway (``headway worker -A``): its
+    ``self.update_state`` is the run context's, with the core's name rule."""
+    celery = pytest.importorskip("celery")
+    from headway._from_celery import serve
+
+    db = 32
+    assert redis_server.command("FLUSHDB", db=db) == b"+OK"
+    url = redis_server.url.rsplit("/", 1)[0] + f"/{db}"
+    capp = celery.Celery("served", broker=url, backend=url)
+    capp.conf.task_default_queue = "served"
+    release = threading.Event()
+    refused: list[str] = []
+
+    @capp.task(bind=True, name="served.progress")  # type: ignore[untyped-decorator]
+    def progress(self: Any, n: int) -> str:
+        # Celery's own backend would store either of these.
+        for state in ("SUCCESS", None):
+            try:
+                self.update_state(state=state, meta={"n": n})
+            except ValueError as e:
+                refused.append(str(e))
+        self.update_state(state="PROGRESS", meta={"done": 1, "of": n})
+        assert release.wait(WAIT)
+        return "finished"
+
+    app = serve(capp)
+    w = app.worker(queues=["served"])  # what `headway worker -A` consumes
+    w.start()
+    try:
+        h = app.send("served.progress", [3])
+        _until("PROGRESS", lambda: h.state() == "PROGRESS")
+        assert h.info() == {"done": 1, "of": 3}
+        r = capp.AsyncResult(h.id)
+        assert (r.state, r.info) == ("PROGRESS", {"done": 1, "of": 3})
+        assert len(refused) == 2, refused
+        assert "ready state" in refused[0] and "non-empty" in refused[1], refused
+        release.set()
+        assert h.get(timeout=WAIT) == "finished"
+        assert r.get(timeout=WAIT) == "finished"
+    finally:
+        release.set()
+        w.stop(5.0)
+        capp.close()
+
