@@ -152,7 +152,8 @@ impl PyCtx {
     /// JSON value (`TypeError` otherwise). `handle.state()` then answers the
     /// name and `handle.info()` the meta, until the run's final state
     /// overwrites them. Blocks until stored; stores nothing on a direct call
-    /// or when the app keeps no results.
+    /// or when the app keeps no results; `ValueError` in a process-pool
+    /// child.
     #[pyo3(signature = (state, meta=None))]
     fn update_state(
         &self,
