@@ -121,6 +121,27 @@ def test_a_direct_call_checks_the_name_and_stores_nothing(apps: Apps) -> None:
         direct("SUCCESS")
 
 
+def test_an_app_without_results_checks_the_name_and_stores_nothing(apps: Apps) -> None:
+    app = apps.app(backend=False)
+    said: list[str] = []
+
+    @app.task(name="quiet", bind=True)
+    def quiet(ctx: headway.Context) -> None:
+        ctx.update_state("PROGRESS", {"a": 1})
+        said.append("recorded")
+        try:
+            ctx.update_state("SUCCESS")
+        except ValueError as e:
+            said.append(str(e))
+
+    apps.start(app)
+    h = quiet.delay()
+    _until("the run", lambda: len(said) == 2)
+    assert said[0] == "recorded" and "ready state" in said[1], said
+    with pytest.raises(headway.Missing):
+        h.info()
+
+
 def test_celerys_async_result_reads_a_headway_progress(redis_server: RedisServer) -> None:
     celery = pytest.importorskip("celery")
     db = 31
