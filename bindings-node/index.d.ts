@@ -751,6 +751,18 @@ export declare class Context {
   reject(options?: RejectOptions): never;
   /** Ends the run with nothing stored (Celery's `Ignore`): throws an Ignore, which the body lets propagate. */
   ignore(): never;
+  /**
+   * Records a custom state for this run while it runs (Celery's
+   * `update_state`): `state` a name such as 'PROGRESS' (not SUCCESS, FAILURE
+   * or REVOKED, not empty: rejects with a RangeError), `meta` any JSON value.
+   * `handle.state()` then answers the name and `handle.info()` the meta,
+   * until the run's final state overwrites them. Resolves once stored
+   * (nothing is stored when the app keeps no results, or for a scheduler's
+   * job); rejects in a process-pool child.
+   */
+  updateState(state: string, meta?: Json): Promise<void>;
+  /** `updateState('PROGRESS', meta)`. */
+  progress(meta?: Json): Promise<void>;
 }
 
 /** Error classes (or their names) a policy's retry filter names: one, or an array. */
@@ -822,11 +834,21 @@ export declare class Handle<R = unknown> {
    */
   get(timeout?: number | null): Promise<R>;
   /**
-   * What it is doing now, without waiting. A group: FAILURE once any part
-   * failed, REVOKED once any was revoked, SUCCESS once all succeeded, else
-   * the first unsettled part's state.
+   * What it is doing now, without waiting: a state name, or a custom state
+   * its body recorded (`ctx.updateState`, e.g. 'PROGRESS'). A group: FAILURE
+   * once any part failed, REVOKED once any was revoked, SUCCESS once all
+   * succeeded, else the first unsettled part's state.
    */
-  state(): Promise<State>;
+  state(): Promise<State | (string & {})>;
+  /**
+   * What it says about itself now, without waiting (Celery's
+   * `AsyncResult.info`): the value once it succeeded, the meta of a custom
+   * state its body recorded (`ctx.updateState`), the error
+   * (`{ kind, message, traceback?, module? }`) for a failure, a retry or a
+   * revoke, null while nothing is stored. A group: the list of its parts',
+   * in order.
+   */
+  info(): Promise<Json>;
   /**
    * Revokes it: it will not start anywhere the broker reaches. With
    * `terminate` (`revoke(true)` or `revoke({ terminate: true, signal })`),

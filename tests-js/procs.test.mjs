@@ -250,6 +250,27 @@ const softBodies = {
   },
 };
 
+test('a custom state in a child is refused naming why; the threads pool stores it', async () => {
+  const p = started(app, { concurrency: 1 });
+  try {
+    assert.match(await p.run('progress'), /^ERR_INVALID_ARG_VALUE: .*process-pool child/);
+  } finally {
+    await p.stop();
+  }
+  // The positive control: the same body on an app's threads pool.
+  const local = new App();
+  local.task('progress', async (_args, ctx) => ctx.progress({ pid: process.pid }).then(() => 'stored'));
+  const w = local.worker();
+  const running = w.run();
+  try {
+    const h = await local.send('progress');
+    assert.equal(await h.get(LIMIT), 'stored');
+  } finally {
+    await w.stop({ grace: 1000 });
+    await running;
+  }
+});
+
 test('maxTasksPerChild: the pid changes after K runs', async () => {
   const p = started(app, { concurrency: 1, maxTasksPerChild: 2 });
   try {

@@ -192,13 +192,21 @@ async function tasks(): Promise<void> {
   }, { timeLimit: 10_000, softTimeLimit: 8_000, rejectOnWorkerLost: true, acksLate: true });
   const greet = app.task('greet', async ([name]: [string], ctx: Context) => {
     ctx.signal.throwIfAborted();
+    await ctx.progress({ done: 1, of: 2 });
+    const recorded: void = await ctx.updateState('STEP', [1, 'two', null]);
+    void recorded;
+    // @ts-expect-error a state is a name
+    await ctx.updateState(3, {});
     return `hello ${name}, attempt ${ctx.attempt} of ${ctx.queue} at ${ctx.now.toISOString()}`;
   }, { backoff: Fixed(500), rate: { count: 5, per: 1000 } });
 
   const h: Handle<number> = await add.send([1, 2], { countdown: 1000, priority: 0, id: 'run-1' });
   const sum: number = await h.get(5000);
   const hello: string = await (await greet.send(['ada'], { eta: new Date(), expires: Date.now() + 60_000 })).get();
-  const state: State = await h.state();
+  // A custom state a body recorded (ctx.updateState) is a state too.
+  const state: State | (string & {}) = await h.state();
+  const named: string = await h.state();
+  const info: Json = await h.info();
   await h.revoke(true);
   await h.revoke({ terminate: true, signal: 'SIGKILL' });
   await h.revoke({ signal: 9 });
@@ -265,7 +273,7 @@ async function tasks(): Promise<void> {
   await s.run(clock.now() + 60_000);
   const stats = s.stats('flush');
   void [stats?.fired, s.pending(), clock.date(), app.now(), app.taskNames(), Fixed(1).waitBefore(2, 'x')];
-  void [sum, hello, state, byName, some, c, g, d, pending];
+  void [sum, hello, state, named, info, byName, some, c, g, d, pending];
 
   // @ts-expect-error: args are the positional array
   await add.send(1, 2);

@@ -225,8 +225,15 @@ def test_update_state_reject_and_ignore_seen_by_a_celery_client(project: Project
         time.sleep(0.02)
     assert r.state == "PROGRESS"
     assert r.info == {"done": 1, "of": 2}
+    # Recorded by headway's worker: a headway app on the same layout reads
+    # the same state and meta.
+    import headway
+
+    hw = headway.App(headway.RedisBroker.celery(project.env["CAPP_URL"]))
+    assert (hw.handle(r.id).state(), hw.handle(r.id).info()) == ("PROGRESS", {"done": 1, "of": 2})
     gate.write_text("go")
     assert r.get(timeout=WAIT) == "finished"
+    assert hw.handle(r.id).state() == "SUCCESS"
     with pytest.raises(Exception) as e:
         m.reject.delay().get(timeout=WAIT)
     assert "not for me" in str(e.value)

@@ -53,6 +53,14 @@ def nap(s):
 def fail():
     raise ValueError("bad input")
 
+@app.task(name="progress", bind=True)
+def progress(ctx):
+    try:
+        ctx.update_state("PROGRESS", {"pid": os.getpid()})
+    except ValueError as e:
+        return str(e)
+    return "stored"
+
 if os.environ.get("PP_HARD") == "1":
     @app.task(name="spin", time_limit=1)
     def spin():
@@ -554,3 +562,19 @@ def test_kill_9_loses_the_run_in_a_child_and_not_the_one_on_deck(
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_a_custom_state_in_a_child_is_refused_and_stored_on_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: list[headway.Worker]
+) -> None:
+    mod = make_module(tmp_path, "memory", None, monkeypatch, hard=False)
+    start(mod, workers)
+    # A child has no path to the result store mid-run: refused, not dropped.
+    said = send(mod, "progress").get(timeout=20)
+    assert "process-pool child" in said, said
+    # The positive control: the same body on the threads pool stores it.
+    workers.pop().stop(2.0)
+    w = mod.app.worker(concurrency=2, pool="threads")
+    w.start()
+    workers.append(w)
+    assert send(mod, "progress").get(timeout=20) == "stored"

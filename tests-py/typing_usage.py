@@ -192,6 +192,8 @@ def greet(name: str) -> str:
 
 @app.task(bind=True, backoff=Exponential(base=0.5, cap=30.0))
 def bound(ctx: Context, n: int) -> list[int]:
+    assert_type(ctx.update_state("PROGRESS", {"done": n}), None)
+    ctx.update_state(state="STEP", meta=[1, 2])
     return [ctx.attempt, n]
 
 
@@ -216,6 +218,7 @@ assert_type(chord([add.s(1, 1)], add.s(0)).delay(), Handle[Any])
 assert_type(app.send("typed.greet", ("ada",)), Handle[Any])
 assert_type(app.send_task("elsewhere", kwargs={"a": 1}), Handle[Any])
 state: str = app.handle("id").state()
+assert_type(app.handle("id").info(), Any)
 assert_type(app.task_names(), list[str])
 
 

@@ -49,10 +49,28 @@ class Handle {
     }
   }
 
-  /** What it is doing now, without waiting: a state name (PENDING ... REVOKED). */
+  /**
+   * What it is doing now, without waiting: a state name (PENDING ...
+   * REVOKED), or a custom state its body recorded (`ctx.updateState`).
+   */
   state() {
     try {
       return answer(this.#app[APP].state(this.#key, this.#all), identity, identity);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /**
+   * What it says about itself now, without waiting (Celery's
+   * `AsyncResult.info`): the value once it succeeded, the meta of a custom
+   * state its body recorded, the error (`{kind, message, traceback?,
+   * module?}`) for a failure, a retry or a revoke, null while nothing is
+   * stored. A group: the list of its parts', in order.
+   */
+  info() {
+    try {
+      return answer(this.#app[APP].info(this.#key, this.#all), parse, identity);
     } catch (e) {
       return Promise.reject(e);
     }

@@ -14,7 +14,7 @@
 
 const { inspect } = require('node:util');
 const native = require('../addon.js');
-const { refusal, SoftTimeLimitExceeded, TaskRetry, Reject, Ignore, ASK } = require('./errors.js');
+const { refusal, argType, SoftTimeLimitExceeded, TaskRetry, Reject, Ignore, ASK } = require('./errors.js');
 const { parse, encode } = require('./json.js');
 const tracing = require('./tracing.js');
 
@@ -93,9 +93,12 @@ const JOB = 1;
 
 /** One body queue (an app's or a scheduler's) and the JS functions it calls. */
 class Host {
-  constructor(n, kind) {
+  constructor(n, kind, app = null) {
     this.n = n;
     this.kind = kind;
+    // The native app a body's `ctx.updateState` records through (null: a
+    // scheduler's jobs, which have no run to record for).
+    this.app = app;
     this.fns = new Map();
     this.running = new Map(); // seq -> Context of an async body in flight
     this.ok = '';
@@ -205,7 +208,7 @@ function call(host, c) {
     failed(host, seq, { name: 'NotRegistered', message: `no JS body is registered as ${JSON.stringify(key)}` });
     return;
   }
-  const ctx = new Context(c);
+  const ctx = new Context(c, host.app);
   const on = job ? null : host.onRun;
   if (on !== null) on('active', ctx, c[8]);
   // The run's span, when its app traces (the core added its plan).
@@ -398,7 +401,9 @@ class Context {
   #now;
   #controller = null;
   #reason = undefined;
-  constructor(c) {
+  #app;
+  constructor(c, app = null) {
+    this.#app = app;
     this.id = c[2];
     this.name = c[1];
     this.queue = c[3];
@@ -457,6 +462,41 @@ class Context {
     throw new TaskRetry(options);
   }
 
+  /**
+   * Records a custom state for this run while it runs (Celery's
+   * `update_state`): `state` a name such as 'PROGRESS' (not SUCCESS,
+   * FAILURE or REVOKED, not empty), `meta` any JSON value. `handle.state()`
+   * then answers the name and `handle.info()` the meta, until the run's final
+   * state overwrites them. Resolves once stored.
+   */
+  updateState(state, meta = null) {
+    try {
+      if (typeof state !== 'string') throw argType('state', 'a string', state);
+      return this.#record(state, meta);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /** `updateState('PROGRESS', meta)`. */
+  progress(meta = null) {
+    try {
+      return this.#record(null, meta);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  #record(state, meta) {
+    const m = encode(this.name, 'meta', meta === undefined ? null : meta);
+    if (this.#app === null) {
+      // A job has no run to record for: the name is checked, nothing stored.
+      const r = native._checkState(state);
+      return r === null ? Promise.resolve() : Promise.reject(refusal(r));
+    }
+    return answer(this.#app.updateState(this.id, this.name, this.retries, state, m), nothing, nothing);
+  }
+
   /** Rejects the run's message (Celery's `Reject`): throws a Reject; let it propagate. */
   reject(options) {
     throw new Reject(options);
@@ -470,6 +510,10 @@ class Context {
   [inspect.custom]() {
     return `Context(${inspect({ id: this.id, name: this.name, queue: this.queue, attempt: this.attempt, last: this.last })})`;
   }
+}
+
+function nothing() {
+  return undefined;
 }
 
 module.exports = { answer, TASK, JOB, Host, Context };

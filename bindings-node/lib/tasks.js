@@ -345,7 +345,7 @@ class App {
     this[APP] = new native.NativeApp(seams, clock);
     this[SEND] = this[APP].sender();
     this[TRACING] = o.tracing === undefined || o.tracing === null ? true : bool('tracing', o.tracing);
-    this.#host = new Host(this[APP].host, TASK);
+    this.#host = new Host(this[APP].host, TASK, this[APP]);
     /** The clock it was given (null: the system clock). */
     this.clock = o.clock === undefined ? null : o.clock;
   }

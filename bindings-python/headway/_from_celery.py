@@ -14,8 +14,12 @@ A run calls the task's own ``run`` inside Celery's request context, so
 ``bind=True`` tasks read ``self.request`` (id, args, kwargs, retries,
 delivery_info, hostname, root_id, parent_id, correlation_id, timelimit) and
 everything Celery wraps around ``run`` works as in Celery — ``autoretry_for``
-with ``retry_backoff`` (Celery's wrapper calls ``self.retry``),
-``update_state`` (Celery's backend writes Celery's result format). What the
+with ``retry_backoff`` (Celery's wrapper calls ``self.retry``), and
+``self.update_state(state="PROGRESS", meta={...})`` records the run's
+custom state through headway's result store (on Celery's layout that is
+Celery's own ``celery-task-meta-<id>`` format, so Celery's
+``AsyncResult(id).state`` / ``.info`` read it; an id other than the run's
+goes to Celery's backend as before). What the
 body raises means what it means to Celery: a plain exception fails the run
 (no retry unless the task asks), ``Reject`` and ``Ignore`` are headway's
 asks of the same names, and ``self.retry(...)`` is headway's retry ask —
@@ -32,6 +36,7 @@ import types
 from typing import Any
 
 from ._errors import Ignore, Reject, TaskRetry
+from ._native import current
 from ._tasks import App
 
 # Celery's `max_retries=None`: retried for ever (the core's budget is a count).
@@ -195,6 +200,28 @@ def _register(app: App, capp: Any, task: Any, cx: Any) -> None:
     # `self.retry(...)` (and `autoretry_for`, which calls it) becomes
     # headway's retry ask on this task object, in this process.
     task.retry = types.MethodType(_retry, task)
+    # `self.update_state(...)` for the run in progress records through the
+    # run's context (the core's rule for the name); another id is Celery's.
+    task.update_state = types.MethodType(_update_state_of(task.update_state), task)
+
+
+def _update_state_of(celery_update_state: Any) -> Any:
+    def update_state(
+        self: Any, task_id: str | None = None, state: str | None = None, meta: Any = None, **kwargs: Any
+    ) -> None:
+        """Celery's ``Task.update_state``: for the run in progress (``task_id``
+        None or its own), headway's ``ctx.update_state(state, meta)``."""
+        try:
+            ctx = current()
+        except LookupError:
+            ctx = None
+        if ctx is None or (task_id is not None and task_id != ctx.id):
+            celery_update_state(task_id, state, meta, **kwargs)
+            return
+        # Celery's `state=None` is no name: the core refuses it as "".
+        ctx.update_state("" if state is None else state, meta)
+
+    return update_state
 
 
 def _retry(

@@ -829,6 +829,15 @@ class Context:
     ) -> NoReturn:
         """Asks for this run to be retried on its own terms, as Celery's
         ``self.retry``: raises ``headway.TaskRetry`` (let it propagate)."""
+    def update_state(self, state: str, meta: Any = None) -> None:
+        """Records a custom state for this run while it runs (Celery's
+        ``self.update_state``): ``state`` a name such as ``"PROGRESS"`` (not
+        SUCCESS, FAILURE or REVOKED, not empty: ``ValueError``), ``meta``
+        any JSON value (``TypeError`` otherwise). ``handle.state()`` then
+        answers the name and ``handle.info()`` the meta, until the run's
+        final state overwrites them. Blocks until stored; stores nothing on
+        a direct call or when the app keeps no results; ``ValueError`` in a
+        process-pool child."""
     @property
     def name(self) -> str:
         """The task's registered name."""
@@ -928,12 +937,20 @@ class Handle(Generic[_R_co]):
     def get(self, timeout: _Span | None = None) -> _R_co:
         """Waits for the value (a group: the list, in order). ``timeout`` is
         real seconds; ``None`` waits for ever."""
-    def state(self) -> Literal[
-        "PENDING", "RECEIVED", "STARTED", "RETRY", "SUCCESS", "FAILURE", "REVOKED"
-    ]:
-        """What the run is doing now, without waiting. A group: FAILURE once
-        any part failed, REVOKED once any was revoked, SUCCESS once all
+    def state(self) -> str:
+        """What the run is doing now, without waiting: ``"PENDING"``,
+        ``"RECEIVED"``, ``"STARTED"``, ``"RETRY"``, ``"SUCCESS"``,
+        ``"FAILURE"``, ``"REVOKED"``, or a custom state its body recorded
+        with ``ctx.update_state`` (e.g. ``"PROGRESS"``). A group: FAILURE
+        once any part failed, REVOKED once any was revoked, SUCCESS once all
         succeeded, else the first unsettled part's state."""
+    def info(self) -> Any:
+        """What the run says about itself now, without waiting (Celery's
+        ``AsyncResult.info``): the value once it succeeded, the meta of a
+        custom state its body recorded, the error as a dict (``kind``,
+        ``message``, ``traceback``, ``module``) for a failure, a retry or a
+        revoke, and None while nothing is stored. A group: the list of its
+        parts', in order."""
     def revoke(self, terminate: bool = False, signal: str | int = "SIGTERM") -> None:
         """Revokes it: it will not start anywhere the broker reaches. With
         ``terminate``, a run in progress stops — in whichever process on the

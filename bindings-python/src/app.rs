@@ -440,15 +440,30 @@ impl PyHandle {
     }
 
     /// What the run is doing now, without waiting: `"PENDING"`,
-    /// `"RECEIVED"`, `"STARTED"`, `"RETRY"`, `"SUCCESS"`, `"FAILURE"` or
-    /// `"REVOKED"`. A group: FAILURE once any part failed, REVOKED once any
-    /// was revoked, SUCCESS once all succeeded, else the first unsettled
-    /// part's state.
-    fn state(&self, py: Python<'_>) -> PyResult<&'static str> {
+    /// `"RECEIVED"`, `"STARTED"`, `"RETRY"`, `"SUCCESS"`, `"FAILURE"`,
+    /// `"REVOKED"`, or a custom state its body recorded with
+    /// `ctx.update_state` (e.g. `"PROGRESS"`). A group: FAILURE once any
+    /// part failed, REVOKED once any was revoked, SUCCESS once all
+    /// succeeded, else the first unsettled part's state.
+    fn state(&self, py: Python<'_>) -> PyResult<String> {
         guard(|| {
             let h = self.inner.clone();
-            let r = block(py, async move { h.state().await })?;
-            Ok(check(py, r)?.name())
+            let r = block(py, async move { h.state_name().await })?;
+            check(py, r)
+        })
+    }
+
+    /// What the run says about itself now, without waiting (Celery's
+    /// `AsyncResult.info`): the value once it succeeded, the meta of a
+    /// custom state its body recorded, the error as a dict (`kind`,
+    /// `message`, `traceback`, `module`) for a failure, a retry or a
+    /// revoke, and None while nothing is stored. A group: the list of its
+    /// parts', in order.
+    fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        guard(|| {
+            let h = self.inner.clone();
+            let r = block(py, async move { h.info().await })?;
+            json::to_py(py, &check(py, r)?)
         })
     }
 

@@ -146,6 +146,30 @@ impl PyCtx {
             .call((), Some(&kw))?;
         Err(PyErr::from_value(e))
     }
+    /// Records a custom state for this run while it runs (Celery's
+    /// `self.update_state`): `state` a name such as `"PROGRESS"` (not
+    /// SUCCESS, FAILURE or REVOKED, not empty: `ValueError`), `meta` any
+    /// JSON value (`TypeError` otherwise). `handle.state()` then answers the
+    /// name and `handle.info()` the meta, until the run's final state
+    /// overwrites them. Blocks until stored; stores nothing on a direct call
+    /// or when the app keeps no results; `ValueError` in a process-pool
+    /// child.
+    #[pyo3(signature = (state, meta=None))]
+    fn update_state(
+        &self,
+        py: Python<'_>,
+        state: &str,
+        meta: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let meta = match meta {
+            Some(m) => json::to_json(&self.inner.name, &Path::Root("meta"), &m)?,
+            None => Value::Null,
+        };
+        let ctx = self.inner.clone();
+        let state = state.to_string();
+        let r = crate::rt::block(py, async move { ctx.update_state(&state, meta).await })?;
+        crate::rt::check(py, r)
+    }
     /// The run's span when its app traces: `(name, kind, attributes,
     /// carrier)`, the carrier what the message carried for the propagator
     /// to extract; None when the app does not trace.
@@ -329,6 +353,7 @@ fn _direct_context(id: String, name: String, queue: String, now: f64) -> PyCtx {
             worker: String::new(),
             trace: None,
             rule: Default::default(),
+            recorder: Default::default(),
         },
     }
 }

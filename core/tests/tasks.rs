@@ -677,3 +677,125 @@ async fn bad_config_is_refused() {
     })
     .await;
 }
+
+/// Waits (polling, up to 5 s) for the run's state name to be `want`.
+async fn state_named(hd: &headway_core::task::Handle, want: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = hd.state_name().await.unwrap();
+        if now == want {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "never {want}: {now}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_states_while_a_run_runs() {
+    each(async |app, _| {
+        let release = Arc::new(tokio::sync::Notify::new());
+        let refusals = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (r2, e2) = (release.clone(), refusals.clone());
+        app.register(
+            "long",
+            Policy::default(),
+            body(move |ctx, _| {
+                let (r2, e2) = (r2.clone(), e2.clone());
+                async move {
+                    // A ready state or no name is refused, naming why; the
+                    // run goes on.
+                    for bad in ["SUCCESS", "REVOKED", ""] {
+                        let e = ctx.update_state(bad, json!(1)).await.unwrap_err();
+                        e2.lock().unwrap().push(e.to_string());
+                    }
+                    let wait = r2.notified();
+                    ctx.update_state("PROGRESS", json!({"done": 3, "of": 7}))
+                        .await
+                        .map_err(|e| Failure::new("Refused", e.to_string()))?;
+                    wait.await;
+                    Ok(json!("all done"))
+                }
+            }),
+        )
+        .unwrap();
+        app.register(
+            "boom",
+            Policy::default(),
+            body(|_, _| async { Err(Failure::new("ValueError", "bad input")) }),
+        )
+        .unwrap();
+        add(&app);
+        let (w, h) = worker(&app, 2);
+        // A failure's info is its error.
+        let boom = app
+            .send("boom", vec![], Map::new(), Options::default())
+            .await
+            .unwrap();
+        assert!(matches!(boom.get(t(5)).await, Err(Refused::Failed(_))));
+        assert_eq!(boom.state_name().await.unwrap(), "FAILURE");
+        let info = boom.info().await.unwrap();
+        assert_eq!(
+            (&info["kind"], &info["message"]),
+            (&json!("ValueError"), &json!("bad input"))
+        );
+        let hd = app
+            .send("long", vec![], Map::new(), Options::default())
+            .await
+            .unwrap();
+        state_named(&hd, "PROGRESS").await;
+        assert_eq!(hd.info().await.unwrap(), json!({"done": 3, "of": 7}));
+        // The custom state is STARTED to the core's rules: not ready.
+        assert_eq!(hd.state().await.unwrap(), State::Started);
+        let errs = refusals.lock().unwrap().clone();
+        assert_eq!(errs.len(), 3, "{errs:?}");
+        assert!(errs[0].contains("\"SUCCESS\" is a ready state"), "{errs:?}");
+        assert!(errs[1].contains("\"REVOKED\" is a ready state"), "{errs:?}");
+        assert!(errs[2].contains("non-empty"), "{errs:?}");
+        // A set answers its unsettled part's custom name, and every info.
+        let done = app
+            .send(
+                "add",
+                vec![json!(1), json!(1)],
+                Map::new(),
+                Options::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(done.get(t(5)).await.unwrap(), json!(2));
+        let set = headway_core::task::Handle::of(
+            app.clone(),
+            vec![done.id().to_string(), hd.id().to_string()],
+            true,
+        );
+        assert_eq!(set.state_name().await.unwrap(), "PROGRESS");
+        assert_eq!(set.info().await.unwrap(), json!([2, {"done": 3, "of": 7}]));
+        // Released, the final state overwrites it.
+        release.notify_one();
+        assert_eq!(hd.get(t(5)).await.unwrap(), json!("all done"));
+        assert_eq!(hd.state_name().await.unwrap(), "SUCCESS");
+        assert_eq!(hd.info().await.unwrap(), json!("all done"));
+        // A late record never overwrites a final state; one before any is
+        // stored shows (the positive control).
+        app.record_state(hd.id(), "long", 0, "PROGRESS", json!(9))
+            .await
+            .unwrap();
+        assert_eq!(hd.state_name().await.unwrap(), "SUCCESS");
+        let other = app.handle("not-sent-yet");
+        assert_eq!(other.state_name().await.unwrap(), "PENDING");
+        assert_eq!(other.info().await.unwrap(), Value::Null);
+        app.record_state(other.id(), "long", 0, "PROGRESS", json!(9))
+            .await
+            .unwrap();
+        assert_eq!(other.state_name().await.unwrap(), "PROGRESS");
+        assert_eq!(other.info().await.unwrap(), json!(9));
+        assert!(matches!(
+            app.record_state(other.id(), "long", 0, "FAILURE", json!(9))
+                .await,
+            Err(Refused::Invalid(_))
+        ));
+        w.stop(Duration::from_secs(1));
+        h.await.unwrap();
+    })
+    .await;
+}

@@ -120,6 +120,19 @@ fn encode_calls(calls: &[Call]) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
+/// Checks a custom state's name where no run records it (a scheduler
+/// job's context: the core's rule, nothing stored): `null`, or why not.
+/// `state` none is the core's `PROGRESS`.
+#[napi(js_name = "_checkState", catch_unwind)]
+pub fn check_state(state: Option<String>) -> Option<Refusal> {
+    let state = state
+        .as_deref()
+        .unwrap_or(headway_core::task::progress::PROGRESS);
+    headway_core::task::progress::check_name(state)
+        .err()
+        .map(Refusal::from)
+}
+
 /// One failed run as `lib/host.js` answers it: seq, type, message, stack (a
 /// type or message JS could not read is null), and what the body asked by
 /// throwing it (a `TaskRetry`, `Reject` or `Ignore`; `task::ask`) or null,
@@ -458,17 +471,54 @@ impl NativeApp {
         drive(async move { h.get(t).await }, json_text, json_text)
     }
 
-    /// What the run (or the set) is doing now: a state name.
+    /// What the run (or the set) is doing now: a state name (a custom one
+    /// a body recorded, too).
     #[napi(catch_unwind)]
     pub fn state(&self, ids: String, all: bool) -> napi::Result<Answer> {
         let h = match handle_of(&self.app, &ids, all) {
             Ok(h) => h,
             Err(e) => return refused(e),
         };
+        drive(async move { h.state_name().await }, |s| s, |s| quote(&s))
+    }
+
+    /// What the run (or the set) says about itself now (the core's
+    /// `Handle::info`). Answers JSON text.
+    #[napi(catch_unwind)]
+    pub fn info(&self, ids: String, all: bool) -> napi::Result<Answer> {
+        let h = match handle_of(&self.app, &ids, all) {
+            Ok(h) => h,
+            Err(e) => return refused(e),
+        };
+        drive(async move { h.info().await }, json_text, json_text)
+    }
+
+    /// Records custom state `state` (none: the core's `PROGRESS`) with
+    /// `meta` (JSON text from `lib/json.js`) for run `id` of `task` after
+    /// `retries` failed attempts (the core's `App::record_state`).
+    #[napi(catch_unwind)]
+    pub fn update_state(
+        &self,
+        id: String,
+        task: String,
+        retries: u32,
+        state: Option<String>,
+        meta: String,
+    ) -> napi::Result<Answer> {
+        let state = state.unwrap_or_else(|| headway_core::task::progress::PROGRESS.to_string());
+        let marked = typed::marked(&meta);
+        let mut meta: Value = match parse("meta", &meta) {
+            Ok(v) => v,
+            Err(e) => return refused(e),
+        };
+        if marked {
+            typed::from_js(&mut meta);
+        }
+        let app = self.app.clone();
         drive(
-            async move { h.state().await },
-            |s| s.name().to_string(),
-            |s| quote(s.name()),
+            async move { app.record_state(&id, &task, retries, &state, meta).await },
+            |()| String::new(),
+            |()| "null".to_string(),
         )
     }
 

@@ -491,6 +491,14 @@ impl App {
         }
     }
 
+    /// What is stored for one run, without waiting (`None`: nothing yet).
+    pub async fn outcome_of(&self, id: &str) -> Result<Option<Outcome>, Refused> {
+        match &self.inner.backend {
+            Some(b) => b.fetch(id).await,
+            None => Err(Refused::Missing("the app keeps no results".into())),
+        }
+    }
+
     /// Waits for one run, answering its value or why it will not come.
     pub async fn result_of(&self, id: &str, timeout: Option<Duration>) -> Result<Value, Refused> {
         let b = self

@@ -54,6 +54,11 @@ pub struct Context {
     /// Whether a failure now goes again (see [`Context::state_after`]).
     #[serde(default)]
     pub rule: RetryRule,
+    /// Where [`Context::update_state`] records a custom state: the app of
+    /// the worker running it (none on a direct call or in a process-pool
+    /// child; never serialised).
+    #[serde(skip)]
+    pub recorder: super::progress::Recorder,
 }
 
 impl Context {

@@ -83,6 +83,43 @@ impl Handle {
         Ok(aggregate(&states))
     }
 
+    /// The name of [`Handle::state`], as a caller sees it: a custom state a
+    /// body recorded (`PROGRESS`: see [`super::progress`]) answers its own
+    /// name, every other state Celery's. A set answers as
+    /// [`Handle::state`] does, with the first unsettled part's own name.
+    pub async fn state_name(&self) -> Result<String, Refused> {
+        let mut parts = Vec::with_capacity(self.ids.len());
+        for id in self.ids.iter().take(if self.all { usize::MAX } else { 1 }) {
+            parts.push(match self.app.outcome_of(id).await? {
+                Some(o) => (o.state, o.custom),
+                None => (State::Pending, None),
+            });
+        }
+        let states: Vec<State> = parts.iter().map(|(s, _)| *s).collect();
+        let state = aggregate(&states);
+        let custom = (!state.is_final())
+            .then(|| parts.into_iter().find(|(s, _)| *s == state))
+            .flatten()
+            .and_then(|(_, c)| c);
+        Ok(custom.unwrap_or_else(|| state.name().to_string()))
+    }
+
+    /// What the run says about itself now, without waiting (Celery's
+    /// `AsyncResult.info`): the value once it succeeded, the meta of a
+    /// custom state a body recorded, the error for a failure, a retry or a
+    /// revoke, null while nothing is stored (see [`super::progress::info_of`]).
+    /// A set answers the list of its parts', in order.
+    pub async fn info(&self) -> Result<Value, Refused> {
+        if !self.all {
+            return self.app.info_of(self.id()).await;
+        }
+        let mut out = Vec::with_capacity(self.ids.len());
+        for id in &self.ids {
+            out.push(self.app.info_of(id).await?);
+        }
+        Ok(Value::Array(out))
+    }
+
     /// Revokes the run or the set; with `terminate`, a run in progress
     /// stops with SIGTERM, here or in another process on the broker (see
     /// [`App::revoke`]).

@@ -409,6 +409,7 @@ mod tests {
             worker: String::new(),
             trace: None,
             rule: Default::default(),
+            recorder: Default::default(),
         }
     }
 

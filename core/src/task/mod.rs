@@ -22,6 +22,7 @@ pub mod message;
 pub mod metrics;
 pub mod policy;
 pub mod procs;
+pub mod progress;
 pub mod remote;
 pub mod rhythm;
 pub mod runners;

@@ -59,6 +59,7 @@ impl Job for BodyJob {
             worker: String::new(),
             trace: None,
             rule: Default::default(),
+            recorder: Default::default(),
         };
         let call = self.body.call(ctx, Vec::new());
         Box::pin(async move { call.await.map(|_| ()) })

@@ -167,6 +167,11 @@ pub struct Outcome {
     /// When it reached this state (ms since the epoch).
     #[serde(default)]
     pub at: i64,
+    /// The state's name when a body named it itself (Celery's custom
+    /// states, e.g. `PROGRESS`: see [`super::progress`]); `state` is then
+    /// STARTED and `result` holds the body's meta.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom: Option<String>,
 }
 
 impl Outcome {
@@ -180,7 +185,14 @@ impl Outcome {
             retries: 0,
             task: None,
             at,
+            custom: None,
         }
+    }
+
+    /// The state's name as a caller sees it: a custom state's own name,
+    /// else Celery's name of `state`.
+    pub fn state_name(&self) -> &str {
+        self.custom.as_deref().unwrap_or(self.state.name())
     }
 }
 

@@ -278,6 +278,7 @@ mod tests {
                 budget: if last { retries } else { retries + 1 },
                 ..Default::default()
             },
+            recorder: Default::default(),
         }
     }
 

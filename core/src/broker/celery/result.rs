@@ -145,7 +145,7 @@ pub fn write_result(out: &mut String, o: &Outcome) {
 pub fn encode_meta(o: &Outcome, group_id: Option<&str>, parent_id: Option<&str>) -> String {
     let mut out = String::with_capacity(160);
     out.push_str("{\"status\": ");
-    write_str(&mut out, o.state.name());
+    write_str(&mut out, o.state_name());
     out.push_str(", \"result\": ");
     write_result(&mut out, o);
     out.push_str(", \"traceback\": ");
@@ -206,8 +206,10 @@ pub fn failure_of(exc: &Value, traceback: Option<&str>) -> Failure {
 }
 
 /// Reads a stored meta (written by Celery or by headway) as an [`Outcome`].
-/// States headway has no name for read as the nearest: REJECTED as FAILURE,
-/// IGNORED as PENDING.
+/// Celery's own states headway has no name for read as the nearest:
+/// REJECTED as FAILURE, IGNORED as PENDING; any other status is a custom
+/// state a body recorded (`update_state`): STARTED with that name and the
+/// meta as its result (see [`crate::task::progress`]).
 pub fn decode_meta(id: &str, raw: &[u8]) -> Result<Outcome, CodecError> {
     let v: Value = serde_json::from_slice(raw)
         .map_err(|e| CodecError(format!("result meta is not JSON: {e}")))?;
@@ -220,10 +222,14 @@ pub fn decode_meta_value(id: &str, v: &Value) -> Result<Outcome, CodecError> {
         .get("status")
         .and_then(Value::as_str)
         .ok_or_else(|| CodecError("result meta has no status".into()))?;
-    let state = match status {
-        "REJECTED" => State::Failure,
-        "IGNORED" => State::Pending,
-        s => State::parse(s).ok_or_else(|| CodecError(format!("unknown state {s:?}")))?,
+    let (state, custom) = match status {
+        "REJECTED" => (State::Failure, None),
+        "IGNORED" => (State::Pending, None),
+        "" => return Err(CodecError("result meta has an empty status".into())),
+        s => match State::parse(s) {
+            Some(known) => (known, None),
+            None => (State::Started, Some(s.to_string())),
+        },
     };
     let at = v
         .get("date_done")
@@ -235,6 +241,7 @@ pub fn decode_meta_value(id: &str, v: &Value) -> Result<Outcome, CodecError> {
         state,
         at,
     );
+    o.custom = custom;
     let result = v.get("result").cloned().unwrap_or(Value::Null);
     let tb = v.get("traceback").and_then(Value::as_str);
     match state {
@@ -304,6 +311,34 @@ mod tests {
         let evil = br#"{"status": "FAILURE", "result": {"exc_type": "system", "exc_message": "rm -rf /", "exc_module": "os"}, "traceback": null, "children": [], "date_done": null, "task_id": "e"}"#;
         let o = decode_meta("e", evil).unwrap();
         assert_eq!(o.error.unwrap().kind, "system");
-        assert!(decode_meta("q", br#"{"status": "WHAT"}"#).is_err());
+        assert!(decode_meta("q", br#"{"status": ""}"#).is_err());
+        assert!(decode_meta("q", br#"{"result": 1}"#).is_err());
+    }
+
+    #[test]
+    fn a_custom_state_is_stored_as_celery_stores_update_state() {
+        // Celery's `store_result(id, meta, "PROGRESS")`: status the name,
+        // result the meta, no traceback, no date_done (not a ready state).
+        let o = crate::task::progress::outcome("c1", "t", 0, "PROGRESS", json!({"done": 3}), 5)
+            .unwrap();
+        let raw = encode_meta(&o, None, None);
+        assert_eq!(
+            raw,
+            r#"{"status": "PROGRESS", "result": {"done": 3}, "traceback": null, "children": [], "date_done": null, "task_id": "c1"}"#
+        );
+        let back = decode_meta("c1", raw.as_bytes()).unwrap();
+        assert_eq!(
+            (back.state, back.state_name(), back.result.clone()),
+            (State::Started, "PROGRESS", Some(json!({"done": 3})))
+        );
+        // Any status Celery's own states do not name reads as custom.
+        let c = decode_meta("q", br#"{"status": "WHAT", "result": [1]}"#).unwrap();
+        assert_eq!(
+            (c.state_name(), c.result.clone()),
+            ("WHAT", Some(json!([1])))
+        );
+        // A known state reads as itself, with no custom name.
+        let s = decode_meta("q", br#"{"status": "STARTED", "result": null}"#).unwrap();
+        assert_eq!((s.state, s.custom), (State::Started, None));
     }
 }

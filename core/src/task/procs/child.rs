@@ -28,11 +28,26 @@ use crate::task::state::Failure;
 /// The fd a child finds its socket on.
 pub const CHILD_FD: RawFd = 3;
 
+/// Set once this process serves a parent as a pool child.
+static IN_CHILD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this process is a process-pool child (it serves a parent): a
+/// body here has no path to the result store mid-run (see
+/// [`crate::task::progress`]).
+pub fn in_child() -> bool {
+    IN_CHILD.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn mark_child() {
+    IN_CHILD.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Serves the parent on fd [`CHILD_FD`] until it closes the socket.
 ///
 /// # Safety
 /// The fd must be the socket the parent passed and owned by nothing else.
 pub async unsafe fn serve_fd(app: App) -> std::io::Result<()> {
+    mark_child();
     // SAFETY: the caller vouches that fd 3 is the parent's socket.
     let std = unsafe { StdStream::from_raw_fd(CHILD_FD) };
     std.set_nonblocking(true)?;
@@ -59,6 +74,7 @@ impl Conn {
     /// # Safety
     /// The fd must be the socket the parent passed and owned by nothing else.
     pub unsafe fn open() -> std::io::Result<Conn> {
+        mark_child();
         // SAFETY: the caller vouches that fd 3 is the parent's socket.
         let stream = unsafe { StdStream::from_raw_fd(CHILD_FD) };
         stream.set_nonblocking(false)?;

@@ -267,6 +267,7 @@ async fn take_and_run(
         time_limit: carried_hard.or(tuned_hard).or(s.time_limit),
         worker: s.name.clone(),
         rule: crate::task::body::RetryRule::of(policy),
+        recorder: crate::task::progress::Recorder::of(app.clone()),
         trace: app.tracing().then(|| {
             Box::new(crate::task::trace::RunTrace {
                 carrier: crate::task::trace::carried(&m),
