@@ -47,7 +47,9 @@ fn runner() -> TestRunner {
 
 #[test]
 fn bucket_answers_as_in_process() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
     let url = server.url();
     let rt = headway_core::runtime::runtime().unwrap();
     let rates = prop::sample::select(vec![0.0, 0.5, 1.0, 3.0, 7.3, 10.0, 1000.0, 123_456.7]);
@@ -92,7 +94,9 @@ fn bucket_answers_as_in_process() {
 
 #[test]
 fn window_answers_as_in_process() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
     let url = server.url();
     let rt = headway_core::runtime::runtime().unwrap();
     // Windows in whole microseconds (a shared window's resolution).
@@ -131,7 +135,9 @@ enum GateStep {
 
 #[test]
 fn gate_answers_as_in_process() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
     let url = server.url();
     let rt = headway_core::runtime::runtime().unwrap();
     let step = prop_oneof![
@@ -190,7 +196,9 @@ fn gate_answers_as_in_process() {
 
 #[test]
 fn gate_lease_ends_and_renews() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
     let rt = headway_core::runtime::runtime().unwrap();
     let g = SharedGate::new(&server.url(), "lease", 1, Some(10_000_000)).unwrap(); // 10 ms
     rt.block_on(async {
@@ -215,7 +223,9 @@ fn gate_lease_ends_and_renews() {
 
 #[test]
 fn real_clock_and_expiry() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
     let url = server.url();
     let rt = headway_core::runtime::runtime().unwrap();
     rt.block_on(async {
@@ -233,7 +243,11 @@ fn real_clock_and_expiry() {
         // plus a second.
         let c = redis::Client::open(url.as_str()).unwrap();
         let mut c = c.get_multiplexed_async_connection().await.unwrap();
-        let ttl: i64 = redis::cmd("PTTL").arg(b.key()).query_async(&mut c).await.unwrap();
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(b.key())
+            .query_async(&mut c)
+            .await
+            .unwrap();
         assert!((1000..=1200).contains(&ttl), "{ttl}");
 
         let w = SharedWindow::new(&url, "real", 2, 50_000_000).unwrap(); // 50 ms
@@ -244,7 +258,11 @@ fn real_clock_and_expiry() {
         let wait = w.next().await.unwrap();
         assert!(wait > 0 && wait <= 50_000_000, "{wait}");
         w.wait().await.unwrap();
-        let ttl: i64 = redis::cmd("PTTL").arg(w.key()).query_async(&mut c).await.unwrap();
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(w.key())
+            .query_async(&mut c)
+            .await
+            .unwrap();
         assert!((1000..=1050).contains(&ttl), "{ttl}");
 
         let g = SharedGate::new(&url, "real", 1, None).unwrap();

@@ -111,7 +111,12 @@ impl SharedBucket {
     /// tests that compare with the in-process bucket, and leaves the key
     /// without an expiry.
     #[doc(hidden)]
-    pub async fn call(&self, n: f64, take: bool, now: Option<Micros>) -> Result<BucketAnswer, Refused> {
+    pub async fn call(
+        &self,
+        n: f64,
+        take: bool,
+        now: Option<Micros>,
+    ) -> Result<BucketAnswer, Refused> {
         let n = flow::Bucket::check(n).map_err(super::invalid)?;
         let n = n.to_string();
         let now = clock_arg(now);
@@ -119,7 +124,13 @@ impl SharedBucket {
             .store
             .run(
                 &SCRIPT,
-                &[&self.per_ns, &self.burst_arg, &n, if take { "1" } else { "0" }, &now],
+                &[
+                    &self.per_ns,
+                    &self.burst_arg,
+                    &n,
+                    if take { "1" } else { "0" },
+                    &now,
+                ],
             )
             .await?;
         Ok(BucketAnswer {

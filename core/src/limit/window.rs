@@ -42,7 +42,8 @@ impl SharedWindow {
     /// key. Stamps are Redis's microseconds, so `per` is counted in whole
     /// microseconds, rounded up.
     pub fn new(url: &str, key: &str, limit: i64, per: Nanos) -> Result<Self, Refused> {
-        flow::Window::new(limit, per).map_err(|e| super::invalid(super::renamed(e, "limit", "per")))?;
+        flow::Window::new(limit, per)
+            .map_err(|e| super::invalid(super::renamed(e, "limit", "per")))?;
         let store = Store::new(url, "window", key)?;
         Ok(SharedWindow {
             store,
@@ -113,7 +114,12 @@ impl SharedWindow {
             .store
             .run(
                 &SCRIPT,
-                &[&self.limit_arg, &self.per_arg, if take { "1" } else { "0" }, &now],
+                &[
+                    &self.limit_arg,
+                    &self.per_arg,
+                    if take { "1" } else { "0" },
+                    &now,
+                ],
             )
             .await?;
         Ok(WindowAnswer {
