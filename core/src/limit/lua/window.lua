@@ -18,29 +18,42 @@ local now, real = limit_now(ARGV[4])
 local horizon = now - window
 
 local taken = 0
+local total, inside
 if take then
   redis.call('ZREMRANGEBYSCORE', key, '-inf', limit_exact(horizon))
-  if redis.call('ZCARD', key) < allow then
+  -- Trimmed at the horizon: every event kept is inside.
+  local card = redis.call('ZCARD', key)
+  if card < allow then
     -- A clock that runs backwards stamps at the newest kept stamp, so the
     -- set stays in order.
     local stamp = now
+    local k = 0
     local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    if last[2] ~= nil and tonumber(last[2]) > now then stamp = tonumber(last[2]) end
+    if last[2] ~= nil then
+      local newest = tonumber(last[2])
+      if newest > now then stamp = newest end
+      if newest == stamp then k = -1 end
+    end
     local at = limit_exact(stamp)
-    local k = redis.call('ZCOUNT', key, at, at)
+    -- Events already at this stamp (only when the newest one is).
+    if k < 0 then k = redis.call('ZCOUNT', key, at, at) end
     redis.call('ZADD', key, at, at .. '.' .. k)
+    card = card + 1
     taken = 1
   end
   if real then
     -- Once the newest event has left, a missing key is the same window.
     redis.call('PEXPIRE', key, math.min(math.ceil(window / 1000) + 1000, 1e12))
   end
+  total, inside = card, card
+else
+  -- A look trims nothing (as the in-process window's): the events inside
+  -- (horizon, +inf) are counted where they are.
+  total = redis.call('ZCARD', key)
+  inside = redis.call('ZCOUNT', key, '(' .. limit_exact(horizon), '+inf')
 end
 
--- What the in-process window answers without trimming: the events inside
--- (horizon, +inf), and when the oldest one that must leave does.
-local total = redis.call('ZCARD', key)
-local inside = redis.call('ZCOUNT', key, '(' .. limit_exact(horizon), '+inf')
+-- When the oldest event that must leave for there to be room does.
 local left = allow - math.min(inside, allow)
 local wait
 if inside < allow then
