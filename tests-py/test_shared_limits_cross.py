@@ -57,6 +57,7 @@ def test_python_and_node_share_one_bucket(redis_server: RedisServer) -> None:
     assert node.returncode == 0, f"node exited {node.returncode}:\n{out}\n{err}"
     theirs_got = json.loads(out.strip().splitlines()[-1])
 
+    print(f"python {got}, node {theirs_got}")
     bound = BURST + RATE * (SECONDS + 0.01)
     total = got["shared"] + theirs_got["shared"]
     assert total <= bound, (got, theirs_got)

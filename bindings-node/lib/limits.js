@@ -1,7 +1,7 @@
 'use strict';
 // SharedBucket, SharedWindow and SharedGate: limits shared by every process
 // (Node or Python) that names the same key on one Redis. Everything they
-// answer is the core's (lib/../src/shared.rs over headway-core's `limit`):
+// answer is the core's (src/shared.rs over headway-core's `limit`):
 // the scripts, the clock (Redis TIME), the defaults and every range check.
 // This file checks types, converts a refusal into the RangeError Node throws,
 // and turns native answers into Promises.
