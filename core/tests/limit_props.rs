@@ -292,3 +292,22 @@ fn unreachable_redis_is_a_broker_refusal() {
         "{err}"
     );
 }
+
+#[test]
+fn survives_a_redis_restart() {
+    let Some(mut server) = RedisServer::start() else { return };
+    let rt = headway_core::runtime::runtime().unwrap();
+    let b = SharedBucket::new(&server.url(), "restart", 0.001, Some(1.0)).unwrap();
+    rt.block_on(async {
+        assert!(b.take(1.0).await.unwrap());
+        assert!(!b.take(1.0).await.unwrap());
+    });
+    // A new server on the same port has neither the key nor the script:
+    // the link reconnects, the script is loaded again (NOSCRIPT), and the
+    // missing key is a full bucket.
+    server.restart();
+    rt.block_on(async {
+        assert!(b.take(1.0).await.unwrap());
+        assert!(!b.take(1.0).await.unwrap());
+    });
+}
