@@ -419,6 +419,98 @@ export declare class Gate {
   readonly held: number;
 }
 
+// ---------------------------------------------------------------- shared limits
+
+/** The options of {@link SharedBucket}. */
+export interface SharedBucketOptions {
+  /** The most it holds. Default the rate when above 1, else 1; below 1 is raised to 1 (as {@link Bucket}). */
+  burst?: number;
+}
+
+/**
+ * A token bucket shared by every process (Node or Python) that names the same
+ * `key` on the Redis at `url`: {@link Bucket}'s rules, run in Redis on Redis's
+ * clock (`TIME`), so processes whose clocks disagree still share one rate.
+ * The same defaults and refusals as {@link Bucket} (a `RangeError` naming the
+ * argument); no I/O until the first call. A call rejects with `code: 'BROKER'`
+ * when Redis cannot be reached within 2 s.
+ */
+export declare class SharedBucket {
+  /** @param rate tokens per second. */
+  constructor(url: string, key: string, rate: number, options?: SharedBucketOptions);
+  /** Tokens added per second. */
+  readonly rate: number;
+  /** The most it holds. */
+  readonly burst: number;
+  /** The Redis key it lives under (`headway:limit:bucket:<key>`). */
+  readonly key: string;
+  /** Whether `n` tokens (default 1) are there now, taking them if they are. */
+  take(n?: number): Promise<boolean>;
+  /** How long (ms) until `n` tokens (default 1) would be there, without taking them: 0 when they are, `Infinity` when they never will be. */
+  next(n?: number): Promise<number>;
+  /** How many tokens are there now. */
+  tokens(): Promise<number>;
+  /** Resolves once `n` tokens (default 1) have been taken, sleeping as long as each refusal says. Rejects with a `RangeError` when they never can be. */
+  wait(n?: number): Promise<void>;
+}
+
+/**
+ * A sliding window shared by every process (Node or Python) that names the
+ * same `key` on the Redis at `url`: at most `limit` events in any `per`-long
+ * stretch, exactly — {@link Window}'s rules, run in Redis on Redis's clock
+ * (microseconds: `per` is rounded up to one). No I/O until the first call.
+ */
+export declare class SharedWindow {
+  /** @param limit a non-negative integer. @param per ms, positive. */
+  constructor(url: string, key: string, limit: number, per: number);
+  /** Events allowed in any window. */
+  readonly limit: number;
+  /** The window's length, ms. */
+  readonly per: number;
+  /** The Redis key it lives under (`headway:limit:window:<key>`). */
+  readonly key: string;
+  /** Whether an event is within the quota now, counting it if it is. */
+  take(): Promise<boolean>;
+  /** How many events remain in the window now. */
+  left(): Promise<number>;
+  /** How long (ms) until there is room: 0 when there is; `Infinity` when `limit` is 0. */
+  next(): Promise<number>;
+  /** Resolves once an event has been counted, sleeping until there is room. Rejects with a `RangeError` when `limit` is 0. */
+  wait(): Promise<void>;
+}
+
+/** The options of {@link SharedGate}. */
+export interface SharedGateOptions {
+  /** How long (ms) a permit is held unless renewed. Default 30 000. */
+  lease?: number;
+}
+
+/**
+ * A concurrency gate shared by every process (Node or Python) that names the
+ * same `key` on the Redis at `url`: at most `n` permits held at once,
+ * {@link Gate}'s rules run in Redis. Each permit is a lease: a holder that
+ * crashed gives its room back when the lease ends. No I/O until the first
+ * call.
+ */
+export declare class SharedGate {
+  /** @param n a non-negative integer. */
+  constructor(url: string, key: string, n: number, options?: SharedGateOptions);
+  /** The most permits held at once. */
+  readonly limit: number;
+  /** How long (ms) a permit is held unless renewed. */
+  readonly lease: number;
+  /** The Redis key it lives under (`headway:limit:gate:<key>`). */
+  readonly key: string;
+  /** A permit (to `release` or `renew`) when there is room, else `null`. */
+  take(): Promise<string | null>;
+  /** Gives the permit's room back: whether it was held. Released twice, or after its lease ended, it gives back nothing. */
+  release(permit: string): Promise<boolean>;
+  /** Starts the permit's lease again: whether it was still held. */
+  renew(permit: string): Promise<boolean>;
+  /** How many permits are held now. */
+  held(): Promise<number>;
+}
+
 // ---------------------------------------------------------------- Pooled
 
 /** The options of {@link Pooled}. */

@@ -9,6 +9,7 @@ const native = require('./addon.js');
 const { F, Limits, Pool, Ward, Breaker, pick, Backoff, Bucket, Window, Gate, poolMapped } = require('./lib/flow.js');
 const { retry } = require('./lib/retry.js');
 const { Pooled } = require('./lib/pooled.js');
+const { SharedBucket, SharedWindow, SharedGate } = require('./lib/limits.js');
 
 const { version } = native;
 // The admin interface: admin.handler(app, { token }) for http or Express.
@@ -24,6 +25,9 @@ module.exports = {
   Bucket,
   Window,
   Gate,
+  SharedBucket,
+  SharedWindow,
+  SharedGate,
   retry,
   Pooled,
   version,

@@ -12,6 +12,8 @@ import headway, { Pool } from 'headway';
 const require = createRequire(import.meta.url);
 
 const FLOW = ['Backoff', 'Breaker', 'Bucket', 'Gate', 'Limits', 'Pool', 'Pooled', 'Ward', 'Window', 'pick', 'retry', 'version'];
+// The limits shared through Redis (bindings-node/lib/limits.js).
+const SHARED = ['SharedBucket', 'SharedGate', 'SharedWindow'];
 // The task queue (bindings-node/lib/tasks.js).
 const TASKS = [
   'App', 'At', 'Beat', 'Context', 'Cron', 'Every', 'Exponential', 'Fixed', 'Handle', 'Ignore', 'RedisBroker', 'Reject', 'Scheduler',
@@ -19,7 +21,7 @@ const TASKS = [
 ];
 // The admin interface (bindings-node/lib/admin.js).
 const ADMIN = ['admin'];
-const EXPORTS = [...FLOW, ...TASKS, ...ADMIN].sort();
+const EXPORTS = [...FLOW, ...SHARED, ...TASKS, ...ADMIN].sort();
 
 test("require('headway') and import agree, and export exactly the API", () => {
   const cjs = require('headway');
@@ -34,7 +36,7 @@ test("require('headway') and import agree, and export exactly the API", () => {
 
 test('index.d.ts declares every export', () => {
   const dts = readFileSync(new URL('../bindings-node/index.d.ts', import.meta.url), 'utf8');
-  for (const k of [...FLOW, ...TASKS]) {
+  for (const k of [...FLOW, ...SHARED, ...TASKS]) {
     assert.match(dts, new RegExp(`export declare (class|function|const) ${k}\\b`), k);
   }
   for (const k of ADMIN) assert.match(dts, new RegExp(`export \\{[^}]*\\b${k}\\b[^}]*\\} from './admin'`), k);

@@ -10,6 +10,9 @@ import {
   Pool,
   Pooled,
   type PooledError,
+  SharedBucket,
+  SharedGate,
+  SharedWindow,
   type Jitter,
   type Taken,
   Ward,
@@ -95,6 +98,29 @@ const left: number = w.left(0) + w.next(0) + (w.take(0) ? 1 : 0);
 const gate = new Gate(64);
 if (gate.enter()) gate.leave();
 const held: number = gate.held;
+
+async function shared(url: string): Promise<void> {
+  const sb = new SharedBucket(url, 'api', 10, { burst: 20 });
+  const took: boolean = (await sb.take()) && (await sb.take(2));
+  const sbWait: number = (await sb.next()) + (await sb.tokens()) + sb.rate + sb.burst;
+  await sb.wait(1);
+  const sw = new SharedWindow(url, 'daily', 1000, 86_400_000);
+  const swLeft: number = (await sw.left()) + (await sw.next()) + sw.limit + sw.per;
+  const sg = new SharedGate(url, 'db', 8, { lease: 10_000 });
+  const permit: string | null = await sg.take();
+  if (permit !== null) {
+    const renewed: boolean = await sg.renew(permit);
+    const released: boolean = await sg.release(permit);
+    void [renewed, released];
+  }
+  const sgHeld: number = (await sg.held()) + sg.lease;
+  void [took, sbWait, swLeft, sgHeld];
+  // @ts-expect-error the gate's permit is a string
+  await sg.release(1);
+  // @ts-expect-error burst is an option
+  new SharedBucket(url, 'api', 10, 20);
+}
+void shared;
 
 async function drivers(): Promise<void> {
   const ctrl = new AbortController();

@@ -273,3 +273,26 @@ except headway.PanicError as e:
 
 if __name__ == "__main__":
     asyncio.run(main())
+
+
+def shared_limits(url: str) -> None:
+    """Type-checked only (never called: it would need a Redis)."""
+    bucket = headway.SharedBucket(url, "api", 10, burst=20)
+    assert_type(bucket.take(n=2), bool)
+    assert_type(bucket.next(), float)
+    window = headway.SharedWindow(url, "daily", 1000, timedelta(days=1))
+    assert_type(window.left(), int)
+    gate = headway.SharedGate(url, "db", 8, lease=10.0)
+    assert_type(gate.take(), str | None)
+
+
+async def shared_limits_async(url: str) -> None:
+    """Type-checked only, as ``shared_limits``."""
+    bucket = headway.SharedBucket(url, "api", 10)
+    assert_type(await bucket.atake(), bool)
+    assert_type(await headway.SharedWindow(url, "w", 1, 1.0).atake(), bool)
+    gate = headway.SharedGate(url, "db", 8)
+    permit = await gate.atake()
+    if permit is not None:
+        assert_type(await gate.arelease(permit), bool)
+    await bucket.wait(2)

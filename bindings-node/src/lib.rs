@@ -8,6 +8,8 @@
 //! - [`units`]: milliseconds to nanoseconds and back;
 //! - [`flow`]: `_flow()`, the functions for `Limits`, `Breaker`, `Backoff`,
 //!   `Ward`, `Pool`, `pick`, `Bucket`, `Window` and `Gate`;
+//! - [`shared`]: `NativeSharedBucket`, `NativeSharedWindow`, `NativeSharedGate`
+//!   (the core's limits in Redis), for `lib/limits.js`;
 //! - [`tasks`]: the task queue (`NativeApp`, workers, beats, the scheduler,
 //!   clocks, Redis brokers) and the hub that answers its Promises, for
 //!   `lib/tasks.js`.
@@ -21,6 +23,7 @@ mod admin;
 mod flow;
 mod logs;
 mod raw;
+mod shared;
 mod tasks;
 mod units;
 

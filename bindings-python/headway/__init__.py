@@ -17,7 +17,8 @@ Everything here answers; nothing opens, sleeps or reads a clock it was given.
 ``Pool.take`` says what to do with a resource (``Ready``, ``Stale``, ``Make``,
 ``Wait``, ``Later``, ``Shed``), ``Backoff`` how long to wait and whether to go
 on, ``Bucket`` / ``Window`` / ``Gate`` whether a request is within a rate, a
-quota, or a concurrency limit. The drivers — ``retry``, ``Pooled``,
+quota, or a concurrency limit; ``SharedBucket`` / ``SharedWindow`` /
+``SharedGate`` the same across processes and languages, in Redis. The drivers — ``retry``, ``Pooled``,
 ``Bucket.wait``, ``with gate:`` — act on those answers with a runtime.
 
 Units: ``now`` is float seconds from any origin (omitted: ``time.monotonic()``),
@@ -78,6 +79,9 @@ from ._native import (
     Pool,
     Ready,
     Shed,
+    SharedBucket,
+    SharedGate,
+    SharedWindow,
     Stale,
     Wait,
     Ward,
@@ -152,6 +156,9 @@ __all__ = [
     "Revoked",
     "Shed",
     "ShedError",
+    "SharedBucket",
+    "SharedGate",
+    "SharedWindow",
     "Signature",
     "SoftTimeLimitExceeded",
     "Stale",

@@ -61,6 +61,9 @@ __all__ = [
     "Ready",
     "RedisBroker",
     "Shed",
+    "SharedBucket",
+    "SharedGate",
+    "SharedWindow",
     "Stale",
     "TAKE_TIMEOUT",
     "VirtualClock",
@@ -590,6 +593,112 @@ class Gate:
     @property
     def limit(self) -> int:
         """The ceiling."""
+
+# ------------------------------------------------------------------ shared limits
+
+@final
+class SharedBucket:
+    """A token bucket shared by every process (Python or Node) that names the
+    same ``key`` on the Redis at ``url``: ``Bucket``'s rules, run in Redis on
+    Redis's clock. ``rate`` and ``burst`` as ``Bucket`` takes them (the same
+    defaults, the same ``ValueError``s). No I/O until the first call.
+    """
+
+    def __new__(cls, url: str, key: str, rate: _Num, burst: _Num | None = None) -> SharedBucket: ...
+    def take(self, n: _Num = 1.0) -> bool:
+        """Whether ``n`` tokens are there now, taking them if they are. Blocks
+        on the round trip to Redis, without the GIL."""
+    def atake(self, n: _Num = 1.0) -> Awaitable[bool]:
+        """``take(n)`` as an awaitable."""
+    def next(self, n: _Num = 1.0) -> float:
+        """Seconds until ``n`` tokens would be there, without taking them: 0
+        when they are, ``math.inf`` when they never will be."""
+    def tokens(self) -> float:
+        """How many tokens are there now."""
+    def wait(self, n: _Num = 1.0) -> Awaitable[None]:
+        """Takes ``n`` tokens, sleeping (without blocking the loop) until they
+        are there. ``ValueError`` when they never come (more than the burst,
+        or a zero rate)."""
+    @property
+    def rate(self) -> float:
+        """Tokens per second."""
+    @property
+    def burst(self) -> float:
+        """The most it holds."""
+    @property
+    def key(self) -> str:
+        """The Redis key it lives under."""
+
+@final
+class SharedWindow:
+    """A sliding window shared by every process (Python or Node) that names
+    the same ``key`` on the Redis at ``url``: at most ``limit`` events in any
+    ``per``-long stretch (seconds or a ``timedelta``), ``Window``'s rules run
+    in Redis on Redis's clock (microseconds: ``per`` is rounded up to one). A
+    negative ``limit`` or a ``per`` that is not positive raises
+    ``ValueError``. No I/O until the first call.
+    """
+
+    def __new__(cls, url: str, key: str, limit: SupportsIndex, per: _Span) -> SharedWindow: ...
+    def take(self) -> bool:
+        """Whether an event is within the quota now, counting it if it is.
+        Blocks on the round trip to Redis, without the GIL."""
+    def atake(self) -> Awaitable[bool]:
+        """``take()`` as an awaitable."""
+    def left(self) -> int:
+        """How many events remain in the window now."""
+    def next(self) -> float:
+        """Seconds until there is room: 0 when there is, ``math.inf`` when
+        ``limit`` is 0."""
+    def wait(self) -> Awaitable[None]:
+        """Counts an event, sleeping (without blocking the loop) until there is
+        room. ``ValueError`` when ``limit`` is 0."""
+    @property
+    def limit(self) -> int:
+        """The most events in any window."""
+    @property
+    def per(self) -> float:
+        """The window's length, in seconds."""
+    @property
+    def key(self) -> str:
+        """The Redis key it lives under."""
+
+@final
+class SharedGate:
+    """A concurrency gate shared by every process (Python or Node) that names
+    the same ``key`` on the Redis at ``url``: at most ``n`` permits held at
+    once, ``Gate``'s rules run in Redis. A permit is held for ``lease``
+    seconds (or a ``timedelta``) unless renewed, so a holder that crashed
+    gives its room back when the lease ends. A negative ``n`` or a ``lease``
+    that is not positive raises ``ValueError``. No I/O until the first call.
+    """
+
+    def __new__(cls, url: str, key: str, n: SupportsIndex, lease: _Span = 30.0) -> SharedGate: ...
+    def take(self) -> str | None:
+        """A permit (a string, to ``release`` or ``renew``) when there is
+        room, else ``None``. Blocks on the round trip to Redis, without the
+        GIL."""
+    def atake(self) -> Awaitable[str | None]:
+        """``take()`` as an awaitable."""
+    def release(self, permit: str) -> bool:
+        """Gives the permit's room back: whether it was held. A permit
+        released twice, or whose lease ran out, gives back nothing."""
+    def arelease(self, permit: str) -> Awaitable[bool]:
+        """``release(permit)`` as an awaitable."""
+    def renew(self, permit: str) -> bool:
+        """Starts the permit's lease again: whether it was still held (one
+        whose lease ran out is not, and does not come back)."""
+    def held(self) -> int:
+        """How many permits are held now."""
+    @property
+    def limit(self) -> int:
+        """The most permits held at once."""
+    @property
+    def lease(self) -> float:
+        """How long a permit is held unless renewed, in seconds."""
+    @property
+    def key(self) -> str:
+        """The Redis key it lives under."""
 
 # ------------------------------------------------------------------ logs
 

@@ -265,3 +265,20 @@ pub(crate) fn panicked(e: tokio::task::JoinError) -> PyErr {
         PyRuntimeError::new_err("headway's runtime cancelled the task (is the process exiting?)")
     }
 }
+
+/// A core call as a Python awaitable: spawned on the shared runtime (a
+/// panic comes back as `PanicError`), its `Refused` raised as the matching
+/// exception. What every `a…` method of the shared limits returns.
+pub(crate) fn awaitable<'py, T, F>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = Result<T, Refused>> + Send + 'static,
+    T: for<'a> pyo3::IntoPyObject<'a> + Send + 'static,
+{
+    let join = rt()?.spawn(fut);
+    pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        match join.await.map_err(panicked)? {
+            Ok(v) => Ok(v),
+            Err(r) => Err(Python::attach(|py| refused(py, r))),
+        }
+    })
+}

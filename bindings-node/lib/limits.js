@@ -1,0 +1,122 @@
+'use strict';
+// SharedBucket, SharedWindow and SharedGate: limits shared by every process
+// (Node or Python) that names the same key on one Redis. Everything they
+// answer is the core's (src/shared.rs over headway-core's `limit`):
+// the scripts, the clock (Redis TIME), the defaults and every range check.
+// This file checks types, converts a refusal into the RangeError Node throws,
+// and turns native answers into Promises.
+
+const native = require('../addon.js');
+const { answer } = require('./host.js');
+const { NUMBER, anyNum, optNum, fix, strictOpts } = require('./checks.js');
+const { argType } = require('./errors.js');
+
+const parse = (text) => JSON.parse(text);
+const same = (v) => v;
+// A span in milliseconds: null is never.
+const spanNow = (text) => { const v = JSON.parse(text); return v === null ? Infinity : v; };
+const spanLater = (v) => (v === null ? Infinity : v);
+
+function str(name, v) {
+  if (typeof v !== 'string') throw argType(name, 'of type string', v);
+  return v;
+}
+
+function optN(n) {
+  if (n === undefined) return 1;
+  if (typeof n !== 'number') throw argType('n', NUMBER, n);
+  return n;
+}
+
+/** A native constructor's refusal (an argument the core cannot accept) as a RangeError. */
+function make(fn) {
+  try {
+    return fn();
+  } catch (e) {
+    if (e && e.code === 'InvalidArg') {
+      const err = new RangeError(e.message);
+      err.code = 'ERR_INVALID_ARG_VALUE';
+      throw err;
+    }
+    throw e;
+  }
+}
+
+class SharedBucket {
+  #n;
+
+  constructor(url, key, rate, options) {
+    const { burst } = strictOpts(options);
+    this.#n = make(() => new native.NativeSharedBucket(str('url', url), str('key', key), anyNum('rate', rate), optNum('burst', burst) ?? null));
+    fix(this, { rate: this.#n.rate, burst: this.#n.burst, key: this.#n.key });
+  }
+
+  take(n) {
+    return answer(this.#n.take(optN(n)), parse, same);
+  }
+
+  next(n) {
+    return answer(this.#n.next(optN(n)), spanNow, spanLater);
+  }
+
+  tokens() {
+    return answer(this.#n.tokens(), parse, same);
+  }
+
+  wait(n) {
+    return answer(this.#n.wait(optN(n)), () => undefined, () => undefined);
+  }
+}
+
+class SharedWindow {
+  #n;
+
+  constructor(url, key, limit, per) {
+    this.#n = make(() => new native.NativeSharedWindow(str('url', url), str('key', key), anyNum('limit', limit), anyNum('per', per)));
+    fix(this, { limit: this.#n.limit, per: this.#n.per, key: this.#n.key });
+  }
+
+  take() {
+    return answer(this.#n.take(), parse, same);
+  }
+
+  left() {
+    return answer(this.#n.left(), parse, same);
+  }
+
+  next() {
+    return answer(this.#n.next(), spanNow, spanLater);
+  }
+
+  wait() {
+    return answer(this.#n.wait(), () => undefined, () => undefined);
+  }
+}
+
+class SharedGate {
+  #n;
+
+  constructor(url, key, n, options) {
+    const { lease } = strictOpts(options);
+    this.#n = make(() => new native.NativeSharedGate(str('url', url), str('key', key), anyNum('n', n), optNum('lease', lease) ?? null));
+    fix(this, { limit: this.#n.limit, lease: this.#n.lease, key: this.#n.key });
+  }
+
+  take() {
+    return answer(this.#n.take(), parse, same);
+  }
+
+  release(permit) {
+    return answer(this.#n.release(str('permit', permit)), parse, same);
+  }
+
+  renew(permit) {
+    return answer(this.#n.renew(str('permit', permit)), parse, same);
+  }
+
+  held() {
+    return answer(this.#n.held(), parse, same);
+  }
+}
+
+module.exports = { SharedBucket, SharedWindow, SharedGate };

@@ -1,0 +1,231 @@
+//! `SharedBucket`, `SharedWindow` and `SharedGate`: the core's
+//! `limit::Shared*` behind `NativeShared*`, which `lib/limits.js` wraps.
+//!
+//! No rules here: a constructor converts milliseconds to nanoseconds and
+//! hands everything to the core, which checks it (a refusal is thrown as an
+//! `InvalidArg` error that `lib/limits.js` makes a `RangeError`); each call
+//! is the hub's `drive`, answered as JSON text — a number of milliseconds is
+//! `null` for never.
+
+use headway_core::limit::{SharedBucket, SharedGate, SharedWindow};
+use headway_core::task::Refused;
+use napi_derive::napi;
+
+use crate::tasks::hub::{Answer, drive};
+use crate::units::{ms, ns};
+
+fn refused(r: Refused) -> napi::Error {
+    napi::Error::new(
+        napi::Status::InvalidArg,
+        match r {
+            Refused::Invalid(why) => why,
+            other => other.to_string(),
+        },
+    )
+}
+
+/// A JS number that must be an integer (`units::int`), its refusal thrown
+/// as `refused` throws.
+fn int_arg(name: &'static str, x: f64) -> napi::Result<i64> {
+    crate::units::int(name, x).map_err(|f| match f {
+        crate::raw::Fail::Range(arg, why) => {
+            napi::Error::new(napi::Status::InvalidArg, format!("invalid `{arg}`: {why}"))
+        }
+        other => napi::Error::from_reason(format!("{other:?}")),
+    })
+}
+
+fn bool_json(b: bool) -> String {
+    if b { "true" } else { "false" }.to_string()
+}
+
+fn num_json(x: f64) -> String {
+    serde_json::to_string(&x).unwrap_or_else(|_| "null".into())
+}
+
+/// Nanoseconds as milliseconds; never (`i64::MAX`) is `null`.
+fn ms_json(span: i64) -> String {
+    num_json(ms(span))
+}
+
+fn int_json(x: i64) -> String {
+    x.to_string()
+}
+
+fn unit_json(_: ()) -> String {
+    "null".into()
+}
+
+fn permit_json(p: Option<String>) -> String {
+    serde_json::to_string(&p).unwrap_or_else(|_| "null".into())
+}
+
+/// A token bucket in Redis (`lib/limits.js`'s `SharedBucket`).
+#[napi]
+pub struct NativeSharedBucket {
+    inner: SharedBucket,
+}
+
+#[napi]
+impl NativeSharedBucket {
+    #[napi(constructor, catch_unwind)]
+    pub fn new(url: String, key: String, rate: f64, burst: Option<f64>) -> napi::Result<Self> {
+        let inner = SharedBucket::new(&url, &key, rate, burst).map_err(refused)?;
+        Ok(NativeSharedBucket { inner })
+    }
+
+    #[napi(getter)]
+    pub fn rate(&self) -> f64 {
+        self.inner.rate()
+    }
+
+    #[napi(getter)]
+    pub fn burst(&self) -> f64 {
+        self.inner.burst()
+    }
+
+    #[napi(getter)]
+    pub fn key(&self) -> String {
+        self.inner.key().to_string()
+    }
+
+    #[napi(catch_unwind)]
+    pub fn take(&self, n: f64) -> napi::Result<Answer> {
+        let b = self.inner.clone();
+        drive(async move { b.take(n).await }, bool_json, bool_json)
+    }
+
+    #[napi(catch_unwind)]
+    pub fn next(&self, n: f64) -> napi::Result<Answer> {
+        let b = self.inner.clone();
+        drive(async move { b.next(n).await }, ms_json, ms_json)
+    }
+
+    #[napi(catch_unwind)]
+    pub fn tokens(&self) -> napi::Result<Answer> {
+        let b = self.inner.clone();
+        drive(async move { b.tokens().await }, num_json, num_json)
+    }
+
+    #[napi(catch_unwind)]
+    pub fn wait(&self, n: f64) -> napi::Result<Answer> {
+        let b = self.inner.clone();
+        drive(async move { b.wait(n).await }, unit_json, unit_json)
+    }
+}
+
+/// A sliding window in Redis (`lib/limits.js`'s `SharedWindow`).
+#[napi]
+pub struct NativeSharedWindow {
+    inner: SharedWindow,
+}
+
+#[napi]
+impl NativeSharedWindow {
+    /// `per` in milliseconds.
+    #[napi(constructor, catch_unwind)]
+    pub fn new(url: String, key: String, limit: f64, per: f64) -> napi::Result<Self> {
+        let limit = int_arg("limit", limit)?;
+        let inner = SharedWindow::new(&url, &key, limit, ns(per)).map_err(refused)?;
+        Ok(NativeSharedWindow { inner })
+    }
+
+    #[napi(getter)]
+    pub fn limit(&self) -> i64 {
+        self.inner.limit()
+    }
+
+    #[napi(getter)]
+    pub fn per(&self) -> f64 {
+        ms(self.inner.per())
+    }
+
+    #[napi(getter)]
+    pub fn key(&self) -> String {
+        self.inner.key().to_string()
+    }
+
+    #[napi(catch_unwind)]
+    pub fn take(&self) -> napi::Result<Answer> {
+        let w = self.inner.clone();
+        drive(async move { w.take().await }, bool_json, bool_json)
+    }
+
+    #[napi(catch_unwind)]
+    pub fn left(&self) -> napi::Result<Answer> {
+        let w = self.inner.clone();
+        drive(async move { w.left().await }, int_json, int_json)
+    }
+
+    #[napi(catch_unwind)]
+    pub fn next(&self) -> napi::Result<Answer> {
+        let w = self.inner.clone();
+        drive(async move { w.next().await }, ms_json, ms_json)
+    }
+
+    #[napi(catch_unwind)]
+    pub fn wait(&self) -> napi::Result<Answer> {
+        let w = self.inner.clone();
+        drive(async move { w.wait().await }, unit_json, unit_json)
+    }
+}
+
+/// A concurrency gate in Redis (`lib/limits.js`'s `SharedGate`).
+#[napi]
+pub struct NativeSharedGate {
+    inner: SharedGate,
+}
+
+#[napi]
+impl NativeSharedGate {
+    /// `lease` in milliseconds (`null`: the core's default).
+    #[napi(constructor, catch_unwind)]
+    pub fn new(url: String, key: String, n: f64, lease: Option<f64>) -> napi::Result<Self> {
+        let n = int_arg("n", n)?;
+        let inner = SharedGate::new(&url, &key, n, lease.map(ns)).map_err(refused)?;
+        Ok(NativeSharedGate { inner })
+    }
+
+    #[napi(getter)]
+    pub fn limit(&self) -> i64 {
+        self.inner.limit()
+    }
+
+    #[napi(getter)]
+    pub fn lease(&self) -> f64 {
+        ms(self.inner.lease())
+    }
+
+    #[napi(getter)]
+    pub fn key(&self) -> String {
+        self.inner.key().to_string()
+    }
+
+    #[napi(catch_unwind)]
+    pub fn take(&self) -> napi::Result<Answer> {
+        let g = self.inner.clone();
+        drive(async move { g.take().await }, permit_json, permit_json)
+    }
+
+    #[napi(catch_unwind)]
+    pub fn release(&self, permit: String) -> napi::Result<Answer> {
+        let g = self.inner.clone();
+        drive(
+            async move { g.release(&permit).await },
+            bool_json,
+            bool_json,
+        )
+    }
+
+    #[napi(catch_unwind)]
+    pub fn renew(&self, permit: String) -> napi::Result<Answer> {
+        let g = self.inner.clone();
+        drive(async move { g.renew(&permit).await }, bool_json, bool_json)
+    }
+
+    #[napi(catch_unwind)]
+    pub fn held(&self) -> napi::Result<Answer> {
+        let g = self.inner.clone();
+        drive(async move { g.held().await }, int_json, int_json)
+    }
+}

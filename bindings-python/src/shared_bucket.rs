@@ -1,0 +1,131 @@
+//! `SharedBucket`: the core's `limit::SharedBucket`. `take()` blocks on the
+//! round trip with the GIL released; `atake()` is its awaitable.
+
+use headway_core::limit::SharedBucket;
+use pyo3::prelude::*;
+
+use crate::rt::{awaitable, block, check};
+use crate::{float_arg, guard, secs_out};
+
+fn n_of(n: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
+    match n {
+        Some(o) if !o.is_none() => float_arg("n", o),
+        _ => Ok(1.0),
+    }
+}
+
+/// A token bucket shared by every process (Python or Node) that names the
+/// same `key` on the Redis at `url`: ``Bucket``'s rules, run in Redis on
+/// Redis's clock. `rate` and `burst` as ``Bucket`` takes them (the same
+/// defaults, the same ``ValueError``s). No I/O until the first call.
+#[pyclass(module = "headway._native", name = "SharedBucket", frozen)]
+pub(crate) struct PySharedBucket {
+    inner: SharedBucket,
+}
+
+#[pymethods]
+impl PySharedBucket {
+    #[new]
+    #[pyo3(signature = (url, key, rate, burst=None))]
+    fn new(
+        py: Python<'_>,
+        url: &str,
+        key: &str,
+        rate: &Bound<'_, PyAny>,
+        burst: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        guard(|| {
+            let rate = float_arg("rate", rate)?;
+            let burst = match burst {
+                Some(b) if !b.is_none() => Some(float_arg("burst", b)?),
+                _ => None,
+            };
+            let inner = check(py, SharedBucket::new(url, key, rate, burst))?;
+            Ok(PySharedBucket { inner })
+        })
+    }
+
+    /// Whether `n` tokens are there now, taking them if they are. Blocks on
+    /// the round trip to Redis, without the GIL.
+    #[pyo3(signature = (n=None), text_signature = "($self, n=1.0)")]
+    fn take(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+        let n = n_of(n)?;
+        let b = self.inner.clone();
+        check(py, block(py, async move { b.take(n).await })?)
+    }
+
+    /// ``take(n)`` as an awaitable.
+    #[pyo3(signature = (n=None), text_signature = "($self, n=1.0)")]
+    fn atake<'py>(
+        &self,
+        py: Python<'py>,
+        n: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let n = n_of(n)?;
+        let b = self.inner.clone();
+        awaitable(py, async move { b.take(n).await })
+    }
+
+    /// Seconds until `n` tokens would be there, without taking them: 0 when
+    /// they are, `math.inf` when they never will be.
+    #[pyo3(signature = (n=None), text_signature = "($self, n=1.0)")]
+    fn next(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
+        let n = n_of(n)?;
+        let b = self.inner.clone();
+        Ok(secs_out(check(
+            py,
+            block(py, async move { b.next(n).await })?,
+        )?))
+    }
+
+    /// How many tokens are there now.
+    fn tokens(&self, py: Python<'_>) -> PyResult<f64> {
+        let b = self.inner.clone();
+        check(py, block(py, async move { b.tokens().await })?)
+    }
+
+    /// Takes `n` tokens, sleeping (without blocking the loop) until they
+    /// are there. ``ValueError`` when they never come (more than the burst,
+    /// or a zero rate).
+    #[pyo3(signature = (n=None), text_signature = "($self, n=1.0)")]
+    fn wait<'py>(
+        &self,
+        py: Python<'py>,
+        n: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let n = n_of(n)?;
+        let b = self.inner.clone();
+        awaitable(py, async move { b.wait(n).await })
+    }
+
+    /// Tokens per second.
+    #[getter]
+    fn rate(&self) -> f64 {
+        self.inner.rate()
+    }
+
+    /// The most it holds.
+    #[getter]
+    fn burst(&self) -> f64 {
+        self.inner.burst()
+    }
+
+    /// The Redis key it lives under.
+    #[getter]
+    fn key(&self) -> &str {
+        self.inner.key()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "SharedBucket(key={:?}, rate={:?}, burst={:?})",
+            self.inner.key(),
+            self.inner.rate(),
+            self.inner.burst()
+        )
+    }
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PySharedBucket>()
+}

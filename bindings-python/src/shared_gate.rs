@@ -1,0 +1,112 @@
+//! `SharedGate`: the core's `limit::SharedGate`. `take()` blocks on the
+//! round trip with the GIL released; `atake()` is its awaitable.
+
+use headway_core::limit::SharedGate;
+use pyo3::prelude::*;
+
+use crate::rt::{awaitable, block, check};
+use crate::{guard, int_arg, secs_out, span_opt};
+
+/// A concurrency gate shared by every process (Python or Node) that names
+/// the same `key` on the Redis at `url`: at most `n` permits held at once,
+/// ``Gate``'s rules run in Redis. A permit is held for `lease` seconds (or
+/// a ``timedelta``) unless renewed, so a holder that crashed gives its room
+/// back when the lease ends. A negative `n` or a `lease` that is not
+/// positive raises ``ValueError``. No I/O until the first call.
+#[pyclass(module = "headway._native", name = "SharedGate", frozen)]
+pub(crate) struct PySharedGate {
+    inner: SharedGate,
+}
+
+#[pymethods]
+impl PySharedGate {
+    #[new]
+    #[pyo3(signature = (url, key, n, lease=None), text_signature = "(url, key, n, lease=30.0)")]
+    fn new(
+        py: Python<'_>,
+        url: &str,
+        key: &str,
+        n: &Bound<'_, PyAny>,
+        lease: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        guard(|| {
+            let n = int_arg("n", n)?;
+            let lease = match lease {
+                Some(l) if !l.is_none() => Some(span_opt("lease", Some(l), 0)?),
+                _ => None,
+            };
+            let inner = check(py, SharedGate::new(url, key, n, lease))?;
+            Ok(PySharedGate { inner })
+        })
+    }
+
+    /// A permit (a string, to ``release`` or ``renew``) when there is room,
+    /// else ``None``. Blocks on the round trip to Redis, without the GIL.
+    fn take(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        let g = self.inner.clone();
+        check(py, block(py, async move { g.take().await })?)
+    }
+
+    /// ``take()`` as an awaitable.
+    fn atake<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let g = self.inner.clone();
+        awaitable(py, async move { g.take().await })
+    }
+
+    /// Gives the permit's room back: whether it was held. A permit released
+    /// twice, or whose lease ran out, gives back nothing.
+    fn release(&self, py: Python<'_>, permit: String) -> PyResult<bool> {
+        let g = self.inner.clone();
+        check(py, block(py, async move { g.release(&permit).await })?)
+    }
+
+    /// ``release(permit)`` as an awaitable.
+    fn arelease<'py>(&self, py: Python<'py>, permit: String) -> PyResult<Bound<'py, PyAny>> {
+        let g = self.inner.clone();
+        awaitable(py, async move { g.release(&permit).await })
+    }
+
+    /// Starts the permit's lease again: whether it was still held (one whose
+    /// lease ran out is not, and does not come back).
+    fn renew(&self, py: Python<'_>, permit: String) -> PyResult<bool> {
+        let g = self.inner.clone();
+        check(py, block(py, async move { g.renew(&permit).await })?)
+    }
+
+    /// How many permits are held now.
+    fn held(&self, py: Python<'_>) -> PyResult<i64> {
+        let g = self.inner.clone();
+        check(py, block(py, async move { g.held().await })?)
+    }
+
+    /// The most permits held at once.
+    #[getter]
+    fn limit(&self) -> i64 {
+        self.inner.limit()
+    }
+
+    /// How long a permit is held unless renewed, in seconds.
+    #[getter]
+    fn lease(&self) -> f64 {
+        secs_out(self.inner.lease())
+    }
+
+    /// The Redis key it lives under.
+    #[getter]
+    fn key(&self) -> &str {
+        self.inner.key()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "SharedGate(key={:?}, limit={}, lease={:?})",
+            self.inner.key(),
+            self.inner.limit(),
+            secs_out(self.inner.lease())
+        )
+    }
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PySharedGate>()
+}

@@ -1,0 +1,105 @@
+//! `SharedWindow`: the core's `limit::SharedWindow`. `take()` blocks on the
+//! round trip with the GIL released; `atake()` is its awaitable.
+
+use headway_core::limit::SharedWindow;
+use pyo3::prelude::*;
+
+use crate::rt::{awaitable, block, check};
+use crate::{guard, int_arg, secs_out, span_arg};
+
+/// A sliding window shared by every process (Python or Node) that names the
+/// same `key` on the Redis at `url`: at most `limit` events in any
+/// `per`-long stretch (seconds or a ``timedelta``), ``Window``'s rules run
+/// in Redis on Redis's clock (microseconds: `per` is rounded up to one). A
+/// negative `limit` or a `per` that is not positive raises ``ValueError``.
+/// No I/O until the first call.
+#[pyclass(module = "headway._native", name = "SharedWindow", frozen)]
+pub(crate) struct PySharedWindow {
+    inner: SharedWindow,
+}
+
+#[pymethods]
+impl PySharedWindow {
+    #[new]
+    fn new(
+        py: Python<'_>,
+        url: &str,
+        key: &str,
+        limit: &Bound<'_, PyAny>,
+        per: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        guard(|| {
+            let limit = int_arg("limit", limit)?;
+            let per = span_arg("per", per)?;
+            let inner = check(py, SharedWindow::new(url, key, limit, per))?;
+            Ok(PySharedWindow { inner })
+        })
+    }
+
+    /// Whether an event is within the quota now, counting it if it is.
+    /// Blocks on the round trip to Redis, without the GIL.
+    fn take(&self, py: Python<'_>) -> PyResult<bool> {
+        let w = self.inner.clone();
+        check(py, block(py, async move { w.take().await })?)
+    }
+
+    /// ``take()`` as an awaitable.
+    fn atake<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let w = self.inner.clone();
+        awaitable(py, async move { w.take().await })
+    }
+
+    /// How many events remain in the window now.
+    fn left(&self, py: Python<'_>) -> PyResult<i64> {
+        let w = self.inner.clone();
+        check(py, block(py, async move { w.left().await })?)
+    }
+
+    /// Seconds until there is room: 0 when there is, `math.inf` when
+    /// `limit` is 0.
+    fn next(&self, py: Python<'_>) -> PyResult<f64> {
+        let w = self.inner.clone();
+        Ok(secs_out(check(
+            py,
+            block(py, async move { w.next().await })?,
+        )?))
+    }
+
+    /// Counts an event, sleeping (without blocking the loop) until there
+    /// is room. ``ValueError`` when `limit` is 0.
+    fn wait<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let w = self.inner.clone();
+        awaitable(py, async move { w.wait().await })
+    }
+
+    /// The most events in any window.
+    #[getter]
+    fn limit(&self) -> i64 {
+        self.inner.limit()
+    }
+
+    /// The window's length, in seconds.
+    #[getter]
+    fn per(&self) -> f64 {
+        secs_out(self.inner.per())
+    }
+
+    /// The Redis key it lives under.
+    #[getter]
+    fn key(&self) -> &str {
+        self.inner.key()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "SharedWindow(key={:?}, limit={}, per={:?})",
+            self.inner.key(),
+            self.inner.limit(),
+            secs_out(self.inner.per())
+        )
+    }
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PySharedWindow>()
+}

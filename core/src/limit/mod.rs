@@ -1,0 +1,154 @@
+//! Limits shared across processes and languages: [`crate::flow::Bucket`],
+//! [`crate::flow::Window`] and [`crate::flow::Gate`]'s rules, run in Redis.
+//!
+//! An in-process bucket limits one process. Ten workers behind a load
+//! balancer, or a Python service and a Node one calling the same API, need
+//! one limit between them, so the state has to live outside every one of
+//! them and be changed in one step: each limit is a Lua script (`lua/`)
+//! that reads, decides and writes its key atomically. The scripts are
+//! line-for-line the in-process rules — the same float steps in the same
+//! order — and `core/tests/limit_props.rs` runs random sequences through
+//! both and compares every answer.
+//!
+//! The clock is Redis's `TIME`, read inside the script. Machines' clocks
+//! disagree by milliseconds (seconds, on a bad day), and a bucket refilled
+//! by whichever caller's clock runs fastest is not a rate; one clock, the
+//! one the state lives beside, makes every process agree, and a call costs
+//! no clock of its own. `TIME` has microseconds, so shared limits count in
+//! whole microseconds (a `per` or `lease` is rounded up to one); spans are
+//! still answered in [`Nanos`]. Scripts that read `TIME` and then write are
+//! replicated by their effects (Redis ≥ 5's default), so a replica agrees.
+//!
+//! Every key expires once it says nothing a missing key would not say (a
+//! bucket once full, a window once its newest event left, a gate once its
+//! last lease ended), plus a second: an idle limit costs no memory.
+//!
+//! Arguments are refused by the in-process constructors (the same error
+//! texts), then the URL and key; a call is refused with the brokers'
+//! [`Refused::Broker`] when Redis is not there ([`store::PATIENCE`]).
+//! Construction does no I/O: the first call connects.
+
+mod bucket;
+mod gate;
+pub mod store;
+mod window;
+
+pub use bucket::{BucketAnswer, SharedBucket};
+pub use gate::{GateAnswer, GateOp, LEASE, SharedGate};
+pub use window::{SharedWindow, WindowAnswer};
+
+use crate::flow::{Invalid, Nanos};
+use crate::task::state::Refused;
+
+/// Microseconds: Redis `TIME`'s unit, the scripts' clock.
+pub type Micros = i64;
+
+/// A script's source: `lua/clock.lua` (the clock and exact number text
+/// every script uses), then the script's own file.
+macro_rules! script {
+    ($body:literal) => {
+        concat!(
+            include_str!("lua/clock.lua"),
+            "\n",
+            include_str!(concat!("lua/", $body))
+        )
+    };
+}
+pub(crate) use script;
+
+/// The script's `now` argument: empty reads Redis `TIME`.
+fn clock_arg(now: Option<Micros>) -> String {
+    now.map(|n| n.to_string()).unwrap_or_default()
+}
+
+/// Nanoseconds as whole microseconds, rounded up (a positive span stays
+/// positive).
+fn micros_up(ns: Nanos) -> Micros {
+    ns / 1000 + i64::from(ns % 1000 > 0)
+}
+
+/// The in-process refusal, as the task side's [`Refused::Invalid`] (the
+/// same text).
+fn invalid(e: Invalid) -> Refused {
+    Refused::Invalid(e.to_string())
+}
+
+/// The in-process refusal with the argument named as the shared limit's
+/// constructor spells it (`Window`'s `allow`/`window` are `limit`/`per`;
+/// `Gate`'s `limit` is `n`), the reason unchanged.
+fn renamed(e: Invalid, first: &'static str, second: &'static str) -> Invalid {
+    let arg = match e.arg {
+        "allow" | "limit" => first,
+        "window" => second,
+        other => other,
+    };
+    Invalid { arg, why: e.why }
+}
+
+/// A number the script sent as text.
+fn float_of(text: &str) -> Result<f64, Refused> {
+    text.parse::<f64>().map_err(|_| {
+        Refused::broker(
+            crate::task::state::BrokerErrorKind::Data,
+            format!("a shared limit's script answered {text:?}, not a number"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow;
+
+    #[test]
+    fn rounds_up_to_micros() {
+        assert_eq!(micros_up(1), 1);
+        assert_eq!(micros_up(1000), 1);
+        assert_eq!(micros_up(1001), 2);
+        assert_eq!(micros_up(flow::SECOND), 1_000_000);
+    }
+
+    #[test]
+    fn refuses_as_in_process() {
+        let url = "redis://127.0.0.1:1";
+        let e = |r: Result<(), Refused>| match r {
+            Err(Refused::Invalid(t)) => t,
+            other => panic!("{:?}", other.err()),
+        };
+        assert_eq!(
+            e(SharedBucket::new(url, "k", -1.0, None).map(|_| ())),
+            flow::Bucket::new(-1.0, None, 0).unwrap_err().to_string()
+        );
+        assert_eq!(
+            e(SharedBucket::new(url, "k", 1.0, Some(f64::NAN)).map(|_| ())),
+            "invalid `burst`: must be a finite number"
+        );
+        assert_eq!(
+            e(SharedWindow::new(url, "k", -1, flow::SECOND).map(|_| ())),
+            "invalid `limit`: must not be negative"
+        );
+        assert_eq!(
+            e(SharedWindow::new(url, "k", 1, 0).map(|_| ())),
+            "invalid `per`: must be positive"
+        );
+        assert_eq!(
+            e(SharedGate::new(url, "k", -1, None).map(|_| ())),
+            "invalid `n`: must not be negative"
+        );
+        assert_eq!(
+            e(SharedGate::new(url, "k", 1, Some(0)).map(|_| ())),
+            "invalid `lease`: must be positive"
+        );
+        assert_eq!(
+            e(SharedBucket::new(url, "", 1.0, None).map(|_| ())),
+            "invalid `key`: must not be empty"
+        );
+        assert!(e(SharedBucket::new("http://x", "k", 1.0, None).map(|_| ())).contains("`url`"));
+        // The positive control: the same arguments, valid, are accepted.
+        let b = SharedBucket::new(url, "k", 0.5, None).unwrap();
+        assert_eq!((b.rate(), b.burst()), (0.5, 1.0));
+        assert_eq!(b.key(), "headway:limit:bucket:k");
+        assert!(SharedWindow::new(url, "k", 0, 1).is_ok());
+        assert_eq!(SharedGate::new(url, "k", 0, None).unwrap().lease(), LEASE);
+    }
+}

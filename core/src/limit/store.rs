@@ -1,0 +1,110 @@
+//! The Redis a shared limit lives in: one reconnecting [`Link`] per URL in
+//! the process, shared by every limit on it, and the one way a limit's
+//! script is run.
+//!
+//! Why one link per URL: a process with a hundred limits on one Redis needs
+//! one multiplexed connection, not a hundred. The link is the brokers'
+//! ([`crate::broker::link`]): it reconnects with a jittered backoff, logs
+//! each outage once, and waits through a short one ([`PATIENCE`]) rather
+//! than failing a take at the first dropped packet.
+//!
+//! A retried call may have run once already (the reply, not the script, was
+//! lost). For a limit that errs on the safe side: a token taken twice is a
+//! request refused that might have passed, never one let through.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::time::Duration;
+
+use redis::{FromRedisValue, Script};
+
+use crate::broker::RedisUrl;
+use crate::broker::link::{self, Link, LinkSetup};
+use crate::flow::{Backoff, Jitter, MILLI};
+use crate::task::state::Refused;
+
+/// How long a call waits for an unreachable Redis before it refuses: a
+/// limit is asked on a request's path, where a caller would rather hear
+/// "Redis is down" in two seconds than hang for the broker's ten.
+pub const PATIENCE: Duration = Duration::from_secs(2);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Every key a limit writes starts with this, then its kind (`bucket`,
+/// `window`, `gate`) and the caller's key: a bucket and a window given the
+/// same key do not collide, and `SCAN headway:limit:*` finds them all.
+pub const PREFIX: &str = "headway:limit:";
+
+/// Links by URL text (the password included: two users are two links).
+static LINKS: LazyLock<Mutex<HashMap<String, Weak<Link>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// Where one limit lives: a link and the full key.
+#[derive(Clone)]
+pub(crate) struct Store {
+    link: Arc<Link>,
+    key: String,
+}
+
+impl Store {
+    /// The store of `kind`'s `key` on `url`. No I/O: the link dials on
+    /// the first call. Refused: a bad URL, an empty key.
+    pub(crate) fn new(url: &str, kind: &str, key: &str) -> Result<Store, Refused> {
+        if key.is_empty() {
+            return Err(Refused::Invalid("invalid `key`: must not be empty".into()));
+        }
+        Ok(Store {
+            link: shared_link(url)?,
+            key: format!("{PREFIX}{kind}:{key}"),
+        })
+    }
+
+    /// The full Redis key.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Runs `script` on this store's key with `args`, through a short
+    /// outage. A script Redis does not have yet is loaded (`NOSCRIPT`).
+    pub(crate) async fn run<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        args: &[&str],
+    ) -> Result<T, Refused> {
+        self.link
+            .patiently(true, |mut c| {
+                let mut inv = script.prepare_invoke();
+                inv.key(&self.key);
+                for a in args {
+                    inv.arg(*a);
+                }
+                async move { inv.invoke_async(&mut c).await }
+            })
+            .await
+    }
+}
+
+fn shared_link(url: &str) -> Result<Arc<Link>, Refused> {
+    let mut links = LINKS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(l) = links.get(url).and_then(Weak::upgrade) {
+        return Ok(l);
+    }
+    let parsed = RedisUrl::parse(url)?;
+    let client = link::client(&parsed, None)?;
+    // The brokers' dialling: 50 ms doubling to 2 s, full jitter.
+    let backoff =
+        Backoff::new(50 * MILLI, 2.0, 2_000 * MILLI, i32::MAX, Jitter::Full).expect("valid");
+    let made = Arc::new(Link::new(LinkSetup {
+        client,
+        url: parsed,
+        connect_timeout: CONNECT_TIMEOUT,
+        response_timeout: RESPONSE_TIMEOUT,
+        backoff,
+        seed: format!("limit-{}", std::process::id()),
+        patience: PATIENCE,
+        label: "headway limit".into(),
+    }));
+    links.retain(|_, w| w.strong_count() > 0);
+    links.insert(url.to_string(), Arc::downgrade(&made));
+    Ok(made)
+}
