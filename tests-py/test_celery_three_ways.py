@@ -92,6 +92,15 @@ def plain_error(key):
     raise ValueError("a bug is not retried")
 
 
+@app.task(name="proj.progress", bind=True)
+def progress(self, gate):
+    self.update_state(state="PROGRESS", meta={"done": 1, "of": 2})
+    while not os.path.exists(gate):
+        import time
+        time.sleep(0.01)
+    return "finished"
+
+
 @app.task(name="proj.routed.ping")
 def routed_ping():
     return "pong"
@@ -190,6 +199,20 @@ def test_canvas(proj: tuple[str, Any, Path]) -> None:
     assert m.add.starmap([(1, 2), (3, 4)]).delay().get(timeout=WAIT) == [3, 7]
     assert m.add.chunks([(i, i) for i in range(5)], 2).delay().get(timeout=WAIT) == [[0, 2], [4, 6], [8]]
     assert m.signature("proj.add", (5, 6)).delay().get(timeout=WAIT) == 11
+
+
+def test_progress_with_update_state(proj: tuple[str, Any, Path]) -> None:
+    mode, m, tmp = proj
+    gate = tmp / "gate"
+    r = m.progress.delay(str(gate))
+    deadline = time.monotonic() + WAIT
+    while r.state != "PROGRESS":
+        assert time.monotonic() < deadline, f"never PROGRESS ({r.state}, {mode})"
+        time.sleep(0.02)
+    assert r.info == {"done": 1, "of": 2} and not r.ready()
+    gate.write_text("go")
+    assert r.get(timeout=WAIT) == "finished"
+    assert r.state == "SUCCESS" and r.info == "finished"
 
 
 def test_the_dropin_project_imports_no_celery(proj: tuple[str, Any, Path]) -> None:

@@ -258,6 +258,25 @@ class Task:
             e._headway_ask = with_args  # type: ignore[method-assign]
         raise e
 
+    def update_state(
+        self, task_id: str | None = None, state: str | None = None, meta: Any = None, **kwargs: Any
+    ) -> None:
+        """Celery's ``update_state``: records a custom state (``"PROGRESS"``)
+        and its ``meta`` for the run in progress, read back through
+        ``AsyncResult(id).state`` / ``.info`` until the run ends. Outside a
+        run it stores nothing (Celery's direct call has no id); another
+        run's id is refused."""
+        if kwargs:
+            raise TypeError(f"update_state() options headway does not have: {sorted(kwargs)}")
+        try:
+            ctx = _tasks.current()
+        except LookupError:
+            return
+        if task_id is not None and task_id != ctx.id:
+            raise ValueError(f"update_state(task_id={task_id!r}): only the run in progress ({ctx.id}) can be updated")
+        # Celery's `state=None` names nothing: the core refuses "" with its reason.
+        ctx.update_state("" if state is None else state, meta)
+
     def __repr__(self) -> str:
         return f"<@task: {self.name}>"
 

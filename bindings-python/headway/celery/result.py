@@ -71,8 +71,11 @@ class AsyncResult:
 
     @property
     def info(self) -> Any:
-        """Celery's other name of ``result``."""
-        return self.result
+        """``result`` once ready; before, the meta of a custom state the
+        run recorded (``update_state``), else ``None``."""
+        if self.ready():
+            return self.result
+        return self._handle.info()
 
     @property
     def traceback(self) -> str | None:
