@@ -850,7 +850,8 @@ export declare class Context {
    * `handle.state()` then answers the name and `handle.info()` the meta,
    * until the run's final state overwrites them. Resolves once stored
    * (nothing is stored when the app keeps no results, or for a scheduler's
-   * job); rejects in a process-pool child.
+   * job; in a process-pool child, once sent to the worker, which stores it
+   * before the run ends).
    */
   updateState(state: string, meta?: Json): Promise<void>;
   /** `updateState('PROGRESS', meta)`. */

@@ -13,7 +13,7 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { appendFileSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -250,24 +250,21 @@ const softBodies = {
   },
 };
 
-test('a custom state in a child is refused naming why; the threads pool stores it', async () => {
+test('a custom state recorded in a child is stored by the parent while the body runs', async () => {
   const p = started(app, { concurrency: 1 });
+  const dir = mkdtempSync(join(tmpdir(), 'hw-progress-'));
+  const gate = join(dir, 'gate');
   try {
-    assert.match(await p.run('progress'), /^ERR_INVALID_ARG_VALUE: .*process-pool child/);
+    const h = await p.send('progress', [gate]);
+    await until(async () => (await h.state()) === 'PROGRESS', 'PROGRESS');
+    const info = await h.info();
+    assert.notEqual(info.pid, process.pid, 'the body ran in the parent');
+    writeFileSync(gate, 'go');
+    assert.equal(await h.get(LIMIT), 'done');
+    assert.equal(await h.state(), 'SUCCESS');
   } finally {
     await p.stop();
-  }
-  // The positive control: the same body on an app's threads pool.
-  const local = new App();
-  local.task('progress', async (_args, ctx) => ctx.progress({ pid: process.pid }).then(() => 'stored'));
-  const w = local.worker();
-  const running = w.run();
-  try {
-    const h = await local.send('progress');
-    assert.equal(await h.get(LIMIT), 'stored');
-  } finally {
-    await w.stop({ grace: 1000 });
-    await running;
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 

@@ -54,9 +54,16 @@ def fail():
     raise ValueError("bad input")
 
 @app.task(name="progress", bind=True)
-def progress(ctx):
+def progress(ctx, gate):
+    ctx.update_state("PROGRESS", {"pid": os.getpid()})
+    while not os.path.exists(gate):
+        time.sleep(0.01)
+    return "done"
+
+@app.task(name="bad_progress", bind=True)
+def bad_progress(ctx):
     try:
-        ctx.update_state("PROGRESS", {"pid": os.getpid()})
+        ctx.update_state("SUCCESS", {})
     except ValueError as e:
         return str(e)
     return "stored"
@@ -564,17 +571,23 @@ def test_kill_9_loses_the_run_in_a_child_and_not_the_one_on_deck(
             proc.wait(10)
 
 
-def test_a_custom_state_in_a_child_is_refused_and_stored_on_threads(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: list[headway.Worker]
+def test_a_custom_state_recorded_in_a_child_is_stored_by_the_parent(
+    kind: tuple[str, RedisServer | None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: list[headway.Worker]
 ) -> None:
-    mod = make_module(tmp_path, "memory", None, monkeypatch, hard=False)
+    """A body in a child records PROGRESS: the child sends it to its parent,
+    which stores it while the body still runs; the final state replaces it."""
+    mod = make_module(tmp_path, kind[0], kind[1], monkeypatch, hard=False)
     start(mod, workers)
-    # A child has no path to the result store mid-run: refused, not dropped.
-    said = send(mod, "progress").get(timeout=20)
-    assert "process-pool child" in said, said
-    # The positive control: the same body on the threads pool stores it.
-    workers.pop().stop(2.0)
-    w = mod.app.worker(concurrency=2, pool="threads")
-    w.start()
-    workers.append(w)
-    assert send(mod, "progress").get(timeout=20) == "stored"
+    gate = tmp_path / "gate"
+    h = send(mod, "progress", str(gate))
+    deadline = time.monotonic() + 20
+    while h.state() != "PROGRESS":
+        assert time.monotonic() < deadline, f"never PROGRESS: {h.state()}"
+        time.sleep(0.02)
+    info = h.info()
+    assert info["pid"] != os.getpid(), "the body ran in the parent"
+    gate.write_text("go")
+    assert h.get(timeout=20) == "done"
+    assert h.state() == "SUCCESS" and h.info() == "done"
+    # A bad name is refused in the child, naming why, as on threads.
+    assert "ready state" in send(mod, "bad_progress").get(timeout=20)

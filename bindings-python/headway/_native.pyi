@@ -944,9 +944,10 @@ class Context:
         SUCCESS, FAILURE or REVOKED, not empty: ``ValueError``), ``meta``
         any JSON value (``TypeError`` otherwise). ``handle.state()`` then
         answers the name and ``handle.info()`` the meta, until the run's
-        final state overwrites them. Blocks until stored; stores nothing on
-        a direct call or when the app keeps no results; ``ValueError`` in a
-        process-pool child."""
+        final state overwrites them. Blocks until stored (in a process-pool
+        child: until sent to the worker, which stores it before the run
+        ends); stores nothing on a direct call or when the app keeps no
+        results."""
     @property
     def name(self) -> str:
         """The task's registered name."""

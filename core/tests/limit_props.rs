@@ -295,7 +295,9 @@ fn unreachable_redis_is_a_broker_refusal() {
 
 #[test]
 fn survives_a_redis_restart() {
-    let Some(mut server) = RedisServer::start() else { return };
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
     let rt = headway_core::runtime::runtime().unwrap();
     let b = SharedBucket::new(&server.url(), "restart", 0.001, Some(1.0)).unwrap();
     rt.block_on(async {

@@ -37,9 +37,6 @@ pub const PROGRESS: &str = "PROGRESS";
 /// dashboard, not a payload (the meta carries the data).
 pub const STATE_NAME_MAX: usize = 128;
 
-/// What a body in a process-pool child is told when it records a state.
-pub const IN_CHILD: &str = "update_state: a body running in a process-pool child cannot record a state (run the task on the threads pool to report progress)";
-
 /// Checks a custom state's name: not empty, at most [`STATE_NAME_MAX`]
 /// bytes, and not a ready state (SUCCESS, FAILURE, REVOKED: those only the
 /// run's end sets, and a stored one is never overwritten).
@@ -134,7 +131,7 @@ impl PartialEq for Recorder {
 impl App {
     /// Records that run `id` of `task` is in custom state `name` with
     /// `meta` (see the module docs): refused with [`Refused::Invalid`] for a
-    /// name [`check_name`] refuses or in a process-pool child; nothing is
+    /// name [`check_name`] refuses; nothing is
     /// stored when the app keeps no results. A final state stored already
     /// stays (the store's rule).
     pub async fn record_state(
@@ -145,10 +142,13 @@ impl App {
         name: &str,
         meta: Value,
     ) -> Result<(), Refused> {
-        let o = outcome(id, task, retries, name, meta, self.now())?;
         if super::procs::child::in_child() {
-            return Err(Refused::Invalid(IN_CHILD.into()));
+            // A body in a process-pool child: its parent stores it (before
+            // the run's answer), whichever way the binding called.
+            check_name(name)?;
+            return super::procs::child::say_state(id, name, meta);
         }
+        let o = outcome(id, task, retries, name, meta, self.now())?;
         self.store(vec![o]).await
     }
 
@@ -172,7 +172,8 @@ impl super::body::Context {
             None => {
                 check_name(name)?;
                 if super::procs::child::in_child() {
-                    return Err(Refused::Invalid(IN_CHILD.into()));
+                    // The parent stores it (before the run's answer).
+                    return super::procs::child::say_state(&self.id, name, meta);
                 }
                 Ok(())
             }

@@ -42,6 +42,66 @@ fn mark_child() {
     IN_CHILD.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// The child's way to its parent for what a body says mid-run (a custom
+/// state): a second handle on the socket, written a whole frame at a time
+/// under the lock. The serving loop writes only between runs, so a state
+/// frame never interleaves with an answer.
+static SAYS: Mutex<Option<StdStream>> = Mutex::new(None);
+
+fn keep_saying(s: &StdStream) {
+    if let Ok(c) = s.try_clone() {
+        *SAYS.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+    }
+}
+
+/// Sends the parent run `id`'s custom state `state` with `meta` (checked
+/// already); the parent stores it before the run's answer. Refused when
+/// this process serves no parent.
+pub fn say_state(
+    id: &str,
+    state: &str,
+    meta: serde_json::Value,
+) -> Result<(), crate::task::state::Refused> {
+    use crate::task::state::{BrokerErrorKind, Refused};
+    let mut g = SAYS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(s) = g.as_mut() else {
+        return Err(Refused::Invalid(
+            "this process serves no process pool".into(),
+        ));
+    };
+    let msg = FromChild::State {
+        id: id.to_string(),
+        state: state.to_string(),
+        meta,
+    };
+    // The socket may be non-blocking (an async child's): a full buffer is
+    // waited out rather than a frame cut.
+    let frame = wire::frame_bytes(&msg).map_err(|e| Refused::Invalid(e.to_string()))?;
+    let mut at = 0;
+    while at < frame.len() {
+        match std::io::Write::write(s, &frame[at..]) {
+            Ok(0) => {
+                return Err(Refused::broker(
+                    BrokerErrorKind::Closed,
+                    "the parent closed the socket",
+                ));
+            }
+            Ok(n) => at += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                return Err(Refused::broker(
+                    BrokerErrorKind::Closed,
+                    format!("the parent's socket: {e}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Serves the parent on fd [`CHILD_FD`] until it closes the socket.
 ///
 /// # Safety
@@ -51,6 +111,7 @@ pub async unsafe fn serve_fd(app: App) -> std::io::Result<()> {
     // SAFETY: the caller vouches that fd 3 is the parent's socket.
     let std = unsafe { StdStream::from_raw_fd(CHILD_FD) };
     std.set_nonblocking(true)?;
+    keep_saying(&std);
     serve(app, UnixStream::from_std(std)?).await
 }
 
@@ -78,6 +139,7 @@ impl Conn {
         // SAFETY: the caller vouches that fd 3 is the parent's socket.
         let stream = unsafe { StdStream::from_raw_fd(CHILD_FD) };
         stream.set_nonblocking(false)?;
+        keep_saying(&stream);
         let mut conn = Conn { stream };
         wire::write_blocking(
             &mut conn.stream,

@@ -382,6 +382,9 @@ impl Procs {
     ) -> Result<Value, Failure> {
         let child = idle.child.take().expect("held");
         let id = ctx.id.clone();
+        // A custom state the body sends mid-run is stored through the run's
+        // recorder, as on the threads pool.
+        let (recorder, task, retries) = (ctx.recorder.clone(), ctx.name.clone(), ctx.retries);
         // The nearer of the hard limit and the run's timeout ends it.
         let limit = match (ctx.time_limit, timeout) {
             (Some(h), Some(t)) if t < h => Some((t, false)),
@@ -420,6 +423,21 @@ impl Procs {
                                 Some(f) => End::Answer(Err(f)),
                                 None => End::Answer(Ok(ok.unwrap_or(Value::Null))),
                             };
+                        }
+                        Ok(Some(FromChild::State {
+                            id: of,
+                            state,
+                            meta,
+                        })) => {
+                            if let Some(app) = &recorder.0
+                                && let Err(e) =
+                                    app.record_state(&of, &task, retries, &state, meta).await
+                            {
+                                warn(
+                                    &self.inner.name,
+                                    &format!("run {of}: its state {state:?} was not stored: {e}"),
+                                );
+                            }
                         }
                         Ok(Some(_)) => continue,
                         Ok(None) | Err(_) => return End::Lost,

@@ -41,6 +41,13 @@ pub enum ToChild {
 pub enum FromChild {
     /// Imported the app; ready for calls.
     Ready { pid: u32 },
+    /// Run `id`'s body recorded a custom state (`ctx.update_state`):
+    /// stored by the parent before it reads on.
+    State {
+        id: String,
+        state: String,
+        meta: Value,
+    },
     /// What call `seq` came to.
     Done {
         seq: u64,
@@ -49,6 +56,11 @@ pub enum FromChild {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         err: Option<Failure>,
     },
+}
+
+/// One frame's bytes (see [`frame`]).
+pub(crate) fn frame_bytes<T: Serialize>(msg: &T) -> std::io::Result<Vec<u8>> {
+    frame(msg)
 }
 
 /// One frame's bytes: its length, then `msg` as JSON.
