@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import _tasks
 from .._errors import TaskRetry
-from .._from_celery import maps, routing_key
+from .._from_celery import _retry, maps, routing_key
 from .._native import Exponential, Fixed, RedisBroker
 from .._tasks import App, chain, group
 from .result import AsyncResult
@@ -240,23 +240,7 @@ class Task:
             raise TypeError("retry(throw=False) is not supported: raise what retry() answers")
         if options:
             raise TypeError(f"retry() options headway does not have: {sorted(options)}")
-        budget = self.max_retries if max_retries is None else max_retries
-        if countdown is None and eta is None:
-            countdown = self.default_retry_delay
-        e = TaskRetry(countdown=countdown, eta=eta, max_retries=_FOREVER if budget is None else budget, exc=exc)
-        if args is not None or kwargs is not None:
-            ask = e._headway_ask
-
-            def with_args() -> tuple[dict[str, Any], BaseException | None]:
-                d, cause = ask()
-                if args is not None:
-                    d["args"] = list(args)
-                if kwargs is not None:
-                    d["kwargs"] = dict(kwargs)
-                return d, cause
-
-            e._headway_ask = with_args  # type: ignore[method-assign]
-        raise e
+        return _retry(self, args, kwargs, exc, throw, eta, countdown, max_retries)  # type: ignore[no-any-return]
 
     def update_state(
         self, task_id: str | None = None, state: str | None = None, meta: Any = None, **kwargs: Any
