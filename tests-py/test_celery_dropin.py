@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -254,3 +255,38 @@ def test_the_cli_serves_a_drop_in_app(redis_server: RedisServer, tmp_path: Path,
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+def test_a_message_sent_as_a_worker_stops_is_not_stranded(redis_server: RedisServer) -> None:
+    """On Celery's layout a stopped worker's last claim (a BRPOP still
+    waiting, in a task of its own) is served before the next worker's:
+    what it takes goes back to the queue when the worker stops, so a worker
+    started right after (another app in the same process) runs it."""
+    import headway
+
+    db = 37
+    redis_server.command("FLUSHDB", db=db)
+    url = f"redis://127.0.0.1:{redis_server.port}/{db}"
+
+    def made() -> tuple[headway.App, Any]:
+        app = headway.App(headway.RedisBroker.celery(url))
+
+        @app.task(name="add", queue="celery")
+        def add(a: int, b: int) -> int:
+            return a + b
+
+        return app, add
+
+    a1, add1 = made()
+    w1 = a1.worker(queues=["celery"], concurrency=2)
+    w1.start()
+    # Positive control: the first worker runs what it is sent.
+    assert add1.delay(1, 2).get(timeout=20) == 3
+    w1.stop(5.0)
+    a2, add2 = made()
+    w2 = a2.worker(queues=["celery"], concurrency=2)
+    w2.start()
+    try:
+        assert add2.delay(2, 2).get(timeout=20) == 4
+    finally:
+        w2.stop(5.0)

@@ -244,6 +244,16 @@ pub trait Broker: Send + Sync + 'static {
         Box::pin(async { Ok(0) })
     }
 
+    /// A worker consuming `queues` stopped: gives back to their queues what
+    /// this broker claimed for them and no consumer took (a claim that
+    /// finishes in a task of its own may land after its consumer left).
+    /// Answers how many went back. Brokers whose claims hand everything to
+    /// the caller answer 0.
+    fn stopped<'a>(&'a self, queues: &'a [String]) -> BoxFuture<'a, Result<usize, Refused>> {
+        let _ = queues;
+        Box::pin(async { Ok(0) })
+    }
+
     /// Puts dead letters of `queue` back on it, oldest first, at most
     /// `limit`; only those whose id is in `ids` unless `ids` is empty. Each
     /// goes back as it was (its bytes), marked redelivered, with its count

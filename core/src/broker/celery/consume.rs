@@ -13,6 +13,10 @@ use super::{CeleryBroker, Held, Taken, dead, restore, unknown};
 use crate::task::spec::{Delivery, Receipt};
 use crate::task::state::Refused;
 
+/// How long a stopped worker's give-back waits for its claims in flight:
+/// a claim waits at most its poll (200 ms) plus the patience for Redis.
+const STOP_WAIT: Duration = Duration::from_secs(12);
+
 impl CeleryBroker {
     /// Up to `max` deliveries from `queues`, waiting up to `wait` (bounded
     /// by the next held eta) for the first. Each claim round runs in a task
@@ -54,7 +58,13 @@ impl CeleryBroker {
                 Refused::broker(crate::task::BrokerErrorKind::Closed, "the broker is closed")
             })?;
             let qs = queues.to_vec();
-            let task = tokio::spawn(async move { me.fetch(&qs, max, until).await });
+            me.fetching.fetch_add(1, Ordering::SeqCst);
+            let task = tokio::spawn(async move {
+                let r = me.fetch(&qs, max, until).await;
+                me.fetching.fetch_sub(1, Ordering::SeqCst);
+                me.fetched.notify_waiters();
+                r
+            });
             match task.await {
                 Ok(r) => {
                     r?;
@@ -62,6 +72,60 @@ impl CeleryBroker {
                 Err(e) => return Err(Refused::Broker(format!("a claim failed: {e}").into())),
             }
         }
+    }
+
+    /// Gives back what was claimed for `queues` and not taken (a stopped
+    /// worker's last claim, in a task of its own, can land after the worker
+    /// left: a BRPOP older than the next worker's is served first, and what
+    /// it took sat in this broker's inbox, held in `unacked` until the
+    /// visibility timeout). Waits for the claims in flight to land first
+    /// (at most [`STOP_WAIT`]).
+    pub(super) async fn give_back_unclaimed(&self, queues: &[String]) -> Result<usize, Refused> {
+        let until = tokio::time::Instant::now() + STOP_WAIT;
+        loop {
+            let rung = self.fetched.notified();
+            tokio::pin!(rung);
+            rung.as_mut().enable();
+            if self.fetching.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            if tokio::time::timeout_at(until, rung).await.is_err() {
+                break;
+            }
+        }
+        let queues = self.model_queues(queues);
+        let tags: Vec<String> = {
+            let mut g = self.lock();
+            let mut back = Vec::new();
+            let inbox = std::mem::take(&mut g.inbox);
+            for d in inbox {
+                if queues.contains(&d.message.queue) {
+                    back.push(d.receipt.tag);
+                } else {
+                    g.inbox.push_back(d);
+                }
+            }
+            let held: Vec<(i64, u64)> = g
+                .held
+                .iter()
+                .filter(|(_, d)| queues.contains(&d.message.queue))
+                .map(|(k, _)| *k)
+                .collect();
+            for k in held {
+                g.held.remove(&k);
+                back.push(k.1);
+            }
+            back.into_iter()
+                .filter_map(|local| g.out.remove(&local).map(|h| h.tag))
+                .collect()
+        };
+        let mut n = 0;
+        for t in tags {
+            if self.restore_tag(&t, false, false).await? == super::restore::Restored::Back {
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 
     /// Turns claimed envelopes into deliveries (held when their eta is

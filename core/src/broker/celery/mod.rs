@@ -170,6 +170,10 @@ pub struct CeleryBroker {
     seq: AtomicU64,
     lamport: AtomicU64,
     consumed: std::sync::atomic::AtomicBool,
+    /// Claims in flight in tasks of their own, and the bell rung as each
+    /// ends (`stopped` waits for them).
+    fetching: std::sync::atomic::AtomicUsize,
+    fetched: tokio::sync::Notify,
     /// Run events not yet written: a worker records one per settle, and one
     /// round trip each would cost as much as the settle itself.
     events: Mutex<Vec<String>>,
@@ -255,6 +259,8 @@ impl CeleryBroker {
             seq: AtomicU64::new(0),
             lamport: AtomicU64::new(0),
             consumed: std::sync::atomic::AtomicBool::new(false),
+            fetching: std::sync::atomic::AtomicUsize::new(0),
+            fetched: tokio::sync::Notify::new(),
             events: Mutex::new(Vec::new()),
             stored: Notify::new(),
             revoked_bell: Notify::new(),
@@ -447,6 +453,10 @@ impl Broker for CeleryBroker {
     /// ([`CeleryBroker::restore_visible`]).
     fn recover(&self) -> BoxFuture<'_, Result<usize, Refused>> {
         Box::pin(self.restore_visible())
+    }
+
+    fn stopped<'a>(&'a self, queues: &'a [String]) -> BoxFuture<'a, Result<usize, Refused>> {
+        Box::pin(self.give_back_unclaimed(queues))
     }
 
     fn requeue_dead<'a>(

@@ -178,6 +178,16 @@ impl Worker {
             }
         }
         stop::wind_down(s, &mut set).await;
+        // What the broker claimed for this worker and it never took (a
+        // claim still landing as it stopped) goes back to the queues now.
+        if let Err(e) = s.app.broker().stopped(&s.queues()).await {
+            warn(
+                &s.name,
+                &format!(
+                    "could not give back unclaimed messages ({e}); the broker's recovery will"
+                ),
+            );
+        }
         // Runners a remote `pool_grow` asked for go with the worker (the
         // host unstaffs what it staffed).
         if s.procs.is_none() {
