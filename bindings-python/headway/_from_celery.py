@@ -103,10 +103,10 @@ def serve(capp: Any) -> App:
     return app
 
 
-def routing_key(queue: str, conf: Any) -> str:
+def routing_key(queue: str, default_queue: str) -> str:
     """Celery's name of the queue a run came from: Celery's layout calls
     the app's default queue ``default`` in headway's model."""
-    return str(conf.task_default_queue) if queue == "default" else queue
+    return default_queue if queue == "default" else queue
 
 
 def maps(app: App, queue: str, lookup: Any) -> None:
@@ -166,7 +166,7 @@ def _register(app: App, capp: Any, task: Any, cx: Any) -> None:
             "args": list(args),
             "kwargs": kwargs,
             "retries": ctx.retries,
-            "delivery_info": {"exchange": "", "routing_key": routing_key(ctx.queue, conf), "priority": None, "redelivered": None},
+            "delivery_info": {"exchange": "", "routing_key": routing_key(ctx.queue, str(conf.task_default_queue)), "priority": None, "redelivered": None},
             "hostname": ctx.worker or None,
             "root_id": ctx.root_id or ctx.id,
             "parent_id": ctx.parent_id,

@@ -20,13 +20,11 @@ from typing import Any
 
 from .. import _tasks
 from .._errors import TaskRetry
-from .._from_celery import _retry, maps, routing_key
+from .._from_celery import _FOREVER, _rate, _retry, maps, routing_key
 from .._native import Exponential, Fixed, RedisBroker
 from .._tasks import App, chain, group
 from .result import AsyncResult
 
-# Celery's `max_retries=None`: retried for ever (the core's budget is a count).
-_FOREVER = 2**32 - 1
 
 #: Celery's defaults for the settings headway reads.
 DEFAULTS: dict[str, Any] = {
@@ -122,7 +120,7 @@ class Request:
         self.correlation_id = ctx.id
         self.delivery_info = {
             "exchange": "",
-            "routing_key": routing_key(ctx.queue, Settings(task_default_queue=default_queue)),
+            "routing_key": routing_key(ctx.queue, default_queue),
             "priority": None,
             "redelivered": None,
         }
@@ -444,14 +442,6 @@ def _queues(capp: Celery) -> list[str]:
     """Every queue the app's tasks go to."""
     qs = {_route(capp, n) for n in capp.tasks} | {str(capp.conf.task_default_queue)}
     return sorted(qs)
-
-
-def _rate(v: Any) -> str | None:
-    if v is None or v == "":
-        return None
-    if isinstance(v, (int, float)):
-        return f"{v}/s"
-    return str(v)
 
 
 def _register(capp: Celery, t: Task) -> None:
