@@ -444,11 +444,101 @@ async fn chain_group_chord() {
             .await
             .unwrap();
         assert_eq!(empty.get(t(5)).await.unwrap(), json!(0));
-        // a group later in a chain is refused
-        let bad = app
-            .send_canvas(Canvas::Chain(vec![s(1, 1), Canvas::Group(vec![s(1, 1)])]))
-            .await;
-        assert!(matches!(bad, Err(Refused::Invalid(_))));
+        // a group later in a chain is given the link's result; with more
+        // after it, it is a chord (Celery's upgrade)
+        let total = || Canvas::Sig(Sig::new("total", vec![]));
+        let mid = Canvas::Chain(vec![s(1, 2), Canvas::Group(vec![s1(10), s1(20)]), total()]);
+        assert_eq!(
+            app.send_canvas(mid).await.unwrap().get(t(5)).await.unwrap(),
+            json!(36)
+        );
+        let last = Canvas::Chain(vec![s(1, 2), Canvas::Group(vec![s1(10), s1(20)])]);
+        assert_eq!(last_get(&app, last).await, json!([13, 23]));
+        let chord = Canvas::Chord(vec![s1(1), s1(2)], Box::new(total()));
+        let then = Canvas::Chain(vec![s(1, 2), chord.clone(), s1(100)]);
+        assert_eq!(last_get(&app, then).await, json!(109));
+        // a chord at the head of a chain takes the rest into its callback
+        let head = Canvas::Chain(vec![
+            Canvas::Chord(vec![s(1, 1), s(2, 2)], Box::new(total())),
+            s1(5),
+        ]);
+        assert_eq!(last_get(&app, head).await, json!(11));
+        // link / link_error callbacks (Celery's apply_async(link=…))
+        let fixed = |a: i64, id: &str| {
+            let o = Options {
+                id: Some(id.into()),
+                ..Options::default()
+            };
+            Canvas::Sig(Sig::new("add", vec![json!(a)]).with_options(o))
+        };
+        let linked = Sig::new("add", vec![json!(1), json!(2)]).link(&fixed(100, "cb-1"));
+        assert_eq!(last_get(&app, Canvas::Sig(linked)).await, json!(3));
+        assert_eq!(app.handle("cb-1").get(t(5)).await.unwrap(), json!(103));
+        w.stop(Duration::from_secs(1));
+        h.await.unwrap();
+    })
+    .await;
+}
+
+async fn last_get(app: &App, c: Canvas) -> Value {
+    app.send_canvas(c).await.unwrap().get(t(5)).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_and_errbacks() {
+    each(async |app, _| {
+        add(&app);
+        app.register(
+            "echo",
+            Policy::default(),
+            body(|_, args| async move { Ok(json!(args)) }),
+        )
+        .unwrap();
+        app.register(
+            "boom",
+            Policy::default(),
+            body(|_, _| async move { Err(Failure::new("ValueError", "no")) }),
+        )
+        .unwrap();
+        let (w, h) = worker(&app, 2);
+        let cb = |id: &str| {
+            let o = Options {
+                id: Some(id.into()),
+                ..Options::default()
+            };
+            Canvas::Sig(Sig::new("echo", vec![json!("x")]).with_options(o))
+        };
+        // Two success links go out as a group, each given the result; the
+        // errback is not sent on a success.
+        let ok = Sig::new("add", vec![json!(2), json!(3)])
+            .link(&cb("ok-1"))
+            .link(&cb("ok-2"))
+            .link_error(&cb("never"));
+        assert_eq!(last_get(&app, Canvas::Sig(ok)).await, json!(5));
+        assert_eq!(app.handle("ok-1").get(t(5)).await.unwrap(), json!([5, "x"]));
+        assert_eq!(app.handle("ok-2").get(t(5)).await.unwrap(), json!([5, "x"]));
+        // A failure sends its errback with its id, not its links.
+        let bad = Sig::new("boom", vec![])
+            .link(&cb("never"))
+            .link_error(&cb("err-1"));
+        let hd = app.send_canvas(Canvas::Sig(bad)).await.unwrap();
+        assert!(hd.get(t(5)).await.is_err());
+        assert_eq!(
+            app.handle("err-1").get(t(5)).await.unwrap(),
+            json!([hd.id(), "x"])
+        );
+        // A link on a chain's link travels with it.
+        let linked = Sig::new("add", vec![json!(10)]).link(&cb("chain-cb"));
+        let c = Canvas::Chain(vec![
+            Canvas::Sig(Sig::new("add", vec![json!(1), json!(1)])),
+            Canvas::Sig(linked),
+        ]);
+        assert_eq!(last_get(&app, c).await, json!(12));
+        assert_eq!(
+            app.handle("chain-cb").get(t(5)).await.unwrap(),
+            json!([12, "x"])
+        );
+        assert_eq!(app.handle("never").state().await.unwrap(), State::Pending);
         w.stop(Duration::from_secs(1));
         h.await.unwrap();
     })

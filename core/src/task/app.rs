@@ -351,11 +351,36 @@ impl App {
         canvas: Canvas,
         trace: Option<Map<String, Value>>,
     ) -> Result<Handle, Refused> {
+        let h = trace.and_then(super::trace::headers_of);
+        let plan = self
+            .publish_planned_with(canvas, |m| {
+                if let Some(h) = &h {
+                    super::trace::carry(m, h);
+                }
+            })
+            .await?;
+        Ok(Handle::new(self.clone(), plan.wait, plan.all))
+    }
+
+    /// Plans `canvas`, lets `each` amend every message it publishes, opens
+    /// its chords' counters and publishes it (a worker sending a group or
+    /// chord that follows a chain's link).
+    pub(crate) async fn publish_planned(
+        &self,
+        canvas: Canvas,
+        each: impl FnMut(&mut Message),
+    ) -> Result<(), Refused> {
+        self.publish_planned_with(canvas, each).await.map(|_| ())
+    }
+
+    async fn publish_planned_with(
+        &self,
+        canvas: Canvas,
+        mut each: impl FnMut(&mut Message),
+    ) -> Result<super::canvas::Plan, Refused> {
         let mut plan = canvas.plan(self)?;
-        if let Some(h) = trace.and_then(super::trace::headers_of) {
-            for m in &mut plan.publish {
-                super::trace::carry(m, &h);
-            }
+        for m in &mut plan.publish {
+            each(m);
         }
         if !plan.opens.is_empty() {
             let counter =
@@ -368,8 +393,9 @@ impl App {
                 counter.open(key, *size).await?;
             }
         }
-        self.inner.broker.publish(plan.publish).await?;
-        Ok(Handle::new(self.clone(), plan.wait, plan.all))
+        let publish = std::mem::take(&mut plan.publish);
+        self.inner.broker.publish(publish).await?;
+        Ok(plan)
     }
 
     /// A worker of this app.

@@ -15,12 +15,23 @@
 //!   nobody waits on a callback that will never be sent.
 //!
 //! A group at the head of a chain is a chord whose callback is the rest of
-//! the chain (what Celery does). A group or chord anywhere later in a chain is
-//! refused: a message's tail is a list of single runs.
+//! the chain, and a chord at the head takes the rest of the chain into its
+//! callback (what Celery does). A group or chord later in a chain does the
+//! same with what follows it, and becomes the chain's last link as a whole:
+//! a nested signature in Celery's dict form (`broker::celery::codec::dicts`),
+//! planned and published by the worker when the link before it succeeds,
+//! given that link's result. Its ids are fixed at send, so the handle can
+//! wait on them.
+//!
+//! A signature's `link` / `link_error` callbacks (Celery's
+//! `apply_async(link=…)`, kept in its `extra` as Celery's dicts) go with the
+//! message it becomes.
 
 use super::app::App;
 use super::message::{Chord, Join, Message, Sig, new_id};
 use super::state::Refused;
+use crate::broker::celery::codec::carry_links;
+use crate::broker::celery::codec::dicts;
 
 /// A piece of work that has not been published yet.
 // A `Sig` is a few hundred bytes (kwargs and carried options are ordered
@@ -81,27 +92,29 @@ impl Canvas {
                 if flat.len() == 1 {
                     return Ok(flat.remove(0));
                 }
-                match flat.first() {
-                    Some(Canvas::Group(_)) => {
-                        let Canvas::Group(parts) = flat.remove(0) else {
-                            unreachable!()
-                        };
-                        let rest = if flat.len() == 1 {
-                            flat.remove(0)
-                        } else {
-                            Canvas::Chain(flat)
-                        };
-                        Canvas::Chord(parts, Box::new(rest)).normal()
+                let Some(at) = flat.iter().position(|c| !matches!(c, Canvas::Sig(_))) else {
+                    return Ok(Canvas::Chain(flat));
+                };
+                // What follows the group or chord becomes (the end of) a
+                // chord's callback.
+                let rest = flat.split_off(at + 1);
+                let joined = match flat.pop().expect("the link at `at`") {
+                    Canvas::Group(parts) if rest.is_empty() => Canvas::Group(parts),
+                    Canvas::Group(parts) => Canvas::Chord(parts, Box::new(Canvas::Chain(rest))),
+                    Canvas::Chord(parts, cb) if rest.is_empty() => Canvas::Chord(parts, cb),
+                    Canvas::Chord(parts, cb) => {
+                        let mut then = vec![*cb];
+                        then.extend(rest);
+                        Canvas::Chord(parts, Box::new(Canvas::Chain(then)))
                     }
-                    _ => {
-                        if flat[1..].iter().any(|c| !matches!(c, Canvas::Sig(_))) {
-                            return Err(invalid(
-                                "a group or chord can only come first in a chain (a chain's tail is a list of single runs)",
-                            ));
-                        }
-                        Ok(Canvas::Chain(flat))
-                    }
+                    _ => unreachable!("chains were flattened, sigs skipped"),
                 }
+                .normal()?;
+                if flat.is_empty() {
+                    return Ok(joined);
+                }
+                flat.push(joined);
+                Ok(Canvas::Chain(flat))
             }
             Canvas::Group(parts) => {
                 let mut flat = Vec::new();
@@ -129,8 +142,13 @@ impl Canvas {
 
     pub(crate) fn plan(self, app: &App) -> Result<Plan, Refused> {
         let c = self.normal()?;
+        let all = match &c {
+            Canvas::Group(_) => true,
+            Canvas::Chain(links) => matches!(links.last(), Some(Canvas::Group(_))),
+            _ => false,
+        };
         let mut plan = Plan {
-            all: matches!(c, Canvas::Group(_)),
+            all,
             ..Plan::default()
         };
         let built = build(app, c, &mut plan)?;
@@ -149,31 +167,38 @@ impl Canvas {
 fn build(app: &App, c: Canvas, plan: &mut Plan) -> Result<Built, Refused> {
     match c {
         Canvas::Sig(sig) => {
-            let m = app.message_of(&sig);
+            let mut m = app.message_of(&sig);
+            carry_links(&sig.extra, &mut m);
             Ok(Built {
                 finals: vec![m.id.clone()],
                 heads: vec![m],
             })
         }
         Canvas::Chain(links) => {
-            let mut sigs: Vec<Sig> = links
-                .into_iter()
-                .map(|l| match l {
-                    Canvas::Sig(s) => s,
-                    _ => unreachable!("normal() leaves only sigs in a chain"),
-                })
-                .collect();
-            for s in &mut sigs {
-                if s.id.is_none() {
-                    s.id = Some(s.options.id.clone().unwrap_or_else(new_id));
+            let mut finals = Vec::new();
+            let mut sigs: Vec<Sig> = Vec::with_capacity(links.len());
+            for l in links {
+                match l {
+                    Canvas::Sig(mut s) => {
+                        if s.id.is_none() {
+                            s.id = Some(s.options.id.clone().unwrap_or_else(new_id));
+                        }
+                        finals = vec![s.id.clone().unwrap_or_default()];
+                        sigs.push(s);
+                    }
+                    // normal() leaves a group or chord only last, never first.
+                    mut nested => {
+                        finals = fix_ids(&mut nested);
+                        sigs.push(dicts::nested(&nested));
+                    }
                 }
             }
-            let last = sigs.last().and_then(|s| s.id.clone()).unwrap_or_default();
             let mut head = app.message_of(&sigs[0]);
+            carry_links(&sigs[0].extra, &mut head);
             head.chain = sigs.split_off(1);
             Ok(Built {
                 heads: vec![head],
-                finals: vec![last],
+                finals,
             })
         }
         Canvas::Group(parts) => {
@@ -246,6 +271,50 @@ fn build(app: &App, c: Canvas, plan: &mut Plan) -> Result<Built, Refused> {
                 heads: part_heads,
                 finals: cb.finals,
             })
+        }
+    }
+}
+
+/// Gives every signature in `c` an id where it has none, and answers the ids
+/// waiting on `c` answers: a signature's, a chain's last, a group's parts',
+/// a chord's callback's.
+fn fix_ids(c: &mut Canvas) -> Vec<String> {
+    match c {
+        Canvas::Sig(s) => {
+            let id =
+                s.id.get_or_insert_with(|| s.options.id.clone().unwrap_or_else(new_id));
+            vec![id.clone()]
+        }
+        Canvas::Chain(links) => links.iter_mut().map(fix_ids).last().unwrap_or_default(),
+        Canvas::Group(parts) => parts.iter_mut().flat_map(fix_ids).collect(),
+        Canvas::Chord(parts, cb) => {
+            for p in parts {
+                fix_ids(p);
+            }
+            fix_ids(cb)
+        }
+    }
+}
+
+/// Prepends `value` to the arguments of what runs first in `c` (every part
+/// of a group or a chord's header), unless that signature is immutable: a
+/// nested group or chord given the result of the chain link before it.
+pub(crate) fn given(c: &mut Canvas, value: &serde_json::Value) {
+    match c {
+        Canvas::Sig(s) => {
+            if !s.immutable {
+                s.args.insert(0, value.clone());
+            }
+        }
+        Canvas::Chain(links) => {
+            if let Some(first) = links.first_mut() {
+                given(first, value);
+            }
+        }
+        Canvas::Group(parts) | Canvas::Chord(parts, _) => {
+            for p in parts {
+                given(p, value);
+            }
         }
     }
 }

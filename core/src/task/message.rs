@@ -200,6 +200,21 @@ impl Sig {
         self.options = options;
         self
     }
+
+    /// The same signature with `callback` sent when its run succeeds, given
+    /// the result (Celery's `link`): kept in Celery's dict form so a Celery
+    /// worker reads it too. Several links are sent as a group.
+    pub fn link(mut self, callback: &crate::task::canvas::Canvas) -> Sig {
+        crate::broker::celery::codec::dicts::add_link(&mut self, callback, false);
+        self
+    }
+
+    /// The same signature with `errback` sent when its run fails for good,
+    /// given the failed run's id (Celery's `link_error`).
+    pub fn link_error(mut self, errback: &crate::task::canvas::Canvas) -> Sig {
+        crate::broker::celery::codec::dicts::add_link(&mut self, errback, true);
+        self
+    }
 }
 
 impl Message {

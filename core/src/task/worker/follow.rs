@@ -97,6 +97,9 @@ pub(super) fn follows(m: &Message) -> bool {
 pub(super) async fn send_links(app: &App, m: &Message, value: Value) -> Result<(), Refused> {
     celery_links(app, m, value.clone(), false).await?;
     if let Some((next, rest)) = m.chain.split_first() {
+        if crate::broker::celery::codec::dicts::is_nested(next) {
+            return send_nested(app, m, next, rest, &value).await;
+        }
         let mut n = app.message_of(next);
         if !next.immutable {
             n.args.insert(0, value);
@@ -113,6 +116,32 @@ pub(super) async fn send_links(app: &App, m: &Message, value: Value) -> Result<(
         return app.broker().publish(vec![n]).await;
     }
     Ok(())
+}
+
+/// Plans and publishes the group or chord `next` (a nested chain link),
+/// given `value`, with the chain's `rest` after it, as children of `m`.
+async fn send_nested(
+    app: &App,
+    m: &Message,
+    next: &crate::task::message::Sig,
+    rest: &[crate::task::message::Sig],
+    value: &Value,
+) -> Result<(), Refused> {
+    let mut c = crate::broker::celery::codec::dicts::canvas_of_nested(next)
+        .map_err(|e| Refused::Invalid(format!("the chain after {}: {e}", m.id)))?;
+    crate::task::canvas::given(&mut c, value);
+    if !rest.is_empty() {
+        let mut links = vec![c];
+        links.extend(rest.iter().cloned().map(crate::task::canvas::Canvas::Sig));
+        c = crate::task::canvas::Canvas::Chain(links);
+    }
+    let root = m.root_id.clone().unwrap_or_else(|| m.id.clone());
+    app.publish_planned(c, |n| {
+        crate::task::trace::inherit(m, n);
+        n.root_id = Some(root.clone());
+        n.parent_id = Some(m.id.clone());
+    })
+    .await
 }
 
 /// A success's chord arrival; none when a chain follows it (its last link

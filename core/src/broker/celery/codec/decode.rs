@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use super::super::b64;
 use super::super::typed::{self, parse_iso};
+use super::dicts::SUBTASK_TYPE;
 use super::{CodecError, LOST_HEADER, MODELLED, SIG_MODELLED, Sender, bad, carry_links};
 use crate::task::message::{Chord, Join, Message, Options, Sig, new_id};
 
@@ -218,14 +219,24 @@ impl Sender {
     /// A chain link's signature dict as a [`Sig`].
     pub fn decode_sig(&self, s: &Value) -> Result<Sig, CodecError> {
         let task = get_str(s, "task").ok_or_else(|| bad("a signature has no task"))?;
-        if s.get("subtask_type")
-            .and_then(Value::as_str)
-            .is_some_and(|t| t != "chain")
-        {
-            return Err(bad(format!(
-                "a {} signature inside a chain is not supported",
-                s["subtask_type"]
-            )));
+        match s.get(SUBTASK_TYPE).and_then(Value::as_str) {
+            None | Some("chain") => {}
+            // A group or chord after a link of a chain: kept whole, run when
+            // the link before it succeeds (see `dicts`).
+            Some(kind @ ("group" | "chord")) => {
+                let mut sig = Sig::new(task, Vec::new());
+                if let Some(kw) = s.get("kwargs").and_then(Value::as_object) {
+                    sig.kwargs = kw.clone();
+                }
+                sig.extra.insert(SUBTASK_TYPE.into(), Value::from(kind));
+                return Ok(sig);
+            }
+            Some(_) => {
+                return Err(bad(format!(
+                    "a {} signature inside a chain is not supported",
+                    s["subtask_type"]
+                )));
+            }
         }
         let args = s
             .get("args")

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use super::super::b64;
 use super::super::pyjson::{repr_args, repr_kwargs, write_str, write_value};
 use super::super::typed::iso;
+use super::dicts::SUBTASK_TYPE;
 use super::{SIG_MODELLED, Sender, V2_HEADERS};
 use crate::task::message::{Chord, Message, Options, Sig, new_id};
 
@@ -244,7 +245,7 @@ impl Sender {
         }
         self.options(&o, &mut opts);
         for (k, v) in &s.extra {
-            if k != "reply_to" && !SIG_MODELLED.contains(&k.as_str()) {
+            if k != "reply_to" && k != SUBTASK_TYPE && !SIG_MODELLED.contains(&k.as_str()) {
                 opts.push((k.clone(), J::V(v.clone())));
             }
         }
@@ -264,7 +265,10 @@ impl Sender {
             ("args", J::V(Value::Array(s.args.clone()))),
             ("kwargs", J::V(Value::Object(s.kwargs.clone()))),
             ("options", J::OwnedO(opts)),
-            ("subtask_type", J::V(Value::Null)),
+            (
+                "subtask_type",
+                J::V(s.extra.get(SUBTASK_TYPE).cloned().unwrap_or(Value::Null)),
+            ),
             ("immutable", J::V(json!(s.immutable))),
         ])
     }

@@ -33,6 +33,7 @@
 //! and `links` applies `link`/`link_error` callbacks, which need both.
 
 mod decode;
+pub mod dicts;
 mod encode;
 mod links;
 
