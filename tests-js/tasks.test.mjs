@@ -260,6 +260,9 @@ for (const b of brokers()) {
       assert.equal(await c.get(WAIT), 112);
       // A group first in a chain is a chord over the rest, as in Celery.
       assert.equal(await (await chain(group(add.sig([1, 1]), add.sig([2, 2])), total.sig()).send()).get(WAIT), 6);
+      // A group later in a chain is given the link's result (a chord when a task follows it).
+      assert.equal(await (await chain(add.sig([1, 2]), group(add.sig([10]), add.sig([20])), total.sig()).send()).get(WAIT), 36);
+      assert.deepEqual(await (await chain(add.sig([1, 2]), group(add.sig([10]), mul.sig([2]))).send()).get(WAIT), [13, 6]);
       // A signature of a name.
       assert.equal(await (await app.sig('add', [7, 8]).send()).get(WAIT), 15);
     });
@@ -493,9 +496,9 @@ for (const b of brokers()) {
       const loop = [];
       loop.push(loop);
       await assert.rejects(t.send([loop]), { name: 'RangeError', message: /nests deeper than 100 levels \(or is circular\)/ });
-      await assert.rejects(chain(t.sig(), group(t.sig(), t.sig())).send(), {
+      await assert.rejects(chord([chord([t.sig()], t.sig())], t.sig()).send(), {
         name: 'RangeError',
-        message: /a group or chord can only come first/,
+        message: /a chord cannot be a part of another chord/,
       });
       assert.throws(() => t.sig([], { nope: 1 }), { name: 'TypeError', message: /unexpected option "nope"/ });
       assert.throws(() => group(1), { name: 'TypeError', message: /"group\[0\]"/ });

@@ -199,8 +199,15 @@ def test_routes_and_refusals(proj: object) -> None:
     assert _route(m.app, "proj.add") == "celery"  # type: ignore[attr-defined]
     # The worker consumes every queue the app's tasks go to.
     assert m.routed_ping.delay().get(timeout=20) == "pong"  # type: ignore[attr-defined]
-    with pytest.raises(TypeError, match="link"):
-        m.add.apply_async((1, 2), link=m.add.s(1))  # type: ignore[attr-defined]
+    # link runs on every broker (memory included); a link that is not a
+    # signature is refused naming it.
+    r = m.add.apply_async((1, 2), link=m.add.s(1).set(task_id=f"cb-{id(m)}"))  # type: ignore[attr-defined]
+    assert r.get(timeout=20) == 3
+    assert m.app.AsyncResult(f"cb-{id(m)}").get(timeout=20) == 4  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match="link: expected a signature"):
+        m.add.apply_async((1, 2), link="proj.add")  # type: ignore[attr-defined]
+    # Celery's numeric expires is seconds from now (not an epoch instant).
+    assert m.add.apply_async((2, 2), expires=60).get(timeout=20) == 4  # type: ignore[attr-defined]
     with pytest.raises(TypeError, match="does not have"):
         m.app.task(name="x", not_an_option=1)  # type: ignore[attr-defined]
 

@@ -104,6 +104,25 @@ def progress(self, gate):
 @app.task(name="proj.routed.ping")
 def routed_ping():
     return "pong"
+
+
+@app.task(name="proj.echo")
+def echo(*args):
+    return list(args)
+
+
+@app.task(name="proj.on_error")
+def on_error(task_id):
+    # One argument: Celery sends it as a task given the failed id, as headway does.
+    return ["err", task_id]
+
+
+@app.task(name="proj.req", bind=True)
+def req(self):
+    r = self.request
+    return {"eta": r.eta is not None, "expires": r.expires is not None,
+            "group": r.group is not None, "callbacks": len(r.callbacks or ()),
+            "errbacks": len(r.errbacks or ()), "eager": bool(r.is_eager)}
 '''
 
 MODES = ["celery", "served", "dropin"]
@@ -199,6 +218,33 @@ def test_canvas(proj: tuple[str, Any, Path]) -> None:
     assert m.add.starmap([(1, 2), (3, 4)]).delay().get(timeout=WAIT) == [3, 7]
     assert m.add.chunks([(i, i) for i in range(5)], 2).delay().get(timeout=WAIT) == [[0, 2], [4, 6], [8]]
     assert m.signature("proj.add", (5, 6)).delay().get(timeout=WAIT) == 11
+    # A group later in a chain is given the link's result; with a task after
+    # it, it is a chord (Celery's upgrade).
+    assert (m.add.s(1, 2) | m.group(m.add.s(10), m.add.s(20)) | m.tsum.s()).delay().get(timeout=WAIT) == 36, mode
+    assert m.chain(m.add.s(1, 1), m.chord([m.add.s(1), m.add.s(2)], m.tsum.s()), m.add.s(100)).delay().get(timeout=WAIT) == 107
+
+
+def test_links_and_the_request(proj: tuple[str, Any, Path]) -> None:
+    mode, m, _ = proj
+    uid = f"{mode}-{time.monotonic_ns()}"
+    # link: sent with the result when the run succeeds; a fixed task_id to find it.
+    r = m.add.apply_async((2, 3), link=m.echo.s("linked").set(task_id=f"l-{uid}"))
+    assert r.get(timeout=WAIT) == 5
+    assert m.app.AsyncResult(f"l-{uid}").get(timeout=WAIT) == [5, "linked"], mode
+    sig = m.add.s(1, 1)
+    sig.link(m.echo.s("sig").set(task_id=f"s-{uid}"))
+    assert sig.delay().get(timeout=WAIT) == 2
+    assert m.app.AsyncResult(f"s-{uid}").get(timeout=WAIT) == [2, "sig"]
+    # link_error: sent with the failed run's id; a success link is not sent.
+    f = m.plain_error.apply_async((f"e-{uid}",), link=m.echo.s().set(task_id=f"never-{uid}"),
+                                  link_error=m.on_error.s().set(task_id=f"e-{uid}"))  # fmt: skip
+    assert m.app.AsyncResult(f"e-{uid}").get(timeout=WAIT) == ["err", f.id], mode
+    assert f.state == "FAILURE"
+    assert m.app.AsyncResult(f"never-{uid}").state == "PENDING"
+    # self.request tells eta, expires, group and the callbacks.
+    got = m.req.apply_async(countdown=0.05, expires=60, link=m.echo.s(), link_error=m.on_error.s()).get(timeout=WAIT)
+    assert got == {"eta": True, "expires": True, "group": False, "callbacks": 1, "errbacks": 1, "eager": False}, mode
+    assert m.group(m.req.s(), m.req.s()).delay().get(timeout=WAIT)[1]["group"] is True
 
 
 def test_progress_with_update_state(proj: tuple[str, Any, Path]) -> None:

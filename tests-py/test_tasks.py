@@ -253,6 +253,14 @@ def test_chain_group_chord_and_pipe(apps: Apps) -> None:
     assert chord([add.s(i, i) for i in range(4)], total.s(plus=100)).send().get(timeout=WAIT) == 112
     # group | callback is a chord, as in Celery.
     assert (group(add.s(1, 1), add.s(2, 2)) | total.s()).send().get(timeout=WAIT) == 6
+    # A group later in a chain is given the link's result (a chord when a task follows).
+    assert (add.s(1, 2) | group(add.s(10), add.s(20)) | total.s()).send().get(timeout=WAIT) == 36
+    assert (add.s(1, 2) | group(add.s(10), mul.s(2))).send().get(timeout=WAIT) == [13, 6]
+    # link / link_error callbacks on a signature (Celery's sig.link).
+    s = add.s(2, 3)
+    s.link(mul.s(10).set(task_id="linked-cb"))
+    assert s.send().get(timeout=WAIT) == 5
+    assert app.handle("linked-cb").get(timeout=WAIT) == 50
     # delay(*args) gives partial arguments to the first runs.
     assert chain(add.s(1), mul.s(2)).delay(4).get(timeout=WAIT) == 10
     # A signature of a name sent by name.
@@ -642,8 +650,8 @@ def test_bad_arguments_are_refused_at_send(apps: Apps) -> None:
         headway.Signature(app, "t", options={"typo": 1}).send()
     with pytest.raises(TypeError):
         app.send("t", (), bogus=1)  # type: ignore[call-arg]
-    with pytest.raises(ValueError, match="a group or chord can only come first"):
-        chain(t.s(), group(t.s(), t.s())).send()
+    with pytest.raises(ValueError, match="a chord cannot be a part of another chord"):
+        chord([chord([t.s()], t.s())], t.s()).send()
 
 
 def test_a_result_json_cannot_carry_fails_the_run(apps: Apps) -> None:

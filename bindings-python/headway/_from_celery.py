@@ -11,8 +11,10 @@ settings: the task's queue, ``acks_late``, ``ignore_result``,
 ``task_soft_time_limit``), ``reject_on_worker_lost`` and ``rate_limit``.
 
 A run calls the task's own ``run`` inside Celery's request context, so
-``bind=True`` tasks read ``self.request`` (id, args, kwargs, retries,
-delivery_info, hostname, root_id, parent_id, correlation_id, timelimit) and
+``bind=True`` tasks read ``self.request`` (id, args, kwargs, retries, eta,
+expires, group, chord, callbacks, errbacks, delivery_info, hostname,
+root_id, parent_id, correlation_id, timelimit: the core's
+``task::request``) and
 everything Celery wraps around ``run`` works as in Celery — ``autoretry_for``
 with ``retry_backoff`` (Celery's wrapper calls ``self.retry``), and
 ``self.update_state(state="PROGRESS", meta={...})`` records the run's
@@ -103,12 +105,6 @@ def serve(capp: Any) -> App:
     return app
 
 
-def routing_key(queue: str, default_queue: str) -> str:
-    """Celery's name of the queue a run came from: Celery's layout calls
-    the app's default queue ``default`` in headway's model."""
-    return default_queue if queue == "default" else queue
-
-
 def maps(app: App, queue: str, lookup: Any) -> None:
     """Celery's builtin ``celery.map`` and ``celery.starmap`` (what
     ``task.map``, ``task.starmap`` and ``task.chunks`` send): one run calling
@@ -160,22 +156,9 @@ def _register(app: App, capp: Any, task: Any, cx: Any) -> None:
     queue = getattr(task, "queue", None) or conf.task_default_queue
 
     def body(ctx: Any, *args: Any, **kwargs: Any) -> Any:
-        request = {
-            "id": ctx.id,
-            "task": task.name,
-            "args": list(args),
-            "kwargs": kwargs,
-            "retries": ctx.retries,
-            "delivery_info": {"exchange": "", "routing_key": routing_key(ctx.queue, str(conf.task_default_queue)), "priority": None, "redelivered": None},
-            "hostname": ctx.worker or None,
-            "root_id": ctx.root_id or ctx.id,
-            "parent_id": ctx.parent_id,
-            "correlation_id": ctx.id,
-            "reply_to": None,
-            "timelimit": (ctx.time_limit, ctx.soft_time_limit),
-            "is_eager": False,
-            "called_directly": False,
-        }
+        request = ctx._celery_request(str(conf.task_default_queue))
+        request["args"], request["kwargs"] = list(args), kwargs
+        request["timelimit"] = tuple(request["timelimit"])
         task.push_request(**request)
         try:
             return task.run(*args, **kwargs)

@@ -985,6 +985,10 @@ class Context:
     @property
     def time_limit(self) -> float | None:
         """The run's hard time limit in seconds, or None."""
+    def _celery_request(self, default_queue: str) -> dict[str, Any]:
+        """Celery's ``self.request`` fields for this run but ``args`` and
+        ``kwargs``, the queue named as Celery names it (``default_queue`` for
+        headway's ``default``)."""
     def _state_after(self, exc: BaseException | None = None) -> str:
         """``SUCCESS``, ``RETRY``, ``FAILURE``, ``REJECTED`` or ``IGNORED``:
         what the run comes to if its body returns (``exc`` None) or raises

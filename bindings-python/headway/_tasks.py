@@ -184,6 +184,8 @@ class Signature(_Canvas, Generic[R_co]):
         "kwargs": "Its keyword arguments (a dict).",
         "name": "The task's registered name.",
         "options": "Per-send options, as ``apply_async`` takes them (a dict).",
+        "links": "Callbacks sent with its result when it succeeds (``link``).",
+        "link_errors": "Callbacks sent with its id when it fails for good (``link_error``).",
     }
 
     def __init__(
@@ -201,6 +203,8 @@ class Signature(_Canvas, Generic[R_co]):
         self.kwargs: dict[str, Any] = dict(kwargs or {})
         self.immutable = immutable
         self.options: dict[str, Any] = dict(options or {})
+        self.links: list[_Canvas] = []
+        self.link_errors: list[_Canvas] = []
 
     def _tree(self) -> tuple[Any, ...]:
         return (
@@ -210,7 +214,27 @@ class Signature(_Canvas, Generic[R_co]):
             self.kwargs or None,
             self.immutable,
             self.options or None,
+            [c._tree() for c in self.links] or None,
+            [c._tree() for c in self.link_errors] or None,
         )
+
+    def _copy(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], options: Mapping[str, Any]) -> Signature[R_co]:
+        s: Signature[R_co] = Signature(self.app, self.name, args, kwargs, self.immutable, options)
+        s.links, s.link_errors = list(self.links), list(self.link_errors)
+        return s
+
+    def link(self, callback: _Canvas) -> _Canvas:
+        """Sends ``callback`` when this run succeeds, its result prepended
+        (unless immutable); several links go out as a group. As Celery's
+        ``sig.link``: changes this signature and answers ``callback``."""
+        self.links.append(_checked(callback, "link"))
+        return callback
+
+    def link_error(self, errback: _Canvas) -> _Canvas:
+        """Sends ``errback`` when this run fails for good, the failed run's
+        id prepended (Celery's ``sig.link_error``; answers ``errback``)."""
+        self.link_errors.append(_checked(errback, "link_error"))
+        return errback
 
     def _app(self) -> App | None:
         return self.app
@@ -221,14 +245,7 @@ class Signature(_Canvas, Generic[R_co]):
     def _partial(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Signature[R_co]:
         if self.immutable or (not args and not kwargs):
             return self
-        return Signature(
-            self.app,
-            self.name,
-            args + self.args,
-            {**self.kwargs, **kwargs},
-            self.immutable,
-            self.options,
-        )
+        return self._copy(args + self.args, {**self.kwargs, **kwargs}, self.options)
 
     def set(
         self,
@@ -242,7 +259,7 @@ class Signature(_Canvas, Generic[R_co]):
     ) -> Signature[R_co]:
         """A copy with these options set (the others kept)."""
         opts = {**self.options, **_options(eta, countdown, expires, queue, priority, task_id)}
-        return Signature(self.app, self.name, self.args, self.kwargs, self.immutable, opts)
+        return self._copy(self.args, self.kwargs, opts)
 
     def send(self) -> Handle[R_co]:
         """Publishes the run and answers its handle."""
@@ -281,6 +298,12 @@ class Signature(_Canvas, Generic[R_co]):
         parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
         mark = "si" if self.immutable else "s"
         return f"{self.name}.{mark}({', '.join(parts)})"
+
+
+def _checked(c: Any, what: str) -> _Canvas:
+    if not isinstance(c, _Canvas):
+        raise TypeError(f"{what}: expected a signature or a canvas (task.s(...)), not {type(c).__name__}")
+    return c
 
 
 def _items(tasks: tuple[Any, ...], what: str) -> list[_Canvas]:

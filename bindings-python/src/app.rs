@@ -370,6 +370,20 @@ fn canvas_of(app: &App, tree: &Bound<'_, PyAny>) -> PyResult<Canvas> {
             if immutable {
                 sig = sig.immutable();
             }
+            for (i, errors) in [(6, false), (7, true)] {
+                let Ok(links) = t.get_item(i) else { continue };
+                if links.is_none() {
+                    continue;
+                }
+                for l in links.try_iter()? {
+                    let l = canvas_of(app, &l?)?;
+                    sig = if errors {
+                        sig.link_error(&l)
+                    } else {
+                        sig.link(&l)
+                    };
+                }
+            }
             Ok(Canvas::Sig(sig))
         }
         "chain" => Ok(Canvas::Chain(list(1)?)),

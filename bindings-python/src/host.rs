@@ -256,6 +256,19 @@ impl PyCtx {
     fn time_limit(&self) -> Option<f64> {
         self.inner.time_limit.map(|ms| ms as f64 / 1000.0)
     }
+    /// Celery's `self.request` fields for this run but `args` and
+    /// `kwargs`, the queue named as Celery names it (`default_queue` for
+    /// headway's `default`).
+    fn _celery_request<'py>(
+        &self,
+        py: Python<'py>,
+        default_queue: &str,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        json::dict(
+            py,
+            &headway_core::task::request::celery_request(&self.inner, default_queue),
+        )
+    }
     fn __repr__(&self) -> String {
         let c = &self.inner;
         format!(
@@ -354,6 +367,7 @@ fn _direct_context(id: String, name: String, queue: String, now: f64) -> PyCtx {
             trace: None,
             rule: Default::default(),
             recorder: Default::default(),
+            extras: None,
         },
     }
 }

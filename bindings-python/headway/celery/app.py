@@ -14,13 +14,14 @@ it, never ignored (docs/celery.md lists both).
 from __future__ import annotations
 
 import contextvars
+import datetime
 import importlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .. import _tasks
 from .._errors import TaskRetry
-from .._from_celery import _FOREVER, _rate, _retry, maps, routing_key
+from .._from_celery import _FOREVER, _rate, _retry, maps
 from .._native import Exponential, Fixed, RedisBroker
 from .._tasks import App, chain, group
 from .result import AsyncResult
@@ -80,7 +81,8 @@ def current_app() -> Celery:
 
 
 class Request:
-    """``self.request`` of a bound task: the run it is in, in Celery's words."""
+    """``self.request`` of a bound task: the run it is in, in Celery's words
+    (the fields are the core's, as a served Celery app's request has them)."""
 
     def __init__(
         self,
@@ -91,43 +93,24 @@ class Request:
     ) -> None:
         self.args = list(args)
         self.kwargs = dict(kwargs or {})
+        fields: dict[str, Any] = _DIRECT if ctx is None else ctx._celery_request(default_queue)
+        for k, v in fields.items():
+            setattr(self, k, v)
         self.called_directly = ctx is None
-        self.is_eager = False
-        self.eta = None
-        self.expires = None
-        self.group = None
-        self.chord = None
-        self.callbacks = None
-        self.errbacks = None
-        self.reply_to = None
-        if ctx is None:
-            self.id = None
-            self.task = None
-            self.retries = 0
-            self.hostname = None
-            self.root_id = None
-            self.parent_id = None
-            self.correlation_id = None
-            self.delivery_info: dict[str, Any] = {}
-            self.timelimit = (None, None)
-            return
-        self.id = ctx.id
-        self.task = ctx.name
-        self.retries = ctx.retries
-        self.hostname = ctx.worker or None
-        self.root_id = ctx.root_id or ctx.id
-        self.parent_id = ctx.parent_id
-        self.correlation_id = ctx.id
-        self.delivery_info = {
-            "exchange": "",
-            "routing_key": routing_key(ctx.queue, default_queue),
-            "priority": None,
-            "redelivered": None,
-        }
-        self.timelimit = (ctx.time_limit, ctx.soft_time_limit)
+        if ctx is not None:
+            self.timelimit = tuple(self.timelimit)
 
     def __repr__(self) -> str:
         return f"<Request {self.task} {self.id}>"
+
+
+#: ``self.request`` outside a run, as Celery's empty request context.
+_DIRECT: dict[str, Any] = {
+    "id": None, "task": None, "retries": 0, "eta": None, "expires": None, "group": None,
+    "group_index": None, "chord": None, "callbacks": None, "errbacks": None, "delivery_info": {},
+    "hostname": None, "root_id": None, "parent_id": None, "correlation_id": None,
+    "reply_to": None, "timelimit": (None, None), "is_eager": False,
+}  # fmt: skip
 
 
 _REQUEST: contextvars.ContextVar[Request] = contextvars.ContextVar("headway_celery_request")
@@ -184,8 +167,9 @@ class Task:
         **options: Any,
     ) -> AsyncResult:
         """Celery's ``apply_async``: ``countdown``, ``eta``, ``expires``,
-        ``queue``, ``priority``, ``task_id`` and ``routing_key`` (read as the
-        queue); an option headway does not have raises ``TypeError``."""
+        ``queue``, ``priority``, ``task_id``, ``routing_key`` (read as the
+        queue), ``link`` and ``link_error``; an option headway does not have
+        raises ``TypeError``."""
         return self._app.send_task(self.name, args, kwargs, **options)
 
     def s(self, *args: Any, **kwargs: Any) -> _tasks.Signature[Any]:
@@ -198,7 +182,8 @@ class Task:
         self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
         immutable: bool = False, **options: Any,
     ) -> _tasks.Signature[Any]:  # fmt: skip
-        return self._app.app.signature(self.name, tuple(args or ()), kwargs, immutable, **_send_options(options))
+        sig = self._app.app.signature(self.name, tuple(args or ()), kwargs, immutable, **_send_options(options))
+        return _linked(sig, options)
 
     def map(self, it: Iterable[Any]) -> _tasks.Signature[Any]:
         """One run calling the task for each item (Celery's ``xmap``)."""
@@ -263,11 +248,27 @@ class Task:
         return f"<@task: {self.name}>"
 
 
+def _linked(sig: _tasks.Signature[Any], options: dict[str, Any]) -> _tasks.Signature[Any]:
+    """``sig`` with the ``link`` / ``link_error`` callbacks in ``options``
+    (a signature or a list of them), as Celery's ``apply_async`` takes them."""
+    for key, add in (("link", sig.link), ("link_error", sig.link_error)):
+        v = options.get(key)
+        for cb in v if isinstance(v, (list, tuple)) else () if v is None else (v,):
+            add(cb)
+    return sig
+
+
 def _send_options(options: dict[str, Any]) -> dict[str, Any]:
-    """Celery's send options as headway's; one it does not have raises."""
+    """Celery's send options as headway's (``link`` / ``link_error`` are
+    taken by ``_linked``); one it does not have raises."""
     out: dict[str, Any] = {}
     for k, v in options.items():
-        if k in ("countdown", "eta", "expires", "queue", "priority", "task_id"):
+        if k in ("link", "link_error"):
+            continue
+        if k == "expires" and isinstance(v, (int, float)) and not isinstance(v, bool):
+            # Celery reads a number as seconds from now; headway as an instant.
+            out[k] = datetime.timedelta(seconds=v)
+        elif k in ("countdown", "eta", "expires", "queue", "priority", "task_id"):
             if v is not None:
                 out[k] = v
         elif k == "routing_key":
@@ -373,6 +374,9 @@ class Celery:
         opts = _send_options(options)
         if "queue" not in opts:
             opts["queue"] = _route(self, name)
+        if options.get("link") is not None or options.get("link_error") is not None:
+            sig = self.app.signature(name, tuple(args or ()), dict(kwargs) if kwargs else None, **opts)
+            return AsyncResult(_linked(sig, options).send().id, self)
         h = self.app.send_task(name, tuple(args or ()), dict(kwargs) if kwargs else None, **opts)
         return AsyncResult(h.id, self)
 
@@ -381,7 +385,7 @@ class Celery:
 
     def signature(self, name: str, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, **options: Any) -> _tasks.Signature[Any]:
         immutable = bool(options.pop("immutable", False))
-        return self.app.signature(name, tuple(args), kwargs, immutable, **_send_options(options))
+        return _linked(self.app.signature(name, tuple(args), kwargs, immutable, **_send_options(options)), options)
 
     def _served(self) -> App:
         """The headway app a worker serves (``headway worker -A``): on every

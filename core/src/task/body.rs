@@ -59,6 +59,10 @@ pub struct Context {
     /// child; never serialised).
     #[serde(skip)]
     pub recorder: super::progress::Recorder,
+    /// What else the message says (eta, group, chord, links) for Celery's
+    /// `self.request`; `None` for a plain run (see [`super::request`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extras: Option<Box<super::request::RunExtras>>,
 }
 
 impl Context {

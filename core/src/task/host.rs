@@ -410,6 +410,7 @@ mod tests {
             trace: None,
             rule: Default::default(),
             recorder: Default::default(),
+            extras: None,
         }
     }
 

@@ -24,6 +24,7 @@ pub mod policy;
 pub mod procs;
 pub mod progress;
 pub mod remote;
+pub mod request;
 pub mod rhythm;
 pub mod runners;
 pub mod schedule;

@@ -60,6 +60,7 @@ impl Job for BodyJob {
             trace: None,
             rule: Default::default(),
             recorder: Default::default(),
+            extras: None,
         };
         let call = self.body.call(ctx, Vec::new());
         Box::pin(async move { call.await.map(|_| ()) })

@@ -279,6 +279,7 @@ mod tests {
                 ..Default::default()
             },
             recorder: Default::default(),
+            extras: None,
         }
     }
 

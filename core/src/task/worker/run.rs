@@ -268,6 +268,7 @@ async fn take_and_run(
         worker: s.name.clone(),
         rule: crate::task::body::RetryRule::of(policy),
         recorder: crate::task::progress::Recorder::of(app.clone()),
+        extras: crate::task::request::RunExtras::of(&m),
         trace: app.tracing().then(|| {
             Box::new(crate::task::trace::RunTrace {
                 carrier: crate::task::trace::carried(&m),
