@@ -2,7 +2,7 @@
 'use strict';
 // The `headway` command line for Node (`npx headway ...`).
 //
-//     headway worker ./app.js [-c 4] [-Q a,b] [--prefetch N] [--grace ms]
+//     headway worker ./app.js [-c 4] [-Q a,b] [--prefetch N] [--prefetch-multiplier M] [--grace ms]
 //                   [--pool process] [--max-tasks-per-child K]
 //                   [--max-memory-per-child KIB] [--time-limit S]
 //                   [--soft-time-limit S] [--metrics-port P [--metrics-host H]] [-E]
@@ -34,7 +34,7 @@
 
 const path = require('node:path');
 
-const USAGE = `usage: headway worker <app.js> [-c N] [-Q a,b] [--prefetch N] [--grace ms]
+const USAGE = `usage: headway worker <app.js> [-c N] [-Q a,b] [--prefetch N] [--prefetch-multiplier M] [--grace ms]
                       [--pool threads|process] [--max-tasks-per-child K]
                       [--max-memory-per-child KIB] [--time-limit S] [--soft-time-limit S]
                       [--metrics-port P [--metrics-host 127.0.0.1]] [-E/--task-events]
@@ -91,6 +91,7 @@ function parse(argv) {
     else if (command === 'worker' && flag === '--grace') o.grace = int(need());
     else if (command === 'worker' && flag === '--pool') worker.pool = need();
     else if (command === 'worker' && flag === '--max-tasks-per-child') worker.maxTasksPerChild = int(need());
+    else if (command === 'worker' && flag === '--prefetch-multiplier') worker.prefetchMultiplier = int(need());
     else if (command === 'worker' && flag === '--max-memory-per-child') worker.maxMemoryPerChild = int(need());
     else if (command === 'worker' && flag === '--time-limit') worker.timeLimit = seconds(need());
     else if (command === 'worker' && flag === '--soft-time-limit') worker.softTimeLimit = seconds(need());

@@ -1051,6 +1051,12 @@ export interface WorkerOptions {
    * must start its worker only when it is the main script.
    */
   module?: string | URL | undefined;
+  /**
+   * Celery's `worker_prefetch_multiplier`: when `prefetch` is not given, the
+   * worker holds `concurrency` × this many messages (a whole number, at
+   * least 1). Default: headway's (× 4; × 8 on the process pool).
+   */
+  prefetchMultiplier?: number | null | undefined;
   /** Process pool: runs after which a child is replaced (Celery's `--max-tasks-per-child`). Default never. */
   maxTasksPerChild?: number | null | undefined;
   /** Process pool: resident memory, KiB, past which a child is replaced after its run (Celery's `--max-memory-per-child`). Default never. */

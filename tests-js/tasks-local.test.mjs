@@ -153,6 +153,10 @@ test('worker settings, and a worker runs once', async () => {
   assert.match(w.name, /^worker-/);
   assert.equal(app.worker({ prefetch: 1, concurrency: 2 }).prefetch, 2);
   assert.equal(app.worker({ name: 'w1' }).name, 'w1');
+  // Celery's worker_prefetch_multiplier: concurrency × it, unless prefetch is given.
+  assert.equal(app.worker({ concurrency: 3, prefetchMultiplier: 2 }).prefetch, 6);
+  assert.equal(app.worker({ concurrency: 3, prefetch: 5, prefetchMultiplier: 2 }).prefetch, 5);
+  assert.throws(() => app.worker({ prefetchMultiplier: 0 }), { name: 'RangeError', message: /prefetchMultiplier.*Celery's 0, no limit/ });
   assert.deepEqual(app.worker().queues, ['default']);
   await w.stop(); // stopping one that never ran is harmless
   const w2 = app.worker();

@@ -266,3 +266,39 @@ def test_a_celery_app_on_another_broker_is_refused_naming_it(tmp_path: Path) -> 
     assert out.returncode != 0
     assert "broker_url" in out.stderr and "Redis" in out.stderr, out.stderr
     assert "secret" not in out.stderr
+
+
+def test_a_served_apps_prefetch_multiplier_and_result_expires_apply(redis_server: RedisServer) -> None:
+    """A served Celery app's ``worker_prefetch_multiplier`` sets its
+    workers' prefetch (Celery's default of 4 leaves headway's own) and its
+    ``result_expires`` the TTL of the results it stores."""
+    from celery import Celery
+
+    from headway._from_celery import serve
+
+    db = 39
+    redis_server.command("FLUSHDB", db=db)
+    url = f"redis://127.0.0.1:{redis_server.port}/{db}"
+    capp = Celery("served_prefetch", broker=url, backend=url)
+    capp.conf.worker_prefetch_multiplier = 1
+    capp.conf.result_expires = 120
+
+    @capp.task(name="served_prefetch.add")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    app = serve(capp)
+    assert app._worker_defaults == {"prefetch_multiplier": 1}
+    w = app.worker(queues=["celery"], concurrency=2, **app._worker_defaults)
+    assert w.prefetch == 2
+    w.start()
+    try:
+        r = add.delay(2, 3)
+        assert r.get(timeout=20) == 5
+    finally:
+        w.stop(5.0)
+    ttl = int(redis_server.command("TTL", f"celery-task-meta-{r.id}", db=db).lstrip(b":"))
+    assert 0 < ttl <= 120
+    # Positive control: Celery's default multiplier leaves headway's prefetch.
+    capp2 = Celery("served_default", broker=url, backend=url)
+    assert serve(capp2)._worker_defaults == {}

@@ -297,3 +297,38 @@ def test_a_message_sent_as_a_worker_stops_is_not_stranded(redis_server: RedisSer
         assert add2.delay(2, 2).get(timeout=20) == 4
     finally:
         w2.stop(5.0)
+
+
+@pytest.mark.parametrize("expires", [60, None])
+def test_result_expires_and_the_prefetch_multiplier_are_applied(redis_server: RedisServer, expires: int | None) -> None:
+    """``result_expires`` sets the stored result's TTL (``None``: kept for
+    ever, as Celery); ``worker_prefetch_multiplier`` the worker's prefetch
+    (concurrency × it), with Celery's default of 4 leaving headway's."""
+    from headway.celery import Celery
+
+    db = 38
+    redis_server.command("FLUSHDB", db=db)
+    url = f"redis://127.0.0.1:{redis_server.port}/{db}"
+    capp = Celery("exp", broker=url, backend=url, result_expires=expires, worker_prefetch_multiplier=1)
+
+    @capp.task(name="exp.add")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    w = capp.worker(concurrency=3)
+    assert w.prefetch == 3
+    w.start()
+    try:
+        r = add.delay(1, 2)
+        assert r.get(timeout=20) == 3
+    finally:
+        w.stop(5.0)
+    ttl = int(redis_server.command("TTL", f"celery-task-meta-{r.id}", db=db).lstrip(b":"))
+    if expires is None:
+        assert ttl == -1
+    else:
+        assert 0 < ttl <= 60
+    capp.conf.worker_prefetch_multiplier = 4
+    assert capp.worker(concurrency=3).prefetch == 12
+    with pytest.raises(ValueError, match="prefetch_multiplier"):
+        capp.worker(concurrency=3, prefetch_multiplier=0)

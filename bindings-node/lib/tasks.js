@@ -422,7 +422,8 @@ class App {
    * up to `concurrency` bodies at once (4, moontask's preset) and holding at
    * most `prefetch` messages unsettled (concurrency × 4, Celery's prefetch
    * multiplier; × 8 on the process pool, four per slot: each child has its
-   * run and one on deck). `pool` 'process' runs the bodies in `concurrency` child
+   * run and one on deck); `prefetchMultiplier` (Celery's
+   * `worker_prefetch_multiplier`) makes it concurrency × that. `pool` 'process' runs the bodies in `concurrency` child
    * processes, each importing `module` (default: this process's main
    * script) and serving the App it exports; `maxTasksPerChild`,
    * `maxMemoryPerChild` (KiB) and `timeLimit` (ms, hard: the child is
@@ -444,7 +445,7 @@ class App {
     else if (Array.isArray(o.queues)) queues = o.queues.map((q, i) => str(`queues[${i}]`, q));
     else if (o.queues !== undefined && o.queues !== null) throw argType('queues', 'an array of names or an "a,b" string', o.queues);
     const spec = { queues };
-    for (const k of ['concurrency', 'prefetch', 'maxTasksPerChild', 'maxMemoryPerChild', 'timeLimit', 'softTimeLimit']) {
+    for (const k of ['concurrency', 'prefetch', 'prefetchMultiplier', 'maxTasksPerChild', 'maxMemoryPerChild', 'timeLimit', 'softTimeLimit']) {
       if (o[k] !== undefined && o[k] !== null) spec[k] = num(k, o[k]);
     }
     if (o.name !== undefined) spec.name = str('name', o.name);
@@ -545,6 +546,7 @@ const WORKER_OPTIONS = [
   'queues',
   'concurrency',
   'prefetch',
+  'prefetchMultiplier',
   'name',
   'pool',
   'module',

@@ -106,7 +106,10 @@ def _term(signum: int, frame: FrameType | None) -> None:
 def _worker(ns: argparse.Namespace) -> int:
     app = _load(ns.app)
     queues = [q for q in (ns.queues or "").split(",") if q] or app._queues
+    given = {"prefetch_multiplier": ns.prefetch_multiplier}
+    extra = {**app._worker_defaults, **{k: v for k, v in given.items() if v is not None}}
     w = app.worker(
+        **extra,
         queues=queues,
         concurrency=ns.concurrency,
         prefetch=ns.prefetch,
@@ -216,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("-c", "--concurrency", type=int, default=4, help="bodies at once (4)")
     w.add_argument("-Q", "--queues", default=None, help="queues, comma-separated (default)")
     w.add_argument("--prefetch", type=int, default=None, help="unsettled at most (concurrency×4; ×8 on the process pool)")
+    w.add_argument("--prefetch-multiplier", type=int, default=None, help="unsettled at most concurrency × this, when --prefetch is not given (Celery's worker_prefetch_multiplier)")
     w.add_argument(
         "--grace", type=float, default=GRACE, help=f"seconds runs get at a stop ({GRACE:g})"
     )

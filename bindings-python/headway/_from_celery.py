@@ -75,6 +75,7 @@ def serve(capp: Any) -> App:
         url,
         visibility_timeout=topts.get("visibility_timeout", 3600.0),
         task_send_sent_event=bool(conf.task_send_sent_event),
+        result_expires=result_expires(conf.result_expires),
     )
     backend_url = conf.result_backend or ""
     backend: Any = None
@@ -84,8 +85,9 @@ def serve(capp: Any) -> App:
                 f"the Celery app's result_backend {_shown(backend_url)!r}: headway stores "
                 "a Celery app's results on Redis (redis:// or rediss://)"
             )
-        backend = RedisBroker.celery(backend_url)
+        backend = RedisBroker.celery(backend_url, result_expires=result_expires(conf.result_expires))
     app = App(broker, backend=backend)
+    app._worker_defaults = worker_defaults(conf)
     if conf.worker_send_task_events:
         # Celery's `worker_send_task_events` (its `-E`).
         app._native.enable_task_events()
@@ -103,6 +105,20 @@ def serve(capp: Any) -> App:
     app._queues = named
     capp._headway_app = app
     return app
+
+
+def result_expires(v: Any) -> Any:
+    """Celery's ``result_expires`` as ``RedisBroker.celery`` takes it
+    (Celery's ``None``, for ever, is 0 there)."""
+    return 0 if v is None else v
+
+
+def worker_defaults(conf: Any) -> dict[str, Any]:
+    """The worker options a Celery app's settings ask for: its
+    ``worker_prefetch_multiplier`` when not Celery's default of 4 (which
+    leaves headway's own default prefetch, ``× 8`` on the process pool)."""
+    m = conf.get("worker_prefetch_multiplier", 4)
+    return {} if m in (None, 4) else {"prefetch_multiplier": int(m)}
 
 
 def maps(app: App, queue: str, lookup: Any) -> None:

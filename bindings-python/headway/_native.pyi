@@ -1113,10 +1113,12 @@ class RedisBroker:
         visibility_timeout: _Span | None = 3600.0,
         *,
         task_send_sent_event: bool = False,
+        result_expires: _Span | None = None,
     ) -> RedisBroker:
         """Celery's Redis layout and message format on ``url``;
         ``task_send_sent_event``: a ``task-sent`` event for each message
-        sent (Celery's setting)."""
+        sent (Celery's setting); ``result_expires`` (seconds): how long
+        results live — Celery's 1 day when None, for ever when 0."""
     @property
     def url(self) -> str:
         """The URL, password redacted."""
@@ -1319,6 +1321,7 @@ class _App:
         max_memory_per_child: int | None = None,
         time_limit: _Span | None = None,
         soft_time_limit: _Span | None = None,
+        prefetch_multiplier: int | None = None,
     ) -> _Worker: ...
     def serve_child(self) -> None: ...
     def beat(self) -> _Beat: ...

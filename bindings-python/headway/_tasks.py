@@ -615,6 +615,9 @@ class App:
         #: The queues the CLI's worker consumes when not given ``-Q``: None
         #: (the worker's default), or a served Celery app's (``_from_celery``).
         self._queues: list[str] | None = None
+        # What a served app's own settings say of its workers (a Celery
+        # app's worker_prefetch_multiplier), under the command line's.
+        self._worker_defaults: dict[str, Any] = {}
 
     # -- registering ---------------------------------------------------
 
@@ -876,12 +879,15 @@ class App:
         max_memory_per_child: int | None = None,
         time_limit: Span | None = None,
         soft_time_limit: Span | None = None,
+        prefetch_multiplier: int | None = None,
     ) -> Worker:
         """A worker over ``queues`` (``["default"]``; a ``"a,b"`` string is
         split) running up to ``concurrency`` bodies at once (4, moontask's
         preset) and holding at most ``prefetch`` messages unsettled
         (``concurrency × 4``, Celery's prefetch multiplier; ``× 8`` on the
-        process pool, four per slot: each child has its run and one on deck).
+        process pool, four per slot: each child has its run and one on deck);
+        ``prefetch_multiplier`` (Celery's ``worker_prefetch_multiplier``)
+        makes it ``concurrency ×`` that.
 
         ``pool="process"`` (``"prefork"``, Celery's name, is the same) runs
         bodies in ``concurrency`` child processes instead of threads: each
@@ -916,6 +922,7 @@ class App:
             max_memory_per_child=max_memory_per_child,
             time_limit=time_limit,
             soft_time_limit=soft_time_limit,
+            prefetch_multiplier=prefetch_multiplier,
         )
         return Worker(self, native)
 

@@ -1093,7 +1093,7 @@ impl PyApp {
     /// A worker over `queues` (the core's `["default"]` when `None`). On
     /// `pool="process"` its children are started with `child`, a
     /// `(program, args, env)` the `headway` package makes.
-    #[pyo3(signature = (queues=None, concurrency=None, prefetch=None, name=None, *, pool=None, child=None, max_tasks_per_child=None, max_memory_per_child=None, time_limit=None, soft_time_limit=None))]
+    #[pyo3(signature = (queues=None, concurrency=None, prefetch=None, name=None, *, pool=None, child=None, max_tasks_per_child=None, max_memory_per_child=None, time_limit=None, soft_time_limit=None, prefetch_multiplier=None))]
     #[allow(clippy::too_many_arguments)]
     fn worker(
         &self,
@@ -1107,12 +1107,14 @@ impl PyApp {
         max_memory_per_child: Option<i64>,
         time_limit: Option<&Bound<'_, PyAny>>,
         soft_time_limit: Option<&Bound<'_, PyAny>>,
+        prefetch_multiplier: Option<i64>,
     ) -> PyResult<PyWorker> {
         guard(|| {
             let spec = WorkerSpec {
                 queues,
                 concurrency: concurrency.map(|c| c as f64),
                 prefetch: prefetch.map(|p| p as f64),
+                prefetch_multiplier: prefetch_multiplier.map(|m| m as f64),
                 name,
                 pool,
                 child: child.map(|(program, args, env)| ChildCommand { program, args, env }),

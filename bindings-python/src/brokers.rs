@@ -62,22 +62,32 @@ impl PyRedisBroker {
     /// `visibility_timeout` (seconds): how long a claim may stay unacked
     /// before any consumer's restore hands it back — kombu's 3600 s.
     /// `task_send_sent_event`: a `task-sent` event for each message sent
-    /// (Celery's setting of that name).
+    /// (Celery's setting of that name). `result_expires` (seconds): how
+    /// long results live — Celery's 1 day when None; 0 keeps them for ever.
     #[staticmethod]
-    #[pyo3(signature = (url, consumer=None, visibility_timeout=None, *, task_send_sent_event=false), text_signature = "(url, consumer=None, visibility_timeout=3600.0, *, task_send_sent_event=False)")]
+    #[pyo3(signature = (url, consumer=None, visibility_timeout=None, *, task_send_sent_event=false, result_expires=None), text_signature = "(url, consumer=None, visibility_timeout=3600.0, *, task_send_sent_event=False, result_expires=None)")]
     fn celery(
         url: &str,
         consumer: Option<String>,
         visibility_timeout: Option<&Bound<'_, PyAny>>,
         task_send_sent_event: bool,
+        result_expires: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         guard(|| {
             let vt = match visibility_timeout {
                 Some(v) if !v.is_none() => Some(span_ms("visibility_timeout", v)?),
                 _ => None,
             };
+            let expires = match result_expires {
+                Some(v) if !v.is_none() => Some(span_ms("result_expires", v)?),
+                _ => None,
+            };
             let t = Target::celery(url, consumer, vt)
-                .map(|t| t.task_send_sent_event(task_send_sent_event));
+                .map(|t| t.task_send_sent_event(task_send_sent_event))
+                .and_then(|t| match expires {
+                    Some(ms) => t.result_expires(Some(ms)),
+                    None => Ok(t),
+                });
             Ok(PyRedisBroker { target: target(t)? })
         })
     }

@@ -195,6 +195,8 @@ struct WorkerIn {
     concurrency: Option<f64>,
     #[serde(default, deserialize_with = "js_number")]
     prefetch: Option<f64>,
+    #[serde(default, deserialize_with = "js_number")]
+    prefetch_multiplier: Option<f64>,
     name: Option<String>,
     pool: Option<String>,
     child: Option<ChildIn>,
@@ -217,6 +219,7 @@ pub(crate) fn worker(text: &str) -> Result<WorkerConfig, Refusal> {
         queues: w.queues,
         concurrency: w.concurrency,
         prefetch: w.prefetch,
+        prefetch_multiplier: w.prefetch_multiplier,
         name: w.name,
         pool: w.pool,
         child: w.child.map(|c| ChildCommand {

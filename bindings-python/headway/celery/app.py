@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import _tasks
 from .._errors import TaskRetry
-from .._from_celery import _FOREVER, _rate, _retry, maps
+from .._from_celery import _FOREVER, _rate, _retry, maps, result_expires, worker_defaults
 from .._native import Exponential, Fixed, RedisBroker
 from .._tasks import App, chain, group
 from .result import AsyncResult
@@ -392,11 +392,15 @@ class Celery:
         queue this app's tasks go to, as Celery's worker consumes them."""
         app = self.app
         app._queues = _queues(self)
+        app._worker_defaults = worker_defaults(self.conf)
         return app
 
     def worker(self, **kw: Any) -> _tasks.Worker:
         """A headway worker on this app's queues (``queues`` to choose)."""
         kw.setdefault("queues", _queues(self))
+        if "prefetch" not in kw:
+            for k, v in worker_defaults(self.conf).items():
+                kw.setdefault(k, v)
         return self.app.worker(**kw)
 
     def __repr__(self) -> str:
@@ -419,8 +423,8 @@ def _make(conf: Settings) -> App:
     if backend_url and backend_url != url:
         if not str(backend_url).startswith(("redis://", "rediss://")):
             raise ValueError(f"result_backend {str(backend_url).split('@')[-1]!r}: headway.celery keeps results on redis://")
-        backend = RedisBroker.celery(backend_url)
-    return App(RedisBroker.celery(url), backend=backend)
+        backend = RedisBroker.celery(backend_url, result_expires=result_expires(conf.result_expires))
+    return App(RedisBroker.celery(url, result_expires=result_expires(conf.result_expires)), backend=backend)
 
 
 def _route(capp: Celery, name: str) -> str:

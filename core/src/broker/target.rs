@@ -386,6 +386,20 @@ impl Target {
         self
     }
 
+    /// On Celery's layout, how long results and chord keys live (Celery's
+    /// `result_expires`): `None` or 0 keeps them for ever, as Celery reads
+    /// them; a negative span is refused naming `result_expires`. Other
+    /// layouts are unchanged.
+    pub fn result_expires(mut self, ms: Option<i64>) -> Result<Target, TargetError> {
+        if let Layout::Celery(o) = &mut self.layout {
+            o.result_expires = match ms {
+                None | Some(0) => None,
+                Some(ms) => Some(positive("result_expires", ms)?),
+            };
+        }
+        Ok(self)
+    }
+
     /// A Redis URL as shown, or why it is not one.
     fn redis_url(url: &str) -> Result<String, TargetError> {
         not_yet("url", url)?;

@@ -46,6 +46,7 @@ impl Host {
             (Host::Node, "retry_for") => "retryFor",
             (Host::Node, "dont_retry_for") => "dontRetryFor",
             (Host::Node, "max_tasks_per_child") => "maxTasksPerChild",
+            (Host::Node, "prefetch_multiplier") => "prefetchMultiplier",
             (Host::Node, "max_memory_per_child") => "maxMemoryPerChild",
             _ => arg,
         }
@@ -385,6 +386,10 @@ pub struct WorkerSpec {
     pub concurrency: Option<f64>,
     /// How many messages it may hold unsettled (a whole number).
     pub prefetch: Option<f64>,
+    /// Celery's `worker_prefetch_multiplier`: when `prefetch` is not given,
+    /// it is `concurrency` × this (a whole number, at least 1; Celery's 0,
+    /// no limit, is refused: a worker holds only what it accounts for).
+    pub prefetch_multiplier: Option<f64>,
     pub name: Option<String>,
     /// `"threads"` (the default), `"process"` or Celery's `"prefork"`.
     pub pool: Option<String>,
@@ -413,6 +418,9 @@ pub struct ChildCommand {
 /// A pool's name.
 pub const POOL_NAMES: &str =
     "must be \"threads\" or \"process\" (\"prefork\" is accepted for \"process\")";
+/// A prefetch multiplier's range.
+pub const MULTIPLIER: &str =
+    "must be a whole number, at least 1 (Celery's 0, no limit, is not supported)";
 /// A per-child limit without the process pool.
 pub const NEEDS_PROCESS: &str = "applies to the process pool only (pool=\"process\")";
 
@@ -427,9 +435,17 @@ impl WorkerSpec {
                 n => n,
             },
         };
-        let prefetch = match self.prefetch {
-            None => d.prefetch,
-            Some(p) => Some(count(host, "prefetch", p, WHOLE)?),
+        let multiplier = match self.prefetch_multiplier {
+            None => None,
+            Some(m) => match count(host, "prefetch_multiplier", m, MULTIPLIER)? {
+                0 => return Err(SpecError::new(host, "prefetch_multiplier", MULTIPLIER)),
+                n => Some(n),
+            },
+        };
+        let prefetch = match (self.prefetch, multiplier) {
+            (Some(p), _) => Some(count(host, "prefetch", p, WHOLE)?),
+            (None, Some(m)) => Some(concurrency.saturating_mul(m)),
+            (None, None) => d.prefetch,
         };
         let per_child = |arg: &'static str, x: Option<f64>| -> Result<Option<u64>, SpecError> {
             match x {

@@ -285,6 +285,33 @@ fn workers_default_and_check() {
 }
 
 #[test]
+fn a_prefetch_multiplier_is_celerys() {
+    let spec = |p: Option<f64>, m: f64| WorkerSpec {
+        concurrency: Some(3.0),
+        prefetch: p,
+        prefetch_multiplier: Some(m),
+        ..WorkerSpec::default()
+    };
+    assert_eq!(
+        spec(None, 2.0).build(Host::Python).unwrap().prefetch,
+        Some(6)
+    );
+    assert_eq!(
+        spec(Some(5.0), 2.0).build(Host::Python).unwrap().prefetch,
+        Some(5)
+    );
+    for bad in [0.0, -1.0, 0.5] {
+        let e = spec(None, bad).build(Host::Python).unwrap_err();
+        assert!(e.to_string().contains("prefetch_multiplier"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("Celery's 0, no limit, is not supported"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
 fn limits() {
     assert_eq!(limit(Host::Python, None, 100).unwrap(), 100);
     assert_eq!(limit(Host::Node, Some(3.0), 100).unwrap(), 3);
