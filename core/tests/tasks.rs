@@ -514,7 +514,11 @@ async fn links_and_errbacks() {
             .link(&cb("ok-1"))
             .link(&cb("ok-2"))
             .link_error(&cb("never"));
-        assert_eq!(last_get(&app, Canvas::Sig(ok)).await, json!(5));
+        let hd = app.send_canvas(Canvas::Sig(ok)).await.unwrap();
+        assert_eq!(hd.get(t(5)).await.unwrap(), json!(5));
+        // Celery's children and date_done.
+        assert_eq!(hd.children().await.unwrap(), ["ok-1", "ok-2"]);
+        assert!(hd.date_done().await.unwrap().is_some_and(|at| at >= START));
         assert_eq!(app.handle("ok-1").get(t(5)).await.unwrap(), json!([5, "x"]));
         assert_eq!(app.handle("ok-2").get(t(5)).await.unwrap(), json!([5, "x"]));
         // A failure sends its errback with its id, not its links.
@@ -533,12 +537,24 @@ async fn links_and_errbacks() {
             Canvas::Sig(Sig::new("add", vec![json!(1), json!(1)])),
             Canvas::Sig(linked),
         ]);
-        assert_eq!(last_get(&app, c).await, json!(12));
+        let hd = app.send_canvas(c).await.unwrap();
+        assert_eq!(hd.get(t(5)).await.unwrap(), json!(12));
         assert_eq!(
             app.handle("chain-cb").get(t(5)).await.unwrap(),
             json!([12, "x"])
         );
         assert_eq!(app.handle("never").state().await.unwrap(), State::Pending);
+        // The chain's last link knows its parent, which lists it as a child.
+        let parent = hd.parent().expect("a chain's last link has a parent");
+        assert!(parent.parent().is_none());
+        assert_eq!(parent.children().await.unwrap(), [hd.id()]);
+        assert_eq!(hd.children().await.unwrap(), ["chain-cb"]);
+        // forget: the stored result goes, the run reads PENDING; the control
+        // beside it stays.
+        parent.forget().await.unwrap();
+        assert_eq!(parent.state().await.unwrap(), State::Pending);
+        assert!(parent.date_done().await.unwrap().is_none());
+        assert_eq!(hd.state().await.unwrap(), State::Success);
         w.stop(Duration::from_secs(1));
         h.await.unwrap();
     })

@@ -359,18 +359,25 @@ impl App {
                 }
             })
             .await?;
-        Ok(Handle::new(self.clone(), plan.wait, plan.all))
+        Ok(Handle::new(self.clone(), plan.wait, plan.all).with_parents(plan.parents))
     }
 
     /// Plans `canvas`, lets `each` amend every message it publishes, opens
     /// its chords' counters and publishes it (a worker sending a group or
     /// chord that follows a chain's link).
+    /// Answers the ids published.
     pub(crate) async fn publish_planned(
         &self,
         canvas: Canvas,
-        each: impl FnMut(&mut Message),
-    ) -> Result<(), Refused> {
-        self.publish_planned_with(canvas, each).await.map(|_| ())
+        mut each: impl FnMut(&mut Message),
+    ) -> Result<Vec<String>, Refused> {
+        let mut ids = Vec::new();
+        self.publish_planned_with(canvas, |m| {
+            each(m);
+            ids.push(m.id.clone());
+        })
+        .await?;
+        Ok(ids)
     }
 
     async fn publish_planned_with(

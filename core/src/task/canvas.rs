@@ -60,6 +60,8 @@ pub(crate) struct Plan {
     pub wait: Vec<String>,
     /// Whether the handle answers a list.
     pub all: bool,
+    /// A chain's earlier links, first first (the handle's parents).
+    pub parents: Vec<String>,
 }
 
 /// One planned piece: its head messages (published unless a chord embeds
@@ -151,6 +153,16 @@ impl Canvas {
             all,
             ..Plan::default()
         };
+        let mut c = c;
+        if let Canvas::Chain(links) = &mut c {
+            // Ids fixed here, so the handle can name its parents.
+            let n = links.len();
+            for l in links.iter_mut().take(n.saturating_sub(1)) {
+                if matches!(l, Canvas::Sig(_)) {
+                    plan.parents.extend(fix_ids(l));
+                }
+            }
+        }
         let built = build(app, c, &mut plan)?;
         let root = built.heads.first().map(|m| m.id.clone());
         for mut m in built.heads {

@@ -13,6 +13,8 @@ pub struct Handle {
     app: App,
     ids: Vec<String>,
     all: bool,
+    /// A chain's earlier links, first first: its [`Handle::parent`]s.
+    parents: Vec<String>,
 }
 
 impl std::fmt::Debug for Handle {
@@ -26,14 +28,72 @@ impl std::fmt::Debug for Handle {
 
 impl Handle {
     pub(crate) fn new(app: App, ids: Vec<String>, all: bool) -> Handle {
-        Handle { app, ids, all }
+        Handle {
+            app,
+            ids,
+            all,
+            parents: Vec::new(),
+        }
+    }
+
+    /// The same handle whose parents are `parents` (a chain's earlier
+    /// links, first first).
+    pub(crate) fn with_parents(mut self, parents: Vec<String>) -> Handle {
+        self.parents = parents;
+        self
     }
 
     /// A handle over `ids` of `app`; `all` makes `get` answer the list of
     /// results in the order of `ids` (moontask's `Handle::of`). What a
     /// binding that keeps only the ids on its side rebuilds a set from.
     pub fn of(app: App, ids: Vec<String>, all: bool) -> Handle {
-        Handle { app, ids, all }
+        Handle::new(app, ids, all)
+    }
+
+    /// The run before it, when it is a chain's link sent by this process
+    /// (Celery's `AsyncResult.parent`): the previous link, whose own parent
+    /// is the one before.
+    pub fn parent(&self) -> Option<Handle> {
+        let (last, rest) = self.parents.split_last()?;
+        Some(Handle::new(self.app.clone(), vec![last.clone()], false).with_parents(rest.to_vec()))
+    }
+
+    /// When the run reached its final state (ms since the epoch; Celery's
+    /// `date_done`), `None` while it has not or nothing is stored. A set
+    /// answers its first run's.
+    pub async fn date_done(&self) -> Result<Option<i64>, Refused> {
+        let Some(b) = self.app.backend() else {
+            return Err(Refused::Missing("the app keeps no results".into()));
+        };
+        Ok(b.fetch(self.id())
+            .await?
+            .filter(|o| o.state.is_final())
+            .map(|o| o.at))
+    }
+
+    /// The runs its success sent on (Celery's `AsyncResult.children`): its
+    /// `link` callbacks and its chain's next link, once stored; empty
+    /// before. A set answers every part's, in order.
+    pub async fn children(&self) -> Result<Vec<String>, Refused> {
+        let Some(b) = self.app.backend() else {
+            return Err(Refused::Missing("the app keeps no results".into()));
+        };
+        let mut out = Vec::new();
+        for id in &self.ids {
+            if let Some(o) = b.fetch(id).await? {
+                out.extend(o.children);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes what is stored of the run or the set (Celery's
+    /// `AsyncResult.forget()`): afterwards it reads as PENDING.
+    pub async fn forget(&self) -> Result<(), Refused> {
+        let Some(b) = self.app.backend() else {
+            return Err(Refused::Missing("the app keeps no results".into()));
+        };
+        b.forget(&self.ids).await
     }
 
     /// The ids it waits on.

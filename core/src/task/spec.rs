@@ -294,6 +294,11 @@ pub trait Backend: Send + Sync + 'static {
         id: &'a str,
         timeout: Duration,
     ) -> BoxFuture<'a, Result<Option<Outcome>, Refused>>;
+
+    /// Removes the stored outcomes of `ids` (Celery's
+    /// `AsyncResult.forget()`): a fetch then finds nothing, and a later
+    /// store of one of them is kept again.
+    fn forget<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<(), Refused>>;
 }
 
 /// Counts the parts of a chord.

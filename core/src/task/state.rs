@@ -172,6 +172,11 @@ pub struct Outcome {
     /// STARTED and `result` holds the body's meta.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom: Option<String>,
+    /// The runs its success sent on — its `link` callbacks, its chain's
+    /// next link (or a group's parts after it) — as Celery records a
+    /// task's `children`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<String>,
 }
 
 impl Outcome {
@@ -186,6 +191,7 @@ impl Outcome {
             task: None,
             at,
             custom: None,
+            children: Vec::new(),
         }
     }
 

@@ -128,4 +128,20 @@ impl Backend for CeleryBroker {
             .await
         })
     }
+
+    fn forget<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<(), Refused>> {
+        Box::pin(async move {
+            if ids.is_empty() {
+                return Ok(());
+            }
+            let (epoch, mut c) = self.link.conn().await?;
+            let mut del = redis::cmd("DEL");
+            for id in ids {
+                del.arg(self.meta_key(id));
+            }
+            del.query_async::<()>(&mut c)
+                .await
+                .map_err(|e| self.link.fail(epoch, &e))
+        })
+    }
 }

@@ -154,7 +154,18 @@ pub fn encode_meta(o: &Outcome, group_id: Option<&str>, parent_id: Option<&str>)
         (State::Failure | State::Retry, None) => write_str(&mut out, "Exception: failed\n"),
         _ => out.push_str("null"),
     }
-    out.push_str(", \"children\": [], \"date_done\": ");
+    // Celery's `children`: each an AsyncResult's `as_tuple()`,
+    // `[[id, null], null]`.
+    out.push_str(", \"children\": [");
+    for (i, c) in o.children.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        out.push_str("[[");
+        write_str(&mut out, c);
+        out.push_str(", null], null]");
+    }
+    out.push_str("], \"date_done\": ");
     if o.state.is_final() {
         write_str(&mut out, &iso(o.at));
     } else {
@@ -259,6 +270,16 @@ pub fn decode_meta_value(id: &str, v: &Value) -> Result<Outcome, CodecError> {
         o.retries = u32::try_from(r).unwrap_or(u32::MAX);
     }
     o.task = v.get("name").and_then(Value::as_str).map(str::to_string);
+    // `[[id, parent], group members]` each; a group's own id is its first.
+    o.children = v
+        .get("children")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .filter_map(|c| c.get(0)?.get(0)?.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(o)
 }
 

@@ -58,6 +58,14 @@ impl Backend for MemoryBroker {
             }
         })
     }
+
+    fn forget<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<(), Refused>> {
+        let mut g = self.lock();
+        for id in ids {
+            g.results.remove(id);
+        }
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// What a chord's part set holds once its callback was sent.

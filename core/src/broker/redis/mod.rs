@@ -414,6 +414,19 @@ impl Backend for RedisBroker {
     ) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
         Box::pin(self.wait_inner(id, timeout))
     }
+
+    fn forget<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<(), Refused>> {
+        Box::pin(async move {
+            if ids.is_empty() {
+                return Ok(());
+            }
+            let mut del = ::redis::cmd("DEL");
+            for id in ids {
+                del.arg(self.result_key(id));
+            }
+            self.one(del, true).await.map(|_| ())
+        })
+    }
 }
 
 impl Counter for RedisBroker {

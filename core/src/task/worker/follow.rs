@@ -49,9 +49,14 @@ pub(super) async fn collect(app: &App, parts: &[String]) -> Result<Vec<Value>, F
 /// carries, given `arg`, as Celery 5.5 sends them (see
 /// [`crate::broker::celery::codec::apply_links`]). A signature that cannot
 /// be read is logged and skipped, as it cannot be run anywhere.
-async fn celery_links(app: &App, m: &Message, arg: Value, errors: bool) -> Result<(), Refused> {
+async fn celery_links(
+    app: &App,
+    m: &Message,
+    arg: Value,
+    errors: bool,
+) -> Result<Vec<String>, Refused> {
     let Some(c) = m.carried.as_deref() else {
-        return Ok(());
+        return Ok(Vec::new());
     };
     let (sigs, grouped) = if errors {
         (&c.errbacks, true)
@@ -59,7 +64,7 @@ async fn celery_links(app: &App, m: &Message, arg: Value, errors: bool) -> Resul
         (&c.callbacks, c.callbacks.len() > 1)
     };
     if sigs.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let (out, bad) =
         crate::broker::celery::codec::apply_links(sigs, &arg, m, grouped, |s| app.message_of(s));
@@ -75,10 +80,11 @@ async fn celery_links(app: &App, m: &Message, arg: Value, errors: bool) -> Resul
             ),
         );
     }
-    if out.is_empty() {
-        return Ok(());
+    let ids = out.iter().map(|n| n.id.clone()).collect();
+    if !out.is_empty() {
+        app.broker().publish(out).await?;
     }
-    app.broker().publish(out).await
+    Ok(ids)
 }
 
 /// Whether anything follows a success of `m`: Celery `link` callbacks, the
@@ -93,12 +99,18 @@ pub(super) fn follows(m: &Message) -> bool {
             .is_some_and(|c| !c.callbacks.is_empty())
 }
 
-/// Sends a success's Celery `link` callbacks and its chain's next link.
-pub(super) async fn send_links(app: &App, m: &Message, value: Value) -> Result<(), Refused> {
-    celery_links(app, m, value.clone(), false).await?;
+/// Sends a success's Celery `link` callbacks and its chain's next link;
+/// answers the ids sent (the run's children).
+pub(super) async fn send_links(
+    app: &App,
+    m: &Message,
+    value: Value,
+) -> Result<Vec<String>, Refused> {
+    let mut sent = celery_links(app, m, value.clone(), false).await?;
     if let Some((next, rest)) = m.chain.split_first() {
         if crate::broker::celery::codec::dicts::is_nested(next) {
-            return send_nested(app, m, next, rest, &value).await;
+            sent.extend(send_nested(app, m, next, rest, &value).await?);
+            return Ok(sent);
         }
         let mut n = app.message_of(next);
         if !next.immutable {
@@ -113,9 +125,10 @@ pub(super) async fn send_links(app: &App, m: &Message, value: Value) -> Result<(
         n.parent_id = Some(m.id.clone());
         n.group = m.group.clone();
         n.group_index = m.group_index;
-        return app.broker().publish(vec![n]).await;
+        sent.push(n.id.clone());
+        app.broker().publish(vec![n]).await?;
     }
-    Ok(())
+    Ok(sent)
 }
 
 /// Plans and publishes the group or chord `next` (a nested chain link),
@@ -126,7 +139,7 @@ async fn send_nested(
     next: &crate::task::message::Sig,
     rest: &[crate::task::message::Sig],
     value: &Value,
-) -> Result<(), Refused> {
+) -> Result<Vec<String>, Refused> {
     let mut c = crate::broker::celery::codec::dicts::canvas_of_nested(next)
         .map_err(|e| Refused::Invalid(format!("the chain after {}: {e}", m.id)))?;
     crate::task::canvas::given(&mut c, value);

@@ -111,7 +111,10 @@ pub(super) async fn settle_ran(
             // Links before the result, the chord's arrival after it (its
             // callback reads the parts' results): a stored success means
             // the links were sent, so a redelivery does not send them twice.
-            send_links(app, &m, v).await?;
+            let children = send_links(app, &m, v).await?;
+            if let Some(o) = outcomes.first_mut() {
+                o.children = children;
+            }
             w.write(outcomes, ev, None).await?;
             arrive(app, &m).await?;
             settle_late(w, policy.acks_late, receipt).await
