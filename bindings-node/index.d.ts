@@ -942,6 +942,12 @@ export declare class Handle<R = unknown> {
    * in order.
    */
   info(): Promise<Json>;
+  /** When it reached its final state (Celery's `date_done`): a Date, or null before or when nothing is stored. */
+  dateDone(): Promise<Date | null>;
+  /** The runs its success sent on — its `link` callbacks, its chain's next link (Celery's `children`); empty before. */
+  children(): Promise<Handle[]>;
+  /** Removes what is stored of it (Celery's `forget()`): it then reads PENDING. */
+  forget(): Promise<void>;
   /**
    * Revokes it: it will not start anywhere the broker reaches. With
    * `terminate` (`revoke(true)` or `revoke({ terminate: true, signal })`),

@@ -265,6 +265,18 @@ for (const b of brokers()) {
       assert.deepEqual(await (await chain(add.sig([1, 2]), group(add.sig([10]), mul.sig([2]))).send()).get(WAIT), [13, 6]);
       // A signature of a name.
       assert.equal(await (await app.sig('add', [7, 8]).send()).get(WAIT), 15);
+      // Celery's children, date_done and forget: the first link lists the next as its child.
+      const first = `first-${Date.now()}-${Math.random()}`;
+      const last = await chain(add.sig([1, 1], { id: first }), add.sig([1])).send();
+      assert.equal(await last.get(WAIT), 3);
+      const parent = app.handle(first);
+      assert.deepEqual((await parent.children()).map((h) => h.id), [last.id]);
+      assert.ok((await parent.dateDone()) instanceof Date);
+      assert.deepEqual(await last.children(), []);
+      await parent.forget();
+      assert.equal(await parent.state(), 'PENDING');
+      assert.equal(await parent.dateDone(), null);
+      assert.equal(await last.state(), 'SUCCESS');
     });
 
     test('a chord whose part fails fails its callback; a failed link fails the chain; a group reports FAILURE', async () => {

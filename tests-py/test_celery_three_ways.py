@@ -272,3 +272,24 @@ def test_the_dropin_project_imports_no_celery(proj: tuple[str, Any, Path]) -> No
     else:
         # Positive control: the Celery project does import Celery.
         assert "'celery'" in out.stdout
+
+
+def test_result_children_parent_date_done_and_forget(proj: tuple[str, Any, Path]) -> None:
+    import datetime
+
+    mode, m, _ = proj
+    uid = f"{mode}-{time.monotonic_ns()}"
+    r = m.add.apply_async((2, 3), link=m.echo.s().set(task_id=f"kid-{uid}"))
+    assert r.get(timeout=WAIT) == 5
+    assert m.app.AsyncResult(f"kid-{uid}").get(timeout=WAIT) == [5]
+    assert f"kid-{uid}" in [c.id for c in m.app.AsyncResult(r.id).children or ()], mode
+    done = m.app.AsyncResult(r.id).date_done
+    assert isinstance(done, datetime.datetime), (mode, done)
+    # A chain's result knows the link before it.
+    c = m.chain(m.add.s(1, 1), m.add.s(10)).delay()
+    assert c.get(timeout=WAIT) == 12
+    assert c.parent is not None and c.parent.get(timeout=WAIT) == 2, mode
+    # forget: the stored result goes; the control beside it stays.
+    m.app.AsyncResult(c.parent.id).forget()
+    assert m.app.AsyncResult(c.parent.id).state == "PENDING"
+    assert m.app.AsyncResult(c.id).state == "SUCCESS"

@@ -77,6 +77,41 @@ class Handle {
   }
 
   /**
+   * When it reached its final state (Celery's `date_done`): a Date, or
+   * null before or when nothing is stored. A group: its first part's.
+   */
+  dateDone() {
+    try {
+      const date = (ms) => (ms === null ? null : new Date(ms));
+      return answer(this.#app[APP].dateDone(this.#key, this.#all), (t) => date(parse(t)), date);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /**
+   * The runs its success sent on — its `link` callbacks, its chain's next
+   * link — as Handles (Celery's `children`); empty before.
+   */
+  children() {
+    try {
+      const handles = (ids) => ids.map((id) => new Handle(this.#app, [id], false));
+      return answer(this.#app[APP].children(this.#key, this.#all), (t) => handles(parse(t)), handles);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /** Removes what is stored of it (Celery's `forget()`): it then reads PENDING. */
+  forget() {
+    try {
+      return answer(this.#app[APP].forget(this.#key, this.#all), nothing, nothing);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /**
    * Revokes it: it will not start anywhere the broker reaches. With
    * `terminate` (`revoke(true)` or `revoke({ terminate: true, signal })`), a
    * run in progress stops — in whichever process on the broker runs it —

@@ -1065,6 +1065,20 @@ class Handle(Generic[_R_co]):
         ``message``, ``traceback``, ``module``) for a failure, a retry or a
         revoke, and None while nothing is stored. A group: the list of its
         parts', in order."""
+    def date_done(self) -> datetime | None:
+        """When it reached its final state (an aware UTC ``datetime``;
+        Celery's ``date_done``), None before or when nothing is stored."""
+    def children(self) -> list[Handle[Any]]:
+        """The runs its success sent on — its ``link`` callbacks, its
+        chain's next link — as handles (Celery's ``children``); empty
+        before."""
+    @property
+    def parent(self) -> Handle[Any] | None:
+        """The previous link, when it is a chain's link sent here (Celery's
+        ``parent``), else None."""
+    def forget(self) -> None:
+        """Removes what is stored of it (Celery's ``forget()``): it then
+        reads as PENDING."""
     def revoke(self, terminate: bool = False, signal: str | int = "SIGTERM") -> None:
         """Revokes it: it will not start anywhere the broker reaches. With
         ``terminate``, a run in progress stops — in whichever process on the

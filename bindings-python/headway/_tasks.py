@@ -30,6 +30,7 @@ from typing import (
     Protocol,
     TypeAlias,
     TypeVar,
+    cast,
     overload,
 )
 
@@ -159,7 +160,9 @@ class _Canvas(ABC):
         app = self._app()
         if app is None:
             raise ValueError("this canvas has no signature to take an app from")
-        return app._native.send_canvas(self._tree())
+        h = app._native.send_canvas(self._tree())
+        # headway.celery answers its own result type (Celery's AsyncResult).
+        return h if app._wrap_result is None else cast("Handle[Any]", app._wrap_result(h))
 
     def __or__(self, other: _Canvas) -> chain:
         if not isinstance(other, _Canvas):
@@ -618,6 +621,7 @@ class App:
         # What a served app's own settings say of its workers (a Celery
         # app's worker_prefetch_multiplier), under the command line's.
         self._worker_defaults: dict[str, Any] = {}
+        self._wrap_result: Callable[[Handle[Any]], Any] | None = None
 
     # -- registering ---------------------------------------------------
 

@@ -481,6 +481,51 @@ impl PyHandle {
         })
     }
 
+    /// When it reached its final state (an aware UTC `datetime`; Celery's
+    /// `date_done`), None before or when nothing is stored.
+    fn date_done<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        guard(|| {
+            let h = self.inner.clone();
+            let r = block(py, async move { h.date_done().await })?;
+            check(py, r)?
+                .map(|ms| crate::times::instant_out(py, ms))
+                .transpose()
+        })
+    }
+
+    /// The runs its success sent on — its `link` callbacks, its chain's
+    /// next link — as handles (Celery's `children`); empty before.
+    fn children(&self, py: Python<'_>) -> PyResult<Vec<PyHandle>> {
+        guard(|| {
+            let h = self.inner.clone();
+            let r = block(py, async move { h.children().await })?;
+            let app = self.inner.app_of();
+            Ok(check(py, r)?
+                .into_iter()
+                .map(|id| PyHandle {
+                    inner: app.handle(&id),
+                })
+                .collect())
+        })
+    }
+
+    /// The previous link, when it is a chain's link sent here (Celery's
+    /// `parent`), else None.
+    #[getter]
+    fn parent(&self) -> Option<PyHandle> {
+        self.inner.parent().map(|inner| PyHandle { inner })
+    }
+
+    /// Removes what is stored of it (Celery's `forget()`): it then reads
+    /// as PENDING.
+    fn forget(&self, py: Python<'_>) -> PyResult<()> {
+        guard(|| {
+            let h = self.inner.clone();
+            let r = block(py, async move { h.forget().await })?;
+            check(py, r)
+        })
+    }
+
     /// Revokes it: it will not start anywhere the broker reaches. With
     /// `terminate`, a run in progress stops — in whichever process on the
     /// broker runs it — and is recorded REVOKED (an async body is

@@ -493,6 +493,48 @@ impl NativeApp {
         drive(async move { h.info().await }, json_text, json_text)
     }
 
+    /// When the run (a set: its first) reached its final state: ms since
+    /// the epoch, or null (the core's `Handle::date_done`).
+    #[napi(js_name = "dateDone", catch_unwind)]
+    pub fn date_done(&self, ids: String, all: bool) -> napi::Result<Answer> {
+        let h = match handle_of(&self.app, &ids, all) {
+            Ok(h) => h,
+            Err(e) => return refused(e),
+        };
+        fn text(o: Option<i64>) -> String {
+            o.map_or_else(|| "null".to_string(), |ms| ms.to_string())
+        }
+        drive(async move { h.date_done().await }, text, text)
+    }
+
+    /// The ids its success sent on (the core's `Handle::children`), as a
+    /// JSON list.
+    #[napi(catch_unwind)]
+    pub fn children(&self, ids: String, all: bool) -> napi::Result<Answer> {
+        let h = match handle_of(&self.app, &ids, all) {
+            Ok(h) => h,
+            Err(e) => return refused(e),
+        };
+        fn text(ids: Vec<String>) -> String {
+            serde_json::to_string(&ids).unwrap_or_else(|_| "[]".to_string())
+        }
+        drive(async move { h.children().await }, text, text)
+    }
+
+    /// Removes what is stored of the run (or the set).
+    #[napi(catch_unwind)]
+    pub fn forget(&self, ids: String, all: bool) -> napi::Result<Answer> {
+        let h = match handle_of(&self.app, &ids, all) {
+            Ok(h) => h,
+            Err(e) => return refused(e),
+        };
+        drive(
+            async move { h.forget().await },
+            |()| String::new(),
+            |()| "null".to_string(),
+        )
+    }
+
     /// Records custom state `state` (none: the core's `PROGRESS`) with
     /// `meta` (JSON text from `lib/json.js`) for run `id` of `task` after
     /// `retries` failed attempts (the core's `App::record_state`).

@@ -84,6 +84,25 @@ class Request:
     """``self.request`` of a bound task: the run it is in, in Celery's words
     (the fields are the core's, as a served Celery app's request has them)."""
 
+    id: str | None
+    task: str | None
+    retries: int
+    eta: str | None
+    expires: str | None
+    group: str | None
+    group_index: int | None
+    chord: dict[str, Any] | None
+    callbacks: list[dict[str, Any]] | None
+    errbacks: list[dict[str, Any]] | None
+    delivery_info: dict[str, Any]
+    hostname: str | None
+    root_id: str | None
+    parent_id: str | None
+    correlation_id: str | None
+    reply_to: str | None
+    timelimit: tuple[float | None, float | None]
+    is_eager: bool
+
     def __init__(
         self,
         ctx: Any | None = None,
@@ -98,7 +117,8 @@ class Request:
             setattr(self, k, v)
         self.called_directly = ctx is None
         if ctx is not None:
-            self.timelimit = tuple(self.timelimit)
+            hard, soft = fields["timelimit"]
+            self.timelimit = (hard, soft)
 
     def __repr__(self) -> str:
         return f"<Request {self.task} {self.id}>"
@@ -336,6 +356,7 @@ class Celery:
             for m in self._include:
                 importlib.import_module(m)
             self._app = _make(self.conf)
+            self._app._wrap_result = lambda h: AsyncResult._of(h, self)
             for t in self.tasks.values():
                 _register(self, t)
             _builtins(self)

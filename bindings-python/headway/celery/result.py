@@ -8,12 +8,14 @@ A failed run's ``result`` is the exception ``get()`` would raise
 
 from __future__ import annotations
 
+import datetime
 from typing import TYPE_CHECKING, Any
 
 from .._errors import Revoked, TaskFailed
 from . import states
 
 if TYPE_CHECKING:
+    from .._native import Handle
     from .app import Celery
 
 
@@ -25,8 +27,15 @@ class AsyncResult:
 
         self.id = id
         self.app = app if app is not None else current_app()
-        self._handle = self.app.app.handle(id)
+        self._handle: Handle[Any] = self.app.app.handle(id)
 
+    @classmethod
+    def _of(cls, handle: Handle[Any], app: Celery) -> AsyncResult:
+        """The result a canvas send answered (a group's is the set; a
+        chain's knows its parents)."""
+        r = cls.__new__(cls)
+        r.id, r.app, r._handle = handle.id, app, handle
+        return r
     @property
     def task_id(self) -> str:
         """Celery's other name of ``id``."""
@@ -82,6 +91,27 @@ class AsyncResult:
         """The formatted traceback of a failed run, when its body's language had one."""
         r = self.result
         return r.traceback if isinstance(r, TaskFailed) else None
+
+    @property
+    def date_done(self) -> datetime.datetime | None:
+        """When the run reached its final state (aware UTC), else None."""
+        return self._handle.date_done()
+
+    @property
+    def children(self) -> list[AsyncResult]:
+        """The runs its success sent on: its ``link`` callbacks and its
+        chain's next link (empty before it succeeded)."""
+        return [AsyncResult._of(h, self.app) for h in self._handle.children()]
+
+    @property
+    def parent(self) -> AsyncResult | None:
+        """The previous link of the chain this result ends, when sent here."""
+        p = self._handle.parent
+        return None if p is None else AsyncResult._of(p, self.app)
+
+    def forget(self) -> None:
+        """Removes the stored result: the run then reads PENDING."""
+        self._handle.forget()
 
     def revoke(self, terminate: bool = False, signal: str | int = "SIGTERM", **_: Any) -> None:
         self._handle.revoke(terminate=terminate, signal=signal)

@@ -96,6 +96,11 @@ impl Handle {
         b.forget(&self.ids).await
     }
 
+    /// The app it belongs to.
+    pub fn app_of(&self) -> &App {
+        &self.app
+    }
+
     /// The ids it waits on.
     pub fn ids(&self) -> &[String] {
         &self.ids
