@@ -5,7 +5,8 @@
   (the first step off Celery: no code changed), Celery's client;
 - ``dropin``: the same files with ``celery`` imports swapped for
   ``headway.celery`` (the second step), headway's worker and client; the
-  project then imports no Celery at all (checked).
+  project then imports no Celery at all (checked), and runs in a fresh
+  virtualenv where Celery is not installed.
 
 Each runs on its own Redis database, Celery's layout; the project's state
 (attempt counters) is kept in files, since the worker is another process.
@@ -14,6 +15,7 @@ Each runs on its own Redis database, Celery's layout; the project's state
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -32,6 +34,7 @@ WAIT = 60.0
 PROJECT = '''
 import os
 from celery import Celery, chain, chord, group, signature
+from celery.exceptions import SoftTimeLimitExceeded
 
 URL = os.environ["THREE_URL"]
 app = Celery("proj", broker=URL, backend=URL)
@@ -111,6 +114,20 @@ def echo(*args):
     return list(args)
 
 
+@app.task(name="proj.slow", soft_time_limit=0.5)
+def slow():
+    # Busy in Python: the limit fires at once on every pool (a sleep in C
+    # would see it only when it returns on a threads pool).
+    import time
+    deadline = time.monotonic() + 10
+    try:
+        while time.monotonic() < deadline:
+            pass
+    except SoftTimeLimitExceeded:
+        return "soft limit"
+    return "ran out"
+
+
 @app.task(name="proj.on_error")
 def on_error(task_id):
     # One argument: Celery sends it as a task given the failed id, as headway does.
@@ -144,7 +161,7 @@ def proj(request: pytest.FixtureRequest, redis_server: RedisServer, tmp_path: Pa
     state.mkdir()
     src = textwrap.dedent(PROJECT)
     if mode == "dropin":
-        src = src.replace("from celery import", "from headway.celery import")
+        src = src.replace("from celery", "from headway.celery")
     name = f"three_{mode}_{os.getpid()}_{time.monotonic_ns()}"
     (tmp_path / f"{name}.py").write_text(src)
     env = {
@@ -222,6 +239,17 @@ def test_canvas(proj: tuple[str, Any, Path]) -> None:
     # it, it is a chord (Celery's upgrade).
     assert (m.add.s(1, 2) | m.group(m.add.s(10), m.add.s(20)) | m.tsum.s()).delay().get(timeout=WAIT) == 36, mode
     assert m.chain(m.add.s(1, 1), m.chord([m.add.s(1), m.add.s(2)], m.tsum.s()), m.add.s(100)).delay().get(timeout=WAIT) == 107
+    # A chain inside a group; immutable signatures; partial arguments merged.
+    assert m.group(m.chain(m.add.s(1, 1), m.add.s(10)), m.add.s(5, 5)).delay().get(timeout=WAIT) == [12, 10]
+    assert (m.add.s(1, 1) | m.add.si(5, 5)).delay().get(timeout=WAIT) == 10
+    assert m.add.s(1).delay(2).get(timeout=WAIT) == 3
+    assert m.chain(m.add.s(1), m.add.s(2)).delay(4).get(timeout=WAIT) == 7
+    assert m.chord([m.add.s(1, 1)], m.add.si(0, 9)).delay().get(timeout=WAIT) == 9
+
+
+def test_a_soft_time_limit(proj: tuple[str, Any, Path]) -> None:
+    mode, m, _ = proj
+    assert m.slow.delay().get(timeout=WAIT) == "soft limit", mode
 
 
 def test_links_and_the_request(proj: tuple[str, Any, Path]) -> None:
@@ -293,3 +321,56 @@ def test_result_children_parent_date_done_and_forget(proj: tuple[str, Any, Path]
     m.app.AsyncResult(c.parent.id).forget()
     assert m.app.AsyncResult(c.parent.id).state == "PENDING"
     assert m.app.AsyncResult(c.id).state == "SUCCESS"
+
+
+def test_the_dropin_project_runs_where_celery_is_not_installed(redis_server: RedisServer, tmp_path: Path) -> None:
+    """The second step, whole: the project's files with ``headway.celery``
+    imports, in a fresh virtualenv holding headway and not Celery, run their
+    tasks, retries, canvas and routes on headway alone."""
+    import site
+    import venv
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    py = env_dir / "bin" / "python"
+    # headway only: its installed package, by a path file, and nothing else.
+    import headway
+
+    pkg_root = Path(headway.__file__).resolve().parent.parent
+    only = tmp_path / "only-headway"
+    only.mkdir()
+    (only / "headway").symlink_to(pkg_root / "headway")
+    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    (Path(purelib) / "only_headway.pth").write_text(str(only) + "\n")
+    db = 40
+    redis_server.command("FLUSHDB", db=db)
+    url = f"redis://127.0.0.1:{redis_server.port}/{db}"
+    state = tmp_path / "state"
+    state.mkdir()
+    (tmp_path / "proj_nocelery.py").write_text(textwrap.dedent(PROJECT).replace("from celery", "from headway.celery"))
+    (tmp_path / "run_it.py").write_text(textwrap.dedent('''
+        import importlib.util, sys
+        assert importlib.util.find_spec("celery") is None, "celery is installed here"
+        import proj_nocelery as m
+        w = m.app.worker(concurrency=2)
+        w.start()
+        try:
+            assert m.add.delay(2, 3).get(timeout=30) == 5
+            assert m.bound_retry.delay("b").get(timeout=30) == ["done", 2]
+            assert m.auto.delay("a").get(timeout=30) == 3
+            assert (m.add.s(1, 2) | m.group(m.add.s(10), m.add.s(20)) | m.tsum.s()).delay().get(timeout=30) == 36
+            assert m.routed_ping.delay().get(timeout=30) == "pong"
+            assert m.slow.delay().get(timeout=30) == "soft limit"
+            assert "celery" not in sys.modules
+            print("RAN ON HEADWAY ALONE")
+        finally:
+            w.stop(5.0)
+    '''))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(THREE_URL=url, THREE_STATE=str(state), PYTHONPATH=str(tmp_path))
+    out = subprocess.run([str(py), "run_it.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "RAN ON HEADWAY ALONE" in out.stdout
+    # Positive control: this test's own interpreter does have Celery.
+    assert site.getsitepackages() and importlib.util.find_spec("celery") is not None

@@ -74,6 +74,16 @@ class SoftTimeLimitExceeded(Exception):
     """
 
 
+#: The class raised in a body past its soft limit: ``SoftTimeLimitExceeded``,
+#: or the subclass a served Celery app registers (Celery's as well, so a
+#: Celery task's ``except SoftTimeLimitExceeded`` catches it).
+_SOFT: list[type[BaseException]] = [SoftTimeLimitExceeded]
+
+
+def _raised_soft() -> type[BaseException]:
+    return _SOFT[0]
+
+
 def _ms(v: Any) -> Any:
     """Seconds as ms for the core; anything else as given (the core names
     what is wrong with it)."""

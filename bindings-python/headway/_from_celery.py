@@ -37,7 +37,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from ._errors import Ignore, Reject, TaskRetry
+from ._errors import _SOFT, Ignore, Reject, SoftTimeLimitExceeded, TaskRetry
 from ._native import current
 from ._tasks import App
 
@@ -88,6 +88,10 @@ def serve(capp: Any) -> App:
         backend = RedisBroker.celery(backend_url, result_expires=result_expires(conf.result_expires))
     app = App(broker, backend=backend)
     app._worker_defaults = worker_defaults(conf)
+    # A Celery task catches Celery's SoftTimeLimitExceeded: what headway
+    # raises in a body past its soft limit is both (in this process).
+    if not issubclass(_SOFT[0], cx.SoftTimeLimitExceeded):
+        _SOFT[0] = type("SoftTimeLimitExceeded", (SoftTimeLimitExceeded, cx.SoftTimeLimitExceeded), {})
     if conf.worker_send_task_events:
         # Celery's `worker_send_task_events` (its `-E`).
         app._native.enable_task_events()

@@ -41,7 +41,7 @@ from typing import Any
 
 from . import _native, _tracing
 from . import signals as _signals
-from ._errors import SoftTimeLimitExceeded
+from ._errors import _raised_soft
 
 #: How long ``close`` waits for its threads in all: the native loops look at
 #: their stop flag every 100 ms, so idle threads are gone in three slices; a
@@ -115,7 +115,7 @@ class Serving:
         self._threads.append(
             threading.Thread(
                 target=host.soften,
-                args=(self._flag, SoftTimeLimitExceeded),
+                args=(self._flag, _raised_soft()),
                 name=f"{name}-soft",
                 daemon=True,
             )

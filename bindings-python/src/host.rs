@@ -571,9 +571,12 @@ pub(crate) fn serve_child(
     // SAFETY: `python -m headway._child` is started by the core's process
     // pool with its socket on fd 3, and nothing else uses it.
     let mut conn = py.detach(|| unsafe { Conn::open() }).map_err(io)?;
+    // The class the app's module registered (a served Celery app's is
+    // Celery's too), looked up once the app is loaded.
     let exc: Py<PyAny> = py
-        .import("headway")?
-        .getattr("SoftTimeLimitExceeded")?
+        .import("headway._errors")?
+        .getattr("_raised_soft")?
+        .call0()?
         .unbind();
     let fired = host.clone();
     let timer = SoftTimer::new(move |seq| {
