@@ -691,9 +691,9 @@ def test_broker_errors_are_broker_error() -> None:
     with pytest.raises(ValueError, match="broker"):
         headway.App("amqp://localhost")
     # Brokers headway may speak later are refused by scheme, password hidden.
-    later_text = "redis\\+sentinel://, which headway does not speak yet"
+    later_text = "redis\\+cluster://, which headway does not speak yet"
     with pytest.raises(ValueError, match=later_text) as later:
-        headway.RedisBroker("redis+sentinel://:secret@h:26379/m")
+        headway.RedisBroker("redis+cluster://:secret@h:7000/")
     assert "secret" not in str(later.value)
     with pytest.raises(TypeError, match="clock"):
         headway.App(clock=object())  # type: ignore[arg-type]

@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 pub mod kit;
+pub mod sentinel;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -44,7 +45,7 @@ fn available() -> bool {
     ok
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     loop {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
         let p = l.local_addr().unwrap().port();

@@ -219,13 +219,19 @@ impl CeleryBroker {
             .consumer
             .clone()
             .unwrap_or_else(|| format!("headway@{}", codec::hostname()));
-        let client = super::link::client(&parsed, opts.tls_ca.as_deref())?;
+        if parsed.wait.is_some() {
+            return Err(Refused::Invalid(format!(
+                "invalid `url`: {parsed}: `?wait=` is for headway's own layout; \
+                 Celery's layout does not wait for replicas"
+            )));
+        }
+        let dialer = Arc::new(super::link::Dialer::new(&parsed, opts.tls_ca.as_deref())?);
         // 5 s to connect, 30 s for a reply; a failed dial waits 50 ms
         // doubling to 1 s before the next, without jitter.
         let backoff = Backoff::new(50 * MILLI, 2.0, 1_000 * MILLI, i32::MAX, Jitter::Rigid)
             .expect("a valid backoff");
         let link = Link::new(LinkSetup {
-            client,
+            dialer,
             url: parsed,
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(30),

@@ -82,7 +82,7 @@ pub use cluster::refuse_cluster;
 pub use inspect::EVENTS_KEPT;
 pub use options::RedisOptions;
 pub(crate) use tls::check_ca;
-pub use url::RedisUrl;
+pub use url::{RedisUrl, Topology, Wait};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -197,13 +197,16 @@ impl RedisBroker {
             }
             None => options::default_consumer(),
         };
-        let client = super::link::client(&parsed, options.tls_ca.as_deref())?;
+        let dialer = Arc::new(super::link::Dialer::new(
+            &parsed,
+            options.tls_ca.as_deref(),
+        )?);
         // 50 ms doubling to 2 s (ioredis's default cap), full jitter (AWS,
         // "Exponential Backoff and Jitter").
         let backoff = Backoff::new(50 * MILLI, 2.0, 2_000 * MILLI, i32::MAX, Jitter::Full)
             .expect("a valid backoff");
         let link = Link::new(LinkSetup {
-            client,
+            dialer,
             url: parsed.clone(),
             connect_timeout: CONNECT_TIMEOUT,
             response_timeout: RESPONSE_TIMEOUT,

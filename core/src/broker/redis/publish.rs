@@ -1,5 +1,6 @@
 //! Publishing: one Lua script per queue and chunk, so a queue's part of a
-//! publish is stored whole or not at all.
+//! publish is stored whole or not at all; with `?wait=N` a publish is
+//! confirmed only once N replicas have it.
 //!
 //! Why chunks: Redis runs one script at a time, so a publish of thousands
 //! is cut into scripts of [`CHUNK`] messages that each stay short.
@@ -13,7 +14,7 @@ use super::options::check_name;
 use super::scripts::evalsha;
 use super::wire::{step_arg, step_of};
 use crate::task::message::Message;
-use crate::task::state::Refused;
+use crate::task::state::{BrokerError, BrokerErrorKind, Refused};
 
 /// How many messages one publish script carries: keeps each script short
 /// (Redis runs one at a time) and Lua's stack small.
@@ -26,7 +27,38 @@ impl RedisBroker {
         }
         let mut p = ::redis::pipe();
         self.publish_cmds(&mut p, &messages)?;
-        self.run(&p, true).await.map(|_| ())
+        self.sent(&mut p).await
+    }
+
+    /// Runs a send's pipeline; with `?wait=N`, `WAIT N timeout` after it on
+    /// the same connection, and a send fewer than N replicas acknowledged
+    /// is refused (not confirmed: it may or may not survive a failover).
+    async fn sent(&self, p: &mut Pipeline) -> Result<(), Refused> {
+        let Some(w) = self.url.wait else {
+            return self.run(p, true).await.map(|_| ());
+        };
+        p.cmd("WAIT")
+            .arg(w.replicas)
+            .arg(w.timeout.as_millis() as u64);
+        let got = self.run(p, true).await?;
+        let acked = match got.last() {
+            Some(::redis::Value::Int(n)) => *n,
+            _ => -1,
+        };
+        if acked >= i64::from(w.replicas) {
+            return Ok(());
+        }
+        Err(Refused::Broker(BrokerError::new(
+            BrokerErrorKind::Server,
+            format!(
+                "{}: `wait`: {} of the {} replicas asked for acknowledged the send within \
+                 {} ms; the send is not confirmed (it may or may not survive a failover)",
+                self.url,
+                acked.max(0),
+                w.replicas,
+                w.timeout.as_millis()
+            ),
+        )))
     }
 
     /// Adds `SADD P:queues` for queues this process has not registered yet.
@@ -104,6 +136,6 @@ impl RedisBroker {
             .arg(self.key(queue, "ready:", "0"))
             .arg(raw)
             .ignore();
-        self.run(&p, true).await.map(|_| ())
+        self.sent(&mut p).await
     }
 }

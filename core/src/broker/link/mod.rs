@@ -16,7 +16,7 @@
 //! - [`Link::patiently`] runs an operation and, on a connection error or a
 //!   Redis still loading its data, waits for the link to come back for up
 //!   to `patience` before it refuses; any other error is answered at once.
-//! - [`Waiters`] keep one pub/sub connection. Each waited-for channel is
+//! - [`Waiters`] (`waiters.rs`) keep one pub/sub connection. Each waited-for channel is
 //!   subscribed while somebody waits on it and unsubscribed when the last
 //!   waiter leaves; when the connection goes away every waiter is woken to
 //!   look again and subscribe on a new one. Pattern subscriptions
@@ -24,16 +24,18 @@
 //!   standing: made again on every new connection, which the waiters
 //!   reconnect by themselves while any pattern stands.
 
-use std::collections::HashMap;
+mod dial;
+mod waiters;
+
+pub use dial::{Dialer, SENTINEL_PORT, moved};
+pub use waiters::{Decode, Handler, Waiters, Waiting};
+
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use redis::aio::{MultiplexedConnection, PubSubSink};
+use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, RedisError};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::error;
@@ -44,7 +46,8 @@ use crate::task::state::{BrokerError, BrokerErrorKind, Refused};
 
 /// What a [`Link`] is made of. Every value is the layout's choice.
 pub struct LinkSetup {
-    pub client: Client,
+    /// Where connections go: one Redis, or the primary its sentinels name.
+    pub dialer: Arc<Dialer>,
     /// Shown (redacted) in every refusal and log line.
     pub url: RedisUrl,
     /// How long dialling may take.
@@ -117,8 +120,9 @@ impl Link {
         &self.setup.url
     }
 
-    pub fn client(&self) -> &Client {
-        &self.setup.client
+    /// Where its connections go.
+    pub fn dialer(&self) -> &Arc<Dialer> {
+        &self.setup.dialer
     }
 
     pub fn response_timeout(&self) -> Duration {
@@ -153,10 +157,7 @@ impl Link {
         let cfg = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.setup.connect_timeout))
             .set_response_timeout(response_timeout);
-        self.setup
-            .client
-            .get_multiplexed_async_connection_with_config(&cfg)
-            .await
+        self.setup.dialer.connect(&cfg).await
     }
 
     /// The live connection and its epoch, dialling when there is none and
@@ -254,23 +255,26 @@ impl Link {
     /// Waiters on this link's Redis, reading what a message carries with
     /// `decode`. Must be called inside a tokio runtime.
     pub fn waiters<T: Clone + Send + 'static>(&self, decode: Decode<T>) -> Arc<Waiters<T>> {
-        Waiters::new(self.setup.client.clone(), self.setup.url.clone(), decode)
+        Waiters::with_dialer(self.setup.dialer.clone(), self.setup.url.clone(), decode)
     }
 
     /// `e`, answered on connection `epoch`, as a refusal; the connection is
-    /// dropped when `e` says it is gone, so the next call dials again.
+    /// dropped when `e` says it is gone or the node is no longer the
+    /// primary ([`moved`]), so the next call dials again.
     pub fn fail(&self, epoch: u64, e: &RedisError) -> Refused {
-        if conn_error(e) {
+        if conn_error(e) || moved(e) {
             self.broken(epoch, e);
         }
         self.refused(e)
     }
 
-    /// Drops connection `epoch` after a connection error, once.
+    /// Drops connection `epoch` after a connection error, once; with
+    /// Sentinel the next dial asks the sentinels for the primary again.
     pub fn broken(&self, epoch: u64, e: &RedisError) {
         let mut s = self.lock();
         if s.epoch == epoch && s.conn.is_some() {
             s.conn = None;
+            self.setup.dialer.forget();
             s.failures = s.failures.max(1);
             self.log(&format!(
                 "{}; connection lost, reconnecting",
@@ -289,8 +293,9 @@ impl Link {
         .await
     }
 
-    /// Runs `op` on the live connection. A connection error drops the
-    /// connection; it and a Redis still `LOADING` are retried — with
+    /// Runs `op` on the live connection. A connection error, a Redis still
+    /// `LOADING` and a node no longer the primary ([`moved`]) drop the
+    /// connection and are retried — with
     /// `patient`, for up to the setup's patience, waiting out the backoff
     /// (and making one last attempt at the deadline, whatever the backoff
     /// says: Redis may be back). Any other error is answered at once. Every
@@ -312,8 +317,10 @@ impl Link {
             let (why, retry_at) = match fail {
                 Fail::Down(why, at) => (why, at),
                 Fail::Redis(epoch, e) => {
-                    let lost = conn_error(&e);
-                    if !lost && e.code() != Some("LOADING") {
+                    // A node that is no longer the primary (a failover) is
+                    // left like a lost one.
+                    let lost = conn_error(&e) || moved(&e);
+                    if !lost {
                         return Err(self.refused(&e));
                     }
                     if lost {
@@ -344,23 +351,40 @@ impl Link {
 /// `tls_ca` (PEM roots) when given; `tls_ca` on a `redis://` URL is
 /// refused.
 pub fn client(parsed: &RedisUrl, tls_ca: Option<&[u8]>) -> Result<Client, Refused> {
+    node_client(parsed, &parsed.host, parsed.port, true, tls_ca)
+}
+
+/// The client of one node of `parsed` (a sentinel, a Cluster node, the
+/// primary a sentinel named) at `host:port`, over TLS when `parsed` is;
+/// with `data`, with `parsed`'s credentials and database (a sentinel gets
+/// neither: they are the data nodes').
+pub(crate) fn node_client(
+    parsed: &RedisUrl,
+    host: &str,
+    port: u16,
+    data: bool,
+    tls_ca: Option<&[u8]>,
+) -> Result<Client, Refused> {
     let addr = if parsed.tls {
         let _ = rustls::crypto::ring::default_provider().install_default();
         redis::ConnectionAddr::TcpTls {
-            host: parsed.host.clone(),
-            port: parsed.port,
+            host: host.to_string(),
+            port,
             insecure: false,
             tls_params: None,
         }
     } else {
-        redis::ConnectionAddr::Tcp(parsed.host.clone(), parsed.port)
+        redis::ConnectionAddr::Tcp(host.to_string(), port)
     };
-    let mut settings = redis::RedisConnectionInfo::default().set_db(parsed.db);
-    if let Some(u) = &parsed.username {
-        settings = settings.set_username(u);
-    }
-    if let Some(p) = &parsed.password {
-        settings = settings.set_password(p);
+    let mut settings = redis::RedisConnectionInfo::default();
+    if data {
+        settings = settings.set_db(parsed.db);
+        if let Some(u) = &parsed.username {
+            settings = settings.set_username(u);
+        }
+        if let Some(p) = &parsed.password {
+            settings = settings.set_password(p);
+        }
     }
     let bad = |e: RedisError| {
         Refused::Invalid(format!("invalid `url`: {}", parsed.scrub(&e.to_string())))
@@ -381,302 +405,5 @@ pub fn client(parsed: &RedisUrl, tls_ca: Option<&[u8]>) -> Result<Client, Refuse
             "invalid `tls_ca`: given for a redis:// URL; use rediss://".into(),
         )),
         (None, _) => Client::open(info).map_err(bad),
-    }
-}
-
-// ---------------------------------------------------------------- waiters
-
-/// Called with a channel and its message, for a pattern subscription.
-pub type Handler = Arc<dyn Fn(&str, &[u8]) + Send + Sync>;
-
-/// Reads what a waited-for channel's message carries (`None`: a wake-up
-/// only, the waiter looks for itself).
-pub type Decode<T> = Box<dyn Fn(&[u8]) -> Option<T> + Send + Sync>;
-
-struct Sub<T> {
-    count: usize,
-    notify: Arc<Notify>,
-    /// What a message carried (see [`Decode`]).
-    got: Option<T>,
-    /// The pub/sub connection it is subscribed on (0: none).
-    on: u64,
-}
-
-/// Waiters on pub/sub channels, over one pub/sub connection.
-pub struct Waiters<T> {
-    me: Weak<Waiters<T>>,
-    client: Client,
-    url: RedisUrl,
-    decode: Decode<T>,
-    subs: Mutex<HashMap<String, Sub<T>>>,
-    /// Standing pattern subscriptions, made again on every connection.
-    patterns: Mutex<Vec<(String, Handler)>>,
-    /// The live pub/sub connection's writing half and its number.
-    sink: tokio::sync::Mutex<Option<(u64, PubSubSink)>>,
-    epoch: AtomicU64,
-    rt: tokio::runtime::Handle,
-}
-
-/// One waiter's place on a channel: leaves it when dropped, however the
-/// wait ends (the last one out unsubscribes).
-pub struct Waiting<'a, T: Clone + Send + 'static> {
-    waiters: &'a Waiters<T>,
-    ch: String,
-    notify: Arc<Notify>,
-}
-
-impl<T: Clone + Send + 'static> Waiting<'_, T> {
-    /// Notified on every message on the channel and when the connection
-    /// goes away.
-    pub fn notify(&self) -> &Arc<Notify> {
-        &self.notify
-    }
-}
-
-impl<T: Clone + Send + 'static> Drop for Waiting<'_, T> {
-    fn drop(&mut self) {
-        let last = {
-            let mut g = self.waiters.lock();
-            match g.get_mut(&self.ch) {
-                Some(s) if s.count <= 1 => {
-                    g.remove(&self.ch);
-                    true
-                }
-                Some(s) => {
-                    s.count -= 1;
-                    false
-                }
-                None => false,
-            }
-        };
-        if last && let Some(w) = self.waiters.me.upgrade() {
-            let ch = std::mem::take(&mut self.ch);
-            self.waiters.rt.spawn(async move {
-                let mut sink = w.sink.lock().await;
-                // Still nobody waiting: unsubscribe (under the sink lock, so
-                // it cannot overtake a new waiter's subscribe).
-                if !w.lock().contains_key(&ch)
-                    && let Some((_, s)) = sink.as_mut()
-                {
-                    let _ = s.unsubscribe(&ch).await;
-                }
-            });
-        }
-    }
-}
-
-impl<T: Clone + Send + 'static> Waiters<T> {
-    /// Waiters on `client`'s Redis. Must be called inside a tokio runtime,
-    /// which runs the connection's reader.
-    pub fn new(client: Client, url: RedisUrl, decode: Decode<T>) -> Arc<Waiters<T>> {
-        Arc::new_cyclic(|me| Waiters {
-            me: me.clone(),
-            client,
-            url,
-            decode,
-            subs: Mutex::new(HashMap::new()),
-            patterns: Mutex::new(Vec::new()),
-            sink: tokio::sync::Mutex::new(None),
-            epoch: AtomicU64::new(0),
-            rt: tokio::runtime::Handle::current(),
-        })
-    }
-
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Sub<T>>> {
-        self.subs.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn refused(&self, e: &RedisError) -> Refused {
-        error::refused(
-            e,
-            format!("{}: {}", self.url, self.url.scrub(&e.to_string())),
-        )
-    }
-
-    /// Joins `ch`'s waiters (subscribe with [`Waiters::subscribe`]).
-    pub fn join(&self, ch: &str) -> Waiting<'_, T> {
-        let mut g = self.lock();
-        let e = g.entry(ch.to_string()).or_insert_with(|| Sub {
-            count: 0,
-            notify: Arc::new(Notify::new()),
-            got: None,
-            on: 0,
-        });
-        e.count += 1;
-        Waiting {
-            waiters: self,
-            ch: ch.to_string(),
-            notify: e.notify.clone(),
-        }
-    }
-
-    /// The number of the current (or last) pub/sub connection: it changes
-    /// when a new one is made, so a caller can tell what it may have missed.
-    pub fn connection(&self) -> u64 {
-        self.epoch.load(Ordering::SeqCst)
-    }
-
-    /// What a message on `ch` carried, if one did.
-    pub fn got(&self, ch: &str) -> Option<T> {
-        self.lock().get(ch).and_then(|s| s.got.clone())
-    }
-
-    /// The connection `ch` is subscribed on (0: none). A value that did
-    /// not change across a look means the look came after the subscribe.
-    pub fn on(&self, ch: &str) -> u64 {
-        self.lock().get(ch).map_or(0, |s| s.on)
-    }
-
-    fn wake_all(&self) {
-        for s in self.lock().values() {
-            s.notify.notify_waiters();
-        }
-    }
-
-    /// The live connection, made (with its reader, and the standing
-    /// patterns subscribed) when there is none.
-    async fn ensure<'g>(
-        &self,
-        sink: &'g mut Option<(u64, PubSubSink)>,
-    ) -> Result<&'g mut (u64, PubSubSink), Refused> {
-        if sink.is_none() {
-            let ps = self
-                .client
-                .get_async_pubsub()
-                .await
-                .map_err(|e| self.refused(&e))?;
-            let (mut s, stream) = ps.split();
-            let patterns: Vec<String> = self.patterns().iter().map(|(p, _)| p.clone()).collect();
-            for p in &patterns {
-                match s.psubscribe(p).await {
-                    Ok(()) => {}
-                    Err(e) if conn_error(&e) => return Err(self.refused(&e)),
-                    // Refused by Redis (an ACL without it): the other
-                    // patterns and every waiter still work; said once per
-                    // connection.
-                    Err(e) => crate::log::warn(
-                        "headway.redis",
-                        format_args!(
-                            "headway: {}; the pattern {p:?} is not heard",
-                            self.refused(&e)
-                        ),
-                    ),
-                }
-            }
-            let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
-            *sink = Some((epoch, s));
-            self.rt.spawn(read(self.me.clone(), stream, epoch));
-        }
-        Ok(sink.as_mut().expect("just made"))
-    }
-
-    fn patterns(&self) -> MutexGuard<'_, Vec<(String, Handler)>> {
-        self.patterns.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Subscribes `ch` on the live connection unless it already is.
-    pub async fn subscribe(&self, ch: &str) -> Result<(), Refused> {
-        let mut sink = self.sink.lock().await;
-        let (epoch, s) = self.ensure(&mut sink).await?;
-        if self.on(ch) != *epoch {
-            s.subscribe(ch).await.map_err(|e| self.refused(&e))?;
-            if let Some(e) = self.lock().get_mut(ch) {
-                e.on = *epoch;
-            }
-        }
-        Ok(())
-    }
-
-    /// Subscribes `pattern` for good: `handler` gets every message on a
-    /// matching channel, on this connection and every one after it (a lost
-    /// connection is made again in the background while a pattern stands).
-    /// Refused when Redis cannot be reached now; the pattern still stands
-    /// and is subscribed as soon as Redis is back.
-    pub async fn psubscribe(&self, pattern: &str, handler: Handler) -> Result<(), Refused> {
-        let mut sink = self.sink.lock().await;
-        let fresh = sink.is_none();
-        self.patterns().push((pattern.to_string(), handler));
-        // A new connection subscribes every standing pattern itself.
-        let (_, s) = match self.ensure(&mut sink).await {
-            Ok(s) => s,
-            Err(e) => {
-                self.rt.spawn(reconnect(self.me.clone()));
-                return Err(e);
-            }
-        };
-        if !fresh {
-            s.psubscribe(pattern).await.map_err(|e| self.refused(&e))?;
-        }
-        Ok(())
-    }
-}
-
-/// After a lost connection: makes a new one while patterns stand and the
-/// waiters are kept, waiting 50 ms doubling to 1 s between attempts.
-///
-/// Boxed: it and the reader spawn each other, so its type is spelled out.
-fn reconnect<T: Clone + Send + 'static>(
-    weak: Weak<Waiters<T>>,
-) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
-    Box::pin(async move {
-        let mut wait = Duration::from_millis(50);
-        loop {
-            let Some(w) = weak.upgrade() else { return };
-            if w.patterns().is_empty() {
-                return;
-            }
-            let mut sink = w.sink.lock().await;
-            if sink.is_some() || w.ensure(&mut sink).await.is_ok() {
-                return;
-            }
-            drop(sink);
-            drop(w);
-            tokio::time::sleep(wait).await;
-            wait = (wait * 2).min(Duration::from_secs(1));
-        }
-    })
-}
-
-/// Reads connection `epoch`'s messages until it goes away, then wakes
-/// every waiter to subscribe on a new one (and makes one for the patterns).
-async fn read<T: Clone + Send + 'static>(
-    weak: Weak<Waiters<T>>,
-    mut stream: redis::aio::PubSubStream,
-    epoch: u64,
-) {
-    while let Some(msg) = stream.next().await {
-        let Some(w) = weak.upgrade() else { return };
-        let ch = msg.get_channel_name();
-        if msg.from_pattern() {
-            let pattern: String = msg.get_pattern().unwrap_or_default();
-            let handlers: Vec<Handler> = w
-                .patterns()
-                .iter()
-                .filter(|(p, _)| *p == pattern)
-                .map(|(_, h)| h.clone())
-                .collect();
-            for h in handlers {
-                h(ch, msg.get_payload_bytes());
-            }
-            continue;
-        }
-        let got = (w.decode)(msg.get_payload_bytes());
-        if let Some(s) = w.lock().get_mut(ch) {
-            if got.is_some() {
-                s.got = got;
-            }
-            s.notify.notify_waiters();
-        }
-    }
-    if let Some(w) = weak.upgrade() {
-        let mut sink = w.sink.lock().await;
-        if sink.as_ref().is_some_and(|(g, _)| *g == epoch) {
-            *sink = None;
-        }
-        drop(sink);
-        w.wake_all();
-        if !w.patterns().is_empty() {
-            w.rt.spawn(reconnect(weak));
-        }
     }
 }
