@@ -62,21 +62,24 @@ impl PyRedisBroker {
     /// `visibility_timeout` (seconds): how long a claim may stay unacked
     /// before any consumer's restore hands it back — kombu's 3600 s.
     /// `task_send_sent_event`: a `task-sent` event for each message sent
-    /// (Celery's setting of that name).
+    /// (Celery's setting of that name). `master_name`: with Celery's
+    /// Sentinel URL (`sentinel://h1:26379;sentinel://h2:26379`), the master
+    /// the sentinels watch.
     #[staticmethod]
-    #[pyo3(signature = (url, consumer=None, visibility_timeout=None, *, task_send_sent_event=false), text_signature = "(url, consumer=None, visibility_timeout=3600.0, *, task_send_sent_event=False)")]
+    #[pyo3(signature = (url, consumer=None, visibility_timeout=None, *, task_send_sent_event=false, master_name=None), text_signature = "(url, consumer=None, visibility_timeout=3600.0, *, task_send_sent_event=False, master_name=None)")]
     fn celery(
         url: &str,
         consumer: Option<String>,
         visibility_timeout: Option<&Bound<'_, PyAny>>,
         task_send_sent_event: bool,
+        master_name: Option<String>,
     ) -> PyResult<Self> {
         guard(|| {
             let vt = match visibility_timeout {
                 Some(v) if !v.is_none() => Some(span_ms("visibility_timeout", v)?),
                 _ => None,
             };
-            let t = Target::celery(url, consumer, vt)
+            let t = Target::celery_on(url, master_name.as_deref(), consumer, vt)
                 .map(|t| t.task_send_sent_event(task_send_sent_event));
             Ok(PyRedisBroker { target: target(t)? })
         })
