@@ -273,3 +273,92 @@ async fn a_graceful_failover_is_followed_after_readonly() {
         "and what was replicated: {ready}"
     );
 }
+
+/// Celery's layout and a shared limit on the same Sentinel URL follow a
+/// `kill -9` of the primary too: both dial through the one link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn celery_layout_and_a_shared_limit_follow_a_kill_of_the_primary() {
+    use headway_core::broker::celery::{CeleryBroker, CeleryOptions};
+    use headway_core::limit::SharedBucket;
+
+    let Some(mut s) = Sentinels::start() else {
+        return;
+    };
+    let first = s.primary_port().unwrap();
+    let url = s.url("");
+    // ?wait= is the own layout's: Celery's refuses it, naming it.
+    let e = CeleryBroker::connect(
+        &s.url("?wait=1"),
+        CeleryOptions::default(),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("`?wait=`"), "{e}");
+    let Err(e) = SharedBucket::new(&s.url("?wait=1"), "k", 1.0, None) else {
+        panic!("a limit with ?wait= is refused");
+    };
+    let e = e.to_string();
+    assert!(e.contains("`?wait=`"), "{e}");
+
+    let o = CeleryOptions {
+        consumer: Some("celery-sentinel".into()),
+        ..CeleryOptions::default()
+    };
+    let cb = CeleryBroker::connect(&url, o, Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let capp = App::new(cb.seams(), Arc::new(SystemClock));
+    capp.register(
+        "mul",
+        Policy::default(),
+        body(|_, args| async move {
+            Ok(json!(
+                args[0].as_i64().unwrap_or(0) * args[1].as_i64().unwrap_or(0)
+            ))
+        }),
+    )
+    .unwrap();
+    let w = Worker::new(capp.clone(), WorkerConfig::default()).unwrap();
+    let w2 = w.clone();
+    let running = tokio::spawn(async move { w2.run().await.unwrap() });
+    let bucket = SharedBucket::new(&url, "sentinel-bucket", 1000.0, Some(1000.0)).unwrap();
+    let mul = |a: i64, b: i64| {
+        let capp = capp.clone();
+        async move {
+            let h = capp
+                .send_task(
+                    "mul",
+                    vec![json!(a), json!(b)],
+                    Map::new(),
+                    Options::default(),
+                )
+                .await
+                .unwrap();
+            h.get(Some(Duration::from_secs(30))).await.unwrap()
+        }
+    };
+    assert_eq!(mul(6, 7).await, json!(42));
+    assert!(bucket.take(1.0).await.unwrap());
+
+    s.node(first).kill();
+    until(
+        Duration::from_secs(30),
+        "the sentinels name a new primary",
+        || s.primary_port().is_some_and(|p| p != first),
+    );
+    let second = s.primary_port().unwrap();
+    assert_ne!(first, second, "positive control: the primary changed");
+    // Sent, run and answered on the new primary; the limit answers there.
+    assert_eq!(mul(3, 5).await, json!(15));
+    assert!(bucket.take(1.0).await.unwrap());
+    let new = s.nodes.iter().find(|n| n.port == second).unwrap();
+    assert!(
+        new.cli(&["KEYS", "*sentinel-bucket*"])
+            .contains("sentinel-bucket"),
+        "the limit's key is on the new primary"
+    );
+    w.stop(Duration::from_secs(2));
+    running.await.unwrap();
+}

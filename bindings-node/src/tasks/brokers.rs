@@ -88,7 +88,7 @@ impl NativeRedis {
                 consumer,
                 visibility_timeout.map(ms),
             )
-                .map(|t| t.task_send_sent_event(task_send_sent_event.unwrap_or(false))),
+            .map(|t| t.task_send_sent_event(task_send_sent_event.unwrap_or(false))),
         )
     }
 
