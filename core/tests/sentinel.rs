@@ -302,6 +302,14 @@ async fn celery_layout_and_a_shared_limit_follow_a_kill_of_the_primary() {
     let e = e.to_string();
     assert!(e.contains("`?wait=`"), "{e}");
 
+    // A master the sentinels do not watch is refused at connect, named.
+    let wrong = url.replace("/mymaster/", "/nope/");
+    let e = RedisBroker::connect(&wrong, RedisOptions::default(), Arc::new(SystemClock))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("knows no master named \"nope\""), "{e}");
+
     let o = CeleryOptions {
         consumer: Some("celery-sentinel".into()),
         ..CeleryOptions::default()

@@ -27,6 +27,10 @@ fn refusal(e: TargetError) -> Refusal {
             arg: "visibility_timeout",
             why,
         } => Refusal::invalid(format!("invalid `visibilityTimeout`: {why}")),
+        TargetError::Invalid {
+            arg: "master_name",
+            why,
+        } => Refusal::invalid(format!("invalid `masterName`: {why}")),
         e => Refusal::invalid(e.to_string()),
     }
 }

@@ -387,6 +387,14 @@ impl Target {
         consumer: Option<String>,
         visibility_timeout_ms: Option<i64>,
     ) -> Result<Target, TargetError> {
+        if url.to_ascii_lowercase().starts_with("sentinel://")
+            && master_name.is_none_or(str::is_empty)
+        {
+            return Err(TargetError::Invalid {
+                arg: "master_name",
+                why: "a sentinel:// URL needs the name of the master the sentinels watch",
+            });
+        }
         let canonical = RedisUrl::from_celery_sentinel(url, master_name)
             .map_err(|e| TargetError::Url(e.to_string()))?;
         let url = canonical.as_deref().unwrap_or(url);

@@ -279,3 +279,37 @@ impl Dialer {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error Redis answers with `reply`.
+    fn reply(reply: &str) -> RedisError {
+        redis::parse_redis_value(format!("-{reply}\r\n").as_bytes())
+            .unwrap()
+            .extract_error()
+            .unwrap_err()
+    }
+
+    #[test]
+    fn signs_of_a_failover() {
+        for r in [
+            "READONLY You can't write against a read only replica.",
+            "MASTERDOWN Link with MASTER is down",
+            "LOADING Redis is loading the dataset in memory",
+            "MOVED 3999 127.0.0.1:6381",
+        ] {
+            assert!(moved(&reply(r)), "{r}");
+        }
+        for r in [
+            "OOM command not allowed",
+            "NOSCRIPT No matching script",
+            "ERR x",
+        ] {
+            assert!(!moved(&reply(r)), "{r}");
+        }
+        let io: RedisError = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "x").into();
+        assert!(!moved(&io));
+    }
+}

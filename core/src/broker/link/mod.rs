@@ -177,8 +177,15 @@ impl Link {
                 s.epoch += 1;
                 if s.failures > 0 {
                     crate::task::metrics::reconnected();
+                    // With Sentinel, which node is the primary now.
+                    let on = self
+                        .setup
+                        .dialer
+                        .primary()
+                        .map(|(h, p)| format!(" on the primary at {h}:{p}"))
+                        .unwrap_or_default();
                     self.log(&format!(
-                        "{}: reconnected after {} attempt(s); resuming",
+                        "{}: reconnected after {} attempt(s){on}; resuming",
                         self.setup.url, s.failures
                     ));
                 }
