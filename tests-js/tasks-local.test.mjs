@@ -255,9 +255,9 @@ test('bad brokers, backends and clocks are refused, the password never shown', (
   assert.throws(() => new App({ clock: {} }), { name: 'TypeError', message: /"clock"/ });
   assert.throws(() => new App({ brokr: 'memory://' }), { name: 'TypeError', message: /unexpected option "brokr"/ });
   assert.throws(() => new headway.RedisBroker('http://nope'), { name: 'RangeError' });
-  assert.throws(() => new headway.RedisBroker('redis+cluster://:secret@h:7000/'), (e) => {
+  assert.throws(() => new headway.RedisBroker('amqps://u:secret@h:5671/'), (e) => {
     assert.equal(e.name, 'RangeError');
-    assert.match(e.message, /redis\+cluster:\/\/, which headway does not speak yet/);
+    assert.match(e.message, /amqps:\/\/, which headway does not speak yet/);
     assert.ok(!e.message.includes('secret'), e.message);
     return true;
   });

@@ -142,7 +142,6 @@ fn celery_options() {
 #[test]
 fn later_schemes_are_refused_by_name() {
     for (u, scheme) in [
-        ("redis+cluster://h:7000", "redis+cluster"),
         ("amqp://u:secret@h/", "amqp"),
         ("pyamqp://guest@localhost//", "pyamqp"),
         ("AMQPS://u:secret@h:5671/vh", "amqps"),
@@ -193,6 +192,10 @@ fn sentinel_urls_name_the_layouts() {
         "redis+sentinel://:***@s1:26379,s2:26380/mymaster/1?wait=1&wait_timeout=1000"
     );
     assert!(Target::url("broker", "rediss+sentinel://s1/m").is_ok());
+    // And on a Cluster, named by its seeds.
+    let t = Target::url("broker", "redis+cluster://:pw@a:7000,b:7001/").unwrap();
+    assert!(matches!(t.layout(), Layout::Headway(_)));
+    assert_eq!(t.shown(), "redis+cluster://:***@a:7000,b:7001/");
     // Celery's Sentinel URL needs the master's name, given apart.
     let (_, m) = invalid(Target::url("broker", "sentinel://s1:26379"));
     assert!(

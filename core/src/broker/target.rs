@@ -12,7 +12,7 @@
 //! own Redis layout, or Celery's ([`Layout`]). Celery's layout is never
 //! chosen from a bare URL — one `redis://` URL could mean either — so it is
 //! asked for by name ([`Target::celery`]). Schemes of brokers headway may
-//! speak later (Cluster, AMQP) are recognised and refused by name
+//! speak later (AMQP) are recognised and refused by name
 //! ([`TargetError::NotYet`]) rather than reported as nonsense.
 //!
 //! A target connects on first use with the clock of the app that uses it
@@ -34,7 +34,7 @@ use crate::task::spec::Broker;
 use crate::task::state::Refused;
 
 /// Schemes of brokers headway does not speak yet, refused by name.
-const NOT_YET: &[&str] = &["redis+cluster", "amqp", "pyamqp", "amqps"];
+const NOT_YET: &[&str] = &["amqp", "pyamqp", "amqps"];
 
 /// What every refusal of a URL lists as accepted.
 const ACCEPTED: &str = "memory://, redis:// or rediss://";
@@ -61,7 +61,7 @@ pub fn redact(url: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TargetError {
-    /// A broker headway does not speak yet (Cluster, AMQP).
+    /// A broker headway does not speak yet (AMQP).
     NotYet {
         /// The argument, as the caller named it (`broker`, `url`).
         arg: String,
@@ -305,8 +305,8 @@ impl Target {
 
     /// What a bare URL means, `arg` naming the argument for the refusal:
     /// `memory://` (or `memory`) a fresh in-process broker; `redis://`,
-    /// `rediss://` and their `+sentinel` forms headway's own layout with
-    /// its default options.
+    /// `rediss://` and their `+sentinel` and `+cluster` forms headway's own
+    /// layout with its default options.
     pub fn url(arg: &str, text: &str) -> Result<Target, TargetError> {
         let lower = text.to_ascii_lowercase();
         if lower == "memory://" || lower == "memory" {
@@ -318,6 +318,8 @@ impl Target {
             "rediss://",
             "redis+sentinel://",
             "rediss+sentinel://",
+            "redis+cluster://",
+            "rediss+cluster://",
         ]
         .iter()
         .any(|s| lower.starts_with(s))

@@ -75,6 +75,17 @@ impl Cluster {
                 cli(p, &["CLUSTER", "INFO"]).contains("cluster_state:ok")
             });
         }
+        // Every replica in sync: one that never synced cannot take over.
+        until(Duration::from_secs(30), "three replicas in sync", || {
+            c.ports
+                .iter()
+                .filter(|p| {
+                    let r = cli(**p, &["INFO", "replication"]);
+                    r.contains("role:slave") && r.contains("master_link_status:up")
+                })
+                .count()
+                == 3
+        });
         Some(c)
     }
 
@@ -84,6 +95,8 @@ impl Cluster {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
+            // A replica may take over however long its primary was away.
+            .args(["--cluster-replica-validity-factor", "0"])
             .arg("--cluster-config-file")
             .arg(&conf)
             .arg("--dir")
@@ -109,8 +122,9 @@ impl Cluster {
         format!("redis+cluster://{}/{query}", hosts.join(","))
     }
 
-    /// The port of the primary serving `key`'s slot now.
-    pub fn primary_of(&self, key: &str) -> u16 {
+    /// The port of the primary serving `key`'s slot now, as a live node
+    /// sees it (`None` while none does: mid-failover).
+    pub fn primary_of(&self, key: &str) -> Option<u16> {
         for &p in &self.ports {
             if !self.alive(p) {
                 continue;
@@ -129,17 +143,33 @@ impl Cluster {
                         && (a..=b).contains(&slot)
                     {
                         let addr = f[1].split('@').next().unwrap();
-                        return addr.rsplit(':').next().unwrap().parse().unwrap();
+                        return addr.rsplit(':').next().unwrap().parse().ok();
                     }
                 }
             }
         }
-        panic!("no primary serves {key:?}")
+        None
     }
 
     fn alive(&self, port: u16) -> bool {
         let i = self.ports.iter().position(|p| *p == port).unwrap();
         self.children[i].is_some()
+    }
+
+    /// Waits until the replica of the primary on `port` has everything the
+    /// primary wrote (its acknowledged offset is the primary's).
+    pub fn replicated(&self, port: u16) {
+        until(Duration::from_secs(10), "the replica caught up", || {
+            let r = cli(port, &["INFO", "replication"]);
+            let field = |name: &str| {
+                r.lines()
+                    .find_map(|l| l.trim().strip_prefix(name).map(str::to_string))
+            };
+            let Some(at) = field("master_repl_offset:") else {
+                return false;
+            };
+            field("slave0:").is_some_and(|s| s.contains(&format!("offset={at},")))
+        });
     }
 
     /// Kills the node on `port` (SIGKILL).

@@ -8,6 +8,7 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod kit;
 pub mod sentinel;
 

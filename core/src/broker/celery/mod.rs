@@ -148,7 +148,7 @@ pub struct CeleryBroker {
     /// through a short outage).
     link: Link,
     /// BRPOP's own connection (no response timeout: it blocks).
-    blocking: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
+    blocking: tokio::sync::Mutex<Option<crate::broker::link::Conn>>,
     /// Result waiters and the pidbox patterns, on one pub/sub connection.
     waiters: Arc<Waiters<()>>,
     db: i64,
@@ -214,6 +214,16 @@ impl CeleryBroker {
         // `rediss://`, `tls_ca`) and its redaction: only the parsed URL is
         // ever shown, so no password reaches a log, encoded or not.
         let parsed = RedisUrl::parse(url)?;
+        if matches!(
+            parsed.topology,
+            crate::broker::redis::Topology::Cluster { .. }
+        ) {
+            // Celery keeps `unacked` beside every queue, in other slots.
+            return Err(Refused::Invalid(format!(
+                "invalid `url`: {parsed}: Celery's layout does not run on Redis Cluster \
+                 (neither does kombu's Redis transport)"
+            )));
+        }
         let db = parsed.db;
         let node = opts
             .consumer

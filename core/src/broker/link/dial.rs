@@ -18,8 +18,12 @@
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use redis::aio::{MultiplexedConnection, PubSub};
-use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Value};
+use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value,
+};
 
 use crate::broker::redis::{RedisUrl, Topology};
 use crate::task::state::Refused;
@@ -44,6 +48,69 @@ pub fn moved(e: &RedisError) -> bool {
         .is_some_and(|errs| errs.iter().any(|(_, s)| CODES.contains(&s.code())))
 }
 
+/// A command connection: to one node, or to a Redis Cluster, where
+/// redis-rs's cluster client sends each command to its slot's primary and
+/// follows MOVED and ASK itself.
+///
+/// On a Cluster a pipeline is sent one command at a time, in order, each
+/// to its own slot's node: redis-rs sends a pipeline whole to one node, and
+/// the layouts' pipelines mix queues (slots). A pipeline is not atomic on
+/// one node either, so only its round trips change; a command refused is
+/// answered in its place, as on one node.
+#[derive(Clone)]
+pub enum Conn {
+    One(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::One(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::One(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => Box::pin(async move {
+                if pipeline.is_transaction() {
+                    // MULTI/EXEC must stay whole (one slot, the caller's
+                    // business).
+                    return c.req_packed_commands(pipeline, offset, count).await;
+                }
+                let mut out = Vec::with_capacity(pipeline.len());
+                for cmd in pipeline.cmd_iter() {
+                    match c.req_packed_command(cmd).await {
+                        Ok(v) => out.push(v),
+                        Err(e) if e.is_io_error() || e.is_timeout() => return Err(e),
+                        Err(e) => match e.clone().into_server_errors() {
+                            Some(errs) if errs.len() == 1 => {
+                                out.push(Value::ServerError(errs[0].1.clone()))
+                            }
+                            _ => return Err(e),
+                        },
+                    }
+                }
+                Ok(out.into_iter().skip(offset).take(count).collect())
+            }),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::One(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 struct Sentinels {
     master: String,
     /// The sentinels, the last that answered first.
@@ -58,6 +125,8 @@ pub struct Dialer {
     url: RedisUrl,
     direct: Option<Client>,
     sentinel: Option<Sentinels>,
+    /// A Cluster's client (its seed nodes).
+    cluster: Option<ClusterClient>,
     /// How long asking one sentinel may take.
     ask_timeout: Duration,
 }
@@ -79,6 +148,7 @@ impl Dialer {
             url,
             direct: Some(client),
             sentinel: None,
+            cluster: None,
             ask_timeout: Duration::from_secs(2),
         }
     }
@@ -106,14 +176,23 @@ impl Dialer {
                         tls_ca: tls_ca.map(<[u8]>::to_vec),
                         current: Mutex::new(None),
                     }),
+                    cluster: None,
                     ask_timeout: Duration::from_secs(2),
                 })
             }
-            Topology::Cluster { .. } => Err(Refused::Invalid(format!(
-                "invalid `url`: {parsed} is a Redis Cluster; this part of headway \
-                 talks to one primary (use redis:// or redis+sentinel://)"
-            ))),
+            Topology::Cluster { nodes } => Ok(Dialer {
+                url: parsed.clone(),
+                direct: None,
+                sentinel: None,
+                cluster: Some(cluster_client(parsed, nodes, tls_ca)?),
+                ask_timeout: Duration::from_secs(2),
+            }),
         }
+    }
+
+    /// Whether it reaches a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
     }
 
     /// The primary last named by the sentinels (`None` without Sentinel,
@@ -130,8 +209,15 @@ impl Dialer {
         }
     }
 
-    /// The client of the node to dial now.
+    /// The client of the node to dial now (a Cluster has none: it is
+    /// refused as a client error).
     pub async fn client(&self) -> Result<Client, RedisError> {
+        if self.cluster.is_some() {
+            return Err(RedisError::from((
+                ErrorKind::Client,
+                "a Redis Cluster is not one node",
+            )));
+        }
         let Some(s) = &self.sentinel else {
             return Ok(self.direct.clone().expect("a direct dialer has its client"));
         };
@@ -218,10 +304,10 @@ impl Dialer {
 
     /// A connection to the node to dial now; with Sentinel, checked to be
     /// the primary.
-    pub async fn connect(
-        &self,
-        cfg: &AsyncConnectionConfig,
-    ) -> Result<MultiplexedConnection, RedisError> {
+    pub async fn connect(&self, cfg: &AsyncConnectionConfig) -> Result<Conn, RedisError> {
+        if let Some(cluster) = &self.cluster {
+            return cluster.get_async_connection().await.map(Conn::Cluster);
+        }
         let client = self.client().await?;
         let made = client
             .get_multiplexed_async_connection_with_config(cfg)
@@ -239,11 +325,25 @@ impl Dialer {
             self.forget();
             return Err(e);
         }
-        Ok(c)
+        Ok(Conn::One(c))
     }
 
-    /// A pub/sub connection to the node to dial now.
+    /// A pub/sub connection to the node to dial now; on a Cluster, to the
+    /// first seed node that answers (a PUBLISH reaches every node).
     pub async fn pubsub(&self) -> Result<PubSub, RedisError> {
+        if let Some(Topology::Cluster { nodes }) = self.cluster.as_ref().map(|_| &self.url.topology)
+        {
+            let mut last = None;
+            for (h, p) in nodes {
+                let c = super::node_client(&self.url, h, *p, true, None)
+                    .map_err(|e| gone("cannot dial a node", e.to_string()))?;
+                match c.get_async_pubsub().await {
+                    Ok(ps) => return Ok(ps),
+                    Err(e) => last = Some(e),
+                }
+            }
+            return Err(last.unwrap_or_else(|| gone("no node", "no Cluster node".into())));
+        }
         let client = self.client().await?;
         client
             .get_async_pubsub()
@@ -278,6 +378,47 @@ impl Dialer {
             format!("{at} answers ROLE {name:?}, not the primary; asking the sentinels again"),
         ))
     }
+}
+
+/// The cluster client for `parsed`'s seed `nodes`: its credentials, TLS
+/// as `parsed` asks (verified, against `tls_ca` when given), and
+/// timeouts of its own (the cluster client's slot refreshes and MOVED/ASK
+/// retries are its own; a lost node shows as an I/O error to the link).
+fn cluster_client(
+    parsed: &RedisUrl,
+    nodes: &[(String, u16)],
+    tls_ca: Option<&[u8]>,
+) -> Result<ClusterClient, Refused> {
+    let infos: Vec<redis::ConnectionInfo> = nodes
+        .iter()
+        .map(|(h, p)| {
+            super::node_client(parsed, h, *p, true, None).map(|c| c.get_connection_info().clone())
+        })
+        .collect::<Result<_, _>>()?;
+    let mut b = ClusterClientBuilder::new(infos)
+        .connection_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(10))
+        .retries(4)
+        .min_retry_wait(50)
+        .max_retry_wait(1000);
+    if let Some(u) = &parsed.username {
+        b = b.username(u);
+    }
+    if let Some(p) = &parsed.password {
+        b = b.password(p);
+    }
+    if parsed.tls {
+        b = b.tls(redis::TlsMode::Secure);
+        if let Some(pem) = tls_ca {
+            crate::broker::redis::check_ca(pem)?;
+            b = b.certs(redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.to_vec()),
+            });
+        }
+    }
+    b.build()
+        .map_err(|e| Refused::Invalid(format!("invalid `url`: {}", parsed.scrub(&e.to_string()))))
 }
 
 #[cfg(test)]

@@ -27,14 +27,13 @@
 mod dial;
 mod waiters;
 
-pub use dial::{Dialer, SENTINEL_PORT, moved};
+pub use dial::{Conn, Dialer, SENTINEL_PORT, moved};
 pub use waiters::{Decode, Handler, Waiters, Waiting};
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, RedisError};
 use tokio::time::Instant;
 
@@ -84,7 +83,7 @@ pub fn conn_error(e: &RedisError) -> bool {
 }
 
 struct LinkState {
-    conn: Option<MultiplexedConnection>,
+    conn: Option<Conn>,
     epoch: u64,
     failures: i32,
     retry_at: Option<Instant>,
@@ -150,10 +149,7 @@ impl Link {
 
     /// A connection of its own (not the shared one), e.g. for a blocking
     /// command; `response_timeout: None` waits as long as the command does.
-    pub async fn dedicated(
-        &self,
-        response_timeout: Option<Duration>,
-    ) -> Result<MultiplexedConnection, RedisError> {
+    pub async fn dedicated(&self, response_timeout: Option<Duration>) -> Result<Conn, RedisError> {
         let cfg = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.setup.connect_timeout))
             .set_response_timeout(response_timeout);
@@ -162,7 +158,7 @@ impl Link {
 
     /// The live connection and its epoch, dialling when there is none and
     /// the backoff allows.
-    pub async fn get(&self) -> Result<(u64, MultiplexedConnection), Fail> {
+    pub async fn get(&self) -> Result<(u64, Conn), Fail> {
         if let Some(r) = self.ready() {
             return r;
         }
@@ -213,7 +209,7 @@ impl Link {
         }
     }
 
-    fn ready(&self) -> Option<Result<(u64, MultiplexedConnection), Fail>> {
+    fn ready(&self) -> Option<Result<(u64, Conn), Fail>> {
         let s = self.lock();
         if let Some(c) = &s.conn {
             return Some(Ok((s.epoch, c.clone())));
@@ -236,7 +232,7 @@ impl Link {
 
     /// The live connection and its epoch, or why there is none: one
     /// attempt, for a layout that handles the error itself ([`Link::fail`]).
-    pub async fn conn(&self) -> Result<(u64, MultiplexedConnection), Refused> {
+    pub async fn conn(&self) -> Result<(u64, Conn), Refused> {
         self.get().await.map_err(|f| match f {
             Fail::Down(why, _) => why,
             Fail::Redis(epoch, e) => self.fail(epoch, &e),
@@ -246,8 +242,8 @@ impl Link {
     /// Dials the first connection, so that a layout's connect is refused at
     /// once by a Redis that cannot be reached (the refusal put after
     /// `unreachable`, each layout's own words) or that is a Cluster node
-    /// (the layouts' keys are in no hash slot of their own).
-    pub async fn first(&self, unreachable: &str) -> Result<MultiplexedConnection, Refused> {
+    /// named as one Redis (`redis://`: a plain client meets MOVED).
+    pub async fn first(&self, unreachable: &str) -> Result<Conn, Refused> {
         let (_, mut c) = self.conn().await.map_err(|why| match why {
             Refused::Broker(e) => Refused::Broker(BrokerError {
                 kind: e.kind,
@@ -255,7 +251,9 @@ impl Link {
             }),
             other => other,
         })?;
-        refuse_cluster(&mut c, &self.setup.url).await?;
+        if let Conn::One(one) = &mut c {
+            refuse_cluster(one, &self.setup.url).await?;
+        }
         Ok(c)
     }
 
@@ -309,7 +307,7 @@ impl Link {
     /// error is shown with the URL redacted.
     pub async fn patiently<T, F, Fut>(&self, patient: bool, mut op: F) -> Result<T, Refused>
     where
-        F: FnMut(MultiplexedConnection) -> Fut,
+        F: FnMut(Conn) -> Fut,
         Fut: Future<Output = Result<T, RedisError>>,
     {
         let start = Instant::now();

@@ -89,7 +89,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use ::redis::aio::MultiplexedConnection;
+use crate::broker::link::Conn;
 
 use crate::flow::{Backoff, Jitter, MILLI};
 use crate::task::app::Seams;
@@ -120,6 +120,10 @@ fn log(what: &str) {
 pub struct RedisBroker {
     me: Weak<RedisBroker>,
     url: RedisUrl,
+    /// On a Redis Cluster: every script touches its own slot only, so the
+    /// claim does not read revoked marks (the worker asks), a round's
+    /// results are stored one call each, and late acks follow their stores.
+    cluster: bool,
     link: Link,
     prefix: String,
     consumer: String,
@@ -140,7 +144,7 @@ pub struct RedisBroker {
     /// Queues this consumer has claimed from: their leases are refreshed.
     touched: Mutex<HashSet<String>>,
     /// Idle dedicated connections for blocking claims.
-    blockers: Mutex<Vec<MultiplexedConnection>>,
+    blockers: Mutex<Vec<Conn>>,
     pending: Mutex<Vec<Pending>>,
     /// Results Redis refused to write, their late acks waiting (`store.rs`).
     unstored: Mutex<Vec<store::Unstored>>,
@@ -220,9 +224,11 @@ impl RedisBroker {
         let waiters = link.waiters(Box::new(|b| {
             wire::unstored(b).filter(|o| o.state.is_final())
         }));
+        let cluster = link.dialer().is_cluster();
         let broker = Arc::new_cyclic(|me| RedisBroker {
             me: me.clone(),
             url: parsed,
+            cluster,
             link,
             prefix: options.prefix,
             consumer,

@@ -13,6 +13,7 @@ use super::RedisBroker;
 use super::options::check_name;
 use super::scripts::evalsha;
 use super::wire::{step_arg, step_of};
+use crate::broker::link::Conn;
 use crate::task::message::Message;
 use crate::task::state::{BrokerError, BrokerErrorKind, Refused};
 
@@ -27,23 +28,30 @@ impl RedisBroker {
         }
         let mut p = ::redis::pipe();
         self.publish_cmds(&mut p, &messages)?;
-        self.sent(&mut p).await
+        let mut queues: Vec<&str> = messages.iter().map(|m| m.queue.as_str()).collect();
+        queues.sort_unstable();
+        queues.dedup();
+        self.sent(&mut p, &queues).await
     }
 
     /// Runs a send's pipeline; with `?wait=N`, `WAIT N timeout` after it on
     /// the same connection, and a send fewer than N replicas acknowledged
     /// is refused (not confirmed: it may or may not survive a failover).
-    async fn sent(&self, p: &mut Pipeline) -> Result<(), Refused> {
+    async fn sent(&self, p: &mut Pipeline, queues: &[&str]) -> Result<(), Refused> {
         let Some(w) = self.url.wait else {
             return self.run(p, true).await.map(|_| ());
         };
-        p.cmd("WAIT")
-            .arg(w.replicas)
-            .arg(w.timeout.as_millis() as u64);
-        let got = self.run(p, true).await?;
-        let acked = match got.last() {
-            Some(::redis::Value::Int(n)) => *n,
-            _ => -1,
+        let acked = if self.cluster {
+            self.waited_on_cluster(p, queues, w).await?
+        } else {
+            p.cmd("WAIT")
+                .arg(w.replicas)
+                .arg(w.timeout.as_millis() as u64);
+            let got = self.run(p, true).await?;
+            match got.last() {
+                Some(::redis::Value::Int(n)) => *n,
+                _ => -1,
+            }
         };
         if acked >= i64::from(w.replicas) {
             return Ok(());
@@ -136,6 +144,49 @@ impl RedisBroker {
             .arg(self.key(queue, "ready:", "0"))
             .arg(raw)
             .ignore();
-        self.sent(&mut p).await
+        self.sent(&mut p, &[queue]).await
+    }
+}
+
+impl RedisBroker {
+    /// On a Cluster: runs the send, then `WAIT` on the primary of each
+    /// queue's slot, over the connection the send went on (the cluster
+    /// client keeps one per node); answers the fewest replicas any slot's
+    /// write reached, -1 when the connection changed in between (nothing
+    /// can be said of the send's writes).
+    async fn waited_on_cluster(
+        &self,
+        p: &Pipeline,
+        queues: &[&str],
+        w: super::Wait,
+    ) -> Result<i64, Refused> {
+        use ::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        self.run(p, true).await?;
+        let sent_on = self.link.epoch();
+        let (epoch, c) = self.link.conn().await?;
+        let Conn::Cluster(mut c) = c else {
+            return Ok(-1);
+        };
+        if epoch != sent_on {
+            return Ok(-1);
+        }
+        let mut least = i64::MAX;
+        for q in queues {
+            let route = Route::with_key(self.base(q), SlotAddr::Master);
+            let mut wait = ::redis::cmd("WAIT");
+            wait.arg(w.replicas).arg(w.timeout.as_millis() as u64);
+            let got = c
+                .route_command(
+                    wait,
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                )
+                .await
+                .map_err(|e| self.link.fail(epoch, &e))?;
+            least = least.min(match got {
+                ::redis::Value::Int(n) => n,
+                _ => -1,
+            });
+        }
+        Ok(if least == i64::MAX { -1 } else { least })
     }
 }

@@ -41,6 +41,25 @@ impl RedisBroker {
     /// to make once it is stored) to `p`, one per [`STORE_CHUNK`]; their
     /// replies are not ignored: see [`RedisBroker::stores_failed`].
     pub(super) fn add_stores(&self, p: &mut Pipeline, items: &[(&Outcome, Option<&Receipt>)]) {
+        if self.cluster {
+            // One key, its own slot: no count index, the late ack after
+            // (see `acks_after`).
+            for (o, _) in items {
+                let mut c = ::redis::cmd("EVALSHA");
+                c.arg(&self.scripts.store.sha)
+                    .arg(1)
+                    .arg(self.result_key(&o.id))
+                    .arg(self.result_ms)
+                    .arg(NOTIFY_CAP)
+                    .arg("0")
+                    .arg(stored(o))
+                    .arg(if o.state.is_final() { "1" } else { "0" })
+                    .arg("")
+                    .arg("");
+                p.add_command(c);
+            }
+            return;
+        }
         for chunk in items.chunks(STORE_CHUNK) {
             let mut c = ::redis::cmd("EVALSHA");
             c.arg(&self.scripts.store.sha)
@@ -49,7 +68,7 @@ impl RedisBroker {
                 c.arg(self.result_key(&o.id));
             }
             c.arg(self.count_keys().collect::<Vec<_>>());
-            c.arg(self.result_ms).arg(NOTIFY_CAP);
+            c.arg(self.result_ms).arg(NOTIFY_CAP).arg("1");
             for (o, late) in chunk {
                 c.arg(stored(o))
                     .arg(if o.state.is_final() { "1" } else { "0" });
@@ -88,8 +107,38 @@ impl RedisBroker {
     }
 
     /// How many replies [`RedisBroker::add_stores`] adds for `n` items.
-    pub(super) fn store_calls(n: usize) -> usize {
-        n.div_ceil(STORE_CHUNK)
+    pub(super) fn store_calls(&self, n: usize) -> usize {
+        if self.cluster {
+            n
+        } else {
+            n.div_ceil(STORE_CHUNK)
+        }
+    }
+
+    /// On a Cluster, the late acks of results stored (a held list is in
+    /// its queue's slot, a result in its own, so the store script cannot
+    /// make them): made now, after the store answered. Failing, the claim
+    /// stays held and comes back by the sweep or `recover()`; the run's
+    /// stored result is found then, and it is not run again.
+    pub(super) async fn acks_after<'a>(&self, late: impl Iterator<Item = &'a Receipt>) {
+        if !self.cluster {
+            return;
+        }
+        let mut p = ::redis::pipe();
+        for rc in late {
+            if let Some(el) = &rc.raw {
+                p.cmd("LREM")
+                    .arg(self.key(&rc.queue, "held:", &self.consumer))
+                    .arg(HELD_OLDEST_FIRST)
+                    .arg(&**el)
+                    .ignore();
+            }
+        }
+        if !p.is_empty()
+            && let Err(e) = self.run(&p, true).await
+        {
+            log(&format!("{}: late acks after their results: {e}", self.url));
+        }
     }
 
     /// Reads the store calls' replies: the index and Redis's reason for
@@ -192,6 +241,7 @@ impl RedisBroker {
                 landed.push(r);
             }
         }
+        self.acks_after(landed.iter()).await;
         self.settled(landed.iter());
         if !again.is_empty() {
             log(&format!(
@@ -234,10 +284,17 @@ impl RedisBroker {
             p.cmd("GET").arg(self.revoked_key(id));
         }
         let got = self.run(&p, true).await?;
-        let calls = Self::store_calls(items.len()).min(got.len());
+        let calls = self.store_calls(items.len()).min(got.len());
         let (stores, asked) = got.split_at(calls);
         let bad = Self::stores_failed(stores, items.len());
         let failed: HashSet<usize> = bad.iter().map(|(i, _)| *i).collect();
+        self.acks_after(
+            r.after
+                .iter()
+                .filter(|(i, _)| *i < r.outcomes.len() && !failed.contains(i))
+                .map(|(_, rc)| rc),
+        )
+        .await;
         self.settled(
             r.acks.iter().chain(
                 r.after

@@ -1,8 +1,10 @@
--- store: KEYS the result keys, one per outcome, then the seven count
--- indexes P:count:<STATE> in State::ALL order (PENDING RECEIVED STARTED
--- RETRY SUCCESS FAILURE REVOKED); ARGV ttl ms, notify cap (bytes), then for
--- each result key "<STATE>|<json>", final (1/0), and its run's late ack:
--- the held list and the exact held element ('' '' for none).
+-- store: KEYS the result keys, one per outcome, then (when indexed) the
+-- seven count indexes P:count:<STATE> in State::ALL order (PENDING RECEIVED
+-- STARTED RETRY SUCCESS FAILURE REVOKED); ARGV ttl ms, notify cap (bytes),
+-- indexed (1/0: on a Cluster each call stores one key, its slot's, with no
+-- index and no late ack), then for each result key "<STATE>|<json>", final
+-- (1/0), and its run's late ack: the held list and the exact held element
+-- ('' '' for none).
 -- One call stores a whole round's results: a script call costs Redis more
 -- than the few commands inside it, so one per result was the largest cost
 -- of a drain (docs/redis-layout.md).
@@ -26,9 +28,12 @@
 -- the error Redis gave for that key (a string: not stored, not acked).
 local states = {'PENDING', 'RECEIVED', 'STARTED', 'RETRY', 'SUCCESS', 'FAILURE', 'REVOKED'}
 local index = {}
-local n = #KEYS - #states
-for i, s in ipairs(states) do
-  index[s] = KEYS[n + i]
+local n = #KEYS
+if ARGV[3] == '1' then
+  n = #KEYS - #states
+  for i, s in ipairs(states) do
+    index[s] = KEYS[n + i]
+  end
 end
 local ttl = ARGV[1]
 local cap = tonumber(ARGV[2])
@@ -42,7 +47,7 @@ local function failed(r)
 end
 for i = 1, n do
   local key = KEYS[i]
-  local j = 4 * i - 1
+  local j = 4 * i
   local value = ARGV[j]
   local head = redis.pcall('GETRANGE', key, 0, 7)
   if failed(head) then
