@@ -27,7 +27,8 @@ use headway_core::broker::celery::{CeleryBroker, CeleryOptions};
 use headway_core::broker::{RedisBroker, RedisOptions};
 use headway_core::flow::SECOND;
 use headway_core::limit::SharedWindow;
-use headway_core::task::spec::Broker;
+use headway_core::task::State;
+use headway_core::task::spec::{Broker, Inspector};
 use headway_core::task::{
     App, Canvas, Failure, Options, Policy, Sig, SystemClock, Worker, WorkerConfig, body,
 };
@@ -245,6 +246,25 @@ async fn the_own_layout_runs_tasks_chains_and_chords_across_slots() {
     assert_eq!(kept.get(T).await.unwrap(), json!(7));
     let e = r.get(Some(Duration::from_secs(2))).await.unwrap_err();
     assert!(e.to_string().to_lowercase().contains("revoked"), "{e}");
+    // The inspector across nodes: the per-state counts (their indexes in
+    // slots of their own) and the queues.
+    let counts = b.counts().await.unwrap();
+    let ok = counts.get(&State::Success).copied().unwrap_or(0);
+    assert!(ok >= 8, "successes counted: {counts:?}");
+    assert!(
+        counts.get(&State::Revoked).copied().unwrap_or(0) >= 1,
+        "{counts:?}"
+    );
+    let queues: BTreeSet<String> = b
+        .queues()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|q| q.name)
+        .collect();
+    for q in ["qa", "qb", "qc"] {
+        assert!(queues.contains(q), "{queues:?}");
+    }
     w.stop(Duration::from_secs(2));
     running.await.unwrap();
 }

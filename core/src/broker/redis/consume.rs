@@ -298,6 +298,10 @@ impl RedisBroker {
             if queues.len() > 1 {
                 block = block.min(SLICE);
             }
+            if self.cluster {
+                // Within the cluster client's reply timeout (10 s).
+                block = block.min(Duration::from_secs(5));
+            }
             let rx = self.block(&queues[0], block);
             let got = if virt {
                 tokio::select! {

@@ -141,6 +141,75 @@ impl RedisBroker {
         }
     }
 
+    /// On a Cluster, the count indexes of what the store calls for `items`
+    /// wrote (each reply is the flag and the state the key held before):
+    /// moved from the old state's index to the new one's, expiring with
+    /// the result, as `store.lua` does on one Redis. Answers the replies as
+    /// [`RedisBroker::stores_failed`] reads them (the flags only). Best
+    /// effort: a count that failed to move is logged, the result stands.
+    pub(super) async fn index_after(
+        &self,
+        replies: &[Value],
+        items: &[(&Outcome, Option<&Receipt>)],
+    ) -> Vec<Value> {
+        if !self.cluster {
+            return replies.to_vec();
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let expires = now + self.result_ms;
+        let mut p = ::redis::pipe();
+        let mut touched = HashSet::new();
+        let mut flags = Vec::with_capacity(replies.len());
+        for (r, (o, _)) in replies.iter().zip(items) {
+            let (flag, was) = match r {
+                Value::Array(a) => (a.first().cloned().unwrap_or(Value::Nil), a.get(1)),
+                other => (other.clone(), None),
+            };
+            if int(&flag) == Some(1) {
+                let key = self.result_key(&o.id);
+                let new = o.state.name();
+                if let Some(was) = was
+                    .and_then(bytes)
+                    .filter(|w| !w.is_empty() && *w != new.as_bytes())
+                {
+                    p.cmd("ZREM")
+                        .arg(format!(
+                            "{}count:{}",
+                            self.prefix,
+                            String::from_utf8_lossy(was)
+                        ))
+                        .arg(&key)
+                        .ignore();
+                }
+                p.cmd("ZADD")
+                    .arg(format!("{}count:{new}", self.prefix))
+                    .arg(expires)
+                    .arg(&key)
+                    .ignore();
+                touched.insert(new);
+            }
+            flags.push(Value::Array(vec![flag]));
+        }
+        for s in touched {
+            p.cmd("ZREMRANGEBYSCORE")
+                .arg(format!("{}count:{s}", self.prefix))
+                .arg("-inf")
+                .arg(now)
+                .ignore();
+        }
+        if !p.is_empty()
+            && let Err(e) = self.run(&p, false).await
+        {
+            log(&format!(
+                "{}: the count indexes were not updated: {e}",
+                self.url
+            ));
+        }
+        flags
+    }
+
     /// Reads the store calls' replies: the index and Redis's reason for
     /// every item not stored (and so not acked).
     pub(super) fn stores_failed(replies: &[Value], n: usize) -> Vec<(usize, String)> {
@@ -177,6 +246,7 @@ impl RedisBroker {
         let mut p = ::redis::pipe();
         self.add_stores(&mut p, &items);
         let got = self.run(&p, true).await?;
+        let got = self.index_after(&got, &items).await;
         match Self::stores_failed(&got, items.len()).first() {
             None => Ok(()),
             Some((i, why)) => Err(Refused::broker(
@@ -230,6 +300,7 @@ impl RedisBroker {
                 return;
             }
         };
+        let got = self.index_after(&got, &items).await;
         let bad = Self::stores_failed(&got, kept.len());
         let mut again = Vec::new();
         let mut landed = Vec::new();
@@ -286,7 +357,8 @@ impl RedisBroker {
         let got = self.run(&p, true).await?;
         let calls = self.store_calls(items.len()).min(got.len());
         let (stores, asked) = got.split_at(calls);
-        let bad = Self::stores_failed(stores, items.len());
+        let stores = self.index_after(stores, &items).await;
+        let bad = Self::stores_failed(&stores, items.len());
         let failed: HashSet<usize> = bad.iter().map(|(i, _)| *i).collect();
         self.acks_after(
             r.after

@@ -26,6 +26,7 @@
 -- trimmed here, for the states this call touched.
 -- Answers one flag per result key: 1 written, 0 refused (final already), or
 -- the error Redis gave for that key (a string: not stored, not acked).
+-- Unindexed (one key): its flag and the state the key held before.
 local states = {'PENDING', 'RECEIVED', 'STARTED', 'RETRY', 'SUCCESS', 'FAILURE', 'REVOKED'}
 local index = {}
 local n = #KEYS
@@ -42,6 +43,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expires = now + tonumber(ttl)
 local touched = {}
 local out = {}
+-- The state each key held before a write (unindexed calls answer it, so
+-- the caller keeps the indexes: on a Cluster they are in another slot).
+local before = {}
 local function failed(r)
   return type(r) == 'table' and r.err
 end
@@ -60,6 +64,7 @@ for i = 1, n do
       out[i] = set.err
     else
       local was = string.match(head, '^(%u+)|')
+      before[i] = was or ''
       if was and index[was] then
         redis.call('ZREM', index[was], key)
       end
@@ -85,5 +90,10 @@ for i = 1, n do
 end
 for s in pairs(touched) do
   redis.call('ZREMRANGEBYSCORE', index[s], '-inf', now)
+end
+if ARGV[3] ~= '1' then
+  -- One key: its flag, and the state it held before ('' when none, or
+  -- when not written).
+  return {out[1], before[1] or ''}
 end
 return out
