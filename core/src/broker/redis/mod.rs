@@ -41,6 +41,12 @@
 //!   answers onto the request's `P:control:reply:<ticket>` list (a minute's
 //!   expiry).
 //!
+//! The same layout runs through Redis Sentinel (`redis+sentinel://`: the
+//! link follows the primary) and on a Redis Cluster (`redis+cluster://`:
+//! each queue's keys in one slot; the claim's revoked read and a round's
+//! stores, which span slots on one Redis, are done apart there — see the
+//! `cluster` field and `docs/high-availability.md`).
+//!
 //! Connections reconnect with headway's own capped, jittered backoff
 //! ([`crate::flow::Backoff`]) and say so in the log; writes wait through a
 //! short outage (`patience`) rather than fail; a URL's password is never
