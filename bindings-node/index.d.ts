@@ -1327,7 +1327,9 @@ export declare class RedisBroker {
    * workers and producers. `visibilityTimeout` ms: how long a claim may stay
    * unacked before any consumer hands it back (kombu's 3600 s).
    * `taskSendSentEvent`: a `task-sent` event for each message sent
-   * (Celery's `task_send_sent_event`; off).
+   * (Celery's `task_send_sent_event`; off). `masterName`: with Celery's
+   * Sentinel URL (`sentinel://h1:26379;sentinel://h2:26379`), the master the
+   * sentinels watch.
    */
   static celery(
     url: string,
@@ -1335,6 +1337,7 @@ export declare class RedisBroker {
       consumer?: string | undefined;
       visibilityTimeout?: number | undefined;
       taskSendSentEvent?: boolean | undefined;
+      masterName?: string | undefined;
     },
   ): RedisBroker;
   /** The URL, password redacted (`redis://user:***@host`). */

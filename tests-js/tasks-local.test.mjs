@@ -259,13 +259,22 @@ test('bad brokers, backends and clocks are refused, the password never shown', (
   assert.throws(() => new App({ clock: {} }), { name: 'TypeError', message: /"clock"/ });
   assert.throws(() => new App({ brokr: 'memory://' }), { name: 'TypeError', message: /unexpected option "brokr"/ });
   assert.throws(() => new headway.RedisBroker('http://nope'), { name: 'RangeError' });
-  assert.throws(() => new headway.RedisBroker('redis+sentinel://:secret@h:26379/m'), (e) => {
+  assert.throws(() => new headway.RedisBroker('amqps://u:secret@h:5671/'), (e) => {
     assert.equal(e.name, 'RangeError');
-    assert.match(e.message, /redis\+sentinel:\/\/, which headway does not speak yet/);
+    assert.match(e.message, /amqps:\/\/, which headway does not speak yet/);
     assert.ok(!e.message.includes('secret'), e.message);
     return true;
   });
   assert.throws(() => new headway.RedisBroker('redis://localhost', { lease: 0 }), { name: 'RangeError', message: /lease/ });
+  // Sentinel: headway's layout by URL, Celery's with the master named apart.
+  const hs = new headway.RedisBroker('redis+sentinel://:secret@s1,s2:26380/mymaster/1?wait=1');
+  assert.equal(hs.url, 'redis+sentinel://:***@s1:26379,s2:26380/mymaster/1?wait=1&wait_timeout=1000');
+  const cs = headway.RedisBroker.celery('sentinel://:secret@s1:26379;sentinel://s2:26380', { masterName: 'mymaster' });
+  assert.equal(cs.layout, 'celery');
+  assert.equal(cs.url, 'redis+sentinel://:***@s1:26379,s2:26380/mymaster/0');
+  assert.throws(() => headway.RedisBroker.celery('sentinel://s1:26379'), { name: 'RangeError', message: /masterName/ });
+  assert.throws(() => headway.RedisBroker.celery('sentinel://s1', { masterName: 5 }), { name: 'TypeError', message: /masterName/ });
+  assert.throws(() => new headway.RedisBroker('redis://h?wait=0'), { name: 'RangeError', message: /`wait` must be/ });
   assert.throws(() => headway.RedisBroker.celery('redis://localhost', { visibilityTimeout: -1 }), {
     name: 'RangeError',
     message: /visibilityTimeout/,

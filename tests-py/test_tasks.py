@@ -699,9 +699,9 @@ def test_broker_errors_are_broker_error() -> None:
     with pytest.raises(ValueError, match="broker"):
         headway.App("amqp://localhost")
     # Brokers headway may speak later are refused by scheme, password hidden.
-    later_text = "redis\\+sentinel://, which headway does not speak yet"
+    later_text = "amqps://, which headway does not speak yet"
     with pytest.raises(ValueError, match=later_text) as later:
-        headway.RedisBroker("redis+sentinel://:secret@h:26379/m")
+        headway.RedisBroker("amqps://u:secret@h:5671/")
     assert "secret" not in str(later.value)
     with pytest.raises(TypeError, match="clock"):
         headway.App(clock=object())  # type: ignore[arg-type]

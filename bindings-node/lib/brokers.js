@@ -13,7 +13,7 @@ const CELERY = Symbol('celery');
 /**
  * A broker, result store and chord counter on Redis: headway's own layout
  * (`new RedisBroker(url, { consumer, prefix, lease })`), or Celery's
- * (`RedisBroker.celery(url, { consumer, visibilityTimeout, taskSendSentEvent })`). It connects
+ * (`RedisBroker.celery(url, { consumer, visibilityTimeout, taskSendSentEvent, masterName })`). It connects
  * when an App is built on it, with that app's clock.
  */
 class RedisBroker {
@@ -22,11 +22,12 @@ class RedisBroker {
     const o = opts('options', options);
     let r;
     if (layout === CELERY) {
-      only('RedisBroker.celery', o, ['consumer', 'visibilityTimeout', 'taskSendSentEvent']);
+      only('RedisBroker.celery', o, ['consumer', 'visibilityTimeout', 'taskSendSentEvent', 'masterName']);
       const consumer = o.consumer === undefined ? null : str('consumer', o.consumer);
       const vt = o.visibilityTimeout === undefined ? null : num('visibilityTimeout', o.visibilityTimeout);
       const sent = o.taskSendSentEvent === undefined ? null : bool('taskSendSentEvent', o.taskSendSentEvent);
-      r = native.NativeRedis.celery(url, consumer, vt, sent);
+      const master = o.masterName === undefined ? null : str('masterName', o.masterName);
+      r = native.NativeRedis.celery(url, consumer, vt, sent, master);
     } else {
       only('RedisBroker', o, ['consumer', 'prefix', 'lease']);
       const consumer = o.consumer === undefined ? null : str('consumer', o.consumer);

@@ -64,28 +64,35 @@ def serve(capp: Any) -> App:
 
     conf = capp.conf
     url = conf.broker_url or ""
-    if not url.startswith(("redis://", "rediss://")):
+    if not url.startswith(("redis://", "rediss://", "sentinel://")):
         raise ValueError(
             f"the Celery app's broker_url {_shown(url)!r}: headway serves a Celery app on "
-            "Redis (redis:// or rediss://)"
+            "Redis (redis://, rediss:// or sentinel://)"
         )
-    # Celery's transport options and event settings that headway has.
+    # Celery's transport options and event settings that headway has
+    # (`master_name`: the master a sentinel:// URL's sentinels watch).
     topts = conf.broker_transport_options or {}
     broker = RedisBroker.celery(
         url,
         visibility_timeout=topts.get("visibility_timeout", 3600.0),
         task_send_sent_event=bool(conf.task_send_sent_event),
+        master_name=topts.get("master_name"),
         result_expires=result_expires(conf.result_expires),
     )
     backend_url = conf.result_backend or ""
     backend: Any = None
     if backend_url and backend_url != url:
-        if not backend_url.startswith(("redis://", "rediss://")):
+        if not backend_url.startswith(("redis://", "rediss://", "sentinel://")):
             raise ValueError(
                 f"the Celery app's result_backend {_shown(backend_url)!r}: headway stores "
-                "a Celery app's results on Redis (redis:// or rediss://)"
+                "a Celery app's results on Redis (redis://, rediss:// or sentinel://)"
             )
-        backend = RedisBroker.celery(backend_url, result_expires=result_expires(conf.result_expires))
+        ropts = conf.result_backend_transport_options or {}
+        backend = RedisBroker.celery(
+            backend_url,
+            master_name=ropts.get("master_name"),
+            result_expires=result_expires(conf.result_expires),
+        )
     app = App(broker, backend=backend)
     app._worker_defaults = worker_defaults(conf)
     # A Celery task catches Celery's SoftTimeLimitExceeded: what headway

@@ -1127,12 +1127,15 @@ class RedisBroker:
         visibility_timeout: _Span | None = 3600.0,
         *,
         task_send_sent_event: bool = False,
+        master_name: str | None = None,
         result_expires: _Span | None = None,
     ) -> RedisBroker:
         """Celery's Redis layout and message format on ``url``;
         ``task_send_sent_event``: a ``task-sent`` event for each message
-        sent (Celery's setting); ``result_expires`` (seconds): how long
-        results live — Celery's 1 day when None, for ever when 0."""
+        sent (Celery's setting); ``master_name``: with Celery's Sentinel URL
+        (``sentinel://h1:26379;sentinel://h2:26379``), the master the
+        sentinels watch; ``result_expires`` (seconds): how long results
+        live — Celery's 1 day when None, for ever when 0."""
     @property
     def url(self) -> str:
         """The URL, password redacted."""

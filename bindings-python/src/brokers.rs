@@ -62,15 +62,18 @@ impl PyRedisBroker {
     /// `visibility_timeout` (seconds): how long a claim may stay unacked
     /// before any consumer's restore hands it back — kombu's 3600 s.
     /// `task_send_sent_event`: a `task-sent` event for each message sent
-    /// (Celery's setting of that name). `result_expires` (seconds): how
-    /// long results live — Celery's 1 day when None; 0 keeps them for ever.
+    /// (Celery's setting of that name). `master_name`: with Celery's
+    /// Sentinel URL (`sentinel://h1:26379;sentinel://h2:26379`), the master
+    /// the sentinels watch. `result_expires` (seconds): how long results
+    /// live — Celery's 1 day when None; 0 keeps them for ever.
     #[staticmethod]
-    #[pyo3(signature = (url, consumer=None, visibility_timeout=None, *, task_send_sent_event=false, result_expires=None), text_signature = "(url, consumer=None, visibility_timeout=3600.0, *, task_send_sent_event=False, result_expires=None)")]
+    #[pyo3(signature = (url, consumer=None, visibility_timeout=None, *, task_send_sent_event=false, master_name=None, result_expires=None), text_signature = "(url, consumer=None, visibility_timeout=3600.0, *, task_send_sent_event=False, master_name=None, result_expires=None)")]
     fn celery(
         url: &str,
         consumer: Option<String>,
         visibility_timeout: Option<&Bound<'_, PyAny>>,
         task_send_sent_event: bool,
+        master_name: Option<String>,
         result_expires: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         guard(|| {
@@ -82,7 +85,7 @@ impl PyRedisBroker {
                 Some(v) if !v.is_none() => Some(span_ms("result_expires", v)?),
                 _ => None,
             };
-            let t = Target::celery(url, consumer, vt)
+            let t = Target::celery_on(url, master_name.as_deref(), consumer, vt)
                 .map(|t| t.task_send_sent_event(task_send_sent_event))
                 .and_then(|t| match expires {
                     Some(ms) => t.result_expires(Some(ms)),

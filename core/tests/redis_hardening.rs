@@ -481,8 +481,8 @@ async fn both_layouts(url: &str) -> [Result<(), headway_core::task::Refused>; 2]
     [own, celery]
 }
 
-/// Both layouts refuse a Cluster node at connect, with an error naming the
-/// URL (its password hidden) and saying Cluster is not supported yet; the
+/// Both layouts refuse a Cluster node named by `redis://` at connect, with
+/// an error naming the URL (its password hidden) and `redis+cluster://`; the
 /// same harness without `cluster-enabled` connects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_node_is_refused_at_connect_by_both_layouts() {
@@ -498,7 +498,7 @@ async fn a_cluster_node_is_refused_at_connect_by_both_layouts() {
         let text = e.to_string();
         assert_eq!(e.code(), "INVALID", "{text}");
         assert!(
-            text.contains("Redis Cluster is not supported yet"),
+            text.contains("name the Cluster with redis+cluster://"),
             "{text}"
         );
         assert!(

@@ -11,14 +11,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use headway_core::broker::RedisUrl;
-use headway_core::broker::link::{Handler, Link, LinkSetup, Waiters};
+use headway_core::broker::link::{Dialer, Handler, Link, LinkSetup, Waiters};
 use headway_core::flow::{Backoff, Jitter, MILLI};
 use support::RedisServer;
 
 fn link(url: &str, patience: Duration) -> Link {
     let parsed = RedisUrl::parse(url).unwrap();
     Link::new(LinkSetup {
-        client: redis::Client::open(url).unwrap(),
+        dialer: Arc::new(Dialer::direct(
+            redis::Client::open(url).unwrap(),
+            parsed.clone(),
+        )),
         url: parsed,
         connect_timeout: Duration::from_secs(5),
         response_timeout: Duration::from_secs(30),

@@ -142,9 +142,6 @@ fn celery_options() {
 #[test]
 fn later_schemes_are_refused_by_name() {
     for (u, scheme) in [
-        ("redis+cluster://h:7000", "redis+cluster"),
-        ("redis+sentinel://h:26379/mymaster", "redis+sentinel"),
-        ("sentinel://h:26379", "sentinel"),
         ("amqp://u:secret@h/", "amqp"),
         ("pyamqp://guest@localhost//", "pyamqp"),
         ("AMQPS://u:secret@h:5671/vh", "amqps"),
@@ -179,6 +176,56 @@ fn later_schemes_are_refused_by_name() {
         "invalid `broker`: \"amqp://u:***@h/\" is amqp://, which headway does not speak yet \
          (use memory://, redis:// or rediss://)"
     );
+}
+
+#[test]
+fn sentinel_urls_name_the_layouts() {
+    // headway's layout through Sentinel, from a bare URL or by name.
+    let t = Target::url(
+        "broker",
+        "redis+sentinel://:pw@s1,s2:26380/mymaster/1?wait=1",
+    )
+    .unwrap();
+    assert!(matches!(t.layout(), Layout::Headway(_)));
+    assert_eq!(
+        t.shown(),
+        "redis+sentinel://:***@s1:26379,s2:26380/mymaster/1?wait=1&wait_timeout=1000"
+    );
+    assert!(Target::url("broker", "rediss+sentinel://s1/m").is_ok());
+    // And on a Cluster, named by its seeds.
+    let t = Target::url("broker", "redis+cluster://:pw@a:7000,b:7001/").unwrap();
+    assert!(matches!(t.layout(), Layout::Headway(_)));
+    assert_eq!(t.shown(), "redis+cluster://:***@a:7000,b:7001/");
+    // Celery's Sentinel URL needs the master's name, given apart.
+    let (_, m) = invalid(Target::url("broker", "sentinel://s1:26379"));
+    assert!(
+        m.contains("master_name") && m.starts_with("invalid `broker`"),
+        "{m}"
+    );
+    let t = Target::celery_on(
+        "sentinel://:pw@s1:26379/2;sentinel://s2:26380",
+        Some("mymaster"),
+        None,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(t.layout(), Layout::Celery(_)));
+    assert_eq!(
+        t.shown(),
+        "redis+sentinel://:***@s1:26379,s2:26380/mymaster/2"
+    );
+    let (_, m) = invalid(Target::celery_on("sentinel://s1", None, None, None));
+    assert!(m.starts_with("invalid `master_name`"), "{m}");
+    // Bad values of the new URL parts are refused, naming them.
+    let (_, m) = invalid(Target::headway(
+        "redis+sentinel://s1/m?wait=x",
+        None,
+        None,
+        None,
+    ));
+    assert!(m.contains("`wait` must be"), "{m}");
+    let (_, m) = invalid(Target::headway("redis+sentinel://s1,s2", None, None, None));
+    assert!(m.contains("names the master"), "{m}");
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! The task suite, written against the seams so it runs unchanged on every
 //! broker: each test takes an app maker. Memory and headway's Redis layout
 //! run here (Redis on a redis-server the test starts; skipped without one);
-//! Celery's layout adds its maker to `brokers()`.
+//! Celery's layout adds its maker to `brokers()`, and headway's layout runs
+//! again on a Redis Cluster of the test's own (three primaries, three
+//! replicas).
 
 mod support;
 
@@ -36,7 +38,19 @@ fn brokers() -> Vec<(&'static str, Maker)> {
         ("redis", |c| Box::pin(redis_app(c))),
         ("redis-acl", |c| Box::pin(redis_acl_app(c))),
         ("celery", |c| Box::pin(celery_app(c))),
+        ("redis-cluster", |c| Box::pin(cluster_app(c))),
     ]
+}
+
+/// headway's Redis layout on a Redis Cluster of the test's own (three
+/// primaries, three replicas): the suite's queues, results and chords are
+/// spread over its slots.
+async fn cluster_app(clock: Arc<VirtualClock>) -> Made {
+    let cluster = support::cluster::Cluster::start()?;
+    let b = RedisBroker::connect(&cluster.url(""), RedisOptions::default(), clock.clone())
+        .await
+        .expect("connect to the test's Redis Cluster");
+    Some((App::new(b.seams(), clock), Box::new(cluster)))
 }
 
 /// Celery's Redis layout (`broker::celery`) on a redis-server of the test's

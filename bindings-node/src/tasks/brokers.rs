@@ -27,6 +27,10 @@ fn refusal(e: TargetError) -> Refusal {
             arg: "visibility_timeout",
             why,
         } => Refusal::invalid(format!("invalid `visibilityTimeout`: {why}")),
+        TargetError::Invalid {
+            arg: "master_name",
+            why,
+        } => Refusal::invalid(format!("invalid `masterName`: {why}")),
         e => Refusal::invalid(e.to_string()),
     }
 }
@@ -71,17 +75,24 @@ impl NativeRedis {
 
     /// Celery's layout and message format: `visibilityTimeout` ms (kombu's
     /// 3600 s when omitted); `taskSendSentEvent`: a `task-sent` event for
-    /// each message sent (Celery's `task_send_sent_event`).
+    /// each message sent (Celery's `task_send_sent_event`); `masterName`:
+    /// with Celery's Sentinel URL, the master the sentinels watch.
     #[napi(catch_unwind)]
     pub fn celery(
         url: String,
         consumer: Option<String>,
         visibility_timeout: Option<f64>,
         task_send_sent_event: Option<bool>,
+        master_name: Option<String>,
     ) -> Either<NativeRedis, Refusal> {
         made(
-            Target::celery(&url, consumer, visibility_timeout.map(ms))
-                .map(|t| t.task_send_sent_event(task_send_sent_event.unwrap_or(false))),
+            Target::celery_on(
+                &url,
+                master_name.as_deref(),
+                consumer,
+                visibility_timeout.map(ms),
+            )
+            .map(|t| t.task_send_sent_event(task_send_sent_event.unwrap_or(false))),
         )
     }
 

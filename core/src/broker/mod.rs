@@ -23,5 +23,5 @@ pub mod target;
 
 pub use memory::{MemoryBroker, MemoryOptions};
 pub use raw::Raw;
-pub use redis::{RedisBroker, RedisOptions, RedisUrl};
+pub use redis::{RedisBroker, RedisOptions, RedisUrl, Topology, Wait};
 pub use target::{Connected, Layout, Store, Target, TargetError, redact};

@@ -12,7 +12,7 @@
 //! own Redis layout, or Celery's ([`Layout`]). Celery's layout is never
 //! chosen from a bare URL — one `redis://` URL could mean either — so it is
 //! asked for by name ([`Target::celery`]). Schemes of brokers headway may
-//! speak later (Sentinel, Cluster, AMQP) are recognised and refused by name
+//! speak later (AMQP) are recognised and refused by name
 //! ([`TargetError::NotYet`]) rather than reported as nonsense.
 //!
 //! A target connects on first use with the clock of the app that uses it
@@ -34,14 +34,7 @@ use crate::task::spec::Broker;
 use crate::task::state::Refused;
 
 /// Schemes of brokers headway does not speak yet, refused by name.
-const NOT_YET: &[&str] = &[
-    "redis+cluster",
-    "redis+sentinel",
-    "sentinel",
-    "amqp",
-    "pyamqp",
-    "amqps",
-];
+const NOT_YET: &[&str] = &["amqp", "pyamqp", "amqps"];
 
 /// What every refusal of a URL lists as accepted.
 const ACCEPTED: &str = "memory://, redis:// or rediss://";
@@ -68,7 +61,7 @@ pub fn redact(url: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TargetError {
-    /// A broker headway does not speak yet (Sentinel, Cluster, AMQP).
+    /// A broker headway does not speak yet (AMQP).
     NotYet {
         /// The argument, as the caller named it (`broker`, `url`).
         arg: String,
@@ -311,16 +304,34 @@ impl Target {
     }
 
     /// What a bare URL means, `arg` naming the argument for the refusal:
-    /// `memory://` (or `memory`) a fresh in-process broker; `redis://` and
-    /// `rediss://` headway's own layout with its default options.
+    /// `memory://` (or `memory`) a fresh in-process broker; `redis://`,
+    /// `rediss://` and their `+sentinel` and `+cluster` forms headway's own
+    /// layout with its default options.
     pub fn url(arg: &str, text: &str) -> Result<Target, TargetError> {
         let lower = text.to_ascii_lowercase();
         if lower == "memory://" || lower == "memory" {
             return Ok(Target::memory());
         }
         not_yet(arg, text)?;
-        if lower.starts_with("redis://") || lower.starts_with("rediss://") {
+        if [
+            "redis://",
+            "rediss://",
+            "redis+sentinel://",
+            "rediss+sentinel://",
+            "redis+cluster://",
+            "rediss+cluster://",
+        ]
+        .iter()
+        .any(|s| lower.starts_with(s))
+        {
             return Target::headway(text, None, None, None);
+        }
+        if lower.starts_with("sentinel://") {
+            return Err(TargetError::Url(format!(
+                "invalid `{arg}`: sentinel:// is Celery's Sentinel URL: use \
+                 RedisBroker.celery(url, master_name=...), or \
+                 redis+sentinel://h1:26379,h2:26379/<master>/<db> for headway's layout"
+            )));
         }
         Err(TargetError::NotBroker {
             arg: arg.to_string(),
@@ -365,6 +376,30 @@ impl Target {
         consumer: Option<String>,
         visibility_timeout_ms: Option<i64>,
     ) -> Result<Target, TargetError> {
+        Target::celery_on(url, None, consumer, visibility_timeout_ms)
+    }
+
+    /// [`Target::celery`] where `url` may also be Celery's Sentinel URL,
+    /// `sentinel://h1:26379;sentinel://h2:26379`, the sentinels watching
+    /// the master named `master_name` (Celery's `broker_transport_options`
+    /// of that name; not used by a `redis://` URL, as in Celery).
+    pub fn celery_on(
+        url: &str,
+        master_name: Option<&str>,
+        consumer: Option<String>,
+        visibility_timeout_ms: Option<i64>,
+    ) -> Result<Target, TargetError> {
+        if url.to_ascii_lowercase().starts_with("sentinel://")
+            && master_name.is_none_or(str::is_empty)
+        {
+            return Err(TargetError::Invalid {
+                arg: "master_name",
+                why: "a sentinel:// URL needs the name of the master the sentinels watch",
+            });
+        }
+        let canonical = RedisUrl::from_celery_sentinel(url, master_name)
+            .map_err(|e| TargetError::Url(e.to_string()))?;
+        let url = canonical.as_deref().unwrap_or(url);
         let shown = Target::redis_url(url)?;
         let mut options = CeleryOptions {
             consumer,

@@ -90,12 +90,17 @@ fn shared_link(url: &str) -> Result<Arc<Link>, Refused> {
         return Ok(l);
     }
     let parsed = RedisUrl::parse(url)?;
-    let client = link::client(&parsed, None)?;
+    if parsed.wait.is_some() {
+        return Err(Refused::Invalid(format!(
+            "invalid `url`: {parsed}: `?wait=` is for a broker's sends, not a shared limit"
+        )));
+    }
+    let dialer = Arc::new(link::Dialer::new(&parsed, None)?);
     // The brokers' dialling: 50 ms doubling to 2 s, full jitter.
     let backoff =
         Backoff::new(50 * MILLI, 2.0, 2_000 * MILLI, i32::MAX, Jitter::Full).expect("valid");
     let made = Arc::new(Link::new(LinkSetup {
-        client,
+        dialer,
         url: parsed,
         connect_timeout: CONNECT_TIMEOUT,
         response_timeout: RESPONSE_TIMEOUT,

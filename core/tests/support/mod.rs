@@ -8,7 +8,9 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod kit;
+pub mod sentinel;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -44,7 +46,7 @@ fn available() -> bool {
     ok
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     loop {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
         let p = l.local_addr().unwrap().port();

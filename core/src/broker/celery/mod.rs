@@ -148,7 +148,7 @@ pub struct CeleryBroker {
     /// through a short outage).
     link: Link,
     /// BRPOP's own connection (no response timeout: it blocks).
-    blocking: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
+    blocking: tokio::sync::Mutex<Option<crate::broker::link::Conn>>,
     /// Result waiters and the pidbox patterns, on one pub/sub connection.
     waiters: Arc<Waiters<()>>,
     db: i64,
@@ -214,18 +214,34 @@ impl CeleryBroker {
         // `rediss://`, `tls_ca`) and its redaction: only the parsed URL is
         // ever shown, so no password reaches a log, encoded or not.
         let parsed = RedisUrl::parse(url)?;
+        if matches!(
+            parsed.topology,
+            crate::broker::redis::Topology::Cluster { .. }
+        ) {
+            // Celery keeps `unacked` beside every queue, in other slots.
+            return Err(Refused::Invalid(format!(
+                "invalid `url`: {parsed}: Celery's layout does not run on Redis Cluster \
+                 (neither does kombu's Redis transport)"
+            )));
+        }
         let db = parsed.db;
         let node = opts
             .consumer
             .clone()
             .unwrap_or_else(|| format!("headway@{}", codec::hostname()));
-        let client = super::link::client(&parsed, opts.tls_ca.as_deref())?;
+        if parsed.wait.is_some() {
+            return Err(Refused::Invalid(format!(
+                "invalid `url`: {parsed}: `?wait=` is for headway's own layout; \
+                 Celery's layout does not wait for replicas"
+            )));
+        }
+        let dialer = Arc::new(super::link::Dialer::new(&parsed, opts.tls_ca.as_deref())?);
         // 5 s to connect, 30 s for a reply; a failed dial waits 50 ms
         // doubling to 1 s before the next, without jitter.
         let backoff = Backoff::new(50 * MILLI, 2.0, 1_000 * MILLI, i32::MAX, Jitter::Rigid)
             .expect("a valid backoff");
         let link = Link::new(LinkSetup {
-            client,
+            dialer,
             url: parsed,
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(30),

@@ -1,13 +1,15 @@
-//! Refusing a Redis Cluster node at connect, for both Redis layouts.
+//! Refusing a Redis Cluster node named as one Redis (`redis://`) at
+//! connect, for both Redis layouts.
 //!
-//! Why: headway talks to one Redis node with a plain (non-cluster) client,
-//! and its scripts touch keys outside the slot they declare — headway's
-//! claim reads revoked marks and its store writes a round's result keys
-//! from many slots; Celery's layout keeps `unacked` beside every queue. On
-//! a Cluster node the first claim popped a message and then failed (MOVED
-//! or CROSSSLOT) mid-script. Until Cluster is supported, connecting to one
-//! is refused at once, naming the URL (redacted) — never a failure later
-//! with work half moved.
+//! Why: a `redis://` URL gets a plain (non-cluster) client, and the
+//! layouts' standalone scripts touch keys outside the slot they declare —
+//! headway's claim reads revoked marks and its store writes a round's
+//! result keys from many slots; Celery's layout keeps `unacked` beside
+//! every queue. On a Cluster node the first claim popped a message and then
+//! failed (MOVED or CROSSSLOT) mid-script. So connecting to one is refused
+//! at once, naming the URL (redacted) — never a failure later with work
+//! half moved. headway's layout runs on a Cluster named as one,
+//! `redis+cluster://` (`docs/high-availability.md`).
 
 use ::redis::aio::MultiplexedConnection;
 
@@ -31,9 +33,9 @@ pub async fn refuse_cluster(c: &mut MultiplexedConnection, url: &RedisUrl) -> Re
     };
     if cluster_enabled(&info) {
         return Err(Refused::Invalid(format!(
-            "invalid `url`: {url} is a Redis Cluster node (cluster_enabled:1); \
-             Redis Cluster is not supported yet: use a standalone Redis \
-             (a primary, with replicas and Sentinel if you like)"
+            "invalid `url`: {url} is a Redis Cluster node (cluster_enabled:1) named as \
+             one Redis: name the Cluster with redis+cluster://h1:p1,h2:p2/ \
+             (headway's layout; Celery's layout does not run on a Cluster)"
         )));
     }
     Ok(())

@@ -11,8 +11,8 @@ use std::sync::{Arc, MutexGuard, Weak};
 use std::task::Poll;
 use std::time::Duration;
 
+use crate::broker::link::Conn;
 use ::redis::Value;
-use ::redis::aio::MultiplexedConnection;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -64,6 +64,8 @@ impl RedisBroker {
         adopt: Option<Vec<u8>>,
         check: bool,
     ) -> Result<(Vec<Claimed>, Option<i64>), Refused> {
+        // A revoked mark is in its id's slot, not the queue's.
+        let check = check && !self.cluster;
         let mut c = evalsha(&self.scripts.claim, &self.base(q));
         c.arg(&self.consumer)
             .arg(max)
@@ -157,7 +159,7 @@ impl RedisBroker {
         })
     }
 
-    pub(super) fn take_blocker(&self) -> Option<MultiplexedConnection> {
+    pub(super) fn take_blocker(&self) -> Option<Conn> {
         self.blockers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -295,6 +297,10 @@ impl RedisBroker {
             }
             if queues.len() > 1 {
                 block = block.min(SLICE);
+            }
+            if self.cluster {
+                // Within the cluster client's reply timeout (10 s).
+                block = block.min(Duration::from_secs(5));
             }
             let rx = self.block(&queues[0], block);
             let got = if virt {

@@ -41,6 +41,12 @@
 //!   answers onto the request's `P:control:reply:<ticket>` list (a minute's
 //!   expiry).
 //!
+//! The same layout runs through Redis Sentinel (`redis+sentinel://`: the
+//! link follows the primary) and on a Redis Cluster (`redis+cluster://`:
+//! each queue's keys in one slot; the claim's revoked read and a round's
+//! stores, which span slots on one Redis, are done apart there — see the
+//! `cluster` field and `docs/high-availability.md`).
+//!
 //! Connections reconnect with headway's own capped, jittered backoff
 //! ([`crate::flow::Backoff`]) and say so in the log; writes wait through a
 //! short outage (`patience`) rather than fail; a URL's password is never
@@ -82,14 +88,14 @@ pub use cluster::refuse_cluster;
 pub use inspect::EVENTS_KEPT;
 pub use options::RedisOptions;
 pub(crate) use tls::check_ca;
-pub use url::RedisUrl;
+pub use url::{RedisUrl, Topology, Wait};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use ::redis::aio::MultiplexedConnection;
+use crate::broker::link::Conn;
 
 use crate::flow::{Backoff, Jitter, MILLI};
 use crate::task::app::Seams;
@@ -120,6 +126,10 @@ fn log(what: &str) {
 pub struct RedisBroker {
     me: Weak<RedisBroker>,
     url: RedisUrl,
+    /// On a Redis Cluster: every script touches its own slot only, so the
+    /// claim does not read revoked marks (the worker asks), a round's
+    /// results are stored one call each, and late acks follow their stores.
+    cluster: bool,
     link: Link,
     prefix: String,
     consumer: String,
@@ -140,7 +150,7 @@ pub struct RedisBroker {
     /// Queues this consumer has claimed from: their leases are refreshed.
     touched: Mutex<HashSet<String>>,
     /// Idle dedicated connections for blocking claims.
-    blockers: Mutex<Vec<MultiplexedConnection>>,
+    blockers: Mutex<Vec<Conn>>,
     pending: Mutex<Vec<Pending>>,
     /// Results Redis refused to write, their late acks waiting (`store.rs`).
     unstored: Mutex<Vec<store::Unstored>>,
@@ -197,13 +207,16 @@ impl RedisBroker {
             }
             None => options::default_consumer(),
         };
-        let client = super::link::client(&parsed, options.tls_ca.as_deref())?;
+        let dialer = Arc::new(super::link::Dialer::new(
+            &parsed,
+            options.tls_ca.as_deref(),
+        )?);
         // 50 ms doubling to 2 s (ioredis's default cap), full jitter (AWS,
         // "Exponential Backoff and Jitter").
         let backoff = Backoff::new(50 * MILLI, 2.0, 2_000 * MILLI, i32::MAX, Jitter::Full)
             .expect("a valid backoff");
         let link = Link::new(LinkSetup {
-            client,
+            dialer,
             url: parsed.clone(),
             connect_timeout: CONNECT_TIMEOUT,
             response_timeout: RESPONSE_TIMEOUT,
@@ -217,9 +230,11 @@ impl RedisBroker {
         let waiters = link.waiters(Box::new(|b| {
             wire::unstored(b).filter(|o| o.state.is_final())
         }));
+        let cluster = link.dialer().is_cluster();
         let broker = Arc::new_cyclic(|me| RedisBroker {
             me: me.clone(),
             url: parsed,
+            cluster,
             link,
             prefix: options.prefix,
             consumer,

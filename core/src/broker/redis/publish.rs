@@ -1,5 +1,6 @@
 //! Publishing: one Lua script per queue and chunk, so a queue's part of a
-//! publish is stored whole or not at all.
+//! publish is stored whole or not at all; with `?wait=N` a publish is
+//! confirmed only once N replicas have it.
 //!
 //! Why chunks: Redis runs one script at a time, so a publish of thousands
 //! is cut into scripts of [`CHUNK`] messages that each stay short.
@@ -12,8 +13,9 @@ use super::RedisBroker;
 use super::options::check_name;
 use super::scripts::evalsha;
 use super::wire::{step_arg, step_of};
+use crate::broker::link::Conn;
 use crate::task::message::Message;
-use crate::task::state::Refused;
+use crate::task::state::{BrokerError, BrokerErrorKind, Refused};
 
 /// How many messages one publish script carries: keeps each script short
 /// (Redis runs one at a time) and Lua's stack small.
@@ -26,7 +28,45 @@ impl RedisBroker {
         }
         let mut p = ::redis::pipe();
         self.publish_cmds(&mut p, &messages)?;
-        self.run(&p, true).await.map(|_| ())
+        let mut queues: Vec<&str> = messages.iter().map(|m| m.queue.as_str()).collect();
+        queues.sort_unstable();
+        queues.dedup();
+        self.sent(&mut p, &queues).await
+    }
+
+    /// Runs a send's pipeline; with `?wait=N`, `WAIT N timeout` after it on
+    /// the same connection, and a send fewer than N replicas acknowledged
+    /// is refused (not confirmed: it may or may not survive a failover).
+    async fn sent(&self, p: &mut Pipeline, queues: &[&str]) -> Result<(), Refused> {
+        let Some(w) = self.url.wait else {
+            return self.run(p, true).await.map(|_| ());
+        };
+        let acked = if self.cluster {
+            self.waited_on_cluster(p, queues, w).await?
+        } else {
+            p.cmd("WAIT")
+                .arg(w.replicas)
+                .arg(w.timeout.as_millis() as u64);
+            let got = self.run(p, true).await?;
+            match got.last() {
+                Some(::redis::Value::Int(n)) => *n,
+                _ => -1,
+            }
+        };
+        if acked >= i64::from(w.replicas) {
+            return Ok(());
+        }
+        Err(Refused::Broker(BrokerError::new(
+            BrokerErrorKind::Server,
+            format!(
+                "{}: `wait`: {} of the {} replicas asked for acknowledged the send within \
+                 {} ms; the send is not confirmed (it may or may not survive a failover)",
+                self.url,
+                acked.max(0),
+                w.replicas,
+                w.timeout.as_millis()
+            ),
+        )))
     }
 
     /// Adds `SADD P:queues` for queues this process has not registered yet.
@@ -104,6 +144,49 @@ impl RedisBroker {
             .arg(self.key(queue, "ready:", "0"))
             .arg(raw)
             .ignore();
-        self.run(&p, true).await.map(|_| ())
+        self.sent(&mut p, &[queue]).await
+    }
+}
+
+impl RedisBroker {
+    /// On a Cluster: runs the send, then `WAIT` on the primary of each
+    /// queue's slot, over the connection the send went on (the cluster
+    /// client keeps one per node); answers the fewest replicas any slot's
+    /// write reached, -1 when the connection changed in between (nothing
+    /// can be said of the send's writes).
+    async fn waited_on_cluster(
+        &self,
+        p: &Pipeline,
+        queues: &[&str],
+        w: super::Wait,
+    ) -> Result<i64, Refused> {
+        use ::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        self.run(p, true).await?;
+        let sent_on = self.link.epoch();
+        let (epoch, c) = self.link.conn().await?;
+        let Conn::Cluster(mut c) = c else {
+            return Ok(-1);
+        };
+        if epoch != sent_on {
+            return Ok(-1);
+        }
+        let mut least = i64::MAX;
+        for q in queues {
+            let route = Route::with_key(self.base(q), SlotAddr::Master);
+            let mut wait = ::redis::cmd("WAIT");
+            wait.arg(w.replicas).arg(w.timeout.as_millis() as u64);
+            let got = c
+                .route_command(
+                    wait,
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                )
+                .await
+                .map_err(|e| self.link.fail(epoch, &e))?;
+            least = least.min(match got {
+                ::redis::Value::Int(n) => n,
+                _ => -1,
+            });
+        }
+        Ok(if least == i64::MAX { -1 } else { least })
     }
 }

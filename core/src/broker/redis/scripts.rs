@@ -4,7 +4,7 @@
 //! and called by its SHA; most share the `lua/common.lua` prelude, so how a
 //! script's source is put together is decided here and nowhere else.
 
-use ::redis::aio::MultiplexedConnection;
+use crate::broker::link::Conn;
 use ::redis::{Cmd, RedisError};
 
 use super::RedisBroker;
@@ -87,10 +87,7 @@ pub(super) fn evalsha(s: &Script, key: &str) -> Cmd {
 }
 
 impl RedisBroker {
-    pub(super) async fn load_scripts(
-        &self,
-        c: &mut MultiplexedConnection,
-    ) -> Result<(), RedisError> {
+    pub(super) async fn load_scripts(&self, c: &mut Conn) -> Result<(), RedisError> {
         let mut p = ::redis::pipe();
         for s in self.scripts.all() {
             p.cmd("SCRIPT").arg("LOAD").arg(&s.src).ignore();

@@ -41,6 +41,25 @@ impl RedisBroker {
     /// to make once it is stored) to `p`, one per [`STORE_CHUNK`]; their
     /// replies are not ignored: see [`RedisBroker::stores_failed`].
     pub(super) fn add_stores(&self, p: &mut Pipeline, items: &[(&Outcome, Option<&Receipt>)]) {
+        if self.cluster {
+            // One key, its own slot: no count index, the late ack after
+            // (see `acks_after`).
+            for (o, _) in items {
+                let mut c = ::redis::cmd("EVALSHA");
+                c.arg(&self.scripts.store.sha)
+                    .arg(1)
+                    .arg(self.result_key(&o.id))
+                    .arg(self.result_ms)
+                    .arg(NOTIFY_CAP)
+                    .arg("0")
+                    .arg(stored(o))
+                    .arg(if o.state.is_final() { "1" } else { "0" })
+                    .arg("")
+                    .arg("");
+                p.add_command(c);
+            }
+            return;
+        }
         for chunk in items.chunks(STORE_CHUNK) {
             let mut c = ::redis::cmd("EVALSHA");
             c.arg(&self.scripts.store.sha)
@@ -49,7 +68,7 @@ impl RedisBroker {
                 c.arg(self.result_key(&o.id));
             }
             c.arg(self.count_keys().collect::<Vec<_>>());
-            c.arg(self.result_ms).arg(NOTIFY_CAP);
+            c.arg(self.result_ms).arg(NOTIFY_CAP).arg("1");
             for (o, late) in chunk {
                 c.arg(stored(o))
                     .arg(if o.state.is_final() { "1" } else { "0" });
@@ -88,8 +107,107 @@ impl RedisBroker {
     }
 
     /// How many replies [`RedisBroker::add_stores`] adds for `n` items.
-    pub(super) fn store_calls(n: usize) -> usize {
-        n.div_ceil(STORE_CHUNK)
+    pub(super) fn store_calls(&self, n: usize) -> usize {
+        if self.cluster {
+            n
+        } else {
+            n.div_ceil(STORE_CHUNK)
+        }
+    }
+
+    /// On a Cluster, the late acks of results stored (a held list is in
+    /// its queue's slot, a result in its own, so the store script cannot
+    /// make them): made now, after the store answered. Failing, the claim
+    /// stays held and comes back by the sweep or `recover()`; the run's
+    /// stored result is found then, and it is not run again.
+    pub(super) async fn acks_after<'a>(&self, late: impl Iterator<Item = &'a Receipt>) {
+        if !self.cluster {
+            return;
+        }
+        let mut p = ::redis::pipe();
+        for rc in late {
+            if let Some(el) = &rc.raw {
+                p.cmd("LREM")
+                    .arg(self.key(&rc.queue, "held:", &self.consumer))
+                    .arg(HELD_OLDEST_FIRST)
+                    .arg(&**el)
+                    .ignore();
+            }
+        }
+        if !p.is_empty()
+            && let Err(e) = self.run(&p, true).await
+        {
+            log(&format!("{}: late acks after their results: {e}", self.url));
+        }
+    }
+
+    /// On a Cluster, the count indexes of what the store calls for `items`
+    /// wrote (each reply is the flag and the state the key held before):
+    /// moved from the old state's index to the new one's, expiring with
+    /// the result, as `store.lua` does on one Redis. Answers the replies as
+    /// [`RedisBroker::stores_failed`] reads them (the flags only). Best
+    /// effort: a count that failed to move is logged, the result stands.
+    pub(super) async fn index_after(
+        &self,
+        replies: &[Value],
+        items: &[(&Outcome, Option<&Receipt>)],
+    ) -> Vec<Value> {
+        if !self.cluster {
+            return replies.to_vec();
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let expires = now + self.result_ms;
+        let mut p = ::redis::pipe();
+        let mut touched = HashSet::new();
+        let mut flags = Vec::with_capacity(replies.len());
+        for (r, (o, _)) in replies.iter().zip(items) {
+            let (flag, was) = match r {
+                Value::Array(a) => (a.first().cloned().unwrap_or(Value::Nil), a.get(1)),
+                other => (other.clone(), None),
+            };
+            if int(&flag) == Some(1) {
+                let key = self.result_key(&o.id);
+                let new = o.state.name();
+                if let Some(was) = was
+                    .and_then(bytes)
+                    .filter(|w| !w.is_empty() && *w != new.as_bytes())
+                {
+                    p.cmd("ZREM")
+                        .arg(format!(
+                            "{}count:{}",
+                            self.prefix,
+                            String::from_utf8_lossy(was)
+                        ))
+                        .arg(&key)
+                        .ignore();
+                }
+                p.cmd("ZADD")
+                    .arg(format!("{}count:{new}", self.prefix))
+                    .arg(expires)
+                    .arg(&key)
+                    .ignore();
+                touched.insert(new);
+            }
+            flags.push(Value::Array(vec![flag]));
+        }
+        for s in touched {
+            p.cmd("ZREMRANGEBYSCORE")
+                .arg(format!("{}count:{s}", self.prefix))
+                .arg("-inf")
+                .arg(now)
+                .ignore();
+        }
+        if !p.is_empty()
+            && let Err(e) = self.run(&p, false).await
+        {
+            log(&format!(
+                "{}: the count indexes were not updated: {e}",
+                self.url
+            ));
+        }
+        flags
     }
 
     /// Reads the store calls' replies: the index and Redis's reason for
@@ -128,6 +246,7 @@ impl RedisBroker {
         let mut p = ::redis::pipe();
         self.add_stores(&mut p, &items);
         let got = self.run(&p, true).await?;
+        let got = self.index_after(&got, &items).await;
         match Self::stores_failed(&got, items.len()).first() {
             None => Ok(()),
             Some((i, why)) => Err(Refused::broker(
@@ -181,6 +300,7 @@ impl RedisBroker {
                 return;
             }
         };
+        let got = self.index_after(&got, &items).await;
         let bad = Self::stores_failed(&got, kept.len());
         let mut again = Vec::new();
         let mut landed = Vec::new();
@@ -192,6 +312,7 @@ impl RedisBroker {
                 landed.push(r);
             }
         }
+        self.acks_after(landed.iter()).await;
         self.settled(landed.iter());
         if !again.is_empty() {
             log(&format!(
@@ -234,10 +355,18 @@ impl RedisBroker {
             p.cmd("GET").arg(self.revoked_key(id));
         }
         let got = self.run(&p, true).await?;
-        let calls = Self::store_calls(items.len()).min(got.len());
+        let calls = self.store_calls(items.len()).min(got.len());
         let (stores, asked) = got.split_at(calls);
-        let bad = Self::stores_failed(stores, items.len());
+        let stores = self.index_after(stores, &items).await;
+        let bad = Self::stores_failed(&stores, items.len());
         let failed: HashSet<usize> = bad.iter().map(|(i, _)| *i).collect();
+        self.acks_after(
+            r.after
+                .iter()
+                .filter(|(i, _)| *i < r.outcomes.len() && !failed.contains(i))
+                .map(|(_, rc)| rc),
+        )
+        .await;
         self.settled(
             r.acks.iter().chain(
                 r.after

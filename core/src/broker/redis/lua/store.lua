@@ -1,8 +1,10 @@
--- store: KEYS the result keys, one per outcome, then the seven count
--- indexes P:count:<STATE> in State::ALL order (PENDING RECEIVED STARTED
--- RETRY SUCCESS FAILURE REVOKED); ARGV ttl ms, notify cap (bytes), then for
--- each result key "<STATE>|<json>", final (1/0), and its run's late ack:
--- the held list and the exact held element ('' '' for none).
+-- store: KEYS the result keys, one per outcome, then (when indexed) the
+-- seven count indexes P:count:<STATE> in State::ALL order (PENDING RECEIVED
+-- STARTED RETRY SUCCESS FAILURE REVOKED); ARGV ttl ms, notify cap (bytes),
+-- indexed (1/0: on a Cluster each call stores one key, its slot's, with no
+-- index and no late ack), then for each result key "<STATE>|<json>", final
+-- (1/0), and its run's late ack: the held list and the exact held element
+-- ('' '' for none).
 -- One call stores a whole round's results: a script call costs Redis more
 -- than the few commands inside it, so one per result was the largest cost
 -- of a drain (docs/redis-layout.md).
@@ -24,11 +26,15 @@
 -- trimmed here, for the states this call touched.
 -- Answers one flag per result key: 1 written, 0 refused (final already), or
 -- the error Redis gave for that key (a string: not stored, not acked).
+-- Unindexed (one key): its flag and the state the key held before.
 local states = {'PENDING', 'RECEIVED', 'STARTED', 'RETRY', 'SUCCESS', 'FAILURE', 'REVOKED'}
 local index = {}
-local n = #KEYS - #states
-for i, s in ipairs(states) do
-  index[s] = KEYS[n + i]
+local n = #KEYS
+if ARGV[3] == '1' then
+  n = #KEYS - #states
+  for i, s in ipairs(states) do
+    index[s] = KEYS[n + i]
+  end
 end
 local ttl = ARGV[1]
 local cap = tonumber(ARGV[2])
@@ -37,12 +43,15 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expires = now + tonumber(ttl)
 local touched = {}
 local out = {}
+-- The state each key held before a write (unindexed calls answer it, so
+-- the caller keeps the indexes: on a Cluster they are in another slot).
+local before = {}
 local function failed(r)
   return type(r) == 'table' and r.err
 end
 for i = 1, n do
   local key = KEYS[i]
-  local j = 4 * i - 1
+  local j = 4 * i
   local value = ARGV[j]
   local head = redis.pcall('GETRANGE', key, 0, 7)
   if failed(head) then
@@ -55,6 +64,7 @@ for i = 1, n do
       out[i] = set.err
     else
       local was = string.match(head, '^(%u+)|')
+      before[i] = was or ''
       if was and index[was] then
         redis.call('ZREM', index[was], key)
       end
@@ -80,5 +90,10 @@ for i = 1, n do
 end
 for s in pairs(touched) do
   redis.call('ZREMRANGEBYSCORE', index[s], '-inf', now)
+end
+if ARGV[3] ~= '1' then
+  -- One key: its flag, and the state it held before ('' when none, or
+  -- when not written).
+  return {out[1], before[1] or ''}
 end
 return out
