@@ -34,7 +34,7 @@ WAIT = 60.0
 PROJECT = '''
 import os
 from celery import Celery, chain, chord, group, signature
-from celery.exceptions import SoftTimeLimitExceeded
+from celery.exceptions import Reject, SoftTimeLimitExceeded
 
 URL = os.environ["THREE_URL"]
 app = Celery("proj", broker=URL, backend=URL)
@@ -126,6 +126,11 @@ def slow():
     except SoftTimeLimitExceeded:
         return "soft limit"
     return "ran out"
+
+
+@app.task(name="proj.reject")
+def reject():
+    raise Reject("not for me", requeue=False)
 
 
 @app.task(name="proj.on_error")
@@ -247,9 +252,18 @@ def test_canvas(proj: tuple[str, Any, Path]) -> None:
     assert m.chord([m.add.s(1, 1)], m.add.si(0, 9)).delay().get(timeout=WAIT) == 9
 
 
-def test_a_soft_time_limit(proj: tuple[str, Any, Path]) -> None:
+def test_a_soft_time_limit_and_a_reject(proj: tuple[str, Any, Path]) -> None:
     mode, m, _ = proj
     assert m.slow.delay().get(timeout=WAIT) == "soft limit", mode
+    # A reject never succeeds. Celery stores nothing for it (a waiter waits
+    # on); headway records it REJECTED with its reason, so a waiter is told.
+    r = m.reject.delay()
+    with pytest.raises(Exception) as e:
+        r.get(timeout=3.0 if mode == "celery" else WAIT)
+    if mode == "celery":
+        assert r.state == "PENDING", r.state
+    else:
+        assert "not for me" in str(e.value), mode
 
 
 def test_links_and_the_request(proj: tuple[str, Any, Path]) -> None:
