@@ -128,6 +128,11 @@ def slow():
     return "ran out"
 
 
+@app.task(name="proj.header", bind=True)
+def header(self):
+    return getattr(self.request, "tenant", None)
+
+
 @app.task(name="proj.reject")
 def reject():
     raise Reject("not for me", requeue=False)
@@ -287,6 +292,9 @@ def test_links_and_the_request(proj: tuple[str, Any, Path]) -> None:
     got = m.req.apply_async(countdown=0.05, expires=60, link=m.echo.s(), link_error=m.on_error.s()).get(timeout=WAIT)
     assert got == {"eta": True, "expires": True, "group": False, "callbacks": 1, "errbacks": 1, "eager": False}, mode
     assert m.group(m.req.s(), m.req.s()).delay().get(timeout=WAIT)[1]["group"] is True
+    # A custom header is a field of the request.
+    assert m.header.apply_async(headers={"tenant": "t-7"}).get(timeout=WAIT) == "t-7", mode
+    assert m.header.delay().get(timeout=WAIT) is None
 
 
 def test_progress_with_update_state(proj: tuple[str, Any, Path]) -> None:

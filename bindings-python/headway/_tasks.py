@@ -189,6 +189,7 @@ class Signature(_Canvas, Generic[R_co]):
         "options": "Per-send options, as ``apply_async`` takes them (a dict).",
         "links": "Callbacks sent with its result when it succeeds (``link``).",
         "link_errors": "Callbacks sent with its id when it fails for good (``link_error``).",
+        "headers": "Custom message headers (Celery's ``apply_async(headers=...)``), a dict.",
     }
 
     def __init__(
@@ -208,6 +209,7 @@ class Signature(_Canvas, Generic[R_co]):
         self.options: dict[str, Any] = dict(options or {})
         self.links: list[_Canvas] = []
         self.link_errors: list[_Canvas] = []
+        self.headers: dict[str, Any] = {}
 
     def _tree(self) -> tuple[Any, ...]:
         return (
@@ -219,11 +221,13 @@ class Signature(_Canvas, Generic[R_co]):
             self.options or None,
             [c._tree() for c in self.links] or None,
             [c._tree() for c in self.link_errors] or None,
+            self.headers or None,
         )
 
     def _copy(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], options: Mapping[str, Any]) -> Signature[R_co]:
         s: Signature[R_co] = Signature(self.app, self.name, args, kwargs, self.immutable, options)
         s.links, s.link_errors = list(self.links), list(self.link_errors)
+        s.headers = dict(self.headers)
         return s
 
     def link(self, callback: _Canvas) -> _Canvas:

@@ -370,6 +370,19 @@ fn canvas_of(app: &App, tree: &Bound<'_, PyAny>) -> PyResult<Canvas> {
             if immutable {
                 sig = sig.immutable();
             }
+            if let Ok(h) = t.get_item(8)
+                && !h.is_none()
+            {
+                let v = json::to_json(&sig.task, &json::Path::Root("headers"), &h)?;
+                if !v.is_object() {
+                    return Err(PyTypeError::new_err(format!(
+                        "{}: headers must be a dict, not {}",
+                        sig.task,
+                        type_name(&h)
+                    )));
+                }
+                sig.extra.insert("headers".into(), v);
+            }
             for (i, errors) in [(6, false), (7, true)] {
                 let Ok(links) = t.get_item(i) else { continue };
                 if links.is_none() {

@@ -275,6 +275,8 @@ def _linked(sig: _tasks.Signature[Any], options: dict[str, Any]) -> _tasks.Signa
         v = options.get(key)
         for cb in v if isinstance(v, (list, tuple)) else () if v is None else (v,):
             add(cb)
+    if options.get("headers"):
+        sig.headers.update(options["headers"])
     return sig
 
 
@@ -283,7 +285,7 @@ def _send_options(options: dict[str, Any]) -> dict[str, Any]:
     taken by ``_linked``); one it does not have raises."""
     out: dict[str, Any] = {}
     for k, v in options.items():
-        if k in ("link", "link_error"):
+        if k in ("link", "link_error", "headers"):
             continue
         if k == "expires" and isinstance(v, (int, float)) and not isinstance(v, bool):
             # Celery reads a number as seconds from now; headway as an instant.
@@ -294,7 +296,7 @@ def _send_options(options: dict[str, Any]) -> dict[str, Any]:
         elif k == "routing_key":
             if v is not None:
                 out.setdefault("queue", v)
-        elif k in ("serializer", "exchange", "headers", "retry", "retry_policy", "ignore_result"):
+        elif k in ("serializer", "exchange", "retry", "retry_policy", "ignore_result"):
             # Celery's wire options that the Celery layout sets itself:
             # JSON, the default exchange, publish retries by the client.
             continue
@@ -395,7 +397,7 @@ class Celery:
         opts = _send_options(options)
         if "queue" not in opts:
             opts["queue"] = _route(self, name)
-        if options.get("link") is not None or options.get("link_error") is not None:
+        if any(options.get(k) for k in ("link", "link_error", "headers")):
             sig = self.app.signature(name, tuple(args or ()), dict(kwargs) if kwargs else None, **opts)
             return AsyncResult(_linked(sig, options).send().id, self)
         h = self.app.send_task(name, tuple(args or ()), dict(kwargs) if kwargs else None, **opts)

@@ -181,6 +181,7 @@ fn build(app: &App, c: Canvas, plan: &mut Plan) -> Result<Built, Refused> {
         Canvas::Sig(sig) => {
             let mut m = app.message_of(&sig);
             carry_links(&sig.extra, &mut m);
+            carry_headers(&sig.extra, &mut m);
             Ok(Built {
                 finals: vec![m.id.clone()],
                 heads: vec![m],
@@ -207,6 +208,7 @@ fn build(app: &App, c: Canvas, plan: &mut Plan) -> Result<Built, Refused> {
             }
             let mut head = app.message_of(&sigs[0]);
             carry_links(&sigs[0].extra, &mut head);
+            carry_headers(&sigs[0].extra, &mut head);
             head.chain = sigs.split_off(1);
             Ok(Built {
                 heads: vec![head],
@@ -283,6 +285,22 @@ fn build(app: &App, c: Canvas, plan: &mut Plan) -> Result<Built, Refused> {
                 heads: part_heads,
                 finals: cb.finals,
             })
+        }
+    }
+}
+
+/// A signature's custom `headers` (Celery's `apply_async(headers=…)`) onto
+/// the message it becomes: carried with it, and told to its body in
+/// Celery's `self.request`. A key the message model holds is not taken.
+fn carry_headers(extra: &serde_json::Map<String, serde_json::Value>, m: &mut Message) {
+    if let Some(serde_json::Value::Object(h)) = extra.get("headers")
+        && !h.is_empty()
+    {
+        let c = m.carried_mut();
+        for (k, v) in h {
+            if !crate::task::request::MODEL_FIELDS.contains(&k.as_str()) {
+                c.headers.insert(k.clone(), v.clone());
+            }
         }
     }
 }

@@ -41,7 +41,36 @@ pub struct RunExtras {
     pub callbacks: Vec<Value>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errbacks: Vec<Value>,
+    /// The message's other headers (a custom `headers=`, Celery's `origin`,
+    /// `shadow`, …): fields of Celery's request as well.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub headers: Map<String, Value>,
 }
+
+/// Request fields the message model or the run hold themselves: a custom
+/// header of one of these names is not taken.
+pub const MODEL_FIELDS: [&str; 20] = [
+    "id",
+    "task",
+    "args",
+    "kwargs",
+    "retries",
+    "eta",
+    "expires",
+    "group",
+    "group_index",
+    "chord",
+    "callbacks",
+    "errbacks",
+    "delivery_info",
+    "hostname",
+    "root_id",
+    "parent_id",
+    "correlation_id",
+    "reply_to",
+    "timelimit",
+    "is_eager",
+];
 
 impl RunExtras {
     /// The extras of message `m`; `None` when it has none.
@@ -50,12 +79,14 @@ impl RunExtras {
             .carried
             .as_deref()
             .filter(|c| !c.callbacks.is_empty() || !c.errbacks.is_empty());
+        let headers = m.carried.as_deref().filter(|c| !c.headers.is_empty());
         if m.eta.is_none()
             && m.expires.is_none()
             && m.group.is_none()
             && m.priority.is_none()
             && m.chord.is_none()
             && links.is_none()
+            && headers.is_none()
         {
             return None;
         }
@@ -75,6 +106,7 @@ impl RunExtras {
             chord,
             callbacks: links.map(|c| c.callbacks.clone()).unwrap_or_default(),
             errbacks: links.map(|c| c.errbacks.clone()).unwrap_or_default(),
+            headers: headers.map(|c| c.headers.clone()).unwrap_or_default(),
         }))
     }
 }
@@ -131,10 +163,15 @@ pub fn celery_request(ctx: &Context, default_queue: &str) -> Map<String, Value> 
         "is_eager": false,
         "called_directly": false,
     });
-    match fields {
-        Value::Object(m) => m,
-        _ => unreachable!("a json! object"),
+    let Value::Object(mut out) = fields else {
+        unreachable!("a json! object")
+    };
+    for (k, v) in x.map(|x| &x.headers).into_iter().flatten() {
+        if !out.contains_key(k) {
+            out.insert(k.clone(), v.clone());
+        }
     }
+    out
 }
 
 #[cfg(test)]
@@ -195,8 +232,12 @@ mod tests {
             size: 3,
             callback: Box::new(cb),
         }));
+        let mut headers = Map::new();
+        headers.insert("tenant".into(), json!("t-7"));
+        headers.insert("id".into(), json!("not the id"));
         m.carried = Some(Box::new(Carried {
             callbacks: vec![json!({"task": "x"})],
+            headers,
             ..Carried::default()
         }));
         let r = celery_request(&ctx(&m), "celery");
@@ -209,5 +250,8 @@ mod tests {
         assert_eq!(r["chord"]["options"]["task_id"], "cb");
         assert_eq!(r["callbacks"], json!([{"task": "x"}]));
         assert_eq!(r["errbacks"], Value::Null);
+        // A custom header is a request field, never over the model's own.
+        assert_eq!(r["tenant"], "t-7");
+        assert_eq!(r["id"], "i");
     }
 }

@@ -112,6 +112,20 @@ impl CeleryBroker {
         self.revoked_bell.notify_waiters();
     }
 
+    /// A broadcast revoke heard: remembered until `until` unless this
+    /// consumer already knows the id's own end — its own revoke coming back
+    /// to it on the pidbox must not stretch the `until` it was given.
+    fn note_heard(&self, ids: &[String], until: i64) {
+        let mut g = self.lock();
+        let now = self.clock.now();
+        g.revoked.retain(|_, u| *u > now);
+        for id in ids {
+            g.revoked.entry(id.clone()).or_insert(until);
+        }
+        drop(g);
+        self.revoked_bell.notify_waiters();
+    }
+
     pub(super) fn on_pidbox(&self, payload: &[u8]) {
         let Some(c) = pidbox::decode(payload) else {
             return;
@@ -125,7 +139,7 @@ impl CeleryBroker {
         }
         let keep = i64::try_from(self.opts.revoke_keep.as_millis()).unwrap_or(i64::MAX);
         let until = self.clock.now().saturating_add(keep);
-        self.note_revoked(&c.ids, until);
+        self.note_heard(&c.ids, until);
         if c.terminate && !c.ids.is_empty() {
             self.hearers.tell(&c.ids, c.signal.unwrap_or(SIGTERM));
         }
