@@ -145,9 +145,6 @@ fn later_schemes_are_refused_by_name() {
         ("redis+cluster://h:7000", "redis+cluster"),
         ("redis+sentinel://h:26379/mymaster", "redis+sentinel"),
         ("sentinel://h:26379", "sentinel"),
-        ("amqp://u:secret@h/", "amqp"),
-        ("pyamqp://guest@localhost//", "pyamqp"),
-        ("AMQPS://u:secret@h:5671/vh", "amqps"),
     ] {
         let (e, m) = invalid(Target::url("broker", u));
         match &e {
@@ -173,12 +170,26 @@ fn later_schemes_are_refused_by_name() {
         assert!(matches!(e, TargetError::NotYet { ref arg, .. } if arg == "url"));
     }
     assert_eq!(
-        Target::url("broker", "amqp://u:secret@h/")
+        Target::url("broker", "sentinel://u:secret@h/")
             .unwrap_err()
             .to_string(),
-        "invalid `broker`: \"amqp://u:***@h/\" is amqp://, which headway does not speak yet \
-         (use memory://, redis:// or rediss://)"
+        "invalid `broker`: \"sentinel://u:***@h/\" is sentinel://, which headway does not speak yet \
+         (use memory://, redis://, rediss:// or amqp://)"
     );
+    // RabbitMQ's schemes are brokers now: parsed, the password redacted.
+    for (u, shown) in [
+        ("amqp://u:secret@h/", "amqp://u:***@h:5672/%2F"),
+        (
+            "pyamqp://guest@localhost//",
+            "pyamqp://guest:***@localhost:5672/%2F",
+        ),
+        ("AMQPS://u:secret@h:5671/vh", "amqps://u:***@h:5671/vh"),
+    ] {
+        let t = Target::url("broker", u).unwrap();
+        assert_eq!(t.layout().name(), "amqp");
+        assert_eq!(t.shown(), shown);
+        assert!(!format!("{t:?}").contains("secret"));
+    }
 }
 
 #[test]
@@ -193,7 +204,7 @@ fn anything_else_is_not_a_broker_and_names_the_argument() {
         assert!(matches!(e, TargetError::NotBroker { .. }), "{e:?}");
         assert!(m.starts_with(&format!("invalid `{arg}`:")), "{m}");
         assert!(
-            m.ends_with("is not memory://, redis:// or rediss://"),
+            m.ends_with("is not memory://, redis://, rediss:// or amqp://"),
             "{m}"
         );
         assert!(!m.contains("secret"), "{m}");
@@ -335,14 +346,14 @@ async fn open_is_a_url_to_an_app() {
             .await
             .is_ok()
     );
-    match headway_core::broker::target::open("amqp://u:secret@h/", None).await {
+    match headway_core::broker::target::open("sentinel://u:secret@h/", None).await {
         Err(Refused::Invalid(m)) => {
             assert!(
-                m.contains("broker") && m.contains("amqp") && !m.contains("secret"),
+                m.contains("broker") && m.contains("sentinel") && !m.contains("secret"),
                 "{m}"
             );
         }
-        _ => panic!("amqp is not a broker here"),
+        _ => panic!("sentinel is not a broker here"),
     }
     assert!(
         headway_core::broker::target::open("nonsense", None)

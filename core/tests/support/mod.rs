@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 pub mod kit;
+pub mod rabbit;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
