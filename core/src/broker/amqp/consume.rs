@@ -238,6 +238,18 @@ impl AmqpBroker {
             let mut g = self.lock();
             let seq = next_seq(&mut g);
             let Some(gr) = g.groups.get_mut(key).filter(|gr| gr.serial == serial) else {
+                // Its consumers were released (a stopped worker) and this
+                // was on its way meanwhile: back to the queue with it.
+                let ch = g.channels.get(&serial).cloned();
+                drop(g);
+                if let Some(ch) = ch {
+                    let tag = delivery.receipt.tag;
+                    tokio::spawn(async move {
+                        let _ = ch
+                            .basic_reject(tag, BasicRejectOptions { requeue: true })
+                            .await;
+                    });
+                }
                 return;
             };
             match delivery.message.eta {
