@@ -339,3 +339,40 @@ def test_an_acks_late_run_killed_mid_run_is_redelivered_to_a_celery_worker(mix: 
     mix.celery_worker("hw")
     assert r.get(timeout=60) == "celery ran 1"
     assert "hw_slow:1" in mix.notes()
+
+
+def test_rpc_results_travel_back_over_rabbitmq_both_ways(
+    vhost: str, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    mix = Mix(tmp_path, vhost, redis_server, 62, None)
+    # Both sides keep results as Celery's rpc:// does: no Redis involved.
+    mix.env["MIX_REDIS"] = "rpc://"
+    rpc_app = headway.App(mix.amqp, backend="rpc://")
+    try:
+        mix.celery_worker()
+
+        @rpc_app.task(name="mix.hw_mul", queue="hw")
+        def hw_mul(a: int, b: int = 1) -> int:
+            return a * b
+
+        w = rpc_app.worker(["hw"], concurrency=2)
+        w.start()
+        try:
+            # A Celery worker's result comes back to the headway caller.
+            assert rpc_app.send_task("mix.cel_add", (20, 22)).get(timeout=60) == 42
+            # A headway worker's result goes back to a Celery caller.
+            from celery import Celery
+
+            caller = Celery("rpc_caller", broker=mix.amqp, backend="rpc://")
+            caller.conf.task_routes = {"mix.hw_*": {"queue": "hw"}}
+            try:
+                assert caller.send_task("mix.hw_mul", (6, 7)).get(timeout=30) == 42
+            finally:
+                caller.close()
+            # And headway to headway.
+            assert rpc_app.send_task("mix.hw_mul", (3, 3), queue="hw").get(timeout=30) == 9
+        finally:
+            w.stop()
+    finally:
+        del rpc_app
+        mix.close()
