@@ -390,3 +390,61 @@ async fn an_unreachable_broker_is_refused_with_the_password_hidden() {
     let e = Target::url("broker", "amqp://u:s3cret@h:0/").unwrap_err();
     assert!(!e.to_string().contains("s3cret"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_is_made_again_and_the_worker_consumes_on() {
+    let Some(vh) = Vhost::new() else { return };
+    let Some(redis) = support::RedisServer::start() else {
+        return;
+    };
+    let (app, _on) = app_on(&vh, &redis).await;
+    add(&app, Policy::default());
+    let (w, h) = worker(&app, 4);
+    let first = app
+        .send(
+            "tasks.add",
+            vec![json!(1), json!(1)],
+            Map::new(),
+            Options::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        first.get(Some(Duration::from_secs(10))).await.unwrap(),
+        json!(2)
+    );
+    // The broker drops every connection of the vhost (what a RabbitMQ
+    // restart or a network cut does to a client).
+    let out = std::process::Command::new("rabbitmqctl")
+        .args(["-q", "close_all_connections", "-p", &vh.name, "test"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // The next send dials again (after the backoff) and the worker's
+    // consumers are made again: the run completes.
+    let mut sent = None;
+    for _ in 0..100 {
+        match app
+            .send(
+                "tasks.add",
+                vec![json!(2), json!(2)],
+                Map::new(),
+                Options::default(),
+            )
+            .await
+        {
+            Ok(h) => {
+                sent = Some(h);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let second = sent.expect("a send succeeds after the reconnect");
+    assert_eq!(
+        second.get(Some(Duration::from_secs(20))).await.unwrap(),
+        json!(4)
+    );
+    w.stop(Duration::from_secs(5));
+    h.await.unwrap();
+}
