@@ -448,3 +448,57 @@ async fn a_dropped_connection_is_made_again_and_the_worker_consumes_on() {
     w.stop(Duration::from_secs(5));
     h.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_declared_otherwise_is_refused_by_name_and_the_rest_goes_on() {
+    let Some(vh) = Vhost::new() else { return };
+    let plain = broker(&vh.url()).await;
+    plain.broker().publish(vec![msg("a")]).await.unwrap();
+    // Celery's task_queue_max_priority on one side only: RabbitMQ refuses
+    // the second declaration, and the error says which queue and why.
+    let prio = broker(&format!("{}?max_priority=10", vh.url())).await;
+    let e = prio.broker().publish(vec![msg("b")]).await.unwrap_err();
+    let m = e.to_string();
+    assert!(
+        m.contains("\"celery\"") && m.contains("x-max-priority"),
+        "{m}"
+    );
+    // The same broker publishes on to a queue it agrees with.
+    let mut other = msg("c");
+    other.queue = "other".into();
+    prio.broker().publish(vec![other]).await.unwrap();
+    let args = vh.list("queues", &["name", "arguments", "messages"]);
+    assert!(
+        args.iter()
+            .any(|r| r[0] == "other" && r[1].contains("x-max-priority") && r[2] == "1"),
+        "{args:?}"
+    );
+    assert!(
+        args.iter().any(|r| r[0] == "celery" && r[2] == "1"),
+        "only the agreeing send landed: {args:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_workers_channel_closes_once_its_runs_are_settled() {
+    let Some(vh) = Vhost::new() else { return };
+    let b = broker(&vh.url()).await;
+    let br = b.broker();
+    br.publish(vec![msg("s1"), msg("s2")]).await.unwrap();
+    let got = br.consume(&qs(), 1, Duration::from_secs(5)).await.unwrap();
+    let channels = || vh.list("channels", &["number"]).len();
+    // Publishing, pidbox and this consumer's channel.
+    until("three channels", || channels() == 3).await;
+    // Released with one run still to settle (prefetch 1: nothing else was
+    // delivered to it): its channel stays for that run's settle.
+    assert_eq!(br.stopped(&qs()).await.unwrap(), 0);
+    assert_eq!(channels(), 3);
+    br.ack(vec![got[0].receipt.clone()]).await.unwrap();
+    until("the released channel closed", || channels() == 2).await;
+    until("one message back, one acked", || {
+        vh.list("queues", &["name", "messages"])
+            .iter()
+            .any(|r| r[0] == "celery" && r[1] == "1")
+    })
+    .await;
+}

@@ -44,6 +44,19 @@ pub(super) struct Conn {
     dial: tokio::sync::Mutex<()>,
 }
 
+/// A channel with publisher confirms on.
+async fn publish_channel(url: &AmqpUrl, conn: &Connection) -> Result<Channel, Refused> {
+    let publish = conn
+        .create_channel()
+        .await
+        .map_err(|e| refused(url, "cannot open a channel", &e))?;
+    publish
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .map_err(|e| refused(url, "cannot turn on publisher confirms", &e))?;
+    Ok(publish)
+}
+
 /// Why a lapin call failed, as a broker refusal naming `what`.
 pub(super) fn refused(url: &AmqpUrl, what: &str, e: &lapin::Error) -> Refused {
     let kind = match e.kind() {
@@ -104,6 +117,21 @@ impl Conn {
         if let Some(r) = self.ready() {
             return r;
         }
+        // A connection that lives on with a dead publishing channel (a
+        // declaration RabbitMQ refused closes only the channel) gets a new
+        // channel, not a new connection: its consumers keep going.
+        let alive = self
+            .lock()
+            .live
+            .clone()
+            .filter(|l| l.conn.status().connected());
+        if let Some(l) = alive {
+            let publish = publish_channel(&self.url, &l.conn).await?;
+            let mut s = self.lock();
+            let live = Live { publish, ..l };
+            s.live = Some(live.clone());
+            return Ok(live);
+        }
         let made = self.dial_once().await;
         let mut s = self.lock();
         match made {
@@ -156,22 +184,20 @@ impl Conn {
             )
         })?
         .map_err(|e| refused(&self.url, "unreachable", &e))?;
-        let publish = conn
-            .create_channel()
-            .await
-            .map_err(|e| refused(&self.url, "cannot open a channel", &e))?;
-        publish
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(|e| refused(&self.url, "cannot turn on publisher confirms", &e))?;
+        let publish = publish_channel(&self.url, &conn).await?;
         Ok((conn, publish))
     }
 
     /// A call on the connection of `epoch` failed: drop it (when it is
-    /// still the live one) so the next call dials again.
+    /// still the live one and is down) so the next call dials again; one
+    /// whose connection is up only needs a new publishing channel, which
+    /// the next call opens.
     pub fn lost(&self, epoch: u64) {
         let mut s = self.lock();
-        if s.live.as_ref().is_some_and(|l| l.epoch == epoch) {
+        if s.live
+            .as_ref()
+            .is_some_and(|l| l.epoch == epoch && !l.conn.status().connected())
+        {
             s.live = None;
         }
     }

@@ -295,6 +295,10 @@ impl AmqpBroker {
             }
         }
         let next = gr.held.first_key_value().map(|(&(eta, _), _)| eta);
+        let serial = gr.serial;
+        if !out.is_empty() {
+            *g.outstanding.entry(serial).or_default() += out.len();
+        }
         drop(g);
         if let Some((ch, n)) = lower {
             tokio::spawn(async move {
@@ -337,8 +341,10 @@ impl AmqpBroker {
     }
 
     /// Cancels a group's consumers and requeues its unclaimed deliveries;
-    /// the channel stays open for the acks of runs still in progress.
+    /// the channel stays open for the settles of runs still in progress,
+    /// and closes after the last ([`AmqpBroker::settled`]).
     async fn give_back(&self, mut gr: Group) -> usize {
+        self.lock().released.insert(gr.serial);
         let ch = gr.channel.clone();
         for tag in std::mem::take(&mut gr.tags) {
             let _ = ch.basic_cancel(tag, BasicCancelOptions::default()).await;
@@ -355,7 +361,30 @@ impl AmqpBroker {
                 n += 1;
             }
         }
+        self.settled(gr.serial, 0);
         n
+    }
+
+    /// `n` deliveries of channel `serial` were settled: a released group's
+    /// channel with nothing left to settle is closed.
+    pub(super) fn settled(&self, serial: u64, n: usize) {
+        let close = {
+            let mut g = self.lock();
+            let left = g.outstanding.entry(serial).or_default();
+            *left = left.saturating_sub(n);
+            if *left == 0 && g.released.contains(&serial) {
+                g.outstanding.remove(&serial);
+                g.released.remove(&serial);
+                g.channels.remove(&serial)
+            } else {
+                None
+            }
+        };
+        if let Some(ch) = close {
+            tokio::spawn(async move {
+                let _ = ch.close(200, "released".into()).await;
+            });
+        }
     }
 }
 

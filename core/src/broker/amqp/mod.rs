@@ -90,6 +90,11 @@ struct Local {
     groups: HashMap<String, Group>,
     /// Live channels by serial, for settling.
     channels: HashMap<u64, lapin::Channel>,
+    /// Deliveries handed to workers and not settled yet, by channel serial.
+    outstanding: HashMap<u64, usize>,
+    /// Serials of released groups: their channel closes once nothing
+    /// handed out from it is left to settle.
+    released: std::collections::HashSet<u64>,
     /// Revoked ids → until (ms).
     revoked: HashMap<String, i64>,
     seq: u64,

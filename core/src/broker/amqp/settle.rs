@@ -27,6 +27,7 @@ impl AmqpBroker {
             let Some(ch) = self.channel_of(&r) else {
                 continue;
             };
+            let _done = Settled(self, r.token);
             // An ack on a channel closed under us is moot: RabbitMQ
             // requeued the message.
             if let Err(e) = ch.basic_ack(r.tag, BasicAckOptions::default()).await
@@ -42,11 +43,22 @@ impl AmqpBroker {
         let Some(ch) = self.channel_of(&r) else {
             return Ok(());
         };
+        let _done = Settled(self, r.token);
         match ch.basic_reject(r.tag, BasicRejectOptions { requeue }).await {
             Err(e) if ch.status().connected() => {
                 Err(super::conn::refused(self.conn.url(), "cannot reject", &e))
             }
             _ => Ok(()),
         }
+    }
+}
+
+/// Counts one settle of channel `.1` when dropped (after the settle went
+/// out, or failed), so a released channel closes after its last one.
+struct Settled<'a>(&'a AmqpBroker, u64);
+
+impl Drop for Settled<'_> {
+    fn drop(&mut self) {
+        self.0.settled(self.1, 1);
     }
 }
