@@ -502,3 +502,20 @@ async fn a_stopped_workers_channel_closes_once_its_runs_are_settled() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beats_on_rabbitmq_fire_each_slot_once_through_the_redis_store() {
+    let Some(vh) = Vhost::new() else { return };
+    let Some(redis) = support::RedisServer::start() else {
+        return;
+    };
+    let (a, _on_a) = app_on(&vh, &redis).await;
+    let (b, _on_b) = app_on(&vh, &redis).await;
+    assert!(a.broker().claim_slot("tick", 1_000).await.unwrap());
+    assert!(!b.broker().claim_slot("tick", 1_000).await.unwrap());
+    // Positive control: the next slot is the leader's to fire too.
+    assert!(a.broker().claim_slot("tick", 2_000).await.unwrap());
+    // Without a store every claim is granted (one beat per broker then).
+    let bare = broker(&vh.url()).await;
+    assert!(bare.broker().claim_slot("tick", 1_000).await.unwrap());
+}

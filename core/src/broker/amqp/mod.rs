@@ -349,6 +349,18 @@ impl Broker for AmqpBroker {
     fn stopped<'a>(&'a self, queues: &'a [String]) -> BoxFuture<'a, Result<usize, Refused>> {
         Box::pin(self.release(queues))
     }
+
+    /// With a Redis store, its beat lease and single-fire slots (the Celery
+    /// layout's): one beat fires each slot across every process. Without
+    /// one, every claim is granted — run a single beat then.
+    fn claim_slot<'a>(&'a self, entry: &'a str, due: i64) -> BoxFuture<'a, Result<bool, Refused>> {
+        Box::pin(async move {
+            match self.store() {
+                Some(store) => Broker::claim_slot(&*store, entry, due).await,
+                None => Ok(true),
+            }
+        })
+    }
 }
 
 /// The seq of the next held eta (ties in the map break by arrival).
