@@ -88,6 +88,12 @@ impl AmqpBroker {
         wire: &[String],
         prefetch: usize,
     ) -> Result<Arc<Notify>, Refused> {
+        let prefetch = {
+            let mut g = self.lock();
+            let p = g.prefetch.entry(key.to_string()).or_default();
+            *p = (*p).max(prefetch);
+            *p
+        };
         if let Some(b) = self.live_group(key) {
             return Ok(b);
         }
@@ -321,7 +327,11 @@ impl AmqpBroker {
     /// they hold that no worker took.
     pub(super) async fn release(&self, queues: &[String]) -> Result<usize, Refused> {
         let key = key_of(&self.wire_names(queues));
-        let gr = self.lock().groups.remove(&key);
+        let gr = {
+            let mut g = self.lock();
+            g.prefetch.remove(&key);
+            g.groups.remove(&key)
+        };
         Ok(match gr {
             Some(gr) => self.give_back(gr).await,
             None => 0,

@@ -92,6 +92,10 @@ struct Local {
     channels: HashMap<u64, lapin::Channel>,
     /// Deliveries handed to workers and not settled yet, by channel serial.
     outstanding: HashMap<u64, usize>,
+    /// The largest prefetch each queue set was claimed with: a group made
+    /// again after a lost connection gets it back, not the room its worker
+    /// happened to have at that claim.
+    prefetch: HashMap<String, usize>,
     /// Serials of released groups: their channel closes once nothing
     /// handed out from it is left to settle.
     released: std::collections::HashSet<u64>,
