@@ -115,6 +115,12 @@ async fn a_send_is_confirmed_on_celerys_topology() {
             .any(|r| r[0] == "celery" && r[1] == "celery" && r[2] == "celery"),
         "{bind:?}"
     );
+    // The inspector reads RabbitMQ's count of the queue.
+    let Connected::Amqp(a) = &b else { panic!() };
+    let qs_seen = headway_core::task::Inspector::queues(&**a).await.unwrap();
+    assert_eq!(qs_seen.len(), 1, "{qs_seen:?}");
+    assert_eq!(qs_seen[0].name, "default");
+    assert_eq!(qs_seen[0].ready.values().sum::<u64>(), 1);
     // The message reads back as sent, with Celery's properties.
     let got = b
         .broker()

@@ -149,6 +149,7 @@ impl AmqpBroker {
             .map_err(|e| fail(super::conn::refused(&url, "basic.qos", &e)))?;
         for q in &wire {
             topology::declare_queue(&ch, &url, q, self.opts.max_priority).await?;
+            self.remember_queue(q);
         }
         let serial = serial(&self);
         let bell = Arc::new(Notify::new());

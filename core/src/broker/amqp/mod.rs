@@ -39,6 +39,7 @@
 
 mod conn;
 mod consume;
+mod inspect;
 mod options;
 mod publish;
 mod revoke;
@@ -92,6 +93,9 @@ struct Local {
     channels: HashMap<u64, lapin::Channel>,
     /// Deliveries handed to workers and not settled yet, by channel serial.
     outstanding: HashMap<u64, usize>,
+    /// Celery queues declared or consumed here (wire names), for the
+    /// inspector.
+    queues: std::collections::BTreeSet<String>,
     /// The largest prefetch each queue set was claimed with: a group made
     /// again after a lost connection gets it back, not the room its worker
     /// happened to have at that claim.
@@ -185,14 +189,15 @@ impl AmqpBroker {
         Ok(broker)
     }
 
-    /// Its seams: only the Broker; results and chords live in the store an
-    /// app names (`backend=`), see [`AmqpBroker::seams_with_store`].
+    /// Its seams: the Broker and an Inspector; results and chords live in
+    /// the store an app names (`backend=`, see
+    /// [`crate::broker::target::backend_store`]).
     pub fn seams(self: &Arc<Self>) -> Seams {
         Seams {
             broker: self.clone(),
             backend: None,
             counter: None,
-            inspector: None,
+            inspector: Some(self.clone()),
         }
     }
 

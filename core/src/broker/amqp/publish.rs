@@ -151,6 +151,7 @@ impl AmqpBroker {
             self.conn.lost(live.epoch);
         }
         r?;
+        self.remember_queue(queue);
         let mut d = self.declared.lock().unwrap_or_else(|e| e.into_inner());
         if d.0 != live.epoch {
             *d = (live.epoch, Default::default());

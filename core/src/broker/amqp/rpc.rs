@@ -72,7 +72,7 @@ impl RpcStore {
             broker: self.broker.clone(),
             backend: Some(self.clone()),
             counter: None,
-            inspector: None,
+            inspector: Some(self.broker.clone()),
         }
     }
 
