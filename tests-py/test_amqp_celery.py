@@ -376,3 +376,18 @@ def test_rpc_results_travel_back_over_rabbitmq_both_ways(
     finally:
         del rpc_app
         mix.close()
+
+
+def test_headway_worker_serves_a_celery_app_on_rabbitmq_unchanged(mix: Mix) -> None:
+    # `headway worker -A proj:app` with a Celery app whose broker is
+    # RabbitMQ: Celery's own task bodies, run by headway's worker.
+    out = open(mix.tmp / "served.log", "w")
+    served = subprocess.Popen(
+        [sys.executable, "-m", "headway", "worker", "-A", f"{mix.name}:app", "-Q", "hw", "-c", "2"],
+        cwd=mix.tmp, env=mix.env, stdout=out, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    mix.procs.append(served)
+    r = mix.celery.hw_slow.delay(5)
+    assert r.get(timeout=60) == "celery ran 5"
+    ran = [ln.split() for ln in mix.ledger.read_text().splitlines()]
+    assert ["hw_slow:5", str(served.pid)] in ran, ran

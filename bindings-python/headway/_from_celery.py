@@ -58,32 +58,17 @@ def serve(capp: Any) -> App:
         return made
     from celery import exceptions as cx  # type: ignore[import-untyped]  # noqa: PLC0415 - only with a Celery app
 
-    from ._native import RedisBroker  # noqa: PLC0415
-
     conf = capp.conf
     url = conf.broker_url or ""
-    if not url.startswith(("redis://", "rediss://")):
+    if url.startswith(("amqp://", "pyamqp://", "amqps://")):
+        app = _on_rabbitmq(capp, url)
+    elif not url.startswith(("redis://", "rediss://")):
         raise ValueError(
             f"the Celery app's broker_url {_shown(url)!r}: headway serves a Celery app on "
-            "Redis (redis:// or rediss://)"
+            "Redis (redis:// or rediss://) or RabbitMQ (amqp://)"
         )
-    # Celery's transport options and event settings that headway has.
-    topts = conf.broker_transport_options or {}
-    broker = RedisBroker.celery(
-        url,
-        visibility_timeout=topts.get("visibility_timeout", 3600.0),
-        task_send_sent_event=bool(conf.task_send_sent_event),
-    )
-    backend_url = conf.result_backend or ""
-    backend: Any = None
-    if backend_url and backend_url != url:
-        if not backend_url.startswith(("redis://", "rediss://")):
-            raise ValueError(
-                f"the Celery app's result_backend {_shown(backend_url)!r}: headway stores "
-                "a Celery app's results on Redis (redis:// or rediss://)"
-            )
-        backend = RedisBroker.celery(backend_url)
-    app = App(broker, backend=backend)
+    else:
+        app = _on_redis(capp, url)
     if conf.worker_send_task_events:
         # Celery's `worker_send_task_events` (its `-E`).
         app._native.enable_task_events()
@@ -101,6 +86,46 @@ def serve(capp: Any) -> App:
     app._queues = named
     capp._headway_app = app
     return app
+
+
+def _on_rabbitmq(capp: Any, url: str) -> App:
+    """A headway ``App`` on the Celery app's RabbitMQ: its queues declared
+    with the app's ``task_queue_max_priority``, results where its
+    ``result_backend`` keeps them (Celery's Redis backend or ``rpc://``)."""
+    conf = capp.conf
+    if conf.task_queue_max_priority:
+        url += ("&" if "?" in url else "?") + f"max_priority={int(conf.task_queue_max_priority)}"
+    backend_url = conf.result_backend or ""
+    if backend_url and not backend_url.startswith(("redis://", "rediss://", "rpc://")):
+        raise ValueError(
+            f"the Celery app's result_backend {_shown(backend_url)!r}: beside RabbitMQ headway "
+            "keeps a Celery app's results on Redis (redis:// or rediss://) or rpc://"
+        )
+    return App(url, backend=backend_url or None)
+
+
+def _on_redis(capp: Any, url: str) -> App:
+    """A headway ``App`` on the Celery app's Redis, in Celery's layout."""
+    from ._native import RedisBroker  # noqa: PLC0415
+
+    conf = capp.conf
+    # Celery's transport options and event settings that headway has.
+    topts = conf.broker_transport_options or {}
+    broker = RedisBroker.celery(
+        url,
+        visibility_timeout=topts.get("visibility_timeout", 3600.0),
+        task_send_sent_event=bool(conf.task_send_sent_event),
+    )
+    backend_url = conf.result_backend or ""
+    backend: Any = None
+    if backend_url and backend_url != url:
+        if not backend_url.startswith(("redis://", "rediss://")):
+            raise ValueError(
+                f"the Celery app's result_backend {_shown(backend_url)!r}: headway stores "
+                "a Celery app's results on Redis (redis:// or rediss://)"
+            )
+        backend = RedisBroker.celery(backend_url)
+    return App(broker, backend=backend)
 
 
 def routing_key(queue: str, default_queue: str) -> str:
