@@ -121,8 +121,10 @@ impl AmqpBroker {
     /// when claimed, and dropped if it is not a message headway runs. For
     /// tests and tools; an app publishes with [`crate::task::Broker::publish`].
     pub async fn push_raw(&self, queue: &str, raw: &[u8]) -> Result<(), Refused> {
+        let wire_name = self.sender.wire_queue(queue).to_string();
+        wire::short(&wire_name, "queue")?;
         let out = wire::Outgoing {
-            queue: self.sender.wire_queue(queue).to_string(),
+            queue: wire_name,
             body: raw.to_vec(),
             props: lapin::BasicProperties::default()
                 .with_content_type("application/json".into())

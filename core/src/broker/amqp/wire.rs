@@ -29,7 +29,7 @@ pub(super) struct Outgoing {
     pub props: BasicProperties,
 }
 
-fn short(s: &str, what: &str) -> Result<ShortString, Refused> {
+pub(super) fn short(s: &str, what: &str) -> Result<ShortString, Refused> {
     ShortString::try_new(s).map_err(|_| {
         Refused::Invalid(format!(
             "invalid `{what}`: {} bytes, over AMQP's 255-byte short string",
