@@ -391,3 +391,16 @@ def test_headway_worker_serves_a_celery_app_on_rabbitmq_unchanged(mix: Mix) -> N
     assert r.get(timeout=60) == "celery ran 5"
     ran = [ln.split() for ln in mix.ledger.read_text().splitlines()]
     assert ["hw_slow:5", str(served.pid)] in ran, ran
+
+
+def test_an_unreachable_rabbitmq_is_a_broker_error_with_the_password_hidden() -> None:
+    with pytest.raises(headway.BrokerError) as info:
+        headway.App("amqp://u:s3cret@127.0.0.1:1/v")
+    assert "unreachable" in str(info.value) and "s3cret" not in str(info.value)
+    # A bad URL is a ValueError naming what is wrong, the password hidden.
+    with pytest.raises(ValueError, match="port") as bad:
+        headway.App("amqp://u:s3cret@h:99999/v")
+    assert "s3cret" not in str(bad.value)
+    # rpc:// needs RabbitMQ to travel on.
+    with pytest.raises(ValueError, match="`backend`.*amqp"):
+        headway.App("memory://", backend="rpc://")
