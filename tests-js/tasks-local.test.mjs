@@ -253,7 +253,7 @@ test('bad brokers, backends and clocks are refused, the password never shown', (
     assert.ok(!e.message.includes('secret'), e.message);
     return true;
   });
-  assert.throws(() => new App({ broker: 'amqp://localhost' }), { name: 'RangeError', message: /broker/ });
+  assert.throws(() => new App({ broker: 'kafka://localhost' }), { name: 'RangeError', message: /broker/ });
   assert.throws(() => new App({ broker: 5 }), { name: 'TypeError', message: /"broker"/ });
   assert.throws(() => new App({ backend: true }), { name: 'TypeError', message: /"backend"/ });
   assert.throws(() => new App({ clock: {} }), { name: 'TypeError', message: /"clock"/ });

@@ -253,7 +253,7 @@ def test_update_state_reject_and_ignore_seen_by_a_celery_client(project: Project
 
 def test_a_celery_app_on_another_broker_is_refused_naming_it(tmp_path: Path) -> None:
     (tmp_path / "amqpapp.py").write_text(
-        "from celery import Celery\napp = Celery('p', broker='amqp://guest:secret@localhost//')\n"
+        "from celery import Celery\napp = Celery('p', broker='sqs://guest:secret@localhost//')\n"
     )
     out = subprocess.run(
         [sys.executable, "-m", "headway", "worker", "-A", "amqpapp:app"],

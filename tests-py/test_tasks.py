@@ -697,7 +697,7 @@ def test_broker_errors_are_broker_error() -> None:
         headway.App("redis://:secret@127.0.0.1:1/0")
     assert "secret" not in str(info.value)
     with pytest.raises(ValueError, match="broker"):
-        headway.App("amqp://localhost")
+        headway.App("kafka://localhost")
     # Brokers headway may speak later are refused by scheme, password hidden.
     later_text = "amqps://, which headway does not speak yet"
     with pytest.raises(ValueError, match=later_text) as later:

@@ -341,6 +341,9 @@ class App {
     if (o.backend === false) seams.withoutBackend();
     else if (o.backend === true) {
       throw argType('backend', 'a URL, a RedisBroker, false (no results) or undefined (the broker\'s)', true);
+    } else if (typeof o.backend === 'string') {
+      const refused = seams.withBackendUrl(o.backend, clock);
+      if (refused) throw refusal(refused);
     } else if (o.backend !== undefined && o.backend !== null) seams.withBackend(seamsOf('backend', o.backend, clock));
     this[APP] = new native.NativeApp(seams, clock);
     this[SEND] = this[APP].sender();

@@ -60,40 +60,17 @@ def serve(capp: Any) -> App:
         return made
     from celery import exceptions as cx  # type: ignore[import-untyped]  # noqa: PLC0415 - only with a Celery app
 
-    from ._native import RedisBroker  # noqa: PLC0415
-
     conf = capp.conf
     url = conf.broker_url or ""
-    if not url.startswith(("redis://", "rediss://", "sentinel://")):
+    if url.startswith(("amqp://", "pyamqp://", "amqps://")):
+        app = _on_rabbitmq(capp, url)
+    elif url.startswith(("redis://", "rediss://", "sentinel://")):
+        app = _on_redis(capp, url)
+    else:
         raise ValueError(
             f"the Celery app's broker_url {_shown(url)!r}: headway serves a Celery app on "
-            "Redis (redis://, rediss:// or sentinel://)"
+            "Redis (redis://, rediss:// or sentinel://) or RabbitMQ (amqp://)"
         )
-    # Celery's transport options and event settings that headway has
-    # (`master_name`: the master a sentinel:// URL's sentinels watch).
-    topts = conf.broker_transport_options or {}
-    broker = RedisBroker.celery(
-        url,
-        visibility_timeout=topts.get("visibility_timeout", 3600.0),
-        task_send_sent_event=bool(conf.task_send_sent_event),
-        master_name=topts.get("master_name"),
-        result_expires=result_expires(conf.result_expires),
-    )
-    backend_url = conf.result_backend or ""
-    backend: Any = None
-    if backend_url and backend_url != url:
-        if not backend_url.startswith(("redis://", "rediss://", "sentinel://")):
-            raise ValueError(
-                f"the Celery app's result_backend {_shown(backend_url)!r}: headway stores "
-                "a Celery app's results on Redis (redis://, rediss:// or sentinel://)"
-            )
-        ropts = conf.result_backend_transport_options or {}
-        backend = RedisBroker.celery(
-            backend_url,
-            master_name=ropts.get("master_name"),
-            result_expires=result_expires(conf.result_expires),
-        )
-    app = App(broker, backend=backend)
     app._worker_defaults = worker_defaults(conf)
     # A Celery task catches Celery's SoftTimeLimitExceeded: what headway
     # raises in a body past its soft limit is both (in this process).
@@ -130,6 +107,55 @@ def worker_defaults(conf: Any) -> dict[str, Any]:
     leaves headway's own default prefetch, ``× 8`` on the process pool)."""
     m = conf.get("worker_prefetch_multiplier", 4)
     return {} if m in (None, 4) else {"prefetch_multiplier": int(m)}
+
+
+def _on_rabbitmq(capp: Any, url: str) -> App:
+    """A headway ``App`` on the Celery app's RabbitMQ: its queues declared
+    with the app's ``task_queue_max_priority``, results where its
+    ``result_backend`` keeps them (Celery's Redis backend or ``rpc://``)."""
+    conf = capp.conf
+    if conf.task_queue_max_priority:
+        url += ("&" if "?" in url else "?") + f"max_priority={int(conf.task_queue_max_priority)}"
+    backend_url = conf.result_backend or ""
+    if backend_url and not backend_url.startswith(("redis://", "rediss://", "rpc://")):
+        raise ValueError(
+            f"the Celery app's result_backend {_shown(backend_url)!r}: beside RabbitMQ headway "
+            "keeps a Celery app's results on Redis (redis:// or rediss://) or rpc://"
+        )
+    return App(url, backend=backend_url or None)
+
+
+def _on_redis(capp: Any, url: str) -> App:
+    """A headway ``App`` on the Celery app's Redis (or its Sentinel-watched
+    primary), in Celery's layout."""
+    from ._native import RedisBroker  # noqa: PLC0415
+
+    conf = capp.conf
+    # Celery's transport options and event settings that headway has
+    # (`master_name`: the master a sentinel:// URL's sentinels watch).
+    topts = conf.broker_transport_options or {}
+    broker = RedisBroker.celery(
+        url,
+        visibility_timeout=topts.get("visibility_timeout", 3600.0),
+        task_send_sent_event=bool(conf.task_send_sent_event),
+        master_name=topts.get("master_name"),
+        result_expires=result_expires(conf.result_expires),
+    )
+    backend_url = conf.result_backend or ""
+    backend: Any = None
+    if backend_url and backend_url != url:
+        if not backend_url.startswith(("redis://", "rediss://", "sentinel://")):
+            raise ValueError(
+                f"the Celery app's result_backend {_shown(backend_url)!r}: headway stores "
+                "a Celery app's results on Redis (redis://, rediss:// or sentinel://)"
+            )
+        ropts = conf.result_backend_transport_options or {}
+        backend = RedisBroker.celery(
+            backend_url,
+            master_name=ropts.get("master_name"),
+            result_expires=result_expires(conf.result_expires),
+        )
+    return App(broker, backend=backend)
 
 
 def maps(app: App, queue: str, lookup: Any) -> None:

@@ -895,7 +895,7 @@ fn footing(
             }
             Store::Nowhere
         }
-        Some(b) => Store::In(connect_arg(py, "backend", b, clock)?),
+        Some(b) => crate::brokers::backend_arg(py, b, &on, clock)?,
     };
     Ok((on, store))
 }

@@ -4,7 +4,7 @@
 //! of the first app that uses it and refuses another; this converts Python
 //! values (seconds, `None`) and maps the refusals.
 
-use headway_core::broker::{Connected, Layout, Target, TargetError};
+use headway_core::broker::{Connected, Layout, Store, Target, TargetError};
 use headway_core::task::Clock;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -161,6 +161,25 @@ pub(crate) fn connect_arg(
     };
     let r = block(py, t.connect(clock))?;
     check(py, r)
+}
+
+/// Where an app on `on` keeps results when `backend=` is `obj` (a URL or a
+/// `RedisBroker`): a URL means what the core's `backend_store` says beside
+/// that broker (Celery's stores beside RabbitMQ).
+pub(crate) fn backend_arg(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    on: &Connected,
+    clock: &Arc<dyn Clock>,
+) -> PyResult<Store> {
+    if let Ok(s) = obj.extract::<String>() {
+        let r = block(
+            py,
+            headway_core::broker::target::backend_store("backend", &s, on, clock),
+        )?;
+        return check(py, r);
+    }
+    Ok(Store::In(connect_arg(py, "backend", obj, clock)?))
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

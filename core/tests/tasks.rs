@@ -1,9 +1,9 @@
 //! The task suite, written against the seams so it runs unchanged on every
 //! broker: each test takes an app maker. Memory and headway's Redis layout
 //! run here (Redis on a redis-server the test starts; skipped without one);
-//! Celery's layout adds its maker to `brokers()`, and headway's layout runs
-//! again on a Redis Cluster of the test's own (three primaries, three
-//! replicas).
+//! Celery's layout and RabbitMQ (`amqp`) add their makers to `brokers()`,
+//! and headway's layout runs again on a Redis Cluster of the test's own
+//! (three primaries, three replicas).
 
 mod support;
 
@@ -39,6 +39,7 @@ fn brokers() -> Vec<(&'static str, Maker)> {
         ("redis-acl", |c| Box::pin(redis_acl_app(c))),
         ("celery", |c| Box::pin(celery_app(c))),
         ("redis-cluster", |c| Box::pin(cluster_app(c))),
+        ("amqp", |c| Box::pin(amqp_app(c))),
     ]
 }
 
@@ -51,6 +52,23 @@ async fn cluster_app(clock: Arc<VirtualClock>) -> Made {
         .await
         .expect("connect to the test's Redis Cluster");
     Some((App::new(b.seams(), clock), Box::new(cluster)))
+}
+
+/// RabbitMQ on Celery's AMQP topology (a vhost of the test's own), results
+/// and chords in Celery's Redis store on a redis-server of the test's own.
+async fn amqp_app(clock: Arc<VirtualClock>) -> Made {
+    let vhost = support::rabbit::Vhost::new()?;
+    let server = support::RedisServer::start()?;
+    let clk: Arc<dyn Clock> = clock.clone();
+    let on = headway_core::broker::Target::url("broker", &vhost.url())
+        .unwrap()
+        .connect(&clk)
+        .await
+        .expect("connect to the test's vhost");
+    let store = headway_core::broker::target::backend_store("backend", &server.url(), &on, &clk)
+        .await
+        .expect("connect to the test's redis-server");
+    Some((on.app(&store, clk), Box::new((server, vhost, on))))
 }
 
 /// Celery's Redis layout (`broker::celery`) on a redis-server of the test's

@@ -181,6 +181,43 @@ impl NativeSeams {
         }
     }
 
+    /// Keeps results where the `backend` URL `url` says beside this broker
+    /// (the core's `backend_store`: beside RabbitMQ, `redis://` is Celery's
+    /// Redis result store and `rpc://` Celery's RPC backend), connecting
+    /// now on `clock`.
+    #[napi(js_name = "withBackendUrl", catch_unwind)]
+    pub fn with_backend_url(&self, url: String, clock: &NativeClock) -> Option<Refusal> {
+        let on = {
+            let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            match g.as_ref() {
+                Some((on, _)) => on.clone(),
+                None => return Some(Refusal::invalid("these seams were already used")),
+            }
+        };
+        let rt = match rt() {
+            Ok(rt) => rt,
+            Err(e) => return Some(Refusal::invalid(e.reason.clone())),
+        };
+        let clock = clock.clock.clone();
+        let r = rt.block_on(headway_core::broker::target::backend_store(
+            "backend", &url, &on, &clock,
+        ));
+        match r {
+            Ok(store) => {
+                if let Some((_, s)) = self
+                    .inner
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .as_mut()
+                {
+                    *s = store;
+                }
+                None
+            }
+            Err(e) => Some(e.into()),
+        }
+    }
+
     /// Keeps no results (`get()` refuses with `MISSING`).
     #[napi(js_name = "withoutBackend")]
     pub fn without_backend(&self) {

@@ -24,6 +24,10 @@ impl Connected {
             }
             Connected::Headway(b) => b.push_raw(queue, raw).await,
             Connected::Celery(b) => b.push_raw(queue, raw).await,
+            Connected::Amqp(b) => b.push_raw(queue, raw).await,
+            Connected::Rpc(_) => Err(Refused::Invalid(
+                "rpc:// is a result store; push onto its broker".into(),
+            )),
         }
     }
 }

@@ -25,6 +25,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::amqp::{AmqpBroker, AmqpOptions, AmqpUrl, RpcStore};
 use super::celery::{CeleryBroker, CeleryOptions};
 use super::memory::MemoryBroker;
 use super::redis::{RedisBroker, RedisOptions, RedisUrl};
@@ -34,10 +35,10 @@ use crate::task::spec::Broker;
 use crate::task::state::Refused;
 
 /// Schemes of brokers headway does not speak yet, refused by name.
-const NOT_YET: &[&str] = &["amqp", "pyamqp", "amqps"];
+const NOT_YET: &[&str] = &[];
 
 /// What every refusal of a URL lists as accepted.
-const ACCEPTED: &str = "memory://, redis:// or rediss://";
+const ACCEPTED: &str = "memory://, redis://, rediss:// or amqp://";
 
 /// The text `url` with any password hidden, for errors and `Debug`:
 /// `amqp://u:secret@h/` is shown `amqp://u:***@h/`. Userinfo with no `:` is
@@ -122,6 +123,8 @@ pub enum Layout {
     Headway(RedisOptions),
     /// Celery's Redis layout and message format.
     Celery(CeleryOptions),
+    /// RabbitMQ on Celery's AMQP topology and message format.
+    Amqp(AmqpOptions),
 }
 
 impl Layout {
@@ -131,6 +134,7 @@ impl Layout {
             Layout::Memory => "memory",
             Layout::Headway(_) => "headway",
             Layout::Celery(_) => "celery",
+            Layout::Amqp(_) => "amqp",
         }
     }
 }
@@ -145,6 +149,10 @@ pub enum Connected {
     Headway(Arc<RedisBroker>),
     /// Celery's Redis layout.
     Celery(Arc<CeleryBroker>),
+    /// RabbitMQ (results kept elsewhere: see [`backend_store`]).
+    Amqp(Arc<AmqpBroker>),
+    /// `rpc://`: results as messages to the caller, on its RabbitMQ.
+    Rpc(Arc<RpcStore>),
 }
 
 impl fmt::Debug for Connected {
@@ -153,6 +161,8 @@ impl fmt::Debug for Connected {
             Connected::Memory(_) => "memory",
             Connected::Headway(_) => "headway",
             Connected::Celery(_) => "celery",
+            Connected::Amqp(_) => "amqp",
+            Connected::Rpc(_) => "rpc",
         };
         write!(f, "Connected({name})")
     }
@@ -182,6 +192,8 @@ impl Connected {
             },
             Connected::Headway(b) => b.seams(),
             Connected::Celery(b) => b.seams(),
+            Connected::Amqp(b) => b.seams(),
+            Connected::Rpc(r) => r.seams(),
         }
     }
 
@@ -191,6 +203,8 @@ impl Connected {
             Connected::Memory(b) => b.clone(),
             Connected::Headway(b) => b.clone(),
             Connected::Celery(b) => b.clone(),
+            Connected::Amqp(b) => b.clone(),
+            Connected::Rpc(r) => r.seams().broker,
         }
     }
 
@@ -215,8 +229,17 @@ impl Connected {
     /// signature names.
     pub fn app(&self, store: &Store, clock: Arc<dyn Clock>) -> App {
         let app = App::new(self.seams_with(store), clock);
-        if let Connected::Celery(c) = self {
-            c.route_for(&app);
+        match self {
+            Connected::Celery(c) => c.route_for(&app),
+            Connected::Amqp(a) => {
+                a.route_for(&app);
+                // Results in Celery's Redis store: a chord's callback goes
+                // out through RabbitMQ, where the workers are.
+                if let Store::In(Connected::Celery(c)) = store {
+                    a.use_store(c);
+                }
+            }
+            _ => {}
         }
         app
     }
@@ -232,6 +255,8 @@ impl Connected {
                 Ok(0)
             }
             Connected::Celery(b) => b.close().await,
+            Connected::Amqp(b) => b.close().await,
+            Connected::Rpc(_) => Ok(0),
         }
     }
 }
@@ -333,6 +358,12 @@ impl Target {
                  redis+sentinel://h1:26379,h2:26379/<master>/<db> for headway's layout"
             )));
         }
+        if ["amqp://", "pyamqp://", "amqps://"]
+            .iter()
+            .any(|s| lower.starts_with(s))
+        {
+            return Target::amqp(text, None);
+        }
         Err(TargetError::NotBroker {
             arg: arg.to_string(),
             url: redact(text),
@@ -409,6 +440,21 @@ impl Target {
             options.visibility_timeout = positive("visibility_timeout", ms)?;
         }
         Ok(Target::new(url, shown, Layout::Celery(options)))
+    }
+
+    /// RabbitMQ at `url` on Celery's AMQP topology and message format
+    /// (`amqp://`, `pyamqp://`, `amqps://`; the vhost is the path, `/` when
+    /// empty or `%2F`). `?max_priority=N` declares queues with
+    /// `x-max-priority` N (Celery's `task_queue_max_priority`: both sides
+    /// must agree). `consumer` names this process's node (`headway@<host>`).
+    pub fn amqp(url: &str, consumer: Option<String>) -> Result<Target, TargetError> {
+        let parsed = AmqpUrl::parse(url).map_err(TargetError::Url)?;
+        let options = AmqpOptions {
+            consumer,
+            max_priority: parsed.max_priority,
+            ..AmqpOptions::default()
+        };
+        Ok(Target::new(url, parsed.to_string(), Layout::Amqp(options)))
     }
 
     /// On Celery's layout, whether a `task-sent` event goes out for each
@@ -492,6 +538,9 @@ impl Target {
             Layout::Celery(o) => {
                 Connected::Celery(CeleryBroker::connect(&self.dial, o.clone(), clk).await?)
             }
+            Layout::Amqp(o) => {
+                Connected::Amqp(AmqpBroker::connect(&self.dial, o.clone(), clk).await?)
+            }
         };
         // Two first uses at once: the first stored wins, the other's
         // connection is dropped.
@@ -526,6 +575,36 @@ impl Target {
             Some(c) => c.close().await,
             None => Ok(0),
         }
+    }
+}
+
+/// Where an app on `broker` keeps results when its `backend=` (named `arg`)
+/// is the URL `text`, connected on `clock`.
+///
+/// Beside RabbitMQ the store is Celery's, so Celery's workers and clients
+/// read the same results: `redis://` / `rediss://` is Celery's Redis result
+/// backend (its keys and format, the Celery layout's store), and `rpc://`
+/// Celery's RPC backend (results sent back to the caller over RabbitMQ).
+/// Beside any other broker a URL means what [`Target::url`] says, and
+/// `rpc://` is refused: it needs an AMQP broker to travel on.
+pub async fn backend_store(
+    arg: &str,
+    text: &str,
+    broker: &Connected,
+    clock: &Arc<dyn Clock>,
+) -> Result<Store, Refused> {
+    let lower = text.to_ascii_lowercase();
+    let rpc = lower == "rpc://" || lower.starts_with("rpc://");
+    match broker {
+        Connected::Amqp(a) if rpc => Ok(Store::In(Connected::Rpc(a.use_rpc().await?))),
+        Connected::Amqp(_) if lower.starts_with("redis://") || lower.starts_with("rediss://") => {
+            let t = Target::celery(text, None, None)?;
+            Ok(Store::In(t.connect(clock).await?))
+        }
+        _ if rpc => Err(Refused::Invalid(format!(
+            "invalid `{arg}`: rpc:// sends results over RabbitMQ; it needs an amqp:// broker"
+        ))),
+        _ => Ok(Store::In(Target::url(arg, text)?.connect(clock).await?)),
     }
 }
 

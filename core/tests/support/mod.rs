@@ -10,6 +10,7 @@
 
 pub mod cluster;
 pub mod kit;
+pub mod rabbit;
 pub mod sentinel;
 
 use std::io::{Read, Write};

@@ -34,6 +34,21 @@ impl Local {
 }
 
 impl CeleryBroker {
+    /// Makes this a result store for another transport: a chord's callback
+    /// is published through `broker` (RabbitMQ) rather than pushed onto a
+    /// Redis list, which no consumer of that transport reads.
+    pub fn send_callbacks_through(&self, broker: std::sync::Weak<dyn crate::task::spec::Broker>) {
+        *self.via.write().unwrap_or_else(|e| e.into_inner()) = Some(broker);
+    }
+
+    fn callbacks_via(&self) -> Option<std::sync::Arc<dyn crate::task::spec::Broker>> {
+        self.via
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(|w| w.upgrade())
+    }
+
     /// The last part of a chord finished: send its callback, or fail it.
     pub(super) async fn complete_chord(
         &self,
@@ -87,6 +102,26 @@ impl CeleryBroker {
             cb.args.insert(0, Value::Array(results));
         }
         cb.parent_id = Some(part.to_string());
+        if let Some(via) = self.callbacks_via() {
+            // Results here, messages elsewhere (RabbitMQ): the finisher that
+            // closes the chord sends the callback through that broker. A
+            // crash between the two loses the callback, as Celery's own
+            // `on_chord_part_return` would.
+            let (epoch, mut c) = self.link.conn().await?;
+            let r: Result<i64, _> = self
+                .scripts
+                .close
+                .key(self.group_key(key, ".j"))
+                .key(self.group_key(key, ".t"))
+                .key(self.group_key(key, ".s"))
+                .invoke_async(&mut c)
+                .await;
+            return match r {
+                Ok(1) => via.publish(vec![cb]).await,
+                Ok(_) => Ok(()),
+                Err(e) => Err(self.link.fail(epoch, &e)),
+            };
+        }
         let (qkey, enc) = self.encode(&cb);
         let (epoch, mut c) = self.link.conn().await?;
         let r: Result<i64, _> = self
@@ -109,7 +144,7 @@ impl CeleryBroker {
     /// that answered `Last`) carries its results as Celery's do: prepended
     /// as one list argument, since a Celery worker knows no `join`. A part
     /// that did not succeed fails the callback with `ChordError` instead.
-    pub(super) async fn materialize(&self, mut m: Message) -> Result<Option<Message>, Refused> {
+    pub(crate) async fn materialize(&self, mut m: Message) -> Result<Option<Message>, Refused> {
         let Some(join) = m.join.take() else {
             return Ok(Some(m));
         };

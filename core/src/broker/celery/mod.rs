@@ -185,6 +185,9 @@ pub struct CeleryBroker {
     celeryev: events::Events,
     keys: Keys,
     scripts: Scripts,
+    /// Another transport's broker chord callbacks go through, when this is
+    /// only its result store (see `chords`).
+    via: std::sync::RwLock<Option<Weak<dyn Broker>>>,
 }
 
 impl std::fmt::Debug for CeleryBroker {
@@ -284,6 +287,7 @@ impl CeleryBroker {
             celeryev,
             keys,
             scripts: Scripts::new(),
+            via: std::sync::RwLock::new(None),
         });
         // The pidbox patterns stand: subscribed before connect answers, so a
         // revoke sent right after is heard, and made again after a lost

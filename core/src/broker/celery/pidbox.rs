@@ -31,6 +31,21 @@ pub fn channel(prefix: &str, db: i64) -> String {
 /// deadline by the sender's clock, which drops the revoke on any worker
 /// whose clock is a second ahead; 0 is kombu's "no deadline".
 pub fn revoke_envelope(ids: &[String], terminate: Option<i32>, clock: u64) -> String {
+    let body = revoke_body(ids, terminate);
+    let mut out = String::with_capacity(body.len() * 2 + 256);
+    out.push_str("{\"body\": ");
+    write_str(&mut out, &b64::encode(body.as_bytes()));
+    out.push_str(", \"content-encoding\": \"utf-8\", \"content-type\": \"application/json\", \"headers\": {\"clock\": ");
+    out.push_str(&clock.to_string());
+    out.push_str(", \"expires\": 0}, \"properties\": {\"delivery_mode\": 2, \"delivery_info\": {\"exchange\": \"celery.pidbox\", \"routing_key\": \"\"}, \"priority\": 0, \"body_encoding\": \"base64\", \"delivery_tag\": ");
+    write_str(&mut out, &new_id());
+    out.push_str("}}");
+    out
+}
+
+/// The body of a revoke broadcast (see [`revoke_envelope`]), as JSON
+/// text: what an AMQP transport publishes as the message body itself.
+pub fn revoke_body(ids: &[String], terminate: Option<i32>) -> String {
     let task_id = if ids.len() == 1 {
         json!(ids[0])
     } else {
@@ -43,15 +58,7 @@ pub fn revoke_envelope(ids: &[String], terminate: Option<i32>, clock: u64) -> St
     body.push_str(", \"signal\": ");
     write_value(&mut body, &to_wire(terminate.unwrap_or(SIGTERM)));
     body.push_str("}, \"destination\": null, \"pattern\": null, \"matcher\": null}");
-    let mut out = String::with_capacity(body.len() * 2 + 256);
-    out.push_str("{\"body\": ");
-    write_str(&mut out, &b64::encode(body.as_bytes()));
-    out.push_str(", \"content-encoding\": \"utf-8\", \"content-type\": \"application/json\", \"headers\": {\"clock\": ");
-    out.push_str(&clock.to_string());
-    out.push_str(", \"expires\": 0}, \"properties\": {\"delivery_mode\": 2, \"delivery_info\": {\"exchange\": \"celery.pidbox\", \"routing_key\": \"\"}, \"priority\": 0, \"body_encoding\": \"base64\", \"delivery_tag\": ");
-    write_str(&mut out, &new_id());
-    out.push_str("}}");
-    out
+    body
 }
 
 /// A control command read off the pidbox channel.

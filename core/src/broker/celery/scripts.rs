@@ -26,6 +26,8 @@ pub(super) struct Scripts {
     pub arrive: Script,
     /// Sends a chord's callback once (`fire.lua`).
     pub fire: Script,
+    /// Closes a chord whose callback another transport sends (`close.lua`).
+    pub close: Script,
     /// Moves one message to the dead letters (`bury.lua`).
     pub bury: Script,
     /// Re-queues or purges dead letters (`dead.lua`).
@@ -45,6 +47,7 @@ impl Scripts {
             store: Script::new(script!(; "lua/store.lua")),
             arrive: Script::new(script!(; "lua/arrive.lua")),
             fire: Script::new(script!(; "lua/fire.lua")),
+            close: Script::new(script!(; "lua/close.lua")),
             bury: Script::new(script!(unacked; "lua/bury.lua")),
             dead: Script::new(script!(dead; "lua/dead.lua")),
             beat: Script::new(script!(; "lua/beat.lua")),

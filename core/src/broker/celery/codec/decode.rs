@@ -320,12 +320,22 @@ impl Sender {
             (self.decode_sig(cb)?, Vec::new())
         };
         let o = &head.options;
+        // A signature that names no queue goes where this app routes its
+        // task (a Celery producer's chord body names none: its own worker
+        // would route it by `task_routes`), else to the default queue.
+        let queue = o.queue.clone().or_else(|| {
+            self.routes
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .and_then(|r| r(&head.task))
+        });
         let mut m = Message::new(
             head.id.clone().unwrap_or_else(new_id),
             head.task.clone(),
             head.args.clone(),
             head.kwargs.clone(),
-            o.queue.clone().unwrap_or_else(|| "default".into()),
+            queue.unwrap_or_else(|| "default".into()),
         );
         m.eta = o.eta;
         m.expires = o.expires;

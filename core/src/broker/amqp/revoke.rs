@@ -1,0 +1,211 @@
+//! Revokes over Celery's pidbox on RabbitMQ, both ways.
+//!
+//! Celery's `app.control.revoke(id)` publishes `{"method": "revoke",
+//! "arguments": {"task_id", "terminate", "signal"}, ...}` on the fanout
+//! exchange `celery.pidbox`; every worker has a queue bound to it. This
+//! broker binds one of its own (named after its node, with a random
+//! suffix: two headway processes on one host must not share a queue, or
+//! each would hear only half of the revokes), reads it without acks, and
+//! keeps an expiring revoked set checked at receipt and before a run.
+//! Its own revokes go out the same way, so a Celery worker skips them;
+//! with a Redis result store they are also kept there, so a headway
+//! worker that was down when one was sent still skips the task.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use lapin::BasicProperties;
+use lapin::options::{BasicConsumeOptions, BasicPublishOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use serde_json::{Map, Value};
+
+use super::super::celery::pidbox;
+use super::{AmqpBroker, topology, wire};
+use crate::task::message::new_id;
+use crate::task::signal::SIGTERM;
+use crate::task::spec::Broker;
+use crate::task::state::Refused;
+
+impl AmqpBroker {
+    /// Binds this broker's pidbox queue now (so a revoke sent right after
+    /// connect is heard) and keeps reading it in a task of its own, bound
+    /// again after a lost connection.
+    pub(super) async fn start_pidbox(&self) -> Result<(), Refused> {
+        let queue = format!("{}#{}.{}", self.node, &new_id()[..8], topology::PIDBOX);
+        let first = self.pidbox_consumer(&queue).await?;
+        tokio::spawn(listen(self.me.clone(), queue, Some(first)));
+        Ok(())
+    }
+
+    async fn pidbox_consumer(&self, queue: &str) -> Result<lapin::Consumer, Refused> {
+        let (_, ch) = self.conn.channel().await?;
+        let url = self.conn.url().clone();
+        // The queue is named in full here; `declare_pidbox` adds the suffix.
+        let node = queue.trim_end_matches(&format!(".{}", topology::PIDBOX));
+        topology::declare_pidbox(&ch, &url, Some(node)).await?;
+        ch.basic_consume(
+            queue.into(),
+            "".into(),
+            BasicConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|e| super::conn::refused(&url, "cannot consume the pidbox", &e))
+    }
+
+    fn on_pidbox(&self, d: &lapin::message::Delivery) {
+        let headers = d
+            .properties
+            .headers()
+            .as_ref()
+            .map(wire::table_json)
+            .unwrap_or_default();
+        let mut env = Map::new();
+        env.insert(
+            "body".into(),
+            Value::String(String::from_utf8_lossy(&d.data).into()),
+        );
+        env.insert("headers".into(), Value::Object(headers));
+        let Ok(raw) = serde_json::to_vec(&env) else {
+            return;
+        };
+        let Some(c) = pidbox::decode(&raw) else {
+            return;
+        };
+        let now_secs = self.clock.now() as f64 / 1000.0;
+        if c.method != "revoke" || !c.is_for(&self.node, now_secs) {
+            return;
+        }
+        let keep = i64::try_from(self.opts.revoke_keep.as_millis()).unwrap_or(i64::MAX);
+        let until = self.clock.now().saturating_add(keep);
+        self.note_revoked(&c.ids, until);
+        if c.terminate && !c.ids.is_empty() {
+            self.hearers.tell(&c.ids, c.signal.unwrap_or(SIGTERM));
+        }
+    }
+
+    fn note_revoked(&self, ids: &[String], until: i64) {
+        let now = self.clock.now();
+        let mut g = self.lock();
+        g.revoked.retain(|_, u| *u > now);
+        for id in ids {
+            g.revoked.insert(id.clone(), until);
+        }
+        drop(g);
+        self.revoked_bell.notify_waiters();
+    }
+
+    /// Revokes `ids` until `until` (ms): remembered here, kept in the Redis
+    /// store when there is one, and broadcast as Celery's `revoke` (with
+    /// `terminate` and the signal when asked).
+    pub(super) async fn revoke_all(
+        &self,
+        ids: Vec<String>,
+        until: i64,
+        terminate: Option<i32>,
+    ) -> Result<(), Refused> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.note_revoked(&ids, until);
+        if let Some(store) = self.store() {
+            Broker::revoke(&*store, ids.clone(), until).await?;
+        }
+        let body = pidbox::revoke_body(&ids, terminate);
+        let clock = self
+            .lamport
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        let mut headers = FieldTable::default();
+        headers.insert(
+            "clock".into(),
+            AMQPValue::LongLongInt(i64::try_from(clock).unwrap_or(i64::MAX)),
+        );
+        headers.insert("expires".into(), AMQPValue::LongInt(0));
+        let props = BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_content_encoding("utf-8".into())
+            .with_headers(headers);
+        let live = self.conn.live().await?;
+        let url = self.conn.url().clone();
+        let fail = |what: &str, e: &lapin::Error| {
+            self.conn.lost(live.epoch);
+            super::conn::refused(&url, what, e)
+        };
+        topology::declare_pidbox(&live.publish, &url, None).await?;
+        let confirm = live
+            .publish
+            .basic_publish(
+                topology::PIDBOX.into(),
+                "".into(),
+                BasicPublishOptions::default(),
+                body.as_bytes(),
+                props,
+            )
+            .await
+            .map_err(|e| fail("cannot broadcast a revoke", &e))?;
+        confirm
+            .await
+            .map_err(|e| fail("lost before a revoke was confirmed", &e))?;
+        Ok(())
+    }
+
+    /// Which of `ids` are revoked: this consumer's set, then the store's.
+    pub(super) async fn revoked_of(&self, ids: &[String]) -> Result<Vec<bool>, Refused> {
+        let now = self.clock.now();
+        let mut out: Vec<bool> = {
+            let g = self.lock();
+            ids.iter()
+                .map(|id| g.revoked.get(id).is_some_and(|&u| u > now))
+                .collect()
+        };
+        if out.iter().all(|&r| r) {
+            return Ok(out);
+        }
+        if let Some(store) = self.store() {
+            let theirs = Broker::revoked(&*store, ids).await?;
+            for (o, t) in out.iter_mut().zip(theirs) {
+                *o |= t;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Reads the pidbox queue until the broker is dropped, binding it again
+/// after a lost connection.
+async fn listen(
+    me: std::sync::Weak<AmqpBroker>,
+    queue: String,
+    mut consumer: Option<lapin::Consumer>,
+) {
+    let mut failures = 0u32;
+    loop {
+        if let Some(mut c) = consumer.take() {
+            failures = 0;
+            loop {
+                let next = tokio::time::timeout(Duration::from_secs(1), c.next()).await;
+                let Some(b) = me.upgrade() else {
+                    return;
+                };
+                match next {
+                    Err(_) => {}
+                    Ok(Some(Ok(d))) => b.on_pidbox(&d),
+                    Ok(_) => break,
+                }
+            }
+        }
+        let wait = Duration::from_millis(100u64 << failures.min(6));
+        tokio::time::sleep(wait).await;
+        let Some(b) = me.upgrade() else {
+            return;
+        };
+        match b.pidbox_consumer(&queue).await {
+            Ok(c) => consumer = Some(c),
+            Err(_) => failures += 1,
+        }
+    }
+}
