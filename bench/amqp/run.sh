@@ -66,10 +66,18 @@ import celery, kombu, headway
 n = int(sys.argv[1])
 rows = dict(zip(["headway (threads, -c 2)", "Celery (prefork, -c 2)"],
                 map(json.loads, sys.argv[2:])))
+import datetime, os
 rabbit = subprocess.run(["rabbitmqctl", "-q", "version"], capture_output=True, text=True).stdout.strip()
-print(json.dumps({"n": n, "rows": rows, "versions": {"headway": headway.__version__ if hasattr(headway, "__version__") else "checkout",
+commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+print(json.dumps({"when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "commit": commit, "n": n, "rows": rows,
+                  "versions": {"headway": headway.__version__ if hasattr(headway, "__version__") else "checkout",
                   "celery": celery.__version__, "kombu": kombu.__version__, "rabbitmq": rabbit,
-                  "python": platform.python_version()}, "cpus": __import__("os").cpu_count()}, indent=2))
+                  "python": platform.python_version()},
+                  "machine": {"nproc": os.cpu_count(), "kernel": platform.release(), "arch": platform.machine(),
+                              "cpu": cpu, "load_at_end": " ".join(f"{x:.2f}" for x in os.getloadavg())},
+                  "cpus": os.cpu_count()}, indent=2))
 PY
 "$py" - "$here/results.json" <<'PY'
 import json, sys
