@@ -10,7 +10,7 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::task::{Context, Poll, Waker};
+use std::task::Poll;
 use std::time::Duration;
 
 use headway_core::task::ask::Ask;
@@ -54,12 +54,8 @@ where
 {
     let rt = rt()?;
     let mut fut = pin!(fut);
-    {
-        let _entered = rt.enter();
-        let mut cx = Context::from_waker(Waker::noop());
-        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
-            return Ok(v);
-        }
+    if let Poll::Ready(v) = headway_core::runtime::poll_first(rt, fut.as_mut(), Some(release)) {
+        return Ok(v);
     }
     loop {
         let got = py
@@ -69,6 +65,22 @@ where
         }
         py.check_signals()?;
     }
+}
+
+/// Lets the GIL go while the calling thread waits on a Redis round trip it
+/// makes itself (`poll_first`), so other Python threads run meanwhile.
+fn release(wait: &mut dyn FnMut()) {
+    struct SameThread<'a>(&'a mut dyn FnMut());
+    // SAFETY: `detach` runs the closure on this thread before it returns;
+    // nothing crosses threads.
+    unsafe impl Send for SameThread<'_> {}
+    let f = SameThread(wait);
+    // SAFETY: only `block` asks for this, inside its first poll, on a thread
+    // attached to Python (it holds a `Python` token).
+    unsafe { Python::assume_attached() }.detach(move || {
+        let f = f;
+        (f.0)()
+    });
 }
 
 struct Errors {

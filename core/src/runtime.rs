@@ -10,9 +10,14 @@
 //! runtime is built, and [`runtime`] refuses in a forked child rather than
 //! hang: use the `spawn` or `forkserver` start methods.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::OnceLock;
+use std::task::{Context, Poll, Waker};
 
 use tokio::runtime::{Builder, Runtime};
+
+pub use crate::broker::link::Release;
 
 static RUNTIME: OnceLock<(Runtime, u32)> = OnceLock::new();
 
@@ -67,4 +72,28 @@ pub fn runtime() -> Result<&'static Runtime, Forked> {
         return Err(Forked);
     }
     Ok(rt)
+}
+
+/// A binding's first poll of a call's future, inline on the calling thread
+/// inside the shared runtime's context: a call that needs no I/O (or only
+/// what is ready) answers without a hop to a runtime thread.
+///
+/// With `release` (a caller that blocks anyway, e.g. a Python method) and
+/// a thread in no runtime, the Redis round trips this poll reaches are made
+/// on the calling thread over a connection of its own, waiting inside
+/// `release` (which lets the GIL go): one thread woken per round trip
+/// instead of three (`broker/link/here.rs`). Without it (the Node event
+/// loop, which must never block) the poll does no I/O of its own.
+pub fn poll_first<F: Future + ?Sized>(
+    rt: &Runtime,
+    fut: Pin<&mut F>,
+    release: Option<Release>,
+) -> Poll<F::Output> {
+    let here = release.filter(|_| tokio::runtime::Handle::try_current().is_err());
+    let _entered = rt.enter();
+    let mut cx = Context::from_waker(Waker::noop());
+    match here {
+        Some(r) => crate::broker::link::here(r, || fut.poll(&mut cx)),
+        None => fut.poll(&mut cx),
+    }
 }

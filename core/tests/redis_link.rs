@@ -148,3 +148,176 @@ async fn a_pattern_subscription_is_made_again_after_redis_comes_back() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// `release` for `poll_first`: counts how often a caller waited here.
+static RELEASED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn counting(wait: &mut dyn FnMut()) {
+    RELEASED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    wait()
+}
+
+/// One patient `SET` polled once the way a binding's blocking call starts:
+/// `Ready` when it was answered on this thread.
+fn first_poll(
+    l: &Arc<Link>,
+    v: &str,
+    release: Option<headway_core::runtime::Release>,
+) -> std::task::Poll<Result<(), headway_core::task::Refused>> {
+    let rt = headway_core::runtime::runtime().unwrap();
+    let mut fut = Box::pin(set(l, true, v));
+    let first = headway_core::runtime::poll_first(rt, fut.as_mut(), release);
+    if first.is_pending() {
+        // Finish it on the shared runtime, as the binding does.
+        rt.block_on(fut).unwrap();
+    }
+    first
+}
+
+#[test]
+fn a_blocking_caller_makes_its_round_trip_on_its_own_thread() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let l = Arc::new(link(&s.url(), Duration::from_secs(5)));
+    // The control: without `release` (the Node event loop) the first poll
+    // only starts the call; the shared runtime answers it.
+    assert!(first_poll(&l, "shared", None).is_pending());
+    assert_eq!(l.locals(), 0);
+    assert_eq!(s.cli(&["GET", "k"]), "shared");
+    // With it, on a thread in no runtime: answered within the first poll,
+    // over this thread's own connection, waiting inside `release`.
+    let before = RELEASED.load(std::sync::atomic::Ordering::SeqCst);
+    let l2 = l.clone();
+    std::thread::spawn(move || {
+        assert!(matches!(
+            first_poll(&l2, "here", Some(counting)),
+            std::task::Poll::Ready(Ok(()))
+        ));
+        assert!(matches!(
+            first_poll(&l2, "again", Some(counting)),
+            std::task::Poll::Ready(Ok(()))
+        ));
+        assert_eq!(l2.locals(), 1, "one connection per thread, kept");
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        RELEASED.load(std::sync::atomic::Ordering::SeqCst) - before,
+        2
+    );
+    assert_eq!(s.cli(&["GET", "k"]), "again");
+    // The thread ended: its connection went with it.
+    assert_eq!(l.locals(), 0);
+    // A runtime thread never blocks on a round trip of its own.
+    let rt = headway_core::runtime::runtime().unwrap();
+    let l3 = l.clone();
+    let inside = rt.block_on(async move {
+        tokio::spawn(async move { first_poll_inside(&l3) })
+            .await
+            .unwrap()
+    });
+    assert!(inside.is_pending());
+}
+
+fn first_poll_inside(l: &Arc<Link>) -> std::task::Poll<Result<(), headway_core::task::Refused>> {
+    let rt = headway_core::runtime::runtime().unwrap();
+    let mut fut = Box::pin(set(l, true, "inside"));
+    headway_core::runtime::poll_first(rt, fut.as_mut(), Some(counting))
+}
+
+#[test]
+fn a_blocking_callers_errors_are_the_shared_links_and_an_outage_falls_back_to_it() {
+    let Some(mut s) = RedisServer::start() else {
+        return;
+    };
+    let l = Arc::new(link(&s.url(), Duration::from_secs(10)));
+    let rt = headway_core::runtime::runtime().unwrap();
+    let l2 = l.clone();
+    let handle = std::thread::spawn(move || {
+        // A script error is the answer, at once, here.
+        let mut fut = Box::pin(l2.patiently(true, |mut c| async move {
+            redis::cmd("EVAL")
+                .arg("return redis.error_reply('boom')")
+                .arg(0)
+                .query_async::<()>(&mut c)
+                .await
+        }));
+        match headway_core::runtime::poll_first(rt, fut.as_mut(), Some(counting)) {
+            std::task::Poll::Ready(Err(e)) => assert!(e.to_string().contains("boom"), "{e}"),
+            other => panic!(
+                "expected the script's error here, got {:?}",
+                other.is_ready()
+            ),
+        }
+        drop(fut);
+        assert!(first_poll(&l2, "before", Some(counting)).is_ready());
+    });
+    handle.join().unwrap();
+    // Redis goes away and comes back while a blocking caller waits: its
+    // own connection is dead, so the call falls back to the shared link's
+    // patient path, which answers once Redis is back.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let l3 = l.clone();
+    let caller = std::thread::spawn(move || {
+        // The thread's own connection is made, then Redis dies under it.
+        assert!(first_poll(&l3, "one", Some(counting)).is_ready());
+        tx.send(()).unwrap();
+        std::thread::park();
+        first_poll(&l3, "after", Some(counting))
+    });
+    rx.recv().unwrap();
+    s.kill();
+    let back = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        s.restart();
+        s
+    });
+    caller.thread().unpark();
+    let first = caller.join().unwrap();
+    assert!(
+        first.is_pending(),
+        "the dead connection was not used for the answer"
+    );
+    let s = back.join().unwrap();
+    assert_eq!(s.cli(&["GET", "k"]), "after");
+}
+
+#[test]
+fn at_most_max_local_threads_hold_a_connection_of_their_own() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let l = Arc::new(link(&s.url(), Duration::from_secs(5)));
+    let n = headway_core::broker::link::MAX_LOCAL + 3;
+    let gate = Arc::new(std::sync::Barrier::new(n + 1));
+    let threads: Vec<_> = (0..n)
+        .map(|i| {
+            let l = l.clone();
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                let here = first_poll(&l, &format!("t{i}"), Some(counting)).is_ready();
+                // Stay alive (and keep the connection) until all have called.
+                gate.wait();
+                here
+            })
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while l.locals() < headway_core::broker::link::MAX_LOCAL {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {} local",
+            l.locals()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    gate.wait();
+    let here = threads
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .filter(|h| *h)
+        .count();
+    assert_eq!(here, headway_core::broker::link::MAX_LOCAL);
+    assert_eq!(l.locals(), 0);
+}

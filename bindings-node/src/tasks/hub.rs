@@ -28,7 +28,7 @@ use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context as TaskCx, Poll, Waker};
+use std::task::Poll;
 
 use futures_util::FutureExt;
 use headway_core::task::Refused;
@@ -213,15 +213,12 @@ where
 {
     let rt = rt()?;
     let mut fut = Box::pin(fut);
-    {
-        let _inside = rt.enter();
-        let mut cx = TaskCx::from_waker(Waker::noop());
-        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
-            return Ok(match v {
-                Ok(v) => Either3::A(now(v)),
-                Err(r) => Either3::C(Refusal::from(r)),
-            });
-        }
+    // No `release`: the event loop must never wait on Redis.
+    if let Poll::Ready(v) = headway_core::runtime::poll_first(rt, fut.as_mut(), None) {
+        return Ok(match v {
+            Ok(v) => Either3::A(now(v)),
+            Err(r) => Either3::C(Refusal::from(r)),
+        });
     }
     let hub = hub()?;
     let ticket = hub.ticket();

@@ -25,12 +25,16 @@
 //!   reconnect by themselves while any pattern stands.
 
 mod dial;
+mod here;
 mod waiters;
 
 pub use dial::{Conn, Dialer, SENTINEL_PORT, moved};
+pub(crate) use here::mark as here;
+pub use here::{MAX_LOCAL, Release};
 pub use waiters::{Decode, Handler, Waiters, Waiting};
 
 use std::future::Future;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -44,6 +48,7 @@ use crate::task::policy::seeded;
 use crate::task::state::{BrokerError, BrokerErrorKind, Refused};
 
 /// What a [`Link`] is made of. Every value is the layout's choice.
+#[derive(Clone)]
 pub struct LinkSetup {
     /// Where connections go: one Redis, or the primary its sentinels name.
     pub dialer: Arc<Dialer>,
@@ -95,6 +100,12 @@ pub struct Link {
     state: Mutex<LinkState>,
     /// One dial at a time: callers arriving meanwhile take its connection.
     dial: tokio::sync::Mutex<()>,
+    /// How many threads hold a link of their own to the same place
+    /// (`here.rs`); alive as long as this link is.
+    locals: Arc<AtomicUsize>,
+    /// A thread's own link: it neither logs nor counts reconnections (the
+    /// shared link it stands beside does).
+    quiet: bool,
 }
 
 impl Link {
@@ -108,6 +119,15 @@ impl Link {
                 retry_at: None,
             }),
             dial: tokio::sync::Mutex::new(()),
+            locals: Arc::new(AtomicUsize::new(0)),
+            quiet: false,
+        }
+    }
+
+    fn quiet(setup: LinkSetup) -> Link {
+        Link {
+            quiet: true,
+            ..Link::new(setup)
         }
     }
 
@@ -128,6 +148,12 @@ impl Link {
         self.setup.response_timeout
     }
 
+    /// How many threads hold a connection of their own to where this link
+    /// goes (see `runtime::poll_first`), at most [`MAX_LOCAL`].
+    pub fn locals(&self) -> usize {
+        self.locals.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The number of the current (or last) connection; 0 before the first.
     pub fn epoch(&self) -> u64 {
         self.lock().epoch
@@ -135,6 +161,9 @@ impl Link {
 
     /// Writes `what` to the log under the link's label.
     pub fn log(&self, what: &str) {
+        if self.quiet {
+            return;
+        }
         crate::log::warn(
             "headway.redis",
             format_args!("{}: {what}", self.setup.label),
@@ -171,7 +200,7 @@ impl Link {
         match made {
             Ok(c) => {
                 s.epoch += 1;
-                if s.failures > 0 {
+                if s.failures > 0 && !self.quiet {
                     crate::task::metrics::reconnected();
                     // With Sentinel, which node is the primary now.
                     let on = self
@@ -310,6 +339,9 @@ impl Link {
         F: FnMut(Conn) -> Fut,
         Fut: Future<Output = Result<T, RedisError>>,
     {
+        if let here::Here::Done(v) = here::attempt(self, &mut op) {
+            return v;
+        }
         let start = Instant::now();
         loop {
             let fail = match self.get().await {

@@ -1,0 +1,193 @@
+//! A Redis round trip made on the calling thread, for a caller that blocks
+//! anyway (a Python `delay()`, `SharedBucket.take()`, `handle.get()`).
+//!
+//! Why: a blocking call that goes through the shared runtime crosses
+//! threads three times — the caller hands the command to the multiplexed
+//! connection's task on a runtime thread (a wake-up), the reply wakes that
+//! thread (another), and it wakes the caller (a third). Each costs tens of
+//! µs on a 2-vCPU VM when the other side was idle; redis-py and ioredis pay
+//! one (the reply waking the thread that waits on the socket). Here the
+//! caller's thread drives a connection of its own on a current-thread
+//! runtime of its own, so its round trip wakes one thread: on this machine
+//! a Python `SharedBucket.take()` went from 51 µs to the figure in
+//! `bench/limits/results.md`, and a one-thread `delay()` loop likewise
+//! (`bench/tasks`).
+//!
+//! When: only during a binding's first, inline poll of a blocking call
+//! ([`crate::runtime::poll_first`] with `here = true`), on a thread that is
+//! in no runtime, for a link that is not a Cluster's (a Cluster client
+//! keeps background work a runtime that only runs during calls would
+//! starve). Anything else — the Node event loop, which must never block,
+//! a runtime thread, a second attempt — takes the shared link as before.
+//!
+//! How it fails: one attempt. A connection error, or a local link still
+//! waiting out its backoff, hands the operation to the shared link's
+//! patient path, which retries it (a retried write may have run once
+//! already: the same as a retry on the shared link). Any other error (a
+//! script error, a refusal by the server) is the answer, as on the shared
+//! link.
+//!
+//! Bounds: at most [`MAX_LOCAL`] threads keep a connection of their own
+//! per shared link; past that, calls take the shared link (a server with a
+//! thousand request threads would otherwise hold a thousand connections).
+//! A thread's connections close when it ends. After `fork()` the child
+//! leaves its parent's connections and runtime alone (their sockets and
+//! epoll instance are the parent's) and makes new ones.
+
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+
+use redis::RedisError;
+use tokio::runtime::{Builder, Runtime};
+
+use super::{Conn, Fail, Link, conn_error, moved};
+use crate::broker::redis::Topology;
+use crate::task::state::Refused;
+
+/// How many threads may hold a connection of their own to one Redis
+/// through one shared link.
+pub const MAX_LOCAL: usize = 64;
+
+/// How a binding lets its runtime go while this thread waits on Redis
+/// (Python: the GIL, so other threads run meanwhile): it calls the
+/// function it is given and comes back.
+pub type Release = fn(&mut dyn FnMut());
+
+thread_local! {
+    /// Inside a binding's first poll of a blocking call on a thread in no
+    /// runtime: how to wait.
+    static HERE: Cell<Option<Release>> = const { Cell::new(None) };
+    static LOCAL: RefCell<Option<Local>> = const { RefCell::new(None) };
+}
+
+/// This thread's runtime and its links, made for the process `pid`.
+struct Local {
+    pid: u32,
+    rt: Runtime,
+    /// (the shared link's count of local links — alive while it is —,
+    /// this thread's link to the same place).
+    links: Vec<(Weak<AtomicUsize>, Arc<Link>)>,
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        for (count, _) in &self.links {
+            if let Some(c) = count.upgrade() {
+                c.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Runs `f` with the thread marked as blocking in no runtime, so that the
+/// links it reaches may answer [`attempt`]s on this thread, waiting inside
+/// `release`.
+pub(crate) fn mark<R>(release: Release, f: impl FnOnce() -> R) -> R {
+    struct Reset(Option<Release>);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            HERE.set(self.0);
+        }
+    }
+    let _reset = Reset(HERE.replace(Some(release)));
+    f()
+}
+
+/// What [`attempt`] came to.
+pub(crate) enum Here<T> {
+    /// Not tried here: take the shared link.
+    Elsewhere,
+    /// Answered here.
+    Done(Result<T, Refused>),
+}
+
+/// `op` once on this thread's own link to where `shared` goes, when this
+/// thread may block here (see the module's doc).
+pub(crate) fn attempt<T, F, Fut>(shared: &Link, op: &mut F) -> Here<T>
+where
+    F: FnMut(Conn) -> Fut,
+    Fut: Future<Output = Result<T, RedisError>>,
+{
+    let Some(release) = HERE.get() else {
+        return Here::Elsewhere;
+    };
+    if matches!(shared.setup.url.topology, Topology::Cluster { .. }) {
+        return Here::Elsewhere;
+    }
+    // Nothing below may come back here (a nested attempt would borrow
+    // LOCAL twice).
+    HERE.set(None);
+    let out = LOCAL.with(|cell| {
+        let Ok(mut slot) = cell.try_borrow_mut() else {
+            return Here::Elsewhere;
+        };
+        let pid = std::process::id();
+        if slot.as_ref().is_some_and(|l| l.pid != pid) {
+            // A forked child: the parent's sockets and epoll are not ours
+            // to close or deregister.
+            if let Some(old) = slot.take() {
+                std::mem::forget(old);
+            }
+        }
+        if slot.is_none() {
+            let Ok(rt) = Builder::new_current_thread().enable_all().build() else {
+                return Here::Elsewhere;
+            };
+            *slot = Some(Local {
+                pid,
+                rt,
+                links: Vec::new(),
+            });
+        }
+        let local = slot.as_mut().expect("made above");
+        let Some(link) = local.link_for(shared) else {
+            return Here::Elsewhere;
+        };
+        let rt = &local.rt;
+        let mut out = Here::Elsewhere;
+        release(&mut || {
+            out = rt.block_on(async {
+                match link.get().await {
+                    Ok((epoch, c)) => match op(c).await {
+                        Ok(v) => Here::Done(Ok(v)),
+                        Err(e) if conn_error(&e) || moved(&e) => {
+                            link.broken(epoch, &e);
+                            Here::Elsewhere
+                        }
+                        Err(e) => Here::Done(Err(shared.refused(&e))),
+                    },
+                    Err(Fail::Down(..)) | Err(Fail::Redis(..)) => Here::Elsewhere,
+                }
+            });
+        });
+        out
+    });
+    HERE.set(Some(release));
+    out
+}
+
+impl Local {
+    /// This thread's link to where `shared` goes: found, made (within
+    /// [`MAX_LOCAL`]), or none.
+    fn link_for(&mut self, shared: &Link) -> Option<Arc<Link>> {
+        self.links.retain(|(c, _)| c.strong_count() > 0);
+        if let Some((_, l)) = self
+            .links
+            .iter()
+            .find(|(c, _)| std::ptr::eq(c.as_ptr(), Arc::as_ptr(&shared.locals)))
+        {
+            return Some(l.clone());
+        }
+        let held = shared.locals.fetch_add(1, Ordering::Relaxed);
+        if held >= MAX_LOCAL {
+            shared.locals.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        // Quiet: the shared link logs an outage when the call falls back
+        // to it; a thread's own link would say it again.
+        let l = Arc::new(Link::quiet(shared.setup.clone()));
+        self.links.push((Arc::downgrade(&shared.locals), l.clone()));
+        Some(l)
+    }
+}
