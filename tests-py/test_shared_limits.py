@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -95,6 +96,24 @@ def test_take_releases_the_gil(redis_server: RedisServer) -> None:
         t.join(10)
     assert len(got) == 40
     assert sum(got) == 5
+
+
+def test_a_take_survives_its_threads_connection_being_killed(tmp_path: Path) -> None:
+    # A blocking take() makes its round trip over a connection its thread
+    # keeps; killed under it, the next take falls back to the shared
+    # connection (which reconnects) and answers, and the one after dials the
+    # thread's own again.
+    server = RedisServer(tmp_path)
+    try:
+        b = headway.SharedBucket(server.url, _key(), 1000, burst=1000)
+        assert b.take() is True
+        killed = server.command("CLIENT", "KILL", "TYPE", "normal")
+        assert killed.startswith(b":") and int(killed[1:]) >= 1, killed
+        assert b.take() is True
+        assert b.take() is True
+        assert 996 <= b.tokens() <= 1000
+    finally:
+        server.stop()
 
 
 def test_window_counts_exactly(redis_server: RedisServer) -> None:

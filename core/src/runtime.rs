@@ -6,20 +6,41 @@
 //! async work here, so a worker, a Redis connection and an awaited handle all
 //! live on the same threads.
 //!
-//! tokio's threads do not survive `fork()`. The pid is recorded when the
-//! runtime is built, and [`runtime`] refuses in a forked child rather than
-//! hang: use the `spawn` or `forkserver` start methods.
+//! tokio's threads do not survive `fork()`. The fork generation is recorded
+//! when the runtime is built, and [`runtime`] refuses in a forked child
+//! rather than hang: use the `spawn` or `forkserver` start methods.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Once, OnceLock};
 use std::task::{Context, Poll, Waker};
 
 use tokio::runtime::{Builder, Runtime};
 
 pub use crate::broker::link::Release;
 
-static RUNTIME: OnceLock<(Runtime, u32)> = OnceLock::new();
+static RUNTIME: OnceLock<(Runtime, u64)> = OnceLock::new();
+
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn forked_child() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A number that changes in a child each time the process forks: what was
+/// made under another number belongs to an ancestor. Cheaper than asking
+/// the pid on every call (`getpid` is a system call on today's glibc).
+pub(crate) fn fork_generation() -> u64 {
+    static WATCH: Once = Once::new();
+    WATCH.call_once(|| {
+        // SAFETY: registers a handler that only touches an atomic.
+        unsafe {
+            libc::pthread_atfork(None, None, Some(forked_child));
+        }
+    });
+    FORKS.load(Ordering::Relaxed)
+}
 
 /// Why the runtime cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +70,7 @@ impl std::error::Error for Forked {}
 /// (`bench/tasks`). Nothing in headway blocks a runtime thread, so one is
 /// enough to make progress.
 pub fn runtime() -> Result<&'static Runtime, Forked> {
-    let (rt, pid) = RUNTIME.get_or_init(|| {
+    let (rt, born) = RUNTIME.get_or_init(|| {
         let threads = std::env::var("TOKIO_WORKER_THREADS")
             .ok()
             .and_then(|v| v.parse::<usize>().ok())
@@ -66,9 +87,9 @@ pub fn runtime() -> Result<&'static Runtime, Forked> {
             .enable_all()
             .build()
             .expect("the tokio runtime starts");
-        (rt, std::process::id())
+        (rt, fork_generation())
     });
-    if *pid != std::process::id() {
+    if *born != fork_generation() {
         return Err(Forked);
     }
     Ok(rt)

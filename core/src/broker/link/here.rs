@@ -61,9 +61,9 @@ thread_local! {
     static LOCAL: RefCell<Option<Local>> = const { RefCell::new(None) };
 }
 
-/// This thread's runtime and its links, made for the process `pid`.
+/// This thread's runtime and its links, made in fork generation `born`.
 struct Local {
-    pid: u32,
+    born: u64,
     rt: Runtime,
     /// (the shared link's count of local links — alive while it is —,
     /// this thread's link to the same place).
@@ -122,8 +122,8 @@ where
         let Ok(mut slot) = cell.try_borrow_mut() else {
             return Here::Elsewhere;
         };
-        let pid = std::process::id();
-        if slot.as_ref().is_some_and(|l| l.pid != pid) {
+        let born = crate::runtime::fork_generation();
+        if slot.as_ref().is_some_and(|l| l.born != born) {
             // A forked child: the parent's sockets and epoll are not ours
             // to close or deregister.
             if let Some(old) = slot.take() {
@@ -135,7 +135,7 @@ where
                 return Here::Elsewhere;
             };
             *slot = Some(Local {
-                pid,
+                born,
                 rt,
                 links: Vec::new(),
             });
