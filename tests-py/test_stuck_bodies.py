@@ -77,7 +77,9 @@ def test_a_third_task_runs_while_two_bodies_hang_past_their_timeout(
         with pytest.raises(TaskFailed) as e:
             h.get(timeout=WAIT)
         assert e.value.type == "TimeoutError"
-    hl = w.health
+    # Each stuck runner's replacement thread starts on its own; wait for
+    # the second rather than read the count the moment the runs failed.
+    hl = until(lambda: (h := w.health)["threads"] == 4 and h, why=str(w.health))
     assert hl["healthy"] is True
     assert (hl["runners"], hl["stuck"], hl["threads"], hl["stuck_cap"]) == (2, 2, 4, 2)
     # Released, the stuck bodies return: their threads are one too many and
