@@ -256,12 +256,19 @@ async fn a_worker_runs_sends_results_land_in_celerys_redis_format() {
         acks_late: true,
         ..Policy::default()
     };
+    // The body holds until the test has seen its message unacked: a fixed
+    // sleep raced `rabbitmqctl`, which takes seconds on a loaded machine.
+    let seen = Arc::new(tokio::sync::Notify::new());
+    let hold = seen.clone();
     app.register(
         "tasks.slow",
         late,
-        body(|_ctx, _args| async move {
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-            Ok(json!("done"))
+        body(move |_ctx, _args| {
+            let hold = hold.clone();
+            async move {
+                hold.notified().await;
+                Ok(json!("done"))
+            }
         }),
     )
     .unwrap();
@@ -275,6 +282,7 @@ async fn a_worker_runs_sends_results_land_in_celerys_redis_format() {
             .any(|r| r[0] == "celery" && r[1] == "1")
     })
     .await;
+    seen.notify_one();
     assert_eq!(
         slow.get(Some(Duration::from_secs(10))).await.unwrap(),
         json!("done")

@@ -78,17 +78,30 @@ impl Vhost {
     }
 
     /// `rabbitmqctl list_<what> -p <vhost> <columns>` as rows of columns.
+    /// `list_channels` and `list_connections` ignore `-p` and list every
+    /// vhost's: their rows are filtered to this vhost here (other tests and
+    /// benchmarks may share the server).
     pub fn list(&self, what: &str, columns: &[&str]) -> Vec<Vec<String>> {
+        let global = matches!(what, "channels" | "connections");
         let mut args = vec!["-q", "--no-table-headers"];
         let cmd = format!("list_{what}");
         args.push(&cmd);
         args.extend(["-p", &self.name]);
+        if global {
+            args.push("vhost");
+        }
         args.extend(columns);
         ctl(&args)
             .expect("list")
             .lines()
             .filter(|l| !l.trim().is_empty())
-            .map(|l| l.split('\t').map(str::to_string).collect())
+            .map(|l| l.split('\t').map(str::to_string).collect::<Vec<_>>())
+            .filter_map(|mut row| {
+                if !global {
+                    return Some(row);
+                }
+                (row.first() == Some(&self.name)).then(|| row.split_off(1))
+            })
             .collect()
     }
 }
