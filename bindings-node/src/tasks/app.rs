@@ -360,8 +360,10 @@ impl NativeApp {
         })?;
         let host = HostQueue::new();
         host.set_bell(Some(bell()?));
+        let app = on.app(&store, clock.clock.clone());
+        app.set_host(Host::Node);
         Ok(NativeApp {
-            app: on.app(&store, clock.clock.clone()),
+            app,
             host,
             raw: on,
         })
