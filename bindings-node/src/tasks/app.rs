@@ -362,11 +362,7 @@ impl NativeApp {
         host.set_bell(Some(bell()?));
         let app = on.app(&store, clock.clock.clone());
         app.set_host(Host::Node);
-        Ok(NativeApp {
-            app,
-            host,
-            raw: on,
-        })
+        Ok(NativeApp { app, host, raw: on })
     }
 
     /// The queue its JS bodies are served from.

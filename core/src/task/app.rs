@@ -18,8 +18,8 @@ use super::clock::{Clock, SystemClock};
 use super::handle::Handle;
 use super::message::{Message, Options, Sig, new_id};
 use super::policy::Policy;
-use super::specs::Host;
 use super::spec::{Backend, Broker, Counter, Inspector};
+use super::specs::Host;
 use super::state::{Outcome, Refused, State};
 use crate::broker::MemoryBroker;
 
@@ -129,7 +129,9 @@ impl App {
             Host::Python => 1,
             Host::Node => 2,
         };
-        self.inner.host.store(n, std::sync::atomic::Ordering::Relaxed);
+        self.inner
+            .host
+            .store(n, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whose spelling its refusals use: the core's unless a binding said.
@@ -605,4 +607,3 @@ pub(crate) fn outcome_value(o: Outcome) -> Result<Value, Refused> {
         _ => Err(Refused::Timeout),
     }
 }
-

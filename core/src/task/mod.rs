@@ -50,7 +50,7 @@ pub use dead::{
 pub use handle::Handle;
 pub use host::{Call, HostQueue};
 pub use message::{Carried, Chord, Join, Message, Options, Sig, new_id};
-pub use policy::{Policy, PolicyError, Rate, RetryBackoff};
+pub use policy::{Policy, PolicyError, Rate, RateScope, RetryBackoff};
 pub use procs::{ProcSpec, Procs};
 pub use rhythm::{Cron, Every, Rhythm, RhythmError};
 pub use runners::{ABANDONED_PER_RUNNER, RunnerHealth, Runners, WorkerHealth};

@@ -311,7 +311,10 @@ impl Policy {
             return Err(bad("rate_scope", "\"global\" needs a `rate`"));
         }
         if self.concurrency_limit == Some(0) {
-            return Err(bad("concurrency_limit", "must be a whole number, at least 1"));
+            return Err(bad(
+                "concurrency_limit",
+                "must be a whole number, at least 1",
+            ));
         }
         for (arg, list) in [
             ("retry_for", &self.retry_for),

@@ -387,9 +387,7 @@ impl SendSpec {
             }
         }
         let dedupe_ttl = match (&self.dedupe_key, self.dedupe_ttl) {
-            (None, Some(_)) => {
-                return Err(SpecError::new(host, "dedupe_ttl", "needs a `dedupe_key`"));
-            }
+            (None, Some(_)) => return Err(ttl_without_key(host)),
             (_, Some(t)) if t <= 0 => {
                 return Err(SpecError::new(host, "dedupe_ttl", "must be positive"));
             }
@@ -408,6 +406,12 @@ impl SendSpec {
             dedupe_ttl,
         })
     }
+}
+
+/// A `dedupe_ttl` given without a `dedupe_key`.
+fn ttl_without_key(host: Host) -> SpecError {
+    let why = format!("needs a `{}`", host.spell("dedupe_key"));
+    SpecError::new(host, "dedupe_ttl", why)
 }
 
 /// What a send refuses in its options: a priority above 9, an empty queue.
@@ -431,7 +435,7 @@ pub fn check_options(host: Host, o: &Options) -> Result<(), SpecError> {
         }
     }
     match (&o.dedupe_key, o.dedupe_ttl) {
-        (None, Some(_)) => Err(SpecError::new(host, "dedupe_ttl", "needs a `dedupe_key`")),
+        (None, Some(_)) => Err(ttl_without_key(host)),
         (_, Some(t)) if t <= 0 => Err(SpecError::new(host, "dedupe_ttl", "must be positive")),
         _ => Ok(()),
     }

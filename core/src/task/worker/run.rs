@@ -176,20 +176,11 @@ async fn take_and_run(
 
     // The limits shared with every worker on the broker: the concurrency
     // key's room and the global rate (`admit`).
-    let (permit, held) = match admit(
-        s,
-        &m,
-        &receipt,
-        policy,
-        permit,
-        &mut stopping,
-        &mut waited,
-    )
-    .await?
-    {
-        Admitted::Run(p, h) => (p, h),
-        Admitted::Done => return Ok(()),
-    };
+    let (permit, held) =
+        match admit(s, &m, &receipt, policy, permit, &mut stopping, &mut waited).await? {
+            Admitted::Run(p, h) => (p, h),
+            Admitted::Done => return Ok(()),
+        };
 
     // Per-worker rate, read again after every wait: a remote command may
     // change it meanwhile (and wakes the waiters when it does).

@@ -289,10 +289,7 @@ impl Sender {
             opts.push(("expires".into(), J::V(json!(iso(e)))));
         }
         if let Some(k) = &o.concurrency_key {
-            opts.push((
-                crate::task::message::CONCURRENCY_KEY.into(),
-                J::V(json!(k)),
-            ));
+            opts.push((crate::task::message::CONCURRENCY_KEY.into(), J::V(json!(k))));
         }
     }
 
