@@ -88,13 +88,8 @@ async fn started_in(kit: &Kit, scope: RateScope, window: Duration) -> usize {
     for (_, h) in ws {
         h.await.unwrap();
     }
-    let n = starts
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|t| **t < first + window)
-        .count();
-    n
+    let got = starts.lock().unwrap();
+    got.iter().filter(|t| **t < first + window).count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
