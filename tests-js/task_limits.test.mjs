@@ -153,7 +153,7 @@ test('task limits options are checked in the core, named as Node spells them', a
   await assert.rejects(ok.send([], { dedupeKey: 'k', dedupeTtl: 0 }), (e) => e instanceof RangeError && /`dedupeTtl`: must be positive/.test(e.message));
   await assert.rejects(ok.send([], { dedupeTtl: 1000 }), (e) => e instanceof RangeError && /`dedupeTtl`: needs a `dedupeKey`/.test(e.message));
   await assert.rejects(ok.send([], { concurrencyKey: '' }), (e) => e instanceof RangeError && /`concurrencyKey`/.test(e.message));
-  await assert.rejects(ok.send([], { dedupeKey: 3 }), (e) => e instanceof TypeError && /`dedupeKey`/.test(e.message));
+  await assert.rejects(ok.send([], { dedupeKey: 3 }), (e) => e instanceof TypeError && /"dedupeKey"/.test(e.message));
   // The positive control: the same options, valid, are accepted.
   const h = await ok.send([], { dedupeKey: 'k', dedupeTtl: 1000, concurrencyKey: 'c' });
   assert.ok(h.id);
