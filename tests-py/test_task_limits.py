@@ -277,3 +277,60 @@ def test_task_limits_options_are_checked_in_the_core() -> None:
         headway.chain(ok.s().set(dedupe_key="k"), ok.s()).apply_async()
     # The positive control: the same options, valid, are accepted.
     assert ok.apply_async(dedupe_key="k", dedupe_ttl=1.0, concurrency_key="c").id
+
+
+# ---------------------------------------------------------------- a broker that keeps none
+
+
+@pytest.fixture
+def rabbit_vhost() -> Any:
+    import shutil
+    import socket
+
+    why = None
+    try:
+        socket.create_connection(("127.0.0.1", 5672), timeout=1).close()
+    except OSError:
+        why = "no RabbitMQ answers on 127.0.0.1:5672 (apt-get install rabbitmq-server)"
+    if why is None and shutil.which("rabbitmqctl") is None:
+        why = "rabbitmqctl is not installed"
+    if why:
+        if os.environ.get("HEADWAY_REQUIRE_RABBITMQ") == "1":
+            pytest.fail(f"HEADWAY_REQUIRE_RABBITMQ=1 but {why}")
+        pytest.skip(why)
+
+    def ctl(*args: str) -> None:
+        subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
+
+    name = f"headway-tl-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    ctl("add_vhost", name)
+    ctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*")
+    yield name
+    ctl("delete_vhost", name)
+
+
+def test_rabbitmq_refuses_task_limits_by_name(rabbit_vhost: str, redis_server: RedisServer) -> None:
+    app = headway.App(f"amqp://guest:guest@127.0.0.1:5672/{rabbit_vhost}", backend=redis_server.url)
+
+    @app.task(name="plain")
+    def plain() -> int:
+        return 1
+
+    with pytest.raises(ValueError, match="`concurrency_key`: this broker cannot share it"):
+        plain.apply_async(concurrency_key="c")
+    with pytest.raises(ValueError, match="`dedupe_key`: this broker cannot share it"):
+        plain.apply_async(dedupe_key="k")
+    # The positive control: a plain send and a worker are fine.
+    w = app.worker()
+    w.start()
+    try:
+        assert plain.delay().get(timeout=LIMIT) == 1
+    finally:
+        w.stop(2.0)
+
+    @app.task(name="global", rate="5/s", rate_scope="global")
+    def glob() -> None:
+        pass
+
+    with pytest.raises(ValueError, match="`rate_scope`: this broker cannot share it"):
+        app.worker()
