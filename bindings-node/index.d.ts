@@ -663,6 +663,19 @@ export interface SendOptions {
   priority?: number | undefined;
   /** The run's id (a fresh v4 UUID when omitted, as Celery makes them). */
   id?: string | undefined;
+  /**
+   * The key the task's `concurrencyLimit` counts: at most that many runs of
+   * one key at once, across every worker on the broker. Not empty.
+   */
+  concurrencyKey?: string | undefined;
+  /**
+   * A second send of the task with this key within `dedupeTtl` sends
+   * nothing and answers the first run's handle (the same id). A single
+   * send's only: a signature inside a chain, group or chord refuses it.
+   */
+  dedupeKey?: string | undefined;
+  /** How long a `dedupeKey` holds, ms (positive; an hour by default). Needs a `dedupeKey`. */
+  dedupeTtl?: number | undefined;
 }
 
 /** A signature's options: a send's, and `immutable`. */
@@ -748,6 +761,19 @@ export interface Policy {
   ignoreResult?: boolean | undefined;
   /** Runs per window, per worker: `'10/m'` (Celery's notation: s, m, h, d) or `{ count, per }`. Default none. */
   rate?: string | Rate | null | undefined;
+  /**
+   * Whom `rate` holds for: `'worker'` (each worker on its own, the default)
+   * or `'global'` (every worker on the broker together: one token bucket in
+   * Redis, or in the process on the memory broker; a broker that cannot
+   * keep it refuses the worker). `'global'` needs a `rate`.
+   */
+  rateScope?: 'worker' | 'global' | null | undefined;
+  /**
+   * At most this many runs sent with one `concurrencyKey` run at once,
+   * across every worker on the broker (a whole number, at least 1). Default:
+   * 1 for a run sent with a key; runs without a key are not limited.
+   */
+  concurrencyLimit?: number | null | undefined;
   /**
    * Celery's hard `time_limit`, ms: past it the run's child process is
    * killed and the run fails with `TimeLimitExceeded`. Needs a worker on the

@@ -225,6 +225,11 @@ async function tasks(): Promise<void> {
     await ctx.updateState(3, {});
     return `hello ${name}, attempt ${ctx.attempt} of ${ctx.queue} at ${ctx.now.toISOString()}`;
   }, { backoff: Fixed(500), rate: { count: 5, per: 1000 } });
+  const perKey = app.task('perKey', ([k]: [string]) => k, { rate: '100/s', rateScope: 'global', concurrencyLimit: 1 });
+  const keyed: Handle<string> = await perKey.send(['a'], { concurrencyKey: 'cust-7', dedupeKey: 'k', dedupeTtl: 10_000 });
+  void keyed;
+  // @ts-expect-error a scope is 'worker' or 'global'
+  app.task('badScope', () => 1, { rate: '1/s', rateScope: 'cluster' });
 
   const h: Handle<number> = await add.send([1, 2], { countdown: 1000, priority: 0, id: 'run-1' });
   const sum: number = await h.get(5000);

@@ -190,6 +190,11 @@ def greet(name: str) -> str:
     return f"hello {name}"
 
 
+@app.task(name="typed.keyed", rate="100/s", rate_scope="global", concurrency_limit=1)
+def keyed(k: str) -> str:
+    return k
+
+
 @app.task(bind=True, backoff=Exponential(base=0.5, cap=30.0))
 def bound(ctx: Context, n: int) -> list[int]:
     assert_type(ctx.update_state("PROGRESS", {"done": n}), None)
@@ -208,6 +213,10 @@ t_bound: Task[[int], list[int]] = bound  # the Context is not the caller's to pa
 assert_type(add(1, 2), int)
 assert_type(add.delay(1, 2), Handle[int])
 assert_type(greet.apply_async(("ada",), countdown=5, priority=3), Handle[str])
+assert_type(
+    keyed.apply_async(("a",), concurrency_key="cust-7", dedupe_key="k", dedupe_ttl=10.0),
+    Handle[str],
+)
 assert_type(bound.delay(3), Handle[list[int]])
 assert_type(aadd.delay(1, 2), Handle[int])
 assert_type(add.s(1, 2), Signature[int])

@@ -189,6 +189,8 @@ const POLICY = [
   'rejectOnWorkerLost',
   'retryFor',
   'dontRetryFor',
+  'rateScope',
+  'concurrencyLimit',
 ];
 
 function policyJson(policy) {
@@ -210,6 +212,8 @@ function policyJson(policy) {
   if (p.timeLimit !== undefined && p.timeLimit !== null) put('timeLimit', jsonNumber(num('timeLimit', p.timeLimit)));
   if (p.softTimeLimit !== undefined && p.softTimeLimit !== null) put('softTimeLimit', jsonNumber(num('softTimeLimit', p.softTimeLimit)));
   if (p.rejectOnWorkerLost !== undefined) put('rejectOnWorkerLost', bool('rejectOnWorkerLost', p.rejectOnWorkerLost));
+  if (p.rateScope !== undefined && p.rateScope !== null) put('rateScope', JSON.stringify(str('rateScope', p.rateScope)));
+  if (p.concurrencyLimit !== undefined && p.concurrencyLimit !== null) put('concurrencyLimit', jsonNumber(num('concurrencyLimit', p.concurrencyLimit)));
   // Error classes (or their names) as names: what the core matches a
   // thrown error's constructor chain against.
   for (const k of ['retryFor', 'dontRetryFor']) {

@@ -210,7 +210,7 @@ function encodeKwargs(owner, kwargs) {
   return encode(owner, 'kwargs', kwargs);
 }
 
-const SEND_OPTIONS = ['kwargs', 'eta', 'countdown', 'expires', 'queue', 'priority', 'id'];
+const SEND_OPTIONS = ['kwargs', 'eta', 'countdown', 'expires', 'queue', 'priority', 'id', 'concurrencyKey', 'dedupeKey', 'dedupeTtl'];
 const SIG_OPTIONS = [...SEND_OPTIONS, 'immutable'];
 
 /** Per-send options as JSON (instants in epoch ms), or 'null'. */
@@ -225,6 +225,9 @@ function encodeOptions(o) {
   if (o.queue !== undefined) put('queue', JSON.stringify(str('queue', o.queue)));
   if (o.priority !== undefined) put('priority', num('priority', o.priority));
   if (o.id !== undefined) put('id', JSON.stringify(str('id', o.id)));
+  if (o.concurrencyKey !== undefined) put('concurrencyKey', JSON.stringify(str('concurrencyKey', o.concurrencyKey)));
+  if (o.dedupeKey !== undefined) put('dedupeKey', JSON.stringify(str('dedupeKey', o.dedupeKey)));
+  if (o.dedupeTtl !== undefined) put('dedupeTtl', num('dedupeTtl', o.dedupeTtl));
   return out ? `{${out}}` : 'null';
 }
 

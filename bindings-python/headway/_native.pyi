@@ -1288,6 +1288,8 @@ class _App:
         reject_on_worker_lost: bool | None = None,
         retry_for: type[BaseException] | tuple[type[BaseException], ...] | None = None,
         dont_retry_for: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+        rate_scope: str | None = None,
+        concurrency_limit: int | None = None,
     ) -> str: ...
     def send(
         self,
@@ -1303,6 +1305,9 @@ class _App:
         task_id: str | None = None,
         known: bool = True,
         trace: dict[str, str] | None = None,
+        concurrency_key: str | None = None,
+        dedupe_key: str | None = None,
+        dedupe_ttl: _Span | None = None,
     ) -> Handle[Any]: ...
     def send_span(
         self, name: str, queue: str | None = None, task_id: str | None = None

@@ -101,8 +101,17 @@ def _options(
     queue: str | None,
     priority: int | None,
     task_id: str | None,
+    concurrency_key: str | None = None,
+    dedupe_key: str | None = None,
+    dedupe_ttl: Span | None = None,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    if concurrency_key is not None:
+        out["concurrency_key"] = concurrency_key
+    if dedupe_key is not None:
+        out["dedupe_key"] = dedupe_key
+    if dedupe_ttl is not None:
+        out["dedupe_ttl"] = dedupe_ttl
     if eta is not None:
         out["eta"] = eta
     if countdown is not None:
@@ -263,9 +272,16 @@ class Signature(_Canvas, Generic[R_co]):
         queue: str | None = None,
         priority: int | None = None,
         task_id: str | None = None,
+        concurrency_key: str | None = None,
+        dedupe_key: str | None = None,
+        dedupe_ttl: Span | None = None,
     ) -> Signature[R_co]:
         """A copy with these options set (the others kept)."""
-        opts = {**self.options, **_options(eta, countdown, expires, queue, priority, task_id)}
+        given = _options(
+            eta, countdown, expires, queue, priority, task_id,
+            concurrency_key, dedupe_key, dedupe_ttl,
+        )  # fmt: skip
+        opts = {**self.options, **given}
         return self._copy(self.args, self.kwargs, opts)
 
     def send(self) -> Handle[R_co]:
@@ -288,6 +304,9 @@ class Signature(_Canvas, Generic[R_co]):
         queue: str | None = None,
         priority: int | None = None,
         task_id: str | None = None,
+        concurrency_key: str | None = None,
+        dedupe_key: str | None = None,
+        dedupe_ttl: Span | None = None,
     ) -> Handle[R_co]:
         """Publishes it with ``args`` prepended, ``kwargs`` merged and these
         options over its own."""
@@ -298,6 +317,9 @@ class Signature(_Canvas, Generic[R_co]):
             queue=queue,
             priority=priority,
             task_id=task_id,
+            concurrency_key=concurrency_key,
+            dedupe_key=dedupe_key,
+            dedupe_ttl=dedupe_ttl,
         )
         return s._send()
 
@@ -479,6 +501,9 @@ class _TaskBase(Generic[P, R]):
         queue: str | None = None,
         priority: int | None = None,
         task_id: str | None = None,
+        concurrency_key: str | None = None,
+        dedupe_key: str | None = None,
+        dedupe_ttl: Span | None = None,
     ) -> Handle[R]:
         """Publishes a run: ``eta`` (an aware ``datetime``, epoch seconds,
         or a ``timedelta`` from now) is when it may first run, ``countdown``
@@ -486,13 +511,20 @@ class _TaskBase(Generic[P, R]):
         ``expires`` (same forms as ``eta``) is when running it becomes
         pointless — a worker that finds it expired records it REVOKED without
         running it; ``queue`` overrides the task's; ``priority`` 0 (first) to
-        9; ``task_id`` fixes the run's id."""
+        9; ``task_id`` fixes the run's id. ``concurrency_key`` names the key
+        the task's ``concurrency_limit`` counts across every worker;
+        ``dedupe_key`` (with ``dedupe_ttl`` seconds, an hour by default)
+        makes a second send within the ttl answer the first run's handle
+        instead of sending."""
         return _send(
             self.app,
             self.name,
             tuple(args),
             dict(kwargs) if kwargs else None,
-            _options(eta, countdown, expires, queue, priority, task_id),
+            _options(
+                eta, countdown, expires, queue, priority, task_id,
+                concurrency_key, dedupe_key, dedupe_ttl,
+            ),
         )
 
     def s(self, *args: Any, **kwargs: Any) -> Signature[R]:
@@ -649,6 +681,8 @@ class App:
         acks_late: bool = False,
         ignore_result: bool = False,
         rate: Rate | None = None,
+        rate_scope: Literal["worker", "global"] | None = None,
+        concurrency_limit: int | None = None,
         time_limit: Span | None = None,
         soft_time_limit: Span | None = None,
         reject_on_worker_lost: bool = False,
@@ -670,6 +704,8 @@ class App:
         acks_late: bool = False,
         ignore_result: bool = False,
         rate: Rate | None = None,
+        rate_scope: Literal["worker", "global"] | None = None,
+        concurrency_limit: int | None = None,
         time_limit: Span | None = None,
         soft_time_limit: Span | None = None,
         reject_on_worker_lost: bool = False,
@@ -691,6 +727,8 @@ class App:
         acks_late: bool = False,
         ignore_result: bool = False,
         rate: Rate | None = None,
+        rate_scope: Literal["worker", "global"] | None = None,
+        concurrency_limit: int | None = None,
         time_limit: Span | None = None,
         soft_time_limit: Span | None = None,
         reject_on_worker_lost: bool = False,
@@ -707,7 +745,10 @@ class App:
         hung run is visible rather than silently cut); ``acks_late=False``
         (confirmed on receipt: a worker that dies mid-run does not run it
         twice); ``ignore_result=False``; ``rate=None`` (per worker, e.g.
-        ``"10/m"``). The name defaults to ``module.function``, as Celery's.
+        ``"10/m"``; ``rate_scope="global"`` makes it hold across every
+        worker on the broker, one token bucket in Redis);
+        ``concurrency_limit=None`` (runs sent with one ``concurrency_key``
+        that may run at once across every worker: 1 when not set). The name defaults to ``module.function``, as Celery's.
         ``bind=True`` passes the run's ``Context`` first. A body may be
         ``async def``; it then runs on an asyncio loop.
 
@@ -746,6 +787,8 @@ class App:
                 acks_late=acks_late,
                 ignore_result=ignore_result,
                 rate=rate,
+                rate_scope=rate_scope,
+                concurrency_limit=concurrency_limit,
                 time_limit=time_limit,
                 soft_time_limit=soft_time_limit,
                 reject_on_worker_lost=reject_on_worker_lost,
@@ -787,6 +830,9 @@ class App:
         queue: str | None = None,
         priority: int | None = None,
         task_id: str | None = None,
+        concurrency_key: str | None = None,
+        dedupe_key: str | None = None,
+        dedupe_ttl: Span | None = None,
     ) -> Handle[Any]:
         """Publishes a run of the task called ``name`` — the dispatcher's
         entry, for a name learnt at run time. A name this app has not
@@ -797,7 +843,10 @@ class App:
             name,
             tuple(args),
             dict(kwargs) if kwargs else None,
-            _options(eta, countdown, expires, queue, priority, task_id),
+            _options(
+                eta, countdown, expires, queue, priority, task_id,
+                concurrency_key, dedupe_key, dedupe_ttl,
+            ),
         )
 
     def send_task(
@@ -812,6 +861,9 @@ class App:
         queue: str | None = None,
         priority: int | None = None,
         task_id: str | None = None,
+        concurrency_key: str | None = None,
+        dedupe_key: str | None = None,
+        dedupe_ttl: Span | None = None,
     ) -> Handle[Any]:
         """Celery's ``send_task``: publishes a run of any name, for tasks
         another process (a Celery worker, say) runs."""
@@ -820,7 +872,10 @@ class App:
             name,
             tuple(args),
             dict(kwargs) if kwargs else None,
-            _options(eta, countdown, expires, queue, priority, task_id),
+            _options(
+                eta, countdown, expires, queue, priority, task_id,
+                concurrency_key, dedupe_key, dedupe_ttl,
+            ),
             known=False,
         )
 
@@ -837,12 +892,18 @@ class App:
         queue: str | None = None,
         priority: int | None = None,
         task_id: str | None = None,
+        concurrency_key: str | None = None,
+        dedupe_key: str | None = None,
+        dedupe_ttl: Span | None = None,
     ) -> Signature[Any]:
         """A signature of any task name — one this app runs or one another
         process does — as a canvas node."""
         return Signature(
             self, name, args, kwargs, immutable,
-            _options(eta, countdown, expires, queue, priority, task_id),
+            _options(
+                eta, countdown, expires, queue, priority, task_id,
+                concurrency_key, dedupe_key, dedupe_ttl,
+            ),
         )  # fmt: skip
 
     def handle(self, id: str) -> Handle[Any]:

@@ -254,6 +254,9 @@ struct Opts<'a, 'py> {
     queue: Option<&'a Bound<'py, PyAny>>,
     priority: Option<&'a Bound<'py, PyAny>>,
     task_id: Option<&'a Bound<'py, PyAny>>,
+    concurrency_key: Option<&'a Bound<'py, PyAny>>,
+    dedupe_key: Option<&'a Bound<'py, PyAny>>,
+    dedupe_ttl: Option<&'a Bound<'py, PyAny>>,
 }
 
 /// An optional span argument in ms (`None` stays `None`).
@@ -289,17 +292,23 @@ fn options(app: &App, o: Opts<'_, '_>) -> PyResult<Options> {
             .transpose()?
             .map(|p| p as f64),
         id: text("task_id", o.task_id)?,
+        concurrency_key: text("concurrency_key", o.concurrency_key)?,
+        dedupe_key: text("dedupe_key", o.dedupe_key)?,
+        dedupe_ttl: ms_arg("dedupe_ttl", o.dedupe_ttl)?,
     };
     spec.options(Host::Python, || app.now()).map_err(spec_err)
 }
 
-const OPTION_NAMES: [&str; 6] = [
+const OPTION_NAMES: [&str; 9] = [
     "eta",
     "countdown",
     "expires",
     "queue",
     "priority",
     "task_id",
+    "concurrency_key",
+    "dedupe_key",
+    "dedupe_ttl",
 ];
 
 fn options_dict(app: &App, owner: &str, d: Option<&Bound<'_, PyAny>>) -> PyResult<Options> {
@@ -316,7 +325,8 @@ fn options_dict(app: &App, owner: &str, d: Option<&Bound<'_, PyAny>>) -> PyResul
         let k: String = k.extract()?;
         if !OPTION_NAMES.contains(&k.as_str()) {
             return Err(PyTypeError::new_err(format!(
-                "{owner}: unexpected option '{k}' (expected one of eta, countdown, expires, queue, priority, task_id)"
+                "{owner}: unexpected option '{k}' (expected one of {})",
+                OPTION_NAMES.join(", ")
             )));
         }
     }
@@ -326,6 +336,9 @@ fn options_dict(app: &App, owner: &str, d: Option<&Bound<'_, PyAny>>) -> PyResul
     let queue = d.get_item("queue")?;
     let priority = d.get_item("priority")?;
     let task_id = d.get_item("task_id")?;
+    let concurrency_key = d.get_item("concurrency_key")?;
+    let dedupe_key = d.get_item("dedupe_key")?;
+    let dedupe_ttl = d.get_item("dedupe_ttl")?;
     options(
         app,
         Opts {
@@ -335,6 +348,9 @@ fn options_dict(app: &App, owner: &str, d: Option<&Bound<'_, PyAny>>) -> PyResul
             queue: queue.as_ref(),
             priority: priority.as_ref(),
             task_id: task_id.as_ref(),
+            concurrency_key: concurrency_key.as_ref(),
+            dedupe_key: dedupe_key.as_ref(),
+            dedupe_ttl: dedupe_ttl.as_ref(),
         },
     )
 }
@@ -914,8 +930,10 @@ impl PyApp {
             rt()?;
             let clock = clock_arg(clock)?;
             let (on, store) = footing(py, broker, backend, &clock)?;
+            let app = on.app(&store, clock);
+            app.set_host(Host::Python);
             Ok(PyApp {
-                app: on.app(&store, clock),
+                app,
                 host: Py::new(py, PyHost::new())?,
                 raw: on,
             })
@@ -935,7 +953,7 @@ impl PyApp {
 
     /// Registers `func` under `name` with a policy (replacing an earlier one);
     /// answers the queue its runs go to. What is `None` is the core's default.
-    #[pyo3(signature = (name, func, *, bind=false, is_async=false, queue=None, retries=None, backoff=None, timeout=None, acks_late=None, ignore_result=None, rate=None, time_limit=None, soft_time_limit=None, reject_on_worker_lost=None, retry_for=None, dont_retry_for=None))]
+    #[pyo3(signature = (name, func, *, bind=false, is_async=false, queue=None, retries=None, backoff=None, timeout=None, acks_late=None, ignore_result=None, rate=None, time_limit=None, soft_time_limit=None, reject_on_worker_lost=None, retry_for=None, dont_retry_for=None, rate_scope=None, concurrency_limit=None))]
     #[allow(clippy::too_many_arguments)]
     fn register(
         &self,
@@ -956,6 +974,8 @@ impl PyApp {
         reject_on_worker_lost: Option<bool>,
         retry_for: Option<&Bound<'_, PyAny>>,
         dont_retry_for: Option<&Bound<'_, PyAny>>,
+        rate_scope: Option<String>,
+        concurrency_limit: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<String> {
         guard(|| {
             let spec = PolicySpec {
@@ -968,6 +988,11 @@ impl PyApp {
                 acks_late,
                 ignore_result,
                 rate: rate_arg(rate)?,
+                rate_scope,
+                concurrency_limit: some(concurrency_limit)
+                    .map(|n| int_arg("concurrency_limit", n))
+                    .transpose()?
+                    .map(|n| n as f64),
                 time_limit: ms_arg("time_limit", time_limit)?,
                 soft_time_limit: ms_arg("soft_time_limit", soft_time_limit)?,
                 reject_on_worker_lost,
@@ -991,7 +1016,7 @@ impl PyApp {
 
     /// Publishes a run of `name`; with `known`, a name this app has not
     /// registered is refused (`UnknownTask`).
-    #[pyo3(signature = (name, args, kwargs=None, *, eta=None, countdown=None, expires=None, queue=None, priority=None, task_id=None, known=true, trace=None))]
+    #[pyo3(signature = (name, args, kwargs=None, *, eta=None, countdown=None, expires=None, queue=None, priority=None, task_id=None, known=true, trace=None, concurrency_key=None, dedupe_key=None, dedupe_ttl=None))]
     #[allow(clippy::too_many_arguments)]
     fn send(
         &self,
@@ -1007,6 +1032,9 @@ impl PyApp {
         task_id: Option<&Bound<'_, PyAny>>,
         known: bool,
         trace: Option<&Bound<'_, PyDict>>,
+        concurrency_key: Option<&Bound<'_, PyAny>>,
+        dedupe_key: Option<&Bound<'_, PyAny>>,
+        dedupe_ttl: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyHandle> {
         guard(|| {
             rt()?;
@@ -1024,6 +1052,9 @@ impl PyApp {
                     queue,
                     priority,
                     task_id,
+                    concurrency_key,
+                    dedupe_key,
+                    dedupe_ttl,
                 },
             )?;
             let trace = trace.map(crate::trace::carrier_arg);

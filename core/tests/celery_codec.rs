@@ -162,3 +162,47 @@ fn eta_expires_and_priority_are_read() {
     assert_eq!(again["properties"]["expiration"], json!("60000"));
     assert_eq!(again["properties"]["priority"], json!(5));
 }
+
+#[test]
+fn a_concurrency_key_travels_as_a_header_and_a_signature_option() {
+    use headway_core::task::message::{Options, Sig};
+    let s = Sender::this_process("celery");
+    let mut m = Message::new(
+        "id-1".into(),
+        "t".into(),
+        vec![],
+        serde_json::Map::new(),
+        "default".into(),
+    );
+    m.set_concurrency_key("cust-7");
+    let next = Sig::new("u", vec![]).with_options(Options {
+        concurrency_key: Some("cust-8".into()),
+        ..Options::default()
+    });
+    m.chain = vec![next];
+    let enc = s.encode(&m, 0);
+    let env: Value = serde_json::from_slice(enc.json.as_bytes()).unwrap();
+    assert_eq!(env["headers"]["headway_concurrency_key"], json!("cust-7"));
+    let back = s.decode(enc.json.as_bytes()).unwrap().message;
+    assert_eq!(back.concurrency_key(), Some("cust-7"));
+    assert_eq!(
+        back.chain[0].options.concurrency_key.as_deref(),
+        Some("cust-8")
+    );
+    // The positive control: a message sent without one has none.
+    let plain = Message::new(
+        "id-2".into(),
+        "t".into(),
+        vec![],
+        serde_json::Map::new(),
+        "default".into(),
+    );
+    let enc = s.encode(&plain, 0);
+    assert_eq!(
+        s.decode(enc.json.as_bytes())
+            .unwrap()
+            .message
+            .concurrency_key(),
+        None
+    );
+}

@@ -630,3 +630,36 @@ async fn the_documented_acl_allows_every_broker_operation() {
     // was only logged.
     assert_eq!(s.cli(&["ACL", "LOG"]), "", "denied");
 }
+
+/// The task limits (docs/limits.md, "Task limits") as the documented ACL's
+/// user: a global rate's bucket, a concurrency key's gate (take, renew,
+/// release), a dedupe key's claim and its drop — every command their
+/// scripts call is in the line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acl_allows_the_task_limits() {
+    use headway_core::limit::GateOp;
+    use headway_core::task::limits;
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let url = acl_user(&s);
+    let a = open_at(&url, "a", 30_000).await;
+    let l = a.task_limits().expect("a Redis broker keeps task limits");
+    let ns = l.namespace().to_string();
+    let bucket = limits::rate_key(&ns, "q", "t");
+    assert_eq!(l.take_rate(&bucket, 1.0).await.unwrap(), None);
+    assert!(l.take_rate(&bucket, 1.0).await.unwrap().is_some());
+    let gate = limits::key_key(&ns, "t", "k");
+    assert!(l.gate(&gate, 1, GateOp::Take, "p").await.unwrap());
+    assert!(!l.gate(&gate, 1, GateOp::Take, "q").await.unwrap());
+    assert!(l.gate(&gate, 1, GateOp::Renew, "p").await.unwrap());
+    assert!(l.gate(&gate, 1, GateOp::Release, "p").await.unwrap());
+    let key = limits::dedupe_key(&ns, "t", "k");
+    assert_eq!(l.dedupe(&key, "one", 10_000).await.unwrap(), None);
+    assert_eq!(
+        l.dedupe(&key, "two", 10_000).await.unwrap().as_deref(),
+        Some("one")
+    );
+    l.undedupe(&key, "one").await.unwrap();
+    assert_eq!(l.dedupe(&key, "three", 10_000).await.unwrap(), None);
+}

@@ -360,11 +360,9 @@ impl NativeApp {
         })?;
         let host = HostQueue::new();
         host.set_bell(Some(bell()?));
-        Ok(NativeApp {
-            app: on.app(&store, clock.clock.clone()),
-            host,
-            raw: on,
-        })
+        let app = on.app(&store, clock.clock.clone());
+        app.set_host(Host::Node);
+        Ok(NativeApp { app, host, raw: on })
     }
 
     /// The queue its JS bodies are served from.

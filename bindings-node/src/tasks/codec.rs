@@ -65,6 +65,12 @@ pub(crate) struct OptsIn {
     queue: Option<String>,
     priority: Option<f64>,
     id: Option<String>,
+    #[serde(rename = "concurrencyKey")]
+    concurrency_key: Option<String>,
+    #[serde(rename = "dedupeKey")]
+    dedupe_key: Option<String>,
+    #[serde(rename = "dedupeTtl")]
+    dedupe_ttl: Option<f64>,
 }
 
 /// The core's `Options` (every range is the core's, in `specs`).
@@ -79,6 +85,9 @@ pub(crate) fn options(o: Option<OptsIn>) -> Result<Options, Refusal> {
         queue: o.queue,
         priority: o.priority,
         id: o.id,
+        concurrency_key: o.concurrency_key,
+        dedupe_key: o.dedupe_key,
+        dedupe_ttl: o.dedupe_ttl.map(ms),
     };
     // Node's instants are absolute already: the clock is never read.
     Ok(spec.options(Host::Node, || 0)?)
@@ -148,6 +157,9 @@ struct PolicyIn {
     reject_on_worker_lost: Option<bool>,
     retry_for: Option<Vec<String>>,
     dont_retry_for: Option<Vec<String>>,
+    rate_scope: Option<String>,
+    #[serde(default, deserialize_with = "js_number")]
+    concurrency_limit: Option<f64>,
 }
 
 /// A task's policy: what is omitted is the core's default.
@@ -172,6 +184,8 @@ pub(crate) fn policy(text: &str) -> Result<Policy, Refusal> {
         reject_on_worker_lost: p.reject_on_worker_lost,
         retry_for: p.retry_for,
         dont_retry_for: p.dont_retry_for,
+        rate_scope: p.rate_scope,
+        concurrency_limit: p.concurrency_limit,
     };
     Ok(spec.build(Host::Node)?)
 }

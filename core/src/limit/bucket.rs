@@ -42,8 +42,13 @@ impl SharedBucket {
     pub fn new(url: &str, key: &str, rate: f64, burst: Option<f64>) -> Result<Self, Refused> {
         let model = flow::Bucket::new(rate, burst, 0).map_err(super::invalid)?;
         let store = Store::new(url, "bucket", key)?;
+        Ok(Self::on(store, &model))
+    }
+
+    /// The bucket `model`'s rate and burst describe, kept in `store`.
+    pub(crate) fn on(store: Store, model: &flow::Bucket) -> Self {
         let (rate, burst) = (model.rate(), model.burst());
-        Ok(SharedBucket {
+        SharedBucket {
             store,
             rate,
             burst,
@@ -51,7 +56,7 @@ impl SharedBucket {
             // that reads back as the same double.
             per_ns: (rate / SECOND as f64).to_string(),
             burst_arg: burst.to_string(),
-        })
+        }
     }
 
     /// Tokens per second.

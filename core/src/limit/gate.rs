@@ -80,13 +80,19 @@ impl SharedGate {
             return Err(Refused::Invalid("invalid `lease`: must be positive".into()));
         }
         let store = Store::new(url, "gate", key)?;
-        Ok(SharedGate {
+        Ok(Self::on(store, n, lease))
+    }
+
+    /// A gate of `n` permits leased for `lease` (both checked), kept in
+    /// `store`.
+    pub(crate) fn on(store: Store, n: i64, lease: Nanos) -> Self {
+        SharedGate {
             store,
             limit: n,
             lease,
             limit_arg: n.to_string(),
             lease_arg: micros_up(lease).to_string(),
-        })
+        }
     }
 
     /// The most permits held at once.

@@ -31,6 +31,7 @@
 mod bucket;
 mod gate;
 pub mod store;
+pub(crate) mod tasks;
 mod window;
 
 pub use bucket::{BucketAnswer, SharedBucket};

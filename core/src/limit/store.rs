@@ -39,10 +39,22 @@ pub const PREFIX: &str = "headway:limit:";
 static LINKS: LazyLock<Mutex<HashMap<String, Weak<Link>>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
+/// What holds the link a limit's script runs on: its own link by URL, or
+/// a Redis broker's (a task's limits ride the broker's connection).
+pub(crate) trait Linked: Send + Sync + 'static {
+    fn link(&self) -> &Link;
+}
+
+impl Linked for Link {
+    fn link(&self) -> &Link {
+        self
+    }
+}
+
 /// Where one limit lives: a link and the full key.
 #[derive(Clone)]
 pub(crate) struct Store {
-    link: Arc<Link>,
+    link: Arc<dyn Linked>,
     key: String,
 }
 
@@ -59,6 +71,14 @@ impl Store {
         })
     }
 
+    /// The store of `kind`'s `key` on a link already made.
+    pub(crate) fn on(link: Arc<dyn Linked>, kind: &str, key: &str) -> Store {
+        Store {
+            link,
+            key: format!("{PREFIX}{kind}:{key}"),
+        }
+    }
+
     /// The full Redis key.
     pub(crate) fn key(&self) -> &str {
         &self.key
@@ -72,6 +92,7 @@ impl Store {
         args: &[&str],
     ) -> Result<T, Refused> {
         self.link
+            .link()
             .patiently(true, |mut c| {
                 let mut inv = script.prepare_invoke();
                 inv.key(&self.key);

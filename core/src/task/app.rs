@@ -19,6 +19,7 @@ use super::handle::Handle;
 use super::message::{Message, Options, Sig, new_id};
 use super::policy::Policy;
 use super::spec::{Backend, Broker, Counter, Inspector};
+use super::specs::Host;
 use super::state::{Outcome, Refused, State};
 use crate::broker::MemoryBroker;
 
@@ -47,6 +48,8 @@ pub(crate) struct AppInner {
     metrics: super::metrics::Metrics,
     /// Whether its runs are traced (`set_tracing`).
     tracing: std::sync::atomic::AtomicBool,
+    /// Whose spelling its refusals use (`set_host`).
+    host: std::sync::atomic::AtomicU8,
 }
 
 /// The registry, the seams and the clock. Cheap to clone (shared).
@@ -95,6 +98,7 @@ impl App {
                 terminate_bell: Notify::new(),
                 metrics: super::metrics::Metrics::default(),
                 tracing: std::sync::atomic::AtomicBool::new(false),
+                host: std::sync::atomic::AtomicU8::new(0),
             }),
         };
         // Terminates other processes broadcast reach this app's runs; held
@@ -115,6 +119,28 @@ impl App {
             Some(super::control::answer(&App { inner }, request))
         }));
         app
+    }
+
+    /// Names the arguments in what it refuses as `host` spells them (a
+    /// binding says so once, when it makes the app).
+    pub fn set_host(&self, host: Host) {
+        let n = match host {
+            Host::Rust => 0,
+            Host::Python => 1,
+            Host::Node => 2,
+        };
+        self.inner
+            .host
+            .store(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whose spelling its refusals use: the core's unless a binding said.
+    pub fn host(&self) -> Host {
+        match self.inner.host.load(std::sync::atomic::Ordering::Relaxed) {
+            1 => Host::Python,
+            2 => Host::Node,
+            _ => Host::Rust,
+        }
     }
 
     /// An app on a fresh in-memory broker that is also its store, counter and
@@ -285,6 +311,9 @@ impl App {
             .or_else(|| o.countdown.map(|c| self.now().saturating_add(c)));
         m.expires = o.expires;
         m.priority = o.priority;
+        if let Some(k) = &o.concurrency_key {
+            m.set_concurrency_key(k);
+        }
         m
     }
 
@@ -318,7 +347,7 @@ impl App {
         if known && !self.has_task(name) {
             return Err(Refused::UnknownTask(name.to_string()));
         }
-        check_options(&options)?;
+        super::specs::check_options(self.host(), &options)?;
         let sig = Sig::new(name, args)
             .with_kwargs(kwargs)
             .with_options(options);
@@ -351,14 +380,32 @@ impl App {
         canvas: Canvas,
         trace: Option<Map<String, Value>>,
     ) -> Result<Handle, Refused> {
+        let mut canvas = canvas;
+        let claim = super::dedupe::claim_of(self, &mut canvas)?;
+        if let Some(c) = &claim
+            && let Some(first) = c.limits.dedupe(&c.key, &c.id, c.ttl).await?
+        {
+            // A send with this key within its ttl: the first run answers.
+            return Ok(self.handle(&first));
+        }
         let h = trace.and_then(super::trace::headers_of);
-        let plan = self
+        let planned = self
             .publish_planned_with(canvas, |m| {
                 if let Some(h) = &h {
                     super::trace::carry(m, h);
                 }
             })
-            .await?;
+            .await;
+        let plan = match (planned, claim) {
+            (Ok(p), _) => p,
+            (Err(e), Some(c)) => {
+                // Nothing was sent: the key must not answer a run that
+                // does not exist.
+                let _ = c.limits.undedupe(&c.key, &c.id).await;
+                return Err(e);
+            }
+            (Err(e), None) => return Err(e),
+        };
         Ok(Handle::new(self.clone(), plan.wait, plan.all).with_parents(plan.parents))
     }
 
@@ -559,8 +606,4 @@ pub(crate) fn outcome_value(o: Outcome) -> Result<Value, Refused> {
         State::Revoked => Err(Refused::Revoked(o.id)),
         _ => Err(Refused::Timeout),
     }
-}
-
-fn check_options(o: &Options) -> Result<(), Refused> {
-    Ok(super::specs::check_options(super::specs::Host::Rust, o)?)
 }

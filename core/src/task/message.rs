@@ -76,6 +76,11 @@ pub struct Message {
     pub carried: Option<Box<Carried>>,
 }
 
+/// The header a run's concurrency key travels in.
+pub const CONCURRENCY_KEY: &str = "headway_concurrency_key";
+/// The header counting a run's put-offs at its concurrency key's limit.
+pub const DEFERRED: &str = "headway_deferred";
+
 /// Protocol data a message carries unchanged for another system.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Carried {
@@ -167,6 +172,17 @@ pub struct Options {
     /// The run's id (a fresh UUID when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// The key whose runs its task's `concurrency_limit` counts, across
+    /// every worker on the broker ([`Message::concurrency_key`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_key: Option<String>,
+    /// A send with this key while an earlier one's holds answers the
+    /// earlier run instead ([`crate::task::limits`]); a single send's only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedupe_key: Option<String>,
+    /// How long the dedupe key holds (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedupe_ttl: Option<i64>,
 }
 
 impl Sig {
@@ -276,6 +292,36 @@ impl Message {
     /// A carried header, if any.
     pub fn carried_header(&self, key: &str) -> Option<&Value> {
         self.carried.as_ref().and_then(|c| c.headers.get(key))
+    }
+
+    /// The run's concurrency key, sent as `concurrency_key`: it travels as
+    /// the header [`CONCURRENCY_KEY`], so every layout carries it (Celery's
+    /// protocol keeps a custom header through retries and restores) and a
+    /// Celery worker that does not know it runs the message unchanged.
+    pub fn concurrency_key(&self) -> Option<&str> {
+        self.carried_header(CONCURRENCY_KEY).and_then(Value::as_str)
+    }
+
+    /// Sets the run's concurrency key.
+    pub fn set_concurrency_key(&mut self, key: &str) {
+        self.carried_mut()
+            .headers
+            .insert(CONCURRENCY_KEY.into(), Value::String(key.into()));
+    }
+
+    /// How many times the run was put off because its concurrency key was
+    /// at its limit ([`DEFERRED`]): what the next wait grows from.
+    pub fn deferred(&self) -> u32 {
+        self.carried_header(DEFERRED)
+            .and_then(Value::as_u64)
+            .map_or(0, |n| n.min(u32::MAX as u64) as u32)
+    }
+
+    /// Counts one more put-off.
+    pub fn set_deferred(&mut self, n: u32) {
+        self.carried_mut()
+            .headers
+            .insert(DEFERRED.into(), Value::from(n));
     }
 
     /// Encodes the message as headway's own JSON wire form.

@@ -179,6 +179,49 @@ impl Rate {
     }
 }
 
+/// Whom a task's [`Rate`] holds for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RateScope {
+    /// Each worker on its own (Celery's `rate_limit`): `n` workers let `n`
+    /// times the rate through. The default.
+    #[default]
+    Worker,
+    /// Every worker on the same broker together: one token bucket in the
+    /// broker (`docs/limits.md`, "Task limits").
+    Global,
+}
+
+impl RateScope {
+    /// `"worker"` or `"global"`.
+    pub fn parse(text: &str) -> Result<RateScope, PolicyError> {
+        match text {
+            "worker" => Ok(RateScope::Worker),
+            "global" => Ok(RateScope::Global),
+            _ => Err(bad(
+                "rate_scope",
+                format!("{text:?}: must be \"worker\" or \"global\""),
+            )),
+        }
+    }
+
+    /// Its name, as [`RateScope::parse`] reads it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RateScope::Worker => "worker",
+            RateScope::Global => "global",
+        }
+    }
+}
+
+impl Rate {
+    /// Tokens a second, for a token bucket ([`crate::flow::Bucket`]'s
+    /// rules; its default burst, one second's worth, at least 1).
+    pub fn per_second(self) -> f64 {
+        self.count as f64 * 1000.0 / self.per as f64
+    }
+}
+
 /// Everything about how a task is run, retried and confirmed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Policy {
@@ -194,8 +237,17 @@ pub struct Policy {
     pub acks_late: bool,
     /// Keep no result: false.
     pub ignore_result: bool,
-    /// Runs per window, per worker: no limit.
+    /// Runs per window: no limit.
     pub rate: Option<Rate>,
+    /// Whom `rate` holds for: each worker on its own (the default), or
+    /// every worker on the broker together.
+    #[serde(default)]
+    pub rate_scope: RateScope,
+    /// At most this many runs sent with one `concurrency_key` run at once,
+    /// across every worker on the broker (1 when a run names a key and this
+    /// is not set). Runs sent without a key are not limited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_limit: Option<u32>,
     /// Celery's hard `time_limit` (ms): past it the run's child process is
     /// killed and the run fails with `TimeLimitExceeded`. Only the process
     /// pool can keep it: a thread cannot be stopped. No limit by default.
@@ -232,6 +284,8 @@ impl Default for Policy {
             acks_late: false,
             ignore_result: false,
             rate: None,
+            rate_scope: RateScope::Worker,
+            concurrency_limit: None,
             time_limit: None,
             soft_time_limit: None,
             reject_on_worker_lost: false,
@@ -252,6 +306,15 @@ impl Policy {
             && t <= 0
         {
             return Err(bad("timeout", "must be positive"));
+        }
+        if self.rate_scope == RateScope::Global && self.rate.is_none() {
+            return Err(bad("rate_scope", "\"global\" needs a `rate`"));
+        }
+        if self.concurrency_limit == Some(0) {
+            return Err(bad(
+                "concurrency_limit",
+                "must be a whole number, at least 1",
+            ));
         }
         for (arg, list) in [
             ("retry_for", &self.retry_for),
@@ -282,6 +345,12 @@ impl Policy {
     /// host could not read is matched by its `kind`.
     pub fn retries_on(&self, f: &Failure) -> bool {
         retry_matches(&self.retry_for, &self.dont_retry_for, f)
+    }
+
+    /// How many runs of one concurrency key may run at once: the policy's
+    /// `concurrency_limit`, 1 when it sets none.
+    pub fn key_limit(&self) -> u32 {
+        self.concurrency_limit.unwrap_or(1)
     }
 
     /// The wait before attempt `attempt` of the run `seed`.
@@ -454,5 +523,38 @@ mod tests {
             ..Policy::default()
         };
         assert_eq!(q.check().unwrap_err().arg, "queue");
+    }
+
+    #[test]
+    fn scopes_and_key_limits() {
+        assert_eq!(RateScope::parse("global").unwrap(), RateScope::Global);
+        assert_eq!(RateScope::parse("worker").unwrap(), RateScope::Worker);
+        assert_eq!(RateScope::default(), RateScope::Worker);
+        let e = RateScope::parse("cluster").unwrap_err();
+        assert_eq!(e.arg, "rate_scope");
+        assert!(e.why.contains("\"cluster\""), "{e}");
+        let global = Policy {
+            rate_scope: RateScope::Global,
+            ..Policy::default()
+        };
+        assert_eq!(global.check().unwrap_err().arg, "rate_scope");
+        let ok = Policy {
+            rate: Some(Rate::parse("100/s").unwrap()),
+            ..global
+        };
+        assert!(ok.check().is_ok());
+        let zero = Policy {
+            concurrency_limit: Some(0),
+            ..Policy::default()
+        };
+        assert_eq!(zero.check().unwrap_err().arg, "concurrency_limit");
+        assert_eq!(Policy::default().key_limit(), 1);
+        let three = Policy {
+            concurrency_limit: Some(3),
+            ..Policy::default()
+        };
+        assert_eq!(three.key_limit(), 3);
+        assert_eq!(Rate::parse("100/s").unwrap().per_second(), 100.0);
+        assert_eq!(Rate::parse("30/m").unwrap().per_second(), 0.5);
     }
 }

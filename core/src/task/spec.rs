@@ -178,6 +178,14 @@ pub trait Broker: Send + Sync + 'static {
         self.revoke(ids, until)
     }
 
+    /// What it keeps of the limits its workers share
+    /// ([`super::limits`]): a task's global rate, its concurrency keys, a
+    /// send's dedupe key. `None` (the default): it keeps none, and what
+    /// needs them is refused naming the option.
+    fn task_limits(&self) -> Option<std::sync::Arc<dyn super::limits::TaskLimits>> {
+        None
+    }
+
     /// Turns Celery's events on or off, where the broker sends them (the
     /// Celery layout); answers whether it does.
     fn set_task_events(&self, on: bool) -> bool {

@@ -17,7 +17,7 @@
 use std::fmt;
 
 use super::message::Options;
-use super::policy::{Policy, PolicyError, Rate, RetryBackoff};
+use super::policy::{Policy, PolicyError, Rate, RateScope, RetryBackoff};
 use super::procs::ProcSpec;
 use super::state::Refused;
 use super::worker::{HARD_LIMIT_NEEDS_PROCESS, Pool, WorkerConfig};
@@ -48,6 +48,11 @@ impl Host {
             (Host::Node, "max_tasks_per_child") => "maxTasksPerChild",
             (Host::Node, "prefetch_multiplier") => "prefetchMultiplier",
             (Host::Node, "max_memory_per_child") => "maxMemoryPerChild",
+            (Host::Node, "rate_scope") => "rateScope",
+            (Host::Node, "concurrency_limit") => "concurrencyLimit",
+            (Host::Node, "concurrency_key") => "concurrencyKey",
+            (Host::Node, "dedupe_key") => "dedupeKey",
+            (Host::Node, "dedupe_ttl") => "dedupeTtl",
             _ => arg,
         }
     }
@@ -250,6 +255,10 @@ pub struct PolicySpec {
     pub acks_late: Option<bool>,
     pub ignore_result: Option<bool>,
     pub rate: Option<RateSpec>,
+    /// `"worker"` (the default) or `"global"`.
+    pub rate_scope: Option<String>,
+    /// Runs of one concurrency key at once (a whole number, at least 1).
+    pub concurrency_limit: Option<f64>,
     /// The hard time limit (ms).
     pub time_limit: Option<i64>,
     /// The soft time limit (ms).
@@ -269,6 +278,17 @@ impl PolicySpec {
             None => d.retries,
             Some(r) => count32(host, "retries", r, WHOLE)?,
         };
+        let rate_scope = match self.rate_scope {
+            None => d.rate_scope,
+            Some(t) => RateScope::parse(&t).map_err(|e| SpecError::policy(host, e))?,
+        };
+        let concurrency_limit = match self.concurrency_limit {
+            None => d.concurrency_limit,
+            Some(n) => match count32(host, "concurrency_limit", n, AT_LEAST_ONE)? {
+                0 => return Err(SpecError::new(host, "concurrency_limit", AT_LEAST_ONE)),
+                n => Some(n),
+            },
+        };
         let policy = Policy {
             queue: self.queue.unwrap_or(d.queue),
             retries,
@@ -283,6 +303,8 @@ impl PolicySpec {
                 None => d.rate,
                 Some(r) => Some(r.build(host)?),
             },
+            rate_scope,
+            concurrency_limit,
             time_limit: self.time_limit.or(d.time_limit),
             soft_time_limit: self.soft_time_limit.or(d.soft_time_limit),
             reject_on_worker_lost: self
@@ -328,7 +350,19 @@ pub struct SendSpec {
     pub priority: Option<f64>,
     /// The run's id (Python's `task_id`, Node's `id`).
     pub id: Option<String>,
+    /// The key whose runs the task's `concurrency_limit` counts.
+    pub concurrency_key: Option<String>,
+    /// A second send with this key within `dedupe_ttl` answers the first
+    /// run instead of sending.
+    pub dedupe_key: Option<String>,
+    /// How long a dedupe key holds (ms); [`DEDUPE_TTL`] when not given.
+    pub dedupe_ttl: Option<i64>,
 }
+
+/// How long a `dedupe_key` holds when no `dedupe_ttl` is given (ms): an
+/// hour, longer than most queues take to drain and short enough that a
+/// forgotten key does not block a send for a day.
+pub const DEDUPE_TTL: i64 = 3_600_000;
 
 impl SendSpec {
     /// The core's options; a relative instant counts from `now()` (read at
@@ -344,6 +378,22 @@ impl SendSpec {
             None => None,
             Some(p) => Some(whole(host, "priority", p, u8::MAX as f64, PRIORITY_RANGE)? as u8),
         };
+        for (arg, key) in [
+            ("concurrency_key", &self.concurrency_key),
+            ("dedupe_key", &self.dedupe_key),
+        ] {
+            if key.as_deref() == Some("") {
+                return Err(SpecError::new(host, arg, NOT_EMPTY));
+            }
+        }
+        let dedupe_ttl = match (&self.dedupe_key, self.dedupe_ttl) {
+            (None, Some(_)) => return Err(ttl_without_key(host)),
+            (_, Some(t)) if t <= 0 => {
+                return Err(SpecError::new(host, "dedupe_ttl", "must be positive"));
+            }
+            (Some(_), t) => Some(t.unwrap_or(DEDUPE_TTL)),
+            (None, None) => None,
+        };
         Ok(Options {
             queue: self.queue,
             eta: self.eta.map(|w| w.at(&mut now)),
@@ -351,8 +401,17 @@ impl SendSpec {
             expires: self.expires.map(|w| w.at(&mut now)),
             priority,
             id: self.id,
+            concurrency_key: self.concurrency_key,
+            dedupe_key: self.dedupe_key,
+            dedupe_ttl,
         })
     }
+}
+
+/// A `dedupe_ttl` given without a `dedupe_key`.
+fn ttl_without_key(host: Host) -> SpecError {
+    let why = format!("needs a `{}`", host.spell("dedupe_key"));
+    SpecError::new(host, "dedupe_ttl", why)
 }
 
 /// What a send refuses in its options: a priority above 9, an empty queue.
@@ -367,7 +426,19 @@ pub fn check_options(host: Host, o: &Options) -> Result<(), SpecError> {
     {
         return Err(SpecError::new(host, "queue", NOT_EMPTY));
     }
-    Ok(())
+    for (arg, key) in [
+        ("concurrency_key", &o.concurrency_key),
+        ("dedupe_key", &o.dedupe_key),
+    ] {
+        if key.as_deref() == Some("") {
+            return Err(SpecError::new(host, arg, NOT_EMPTY));
+        }
+    }
+    match (&o.dedupe_key, o.dedupe_ttl) {
+        (None, Some(_)) => Err(ttl_without_key(host)),
+        (_, Some(t)) if t <= 0 => Err(SpecError::new(host, "dedupe_ttl", "must be positive")),
+        _ => Ok(()),
+    }
 }
 
 // ---------------------------------------------------------------- worker

@@ -27,6 +27,8 @@ fn policy_fields_are_taken_and_checked() {
         reject_on_worker_lost: Some(true),
         retry_for: Some(vec!["builtins.ConnectionError".into()]),
         dont_retry_for: None,
+        rate_scope: None,
+        concurrency_limit: None,
     }
     .build(Host::Python)
     .unwrap();
@@ -159,6 +161,9 @@ fn send_options_resolve_relative_instants_once() {
         queue: Some("q".into()),
         priority: Some(9.0),
         id: Some("x".into()),
+        concurrency_key: None,
+        dedupe_key: None,
+        dedupe_ttl: None,
     }
     .options(Host::Python, || {
         reads += 1;
@@ -331,4 +336,100 @@ fn names_must_not_be_empty() {
         name(Host::Python, "").unwrap_err().to_string(),
         "invalid `name`: must not be empty"
     );
+}
+
+#[test]
+fn task_limits_are_taken_and_checked_in_each_spelling() {
+    use crate::task::policy::RateScope;
+    let p = PolicySpec {
+        rate: Some(RateSpec::Text("100/s".into())),
+        rate_scope: Some("global".into()),
+        concurrency_limit: Some(3.0),
+        ..PolicySpec::default()
+    }
+    .build(Host::Python)
+    .unwrap();
+    assert_eq!(p.rate_scope, RateScope::Global);
+    assert_eq!(p.concurrency_limit, Some(3));
+    for (host, scope, limit) in [
+        (Host::Python, "rate_scope", "concurrency_limit"),
+        (Host::Node, "rateScope", "concurrencyLimit"),
+    ] {
+        let e = PolicySpec {
+            rate: Some(RateSpec::Text("1/s".into())),
+            rate_scope: Some("cluster".into()),
+            ..PolicySpec::default()
+        }
+        .build(host)
+        .unwrap_err();
+        assert_eq!(e.arg(), scope);
+        assert!(e.why.contains("\"worker\" or \"global\""), "{e}");
+        let e = PolicySpec {
+            rate_scope: Some("global".into()),
+            ..PolicySpec::default()
+        }
+        .build(host)
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("invalid `{scope}`: \"global\" needs a `rate`")
+        );
+        for bad in [0.0, -1.0, 1.5, f64::NAN] {
+            let e = PolicySpec {
+                concurrency_limit: Some(bad),
+                ..PolicySpec::default()
+            }
+            .build(host)
+            .unwrap_err();
+            assert_eq!(e.to_string(), format!("invalid `{limit}`: {AT_LEAST_ONE}"));
+        }
+    }
+    let send = |s: SendSpec, host| s.options(host, || 0);
+    let o = send(
+        SendSpec {
+            concurrency_key: Some("cust-7".into()),
+            dedupe_key: Some("k".into()),
+            ..SendSpec::default()
+        },
+        Host::Python,
+    )
+    .unwrap();
+    assert_eq!(o.concurrency_key.as_deref(), Some("cust-7"));
+    assert_eq!(o.dedupe_ttl, Some(DEDUPE_TTL), "the default ttl");
+    for (host, ttl, key, ckey) in [
+        (Host::Python, "dedupe_ttl", "dedupe_key", "concurrency_key"),
+        (Host::Node, "dedupeTtl", "dedupeKey", "concurrencyKey"),
+    ] {
+        let e = send(
+            SendSpec {
+                dedupe_ttl: Some(1000),
+                ..SendSpec::default()
+            },
+            host,
+        )
+        .unwrap_err();
+        assert_eq!(e.to_string(), format!("invalid `{ttl}`: needs a `{key}`"));
+        for bad in [0, -5] {
+            let e = send(
+                SendSpec {
+                    dedupe_key: Some("k".into()),
+                    dedupe_ttl: Some(bad),
+                    ..SendSpec::default()
+                },
+                host,
+            )
+            .unwrap_err();
+            assert_eq!(e.to_string(), format!("invalid `{ttl}`: must be positive"));
+        }
+        for (field, name) in [(0, key), (1, ckey)] {
+            let mut s = SendSpec::default();
+            if field == 0 {
+                s.dedupe_key = Some(String::new());
+            } else {
+                s.concurrency_key = Some(String::new());
+            }
+            let e = send(s, host).unwrap_err();
+            assert_eq!(e.to_string(), format!("invalid `{name}`: {NOT_EMPTY}"));
+        }
+    }
 }

@@ -190,6 +190,12 @@ pub struct CeleryBroker {
     via: std::sync::RwLock<Option<Weak<dyn Broker>>>,
 }
 
+impl crate::limit::store::Linked for CeleryBroker {
+    fn link(&self) -> &Link {
+        &self.link
+    }
+}
+
 impl std::fmt::Debug for CeleryBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CeleryBroker")
@@ -443,6 +449,20 @@ impl Broker for CeleryBroker {
     fn set_task_events(&self, on: bool) -> bool {
         CeleryBroker::set_task_events(self, on);
         true
+    }
+
+    /// On this Redis, under `celery` and the `global_keyprefix`; a
+    /// concurrency key's permit is leased for the shared gate's 30 s (the
+    /// visibility timeout, an hour, is too long to hold a dead worker's
+    /// room), renewed while its run runs.
+    fn task_limits(&self) -> Option<Arc<dyn crate::task::limits::TaskLimits>> {
+        let me = self.me.upgrade()?;
+        Some(crate::limit::tasks::RedisTaskLimits::new(
+            me,
+            format!("celery{}", self.opts.global_keyprefix),
+            crate::limit::LEASE,
+            self.clock.clone(),
+        ))
     }
 
     fn rejected(&self, id: &str, requeue: bool) {

@@ -98,6 +98,7 @@ impl MemoryBroker {
         Arc::new(MemoryBroker {
             shared: Arc::new(Shared {
                 inner: Mutex::new(Inner::default()),
+                limits: crate::task::limits::Local::new(clock.clone()),
                 clock,
                 published: Notify::new(),
                 stored: Notify::new(),
@@ -186,6 +187,10 @@ impl MemoryBroker {
 }
 
 impl Broker for MemoryBroker {
+    fn task_limits(&self) -> Option<Arc<dyn crate::task::limits::TaskLimits>> {
+        Some(self.shared.limits.clone())
+    }
+
     fn publish(&self, messages: Vec<Message>) -> BoxFuture<'_, Result<(), Refused>> {
         let now = self.now();
         {

@@ -170,4 +170,7 @@ pub(super) struct Shared {
     pub(super) hearers: crate::task::terminate::Hearers,
     /// The apps on this broker, asked each remote command.
     pub(super) answerers: crate::task::control::Answerers,
+    /// The task limits its workers share: every worker that can reach it
+    /// is in this process.
+    pub(super) limits: Arc<crate::task::limits::Local>,
 }

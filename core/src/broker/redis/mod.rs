@@ -297,9 +297,28 @@ impl RedisBroker {
     }
 }
 
+impl crate::limit::store::Linked for RedisBroker {
+    fn link(&self) -> &Link {
+        &self.link
+    }
+}
+
 impl Broker for RedisBroker {
     fn publish(&self, messages: Vec<Message>) -> BoxFuture<'_, Result<(), Refused>> {
         Box::pin(self.publish_inner(messages))
+    }
+
+    /// On this Redis, under its prefix; a concurrency key's permit is
+    /// leased for this broker's consumer lease, so a killed worker's room
+    /// comes back when its claims do.
+    fn task_limits(&self) -> Option<Arc<dyn crate::task::limits::TaskLimits>> {
+        let me = self.me.upgrade()?;
+        Some(crate::limit::tasks::RedisTaskLimits::new(
+            me,
+            self.prefix.trim_end_matches(':').to_string(),
+            self.lease.as_nanos().min(i64::MAX as u128) as i64,
+            self.clock.clone(),
+        ))
     }
 
     fn consume<'a>(

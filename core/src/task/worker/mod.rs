@@ -39,6 +39,7 @@
 //! - `live`: what remote control reads and changes while it runs (the runs
 //!   it holds, its queues, its concurrency, a task's rate and time limits).
 
+mod admit;
 mod claim;
 mod follow;
 mod live;
@@ -149,6 +150,22 @@ fn warn_run(name: &str, task: &str, id: &str, what: &str) {
     );
 }
 
+/// Refuses a worker on a broker that keeps no shared task limits when a
+/// registered task's rate is global: nothing there could keep it.
+fn global_rates_refused(app: &App) -> Result<(), Refused> {
+    if app.broker().task_limits().is_some() {
+        return Ok(());
+    }
+    for name in app.task_names() {
+        if let Some(reg) = app.registered(&name)
+            && reg.policy.rate_scope == crate::task::policy::RateScope::Global
+        {
+            return Err(crate::task::limits::unsupported(app.host(), "rate_scope"));
+        }
+    }
+    Ok(())
+}
+
 /// Refuses a worker on the threads pool when a registered task has a hard
 /// time limit: nothing there could keep it.
 fn hard_limits_refused(app: &App) -> Result<(), Refused> {
@@ -176,6 +193,7 @@ impl Worker {
             time_limit,
             soft_time_limit,
         } = options::check(config)?;
+        global_rates_refused(&app)?;
         let pooled = matches!(pool, Pool::Process(_));
         let procs = match pool {
             Pool::Threads => {

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::admit::{Admitted, admit};
 use super::follow::{arrive, collect, give_up};
 use super::live::Entered;
 use super::settle::{Ran, event, failure_text, settle_late, settle_ran};
@@ -24,6 +25,7 @@ use crate::log::shown;
 use crate::task::app::Registered;
 use crate::task::body::Context;
 use crate::task::message::Message;
+use crate::task::policy::RateScope;
 use crate::task::procs::{WORKER_LOST, timed_out};
 use crate::task::spec::{Delivery, Receipt};
 use crate::task::state::{BrokerErrorKind, Failure, Refused, State};
@@ -172,9 +174,19 @@ async fn take_and_run(
         }
     }
 
+    // The limits shared with every worker on the broker: the concurrency
+    // key's room and the global rate (`admit`).
+    let (permit, held) =
+        match admit(s, &m, &receipt, policy, permit, &mut stopping, &mut waited).await? {
+            Admitted::Run(p, h) => (p, h),
+            Admitted::Done => return Ok(()),
+        };
+
     // Per-worker rate, read again after every wait: a remote command may
     // change it meanwhile (and wakes the waiters when it does).
-    while let Some(rate) = s.rate_of(&m.task, policy.rate) {
+    while policy.rate_scope == RateScope::Worker
+        && let Some(rate) = s.rate_of(&m.task, policy.rate)
+    {
         let retuned = s.retuned.notified();
         tokio::pin!(retuned);
         retuned.as_mut().enable();
@@ -346,6 +358,7 @@ async fn take_and_run(
     // The body is over: it leaves the run table (not active any more, as
     // its slot is free) before the settle's writes, as the slot does.
     drop(permit);
+    drop(held);
     s.runs().remove(&key);
     let started = started.into_inner();
     if back.into_inner() {

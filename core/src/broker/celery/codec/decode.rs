@@ -10,7 +10,7 @@ use super::super::b64;
 use super::super::typed::{self, parse_iso};
 use super::dicts::SUBTASK_TYPE;
 use super::{CodecError, LOST_HEADER, MODELLED, SIG_MODELLED, Sender, bad, carry_links};
-use crate::task::message::{Chord, Join, Message, Options, Sig, new_id};
+use crate::task::message::{CONCURRENCY_KEY, Chord, Join, Message, Options, Sig, new_id};
 
 /// A message read off a Celery queue.
 #[derive(Debug, Clone)]
@@ -290,6 +290,12 @@ impl Sender {
             expires: time("expires"),
             priority: as_u32(o.get("priority")).map(|p| p.min(9) as u8),
             id: None,
+            concurrency_key: o
+                .get(CONCURRENCY_KEY)
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            dedupe_key: None,
+            dedupe_ttl: None,
         })
     }
 

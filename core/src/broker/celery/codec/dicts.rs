@@ -55,6 +55,9 @@ fn options_dict(id: Option<&String>, o: &Options, extra: &Map<String, Value>) ->
     if let Some(e) = o.expires {
         m.insert("expires".into(), json!(iso(e)));
     }
+    if let Some(k) = &o.concurrency_key {
+        m.insert(crate::task::message::CONCURRENCY_KEY.into(), json!(k));
+    }
     for (k, v) in extra {
         if k != SUBTASK_TYPE {
             m.insert(k.clone(), v.clone());

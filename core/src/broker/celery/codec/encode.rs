@@ -288,6 +288,9 @@ impl Sender {
         if let Some(e) = o.expires {
             opts.push(("expires".into(), J::V(json!(iso(e)))));
         }
+        if let Some(k) = &o.concurrency_key {
+            opts.push((crate::task::message::CONCURRENCY_KEY.into(), J::V(json!(k))));
+        }
     }
 
     /// The signature dict of a chord's callback: a plain signature, or a

@@ -116,8 +116,9 @@ const MODELLED: [&str; 10] = [
 ];
 
 /// Options of a signature the model holds itself.
-const SIG_MODELLED: [&str; 10] = [
+const SIG_MODELLED: [&str; 11] = [
     "task_id",
+    crate::task::message::CONCURRENCY_KEY,
     "queue",
     "eta",
     "countdown",
