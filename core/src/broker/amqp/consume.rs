@@ -239,6 +239,7 @@ impl AmqpBroker {
             redelivered: d.redelivered || m.redelivered,
             message: m.message,
         };
+        crate::broker::celery::events::received(self, &delivery.message);
         let now = self.clock.now();
         let mut raise = None;
         let bell = {

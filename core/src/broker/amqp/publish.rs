@@ -28,6 +28,7 @@ impl AmqpBroker {
             return Ok(());
         }
         let mut ready = Vec::with_capacity(messages.len());
+        let mut sent = Vec::new();
         for m in messages {
             let m = if m.join.is_some() {
                 match self.store() {
@@ -58,13 +59,20 @@ impl AmqpBroker {
                 )));
             }
             ready.push(out);
+            if self.opts.task_send_sent_event {
+                sent.push(m);
+            }
         }
         match self.publish_once(&ready).await {
             Err(e) if e.broker_kind() == Some(BrokerErrorKind::Connection) => {
                 self.publish_once(&ready).await
             }
             r => r,
+        }?;
+        for m in &sent {
+            crate::broker::celery::events::sent(self, m);
         }
+        Ok(())
     }
 
     async fn publish_once(&self, ready: &[wire::Outgoing]) -> Result<(), Refused> {

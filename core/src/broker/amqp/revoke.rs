@@ -75,8 +75,12 @@ impl AmqpBroker {
         let Some(c) = pidbox::decode(&raw) else {
             return;
         };
+        if c.method != "revoke" {
+            self.on_control(c);
+            return;
+        }
         let now_secs = self.clock.now() as f64 / 1000.0;
-        if c.method != "revoke" || !c.is_for(&self.node, now_secs) {
+        if !c.is_for(&self.node, now_secs) {
             return;
         }
         let keep = i64::try_from(self.opts.revoke_keep.as_millis()).unwrap_or(i64::MAX);
