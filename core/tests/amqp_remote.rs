@@ -187,7 +187,10 @@ async fn a_worker_answers_celerys_control_and_sends_its_events_on_rabbitmq() {
     let h = tokio::spawn(async move { w2.run().await.unwrap() });
     // The first event is the worker's coming online: it runs now.
     let (key, headers, online) = next(&mut events, "worker-online").await;
-    assert_eq!((key.as_str(), online["type"].as_str()), ("worker.online", Some("worker-online")));
+    assert_eq!(
+        (key.as_str(), online["type"].as_str()),
+        ("worker.online", Some("worker-online"))
+    );
     assert_eq!(headers["hostname"], json!(node));
     assert_eq!(online["hostname"], json!(node));
     assert_eq!(online["sw_ident"], json!("headway"));
@@ -214,7 +217,10 @@ async fn a_worker_answers_celerys_control_and_sends_its_events_on_rabbitmq() {
         )
         .await
         .unwrap();
-    assert_eq!(hd.get(Some(Duration::from_secs(10))).await.unwrap(), json!(5));
+    assert_eq!(
+        hd.get(Some(Duration::from_secs(10))).await.unwrap(),
+        json!(5)
+    );
     let mut kinds = Vec::new();
     while kinds.last().map(String::as_str) != Some("task-succeeded") {
         let (key, _, ev) = next(&mut events, "the run's events").await;
@@ -231,7 +237,12 @@ async fn a_worker_answers_celerys_control_and_sends_its_events_on_rabbitmq() {
     }
     assert_eq!(
         kinds,
-        ["task-sent", "task-received", "task-started", "task-succeeded"]
+        [
+            "task-sent",
+            "task-received",
+            "task-started",
+            "task-succeeded"
+        ]
     );
     w.stop(Duration::from_secs(5));
     h.await.unwrap();

@@ -129,13 +129,8 @@ impl CeleryNode for AmqpBroker {
                 "hostname".into(),
                 AMQPValue::LongString(self.node.as_str().into()),
             );
-            let props = json_props()
-                .with_delivery_mode(1)
-                .with_headers(headers);
-            let Some(ch) = self
-                .side_channel(CELERYEV, ExchangeKind::Topic, true)
-                .await
-            else {
+            let props = json_props().with_delivery_mode(1).with_headers(headers);
+            let Some(ch) = self.side_channel(CELERYEV, ExchangeKind::Topic, true).await else {
                 return;
             };
             for e in events {

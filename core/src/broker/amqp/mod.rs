@@ -396,6 +396,10 @@ impl Broker for AmqpBroker {
         events::heartbeat(self)
     }
 
+    fn worker_stopped(&self) -> BoxFuture<'_, ()> {
+        Box::pin(events::look(self))
+    }
+
     fn stopped<'a>(&'a self, queues: &'a [String]) -> BoxFuture<'a, Result<usize, Refused>> {
         Box::pin(self.release(queues))
     }

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::node::{CeleryNode, Outgoing};
 use super::pyjson::dumps;
@@ -37,15 +37,22 @@ use crate::task::state::State;
 /// `worker_heartbeat` default `freq`.
 pub const HEARTBEAT: Duration = Duration::from_secs(2);
 
+/// What the events task is handed: an event, or a look at the workers now
+/// (answered once what it sends is out).
+enum Item {
+    Event(String, Map<String, Value>),
+    Look(oneshot::Sender<()>),
+}
+
 /// The events state of one broker.
 pub(crate) struct Events {
     on: AtomicBool,
     processed: AtomicU64,
-    tx: mpsc::UnboundedSender<(String, Map<String, Value>)>,
+    tx: mpsc::UnboundedSender<Item>,
 }
 
 /// The receiving end, for [`run`].
-pub(crate) type Outbox = mpsc::UnboundedReceiver<(String, Map<String, Value>)>;
+pub(crate) struct Outbox(mpsc::UnboundedReceiver<Item>);
 
 impl Events {
     pub(crate) fn new(on: bool) -> (Events, Outbox) {
@@ -56,7 +63,7 @@ impl Events {
                 processed: AtomicU64::new(0),
                 tx,
             },
-            rx,
+            Outbox(rx),
         )
     }
 
@@ -72,7 +79,7 @@ impl Events {
     }
 
     fn send(&self, kind: &str, fields: Map<String, Value>) {
-        let _ = self.tx.send((kind.to_string(), fields));
+        let _ = self.tx.send(Item::Event(kind.to_string(), fields));
     }
 }
 
@@ -124,6 +131,16 @@ pub(crate) fn heartbeat<B: CeleryNode + ?Sized>(b: &B) -> bool {
     b.celeryev()
         .send("worker-heartbeat", worker_fields(b, active));
     true
+}
+
+/// Has the events task look at the workers now (a worker stopped):
+/// `worker-offline` goes out, after what was queued before, when no worker
+/// of the app runs here any more and it was online; resolves once sent.
+pub(crate) async fn look<B: CeleryNode + ?Sized>(b: &B) {
+    let (tx, rx) = oneshot::channel();
+    if b.celeryev().tx.send(Item::Look(tx)).is_ok() {
+        let _ = rx.await;
+    }
 }
 
 /// The Celery events for `evs`, the run events a worker recorded.
@@ -223,7 +240,8 @@ fn outgoing<B: CeleryNode + ?Sized>(b: &B, kind: &str, mut fields: Map<String, V
 
 /// Sends the broker's events in order, and its workers' heartbeats, until
 /// the broker is dropped.
-pub(crate) async fn run<B: CeleryNode>(me: Weak<B>, mut outbox: Outbox) {
+pub(crate) async fn run<B: CeleryNode>(me: Weak<B>, outbox: Outbox) {
+    let mut outbox = outbox.0;
     let mut tick = tokio::time::interval(HEARTBEAT);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut online = false;
@@ -251,7 +269,11 @@ pub(crate) async fn run<B: CeleryNode>(me: Weak<B>, mut outbox: Outbox) {
                     out.push(outgoing(&*b, "worker-online", worker_fields(&*b, active)));
                 }
                 if batch.is_empty() || !was {
-                    out.push(outgoing(&*b, "worker-heartbeat", worker_fields(&*b, active)));
+                    out.push(outgoing(
+                        &*b,
+                        "worker-heartbeat",
+                        worker_fields(&*b, active),
+                    ));
                 }
                 online = true;
             }
@@ -261,13 +283,19 @@ pub(crate) async fn run<B: CeleryNode>(me: Weak<B>, mut outbox: Outbox) {
             }
             (None, false) => {}
         }
-        for (kind, fields) in batch {
-            out.push(outgoing(&*b, &kind, fields));
+        let mut lookers = Vec::new();
+        for item in batch {
+            match item {
+                Item::Event(kind, fields) => out.push(outgoing(&*b, &kind, fields)),
+                Item::Look(tx) => lookers.push(tx),
+            }
         }
-        if out.is_empty() {
-            continue;
+        if !out.is_empty() {
+            b.publish_events(out).await;
         }
-        b.publish_events(out).await;
+        for tx in lookers {
+            let _ = tx.send(());
+        }
     }
 }
 

@@ -65,8 +65,8 @@ mod eta;
 pub(crate) mod events;
 mod inspect;
 mod keys;
-mod options;
 pub(crate) mod node;
+mod options;
 pub mod pidbox;
 mod publish;
 pub mod pyjson;
@@ -463,6 +463,10 @@ impl Broker for CeleryBroker {
 
     fn heartbeat_now(&self) -> bool {
         events::heartbeat(self)
+    }
+
+    fn worker_stopped(&self) -> BoxFuture<'_, ()> {
+        Box::pin(events::look(self))
     }
 
     fn on_terminate(&self, hear: crate::task::terminate::OnTerminate) {
