@@ -37,7 +37,8 @@ def headway_worker() -> None:
 
     app = headway.App(AMQP, backend=REDIS)
     app.task(name="bench.noop")(noop)
-    app.worker(concurrency=2).run()
+    pf = os.environ.get("BENCH_PREFETCH")
+    app.worker(concurrency=2, **({"prefetch": int(pf)} if pf else {})).run()
 
 
 def count(n: int, limit: float) -> None:

@@ -102,6 +102,10 @@ struct Local {
     channels: HashMap<u64, lapin::Channel>,
     /// Deliveries handed to workers and not settled yet, by channel serial.
     outstanding: HashMap<u64, usize>,
+    /// Every delivery tag a live channel delivered and nobody acked or
+    /// rejected yet, by channel serial: what RabbitMQ counts unacked there,
+    /// so an ack with `multiple` covers only tags meant to be acked.
+    unacked: HashMap<u64, std::collections::BTreeSet<u64>>,
     /// Celery queues declared or consumed here (wire names), for the
     /// inspector.
     queues: std::collections::BTreeSet<String>,
