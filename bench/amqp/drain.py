@@ -37,8 +37,7 @@ def headway_worker() -> None:
 
     app = headway.App(AMQP, backend=REDIS)
     app.task(name="bench.noop")(noop)
-    pf = os.environ.get("BENCH_PREFETCH")
-    app.worker(concurrency=2, **({"prefetch": int(pf)} if pf else {})).run()
+    app.worker(concurrency=2).run()
 
 
 def count(n: int, limit: float) -> None:
