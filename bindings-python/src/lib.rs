@@ -15,6 +15,15 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
+/// mimalloc for every Rust allocation of the extension (the core's
+/// messages, outcomes and futures): a run allocates on the tokio threads,
+/// lapin's and Redis's I/O and the Python runner threads, which glibc's
+/// arenas serve with more locking and trimming (malloc and free were about
+/// a tenth of the worker's samples on the RabbitMQ drain,
+/// bench/amqp/README.md). Python's own allocations are untouched.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod admin;
 mod app;
 mod backoff;

@@ -457,12 +457,15 @@ impl Target {
         Ok(Target::new(url, parsed.to_string(), Layout::Amqp(options)))
     }
 
-    /// On Celery's layout, whether a `task-sent` event goes out for each
-    /// message published (Celery's `task_send_sent_event`); other layouts
-    /// send no Celery events and are unchanged.
+    /// On Celery's layouts (Redis and RabbitMQ), whether a `task-sent`
+    /// event goes out for each message published (Celery's
+    /// `task_send_sent_event`); other layouts send no Celery events and
+    /// are unchanged.
     pub fn task_send_sent_event(mut self, on: bool) -> Target {
-        if let Layout::Celery(o) = &mut self.layout {
-            o.task_send_sent_event = on;
+        match &mut self.layout {
+            Layout::Celery(o) => o.task_send_sent_event = on,
+            Layout::Amqp(o) => o.task_send_sent_event = on,
+            _ => {}
         }
         self
     }

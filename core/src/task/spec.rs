@@ -226,6 +226,15 @@ pub trait Broker: Send + Sync + 'static {
         false
     }
 
+    /// A worker on this broker stopped: where the broker sends worker
+    /// events, `worker-offline` goes out now when it was this process's
+    /// last (as a Celery worker sends it on shutdown), in order after the
+    /// events before it; resolves once it is out. The default does
+    /// nothing.
+    fn worker_stopped(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+
     /// Adds `hear` to those told of every terminate this broker hears
     /// (see [`Broker::terminate`]); each app adds itself when it is made.
     /// The default hears nothing.

@@ -135,6 +135,7 @@ impl AmqpBroker {
             let mut g = self.lock();
             if let Some(old) = g.groups.remove(&key) {
                 g.channels.remove(&old.serial);
+                g.unacked.remove(&old.serial);
             }
         }
         let url = self.conn.url().clone();
@@ -202,6 +203,11 @@ impl AmqpBroker {
 
     /// A delivery arrived on group `key`'s channel `serial` from `queue`.
     fn received(&self, key: &str, serial: u64, queue: &str, d: lapin::message::Delivery) {
+        self.lock()
+            .unacked
+            .entry(serial)
+            .or_default()
+            .insert(d.delivery_tag);
         let decoded = wire::decode(&self.sender, queue, &d.properties, &d.data);
         let m = match decoded {
             Ok(m) => m,
@@ -209,7 +215,7 @@ impl AmqpBroker {
                 self.log(&format!(
                     "dropping a message on {queue:?} that cannot be read: {e}"
                 ));
-                let ch = self.lock().channels.get(&serial).cloned();
+                let ch = self.unacked_channel(serial, &[d.delivery_tag]);
                 if let Some(ch) = ch {
                     let tag = d.delivery_tag;
                     tokio::spawn(async move {
@@ -239,6 +245,7 @@ impl AmqpBroker {
             redelivered: d.redelivered || m.redelivered,
             message: m.message,
         };
+        crate::broker::celery::events::received(self, &delivery.message);
         let now = self.clock.now();
         let mut raise = None;
         let bell = {
@@ -247,8 +254,8 @@ impl AmqpBroker {
             let Some(gr) = g.groups.get_mut(key).filter(|gr| gr.serial == serial) else {
                 // Its consumers were released (a stopped worker) and this
                 // was on its way meanwhile: back to the queue with it.
-                let ch = g.channels.get(&serial).cloned();
                 drop(g);
+                let ch = self.unacked_channel(serial, &[delivery.receipt.tag]);
                 if let Some(ch) = ch {
                     let tag = delivery.receipt.tag;
                     tokio::spawn(async move {
@@ -363,6 +370,8 @@ impl AmqpBroker {
         let mut n = 0;
         let mut back: Vec<Delivery> = gr.inbox.drain(..).collect();
         back.extend(std::mem::take(&mut gr.held).into_values());
+        let tags: Vec<u64> = back.iter().map(|d| d.receipt.tag).collect();
+        self.unacked_channel(gr.serial, &tags);
         for d in back {
             if ch
                 .basic_reject(d.receipt.tag, BasicRejectOptions { requeue: true })
@@ -386,6 +395,7 @@ impl AmqpBroker {
             if *left == 0 && g.released.contains(&serial) {
                 g.outstanding.remove(&serial);
                 g.released.remove(&serial);
+                g.unacked.remove(&serial);
                 g.channels.remove(&serial)
             } else {
                 None
@@ -443,6 +453,7 @@ async fn pump(
                             let bell = gr.bell.clone();
                             g.groups.remove(&key);
                             g.channels.remove(&serial);
+                            g.unacked.remove(&serial);
                             Some(bell)
                         }
                         _ => None,

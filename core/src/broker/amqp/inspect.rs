@@ -11,7 +11,7 @@ use lapin::types::FieldTable;
 
 use super::AmqpBroker;
 use crate::task::clock::BoxFuture;
-use crate::task::spec::{Inspector, QueueInfo};
+use crate::task::spec::{Inspector, QueueInfo, RunEvent};
 use crate::task::state::{Refused, State};
 
 impl AmqpBroker {
@@ -69,6 +69,19 @@ impl Inspector for AmqpBroker {
             out.sort_by(|a, b| a.name.cmp(&b.name));
             Ok(out)
         })
+    }
+
+    /// A run's start too while Celery's task events are on
+    /// (`task-started`).
+    fn wants_run_starts(&self) -> bool {
+        self.celeryev.is_on()
+    }
+
+    /// Run events become Celery's events (when on); RabbitMQ keeps no log
+    /// of them.
+    fn record(&self, events: Vec<RunEvent>) -> BoxFuture<'_, Result<(), Refused>> {
+        crate::broker::celery::events::runs(self, &events);
+        Box::pin(async { Ok(()) })
     }
 
     fn counts(&self) -> BoxFuture<'_, Result<BTreeMap<State, u64>, Refused>> {

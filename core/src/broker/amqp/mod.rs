@@ -36,9 +36,17 @@
 //!   headway worker, and headway's reaches Celery's workers. Each consumer
 //!   keeps an expiring revoked set; with a Redis result store, headway also
 //!   keeps its revokes there, for a headway worker that was down.
+//! - **Remote control and events** (`control`): the rest of Celery's
+//!   remote control (`celery inspect`, `celery control`, Flower) is heard
+//!   on the same pidbox queue and answered to the asker's `reply_to`; with
+//!   task events on (`-E`), Celery's events go to the `celeryev` topic
+//!   exchange. What a node answers and which events it sends is decided
+//!   once for every transport on Celery's wire (`celery::node`,
+//!   `celery::events`); this broker only carries them.
 
 mod conn;
 mod consume;
+mod control;
 mod inspect;
 mod options;
 mod publish;
@@ -60,6 +68,7 @@ pub use rpc::RpcStore;
 
 use super::celery::CeleryBroker;
 use super::celery::codec::{self, Sender};
+use super::celery::events::{self, Events};
 use crate::task::app::Seams;
 use crate::task::clock::{BoxFuture, Clock};
 use crate::task::message::Message;
@@ -93,6 +102,10 @@ struct Local {
     channels: HashMap<u64, lapin::Channel>,
     /// Deliveries handed to workers and not settled yet, by channel serial.
     outstanding: HashMap<u64, usize>,
+    /// Every delivery tag a live channel delivered and nobody acked or
+    /// rejected yet, by channel serial: what RabbitMQ counts unacked there,
+    /// so an ack with `multiple` covers only tags meant to be acked.
+    unacked: HashMap<u64, std::collections::BTreeSet<u64>>,
     /// Celery queues declared or consumed here (wire names), for the
     /// inspector.
     queues: std::collections::BTreeSet<String>,
@@ -139,6 +152,12 @@ pub struct AmqpBroker {
     rpc: tokio::sync::Mutex<Option<Weak<RpcStore>>>,
     hearers: crate::task::terminate::Hearers,
     revoked_bell: Notify,
+    /// The app whose workers answer remote control and send events here.
+    app: RwLock<Option<Weak<crate::task::app::AppInner>>>,
+    /// Celery's events: on or off, and the way out.
+    celeryev: Events,
+    /// The channel events and control replies go out on.
+    side: tokio::sync::Mutex<control::Side>,
 }
 
 impl std::fmt::Debug for AmqpBroker {
@@ -168,6 +187,7 @@ impl AmqpBroker {
             .unwrap_or_else(|| format!("headway@{}", codec::hostname()));
         let conn = conn::Conn::new(parsed, format!("headway amqp broker {node}"));
         conn.live().await?;
+        let (celeryev, outbox) = Events::new(opts.task_events);
         let broker = Arc::new_cyclic(|me| AmqpBroker {
             me: me.clone(),
             conn,
@@ -184,8 +204,12 @@ impl AmqpBroker {
             rpc: tokio::sync::Mutex::new(None),
             hearers: Default::default(),
             revoked_bell: Notify::new(),
+            app: RwLock::new(None),
+            celeryev,
+            side: Default::default(),
         });
         broker.start_pidbox().await?;
+        tokio::spawn(events::run(Arc::downgrade(&broker), outbox));
         Ok(broker)
     }
 
@@ -245,9 +269,12 @@ impl AmqpBroker {
 
     /// Routes chain links whose signature names no queue by `app`'s
     /// policies, as on Celery's Redis layout: a Celery worker publishes the
-    /// next link itself and knows only what the signature says.
+    /// next link itself and knows only what the signature says. The app's
+    /// workers in this process answer Celery's remote control here (held
+    /// weakly).
     pub fn route_for(&self, app: &crate::task::App) {
         let weak = Arc::downgrade(&app.inner);
+        *self.app.write().unwrap_or_else(|e| e.into_inner()) = Some(weak.clone());
         let router: codec::Router = Arc::new(move |task: &str| {
             let inner = weak.upgrade()?;
             crate::task::App { inner }.policy_of(task).map(|p| p.queue)
@@ -257,6 +284,11 @@ impl AmqpBroker {
             .routes
             .write()
             .unwrap_or_else(|e| e.into_inner()) = Some(router);
+    }
+
+    /// Whether Celery's task events are sent (`-E`).
+    pub fn task_events(&self) -> bool {
+        self.celeryev.is_on()
     }
 
     /// The options it was built with.
@@ -353,6 +385,23 @@ impl Broker for AmqpBroker {
 
     fn on_terminate(&self, hear: crate::task::terminate::OnTerminate) {
         self.hearers.add(hear);
+    }
+
+    fn set_task_events(&self, on: bool) -> bool {
+        self.celeryev.set_on(on);
+        true
+    }
+
+    fn rejected(&self, id: &str, requeue: bool) {
+        events::rejected(self, id, requeue);
+    }
+
+    fn heartbeat_now(&self) -> bool {
+        events::heartbeat(self)
+    }
+
+    fn worker_stopped(&self) -> BoxFuture<'_, ()> {
+        Box::pin(events::look(self))
     }
 
     fn stopped<'a>(&'a self, queues: &'a [String]) -> BoxFuture<'a, Result<usize, Refused>> {

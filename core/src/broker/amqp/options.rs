@@ -251,6 +251,13 @@ pub struct AmqpOptions {
     pub confirm_timeout: Duration,
     /// How long a revoke is remembered (Celery's `LimitedSet` keeps 3 h).
     pub revoke_keep: Duration,
+    /// Whether Celery's task events go out from the start (Celery's
+    /// `worker_send_task_events`, a worker's `-E`): `false`, as in Celery;
+    /// Celery's `enable_events` control turns them on too.
+    pub task_events: bool,
+    /// Whether a `task-sent` event goes out for each message published
+    /// (Celery's `task_send_sent_event`): `false`, as in Celery.
+    pub task_send_sent_event: bool,
 }
 
 impl Default for AmqpOptions {
@@ -261,6 +268,8 @@ impl Default for AmqpOptions {
             max_priority: None,
             confirm_timeout: Duration::from_secs(30),
             revoke_keep: Duration::from_secs(3 * 3600),
+            task_events: false,
+            task_send_sent_event: false,
         }
     }
 }

@@ -28,6 +28,7 @@ impl AmqpBroker {
             return Ok(());
         }
         let mut ready = Vec::with_capacity(messages.len());
+        let mut sent = Vec::new();
         for m in messages {
             let m = if m.join.is_some() {
                 match self.store() {
@@ -58,16 +59,27 @@ impl AmqpBroker {
                 )));
             }
             ready.push(out);
+            if self.opts.task_send_sent_event {
+                sent.push(m);
+            }
         }
-        match self.publish_once(&ready).await {
+        match self.publish_once(&ready, &mut sent).await {
             Err(e) if e.broker_kind() == Some(BrokerErrorKind::Connection) => {
-                self.publish_once(&ready).await
+                self.publish_once(&ready, &mut sent).await
             }
             r => r,
         }
     }
 
-    async fn publish_once(&self, ready: &[wire::Outgoing]) -> Result<(), Refused> {
+    /// Publishes `ready` and waits for the confirms. The `task-sent`
+    /// events of `sent` go out once every message is written, before the
+    /// confirms (as Celery sends them once its publish returns), and only
+    /// once across a retry.
+    async fn publish_once(
+        &self,
+        ready: &[wire::Outgoing],
+        sent: &mut Vec<Message>,
+    ) -> Result<(), Refused> {
         let live = self.conn.live().await?;
         let url = self.conn.url().clone();
         let lost = |what: &str, e: &lapin::Error| {
@@ -91,6 +103,9 @@ impl AmqpBroker {
                 .await
                 .map_err(|e| lost("cannot publish", &e))?;
             confirms.push(c);
+        }
+        for m in sent.drain(..) {
+            crate::broker::celery::events::sent(self, &m);
         }
         for c in confirms {
             let got = tokio::time::timeout(self.opts.confirm_timeout, c)
@@ -130,7 +145,8 @@ impl AmqpBroker {
                 .with_content_type("application/json".into())
                 .with_delivery_mode(2),
         };
-        self.publish_once(std::slice::from_ref(&out)).await
+        self.publish_once(std::slice::from_ref(&out), &mut Vec::new())
+            .await
     }
 
     /// Declares `queue` once per connection, as kombu's `maybe_declare`.

@@ -75,8 +75,12 @@ impl AmqpBroker {
         let Some(c) = pidbox::decode(&raw) else {
             return;
         };
+        if c.method != "revoke" {
+            self.on_control(c);
+            return;
+        }
         let now_secs = self.clock.now() as f64 / 1000.0;
-        if c.method != "revoke" || !c.is_for(&self.node, now_secs) {
+        if !c.is_for(&self.node, now_secs) {
             return;
         }
         let keep = i64::try_from(self.opts.revoke_keep.as_millis()).unwrap_or(i64::MAX);
@@ -153,7 +157,14 @@ impl AmqpBroker {
         Ok(())
     }
 
-    /// Which of `ids` are revoked: this consumer's set, then the store's.
+    /// Which of `ids` are revoked: this consumer's set, then the store's
+    /// set in memory — no round trip on a run's path. Nothing is missed by
+    /// not asking Redis: the store read every revoke kept there when it
+    /// connected and hears headway's later ones on Redis's pidbox; this
+    /// consumer hears Celery's and headway's on RabbitMQ's, whose queue
+    /// keeps them while the listener reconnects; and after a reconnect
+    /// (the queue may have expired meanwhile) the store's set is read
+    /// again (`listen`).
     pub(super) async fn revoked_of(&self, ids: &[String]) -> Result<Vec<bool>, Refused> {
         let now = self.clock.now();
         let mut out: Vec<bool> = {
@@ -166,8 +177,7 @@ impl AmqpBroker {
             return Ok(out);
         }
         if let Some(store) = self.store() {
-            let theirs = Broker::revoked(&*store, ids).await?;
-            for (o, t) in out.iter_mut().zip(theirs) {
+            for (o, t) in out.iter_mut().zip(store.revoked_here(ids)) {
                 *o |= t;
             }
         }
@@ -204,7 +214,13 @@ async fn listen(
             return;
         };
         match b.pidbox_consumer(&queue).await {
-            Ok(c) => consumer = Some(c),
+            Ok(c) => {
+                consumer = Some(c);
+                // Revokes sent while the queue was gone are in the store.
+                if let Some(store) = b.store() {
+                    let _ = store.load_revoked().await;
+                }
+            }
             Err(_) => failures += 1,
         }
     }

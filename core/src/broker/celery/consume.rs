@@ -190,7 +190,7 @@ impl CeleryBroker {
                         message: m,
                     };
                     n += 1;
-                    self.received_event(&delivery.message);
+                    super::events::received(self, &delivery.message);
                     let mut g = self.lock();
                     g.out.insert(
                         local,

@@ -130,7 +130,7 @@ impl Inspector for CeleryBroker {
     }
 
     fn record(&self, events: Vec<RunEvent>) -> BoxFuture<'_, Result<(), Refused>> {
-        self.run_events(&events);
+        super::events::runs(self, &events);
         let full = {
             let mut buf = self.events.lock().unwrap_or_else(|e| e.into_inner());
             // A run's receipt and start are Celery events only; the log

@@ -62,9 +62,10 @@ mod consume;
 mod control;
 pub mod dead;
 mod eta;
-mod events;
+pub(crate) mod events;
 mod inspect;
 mod keys;
+pub(crate) mod node;
 mod options;
 pub mod pidbox;
 mod publish;
@@ -382,6 +383,17 @@ impl CeleryBroker {
         );
     }
 
+    /// Whether task events are sent (Celery's `worker_send_task_events`).
+    pub fn task_events(&self) -> bool {
+        self.celeryev.is_on()
+    }
+
+    /// Turns task events on or off (Celery's `enable_events` /
+    /// `disable_events`).
+    pub fn set_task_events(&self, on: bool) {
+        self.celeryev.set_on(on);
+    }
+
     fn now_secs(&self) -> f64 {
         typed::unix_secs(self.clock.now())
     }
@@ -466,11 +478,15 @@ impl Broker for CeleryBroker {
     }
 
     fn rejected(&self, id: &str, requeue: bool) {
-        self.rejected_event(id, requeue);
+        events::rejected(self, id, requeue);
     }
 
     fn heartbeat_now(&self) -> bool {
-        self.send_heartbeat()
+        events::heartbeat(self)
+    }
+
+    fn worker_stopped(&self) -> BoxFuture<'_, ()> {
+        Box::pin(events::look(self))
     }
 
     fn on_terminate(&self, hear: crate::task::terminate::OnTerminate) {

@@ -168,28 +168,27 @@ fn truthy(v: &Value) -> bool {
     }
 }
 
-/// The envelope of a reply to a control command, as kombu's
-/// `Mailbox._publish_reply` writes it: the body `{node: reply}`, the
-/// ticket and the sender's Lamport clock in the headers, bound for the
-/// reply exchange with the asker's routing key.
-pub fn reply_envelope(
-    node: &str,
-    reply: &Value,
-    exchange: &str,
-    routing_key: &str,
-    ticket: &str,
-    clock: u64,
-) -> String {
+/// The body of a reply to a control command, as kombu's
+/// `Mailbox._publish_reply` sends it: `{node: reply}`, as JSON text.
+pub fn reply_body(node: &str, reply: &Value) -> String {
     let mut body = String::new();
     write_value(&mut body, &json!({ node: reply }));
+    body
+}
+
+/// The envelope of a reply to a control command on kombu's Redis
+/// transport, as `Mailbox._publish_reply` writes it: the body
+/// `{node: reply}`, the ticket and the sender's Lamport clock in the
+/// headers, bound for the reply exchange with the asker's routing key.
+pub(crate) fn reply_envelope(r: &super::node::ControlReply) -> String {
     let env = json!({
-        "body": b64::encode(body.as_bytes()),
+        "body": b64::encode(r.body.as_bytes()),
         "content-encoding": "utf-8",
         "content-type": "application/json",
-        "headers": {"ticket": ticket, "clock": clock},
+        "headers": {"ticket": r.ticket, "clock": r.clock},
         "properties": {
             "delivery_mode": 1,
-            "delivery_info": {"exchange": exchange, "routing_key": routing_key},
+            "delivery_info": {"exchange": r.exchange, "routing_key": r.routing_key},
             "priority": 0,
             "body_encoding": "base64",
             "delivery_tag": new_id(),
@@ -319,14 +318,13 @@ mod tests {
             c.reply_to,
             Some(("reply.celery.pidbox".to_string(), "oid-9".to_string()))
         );
-        let r = reply_envelope(
-            "n@h",
-            &json!({"ok": "pong"}),
-            "reply.celery.pidbox",
-            "oid-9",
-            "t-1",
-            4,
-        );
+        let r = reply_envelope(&super::super::node::ControlReply {
+            exchange: "reply.celery.pidbox".into(),
+            routing_key: "oid-9".into(),
+            ticket: "t-1".into(),
+            clock: 4,
+            body: reply_body("n@h", &json!({"ok": "pong"})),
+        });
         let v: Value = serde_json::from_str(&r).unwrap();
         assert_eq!(v["headers"]["ticket"], "t-1");
         assert_eq!(v["properties"]["delivery_info"]["routing_key"], "oid-9");

@@ -41,7 +41,7 @@ impl CeleryBroker {
         self.link.pipe(&p).await?;
         if self.opts.task_send_sent_event {
             for m in &ready {
-                self.sent_event(m);
+                super::events::sent(self, m);
             }
         }
         Ok(())

@@ -80,7 +80,21 @@ impl CeleryBroker {
         Ok(out)
     }
 
-    pub(super) async fn load_revoked(&self) -> Result<(), Refused> {
+    /// Which of `ids` this broker knows revoked without asking Redis: the
+    /// set loaded at connect, and every revoke heard on the pidbox since
+    /// (for another transport that keeps its revokes here and hears the
+    /// rest on a pidbox of its own).
+    pub(crate) fn revoked_here(&self, ids: &[String]) -> Vec<bool> {
+        let now = self.clock.now();
+        let g = self.lock();
+        ids.iter()
+            .map(|id| g.revoked.get(id).is_some_and(|&u| u > now))
+            .collect()
+    }
+
+    /// Reads the revoked ids kept in Redis into this broker's set again
+    /// (after a listener of another transport was away).
+    pub(crate) async fn load_revoked(&self) -> Result<(), Refused> {
         let now = self.clock.now();
         let (epoch, mut c) = self.link.conn().await?;
         let got: Vec<(String, f64)> = match redis::cmd("ZRANGEBYSCORE")

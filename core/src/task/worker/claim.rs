@@ -201,6 +201,10 @@ impl Worker {
             p.close();
         }
         s.running.store(false, Ordering::SeqCst);
+        // Unlisted first: the broker's `worker-offline`, where it sends
+        // one, says no worker of the app runs here any more.
+        drop(_listed);
+        s.app.broker().worker_stopped().await;
         Ok(())
     }
 }

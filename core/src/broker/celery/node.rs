@@ -1,0 +1,308 @@
+//! A headway process as a Celery worker node, whatever carries Celery's
+//! wire: what it answers to Celery's remote control and which events it
+//! sends, written once for every transport on Celery's format (Celery's
+//! Redis layout, RabbitMQ).
+//!
+//! A transport implements [`CeleryNode`]: the facts only it knows (its node
+//! name, its app, its revoked set and held etas, its settings) and how an
+//! event goes out. Everything else — which commands exist and what they do
+//! (`task::remote`), how Celery's worker shapes an answer
+//! (`Request.info()` for a run, kombu's `Queue.as_dict()` for a queue, the
+//! keys of `stats` Flower reads), which events a run makes and with which
+//! fields (`events`) — is decided here, so a `celery inspect` reads the
+//! same answer from a headway worker on Redis and on RabbitMQ.
+//!
+//! The transports only carry: a command is read with `pidbox::decode`,
+//! handed to [`CeleryNode::control_reply`], and the reply body it answers
+//! (`{node: answer}`) goes back the transport's way — pushed onto kombu's
+//! reply queues on Redis, published to the `reply.celery.pidbox` exchange
+//! on RabbitMQ.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::{Map, Value, json};
+
+use super::codec::Sender;
+use super::events::Events;
+use super::pidbox::{self, Control};
+use crate::task::clock::BoxFuture;
+use crate::task::remote::{self, Command, Node, Reply, Stats};
+use crate::task::spec::Delivery;
+use crate::task::{App, RunInfo};
+
+/// One event ready to go out: its routing key (the type with `.` for
+/// `-`, `task.succeeded`) and its body, the event's JSON as Celery writes
+/// it.
+#[derive(Debug, Clone)]
+pub(crate) struct Outgoing {
+    pub routing_key: String,
+    pub body: String,
+}
+
+/// A reply to a control command, for the transport to carry: where
+/// (`reply_to`'s exchange and routing key), with which ticket and Lamport
+/// clock, and the body `{node: answer}` as JSON text.
+#[derive(Debug, Clone)]
+pub(crate) struct ControlReply {
+    pub exchange: String,
+    pub routing_key: String,
+    pub ticket: String,
+    pub clock: u64,
+    pub body: String,
+}
+
+/// A transport on Celery's wire, seen as a Celery worker node. The
+/// provided methods are the node's behaviour; a transport supplies only
+/// the required ones.
+pub(crate) trait CeleryNode: Send + Sync + 'static {
+    /// Its node name (`headway@host`).
+    fn node_name(&self) -> &str;
+    /// Its codec (queue names as Celery spells them).
+    fn codec(&self) -> &Sender;
+    /// The app it serves, once told (`route_for`).
+    fn served_app(&self) -> Option<App>;
+    /// Its Lamport clock (replies and events carry it).
+    fn lamport(&self) -> &AtomicU64;
+    /// Its events state.
+    fn celeryev(&self) -> &Events;
+    /// Now, in ms, by the app's clock.
+    fn now_ms(&self) -> i64;
+    /// Celery's name for the transport (`redis`, `amqp`).
+    fn transport(&self) -> &'static str;
+    /// Its broker URL, password redacted.
+    fn broker_url(&self) -> String;
+    /// The ids revoked and still remembered here, sorted.
+    fn revoked_ids(&self) -> Vec<String>;
+    /// The messages held here until their eta: (eta ms, delivery).
+    fn held_etas(&self) -> Vec<(i64, Delivery)>;
+    /// The settings only this transport has, in Celery's names (merged
+    /// into `inspect conf`).
+    fn layout_conf(&self) -> Map<String, Value>;
+    /// Whether it sends `task-sent` for each message published.
+    fn sends_sent_events(&self) -> bool;
+    /// Sends `events` in order, best-effort (events are in Celery too).
+    fn publish_events(&self, events: Vec<Outgoing>) -> BoxFuture<'_, ()>;
+
+    /// The app's node in this process, when a worker of it runs here: a
+    /// producer is no node, and a liveness probe must not be answered by
+    /// one.
+    fn answering_node(&self) -> Option<Node> {
+        Node::here(&self.served_app()?)
+    }
+
+    /// The bodies running in this process's workers of the app, when one
+    /// runs here.
+    fn answering_load(&self) -> Option<u64> {
+        let node = self.answering_node()?;
+        Some(node.stats().workers.iter().map(|w| w.active).sum())
+    }
+
+    /// Carries out control command `c` when it is for this node and a
+    /// worker runs here; answers the reply to send when `c` asks for one.
+    /// A broadcast without `reply_to` and `ticket` is carried out all the
+    /// same, unanswered, as Celery's worker does: Flower's `enable_events`
+    /// every 5 s and its Shut Down button ask for none.
+    fn control_reply(&self, c: &Control) -> Option<ControlReply> {
+        let now = self.now_ms() as f64 / 1000.0;
+        if !c.is_for(self.node_name(), now) {
+            return None;
+        }
+        let node = self.answering_node()?;
+        let answer = answer(self, &node, c);
+        let (Some((exchange, routing_key)), Some(ticket)) = (c.reply_to.clone(), c.ticket.clone())
+        else {
+            return None;
+        };
+        Some(ControlReply {
+            exchange,
+            routing_key,
+            ticket,
+            clock: self.lamport().fetch_add(1, Ordering::Relaxed) + 1,
+            body: pidbox::reply_body(self.node_name(), &answer),
+        })
+    }
+}
+
+/// What `node` answers `c` with, in Celery's shapes.
+fn answer<B: CeleryNode + ?Sized>(b: &B, node: &Node, c: &Control) -> Value {
+    let cmd = match Command::parse(&c.method, &c.arguments) {
+        Ok(cmd) => cmd,
+        Err(e) => return remote::refused(&e),
+    };
+    match node.run(&cmd) {
+        Err(e) => remote::refused(&e),
+        Ok(Reply::Runs(runs)) => Value::Array(runs.iter().map(|r| request_info(b, r)).collect()),
+        Ok(Reply::Queues(qs)) => Value::Array(qs.iter().map(|q| queue_info(b, q)).collect()),
+        Ok(Reply::Stats(s)) => stats_info(b, &s),
+        Ok(Reply::Layout(m)) => answer_here(b, node, &m),
+        Ok(other) => remote::reply_json(Ok(other)),
+    }
+}
+
+/// A run as Celery's `Request.info()` shows it.
+fn request_info<B: CeleryNode + ?Sized>(b: &B, r: &RunInfo) -> Value {
+    json!({
+        "id": r.id,
+        "name": r.name,
+        "args": r.args,
+        "kwargs": r.kwargs,
+        "type": r.name,
+        "hostname": b.node_name(),
+        "time_start": r.started.map(|ms| ms as f64 / 1000.0),
+        "acknowledged": r.acknowledged,
+        "delivery_info": {
+            "exchange": "",
+            "routing_key": b.codec().wire_queue(&r.queue),
+            "priority": r.priority.unwrap_or(0),
+            "redelivered": r.redelivered,
+        },
+        "worker_pid": r.pid,
+    })
+}
+
+/// A consumed queue as kombu's `Queue.as_dict(recurse=True)` shows it
+/// (Celery's `inspect active_queues`): a direct exchange of the same name,
+/// as Celery declares a queue it creates.
+fn queue_info<B: CeleryNode + ?Sized>(b: &B, queue: &str) -> Value {
+    let name = b.codec().wire_queue(queue);
+    json!({
+        "name": name,
+        "exchange": {
+            "name": name,
+            "type": "direct",
+            "arguments": null,
+            "durable": true,
+            "passive": false,
+            "auto_delete": false,
+            "delivery_mode": null,
+            "no_declare": false,
+        },
+        "routing_key": name,
+        "queue_arguments": null,
+        "binding_arguments": null,
+        "consumer_arguments": null,
+        "durable": true,
+        "exclusive": false,
+        "auto_delete": false,
+        "no_ack": false,
+        "alias": null,
+        "bindings": [],
+        "no_declare": null,
+        "expires": null,
+        "message_ttl": null,
+        "max_length": null,
+        "max_length_bytes": null,
+        "max_priority": null,
+    })
+}
+
+/// Celery's `inspect stats`: its keys that apply (Flower reads
+/// `pool.max-concurrency`, `pool.processes` and `total`).
+fn stats_info<B: CeleryNode + ?Sized>(b: &B, s: &Stats) -> Value {
+    let active: u64 = s.workers.iter().map(|w| w.active).sum();
+    let held: u64 = s.workers.iter().map(|w| w.held).sum();
+    let processes: Vec<u32> = s.workers.iter().flat_map(|w| w.pids.clone()).collect();
+    let prefetch: usize = s.workers.iter().map(|w| w.prefetch).sum();
+    json!({
+        "pid": s.pid,
+        "clock": b.lamport().load(Ordering::Relaxed).to_string(),
+        "broker": {"transport": b.transport(), "hostname": b.broker_url()},
+        "pool": {
+            "max-concurrency": s.concurrency(),
+            "processes": if processes.is_empty() { vec![s.pid] } else { processes },
+        },
+        "prefetch_count": prefetch,
+        "total": {},
+        "headway": {
+            "workers": s.workers.iter().map(|w| w.name.clone()).collect::<Vec<_>>(),
+            "active": active,
+            "held": held,
+        },
+    })
+}
+
+/// Celery's `inspect conf`: the settings a headway worker goes by, in
+/// Celery's names (Flower shows them).
+fn conf_info<B: CeleryNode + ?Sized>(b: &B, node: &Node) -> Value {
+    let mut conf = Map::new();
+    conf.insert("broker_url".into(), b.broker_url().into());
+    conf.insert(
+        "task_default_queue".into(),
+        b.codec().wire_queue("default").into(),
+    );
+    conf.insert(
+        "worker_send_task_events".into(),
+        b.celeryev().is_on().into(),
+    );
+    conf.insert("task_send_sent_event".into(), b.sends_sent_events().into());
+    conf.insert(
+        "worker_concurrency".into(),
+        node.stats().concurrency().into(),
+    );
+    conf.insert("include".into(), json!([]));
+    conf.extend(b.layout_conf());
+    Value::Object(conf)
+}
+
+/// The commands `task::remote` leaves to the layout.
+fn answer_here<B: CeleryNode + ?Sized>(b: &B, node: &Node, method: &str) -> Value {
+    match method {
+        // Ids revoked and still remembered here (Celery's `inspect
+        // revoked`).
+        "revoked" | "dump_revoked" => json!(b.revoked_ids()),
+        // Messages claimed with an eta, held here until due (Celery's
+        // `inspect scheduled`: its request fields that apply).
+        "scheduled" => {
+            let out: Vec<Value> = b
+                .held_etas()
+                .iter()
+                .map(|(eta, d)| {
+                    let m = &d.message;
+                    json!({
+                        "eta": super::typed::iso(*eta),
+                        "priority": m.priority.unwrap_or(0),
+                        "request": {
+                            "id": m.id,
+                            "name": m.task,
+                            "args": m.args,
+                            "kwargs": m.kwargs,
+                            "type": m.task,
+                            "hostname": b.node_name(),
+                            "time_start": null,
+                            "acknowledged": false,
+                            "delivery_info": {
+                                "exchange": "",
+                                "routing_key": b.codec().wire_queue(&m.queue),
+                                "priority": m.priority.unwrap_or(0),
+                                "redelivered": d.redelivered,
+                            },
+                            "worker_pid": null,
+                        },
+                    })
+                })
+                .collect();
+            json!(out)
+        }
+        "conf" | "dump_conf" => conf_info(b, node),
+        // Celery's bug report, in its spirit: what runs here.
+        "report" => json!({"ok": format!(
+            "software -> headway:{} ({})\nplatform -> system:{} pid:{}\ntransport -> {}\nbroker -> {}\n",
+            env!("CARGO_PKG_VERSION"),
+            b.node_name(),
+            std::env::consts::OS,
+            std::process::id(),
+            b.transport(),
+            b.broker_url(),
+        )}),
+        "clock" => json!({"clock": b.lamport().load(Ordering::Relaxed)}),
+        "enable_events" => {
+            let was = b.celeryev().set_on(true);
+            json!({"ok": if was { "task events already enabled" } else { "task events enabled" }})
+        }
+        "disable_events" => {
+            let was = b.celeryev().set_on(false);
+            json!({"ok": if was { "task events disabled" } else { "task events already disabled" }})
+        }
+        m => remote::unknown(m),
+    }
+}
