@@ -36,6 +36,7 @@ class AsyncResult:
         r = cls.__new__(cls)
         r.id, r.app, r._handle = handle.id, app, handle
         return r
+
     @property
     def task_id(self) -> str:
         """Celery's other name of ``id``."""

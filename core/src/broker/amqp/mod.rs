@@ -48,6 +48,7 @@ mod conn;
 mod consume;
 mod control;
 mod inspect;
+mod listen;
 mod options;
 mod publish;
 mod revoke;

@@ -11,15 +11,15 @@
 //! with a Redis result store they are also kept there, so a headway
 //! worker that was down when one was sent still skips the task.
 
-use std::time::Duration;
+use std::sync::Arc;
 
-use futures_util::StreamExt;
 use lapin::BasicProperties;
 use lapin::options::{BasicConsumeOptions, BasicPublishOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use serde_json::{Map, Value};
 
 use super::super::celery::pidbox;
+use super::listen::listen;
 use super::{AmqpBroker, topology, wire};
 use crate::task::message::new_id;
 use crate::task::signal::SIGTERM;
@@ -33,7 +33,22 @@ impl AmqpBroker {
     pub(super) async fn start_pidbox(&self) -> Result<(), Refused> {
         let queue = format!("{}#{}.{}", self.node, &new_id()[..8], topology::PIDBOX);
         let first = self.pidbox_consumer(&queue).await?;
-        tokio::spawn(listen(self.me.clone(), queue, Some(first)));
+        tokio::spawn(listen(
+            self.me.clone(),
+            Some(first),
+            AmqpBroker::on_pidbox,
+            move |b: Arc<AmqpBroker>| {
+                let queue = queue.clone();
+                async move {
+                    let c = b.pidbox_consumer(&queue).await.ok()?;
+                    // Revokes sent while the queue was gone are in the store.
+                    if let Some(store) = b.store() {
+                        let _ = store.load_revoked().await;
+                    }
+                    Some(c)
+                }
+            },
+        ));
         Ok(())
     }
 
@@ -182,46 +197,5 @@ impl AmqpBroker {
             }
         }
         Ok(out)
-    }
-}
-
-/// Reads the pidbox queue until the broker is dropped, binding it again
-/// after a lost connection.
-async fn listen(
-    me: std::sync::Weak<AmqpBroker>,
-    queue: String,
-    mut consumer: Option<lapin::Consumer>,
-) {
-    let mut failures = 0u32;
-    loop {
-        if let Some(mut c) = consumer.take() {
-            failures = 0;
-            loop {
-                let next = tokio::time::timeout(Duration::from_secs(1), c.next()).await;
-                let Some(b) = me.upgrade() else {
-                    return;
-                };
-                match next {
-                    Err(_) => {}
-                    Ok(Some(Ok(d))) => b.on_pidbox(&d),
-                    Ok(_) => break,
-                }
-            }
-        }
-        let wait = Duration::from_millis(100u64 << failures.min(6));
-        tokio::time::sleep(wait).await;
-        let Some(b) = me.upgrade() else {
-            return;
-        };
-        match b.pidbox_consumer(&queue).await {
-            Ok(c) => {
-                consumer = Some(c);
-                // Revokes sent while the queue was gone are in the store.
-                if let Some(store) = b.store() {
-                    let _ = store.load_revoked().await;
-                }
-            }
-            Err(_) => failures += 1,
-        }
     }
 }

@@ -14,10 +14,9 @@
 //! `rpc://` they are refused, as Celery refuses them.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use lapin::BasicProperties;
 use lapin::options::{BasicConsumeOptions, BasicPublishOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
@@ -25,6 +24,7 @@ use tokio::sync::Notify;
 
 use super::super::celery::result;
 use super::AmqpBroker;
+use super::listen::listen;
 use crate::task::app::Seams;
 use crate::task::clock::BoxFuture;
 use crate::task::spec::Backend;
@@ -61,7 +61,12 @@ impl RpcStore {
             bell: Notify::new(),
         });
         let first = store.consumer().await?;
-        tokio::spawn(listen(Arc::downgrade(&store), Some(first)));
+        tokio::spawn(listen(
+            Arc::downgrade(&store),
+            Some(first),
+            RpcStore::heard,
+            |s: Arc<RpcStore>| async move { s.consumer().await.ok() },
+        ));
         Ok(store)
     }
 
@@ -231,35 +236,5 @@ impl Backend for RpcStore {
                 }
             }
         })
-    }
-}
-
-/// Reads the reply queue until the store is dropped, declaring and reading
-/// it again after a lost connection.
-async fn listen(me: Weak<RpcStore>, mut consumer: Option<lapin::Consumer>) {
-    let mut failures = 0u32;
-    loop {
-        if let Some(mut c) = consumer.take() {
-            failures = 0;
-            loop {
-                let next = tokio::time::timeout(Duration::from_secs(1), c.next()).await;
-                let Some(s) = me.upgrade() else {
-                    return;
-                };
-                match next {
-                    Err(_) => {}
-                    Ok(Some(Ok(d))) => s.heard(&d),
-                    Ok(_) => break,
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100u64 << failures.min(6))).await;
-        let Some(s) = me.upgrade() else {
-            return;
-        };
-        match s.consumer().await {
-            Ok(c) => consumer = Some(c),
-            Err(_) => failures += 1,
-        }
     }
 }

@@ -171,7 +171,6 @@ impl Local {
     /// This thread's link to where `shared` goes: found, made (within
     /// [`MAX_LOCAL`]), or none.
     fn link_for(&mut self, shared: &Link) -> Option<Arc<Link>> {
-        self.links.retain(|(c, _)| c.strong_count() > 0);
         if let Some((_, l)) = self
             .links
             .iter()
@@ -179,6 +178,9 @@ impl Local {
         {
             return Some(l.clone());
         }
+        // Links whose shared link is gone are let go when a new one is
+        // made, not looked over on every call.
+        self.links.retain(|(c, _)| c.strong_count() > 0);
         let held = shared.locals.fetch_add(1, Ordering::Relaxed);
         if held >= MAX_LOCAL {
             shared.locals.fetch_sub(1, Ordering::Relaxed);
