@@ -516,4 +516,4 @@ function nothing() {
   return undefined;
 }
 
-module.exports = { answer, TASK, JOB, Host, Context };
+module.exports = { answer, settle, TASK, JOB, Host, Context };

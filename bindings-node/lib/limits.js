@@ -8,10 +8,18 @@
 
 const native = require('../addon.js');
 const { answer } = require('./host.js');
+const { kick } = require('./wire.js');
 const { NUMBER, anyNum, optNum, fix, strictOpts } = require('./checks.js');
 const { argType } = require('./errors.js');
 
 const parse = (text) => JSON.parse(text);
+
+/** A native call's answer, its bytes written on the event loop's socket
+ * when the call went there (`lib/wire.js`). */
+function sent(wire, r) {
+  if (wire !== null && typeof r === 'number') kick(wire);
+  return r;
+}
 const same = (v) => v;
 // A span in milliseconds: null is never.
 const spanNow = (text) => { const v = JSON.parse(text); return v === null ? Infinity : v; };
@@ -44,23 +52,25 @@ function make(fn) {
 
 class SharedBucket {
   #n;
+  #w;
 
   constructor(url, key, rate, options) {
     const { burst } = strictOpts(options);
     this.#n = make(() => new native.NativeSharedBucket(str('url', url), str('key', key), anyNum('rate', rate), optNum('burst', burst) ?? null));
+    this.#w = this.#n.wire;
     fix(this, { rate: this.#n.rate, burst: this.#n.burst, key: this.#n.key });
   }
 
   take(n) {
-    return answer(this.#n.take(optN(n)), parse, same);
+    return answer(sent(this.#w, this.#n.take(optN(n))), parse, same);
   }
 
   next(n) {
-    return answer(this.#n.next(optN(n)), spanNow, spanLater);
+    return answer(sent(this.#w, this.#n.next(optN(n))), spanNow, spanLater);
   }
 
   tokens() {
-    return answer(this.#n.tokens(), parse, same);
+    return answer(sent(this.#w, this.#n.tokens()), parse, same);
   }
 
   wait(n) {
@@ -70,22 +80,24 @@ class SharedBucket {
 
 class SharedWindow {
   #n;
+  #w;
 
   constructor(url, key, limit, per) {
     this.#n = make(() => new native.NativeSharedWindow(str('url', url), str('key', key), anyNum('limit', limit), anyNum('per', per)));
+    this.#w = this.#n.wire;
     fix(this, { limit: this.#n.limit, per: this.#n.per, key: this.#n.key });
   }
 
   take() {
-    return answer(this.#n.take(), parse, same);
+    return answer(sent(this.#w, this.#n.take()), parse, same);
   }
 
   left() {
-    return answer(this.#n.left(), parse, same);
+    return answer(sent(this.#w, this.#n.left()), parse, same);
   }
 
   next() {
-    return answer(this.#n.next(), spanNow, spanLater);
+    return answer(sent(this.#w, this.#n.next()), spanNow, spanLater);
   }
 
   wait() {
@@ -95,27 +107,29 @@ class SharedWindow {
 
 class SharedGate {
   #n;
+  #w;
 
   constructor(url, key, n, options) {
     const { lease } = strictOpts(options);
     this.#n = make(() => new native.NativeSharedGate(str('url', url), str('key', key), anyNum('n', n), optNum('lease', lease) ?? null));
+    this.#w = this.#n.wire;
     fix(this, { limit: this.#n.limit, lease: this.#n.lease, key: this.#n.key });
   }
 
   take() {
-    return answer(this.#n.take(), parse, same);
+    return answer(sent(this.#w, this.#n.take()), parse, same);
   }
 
   release(permit) {
-    return answer(this.#n.release(str('permit', permit)), parse, same);
+    return answer(sent(this.#w, this.#n.release(str('permit', permit))), parse, same);
   }
 
   renew(permit) {
-    return answer(this.#n.renew(str('permit', permit)), parse, same);
+    return answer(sent(this.#w, this.#n.renew(str('permit', permit))), parse, same);
   }
 
   held() {
-    return answer(this.#n.held(), parse, same);
+    return answer(sent(this.#w, this.#n.held()), parse, same);
   }
 }
 

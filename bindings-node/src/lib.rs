@@ -26,6 +26,7 @@ mod raw;
 mod shared;
 mod tasks;
 mod units;
+mod wire;
 
 use napi_derive::napi;
 

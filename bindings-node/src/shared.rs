@@ -7,12 +7,16 @@
 //! is the hub's `drive`, answered as JSON text — a number of milliseconds is
 //! `null` for never.
 
-use headway_core::limit::{SharedBucket, SharedGate, SharedWindow};
+use headway_core::limit::{GateOp, SharedBucket, SharedGate, SharedWindow, new_permit};
 use headway_core::task::Refused;
 use napi_derive::napi;
 
+use napi::bindgen_prelude::Either3;
+
+use crate::tasks::Refusal;
 use crate::tasks::hub::{Answer, drive};
 use crate::units::{ms, ns};
+use crate::wire::{call, wire_for};
 
 fn refused(r: Refused) -> napi::Error {
     napi::Error::new(
@@ -64,6 +68,7 @@ fn permit_json(p: Option<String>) -> String {
 #[napi]
 pub struct NativeSharedBucket {
     inner: SharedBucket,
+    wire: Option<u32>,
 }
 
 #[napi]
@@ -71,7 +76,10 @@ impl NativeSharedBucket {
     #[napi(constructor, catch_unwind)]
     pub fn new(url: String, key: String, rate: f64, burst: Option<f64>) -> napi::Result<Self> {
         let inner = SharedBucket::new(&url, &key, rate, burst).map_err(refused)?;
-        Ok(NativeSharedBucket { inner })
+        Ok(NativeSharedBucket {
+            inner,
+            wire: wire_for(&url),
+        })
     }
 
     #[napi(getter)]
@@ -89,22 +97,59 @@ impl NativeSharedBucket {
         self.inner.key().to_string()
     }
 
+    /// The number of the event loop's socket for this limit's URL
+    /// (`lib/wire.js`), or `null` when calls take the shared link.
+    #[napi(getter)]
+    pub fn wire(&self) -> Option<u32> {
+        self.wire
+    }
+
     #[napi(catch_unwind)]
     pub fn take(&self, n: f64) -> napi::Result<Answer> {
         let b = self.inner.clone();
-        drive(async move { b.take(n).await }, bool_json, bool_json)
+        let req = match b.ask(n, true, None) {
+            Ok(r) => r,
+            Err(e) => return Ok(Either3::C(Refusal::from(e))),
+        };
+        let r = b.clone();
+        call(
+            self.wire,
+            req,
+            move |v| Ok(r.answer(v)?.taken),
+            bool_json,
+            async move { b.take(n).await },
+        )
     }
 
     #[napi(catch_unwind)]
     pub fn next(&self, n: f64) -> napi::Result<Answer> {
         let b = self.inner.clone();
-        drive(async move { b.next(n).await }, ms_json, ms_json)
+        let req = match b.ask(n, false, None) {
+            Ok(r) => r,
+            Err(e) => return Ok(Either3::C(Refusal::from(e))),
+        };
+        let r = b.clone();
+        call(
+            self.wire,
+            req,
+            move |v| Ok(r.answer(v)?.wait),
+            ms_json,
+            async move { b.next(n).await },
+        )
     }
 
     #[napi(catch_unwind)]
     pub fn tokens(&self) -> napi::Result<Answer> {
         let b = self.inner.clone();
-        drive(async move { b.tokens().await }, num_json, num_json)
+        let req = b.ask(0.0, false, None).map_err(refused)?;
+        let r = b.clone();
+        call(
+            self.wire,
+            req,
+            move |v| Ok(r.answer(v)?.tokens),
+            num_json,
+            async move { b.tokens().await },
+        )
     }
 
     #[napi(catch_unwind)]
@@ -118,6 +163,7 @@ impl NativeSharedBucket {
 #[napi]
 pub struct NativeSharedWindow {
     inner: SharedWindow,
+    wire: Option<u32>,
 }
 
 #[napi]
@@ -127,7 +173,10 @@ impl NativeSharedWindow {
     pub fn new(url: String, key: String, limit: f64, per: f64) -> napi::Result<Self> {
         let limit = int_arg("limit", limit)?;
         let inner = SharedWindow::new(&url, &key, limit, ns(per)).map_err(refused)?;
-        Ok(NativeSharedWindow { inner })
+        Ok(NativeSharedWindow {
+            inner,
+            wire: wire_for(&url),
+        })
     }
 
     #[napi(getter)]
@@ -145,22 +194,50 @@ impl NativeSharedWindow {
         self.inner.key().to_string()
     }
 
+    /// The number of the event loop's socket for this limit's URL
+    /// (`lib/wire.js`), or `null` when calls take the shared link.
+    #[napi(getter)]
+    pub fn wire(&self) -> Option<u32> {
+        self.wire
+    }
+
     #[napi(catch_unwind)]
     pub fn take(&self) -> napi::Result<Answer> {
         let w = self.inner.clone();
-        drive(async move { w.take().await }, bool_json, bool_json)
+        let (req, r) = (w.ask(true, None), w.clone());
+        call(
+            self.wire,
+            req,
+            move |v| Ok(r.answer(v)?.taken),
+            bool_json,
+            async move { w.take().await },
+        )
     }
 
     #[napi(catch_unwind)]
     pub fn left(&self) -> napi::Result<Answer> {
         let w = self.inner.clone();
-        drive(async move { w.left().await }, int_json, int_json)
+        let (req, r) = (w.ask(false, None), w.clone());
+        call(
+            self.wire,
+            req,
+            move |v| Ok(r.answer(v)?.left),
+            int_json,
+            async move { w.left().await },
+        )
     }
 
     #[napi(catch_unwind)]
     pub fn next(&self) -> napi::Result<Answer> {
         let w = self.inner.clone();
-        drive(async move { w.next().await }, ms_json, ms_json)
+        let (req, r) = (w.ask(false, None), w.clone());
+        call(
+            self.wire,
+            req,
+            move |v| Ok(r.answer(v)?.wait),
+            ms_json,
+            async move { w.next().await },
+        )
     }
 
     #[napi(catch_unwind)]
@@ -174,6 +251,7 @@ impl NativeSharedWindow {
 #[napi]
 pub struct NativeSharedGate {
     inner: SharedGate,
+    wire: Option<u32>,
 }
 
 #[napi]
@@ -183,7 +261,10 @@ impl NativeSharedGate {
     pub fn new(url: String, key: String, n: f64, lease: Option<f64>) -> napi::Result<Self> {
         let n = int_arg("n", n)?;
         let inner = SharedGate::new(&url, &key, n, lease.map(ns)).map_err(refused)?;
-        Ok(NativeSharedGate { inner })
+        Ok(NativeSharedGate {
+            inner,
+            wire: wire_for(&url),
+        })
     }
 
     #[napi(getter)]
@@ -201,31 +282,73 @@ impl NativeSharedGate {
         self.inner.key().to_string()
     }
 
+    /// The number of the event loop's socket for this limit's URL
+    /// (`lib/wire.js`), or `null` when calls take the shared link.
+    #[napi(getter)]
+    pub fn wire(&self) -> Option<u32> {
+        self.wire
+    }
+
     #[napi(catch_unwind)]
     pub fn take(&self) -> napi::Result<Answer> {
         let g = self.inner.clone();
-        drive(async move { g.take().await }, permit_json, permit_json)
+        let permit = new_permit();
+        let (req, r, p) = (
+            g.ask(GateOp::Take, &permit, None),
+            g.clone(),
+            permit.clone(),
+        );
+        call(
+            self.wire,
+            req,
+            move |v| Ok(r.answer(v)?.ok.then_some(p)),
+            permit_json,
+            // Again on the shared link: the same permit.
+            async move {
+                Ok(g.call(GateOp::Take, &permit, None)
+                    .await?
+                    .ok
+                    .then_some(permit))
+            },
+        )
     }
 
     #[napi(catch_unwind)]
     pub fn release(&self, permit: String) -> napi::Result<Answer> {
         let g = self.inner.clone();
-        drive(
+        let (req, r) = (g.ask(GateOp::Release, &permit, None), g.clone());
+        call(
+            self.wire,
+            req,
+            move |v| Ok(r.answer(v)?.ok),
+            bool_json,
             async move { g.release(&permit).await },
-            bool_json,
-            bool_json,
         )
     }
 
     #[napi(catch_unwind)]
     pub fn renew(&self, permit: String) -> napi::Result<Answer> {
         let g = self.inner.clone();
-        drive(async move { g.renew(&permit).await }, bool_json, bool_json)
+        let (req, r) = (g.ask(GateOp::Renew, &permit, None), g.clone());
+        call(
+            self.wire,
+            req,
+            move |v| Ok(r.answer(v)?.ok),
+            bool_json,
+            async move { g.renew(&permit).await },
+        )
     }
 
     #[napi(catch_unwind)]
     pub fn held(&self) -> napi::Result<Answer> {
         let g = self.inner.clone();
-        drive(async move { g.held().await }, int_json, int_json)
+        let (req, r) = (g.ask(GateOp::Held, "", None), g.clone());
+        call(
+            self.wire,
+            req,
+            move |v| Ok(r.answer(v)?.held),
+            int_json,
+            async move { g.held().await },
+        )
     }
 }

@@ -111,7 +111,7 @@ impl Hub {
     }
 
     /// A new ticket: the bell keeps the process alive until it is answered.
-    fn ticket(&self) -> u32 {
+    pub(crate) fn ticket(&self) -> u32 {
         let t = self.next.get();
         self.next.set(t.wrapping_add(1).max(1));
         let n = self.outstanding.get();
@@ -160,11 +160,24 @@ pub fn hub_drain() -> napi::Result<Option<String>> {
     if done.is_empty() {
         return Ok(None);
     }
-    let n = hub.outstanding.get().saturating_sub(done.len() as u32);
-    hub.outstanding.set(n);
-    if n == 0 {
-        hub.set_ref(false);
+    hub.answered(done.len());
+    Ok(Some(render(&done)))
+}
+
+impl Hub {
+    /// `n` tickets were answered: when none is left the bell stops keeping
+    /// the process alive.
+    pub(crate) fn answered(&self, n: usize) {
+        let left = self.outstanding.get().saturating_sub(n as u32);
+        self.outstanding.set(left);
+        if left == 0 {
+            self.set_ref(false);
+        }
     }
+}
+
+/// Settled tickets as the JSON text `_hubDrain` answers.
+pub(crate) fn render(done: &[(u32, Settled)]) -> String {
     let mut out = String::with_capacity(done.len() * 48 + 2);
     out.push('[');
     for (i, (t, s)) in done.iter().enumerate() {
@@ -186,7 +199,7 @@ pub fn hub_drain() -> napi::Result<Option<String>> {
         out.push(']');
     }
     out.push(']');
-    Ok(Some(out))
+    out
 }
 
 /// How many tickets wait for an answer (tests: nothing is left behind).
@@ -220,10 +233,20 @@ where
             Err(r) => Either3::C(Refusal::from(r)),
         });
     }
-    let hub = hub()?;
-    let ticket = hub.ticket();
-    let shared = hub.shared.clone();
-    rt.spawn(async move {
+    let ticket = hub()?.ticket();
+    spawn_ticketed(ticket, fut, later)?;
+    Ok(Either3::B(ticket))
+}
+
+/// Runs `fut` on the core's runtime, its answer (rendered by `later`)
+/// settling `ticket` through the bell.
+pub(crate) fn spawn_ticketed<T, F>(ticket: u32, fut: F, later: fn(T) -> String) -> napi::Result<()>
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T, Refused>> + Send + 'static,
+{
+    let shared = hub()?.shared.clone();
+    rt()?.spawn(async move {
         let s = match AssertUnwindSafe(fut).catch_unwind().await {
             Ok(Ok(v)) => Settled::Ok(later(v)),
             Ok(Err(r)) => Settled::Err(Refusal::from(r)),
@@ -231,7 +254,7 @@ where
         };
         shared.push(ticket, s);
     });
-    Ok(Either3::B(ticket))
+    Ok(())
 }
 
 /// The bell, for a `HostQueue` to ring when calls arrive.

@@ -3,14 +3,15 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::{Script, Value};
 
-use super::store::Store;
+use super::store::{Req, Store};
 use super::{Micros, clock_arg, float_of, script};
 use crate::flow::{self, Nanos, SECOND};
 use crate::task::state::Refused;
 
-static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(script!("bucket.lua")));
+const SOURCE: &str = script!("bucket.lua");
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCE));
 
 /// What one call to the script answers.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -122,22 +123,34 @@ impl SharedBucket {
         take: bool,
         now: Option<Micros>,
     ) -> Result<BucketAnswer, Refused> {
+        let req = self.ask(n, take, now)?;
+        let v = self.store.send(&SCRIPT, req).await?;
+        self.answer(v)
+    }
+
+    /// [`Self::call`]'s script call, for a connection a binding drives
+    /// ([`super::wire::Wire`]); its reply is read by [`Self::answer`].
+    /// Refused: an invalid `n`.
+    pub fn ask(&self, n: f64, take: bool, now: Option<Micros>) -> Result<Req, Refused> {
         let n = flow::Bucket::check(n).map_err(super::invalid)?;
         let n = n.to_string();
         let now = clock_arg(now);
-        let (taken, wait, tokens): (i64, String, String) = self
-            .store
-            .run(
-                &SCRIPT,
-                &[
-                    &self.per_ns,
-                    &self.burst_arg,
-                    &n,
-                    if take { "1" } else { "0" },
-                    &now,
-                ],
-            )
-            .await?;
+        Ok(self.store.req(
+            SOURCE,
+            &SCRIPT,
+            &[
+                &self.per_ns,
+                &self.burst_arg,
+                &n,
+                if take { "1" } else { "0" },
+                &now,
+            ],
+        ))
+    }
+
+    /// What the script's reply says.
+    pub fn answer(&self, v: Value) -> Result<BucketAnswer, Refused> {
+        let (taken, wait, tokens): (i64, String, String) = self.store.typed(v)?;
         Ok(BucketAnswer {
             taken: taken == 1,
             wait: if wait == "inf" {

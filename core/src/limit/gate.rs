@@ -13,14 +13,15 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::{Script, Value};
 
-use super::store::Store;
+use super::store::{Req, Store};
 use super::{Micros, clock_arg, micros_up, script};
 use crate::flow::{self, Nanos, SECOND};
 use crate::task::state::Refused;
 
-static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(script!("gate.lua")));
+const SOURCE: &str = script!("gate.lua");
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCE));
 
 /// A permit's lease when none is given: 30 s, the task queue's own lease
 /// (BullMQ's lock duration), long for a request, short for an outage.
@@ -113,7 +114,7 @@ impl SharedGate {
     /// A permit when there is room (a fresh id, to release or renew), else
     /// `None`.
     pub async fn take(&self) -> Result<Option<String>, Refused> {
-        let permit = crate::task::message::new_id();
+        let permit = new_permit();
         let a = self.call(GateOp::Take, &permit, None).await?;
         Ok(a.ok.then_some(permit))
     }
@@ -145,18 +146,34 @@ impl SharedGate {
         permit: &str,
         now: Option<Micros>,
     ) -> Result<GateAnswer, Refused> {
+        let v = self.store.send(&SCRIPT, self.ask(op, permit, now)).await?;
+        self.answer(v)
+    }
+
+    /// [`Self::call`]'s script call, for a connection a binding drives
+    /// ([`super::wire::Wire`]); its reply is read by [`Self::answer`]. A
+    /// take names the permit it would hold: [`new_permit`] makes one.
+    pub fn ask(&self, op: GateOp, permit: &str, now: Option<Micros>) -> Req {
         let now = clock_arg(now);
-        let (ok, held, soonest): (i64, i64, i64) = self
-            .store
-            .run(
-                &SCRIPT,
-                &[op.arg(), &self.limit_arg, &self.lease_arg, permit, &now],
-            )
-            .await?;
+        self.store.req(
+            SOURCE,
+            &SCRIPT,
+            &[op.arg(), &self.limit_arg, &self.lease_arg, permit, &now],
+        )
+    }
+
+    /// What the script's reply says.
+    pub fn answer(&self, v: Value) -> Result<GateAnswer, Refused> {
+        let (ok, held, soonest): (i64, i64, i64) = self.store.typed(v)?;
         Ok(GateAnswer {
             ok: ok == 1,
             held,
             soonest: (soonest >= 0).then(|| soonest.saturating_mul(1000)),
         })
     }
+}
+
+/// A fresh permit id for [`SharedGate::ask`]'s take.
+pub fn new_permit() -> String {
+    crate::task::message::new_id()
 }

@@ -33,9 +33,11 @@ mod gate;
 pub mod store;
 pub(crate) mod tasks;
 mod window;
+pub mod wire;
 
 pub use bucket::{BucketAnswer, SharedBucket};
-pub use gate::{GateAnswer, GateOp, LEASE, SharedGate};
+pub use gate::{GateAnswer, GateOp, LEASE, SharedGate, new_permit};
+pub use store::Req;
 pub use window::{SharedWindow, WindowAnswer};
 
 use crate::flow::{Invalid, Nanos};

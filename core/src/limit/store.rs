@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 
-use redis::{FromRedisValue, Script};
+use redis::{FromRedisValue, RedisError, Script, Value};
 
 use crate::broker::RedisUrl;
 use crate::broker::link::{self, Link, LinkSetup};
@@ -28,7 +28,7 @@ use crate::task::state::Refused;
 /// "Redis is down" in two seconds than hang for the broker's ten.
 pub const PATIENCE: Duration = Duration::from_secs(2);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Every key a limit writes starts with this, then its kind (`bucket`,
 /// `window`, `gate`) and the caller's key: a bucket and a window given the
@@ -84,6 +84,44 @@ impl Store {
         &self.key
     }
 
+    /// `script` (whose text is `source`) on this store's key with `args`,
+    /// as a [`Req`] for a connection a binding drives ([`super::wire`]).
+    pub(crate) fn req(&self, source: &'static str, script: &'static Script, args: &[&str]) -> Req {
+        Req {
+            source,
+            hash: script.get_hash(),
+            key: self.key.clone(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+        }
+    }
+
+    /// A script's reply that is not what the script answers, or a Redis
+    /// error, as the link words it (the URL named, its secrets scrubbed).
+    pub(crate) fn refused(&self, e: &RedisError) -> Refused {
+        self.link.link().refused(e)
+    }
+
+    /// A script's reply as `T`, or the link's refusal of it.
+    pub(crate) fn typed<T: FromRedisValue>(&self, v: Value) -> Result<T, Refused> {
+        redis::from_redis_value(v).map_err(|e| self.refused(&RedisError::from(e)))
+    }
+
+    /// Runs `req` (a call of `script`) on the shared link: [`Self::run`]
+    /// for a call also made ready for a binding's own connection.
+    pub(crate) async fn send(&self, script: &Script, req: Req) -> Result<Value, Refused> {
+        self.link
+            .link()
+            .patiently(true, |mut c| {
+                let mut inv = script.prepare_invoke();
+                inv.key(&req.key);
+                for a in &req.args {
+                    inv.arg(a.as_str());
+                }
+                async move { inv.invoke_async(&mut c).await }
+            })
+            .await
+    }
+
     /// Runs `script` on this store's key with `args`, through a short
     /// outage. A script Redis does not have yet is loaded (`NOSCRIPT`).
     pub(crate) async fn run<T: FromRedisValue>(
@@ -105,17 +143,32 @@ impl Store {
     }
 }
 
-fn shared_link(url: &str) -> Result<Arc<Link>, Refused> {
-    let mut links = LINKS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(l) = links.get(url).and_then(Weak::upgrade) {
-        return Ok(l);
-    }
+/// A shared limit's URL, parsed: the brokers' rules, less `?wait=`.
+pub(crate) fn parse(url: &str) -> Result<RedisUrl, Refused> {
     let parsed = RedisUrl::parse(url)?;
     if parsed.wait.is_some() {
         return Err(Refused::Invalid(format!(
             "invalid `url`: {parsed}: `?wait=` is for a broker's sends, not a shared limit"
         )));
     }
+    Ok(parsed)
+}
+
+/// One script call, packed by [`super::wire::Wire`]: `EVALSHA` of `hash`,
+/// or `EVAL` of `source` once Redis said it has no such script.
+pub struct Req {
+    pub(crate) source: &'static str,
+    pub(crate) hash: &'static str,
+    pub(crate) key: String,
+    pub(crate) args: Vec<String>,
+}
+
+fn shared_link(url: &str) -> Result<Arc<Link>, Refused> {
+    let mut links = LINKS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(l) = links.get(url).and_then(Weak::upgrade) {
+        return Ok(l);
+    }
+    let parsed = parse(url)?;
     let dialer = Arc::new(link::Dialer::new(&parsed, None)?);
     // The brokers' dialling: 50 ms doubling to 2 s, full jitter.
     let backoff =

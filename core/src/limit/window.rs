@@ -3,14 +3,15 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::{Script, Value};
 
-use super::store::Store;
+use super::store::{Req, Store};
 use super::{Micros, clock_arg, micros_up, script};
 use crate::flow::{self, Nanos};
 use crate::task::state::Refused;
 
-static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(script!("window.lua")));
+const SOURCE: &str = script!("window.lua");
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCE));
 
 /// What one call to the script answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,19 +110,29 @@ impl SharedWindow {
     /// expiry.
     #[doc(hidden)]
     pub async fn call(&self, take: bool, now: Option<Micros>) -> Result<WindowAnswer, Refused> {
+        let v = self.store.send(&SCRIPT, self.ask(take, now)).await?;
+        self.answer(v)
+    }
+
+    /// [`Self::call`]'s script call, for a connection a binding drives
+    /// ([`super::wire::Wire`]); its reply is read by [`Self::answer`].
+    pub fn ask(&self, take: bool, now: Option<Micros>) -> Req {
         let now = clock_arg(now);
-        let (taken, wait, left): (i64, i64, i64) = self
-            .store
-            .run(
-                &SCRIPT,
-                &[
-                    &self.limit_arg,
-                    &self.per_arg,
-                    if take { "1" } else { "0" },
-                    &now,
-                ],
-            )
-            .await?;
+        self.store.req(
+            SOURCE,
+            &SCRIPT,
+            &[
+                &self.limit_arg,
+                &self.per_arg,
+                if take { "1" } else { "0" },
+                &now,
+            ],
+        )
+    }
+
+    /// What the script's reply says.
+    pub fn answer(&self, v: Value) -> Result<WindowAnswer, Refused> {
+        let (taken, wait, left): (i64, i64, i64) = self.store.typed(v)?;
         Ok(WindowAnswer {
             taken: taken == 1,
             wait: if wait < 0 {

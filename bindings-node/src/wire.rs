@@ -1,0 +1,150 @@
+//! The event loop's own socket for the shared limits (`lib/wire.js`): the
+//! core's `limit::wire::Wire`, one per URL per environment, in a slab that
+//! JS names by number.
+//!
+//! No rules here: a call is queued on the wire when the core takes it, or
+//! made on the shared link (the hub's `drive`) when the core says the wire
+//! is down or does not serve the URL; replies are read by the limit's own
+//! `answer`; calls a lost socket hands back are made again on the shared
+//! link under the tickets JS already waits on.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Instant;
+
+use headway_core::limit::Req;
+use headway_core::limit::wire::{Fed, Reply, Wire};
+use headway_core::task::Refused;
+use napi::bindgen_prelude::{Buffer, Either, Either3};
+use napi_derive::napi;
+
+use crate::tasks::Refusal;
+use crate::tasks::hub::{Answer, Settled, drive, hub, render, spawn_ticketed};
+
+/// What the binding keeps for a call on the wire.
+struct Call {
+    ticket: u32,
+    /// Reads the reply and renders the answer.
+    finish: Box<dyn FnOnce(Result<Reply, Refused>) -> Settled>,
+    /// Makes the call again on the shared link under this ticket.
+    again: Box<dyn FnOnce(u32)>,
+}
+
+thread_local! {
+    static WIRES: RefCell<Vec<Wire<Call>>> = const { RefCell::new(Vec::new()) };
+    static BY_URL: RefCell<HashMap<String, Option<u32>>> = RefCell::new(HashMap::new());
+}
+
+/// The wire for `url` in this environment, or `None` when the core serves
+/// that URL on the shared link only.
+pub(crate) fn wire_for(url: &str) -> Option<u32> {
+    BY_URL.with(|m| {
+        *m.borrow_mut().entry(url.to_string()).or_insert_with(|| {
+            let w = Wire::new(url).ok().flatten()?;
+            WIRES.with(|ws| {
+                let mut ws = ws.borrow_mut();
+                ws.push(w);
+                Some(ws.len() as u32 - 1)
+            })
+        })
+    })
+}
+
+fn with<R>(id: u32, f: impl FnOnce(&mut Wire<Call>) -> R) -> napi::Result<R> {
+    WIRES.with(|ws| {
+        ws.borrow_mut()
+            .get_mut(id as usize)
+            .map(f)
+            .ok_or_else(|| napi::Error::from_reason(format!("headway: no wire {id}")))
+    })
+}
+
+/// One limit call: on the wire `id` when there is one and the core takes
+/// it, else on the shared link (`fut`). `read` reads the reply; `render`
+/// makes the JSON text JS parses.
+pub(crate) fn call<T, F>(
+    id: Option<u32>,
+    req: Req,
+    read: impl FnOnce(Reply) -> Result<T, Refused> + 'static,
+    render: fn(T) -> String,
+    fut: F,
+) -> napi::Result<Answer>
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T, Refused>> + Send + 'static,
+{
+    let Some(id) = id else {
+        return drive(fut, render, render);
+    };
+    let ticket = hub()?.ticket();
+    let c = Call {
+        ticket,
+        finish: Box::new(move |r| match r.and_then(read) {
+            Ok(v) => Settled::Ok(render(v)),
+            Err(e) => Settled::Err(Refusal::from(e)),
+        }),
+        again: Box::new(move |t| {
+            // Only fails without a hub, which made the ticket above.
+            let _ = spawn_ticketed(t, fut, render);
+        }),
+    };
+    if let Err((_, c)) = with(id, |w| w.push(Instant::now(), req, c))? {
+        (c.again)(c.ticket);
+    }
+    Ok(Either3::B(ticket))
+}
+
+/// Where wire `id`'s socket goes: `[host, port, timeout ms]`.
+#[napi(js_name = "_wireAddress", catch_unwind)]
+pub fn wire_address(id: u32) -> napi::Result<(String, u32, f64)> {
+    with(id, |w| {
+        let (host, port) = w.address();
+        (
+            host.to_string(),
+            u32::from(port),
+            w.timeout().as_secs_f64() * 1e3,
+        )
+    })
+}
+
+/// The bytes to write on wire `id`'s socket now, or `null`.
+#[napi(js_name = "_wireFlush", catch_unwind)]
+pub fn wire_flush(id: u32) -> napi::Result<Option<Buffer>> {
+    with(id, |w| w.flush().map(|(bytes, _)| bytes.into()))
+}
+
+/// Bytes wire `id`'s socket read: the settled tickets as `_hubDrain`'s
+/// text, `null` when none, or `false` when the socket is done: close it
+/// and call `_wireLost`.
+#[napi(js_name = "_wireFeed", catch_unwind)]
+pub fn wire_feed(id: u32, bytes: Buffer) -> napi::Result<Option<Either<String, bool>>> {
+    match with(id, |w| w.feed(&bytes))? {
+        Fed::Answers(a) if a.is_empty() => Ok(None),
+        Fed::Answers(a) => {
+            let done: Vec<(u32, Settled)> = a
+                .into_iter()
+                .map(|(c, r)| (c.ticket, (c.finish)(r)))
+                .collect();
+            hub()?.answered(done.len());
+            Ok(Some(Either::A(render(&done))))
+        }
+        Fed::Broken => Ok(Some(Either::B(false))),
+    }
+}
+
+/// Whether calls on wire `id` wait for replies.
+#[napi(js_name = "_wireBusy", catch_unwind)]
+pub fn wire_busy(id: u32) -> napi::Result<bool> {
+    with(id, |w| w.busy())
+}
+
+/// Wire `id`'s socket closed: the calls it carried are made again on the
+/// shared link. `random` in [0, 1) draws the backoff's jitter.
+#[napi(js_name = "_wireLost", catch_unwind)]
+pub fn wire_lost(id: u32, random: f64) -> napi::Result<()> {
+    for c in with(id, |w| w.lost(Instant::now(), random))? {
+        (c.again)(c.ticket);
+    }
+    Ok(())
+}
