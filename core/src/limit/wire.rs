@@ -23,8 +23,9 @@
 //! gives, feeds what arrives to [`Wire::feed`] and reports a closed socket
 //! to [`Wire::lost`].
 //!
-//! Everything is sans-I/O, with time passed in: `core/tests/limit_wire.rs`
-//! drives it over a real socket and through the failures.
+//! Everything is sans-I/O, with time passed in: the tests below drive it
+//! byte by byte, and `tests-js/shared_limits_wire.test.mjs` over a real
+//! socket through a lost Redis, a forgotten script and a refused password.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
