@@ -4,16 +4,15 @@
 //! No rules here: a constructor converts milliseconds to nanoseconds and
 //! hands everything to the core, which checks it (a refusal is thrown as an
 //! `InvalidArg` error that `lib/limits.js` makes a `RangeError`); each call
-//! is the hub's `drive`, answered as JSON text — a number of milliseconds is
-//! `null` for never.
+//! is asked of the core and made by `wire::call` — on the event loop's own
+//! socket or the shared link — answered as JSON text; a number of
+//! milliseconds is `null` for never. `wait()` loops in the core, on the
+//! shared link.
 
 use headway_core::limit::{GateOp, SharedBucket, SharedGate, SharedWindow, new_permit};
 use headway_core::task::Refused;
 use napi_derive::napi;
 
-use napi::bindgen_prelude::Either3;
-
-use crate::tasks::Refusal;
 use crate::tasks::hub::{Answer, drive};
 use crate::units::{ms, ns};
 use crate::wire::{call, wire_for};
@@ -106,49 +105,34 @@ impl NativeSharedBucket {
 
     #[napi(catch_unwind)]
     pub fn take(&self, n: f64) -> napi::Result<Answer> {
-        let b = self.inner.clone();
-        let req = match b.ask(n, true, None) {
-            Ok(r) => r,
-            Err(e) => return Ok(Either3::C(Refusal::from(e))),
-        };
-        let r = b.clone();
         call(
             self.wire,
-            req,
-            move |v| Ok(r.answer(v)?.taken),
+            &self.inner,
+            self.inner.ask(n, true, None),
+            |a| a.taken,
             bool_json,
-            async move { b.take(n).await },
         )
     }
 
     #[napi(catch_unwind)]
     pub fn next(&self, n: f64) -> napi::Result<Answer> {
-        let b = self.inner.clone();
-        let req = match b.ask(n, false, None) {
-            Ok(r) => r,
-            Err(e) => return Ok(Either3::C(Refusal::from(e))),
-        };
-        let r = b.clone();
         call(
             self.wire,
-            req,
-            move |v| Ok(r.answer(v)?.wait),
+            &self.inner,
+            self.inner.ask(n, false, None),
+            |a| a.wait,
             ms_json,
-            async move { b.next(n).await },
         )
     }
 
     #[napi(catch_unwind)]
     pub fn tokens(&self) -> napi::Result<Answer> {
-        let b = self.inner.clone();
-        let req = b.ask(0.0, false, None).map_err(refused)?;
-        let r = b.clone();
         call(
             self.wire,
-            req,
-            move |v| Ok(r.answer(v)?.tokens),
+            &self.inner,
+            self.inner.ask(0.0, false, None),
+            |a| a.tokens,
             num_json,
-            async move { b.tokens().await },
         )
     }
 
@@ -203,40 +187,34 @@ impl NativeSharedWindow {
 
     #[napi(catch_unwind)]
     pub fn take(&self) -> napi::Result<Answer> {
-        let w = self.inner.clone();
-        let (req, r) = (w.ask(true, None), w.clone());
         call(
             self.wire,
-            req,
-            move |v| Ok(r.answer(v)?.taken),
+            &self.inner,
+            Ok(self.inner.ask(true, None)),
+            |a| a.taken,
             bool_json,
-            async move { w.take().await },
         )
     }
 
     #[napi(catch_unwind)]
     pub fn left(&self) -> napi::Result<Answer> {
-        let w = self.inner.clone();
-        let (req, r) = (w.ask(false, None), w.clone());
         call(
             self.wire,
-            req,
-            move |v| Ok(r.answer(v)?.left),
+            &self.inner,
+            Ok(self.inner.ask(false, None)),
+            |a| a.left,
             int_json,
-            async move { w.left().await },
         )
     }
 
     #[napi(catch_unwind)]
     pub fn next(&self) -> napi::Result<Answer> {
-        let w = self.inner.clone();
-        let (req, r) = (w.ask(false, None), w.clone());
         call(
             self.wire,
-            req,
-            move |v| Ok(r.answer(v)?.wait),
+            &self.inner,
+            Ok(self.inner.ask(false, None)),
+            |a| a.wait,
             ms_json,
-            async move { w.next().await },
         )
     }
 
@@ -291,64 +269,48 @@ impl NativeSharedGate {
 
     #[napi(catch_unwind)]
     pub fn take(&self) -> napi::Result<Answer> {
-        let g = self.inner.clone();
         let permit = new_permit();
-        let (req, r, p) = (
-            g.ask(GateOp::Take, &permit, None),
-            g.clone(),
-            permit.clone(),
-        );
+        let req = self.inner.ask(GateOp::Take, &permit, None);
+        // Made again on the shared link, the call names the same permit.
         call(
             self.wire,
-            req,
-            move |v| Ok(r.answer(v)?.ok.then_some(p)),
+            &self.inner,
+            Ok(req),
+            move |a| a.ok.then(|| permit.clone()),
             permit_json,
-            // Again on the shared link: the same permit.
-            async move {
-                Ok(g.call(GateOp::Take, &permit, None)
-                    .await?
-                    .ok
-                    .then_some(permit))
-            },
         )
     }
 
     #[napi(catch_unwind)]
     pub fn release(&self, permit: String) -> napi::Result<Answer> {
-        let g = self.inner.clone();
-        let (req, r) = (g.ask(GateOp::Release, &permit, None), g.clone());
         call(
             self.wire,
-            req,
-            move |v| Ok(r.answer(v)?.ok),
+            &self.inner,
+            Ok(self.inner.ask(GateOp::Release, &permit, None)),
+            |a| a.ok,
             bool_json,
-            async move { g.release(&permit).await },
         )
     }
 
     #[napi(catch_unwind)]
     pub fn renew(&self, permit: String) -> napi::Result<Answer> {
-        let g = self.inner.clone();
-        let (req, r) = (g.ask(GateOp::Renew, &permit, None), g.clone());
         call(
             self.wire,
-            req,
-            move |v| Ok(r.answer(v)?.ok),
+            &self.inner,
+            Ok(self.inner.ask(GateOp::Renew, &permit, None)),
+            |a| a.ok,
             bool_json,
-            async move { g.renew(&permit).await },
         )
     }
 
     #[napi(catch_unwind)]
     pub fn held(&self) -> napi::Result<Answer> {
-        let g = self.inner.clone();
-        let (req, r) = (g.ask(GateOp::Held, "", None), g.clone());
         call(
             self.wire,
-            req,
-            move |v| Ok(r.answer(v)?.held),
+            &self.inner,
+            Ok(self.inner.ask(GateOp::Held, "", None)),
+            |a| a.held,
             int_json,
-            async move { g.held().await },
         )
     }
 }

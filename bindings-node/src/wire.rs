@@ -10,11 +10,10 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::future::Future;
 use std::time::Instant;
 
-use headway_core::limit::Req;
 use headway_core::limit::wire::{Fed, Reply, Wire};
+use headway_core::limit::{Limit, Req};
 use headway_core::task::Refused;
 use napi::bindgen_prelude::{Buffer, Either, Either3};
 use napi_derive::napi;
@@ -28,7 +27,7 @@ struct Call {
     /// Reads the reply and renders the answer.
     finish: Box<dyn FnOnce(Result<Reply, Refused>) -> Settled>,
     /// Makes the call again on the shared link under this ticket.
-    again: Box<dyn FnOnce(u32)>,
+    again: Box<dyn FnOnce(u32, Req)>,
 }
 
 thread_local! {
@@ -60,37 +59,41 @@ fn with<R>(id: u32, f: impl FnOnce(&mut Wire<Call>) -> R) -> napi::Result<R> {
     })
 }
 
-/// One limit call: on the wire `id` when there is one and the core takes
-/// it, else on the shared link (`fut`). `read` reads the reply; `render`
-/// makes the JSON text JS parses.
-pub(crate) fn call<T, F>(
+/// One call of `limit`: on the wire `id` when there is one and the core
+/// takes it, else on the shared link. `pick` takes the part of the answer
+/// the method returns; `render` makes the JSON text JS parses. A refused
+/// `req` (a bad argument) is the answer.
+pub(crate) fn call<L: Limit, T: Send + 'static>(
     id: Option<u32>,
-    req: Req,
-    read: impl FnOnce(Reply) -> Result<T, Refused> + 'static,
+    limit: &L,
+    req: Result<Req, Refused>,
+    pick: impl Fn(L::Answer) -> T + Clone + Send + 'static,
     render: fn(T) -> String,
-    fut: F,
-) -> napi::Result<Answer>
-where
-    T: Send + 'static,
-    F: Future<Output = Result<T, Refused>> + Send + 'static,
-{
+) -> napi::Result<Answer> {
+    let req = match req {
+        Ok(r) => r,
+        Err(e) => return Ok(Either3::C(Refusal::from(e))),
+    };
     let Some(id) = id else {
-        return drive(fut, render, render);
+        let run = limit.run(req);
+        return drive(async move { run.await.map(pick) }, render, render);
     };
     let ticket = hub()?.ticket();
+    let (reader, runner, again) = (limit.clone(), limit.clone(), pick.clone());
     let c = Call {
         ticket,
-        finish: Box::new(move |r| match r.and_then(read) {
-            Ok(v) => Settled::Ok(render(v)),
+        finish: Box::new(move |r| match r.and_then(|v| reader.answer(v)) {
+            Ok(a) => Settled::Ok(render(pick(a))),
             Err(e) => Settled::Err(Refusal::from(e)),
         }),
-        again: Box::new(move |t| {
+        again: Box::new(move |t, req| {
+            let run = runner.run(req);
             // Only fails without a hub, which made the ticket above.
-            let _ = spawn_ticketed(t, fut, render);
+            let _ = spawn_ticketed(t, async move { run.await.map(again) }, render);
         }),
     };
-    if let Err((_, c)) = with(id, |w| w.push(Instant::now(), req, c))? {
-        (c.again)(c.ticket);
+    if let Err((req, c)) = with(id, |w| w.push(Instant::now(), req, c))? {
+        (c.again)(c.ticket, req);
     }
     Ok(Either3::B(ticket))
 }
@@ -143,8 +146,8 @@ pub fn wire_busy(id: u32) -> napi::Result<bool> {
 /// shared link. `random` in [0, 1) draws the backoff's jitter.
 #[napi(js_name = "_wireLost", catch_unwind)]
 pub fn wire_lost(id: u32, random: f64) -> napi::Result<()> {
-    for c in with(id, |w| w.lost(Instant::now(), random))? {
-        (c.again)(c.ticket);
+    for (req, c) in with(id, |w| w.lost(Instant::now(), random))? {
+        (c.again)(c.ticket, req);
     }
     Ok(())
 }

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use redis::{Script, Value};
 
 use super::store::{Req, Store};
-use super::{Micros, clock_arg, float_of, script};
+use super::{Limit, Micros, clock_arg, float_of, script};
 use crate::flow::{self, Nanos, SECOND};
 use crate::task::state::Refused;
 
@@ -124,8 +124,7 @@ impl SharedBucket {
         now: Option<Micros>,
     ) -> Result<BucketAnswer, Refused> {
         let req = self.ask(n, take, now)?;
-        let v = self.store.send(&SCRIPT, req).await?;
-        self.answer(v)
+        self.send(req).await
     }
 
     /// [`Self::call`]'s script call, for a connection a binding drives
@@ -147,9 +146,20 @@ impl SharedBucket {
             ],
         ))
     }
+}
+
+impl SharedBucket {
+    async fn send(&self, req: Req) -> Result<BucketAnswer, Refused> {
+        let v = self.store.send(&SCRIPT, req).await?;
+        self.answer(v)
+    }
+}
+
+impl Limit for SharedBucket {
+    type Answer = BucketAnswer;
 
     /// What the script's reply says.
-    pub fn answer(&self, v: Value) -> Result<BucketAnswer, Refused> {
+    fn answer(&self, v: Value) -> Result<BucketAnswer, Refused> {
         let (taken, wait, tokens): (i64, String, String) = self.store.typed(v)?;
         Ok(BucketAnswer {
             taken: taken == 1,
@@ -160,5 +170,13 @@ impl SharedBucket {
             },
             tokens: float_of(&tokens)?,
         })
+    }
+
+    fn run(
+        &self,
+        req: Req,
+    ) -> impl Future<Output = Result<BucketAnswer, Refused>> + Send + 'static {
+        let me = self.clone();
+        async move { me.send(req).await }
     }
 }

@@ -16,7 +16,7 @@ use std::sync::LazyLock;
 use redis::{Script, Value};
 
 use super::store::{Req, Store};
-use super::{Micros, clock_arg, micros_up, script};
+use super::{Limit, Micros, clock_arg, micros_up, script};
 use crate::flow::{self, Nanos, SECOND};
 use crate::task::state::Refused;
 
@@ -146,8 +146,7 @@ impl SharedGate {
         permit: &str,
         now: Option<Micros>,
     ) -> Result<GateAnswer, Refused> {
-        let v = self.store.send(&SCRIPT, self.ask(op, permit, now)).await?;
-        self.answer(v)
+        self.send(self.ask(op, permit, now)).await
     }
 
     /// [`Self::call`]'s script call, for a connection a binding drives
@@ -161,15 +160,31 @@ impl SharedGate {
             &[op.arg(), &self.limit_arg, &self.lease_arg, permit, &now],
         )
     }
+}
+
+impl SharedGate {
+    async fn send(&self, req: Req) -> Result<GateAnswer, Refused> {
+        let v = self.store.send(&SCRIPT, req).await?;
+        self.answer(v)
+    }
+}
+
+impl Limit for SharedGate {
+    type Answer = GateAnswer;
 
     /// What the script's reply says.
-    pub fn answer(&self, v: Value) -> Result<GateAnswer, Refused> {
+    fn answer(&self, v: Value) -> Result<GateAnswer, Refused> {
         let (ok, held, soonest): (i64, i64, i64) = self.store.typed(v)?;
         Ok(GateAnswer {
             ok: ok == 1,
             held,
             soonest: (soonest >= 0).then(|| soonest.saturating_mul(1000)),
         })
+    }
+
+    fn run(&self, req: Req) -> impl Future<Output = Result<GateAnswer, Refused>> + Send + 'static {
+        let me = self.clone();
+        async move { me.send(req).await }
     }
 }
 

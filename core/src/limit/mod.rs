@@ -43,6 +43,19 @@ pub use window::{SharedWindow, WindowAnswer};
 use crate::flow::{Invalid, Nanos};
 use crate::task::state::Refused;
 
+/// A shared limit as a binding that makes its calls itself sees it
+/// ([`wire`]): each call is asked (`ask`, on each type), its reply read
+/// here, or the call made on the shared link instead.
+pub trait Limit: Clone + Send + Sync + 'static {
+    /// What one call answers.
+    type Answer: Send + 'static;
+    /// What the script's reply says.
+    fn answer(&self, v: wire::Reply) -> Result<Self::Answer, Refused>;
+    /// `req` made on the shared link (through a short outage), answered.
+    fn run(&self, req: Req)
+    -> impl Future<Output = Result<Self::Answer, Refused>> + Send + 'static;
+}
+
 /// Microseconds: Redis `TIME`'s unit, the scripts' clock.
 pub type Micros = i64;
 

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use redis::{Script, Value};
 
 use super::store::{Req, Store};
-use super::{Micros, clock_arg, micros_up, script};
+use super::{Limit, Micros, clock_arg, micros_up, script};
 use crate::flow::{self, Nanos};
 use crate::task::state::Refused;
 
@@ -110,8 +110,7 @@ impl SharedWindow {
     /// expiry.
     #[doc(hidden)]
     pub async fn call(&self, take: bool, now: Option<Micros>) -> Result<WindowAnswer, Refused> {
-        let v = self.store.send(&SCRIPT, self.ask(take, now)).await?;
-        self.answer(v)
+        self.send(self.ask(take, now)).await
     }
 
     /// [`Self::call`]'s script call, for a connection a binding drives
@@ -129,9 +128,20 @@ impl SharedWindow {
             ],
         )
     }
+}
+
+impl SharedWindow {
+    async fn send(&self, req: Req) -> Result<WindowAnswer, Refused> {
+        let v = self.store.send(&SCRIPT, req).await?;
+        self.answer(v)
+    }
+}
+
+impl Limit for SharedWindow {
+    type Answer = WindowAnswer;
 
     /// What the script's reply says.
-    pub fn answer(&self, v: Value) -> Result<WindowAnswer, Refused> {
+    fn answer(&self, v: Value) -> Result<WindowAnswer, Refused> {
         let (taken, wait, left): (i64, i64, i64) = self.store.typed(v)?;
         Ok(WindowAnswer {
             taken: taken == 1,
@@ -142,5 +152,13 @@ impl SharedWindow {
             },
             left,
         })
+    }
+
+    fn run(
+        &self,
+        req: Req,
+    ) -> impl Future<Output = Result<WindowAnswer, Refused>> + Send + 'static {
+        let me = self.clone();
+        async move { me.send(req).await }
     }
 }

@@ -197,17 +197,17 @@ impl<P> Wire<P> {
     }
 
     /// The socket closed (or was given up): the calls that waited, to be
-    /// made again on the shared link. When calls were lost with it, the
+    /// made again on the shared link ([`super::Limit::run`]). When calls were lost with it, the
     /// next ones take the shared link too for a backoff (`random` in
     /// [0, 1) draws its jitter); an idle socket closed by Redis costs none.
-    pub fn lost(&mut self, now: Instant, random: f64) -> Vec<P> {
+    pub fn lost(&mut self, now: Instant, random: f64) -> Vec<(Req, P)> {
         let failed = self.busy();
         self.open = false;
         self.dial = false;
         self.hello = 0;
         self.outbox.clear();
         self.inbox.clear();
-        let waiting: Vec<P> = self.pending.drain(..).map(|(_, p)| p).collect();
+        let waiting: Vec<(Req, P)> = self.pending.drain(..).collect();
         if failed {
             self.failures = self.failures.saturating_add(1);
             let d = self.backoff.delay(self.failures, random, self.last_delay);
@@ -358,7 +358,13 @@ mod tests {
         let mut w: Wire<u32> = Wire::new("redis://127.0.0.1:1").unwrap().unwrap();
         let now = Instant::now();
         w.push(now, req(), 1).ok().unwrap();
-        assert_eq!(w.lost(now, 0.999), vec![1]);
+        assert_eq!(
+            w.lost(now, 0.999)
+                .into_iter()
+                .map(|(_, p)| p)
+                .collect::<Vec<_>>(),
+            vec![1]
+        );
         // Within the backoff the call is handed back at once.
         assert_eq!(w.push(now, req(), 2).err().unwrap().1, 2);
         let later = now + Duration::from_secs(3);
