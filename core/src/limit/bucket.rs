@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use redis::{Script, Value};
 
 use super::store::{Req, Store};
-use super::{Limit, Micros, clock_arg, float_of, script};
+use super::{Limit, Micros, clock_arg, float_of, limit_impl, script};
 use crate::flow::{self, Nanos, SECOND};
 use crate::task::state::Refused;
 
@@ -148,35 +148,15 @@ impl SharedBucket {
     }
 }
 
-impl SharedBucket {
-    async fn send(&self, req: Req) -> Result<BucketAnswer, Refused> {
-        let v = self.store.send(&SCRIPT, req).await?;
-        self.answer(v)
-    }
-}
-
-impl Limit for SharedBucket {
-    type Answer = BucketAnswer;
-
-    /// What the script's reply says.
-    fn answer(&self, v: Value) -> Result<BucketAnswer, Refused> {
-        let (taken, wait, tokens): (i64, String, String) = self.store.typed(v)?;
-        Ok(BucketAnswer {
-            taken: taken == 1,
-            wait: if wait == "inf" {
-                i64::MAX
-            } else {
-                flow::nanos(float_of(&wait)?)
-            },
-            tokens: float_of(&tokens)?,
-        })
-    }
-
-    fn run(
-        &self,
-        req: Req,
-    ) -> impl Future<Output = Result<BucketAnswer, Refused>> + Send + 'static {
-        let me = self.clone();
-        async move { me.send(req).await }
-    }
-}
+limit_impl!(SharedBucket, BucketAnswer, |me, v| {
+    let (taken, wait, tokens): (i64, String, String) = me.store.typed(v)?;
+    Ok(BucketAnswer {
+        taken: taken == 1,
+        wait: if wait == "inf" {
+            i64::MAX
+        } else {
+            flow::nanos(float_of(&wait)?)
+        },
+        tokens: float_of(&tokens)?,
+    })
+});

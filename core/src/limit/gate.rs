@@ -16,7 +16,7 @@ use std::sync::LazyLock;
 use redis::{Script, Value};
 
 use super::store::{Req, Store};
-use super::{Limit, Micros, clock_arg, micros_up, script};
+use super::{Limit, Micros, clock_arg, limit_impl, micros_up, script};
 use crate::flow::{self, Nanos, SECOND};
 use crate::task::state::Refused;
 
@@ -162,31 +162,14 @@ impl SharedGate {
     }
 }
 
-impl SharedGate {
-    async fn send(&self, req: Req) -> Result<GateAnswer, Refused> {
-        let v = self.store.send(&SCRIPT, req).await?;
-        self.answer(v)
-    }
-}
-
-impl Limit for SharedGate {
-    type Answer = GateAnswer;
-
-    /// What the script's reply says.
-    fn answer(&self, v: Value) -> Result<GateAnswer, Refused> {
-        let (ok, held, soonest): (i64, i64, i64) = self.store.typed(v)?;
-        Ok(GateAnswer {
-            ok: ok == 1,
-            held,
-            soonest: (soonest >= 0).then(|| soonest.saturating_mul(1000)),
-        })
-    }
-
-    fn run(&self, req: Req) -> impl Future<Output = Result<GateAnswer, Refused>> + Send + 'static {
-        let me = self.clone();
-        async move { me.send(req).await }
-    }
-}
+limit_impl!(SharedGate, GateAnswer, |me, v| {
+    let (ok, held, soonest): (i64, i64, i64) = me.store.typed(v)?;
+    Ok(GateAnswer {
+        ok: ok == 1,
+        held,
+        soonest: (soonest >= 0).then(|| soonest.saturating_mul(1000)),
+    })
+});
 
 /// A fresh permit id for [`SharedGate::ask`]'s take.
 pub fn new_permit() -> String {

@@ -56,6 +56,37 @@ pub trait Limit: Clone + Send + Sync + 'static {
     -> impl Future<Output = Result<Self::Answer, Refused>> + Send + 'static;
 }
 
+/// [`Limit`] for a limit type whose `store` runs its file's `SCRIPT`, the
+/// reply read by `$read` (`$me` the limit, `$v` the reply).
+macro_rules! limit_impl {
+    ($ty:ty, $answer:ty, |$me:ident, $v:ident| $read:block) => {
+        impl $ty {
+            async fn send(&self, req: Req) -> Result<$answer, Refused> {
+                let v = self.store.send(&SCRIPT, req).await?;
+                self.answer(v)
+            }
+        }
+
+        impl Limit for $ty {
+            type Answer = $answer;
+
+            fn answer(&self, $v: Value) -> Result<$answer, Refused> {
+                let $me = self;
+                $read
+            }
+
+            fn run(
+                &self,
+                req: Req,
+            ) -> impl Future<Output = Result<$answer, Refused>> + Send + 'static {
+                let me = self.clone();
+                async move { me.send(req).await }
+            }
+        }
+    };
+}
+pub(crate) use limit_impl;
+
 /// Microseconds: Redis `TIME`'s unit, the scripts' clock.
 pub type Micros = i64;
 

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use redis::{Script, Value};
 
 use super::store::{Req, Store};
-use super::{Limit, Micros, clock_arg, micros_up, script};
+use super::{Limit, Micros, clock_arg, limit_impl, micros_up, script};
 use crate::flow::{self, Nanos};
 use crate::task::state::Refused;
 
@@ -130,35 +130,15 @@ impl SharedWindow {
     }
 }
 
-impl SharedWindow {
-    async fn send(&self, req: Req) -> Result<WindowAnswer, Refused> {
-        let v = self.store.send(&SCRIPT, req).await?;
-        self.answer(v)
-    }
-}
-
-impl Limit for SharedWindow {
-    type Answer = WindowAnswer;
-
-    /// What the script's reply says.
-    fn answer(&self, v: Value) -> Result<WindowAnswer, Refused> {
-        let (taken, wait, left): (i64, i64, i64) = self.store.typed(v)?;
-        Ok(WindowAnswer {
-            taken: taken == 1,
-            wait: if wait < 0 {
-                i64::MAX
-            } else {
-                wait.saturating_mul(1000)
-            },
-            left,
-        })
-    }
-
-    fn run(
-        &self,
-        req: Req,
-    ) -> impl Future<Output = Result<WindowAnswer, Refused>> + Send + 'static {
-        let me = self.clone();
-        async move { me.send(req).await }
-    }
-}
+limit_impl!(SharedWindow, WindowAnswer, |me, v| {
+    let (taken, wait, left): (i64, i64, i64) = me.store.typed(v)?;
+    Ok(WindowAnswer {
+        taken: taken == 1,
+        wait: if wait < 0 {
+            i64::MAX
+        } else {
+            wait.saturating_mul(1000)
+        },
+        left,
+    })
+});
