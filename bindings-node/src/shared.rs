@@ -9,6 +9,8 @@
 //! milliseconds is `null` for never. `wait()` loops in the core, on the
 //! shared link.
 
+use std::sync::Arc;
+
 use headway_core::limit::{GateOp, SharedBucket, SharedGate, SharedWindow, new_permit};
 use headway_core::task::Refused;
 use napi_derive::napi;
@@ -66,7 +68,7 @@ fn permit_json(p: Option<String>) -> String {
 /// A token bucket in Redis (`lib/limits.js`'s `SharedBucket`).
 #[napi]
 pub struct NativeSharedBucket {
-    inner: SharedBucket,
+    inner: Arc<SharedBucket>,
     wire: Option<u32>,
 }
 
@@ -76,7 +78,7 @@ impl NativeSharedBucket {
     pub fn new(url: String, key: String, rate: f64, burst: Option<f64>) -> napi::Result<Self> {
         let inner = SharedBucket::new(&url, &key, rate, burst).map_err(refused)?;
         Ok(NativeSharedBucket {
-            inner,
+            inner: Arc::new(inner),
             wire: wire_for(&url),
         })
     }
@@ -146,7 +148,7 @@ impl NativeSharedBucket {
 /// A sliding window in Redis (`lib/limits.js`'s `SharedWindow`).
 #[napi]
 pub struct NativeSharedWindow {
-    inner: SharedWindow,
+    inner: Arc<SharedWindow>,
     wire: Option<u32>,
 }
 
@@ -158,7 +160,7 @@ impl NativeSharedWindow {
         let limit = int_arg("limit", limit)?;
         let inner = SharedWindow::new(&url, &key, limit, ns(per)).map_err(refused)?;
         Ok(NativeSharedWindow {
-            inner,
+            inner: Arc::new(inner),
             wire: wire_for(&url),
         })
     }
@@ -228,7 +230,7 @@ impl NativeSharedWindow {
 /// A concurrency gate in Redis (`lib/limits.js`'s `SharedGate`).
 #[napi]
 pub struct NativeSharedGate {
-    inner: SharedGate,
+    inner: Arc<SharedGate>,
     wire: Option<u32>,
 }
 
@@ -240,7 +242,7 @@ impl NativeSharedGate {
         let n = int_arg("n", n)?;
         let inner = SharedGate::new(&url, &key, n, lease.map(ns)).map_err(refused)?;
         Ok(NativeSharedGate {
-            inner,
+            inner: Arc::new(inner),
             wire: wire_for(&url),
         })
     }

@@ -15,7 +15,7 @@ use std::time::Instant;
 use headway_core::limit::wire::{Fed, Reply, Wire};
 use headway_core::limit::{Limit, Req};
 use headway_core::task::Refused;
-use napi::bindgen_prelude::{Buffer, Either, Either3};
+use napi::bindgen_prelude::{BufferSlice, Either, Either3};
 use napi_derive::napi;
 
 use crate::tasks::Refusal;
@@ -113,15 +113,15 @@ pub fn wire_address(id: u32) -> napi::Result<(String, u32, f64)> {
 
 /// The bytes to write on wire `id`'s socket now, or `null`.
 #[napi(js_name = "_wireFlush", catch_unwind)]
-pub fn wire_flush(id: u32) -> napi::Result<Option<Buffer>> {
-    with(id, |w| w.flush().map(|(bytes, _)| bytes.into()))
+pub fn wire_flush(id: u32) -> napi::Result<Option<String>> {
+    with(id, |w| w.flush().map(|(text, _)| text))
 }
 
 /// Bytes wire `id`'s socket read: the settled tickets as `_hubDrain`'s
 /// text, `null` when none, or `false` when the socket is done: close it
 /// and call `_wireLost`.
 #[napi(js_name = "_wireFeed", catch_unwind)]
-pub fn wire_feed(id: u32, bytes: Buffer) -> napi::Result<Option<Either<String, bool>>> {
+pub fn wire_feed(id: u32, bytes: BufferSlice) -> napi::Result<Option<Either<String, bool>>> {
     match with(id, |w| w.feed(&bytes))? {
         Fed::Answers(a) if a.is_empty() => Ok(None),
         Fed::Answers(a) => {

@@ -56,6 +56,20 @@ pub trait Limit: Clone + Send + Sync + 'static {
     -> impl Future<Output = Result<Self::Answer, Refused>> + Send + 'static;
 }
 
+/// A limit held behind an `Arc` (a binding's handle): a call clones a
+/// pointer, not the limit's key and arguments.
+impl<L: Limit> Limit for std::sync::Arc<L> {
+    type Answer = L::Answer;
+
+    fn answer(&self, v: wire::Reply) -> Result<L::Answer, Refused> {
+        (**self).answer(v)
+    }
+
+    fn run(&self, req: Req) -> impl Future<Output = Result<L::Answer, Refused>> + Send + 'static {
+        (**self).run(req)
+    }
+}
+
 /// [`Limit`] for a limit type whose `store` runs its file's `SCRIPT`, the
 /// reply read by `$read` (`$me` the limit, `$v` the reply).
 macro_rules! limit_impl {

@@ -151,13 +151,20 @@ impl<P> Wire<P> {
     }
 
     /// The bytes to write now, if any, and whether the socket must be made
-    /// first (the first bytes after [`Wire::new`] or a lost socket).
-    pub fn flush(&mut self) -> Option<(Vec<u8>, bool)> {
+    /// first (the first bytes after [`Wire::new`] or a lost socket). They
+    /// are text: every part of a call is (a key, a script, numbers), so a
+    /// binding may hand them on as a string, which costs less than a
+    /// buffer it must free.
+    pub fn flush(&mut self) -> Option<(String, bool)> {
         if self.outbox.is_empty() {
             return None;
         }
         let dial = std::mem::replace(&mut self.dial, false);
-        Some((std::mem::take(&mut self.outbox), dial))
+        let bytes = std::mem::take(&mut self.outbox);
+        // Always text (see above); `from_utf8` only checks.
+        let text = String::from_utf8(bytes)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        Some((text, dial))
     }
 
     /// Bytes the socket received: the calls they answer. A call Redis had
@@ -170,7 +177,12 @@ impl<P> Wire<P> {
         while let Some(len) = frame(&self.inbox[at..]) {
             let frame = &self.inbox[at..at + len];
             at += len;
-            let reply = redis::parse_redis_value(frame).and_then(Value::extract_error);
+            let reply = match value(frame) {
+                Some((v, _)) => Ok(v),
+                // An error reply, or what no script answers: redis-rs
+                // reads it (and names a `NOSCRIPT`).
+                None => redis::parse_redis_value(frame).and_then(Value::extract_error),
+            };
             if self.hello > 0 {
                 self.hello -= 1;
                 if reply.is_err() {
@@ -248,12 +260,65 @@ fn pack_call(out: &mut Vec<u8>, req: &Req, sha: bool) -> bool {
 
 /// A command as RESP: an array of bulk strings.
 fn pack(out: &mut Vec<u8>, parts: &[&[u8]]) {
-    use std::io::Write;
-    let _ = write!(out, "*{}\r\n", parts.len());
+    out.push(b'*');
+    digits(out, parts.len());
     for p in parts {
-        let _ = write!(out, "${}\r\n", p.len());
+        out.push(b'$');
+        digits(out, p.len());
         out.extend_from_slice(p);
         out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// `n` in decimal, then CRLF.
+fn digits(out: &mut Vec<u8>, mut n: usize) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A whole RESP2 reply that is not an error, read directly, and its
+/// length: the replies the scripts give (numbers, texts, arrays of them)
+/// and the handshake's `+OK`. `None` for anything else. redis-rs's own
+/// parser is a general one, and cost a Node `take()` a microsecond.
+fn value(b: &[u8]) -> Option<(Value, usize)> {
+    let line = b.windows(2).position(|w| w == b"\r\n")?;
+    let head = line + 2;
+    let text = std::str::from_utf8(&b[1..line]).ok()?;
+    match *b.first()? {
+        b'+' if text == "OK" => Some((Value::Okay, head)),
+        b'+' => Some((Value::SimpleString(text.to_string()), head)),
+        b':' => Some((Value::Int(text.parse().ok()?), head)),
+        b'$' => match text.parse::<i64>().ok()? {
+            -1 => Some((Value::Nil, head)),
+            n if n >= 0 => {
+                let end = head + n as usize;
+                let data = b.get(head..end)?.to_vec();
+                (b.get(end..end + 2)? == b"\r\n").then_some((Value::BulkString(data), end + 2))
+            }
+            _ => None,
+        },
+        b'*' => {
+            let n: usize = text.parse().ok()?;
+            let mut items = Vec::with_capacity(n);
+            let mut at = head;
+            for _ in 0..n {
+                let (v, len) = value(&b[at..])?;
+                items.push(v);
+                at += len;
+            }
+            Some((Value::Array(items), at))
+        }
+        _ => None,
     }
 }
 
@@ -289,6 +354,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn reads_replies_as_redis_rs_does() {
+        for reply in [
+            &b"+OK\r\n"[..],
+            b"+PONG\r\n",
+            b":-7\r\n",
+            b"$-1\r\n",
+            b"$0\r\n\r\n",
+            b"$5\r\nab\r\nc\r\n",
+            b"*3\r\n:1\r\n$3\r\ninf\r\n$4\r\n0.25\r\n",
+            b"*0\r\n",
+            b"*2\r\n*1\r\n:1\r\n$-1\r\n",
+        ] {
+            let (v, len) = value(reply).unwrap();
+            assert_eq!(len, reply.len());
+            assert_eq!(v, redis::parse_redis_value(reply).unwrap(), "{reply:?}");
+        }
+        // Errors, and what is not RESP2, are left to redis-rs.
+        assert!(value(b"-ERR x\r\n").is_none());
+        assert!(value(b"*1\r\n-ERR x\r\n").is_none());
+        assert!(value(b"%1\r\n").is_none());
+        assert!(value(b"$3\r\nabcd\r\n").is_none());
+    }
+
+    #[test]
     fn frames_whole_replies_only() {
         assert_eq!(frame(b"+OK\r\n"), Some(5));
         assert_eq!(frame(b"+OK\r"), None);
@@ -317,9 +406,8 @@ mod tests {
         assert!(w.flush().is_none());
         w.push(now, req(), 1).ok().unwrap();
         w.push(now, req(), 2).ok().unwrap();
-        let (bytes, dial) = w.flush().unwrap();
+        let (text, dial) = w.flush().unwrap();
         assert!(dial);
-        let text = String::from_utf8(bytes).unwrap();
         assert!(
             text.starts_with("*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n2\r\n")
         );
@@ -336,13 +424,9 @@ mod tests {
         assert_eq!(a.len(), 1);
         assert_eq!(a[0].0, 2);
         assert_eq!(a[0].1.as_ref().unwrap(), &Value::Int(7));
-        let (bytes, dial) = w.flush().unwrap();
+        let (text, dial) = w.flush().unwrap();
         assert!(!dial);
-        assert!(
-            String::from_utf8(bytes)
-                .unwrap()
-                .contains("$4\r\nEVAL\r\n$8\r\nreturn 1\r\n")
-        );
+        assert!(text.contains("$4\r\nEVAL\r\n$8\r\nreturn 1\r\n"));
         // An error from the EVAL is the answer (no third try).
         let Fed::Answers(a) = w.feed(b"-ERR boom\r\n") else {
             panic!("broken")
