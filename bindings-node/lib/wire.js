@@ -55,8 +55,14 @@ function dial(id) {
       sock.destroy();
       return;
     }
-    if (r !== null) settle(r);
-    flush(id);
+    if (r === null) return;
+    if (r === true) {
+      flush(id);
+      return;
+    }
+    // A leading space: bytes wait to be written (a call sent again).
+    if (r.charCodeAt(0) === 32) flush(id);
+    settle(r);
   });
   sock.on('timeout', () => {
     if (native._wireBusy(id)) sock.destroy();

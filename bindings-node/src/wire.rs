@@ -118,19 +118,31 @@ pub fn wire_flush(id: u32) -> napi::Result<Option<String>> {
 }
 
 /// Bytes wire `id`'s socket read: the settled tickets as `_hubDrain`'s
-/// text, `null` when none, or `false` when the socket is done: close it
-/// and call `_wireLost`.
+/// text, `null` when none, or `false` when the socket is done (close it
+/// and call `_wireLost`). When bytes wait to be written (a call queued
+/// again as `EVAL`) the text starts with a space, `true` when nothing
+/// settled: JS then calls `_wireFlush` — a call it saves on every other
+/// reply.
 #[napi(js_name = "_wireFeed", catch_unwind)]
 pub fn wire_feed(id: u32, bytes: BufferSlice) -> napi::Result<Option<Either<String, bool>>> {
-    match with(id, |w| w.feed(&bytes))? {
-        Fed::Answers(a) if a.is_empty() => Ok(None),
+    let (fed, unsent) = with(id, |w| {
+        let fed = w.feed(&bytes);
+        (fed, w.unsent())
+    })?;
+    match fed {
+        Fed::Answers(a) if a.is_empty() => Ok(unsent.then_some(Either::B(true))),
         Fed::Answers(a) => {
             let done: Vec<(u32, Settled)> = a
                 .into_iter()
                 .map(|(c, r)| (c.ticket, (c.finish)(r)))
                 .collect();
             hub()?.answered(done.len());
-            Ok(Some(Either::A(render(&done))))
+            let text = render(&done);
+            Ok(Some(Either::A(if unsent {
+                format!(" {text}")
+            } else {
+                text
+            })))
         }
         Fed::Broken => Ok(Some(Either::B(false))),
     }

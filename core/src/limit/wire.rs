@@ -111,6 +111,12 @@ impl<P> Wire<P> {
         store::RESPONSE_TIMEOUT
     }
 
+    /// Whether bytes wait to be written ([`Wire::flush`]): after a
+    /// [`Wire::feed`], only when a call was queued again as `EVAL`.
+    pub fn unsent(&self) -> bool {
+        !self.outbox.is_empty()
+    }
+
     /// Whether calls wait for replies (a silent socket then is a dead one).
     pub fn busy(&self) -> bool {
         !self.pending.is_empty() || self.hello > 0
