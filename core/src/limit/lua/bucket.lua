@@ -7,6 +7,9 @@
 -- tokens are there after this call (as text; 'inf' never), `level` the
 -- tokens there after it (as text).
 --
+-- `a` is whole microseconds (Redis TIME, or a test's `now`), written as
+-- an integer: cheaper than the exact float text `t` needs.
+--
 -- Every float step is the in-process bucket's, in its order, on
 -- nanosecond spans: (now - at) * 1000 is exact, so a shared bucket and an
 -- in-process one told the same times give the same answers to the bit.
@@ -23,14 +26,13 @@ if tokens == nil or at == nil then
   tokens, at = burst, now
 end
 
-local function level_at(t)
-  if t <= at then return tokens end
-  local grown = tokens + ((t - at) * 1000) * per_ns
-  if grown > burst then return burst end
-  return grown
+-- The level at `now` (written out rather than as a function: a function
+-- is made again on every call, and this script runs on every take).
+local level = tokens
+if now > at then
+  level = tokens + ((now - at) * 1000) * per_ns
+  if level > burst then level = burst end
 end
-
-local level = level_at(now)
 local taken = 0
 if take then
   if now > at then
@@ -42,7 +44,7 @@ if take then
     level = tokens
     taken = 1
   end
-  redis.call('HSET', key, 't', limit_exact(tokens), 'a', limit_exact(at))
+  redis.call('HSET', key, 't', limit_exact(tokens), 'a', string.format('%d', at))
   if real then
     if per_ns > 0 then
       -- Once full the key says nothing a missing key does not: let it go
