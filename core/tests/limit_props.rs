@@ -222,6 +222,63 @@ fn gate_lease_ends_and_renews() {
 }
 
 #[test]
+fn a_buckets_expiry_moves_only_when_it_must_and_an_old_hash_is_a_full_bucket() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let url = server.url();
+    let rt = headway_core::runtime::runtime().unwrap();
+    rt.block_on(async {
+        let c = redis::Client::open(url.as_str()).unwrap();
+        let mut c = c.get_multiplexed_async_connection().await.unwrap();
+        // A bucket an older headway kept as a hash of texts: read as full,
+        // and written over.
+        let b = SharedBucket::new(&url, "moves", 1.0, Some(10.0)).unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg(b.key())
+            .arg("t")
+            .arg("0")
+            .arg("a")
+            .arg("1")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert!(b.take(5.0).await.unwrap(), "a full bucket");
+        let kind: String = redis::cmd("TYPE")
+            .arg(b.key())
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(kind, "string");
+        let pttl = |c: &mut redis::aio::MultiplexedConnection| {
+            let mut c = c.clone();
+            let key = b.key().to_string();
+            async move {
+                redis::cmd("PTTL")
+                    .arg(key)
+                    .query_async::<i64>(&mut c)
+                    .await
+                    .unwrap()
+            }
+        };
+        // Full again in 5 s: the expiry set to 2 s past that.
+        let first = pttl(&mut c).await;
+        assert!((6_000..=7_000).contains(&first), "{first}");
+        // A little more taken: full in 5.1 s, still under the expiry less a
+        // second — kept, not set again (it only ran down).
+        assert!(b.take(0.1).await.unwrap());
+        let kept = pttl(&mut c).await;
+        assert!(kept <= first && kept > 6_000, "{first} then {kept}");
+        // Four more: full in 9.1 s, past it — moved to 2 s beyond.
+        assert!(b.take(4.0).await.unwrap());
+        let moved = pttl(&mut c).await;
+        assert!((10_000..=11_100).contains(&moved), "{moved}");
+        let left = b.tokens().await.unwrap();
+        assert!((0.9..1.0).contains(&left), "{left}");
+    });
+}
+
+#[test]
 fn real_clock_and_expiry() {
     let Some(server) = RedisServer::start() else {
         return;
@@ -239,8 +296,9 @@ fn real_clock_and_expiry() {
         b.wait(1.0).await.unwrap();
         let err = b.wait(3.0).await.unwrap_err();
         assert!(err.to_string().contains("`n`"), "{err}");
-        // The key expires when the bucket is full again (at most 200 ms)
-        // plus a second.
+        // The key expires one to two seconds after the bucket is full
+        // again (at most 200 ms from now): set two seconds past that when
+        // it must move, kept while it is still a second past.
         let c = redis::Client::open(url.as_str()).unwrap();
         let mut c = c.get_multiplexed_async_connection().await.unwrap();
         let ttl: i64 = redis::cmd("PTTL")
@@ -248,7 +306,7 @@ fn real_clock_and_expiry() {
             .query_async(&mut c)
             .await
             .unwrap();
-        assert!((1000..=1200).contains(&ttl), "{ttl}");
+        assert!((1000..=2200).contains(&ttl), "{ttl}");
 
         let w = SharedWindow::new(&url, "real", 2, 50_000_000).unwrap(); // 50 ms
         assert!(w.take().await.unwrap());

@@ -149,7 +149,16 @@ impl SharedBucket {
 }
 
 limit_impl!(SharedBucket, BucketAnswer, |me, v| {
-    let (taken, wait, tokens): (i64, String, String) = me.store.typed(v)?;
+    let (taken, wait, tokens): (i64, String, Vec<u8>) = me.store.typed(v)?;
+    let tokens = <[u8; 8]>::try_from(tokens.as_slice()).map_err(|_| {
+        Refused::broker(
+            crate::task::state::BrokerErrorKind::Data,
+            format!(
+                "a shared bucket's script answered {} bytes for its level, not 8",
+                tokens.len()
+            ),
+        )
+    })?;
     Ok(BucketAnswer {
         taken: taken == 1,
         wait: if wait == "inf" {
@@ -157,6 +166,6 @@ limit_impl!(SharedBucket, BucketAnswer, |me, v| {
         } else {
             flow::nanos(float_of(&wait)?)
         },
-        tokens: float_of(&tokens)?,
+        tokens: f64::from_le_bytes(tokens),
     })
 });

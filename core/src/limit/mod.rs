@@ -21,7 +21,8 @@
 //!
 //! Every key expires once it says nothing a missing key would not say (a
 //! bucket once full, a window once its newest event left, a gate once its
-//! last lease ended), plus a second: an idle limit costs no memory.
+//! last lease ended), plus a second (a bucket: one to two, so that most
+//! takes need not move its expiry): an idle limit costs no memory.
 //!
 //! Arguments are refused by the in-process constructors (the same error
 //! texts), then the URL and key; a call is refused with the brokers'

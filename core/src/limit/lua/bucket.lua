@@ -1,14 +1,21 @@
--- A token bucket (flow::Bucket's rules) kept in the hash KEYS[1]:
--- `t` tokens as of `a` (microseconds). A missing key is a full bucket.
+-- A token bucket (flow::Bucket's rules) kept in the string KEYS[1]: three
+-- little-endian doubles, `t` tokens as of `a` (microseconds) and `e`, when
+-- the key's expiry was last set to end (microseconds; 0 for none). A
+-- missing key — or one that is not 24 bytes, or not a string (a bucket an
+-- older headway kept as a hash) — is a full bucket.
 --
 -- ARGV: per_ns (tokens per nanosecond), burst, n, take ('1' takes, '0'
 -- only looks), now (microseconds; '' reads Redis TIME).
 -- Answers {taken (0/1), wait, level}: `wait` the nanoseconds until `n`
 -- tokens are there after this call (as text; 'inf' never), `level` the
--- tokens there after it (as text).
+-- tokens there after it (a little-endian double).
 --
--- `a` is whole microseconds (Redis TIME, or a test's `now`), written as
--- an integer: cheaper than the exact float text `t` needs.
+-- Why doubles packed and not text: exact text of a double is a printf
+-- of 17 digits, and a read is a parse; packed, a take is one GET and one
+-- SET with no number written out. With the expiry set only when it must
+-- move (below), Redis spends about 5.4 µs on a take against 7.4 µs for
+-- the hash of decimal texts this replaced (`INFO commandstats`, pipelined
+-- takes on one key).
 --
 -- Every float step is the in-process bucket's, in its order, on
 -- nanosecond spans: (now - at) * 1000 is exact, so a shared bucket and an
@@ -20,10 +27,13 @@ local n = tonumber(ARGV[3])
 local take = ARGV[4] == '1'
 local now, real = limit_now(ARGV[5])
 
-local kept = redis.call('HMGET', key, 't', 'a')
-local tokens, at = tonumber(kept[1]), tonumber(kept[2])
-if tokens == nil or at == nil then
-  tokens, at = burst, now
+local tokens, at, till
+local kept = redis.pcall('GET', key)
+if type(kept) == 'string' and #kept == 24 then
+  tokens, at, till = struct.unpack('<ddd', kept)
+end
+if tokens == nil then
+  tokens, at, till = burst, now, 0
 end
 
 -- The level at `now` (written out rather than as a function: a function
@@ -33,6 +43,7 @@ if now > at then
   level = tokens + ((now - at) * 1000) * per_ns
   if level > burst then level = burst end
 end
+
 local taken = 0
 if take then
   if now > at then
@@ -44,16 +55,22 @@ if take then
     level = tokens
     taken = 1
   end
-  redis.call('HSET', key, 't', limit_exact(tokens), 'a', string.format('%d', at))
-  if real then
-    if per_ns > 0 then
-      -- Once full the key says nothing a missing key does not: let it go
-      -- a second after it would be full.
-      local full_ms = math.ceil((burst - tokens) / per_ns / 1000000)
-      redis.call('PEXPIRE', key, math.min(full_ms + 1000, 1e12))
+  if real and per_ns > 0 then
+    -- Once full the key says nothing a missing key does not: it goes one
+    -- to two seconds after it would be full. The expiry is moved only
+    -- when it would come less than a second after that, so most takes
+    -- keep it (KEEPTTL) rather than set it again.
+    local full = math.ceil((burst - tokens) / per_ns / 1000)
+    if till >= now + full + 1000000 then
+      redis.call('SET', key, struct.pack('<ddd', tokens, at, till), 'KEEPTTL')
     else
-      redis.call('PERSIST', key)
+      local ms = math.min(math.ceil(full / 1000) + 2000, 1e12)
+      redis.call('SET', key, struct.pack('<ddd', tokens, at, now + ms * 1000), 'PX', ms)
     end
+  else
+    -- A zero rate is never full again, and a test's own clock is not
+    -- Redis's: no expiry.
+    redis.call('SET', key, struct.pack('<ddd', tokens, at, 0))
   end
 end
 
@@ -66,4 +83,4 @@ else
   -- Rounded up, so that sleeping exactly this long is enough.
   wait = limit_exact(math.ceil((n - level) / per_ns))
 end
-return {taken, wait, limit_exact(level)}
+return {taken, wait, struct.pack('<d', level)}
