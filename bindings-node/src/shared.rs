@@ -11,13 +11,13 @@
 
 use std::sync::Arc;
 
-use headway_core::limit::{GateOp, SharedBucket, SharedGate, SharedWindow, new_permit};
+use headway_core::limit::{Asked, SharedBucket, SharedGate, SharedWindow, new_permit};
 use headway_core::task::Refused;
 use napi_derive::napi;
 
 use crate::tasks::hub::{Answer, drive};
 use crate::units::{ms, ns};
-use crate::wire::{call, wire_for};
+use crate::wire::{call, call_with, wire_for};
 
 fn refused(r: Refused) -> napi::Error {
     napi::Error::new(
@@ -107,24 +107,12 @@ impl NativeSharedBucket {
 
     #[napi(catch_unwind)]
     pub fn take(&self, n: f64) -> napi::Result<Answer> {
-        call(
-            self.wire,
-            &self.inner,
-            self.inner.ask(n, true, None),
-            |a| a.taken,
-            bool_json,
-        )
+        call(self.wire, &self.inner, self.inner.ask_take(n), bool_json)
     }
 
     #[napi(catch_unwind)]
     pub fn next(&self, n: f64) -> napi::Result<Answer> {
-        call(
-            self.wire,
-            &self.inner,
-            self.inner.ask(n, false, None),
-            |a| a.wait,
-            ms_json,
-        )
+        call(self.wire, &self.inner, self.inner.ask_next(n), ms_json)
     }
 
     #[napi(catch_unwind)]
@@ -132,8 +120,7 @@ impl NativeSharedBucket {
         call(
             self.wire,
             &self.inner,
-            self.inner.ask(0.0, false, None),
-            |a| a.tokens,
+            Ok(self.inner.ask_tokens()),
             num_json,
         )
     }
@@ -189,35 +176,17 @@ impl NativeSharedWindow {
 
     #[napi(catch_unwind)]
     pub fn take(&self) -> napi::Result<Answer> {
-        call(
-            self.wire,
-            &self.inner,
-            Ok(self.inner.ask(true, None)),
-            |a| a.taken,
-            bool_json,
-        )
+        call(self.wire, &self.inner, Ok(self.inner.ask_take()), bool_json)
     }
 
     #[napi(catch_unwind)]
     pub fn left(&self) -> napi::Result<Answer> {
-        call(
-            self.wire,
-            &self.inner,
-            Ok(self.inner.ask(false, None)),
-            |a| a.left,
-            int_json,
-        )
+        call(self.wire, &self.inner, Ok(self.inner.ask_left()), int_json)
     }
 
     #[napi(catch_unwind)]
     pub fn next(&self) -> napi::Result<Answer> {
-        call(
-            self.wire,
-            &self.inner,
-            Ok(self.inner.ask(false, None)),
-            |a| a.wait,
-            ms_json,
-        )
+        call(self.wire, &self.inner, Ok(self.inner.ask_next()), ms_json)
     }
 
     #[napi(catch_unwind)]
@@ -272,13 +241,13 @@ impl NativeSharedGate {
     #[napi(catch_unwind)]
     pub fn take(&self) -> napi::Result<Answer> {
         let permit = new_permit();
-        let req = self.inner.ask(GateOp::Take, &permit, None);
+        let Asked { req, pick } = self.inner.ask_take(&permit);
         // Made again on the shared link, the call names the same permit.
-        call(
+        call_with(
             self.wire,
             &self.inner,
-            Ok(req),
-            move |a| a.ok.then(|| permit.clone()),
+            req,
+            move |a| pick(a).then(|| permit.clone()),
             permit_json,
         )
     }
@@ -288,8 +257,7 @@ impl NativeSharedGate {
         call(
             self.wire,
             &self.inner,
-            Ok(self.inner.ask(GateOp::Release, &permit, None)),
-            |a| a.ok,
+            Ok(self.inner.ask_release(&permit)),
             bool_json,
         )
     }
@@ -299,20 +267,13 @@ impl NativeSharedGate {
         call(
             self.wire,
             &self.inner,
-            Ok(self.inner.ask(GateOp::Renew, &permit, None)),
-            |a| a.ok,
+            Ok(self.inner.ask_renew(&permit)),
             bool_json,
         )
     }
 
     #[napi(catch_unwind)]
     pub fn held(&self) -> napi::Result<Answer> {
-        call(
-            self.wire,
-            &self.inner,
-            Ok(self.inner.ask(GateOp::Held, "", None)),
-            |a| a.held,
-            int_json,
-        )
+        call(self.wire, &self.inner, Ok(self.inner.ask_held()), int_json)
     }
 }

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use headway_core::limit::wire::{Fed, Reply, Wire};
-use headway_core::limit::{Limit, Req};
+use headway_core::limit::{Asked, Limit, Req};
 use headway_core::task::Refused;
 use napi::bindgen_prelude::{BufferSlice, Either, Either3};
 use napi_derive::napi;
@@ -59,21 +59,31 @@ fn with<R>(id: u32, f: impl FnOnce(&mut Wire<Call>) -> R) -> napi::Result<R> {
     })
 }
 
-/// One call of `limit`: on the wire `id` when there is one and the core
-/// takes it, else on the shared link. `pick` takes the part of the answer
-/// the method returns; `render` makes the JSON text JS parses. A refused
-/// `req` (a bad argument) is the answer.
+/// One of `limit`'s methods, asked of the core: made on the wire `id`
+/// when there is one and the core takes it, else on the shared link;
+/// `render` makes the JSON text JS parses. A refused ask (a bad argument)
+/// is the answer.
 pub(crate) fn call<L: Limit, T: Send + 'static>(
     id: Option<u32>,
     limit: &L,
-    req: Result<Req, Refused>,
+    asked: Result<Asked<L::Answer, T>, Refused>,
+    render: fn(T) -> String,
+) -> napi::Result<Answer> {
+    match asked {
+        Ok(a) => call_with(id, limit, a.req, a.pick, render),
+        Err(e) => Ok(Either3::C(Refusal::from(e))),
+    }
+}
+
+/// [`call`] with the part of the answer taken by `pick` (a method whose
+/// answer holds more than the core's reply, as a gate's permit).
+pub(crate) fn call_with<L: Limit, T: Send + 'static>(
+    id: Option<u32>,
+    limit: &L,
+    req: Req,
     pick: impl Fn(L::Answer) -> T + Clone + Send + 'static,
     render: fn(T) -> String,
 ) -> napi::Result<Answer> {
-    let req = match req {
-        Ok(r) => r,
-        Err(e) => return Ok(Either3::C(Refusal::from(e))),
-    };
     let Some(id) = id else {
         let run = limit.run(req);
         return drive(async move { run.await.map(pick) }, render, render);

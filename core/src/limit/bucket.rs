@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use redis::{Script, Value};
 
 use super::store::{Req, Store};
-use super::{Limit, Micros, clock_arg, float_of, limit_impl, script};
+use super::{Asked, Limit, Micros, clock_arg, float_of, limit_impl, script};
 use crate::flow::{self, Nanos, SECOND};
 use crate::task::state::Refused;
 
@@ -78,18 +78,18 @@ impl SharedBucket {
     /// Whether `n` tokens are there now (Redis's clock), taking them if
     /// they are. Refused: an invalid `n` ([`flow::Bucket::check`]), Redis.
     pub async fn take(&self, n: f64) -> Result<bool, Refused> {
-        Ok(self.call(n, true, None).await?.taken)
+        self.made(self.ask_take(n)?).await
     }
 
     /// How long until `n` tokens would be there, without taking them: 0
     /// when they are, `i64::MAX` when they never will be.
     pub async fn next(&self, n: f64) -> Result<Nanos, Refused> {
-        Ok(self.call(n, false, None).await?.wait)
+        self.made(self.ask_next(n)?).await
     }
 
     /// How many tokens are there now.
     pub async fn tokens(&self) -> Result<f64, Refused> {
-        Ok(self.call(0.0, false, None).await?.tokens)
+        self.made(self.ask_tokens()).await
     }
 
     /// Takes `n` tokens, sleeping until they are there: each refusal's
@@ -127,10 +127,38 @@ impl SharedBucket {
         self.send(req).await
     }
 
-    /// [`Self::call`]'s script call, for a connection a binding drives
-    /// ([`super::wire::Wire`]); its reply is read by [`Self::answer`].
+    /// [`Self::take`], asked.
+    pub fn ask_take(&self, n: f64) -> Result<Asked<BucketAnswer, bool>, Refused> {
+        let req = self.ask(n, true, None)?;
+        Ok(Asked {
+            req,
+            pick: |a| a.taken,
+        })
+    }
+
+    /// [`Self::next`], asked.
+    pub fn ask_next(&self, n: f64) -> Result<Asked<BucketAnswer, Nanos>, Refused> {
+        let req = self.ask(n, false, None)?;
+        Ok(Asked {
+            req,
+            pick: |a| a.wait,
+        })
+    }
+
+    /// [`Self::tokens`], asked: a look at no tokens.
+    pub fn ask_tokens(&self) -> Asked<BucketAnswer, f64> {
+        let req = self
+            .ask(0.0, false, None)
+            .expect("0 tokens is a valid look");
+        Asked {
+            req,
+            pick: |a| a.tokens,
+        }
+    }
+
+    /// [`Self::call`]'s script call (the methods' asks are made of it).
     /// Refused: an invalid `n`.
-    pub fn ask(&self, n: f64, take: bool, now: Option<Micros>) -> Result<Req, Refused> {
+    fn ask(&self, n: f64, take: bool, now: Option<Micros>) -> Result<Req, Refused> {
         let n = flow::Bucket::check(n).map_err(super::invalid)?;
         let n = n.to_string();
         let now = clock_arg(now);

@@ -16,7 +16,7 @@ use std::sync::LazyLock;
 use redis::{Script, Value};
 
 use super::store::{Req, Store};
-use super::{Limit, Micros, clock_arg, limit_impl, micros_up, script};
+use super::{Asked, Limit, Micros, clock_arg, limit_impl, micros_up, script};
 use crate::flow::{self, Nanos, SECOND};
 use crate::task::state::Refused;
 
@@ -115,25 +115,25 @@ impl SharedGate {
     /// `None`.
     pub async fn take(&self) -> Result<Option<String>, Refused> {
         let permit = new_permit();
-        let a = self.call(GateOp::Take, &permit, None).await?;
-        Ok(a.ok.then_some(permit))
+        let taken = self.made(self.ask_take(&permit)).await?;
+        Ok(taken.then_some(permit))
     }
 
     /// Gives the permit's room back: whether it was held. A permit released
     /// twice, or whose lease ran out, gives back nothing.
     pub async fn release(&self, permit: &str) -> Result<bool, Refused> {
-        Ok(self.call(GateOp::Release, permit, None).await?.ok)
+        self.made(self.ask_release(permit)).await
     }
 
     /// Starts the permit's lease again: whether it was still held (a
     /// permit whose lease ran out is not, and may not come back).
     pub async fn renew(&self, permit: &str) -> Result<bool, Refused> {
-        Ok(self.call(GateOp::Renew, permit, None).await?.ok)
+        self.made(self.ask_renew(permit)).await
     }
 
     /// How many permits are held now.
     pub async fn held(&self) -> Result<i64, Refused> {
-        Ok(self.call(GateOp::Held, "", None).await?.held)
+        self.made(self.ask_held()).await
     }
 
     /// One call to the script at `now` (microseconds; `None` reads Redis
@@ -149,10 +149,41 @@ impl SharedGate {
         self.send(self.ask(op, permit, now)).await
     }
 
-    /// [`Self::call`]'s script call, for a connection a binding drives
-    /// ([`super::wire::Wire`]); its reply is read by [`Self::answer`]. A
-    /// take names the permit it would hold: [`new_permit`] makes one.
-    pub fn ask(&self, op: GateOp, permit: &str, now: Option<Micros>) -> Req {
+    /// [`Self::take`] of `permit` ([`new_permit`]), asked: whether it was
+    /// taken.
+    pub fn ask_take(&self, permit: &str) -> Asked<GateAnswer, bool> {
+        Asked {
+            req: self.ask(GateOp::Take, permit, None),
+            pick: |a| a.ok,
+        }
+    }
+
+    /// [`Self::release`], asked.
+    pub fn ask_release(&self, permit: &str) -> Asked<GateAnswer, bool> {
+        Asked {
+            req: self.ask(GateOp::Release, permit, None),
+            pick: |a| a.ok,
+        }
+    }
+
+    /// [`Self::renew`], asked.
+    pub fn ask_renew(&self, permit: &str) -> Asked<GateAnswer, bool> {
+        Asked {
+            req: self.ask(GateOp::Renew, permit, None),
+            pick: |a| a.ok,
+        }
+    }
+
+    /// [`Self::held`], asked.
+    pub fn ask_held(&self) -> Asked<GateAnswer, i64> {
+        Asked {
+            req: self.ask(GateOp::Held, "", None),
+            pick: |a| a.held,
+        }
+    }
+
+    /// [`Self::call`]'s script call (the methods' asks are made of it).
+    fn ask(&self, op: GateOp, permit: &str, now: Option<Micros>) -> Req {
         let now = clock_arg(now);
         self.store.req(
             SOURCE,

@@ -39,6 +39,7 @@ pub mod wire;
 pub use bucket::{BucketAnswer, SharedBucket};
 pub use gate::{GateAnswer, GateOp, LEASE, SharedGate, new_permit};
 pub use store::Req;
+
 pub use window::{SharedWindow, WindowAnswer};
 
 use crate::flow::{Invalid, Nanos};
@@ -55,6 +56,15 @@ pub trait Limit: Clone + Send + Sync + 'static {
     /// `req` made on the shared link (through a short outage), answered.
     fn run(&self, req: Req)
     -> impl Future<Output = Result<Self::Answer, Refused>> + Send + 'static;
+}
+
+/// One of a limit's methods asked but not made: its script call, and the
+/// part of the call's answer the method returns. The async methods make
+/// it on the shared link; a binding that makes calls itself
+/// ([`wire`]) makes the same `req` and applies the same `pick`.
+pub struct Asked<A, T> {
+    pub req: Req,
+    pub pick: fn(A) -> T,
 }
 
 /// A limit held behind an `Arc` (a binding's handle): a call clones a
@@ -77,8 +87,14 @@ macro_rules! limit_impl {
     ($ty:ty, $answer:ty, |$me:ident, $v:ident| $read:block) => {
         impl $ty {
             async fn send(&self, req: Req) -> Result<$answer, Refused> {
-                let v = self.store.send(&SCRIPT, req).await?;
+                let v: Value = self.store.run(&SCRIPT, &req.args).await?;
                 self.answer(v)
+            }
+
+            /// A method's call made on the shared link: its part of the
+            /// answer.
+            async fn made<T>(&self, a: $crate::limit::Asked<$answer, T>) -> Result<T, Refused> {
+                Ok((a.pick)(self.send(a.req).await?))
             }
         }
 

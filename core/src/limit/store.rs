@@ -106,28 +106,13 @@ impl Store {
         redis::from_redis_value(v).map_err(|e| self.refused(&RedisError::from(e)))
     }
 
-    /// Runs `req` (a call of `script`) on the shared link: [`Self::run`]
-    /// for a call also made ready for a binding's own connection.
-    pub(crate) async fn send(&self, script: &Script, req: Req) -> Result<Value, Refused> {
-        self.link
-            .link()
-            .patiently(true, |mut c| {
-                let mut inv = script.prepare_invoke();
-                inv.key(&req.key);
-                for a in &req.args {
-                    inv.arg(a.as_str());
-                }
-                async move { inv.invoke_async(&mut c).await }
-            })
-            .await
-    }
-
-    /// Runs `script` on this store's key with `args`, through a short
-    /// outage. A script Redis does not have yet is loaded (`NOSCRIPT`).
-    pub(crate) async fn run<T: FromRedisValue>(
+    /// Runs `script` on this store's key with `args` (a `&[&str]`, or a
+    /// [`Req`]'s own), through a short outage. A script Redis does not
+    /// have yet is loaded (`NOSCRIPT`).
+    pub(crate) async fn run<T: FromRedisValue, A: AsRef<str>>(
         &self,
         script: &Script,
-        args: &[&str],
+        args: &[A],
     ) -> Result<T, Refused> {
         self.link
             .link()
@@ -135,7 +120,7 @@ impl Store {
                 let mut inv = script.prepare_invoke();
                 inv.key(&self.key);
                 for a in args {
-                    inv.arg(*a);
+                    inv.arg(a.as_ref());
                 }
                 async move { inv.invoke_async(&mut c).await }
             })

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use redis::{Script, Value};
 
 use super::store::{Req, Store};
-use super::{Limit, Micros, clock_arg, limit_impl, micros_up, script};
+use super::{Asked, Limit, Micros, clock_arg, limit_impl, micros_up, script};
 use crate::flow::{self, Nanos};
 use crate::task::state::Refused;
 
@@ -73,18 +73,18 @@ impl SharedWindow {
     /// Whether an event is within the quota now (Redis's clock), counting
     /// it if it is.
     pub async fn take(&self) -> Result<bool, Refused> {
-        Ok(self.call(true, None).await?.taken)
+        self.made(self.ask_take()).await
     }
 
     /// How many events remain in the window now.
     pub async fn left(&self) -> Result<i64, Refused> {
-        Ok(self.call(false, None).await?.left)
+        self.made(self.ask_left()).await
     }
 
     /// How long until there is room: 0 when there is, `i64::MAX` when
     /// `limit` is 0.
     pub async fn next(&self) -> Result<Nanos, Refused> {
-        Ok(self.call(false, None).await?.wait)
+        self.made(self.ask_next()).await
     }
 
     /// Counts an event, sleeping until there is room (each refusal says how
@@ -113,9 +113,32 @@ impl SharedWindow {
         self.send(self.ask(take, now)).await
     }
 
-    /// [`Self::call`]'s script call, for a connection a binding drives
-    /// ([`super::wire::Wire`]); its reply is read by [`Self::answer`].
-    pub fn ask(&self, take: bool, now: Option<Micros>) -> Req {
+    /// [`Self::take`], asked.
+    pub fn ask_take(&self) -> Asked<WindowAnswer, bool> {
+        Asked {
+            req: self.ask(true, None),
+            pick: |a| a.taken,
+        }
+    }
+
+    /// [`Self::left`], asked.
+    pub fn ask_left(&self) -> Asked<WindowAnswer, i64> {
+        Asked {
+            req: self.ask(false, None),
+            pick: |a| a.left,
+        }
+    }
+
+    /// [`Self::next`], asked.
+    pub fn ask_next(&self) -> Asked<WindowAnswer, Nanos> {
+        Asked {
+            req: self.ask(false, None),
+            pick: |a| a.wait,
+        }
+    }
+
+    /// [`Self::call`]'s script call (the methods' asks are made of it).
+    fn ask(&self, take: bool, now: Option<Micros>) -> Req {
         let now = clock_arg(now);
         self.store.req(
             SOURCE,

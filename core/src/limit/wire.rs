@@ -180,13 +180,11 @@ impl<P> Wire<P> {
         self.inbox.extend_from_slice(bytes);
         let mut out = Vec::new();
         let mut at = 0;
-        while let Some(len) = frame(&self.inbox[at..]) {
+        while let Some((len, value)) = read(&self.inbox[at..]) {
             let frame = &self.inbox[at..at + len];
             at += len;
-            let reply = match value(frame) {
-                Some((v, _)) => Ok(v),
-                // An error reply, or what no script answers: redis-rs
-                // reads it (and names a `NOSCRIPT`).
+            let reply = match value {
+                Some(v) => Ok(v),
                 None => redis::parse_redis_value(frame).and_then(Value::extract_error),
             };
             if self.hello > 0 {
@@ -292,66 +290,55 @@ fn digits(out: &mut Vec<u8>, mut n: usize) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// A whole RESP2 reply that is not an error, read directly, and its
-/// length: the replies the scripts give (numbers, texts, arrays of them)
-/// and the handshake's `+OK`. `None` for anything else. redis-rs's own
-/// parser is a general one, and cost a Node `take()` a microsecond.
-fn value(b: &[u8]) -> Option<(Value, usize)> {
+/// The first whole RESP2 reply in `b`, if it holds one: its length, and
+/// its value when it is one the scripts give (numbers, texts, arrays of
+/// them) or the handshake's `+OK` — read here in the same pass that finds
+/// its end. `None` in the value for anything else (an error, what is not
+/// RESP2): redis-rs's general parser reads those (and names a
+/// `NOSCRIPT`); on every reply it cost a Node `take()` a microsecond.
+fn read(b: &[u8]) -> Option<(usize, Option<Value>)> {
     let line = b.windows(2).position(|w| w == b"\r\n")?;
     let head = line + 2;
-    let text = std::str::from_utf8(&b[1..line]).ok()?;
+    let text = std::str::from_utf8(&b[1..line]).ok();
+    let n = || text.and_then(|t| t.parse::<i64>().ok());
     match *b.first()? {
-        b'+' if text == "OK" => Some((Value::Okay, head)),
-        b'+' => Some((Value::SimpleString(text.to_string()), head)),
-        b':' => Some((Value::Int(text.parse().ok()?), head)),
-        b'$' => match text.parse::<i64>().ok()? {
-            -1 => Some((Value::Nil, head)),
-            n if n >= 0 => {
-                let end = head + n as usize;
-                let data = b.get(head..end)?.to_vec();
-                (b.get(end..end + 2)? == b"\r\n").then_some((Value::BulkString(data), end + 2))
-            }
-            _ => None,
-        },
-        b'*' => {
-            let n: usize = text.parse().ok()?;
-            let mut items = Vec::with_capacity(n);
-            let mut at = head;
-            for _ in 0..n {
-                let (v, len) = value(&b[at..])?;
-                items.push(v);
-                at += len;
-            }
-            Some((Value::Array(items), at))
-        }
-        _ => None,
-    }
-}
-
-/// The length of the first whole RESP2 reply in `b`, if it has one.
-fn frame(b: &[u8]) -> Option<usize> {
-    let line = b.windows(2).position(|w| w == b"\r\n")?;
-    let head = line + 2;
-    let n = || -> Option<i64> { std::str::from_utf8(&b[1..line]).ok()?.parse().ok() };
-    match *b.first()? {
-        b'+' | b'-' | b':' => Some(head),
-        b'$' => match n()? {
-            n if n < 0 => Some(head),
-            n => {
+        b'+' if text == Some("OK") => Some((head, Some(Value::Okay))),
+        b'+' => Some((head, text.map(|t| Value::SimpleString(t.to_string())))),
+        b':' => Some((head, n().map(Value::Int))),
+        b'-' => Some((head, None)),
+        b'$' => match n() {
+            Some(n) if n < 0 => Some((head, Some(Value::Nil))),
+            Some(n) => {
                 let end = head + n as usize + 2;
-                (b.len() >= end).then_some(end)
+                let data = b.get(head..end)?;
+                let whole = data.ends_with(b"\r\n");
+                Some((
+                    end,
+                    whole.then(|| Value::BulkString(data[..data.len() - 2].to_vec())),
+                ))
             }
+            None => Some((b.len(), None)),
         },
-        b'*' => {
-            let mut at = head;
-            for _ in 0..n()?.max(0) {
-                at += frame(&b[at..])?;
+        b'*' => match n() {
+            Some(n) if n < 0 => Some((head, None)),
+            Some(n) => {
+                let mut items = Some(Vec::with_capacity(n as usize));
+                let mut at = head;
+                for _ in 0..n {
+                    let (len, v) = read(&b[at..])?;
+                    at += len;
+                    items = items.zip(v).map(|(mut xs, v)| {
+                        xs.push(v);
+                        xs
+                    });
+                }
+                Some((at, items.map(Value::Array)))
             }
-            Some(at)
-        }
-        // Not RESP2: say it is whole, so the parser refuses it and the
-        // socket is given up rather than waited on for ever.
-        _ => Some(b.len()),
+            None => Some((b.len(), None)),
+        },
+        // Not RESP2: say it is whole, so redis-rs refuses it and the socket
+        // is not waited on for ever.
+        _ => Some((b.len(), None)),
     }
 }
 
@@ -372,28 +359,36 @@ mod tests {
             b"*0\r\n",
             b"*2\r\n*1\r\n:1\r\n$-1\r\n",
         ] {
-            let (v, len) = value(reply).unwrap();
+            let (len, v) = read(reply).unwrap();
             assert_eq!(len, reply.len());
-            assert_eq!(v, redis::parse_redis_value(reply).unwrap(), "{reply:?}");
+            assert_eq!(
+                v.unwrap(),
+                redis::parse_redis_value(reply).unwrap(),
+                "{reply:?}"
+            );
         }
         // Errors, and what is not RESP2, are left to redis-rs.
-        assert!(value(b"-ERR x\r\n").is_none());
-        assert!(value(b"*1\r\n-ERR x\r\n").is_none());
-        assert!(value(b"%1\r\n").is_none());
-        assert!(value(b"$3\r\nabcd\r\n").is_none());
+        assert!(read(b"-ERR x\r\n").unwrap().1.is_none());
+        assert!(read(b"*1\r\n-ERR x\r\n").unwrap().1.is_none());
+        assert!(read(b"%1\r\n").unwrap().1.is_none());
+        assert!(read(b"$3\r\nabcd\r\n").unwrap().1.is_none());
+    }
+
+    fn len_of(b: &[u8]) -> Option<usize> {
+        read(b).map(|(len, _)| len)
     }
 
     #[test]
     fn frames_whole_replies_only() {
-        assert_eq!(frame(b"+OK\r\n"), Some(5));
-        assert_eq!(frame(b"+OK\r"), None);
-        assert_eq!(frame(b"$3\r\nabc\r\n+"), Some(9));
-        assert_eq!(frame(b"$3\r\nab"), None);
-        assert_eq!(frame(b"$-1\r\n"), Some(5));
-        assert_eq!(frame(b"*2\r\n:1\r\n$1\r\nx\r\n"), Some(15));
-        assert_eq!(frame(b"*2\r\n:1\r\n$1\r\nx\r"), None);
-        assert_eq!(frame(b"*3\r\n:1\r\n"), None);
-        assert_eq!(frame(b""), None);
+        assert_eq!(len_of(b"+OK\r\n"), Some(5));
+        assert_eq!(len_of(b"+OK\r"), None);
+        assert_eq!(len_of(b"$3\r\nabc\r\n+"), Some(9));
+        assert_eq!(len_of(b"$3\r\nab"), None);
+        assert_eq!(len_of(b"$-1\r\n"), Some(5));
+        assert_eq!(len_of(b"*2\r\n:1\r\n$1\r\nx\r\n"), Some(15));
+        assert_eq!(len_of(b"*2\r\n:1\r\n$1\r\nx\r"), None);
+        assert_eq!(len_of(b"*3\r\n:1\r\n"), None);
+        assert_eq!(len_of(b""), None);
     }
 
     fn req() -> Req {
