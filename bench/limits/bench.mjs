@@ -7,7 +7,7 @@
 // (`bash bench/limits/run.sh` runs this and the Python side in one run.)
 //
 // Sequential rows: N calls one after another (each awaits its answer), best
-// of five runs, µs per call — the latency a request pays for its check.
+// of five rounds, µs per call — the latency a request pays for its check.
 // Concurrent rows: 64 calls in flight at all times, calls per second — what
 // one process gets through one connection. Every limiter is set so that
 // every call is granted. The floor is a bare PING through ioredis.
@@ -33,45 +33,56 @@ function row(name, value, unit, note = '') {
   if (!asJson) console.log(`${name.padEnd(58)} ${value.toFixed(1).padStart(10)} ${unit === 'us' ? 'µs/call' : 'calls/s'}  ${note}`);
 }
 
-async function bestUs(call, n, repeat = 5) {
-  for (let i = 0; i < Math.min(n, 200); i++) await call();
-  let best = Infinity;
-  for (let r = 0; r < repeat; r++) {
-    const t0 = process.hrtime.bigint();
-    for (let i = 0; i < n; i++) await call();
-    best = Math.min(best, Number(process.hrtime.bigint() - t0) / 1e3);
+// Rows are measured in rounds, every row once per round, and each keeps
+// its best round: on a shared or virtual machine the cost of a round trip
+// drifts over seconds, and rows run one after another would each sample a
+// different stretch of it. Interleaved, every peer samples the same ones.
+async function bestUsEach(named, n, rounds = 5) {
+  const best = named.map(() => Infinity);
+  for (const [, call] of named) for (let i = 0; i < Math.min(n, 200); i++) await call();
+  for (let r = 0; r < rounds; r++) {
+    for (const [k, [, call]] of named.entries()) {
+      const t0 = process.hrtime.bigint();
+      for (let i = 0; i < n; i++) await call();
+      best[k] = Math.min(best[k], Number(process.hrtime.bigint() - t0) / 1e3 / n);
+    }
   }
-  return best / n;
+  for (const [k, [name]] of named.entries()) row(name, best[k], 'us');
 }
 
-async function perSecond(call, n, inFlight = 64, repeat = 3) {
-  let best = 0;
-  for (let r = 0; r < repeat; r++) {
-    let left = n;
-    const t0 = process.hrtime.bigint();
-    const lane = async () => {
-      while (left-- > 0) await call();
-    };
-    await Promise.all(Array.from({ length: inFlight }, lane));
-    best = Math.max(best, n / (Number(process.hrtime.bigint() - t0) / 1e9));
+async function perSecondEach(named, n, inFlight = 64, rounds = 3) {
+  const best = named.map(() => 0);
+  for (let r = 0; r < rounds; r++) {
+    for (const [k, [, call]] of named.entries()) {
+      let left = n;
+      const t0 = process.hrtime.bigint();
+      const lane = async () => {
+        while (left-- > 0) await call();
+      };
+      await Promise.all(Array.from({ length: inFlight }, lane));
+      best[k] = Math.max(best[k], n / (Number(process.hrtime.bigint() - t0) / 1e9));
+    }
   }
-  return best;
+  for (const [k, [name]] of named.entries()) row(name, best[k], 'perSec');
 }
 
 const io = new Redis(url);
-row('floor: ioredis PING', await bestUs(() => io.ping(), calls), 'us');
-
 const huge = 1e9;
 const b = new headway.SharedBucket(url, `b-${tag}`, huge, { burst: huge });
-row('headway SharedBucket.take()', await bestUs(() => b.take(), calls), 'us');
 const w = new headway.SharedWindow(url, `w-${tag}`, 1e9, 60_000);
-row('headway SharedWindow.take() (exact sliding window)', await bestUs(() => w.take(), calls), 'us');
 const rl = new RateLimiterRedis({ storeClient: io, keyPrefix: `rl-${tag}`, points: 1e9, duration: 60 });
-row('rate-limiter-flexible RateLimiterRedis.consume()', await bestUs(() => rl.consume('k'), calls), 'us');
 
-row('floor: ioredis PING, 64 in flight', await perSecond(() => io.ping(), calls * 4), 'perSec');
-row('headway SharedBucket.take(), 64 in flight', await perSecond(() => b.take(), calls * 4), 'perSec');
-row('rate-limiter-flexible consume(), 64 in flight', await perSecond(() => rl.consume('k'), calls * 4), 'perSec');
+await bestUsEach([
+  ['floor: ioredis PING', () => io.ping()],
+  ['headway SharedBucket.take()', () => b.take()],
+  ['headway SharedWindow.take() (exact sliding window)', () => w.take()],
+  ['rate-limiter-flexible RateLimiterRedis.consume()', () => rl.consume('k')],
+], calls);
+await perSecondEach([
+  ['floor: ioredis PING, 64 in flight', () => io.ping()],
+  ['headway SharedBucket.take(), 64 in flight', () => b.take()],
+  ['rate-limiter-flexible consume(), 64 in flight', () => rl.consume('k')],
+], calls * 4);
 
 if (!(await b.take())) throw new Error('headway refused a call the bench meant to grant');
 await rl.consume('k');

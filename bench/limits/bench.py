@@ -8,13 +8,13 @@ package on the same Redis.
 side in one run, and writes results.json / results.md.)
 
 Each row is N calls made one after another (each waits for its answer), best
-of five runs, in microseconds per call: the latency a request pays for its
-limit check. Every limiter is set so that every call is granted — the
-answer a limiter gives most often, and the same work on every side. The
-floor row is a bare `PING` through redis-py: the round trip every row pays.
-headway's window row is the exact sliding window (as `limits`' moving
-window); its bucket has no direct peer in `limits`, whose nearest is the
-sliding-window counter.
+of five rounds (every row once a round), in microseconds per call: the
+latency a request pays for its limit check. Every limiter is set so that
+every call is granted — the answer a limiter gives most often, and the same
+work on every side. The floor row is a bare `PING` through redis-py: the
+round trip every row pays. headway's window row is the exact sliding window
+(as `limits`' moving window); its bucket has no direct peer in `limits`,
+whose nearest is the sliding-window counter.
 """
 
 from __future__ import annotations
@@ -31,31 +31,36 @@ from typing import Any
 import headway
 
 
-def best_us(call: Callable[[], Any], n: int, repeat: int = 5) -> float:
-    for _ in range(min(n, 200)):
-        call()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            call()
-        best = min(best, time.perf_counter() - t0)
-    return best / n * 1e6
+def best_us_each(named: list[tuple[str, Callable[[], Any], bool]], n: int, rounds: int = 5) -> list[float]:
+    """Each call's best round, in µs per call, the rows measured in rounds
+    (every row once per round): on a shared or virtual machine the cost of
+    a round trip drifts over seconds, and rows run one after another would
+    each sample a different stretch of it. A row whose third item is True
+    is a coroutine function, awaited on one event loop."""
+    loop = asyncio.new_event_loop()
 
+    def batch(call: Callable[[], Any], is_async: bool, k: int) -> None:
+        if is_async:
 
-def best_async_us(call: Callable[[], Any], n: int, repeat: int = 5) -> float:
-    async def run() -> float:
-        for _ in range(min(n, 200)):
-            await call()
-        best = float("inf")
-        for _ in range(repeat):
+            async def run() -> None:
+                for _ in range(k):
+                    await call()
+
+            loop.run_until_complete(run())
+        else:
+            for _ in range(k):
+                call()
+
+    for _, call, is_async in named:
+        batch(call, is_async, min(n, 200))
+    best = [float("inf")] * len(named)
+    for _ in range(rounds):
+        for i, (_, call, is_async) in enumerate(named):
             t0 = time.perf_counter()
-            for _ in range(n):
-                await call()
-            best = min(best, time.perf_counter() - t0)
-        return best / n * 1e6
-
-    return asyncio.run(run())
+            batch(call, is_async, n)
+            best[i] = min(best[i], time.perf_counter() - t0)
+    loop.close()
+    return [b / n * 1e6 for b in best]
 
 
 def main() -> None:
@@ -76,20 +81,22 @@ def main() -> None:
     import redis
 
     r = redis.Redis.from_url(url)
-    row("floor: redis-py PING", best_us(r.ping, n))
-
     huge = 1e9  # every call granted
     b = headway.SharedBucket(url, f"b-{tag}", huge, burst=huge)
-    row("headway SharedBucket.take()", best_us(b.take, n))
-    row("headway SharedBucket.atake() (asyncio)", best_async_us(b.atake, n))
     w = headway.SharedWindow(url, f"w-{tag}", 10**9, 60.0)
-    row("headway SharedWindow.take() (exact sliding window)", best_us(w.take, n))
 
     import limits
     from limits import RateLimitItemPerMinute, storage, strategies
 
     store = storage.storage_from_string(url)
     item = RateLimitItemPerMinute(10**9)
+    named: list[tuple[str, Callable[[], Any], bool]] = [
+        ("floor: redis-py PING", r.ping, False),
+        ("headway SharedBucket.take()", b.take, False),
+        ("headway SharedBucket.atake() (asyncio)", b.atake, True),
+        ("headway SharedWindow.take() (exact sliding window)", w.take, False),
+    ]
+    limiters = []
     for name, strat in [
         ("FixedWindowRateLimiter", strategies.FixedWindowRateLimiter),
         ("SlidingWindowCounterRateLimiter", strategies.SlidingWindowCounterRateLimiter),
@@ -97,7 +104,11 @@ def main() -> None:
     ]:
         lim = strat(store)
         key = f"l-{tag}-{name}"
-        row(f"limits {name}.hit()", best_us(lambda: lim.hit(item, key), n))
+        limiters.append((name, lim, key))
+        named.append((f"limits {name}.hit()", lambda lim=lim, key=key: lim.hit(item, key), False))
+    for (name, _, _), us in zip(named, best_us_each(named, n)):
+        row(name, us)
+    for name, lim, key in limiters:
         assert lim.hit(item, key), name
 
     assert b.take() and w.take()

@@ -24,10 +24,46 @@ use crate::tasks::hub::{Answer, Settled, drive, hub, render, spawn_ticketed};
 /// What the binding keeps for a call on the wire.
 struct Call {
     ticket: u32,
+    job: Box<dyn Job>,
+}
+
+/// A call's two endings, behind one allocation.
+trait Job {
     /// Reads the reply and renders the answer.
-    finish: Box<dyn FnOnce(Result<Reply, Refused>) -> Settled>,
-    /// Makes the call again on the shared link under this ticket.
-    again: Box<dyn FnOnce(u32, Req)>,
+    fn finish(self: Box<Self>, reply: Result<Reply, Refused>) -> Settled;
+    /// Makes the call again on the shared link under `ticket`.
+    fn again(self: Box<Self>, ticket: u32, req: Req);
+}
+
+struct Asking<L, F, T> {
+    limit: L,
+    pick: F,
+    render: fn(T) -> String,
+}
+
+impl<L, F, T> Job for Asking<L, F, T>
+where
+    L: Limit,
+    F: Fn(L::Answer) -> T + Send + 'static,
+    T: Send + 'static,
+{
+    fn finish(self: Box<Self>, reply: Result<Reply, Refused>) -> Settled {
+        match reply.and_then(|v| self.limit.answer(v)) {
+            Ok(a) => Settled::Ok((self.render)((self.pick)(a))),
+            Err(e) => Settled::Err(Refusal::from(e)),
+        }
+    }
+
+    fn again(self: Box<Self>, ticket: u32, req: Req) {
+        let Asking {
+            limit,
+            pick,
+            render,
+        } = *self;
+        let run = limit.run(req);
+        // Only fails without a hub, which made the ticket.
+        let _ = spawn_ticketed(ticket, async move { run.await.map(pick) }, render);
+    }
 }
 
 thread_local! {
@@ -81,7 +117,7 @@ pub(crate) fn call_with<L: Limit, T: Send + 'static>(
     id: Option<u32>,
     limit: &L,
     req: Req,
-    pick: impl Fn(L::Answer) -> T + Clone + Send + 'static,
+    pick: impl Fn(L::Answer) -> T + Send + 'static,
     render: fn(T) -> String,
 ) -> napi::Result<Answer> {
     let Some(id) = id else {
@@ -89,21 +125,16 @@ pub(crate) fn call_with<L: Limit, T: Send + 'static>(
         return drive(async move { run.await.map(pick) }, render, render);
     };
     let ticket = hub()?.ticket();
-    let (reader, runner, again) = (limit.clone(), limit.clone(), pick.clone());
     let c = Call {
         ticket,
-        finish: Box::new(move |r| match r.and_then(|v| reader.answer(v)) {
-            Ok(a) => Settled::Ok(render(pick(a))),
-            Err(e) => Settled::Err(Refusal::from(e)),
-        }),
-        again: Box::new(move |t, req| {
-            let run = runner.run(req);
-            // Only fails without a hub, which made the ticket above.
-            let _ = spawn_ticketed(t, async move { run.await.map(again) }, render);
+        job: Box::new(Asking {
+            limit: limit.clone(),
+            pick,
+            render,
         }),
     };
     if let Err((req, c)) = with(id, |w| w.push(Instant::now(), req, c))? {
-        (c.again)(c.ticket, req);
+        c.job.again(c.ticket, req);
     }
     Ok(Either3::B(ticket))
 }
@@ -144,7 +175,7 @@ pub fn wire_feed(id: u32, bytes: BufferSlice) -> napi::Result<Option<Either<Stri
         Fed::Answers(a) => {
             let done: Vec<(u32, Settled)> = a
                 .into_iter()
-                .map(|(c, r)| (c.ticket, (c.finish)(r)))
+                .map(|(c, r)| (c.ticket, c.job.finish(r)))
                 .collect();
             hub()?.answered(done.len());
             let text = render(&done);
@@ -169,7 +200,7 @@ pub fn wire_busy(id: u32) -> napi::Result<bool> {
 #[napi(js_name = "_wireLost", catch_unwind)]
 pub fn wire_lost(id: u32, random: f64) -> napi::Result<()> {
     for (req, c) in with(id, |w| w.lost(Instant::now(), random))? {
-        (c.again)(c.ticket, req);
+        c.job.again(c.ticket, req);
     }
     Ok(())
 }

@@ -55,7 +55,8 @@ impl Linked for Link {
 #[derive(Clone)]
 pub(crate) struct Store {
     link: Arc<dyn Linked>,
-    key: String,
+    /// Shared with every [`Req`] made on it (a call's key costs no copy).
+    key: Arc<str>,
 }
 
 impl Store {
@@ -67,7 +68,7 @@ impl Store {
         }
         Ok(Store {
             link: shared_link(url)?,
-            key: format!("{PREFIX}{kind}:{key}"),
+            key: format!("{PREFIX}{kind}:{key}").into(),
         })
     }
 
@@ -75,7 +76,7 @@ impl Store {
     pub(crate) fn on(link: Arc<dyn Linked>, kind: &str, key: &str) -> Store {
         Store {
             link,
-            key: format!("{PREFIX}{kind}:{key}"),
+            key: format!("{PREFIX}{kind}:{key}").into(),
         }
     }
 
@@ -118,7 +119,7 @@ impl Store {
             .link()
             .patiently(true, |mut c| {
                 let mut inv = script.prepare_invoke();
-                inv.key(&self.key);
+                inv.key(&*self.key);
                 for a in args {
                     inv.arg(a.as_ref());
                 }
@@ -144,7 +145,7 @@ pub(crate) fn parse(url: &str) -> Result<RedisUrl, Refused> {
 pub struct Req {
     pub(crate) source: &'static str,
     pub(crate) hash: &'static str,
-    pub(crate) key: String,
+    pub(crate) key: Arc<str>,
     pub(crate) args: Vec<String>,
 }
 
