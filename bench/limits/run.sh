@@ -23,9 +23,9 @@ DIR=$(mktemp -d)
 # client to block; no cross-core wake-up) and when they do not (each
 # message wakes the other core: on a VM an interrupt between virtual CPUs).
 # Left to the scheduler, the placement changes during a run, so two rows
-# measured a minute apart can be in different regimes: an unpinned run of
-# this script once put rate-limiter-flexible 2.6 µs ahead and the next one
-# 1.6 µs behind. So Redis is pinned to core 0 and every client row is run
+# measured a minute apart can be in different regimes: two unpinned runs
+# on one machine once put rate-limiter-flexible 1.6 µs behind headway and
+# then 2.6 µs ahead (docs/limits.md). So Redis is pinned to core 0 and every client row is run
 # twice, the client on core 1 ("another core") and on core 0 ("Redis's
 # core"): each peer is measured in both regimes, in the same run.
 PIN=()
