@@ -38,7 +38,7 @@ impl AmqpBroker {
     fn wire_names(&self, queues: &[String]) -> Vec<String> {
         queues
             .iter()
-            .map(|q| self.sender.wire_queue(q).to_string())
+            .map(|q| self.facts.sender.wire_queue(q).to_string())
             .collect()
     }
 
@@ -70,7 +70,7 @@ impl AmqpBroker {
             // Wake for a delivery, the next held eta, or the deadline.
             let mut until = deadline;
             if let Some(eta) = next {
-                let left = eta.saturating_sub(self.clock.now()).max(0) as u64;
+                let left = eta.saturating_sub(self.facts.clock.now()).max(0) as u64;
                 until = until.min(now + Duration::from_millis(left));
             }
             tokio::select! {
@@ -157,7 +157,7 @@ impl AmqpBroker {
         let mut consumers = Vec::with_capacity(wire.len());
         let mut tags = Vec::with_capacity(wire.len());
         for q in &wire {
-            let tag = format!("{}.{}.{serial}.{q}", self.node, std::process::id());
+            let tag = format!("{}.{}.{serial}.{q}", self.facts.node, std::process::id());
             let tag = lapin::types::ShortString::try_new(tag)
                 .unwrap_or_else(|_| format!("headway.{serial}").into());
             let c = ch
@@ -208,7 +208,7 @@ impl AmqpBroker {
             .entry(serial)
             .or_default()
             .insert(d.delivery_tag);
-        let decoded = wire::decode(&self.sender, queue, &d.properties, &d.data);
+        let decoded = wire::decode(&self.facts.sender, queue, &d.properties, &d.data);
         let m = match decoded {
             Ok(m) => m,
             Err(e) => {
@@ -246,7 +246,7 @@ impl AmqpBroker {
             message: m.message,
         };
         crate::broker::celery::events::received(self, &delivery.message);
-        let now = self.clock.now();
+        let now = self.facts.clock.now();
         let mut raise = None;
         let bell = {
             let mut g = self.lock();
@@ -285,7 +285,7 @@ impl AmqpBroker {
 
     /// Up to `max` due deliveries of group `key`, and the next held eta.
     fn take(&self, key: &str, max: usize) -> (Vec<Delivery>, Option<i64>) {
-        let now = self.clock.now();
+        let now = self.facts.clock.now();
         let mut out = Vec::new();
         let mut lower = None;
         let mut g = self.lock();

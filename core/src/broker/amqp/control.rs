@@ -19,7 +19,6 @@
 //! lost connection; a run never waits for either.
 
 use std::collections::HashSet;
-use std::sync::atomic::AtomicU64;
 
 use lapin::options::{BasicPublishOptions, ExchangeDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
@@ -27,11 +26,8 @@ use lapin::{BasicProperties, Channel, ExchangeKind};
 use serde_json::{Map, Value, json};
 
 use super::AmqpBroker;
-use crate::broker::celery::codec::Sender;
-use crate::broker::celery::events::Events;
-use crate::broker::celery::node::{CeleryNode, ControlReply, Outgoing};
+use crate::broker::celery::node::{CeleryNode, ControlReply, NodeFacts, Outgoing, live_ids};
 use crate::broker::celery::pidbox::Control;
-use crate::task::App;
 use crate::task::clock::BoxFuture;
 use crate::task::spec::Delivery;
 
@@ -47,34 +43,8 @@ pub(super) struct Side {
 }
 
 impl CeleryNode for AmqpBroker {
-    fn node_name(&self) -> &str {
-        &self.node
-    }
-
-    fn codec(&self) -> &Sender {
-        &self.sender
-    }
-
-    fn served_app(&self) -> Option<App> {
-        let inner = self
-            .app
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()?
-            .upgrade()?;
-        Some(App { inner })
-    }
-
-    fn lamport(&self) -> &AtomicU64 {
-        &self.lamport
-    }
-
-    fn celeryev(&self) -> &Events {
-        &self.celeryev
-    }
-
-    fn now_ms(&self) -> i64 {
-        self.clock.now()
+    fn facts(&self) -> &NodeFacts {
+        &self.facts
     }
 
     fn transport(&self) -> &'static str {
@@ -86,16 +56,7 @@ impl CeleryNode for AmqpBroker {
     }
 
     fn revoked_ids(&self) -> Vec<String> {
-        let now = self.clock.now();
-        let g = self.lock();
-        let mut ids: Vec<String> = g
-            .revoked
-            .iter()
-            .filter(|(_, until)| **until > now)
-            .map(|(id, _)| id.clone())
-            .collect();
-        ids.sort();
-        ids
+        live_ids(self.lock().revoked.iter(), self.now_ms())
     }
 
     fn held_etas(&self) -> Vec<(i64, Delivery)> {
@@ -127,7 +88,7 @@ impl CeleryNode for AmqpBroker {
             let mut headers = FieldTable::default();
             headers.insert(
                 "hostname".into(),
-                AMQPValue::LongString(self.node.as_str().into()),
+                AMQPValue::LongString(self.facts.node.as_str().into()),
             );
             let props = json_props().with_delivery_mode(1).with_headers(headers);
             let Some(ch) = self.side_channel(CELERYEV, ExchangeKind::Topic, true).await else {

@@ -47,7 +47,7 @@ impl Inspector for AmqpBroker {
                     Ok(q) => q.message_count() as u64,
                     Err(_) => break,
                 };
-                let name = self.sender.model_queue(&wire);
+                let name = self.facts.sender.model_queue(&wire);
                 let g = self.lock();
                 let (mut delayed, mut unacked) = (0u64, 0u64);
                 for gr in g.groups.values() {
@@ -74,7 +74,7 @@ impl Inspector for AmqpBroker {
     /// A run's start too while Celery's task events are on
     /// (`task-started`).
     fn wants_run_starts(&self) -> bool {
-        self.celeryev.is_on()
+        self.facts.celeryev.is_on()
     }
 
     /// Run events become Celery's events (when on); RabbitMQ keeps no log

@@ -70,6 +70,7 @@ pub use rpc::RpcStore;
 use super::celery::CeleryBroker;
 use super::celery::codec::{self, Sender};
 use super::celery::events::{self, Events};
+use super::celery::node::NodeFacts;
 use crate::task::app::Seams;
 use crate::task::clock::{BoxFuture, Clock};
 use crate::task::message::Message;
@@ -134,16 +135,14 @@ pub struct AmqpBroker {
     me: Weak<AmqpBroker>,
     conn: conn::Conn,
     opts: AmqpOptions,
-    node: String,
-    sender: Sender,
-    clock: Arc<dyn Clock>,
+    /// Its name, codec, app, Lamport clock, events and the app's clock.
+    facts: NodeFacts,
     local: Mutex<Local>,
     /// Queues declared on the live connection: (epoch, names).
     declared: Mutex<(u64, std::collections::HashSet<String>)>,
     /// Serialises making consumer groups.
     making: tokio::sync::Mutex<()>,
     serials: AtomicU64,
-    lamport: AtomicU64,
     /// Where chord callbacks find their parts' results, and revokes are
     /// kept for workers that were down: the Celery Redis store, when the
     /// app keeps results there.
@@ -153,10 +152,6 @@ pub struct AmqpBroker {
     rpc: tokio::sync::Mutex<Option<Weak<RpcStore>>>,
     hearers: crate::task::terminate::Hearers,
     revoked_bell: Notify,
-    /// The app whose workers answer remote control and send events here.
-    app: RwLock<Option<Weak<crate::task::app::AppInner>>>,
-    /// Celery's events: on or off, and the way out.
-    celeryev: Events,
     /// The channel events and control replies go out on.
     side: tokio::sync::Mutex<control::Side>,
 }
@@ -165,7 +160,7 @@ impl std::fmt::Debug for AmqpBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AmqpBroker")
             .field("url", &self.conn.url().to_string())
-            .field("node", &self.node)
+            .field("node", &self.facts.node)
             .finish()
     }
 }
@@ -192,21 +187,21 @@ impl AmqpBroker {
         let broker = Arc::new_cyclic(|me| AmqpBroker {
             me: me.clone(),
             conn,
-            sender: Sender::this_process(&opts.default_queue),
+            facts: NodeFacts::new(
+                node,
+                Sender::this_process(&opts.default_queue),
+                clock,
+                celeryev,
+            ),
             opts,
-            node,
-            clock,
             local: Mutex::new(Local::default()),
             declared: Mutex::new((0, Default::default())),
             making: tokio::sync::Mutex::new(()),
             serials: AtomicU64::new(0),
-            lamport: AtomicU64::new(0),
             store: RwLock::new(None),
             rpc: tokio::sync::Mutex::new(None),
             hearers: Default::default(),
             revoked_bell: Notify::new(),
-            app: RwLock::new(None),
-            celeryev,
             side: Default::default(),
         });
         broker.start_pidbox().await?;
@@ -274,22 +269,12 @@ impl AmqpBroker {
     /// workers in this process answer Celery's remote control here (held
     /// weakly).
     pub fn route_for(&self, app: &crate::task::App) {
-        let weak = Arc::downgrade(&app.inner);
-        *self.app.write().unwrap_or_else(|e| e.into_inner()) = Some(weak.clone());
-        let router: codec::Router = Arc::new(move |task: &str| {
-            let inner = weak.upgrade()?;
-            crate::task::App { inner }.policy_of(task).map(|p| p.queue)
-        });
-        *self
-            .sender
-            .routes
-            .write()
-            .unwrap_or_else(|e| e.into_inner()) = Some(router);
+        self.facts.route_for(app);
     }
 
     /// Whether Celery's task events are sent (`-E`).
     pub fn task_events(&self) -> bool {
-        self.celeryev.is_on()
+        self.facts.celeryev.is_on()
     }
 
     /// The options it was built with.
@@ -299,7 +284,7 @@ impl AmqpBroker {
 
     /// This consumer's node name.
     pub fn node(&self) -> &str {
-        &self.node
+        &self.facts.node
     }
 
     /// The URL, password redacted.
@@ -309,7 +294,7 @@ impl AmqpBroker {
 
     /// The encoder it uses (its `reply_to` is where `rpc://` results come).
     pub fn sender(&self) -> &Sender {
-        &self.sender
+        &self.facts.sender
     }
 
     /// Gives back what its consumers hold and no worker took, and closes
@@ -389,7 +374,7 @@ impl Broker for AmqpBroker {
     }
 
     fn set_task_events(&self, on: bool) -> bool {
-        self.celeryev.set_on(on);
+        self.facts.celeryev.set_on(on);
         true
     }
 

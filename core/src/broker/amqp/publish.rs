@@ -48,8 +48,8 @@ impl AmqpBroker {
             };
             let to = self
                 .reply_to_of(&m.id)
-                .unwrap_or_else(|| self.sender.reply_to.clone());
-            let out = wire::encode(&self.sender, &m, self.clock.now(), &to)?;
+                .unwrap_or_else(|| self.facts.sender.reply_to.clone());
+            let out = wire::encode(&self.facts.sender, &m, self.facts.clock.now(), &to)?;
             if out.body.len() > MAX_MESSAGE_BYTES {
                 return Err(Refused::Invalid(format!(
                     "invalid `message` {:?}: {} bytes, over the {} byte cap",
@@ -136,7 +136,7 @@ impl AmqpBroker {
     /// when claimed, and dropped if it is not a message headway runs. For
     /// tests and tools; an app publishes with [`crate::task::Broker::publish`].
     pub async fn push_raw(&self, queue: &str, raw: &[u8]) -> Result<(), Refused> {
-        let wire_name = self.sender.wire_queue(queue).to_string();
+        let wire_name = self.facts.sender.wire_queue(queue).to_string();
         wire::short(&wire_name, "queue")?;
         let out = wire::Outgoing {
             queue: wire_name,

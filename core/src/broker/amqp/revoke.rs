@@ -31,7 +31,12 @@ impl AmqpBroker {
     /// connect is heard) and keeps reading it in a task of its own, bound
     /// again after a lost connection.
     pub(super) async fn start_pidbox(&self) -> Result<(), Refused> {
-        let queue = format!("{}#{}.{}", self.node, &new_id()[..8], topology::PIDBOX);
+        let queue = format!(
+            "{}#{}.{}",
+            self.facts.node,
+            &new_id()[..8],
+            topology::PIDBOX
+        );
         let first = self.pidbox_consumer(&queue).await?;
         tokio::spawn(listen(
             self.me.clone(),
@@ -94,12 +99,12 @@ impl AmqpBroker {
             self.on_control(c);
             return;
         }
-        let now_secs = self.clock.now() as f64 / 1000.0;
-        if !c.is_for(&self.node, now_secs) {
+        let now_secs = self.facts.clock.now() as f64 / 1000.0;
+        if !c.is_for(&self.facts.node, now_secs) {
             return;
         }
         let keep = i64::try_from(self.opts.revoke_keep.as_millis()).unwrap_or(i64::MAX);
-        let until = self.clock.now().saturating_add(keep);
+        let until = self.facts.clock.now().saturating_add(keep);
         self.note_revoked(&c.ids, until);
         if c.terminate && !c.ids.is_empty() {
             self.hearers.tell(&c.ids, c.signal.unwrap_or(SIGTERM));
@@ -107,7 +112,7 @@ impl AmqpBroker {
     }
 
     fn note_revoked(&self, ids: &[String], until: i64) {
-        let now = self.clock.now();
+        let now = self.facts.clock.now();
         let mut g = self.lock();
         g.revoked.retain(|_, u| *u > now);
         for id in ids {
@@ -135,6 +140,7 @@ impl AmqpBroker {
         }
         let body = pidbox::revoke_body(&ids, terminate);
         let clock = self
+            .facts
             .lamport
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1;
@@ -181,7 +187,7 @@ impl AmqpBroker {
     /// (the queue may have expired meanwhile) the store's set is read
     /// again (`listen`).
     pub(super) async fn revoked_of(&self, ids: &[String]) -> Result<Vec<bool>, Refused> {
-        let now = self.clock.now();
+        let now = self.facts.clock.now();
         let mut out: Vec<bool> = {
             let g = self.lock();
             ids.iter()

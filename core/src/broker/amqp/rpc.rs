@@ -46,7 +46,7 @@ pub struct RpcStore {
 impl std::fmt::Debug for RpcStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RpcStore")
-            .field("queue", &self.broker.sender.reply_to)
+            .field("queue", &self.broker.facts.sender.reply_to)
             .finish()
     }
 }
@@ -90,7 +90,7 @@ impl RpcStore {
         let b = &self.broker;
         let (_, ch) = b.conn.channel().await?;
         let url = b.conn.url().clone();
-        let queue = b.sender.reply_to.clone();
+        let queue = b.facts.sender.reply_to.clone();
         let mut args = FieldTable::default();
         args.insert("x-expires".into(), AMQPValue::LongInt(QUEUE_EXPIRES_MS));
         let opts = QueueDeclareOptions {

@@ -81,7 +81,7 @@ impl CeleryBroker {
             results.push(r);
         }
         if let Some(f) = failed {
-            let now = self.clock.now();
+            let now = self.facts.clock.now();
             let mut all = Vec::new();
             let mut o = Outcome::new(callback.id.clone(), State::Failure, now);
             o.task = Some(callback.task.clone());
@@ -158,7 +158,7 @@ impl CeleryBroker {
                     let why = other
                         .and_then(|o| o.error.map(|e| e.to_string()))
                         .unwrap_or_else(|| "no result".into());
-                    let mut o = Outcome::new(m.id.clone(), State::Failure, self.clock.now());
+                    let mut o = Outcome::new(m.id.clone(), State::Failure, self.facts.clock.now());
                     o.task = Some(m.task.clone());
                     o.error = Some(Failure::new(
                         "ChordError",
@@ -213,7 +213,7 @@ impl Counter for CeleryBroker {
             let (state, value) = match &stored {
                 Some(o) => (o.state, o.clone()),
                 None => {
-                    let mut o = Outcome::new(part, State::Success, self.clock.now());
+                    let mut o = Outcome::new(part, State::Success, self.facts.clock.now());
                     o.result = Some(Value::Null);
                     (State::Success, o)
                 }

@@ -61,7 +61,7 @@ impl CeleryBroker {
             for q in queues {
                 out.push(Polled {
                     key: self.queue_key(q, step),
-                    rk: self.sender.wire_queue(q).to_string(),
+                    rk: self.facts.sender.wire_queue(q).to_string(),
                     queue: q.clone(),
                     step,
                 });
@@ -82,7 +82,7 @@ impl CeleryBroker {
         }
         inv.arg(max)
             .arg(self.now_secs())
-            .arg(self.clock.now())
+            .arg(self.facts.clock.now())
             .arg(self.opts.max_message_bytes)
             .arg(DEAD_KEPT)
             .arg(polled.len());
@@ -152,7 +152,7 @@ impl CeleryBroker {
                 raw.len(),
                 self.opts.max_message_bytes
             );
-            let element = dead::element(self.clock.now(), &reason, p.step, None, &raw);
+            let element = dead::element(self.facts.clock.now(), &reason, p.step, None, &raw);
             drop(raw);
             self.bury(
                 &p.queue,

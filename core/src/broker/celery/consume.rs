@@ -48,10 +48,10 @@ impl CeleryBroker {
             }
             first = false;
             let mut until = deadline.saturating_duration_since(now);
-            if !self.clock.is_virtual()
+            if !self.facts.clock.is_virtual()
                 && let Some(eta) = self.next_held(queues)
             {
-                let ms = eta.saturating_sub(self.clock.now()).max(0) as u64;
+                let ms = eta.saturating_sub(self.facts.clock.now()).max(0) as u64;
                 until = until.min(Duration::from_millis(ms));
             }
             let me = self.me.upgrade().ok_or_else(|| {
@@ -131,7 +131,7 @@ impl CeleryBroker {
     /// Turns claimed envelopes into deliveries (held when their eta is
     /// still ahead), quarantining what cannot be read ([`dead::decode`]).
     pub(super) async fn admit(&self, claimed: Vec<Taken>) -> Result<usize, Refused> {
-        let now = self.clock.now();
+        let now = self.facts.clock.now();
         let mut n = 0;
         let mut bad: Vec<(String, Burial)> = Vec::new();
         let mut foreign = Vec::new();
@@ -142,7 +142,8 @@ impl CeleryBroker {
             raw,
         } in claimed
         {
-            let decoded = match dead::decode(&self.sender, &raw, self.opts.max_message_bytes) {
+            let decoded = match dead::decode(&self.facts.sender, &raw, self.opts.max_message_bytes)
+            {
                 // Parsed by headway, not by Redis's cjson: it never reached
                 // `unacked`, so it is nobody's to run.
                 Ok(_) if tag.is_empty() => Err(crate::task::dead::Undecodable {

@@ -18,51 +18,20 @@
 //! Events go out as kombu's Redis transport publishes a fanout: `PUBLISH
 //! <prefix>/<db>.celeryev/<routing key>` of a kombu envelope.
 
-use std::sync::atomic::AtomicU64;
-
 use serde_json::{Map, Value, json};
 
 use super::CeleryBroker;
 use super::b64;
-use super::codec::Sender;
-use super::events::Events;
-use super::node::{CeleryNode, Outgoing};
+use super::node::{CeleryNode, NodeFacts, Outgoing, live_ids};
 use super::pidbox::{self, Control};
 use super::pyjson::dumps;
-use crate::task::App;
 use crate::task::clock::BoxFuture;
 use crate::task::message::new_id;
 use crate::task::spec::Delivery;
 
 impl CeleryNode for CeleryBroker {
-    fn node_name(&self) -> &str {
-        &self.node
-    }
-
-    fn codec(&self) -> &Sender {
-        &self.sender
-    }
-
-    fn served_app(&self) -> Option<App> {
-        let inner = self
-            .app
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()?
-            .upgrade()?;
-        Some(App { inner })
-    }
-
-    fn lamport(&self) -> &AtomicU64 {
-        &self.lamport
-    }
-
-    fn celeryev(&self) -> &Events {
-        &self.celeryev
-    }
-
-    fn now_ms(&self) -> i64 {
-        self.clock.now()
+    fn facts(&self) -> &NodeFacts {
+        &self.facts
     }
 
     fn transport(&self) -> &'static str {
@@ -74,16 +43,7 @@ impl CeleryNode for CeleryBroker {
     }
 
     fn revoked_ids(&self) -> Vec<String> {
-        let now = self.clock.now();
-        let g = self.lock();
-        let mut ids: Vec<String> = g
-            .revoked
-            .iter()
-            .filter(|(_, until)| **until > now)
-            .map(|(id, _)| id.clone())
-            .collect();
-        ids.sort();
-        ids
+        live_ids(self.lock().revoked.iter(), self.now_ms())
     }
 
     fn held_etas(&self) -> Vec<(i64, Delivery)> {
@@ -125,7 +85,7 @@ impl CeleryNode for CeleryBroker {
                 "body": b64::encode(e.body.as_bytes()),
                 "content-encoding": "utf-8",
                 "content-type": "application/json",
-                "headers": {"hostname": self.node},
+                "headers": {"hostname": self.facts.node},
                 "properties": {
                     "delivery_mode": 1,
                     "delivery_info": {"exchange": "celeryev", "routing_key": e.routing_key},

@@ -50,7 +50,7 @@ impl CeleryBroker {
         // default queue is `default`: a worker that named it by its Celery
         // name (`celery`) must still take what it claimed.
         let queues = &self.model_queues(queues);
-        let now = self.clock.now();
+        let now = self.facts.clock.now();
         let mut g = self.lock();
         let mut out = Vec::new();
         let mut keep = VecDeque::new();

@@ -122,7 +122,7 @@ impl Inspector for CeleryBroker {
         let g = self.lock();
         let holding = g.out.values().map(|h| h.id.clone()).collect();
         let info = ConsumerInfo {
-            name: self.node.clone(),
+            name: self.facts.node.clone(),
             lease_until: None,
             holding,
         };

@@ -56,7 +56,7 @@ impl Keys {
 impl CeleryBroker {
     /// The list key of `queue` (a headway name) at `step`.
     pub fn queue_key(&self, queue: &str, step: u8) -> String {
-        let q = self.sender.wire_queue(queue);
+        let q = self.facts.sender.wire_queue(queue);
         if step == 0 {
             format!("{}{q}", self.opts.global_keyprefix)
         } else {
@@ -94,12 +94,15 @@ impl CeleryBroker {
     /// `headway.celery.dead:<Celery queue name>`, a key no Celery worker
     /// reads (see `docs/celery.md`).
     pub fn dead_key(&self, queue: &str) -> String {
-        format!("{}{}", self.keys.dead, self.sender.wire_queue(queue))
+        format!("{}{}", self.keys.dead, self.facts.sender.wire_queue(queue))
     }
 
     /// `queues` by their headway names (Celery's default queue, `celery`
     /// unless configured, is `default`).
     pub(super) fn model_queues(&self, queues: &[String]) -> Vec<String> {
-        queues.iter().map(|q| self.sender.model_queue(q)).collect()
+        queues
+            .iter()
+            .map(|q| self.facts.sender.model_queue(q))
+            .collect()
     }
 }

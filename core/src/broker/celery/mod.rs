@@ -103,6 +103,7 @@ use crate::task::clock::{BoxFuture, Clock};
 use crate::task::message::{Message, new_id};
 use crate::task::spec::{Broker, Delivery, Receipt};
 use crate::task::state::Refused;
+use node::NodeFacts;
 
 /// One message this consumer claimed and has not settled.
 #[derive(Debug, Clone)]
@@ -162,14 +163,11 @@ pub struct CeleryBroker {
     /// renews it (owner-checked) while it does.
     beat_leader: AtomicBool,
     opts: CeleryOptions,
-    node: String,
-    sender: Sender,
-    app: std::sync::RwLock<Option<Weak<crate::task::app::AppInner>>>,
+    /// Its name, codec, app, Lamport clock, events and the app's clock.
+    facts: NodeFacts,
     warned: Mutex<HashSet<String>>,
-    clock: Arc<dyn Clock>,
     local: Mutex<Local>,
     seq: AtomicU64,
-    lamport: AtomicU64,
     consumed: std::sync::atomic::AtomicBool,
     /// Claims in flight in tasks of their own, and the bell rung as each
     /// ends (`stopped` waits for them).
@@ -182,8 +180,6 @@ pub struct CeleryBroker {
     revoked_bell: Notify,
     /// The apps on this broker, told of every terminate the pidbox carries.
     hearers: crate::task::terminate::Hearers,
-    /// Celery's events (`events`): on or off, and the way out.
-    celeryev: events::Events,
     keys: Keys,
     scripts: Scripts,
     /// Another transport's broker chord callbacks go through, when this is
@@ -201,7 +197,7 @@ impl std::fmt::Debug for CeleryBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CeleryBroker")
             .field("url", self.link.url())
-            .field("node", &self.node)
+            .field("node", &self.facts.node)
             .finish()
     }
 }
@@ -275,15 +271,16 @@ impl CeleryBroker {
             owed: Mutex::new(Vec::new()),
             beat_owner,
             beat_leader: AtomicBool::new(false),
-            sender: Sender::this_process(&opts.default_queue),
-            app: std::sync::RwLock::new(None),
+            facts: NodeFacts::new(
+                node,
+                Sender::this_process(&opts.default_queue),
+                clock,
+                celeryev,
+            ),
             warned: Mutex::new(HashSet::new()),
             opts,
-            node,
-            clock,
             local: Mutex::new(Local::default()),
             seq: AtomicU64::new(0),
-            lamport: AtomicU64::new(0),
             consumed: std::sync::atomic::AtomicBool::new(false),
             fetching: std::sync::atomic::AtomicUsize::new(0),
             fetched: tokio::sync::Notify::new(),
@@ -291,7 +288,6 @@ impl CeleryBroker {
             stored: Notify::new(),
             revoked_bell: Notify::new(),
             hearers: Default::default(),
-            celeryev,
             keys,
             scripts: Scripts::new(),
             via: std::sync::RwLock::new(None),
@@ -338,12 +334,12 @@ impl CeleryBroker {
 
     /// This consumer's node name.
     pub fn node(&self) -> &str {
-        &self.node
+        &self.facts.node
     }
 
     /// The encoder/decoder it uses (origin, reply-to, queue alias).
     pub fn sender(&self) -> &Sender {
-        &self.sender
+        &self.facts.sender
     }
 
     /// Routes chain links and callbacks whose signature names no queue by
@@ -352,17 +348,7 @@ impl CeleryBroker {
     /// knows only what the signature says. Call it once the app is built on
     /// this broker (the bindings do). Holds the app weakly.
     pub fn route_for(&self, app: &crate::task::App) {
-        let weak = Arc::downgrade(&app.inner);
-        *self.app.write().unwrap_or_else(|e| e.into_inner()) = Some(weak.clone());
-        let router: codec::Router = Arc::new(move |task: &str| {
-            let inner = weak.upgrade()?;
-            crate::task::App { inner }.policy_of(task).map(|p| p.queue)
-        });
-        *self
-            .sender
-            .routes
-            .write()
-            .unwrap_or_else(|e| e.into_inner()) = Some(router);
+        self.facts.route_for(app);
     }
 
     /// The Redis database number (it names the pidbox channel).
@@ -378,24 +364,24 @@ impl CeleryBroker {
         crate::log::emit(
             crate::log::Level::Warn,
             "headway.celery",
-            crate::log::About::worker(&self.node),
-            format_args!("headway celery broker {}: {what}", self.node),
+            crate::log::About::worker(&self.facts.node),
+            format_args!("headway celery broker {}: {what}", self.facts.node),
         );
     }
 
     /// Whether task events are sent (Celery's `worker_send_task_events`).
     pub fn task_events(&self) -> bool {
-        self.celeryev.is_on()
+        self.facts.celeryev.is_on()
     }
 
     /// Turns task events on or off (Celery's `enable_events` /
     /// `disable_events`).
     pub fn set_task_events(&self, on: bool) {
-        self.celeryev.set_on(on);
+        self.facts.celeryev.set_on(on);
     }
 
     fn now_secs(&self) -> f64 {
-        typed::unix_secs(self.clock.now())
+        typed::unix_secs(self.facts.clock.now())
     }
 
     fn expires_secs(&self) -> u64 {
@@ -473,7 +459,7 @@ impl Broker for CeleryBroker {
             me,
             format!("celery{}", self.opts.global_keyprefix),
             crate::limit::LEASE,
-            self.clock.clone(),
+            self.facts.clock.clone(),
         ))
     }
 

@@ -19,13 +19,15 @@
 //! on RabbitMQ.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, Weak};
 
 use serde_json::{Map, Value, json};
 
 use super::codec::Sender;
 use super::events::Events;
 use super::pidbox::{self, Control};
-use crate::task::clock::BoxFuture;
+use crate::task::app::AppInner;
+use crate::task::clock::{BoxFuture, Clock};
 use crate::task::remote::{self, Command, Node, Reply, Stats};
 use crate::task::spec::Delivery;
 use crate::task::{App, RunInfo};
@@ -51,22 +53,105 @@ pub(crate) struct ControlReply {
     pub body: String,
 }
 
+/// What a node keeps whatever carries it: its name, its codec, the app it
+/// serves, its Lamport clock, its events state and the app's clock. Each
+/// transport's broker holds one ([`CeleryNode::facts`]).
+pub(crate) struct NodeFacts {
+    /// Its node name (`headway@host`).
+    pub node: String,
+    /// Its codec (queue names as Celery spells them).
+    pub sender: Sender,
+    /// The app's clock: etas, revokes and events read it.
+    pub clock: Arc<dyn Clock>,
+    /// Its Lamport clock (replies and events carry it).
+    pub lamport: AtomicU64,
+    /// The app whose workers answer remote control and send events here,
+    /// once told.
+    pub app: RwLock<Option<Weak<AppInner>>>,
+    /// Celery's events: on or off, and the way out.
+    pub celeryev: Events,
+}
+
+impl NodeFacts {
+    pub(crate) fn new(
+        node: String,
+        sender: Sender,
+        clock: Arc<dyn Clock>,
+        celeryev: Events,
+    ) -> Self {
+        NodeFacts {
+            node,
+            sender,
+            clock,
+            lamport: AtomicU64::new(0),
+            app: RwLock::new(None),
+            celeryev,
+        }
+    }
+
+    /// Tells the node which app it serves, and its codec where the app
+    /// routes each task (its `queue`).
+    pub(crate) fn route_for(&self, app: &App) {
+        let weak = Arc::downgrade(&app.inner);
+        *self.app.write().unwrap_or_else(|e| e.into_inner()) = Some(weak.clone());
+        let router: super::codec::Router = Arc::new(move |task: &str| {
+            let inner = weak.upgrade()?;
+            App { inner }.policy_of(task).map(|p| p.queue)
+        });
+        *self
+            .sender
+            .routes
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Some(router);
+    }
+}
+
+/// The ids of `revoked` (id → remembered until, ms) still remembered at
+/// `now`, sorted.
+pub(crate) fn live_ids<'a>(
+    revoked: impl Iterator<Item = (&'a String, &'a i64)>,
+    now: i64,
+) -> Vec<String> {
+    let mut ids: Vec<String> = revoked
+        .filter(|(_, until)| **until > now)
+        .map(|(id, _)| id.clone())
+        .collect();
+    ids.sort();
+    ids
+}
+
 /// A transport on Celery's wire, seen as a Celery worker node. The
 /// provided methods are the node's behaviour; a transport supplies only
 /// the required ones.
 pub(crate) trait CeleryNode: Send + Sync + 'static {
+    /// What it keeps whatever its transport.
+    fn facts(&self) -> &NodeFacts;
     /// Its node name (`headway@host`).
-    fn node_name(&self) -> &str;
+    fn node_name(&self) -> &str {
+        &self.facts().node
+    }
     /// Its codec (queue names as Celery spells them).
-    fn codec(&self) -> &Sender;
+    fn codec(&self) -> &Sender {
+        &self.facts().sender
+    }
     /// The app it serves, once told (`route_for`).
-    fn served_app(&self) -> Option<App>;
+    fn served_app(&self) -> Option<App> {
+        let app = self.facts().app.read().unwrap_or_else(|e| e.into_inner());
+        let inner = app.as_ref()?.upgrade()?;
+        Some(App { inner })
+    }
     /// Its Lamport clock (replies and events carry it).
-    fn lamport(&self) -> &AtomicU64;
+    fn lamport(&self) -> &AtomicU64 {
+        &self.facts().lamport
+    }
     /// Its events state.
-    fn celeryev(&self) -> &Events;
+    fn celeryev(&self) -> &Events {
+        &self.facts().celeryev
+    }
     /// Now, in ms, by the app's clock.
-    fn now_ms(&self) -> i64;
+    fn now_ms(&self) -> i64 {
+        self.facts().clock.now()
+    }
     /// Celery's name for the transport (`redis`, `amqp`).
     fn transport(&self) -> &'static str;
     /// Its broker URL, password redacted.

@@ -50,7 +50,7 @@ impl CeleryBroker {
     /// Encodes `m` for its queue: (queue key, envelope).
     pub(super) fn encode(&self, m: &Message) -> (String, Encoded) {
         let key = self.queue_key(&m.queue, self.step_of(m.priority));
-        (key, self.sender.encode(m, self.clock.now()))
+        (key, self.facts.sender.encode(m, self.facts.clock.now()))
     }
 
     /// Puts `raw` on `queue` (its step-0 list, at the back) as another

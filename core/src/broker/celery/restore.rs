@@ -95,9 +95,9 @@ impl CeleryBroker {
             });
         let Some((mut env, _exchange, rk)) = parsed else {
             let reason = "bad message: an unreadable `unacked` entry".to_string();
-            let element = dead::element(self.clock.now(), &reason, 0, None, &entry);
+            let element = dead::element(self.facts.clock.now(), &reason, 0, None, &entry);
             let q = self.opts.default_queue.clone();
-            let q = self.sender.model_queue(&q);
+            let q = self.facts.sender.model_queue(&q);
             self.bury(
                 &q,
                 "quarantined",
@@ -169,13 +169,13 @@ impl CeleryBroker {
             };
             let raw = pyjson::dumps(&env);
             let element = dead::element_whole(
-                self.clock.now(),
+                self.facts.clock.now(),
                 &reason,
                 step,
                 id.as_deref(),
                 raw.as_bytes(),
             );
-            let q = self.sender.model_queue(&rk);
+            let q = self.facts.sender.model_queue(&rk);
             let n = self
                 .bury(
                     &q,

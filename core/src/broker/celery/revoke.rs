@@ -31,8 +31,8 @@ impl CeleryBroker {
             return Ok(());
         }
         self.note_revoked(&ids, until);
-        let now = self.clock.now();
-        let clock = self.lamport.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = self.facts.clock.now();
+        let clock = self.facts.lamport.fetch_add(1, Ordering::Relaxed) + 1;
         let env = pidbox::revoke_envelope(&ids, terminate, clock);
         let mut p = redis::pipe();
         for id in &ids {
@@ -50,7 +50,7 @@ impl CeleryBroker {
     /// Whether each of `ids` is revoked: this consumer's set first, then
     /// the sorted set for those it does not know.
     pub(super) async fn revoked_of(&self, ids: &[String]) -> Result<Vec<bool>, Refused> {
-        let now = self.clock.now();
+        let now = self.facts.clock.now();
         let mut out: Vec<bool> = {
             let g = self.lock();
             ids.iter()
@@ -85,7 +85,7 @@ impl CeleryBroker {
     /// (for another transport that keeps its revokes here and hears the
     /// rest on a pidbox of its own).
     pub(crate) fn revoked_here(&self, ids: &[String]) -> Vec<bool> {
-        let now = self.clock.now();
+        let now = self.facts.clock.now();
         let g = self.lock();
         ids.iter()
             .map(|id| g.revoked.get(id).is_some_and(|&u| u > now))
@@ -95,7 +95,7 @@ impl CeleryBroker {
     /// Reads the revoked ids kept in Redis into this broker's set again
     /// (after a listener of another transport was away).
     pub(crate) async fn load_revoked(&self) -> Result<(), Refused> {
-        let now = self.clock.now();
+        let now = self.facts.clock.now();
         let (epoch, mut c) = self.link.conn().await?;
         let got: Vec<(String, f64)> = match redis::cmd("ZRANGEBYSCORE")
             .arg(&self.keys.revoked)
@@ -117,7 +117,7 @@ impl CeleryBroker {
 
     pub(super) fn note_revoked(&self, ids: &[String], until: i64) {
         let mut g = self.lock();
-        let now = self.clock.now();
+        let now = self.facts.clock.now();
         g.revoked.retain(|_, u| *u > now);
         for id in ids {
             g.revoked.insert(id.clone(), until);
@@ -131,7 +131,7 @@ impl CeleryBroker {
     /// to it on the pidbox must not stretch the `until` it was given.
     fn note_heard(&self, ids: &[String], until: i64) {
         let mut g = self.lock();
-        let now = self.clock.now();
+        let now = self.facts.clock.now();
         g.revoked.retain(|_, u| *u > now);
         for id in ids {
             g.revoked.entry(id.clone()).or_insert(until);
@@ -148,11 +148,11 @@ impl CeleryBroker {
             self.on_control(c);
             return;
         }
-        if !c.is_for(&self.node, self.now_secs()) {
+        if !c.is_for(&self.facts.node, self.now_secs()) {
             return;
         }
         let keep = i64::try_from(self.opts.revoke_keep.as_millis()).unwrap_or(i64::MAX);
-        let until = self.clock.now().saturating_add(keep);
+        let until = self.facts.clock.now().saturating_add(keep);
         self.note_heard(&c.ids, until);
         if c.terminate && !c.ids.is_empty() {
             self.hearers.tell(&c.ids, c.signal.unwrap_or(SIGTERM));

@@ -68,6 +68,7 @@ impl CeleryBroker {
             return false;
         }
         let inner = self
+            .facts
             .app
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -84,10 +85,10 @@ impl CeleryBroker {
             crate::log::emit(
                 crate::log::Level::Warn,
                 "headway.celery",
-                crate::log::About::worker(&self.node).run(task, id),
+                crate::log::About::worker(&self.facts.node).run(task, id),
                 format_args!(
                     "headway celery broker {}: task {} is not registered here; handing it back for another consumer",
-                    self.node,
+                    self.facts.node,
                     shown(task)
                 ),
             );
