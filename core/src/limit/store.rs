@@ -19,8 +19,7 @@ use std::time::Duration;
 use redis::{FromRedisValue, RedisError, Script, Value};
 
 use crate::broker::RedisUrl;
-use crate::broker::link::{self, Link, LinkSetup};
-use crate::flow::{Backoff, Jitter, MILLI};
+use crate::broker::link::{Link, LinkSetup};
 use crate::task::state::Refused;
 
 /// How long a call waits for an unreachable Redis before it refuses: a
@@ -154,20 +153,18 @@ fn shared_link(url: &str) -> Result<Arc<Link>, Refused> {
     if let Some(l) = links.get(url).and_then(Weak::upgrade) {
         return Ok(l);
     }
-    let parsed = parse(url)?;
-    let dialer = Arc::new(link::Dialer::new(&parsed, None)?);
-    // The brokers' dialling: 50 ms doubling to 2 s, full jitter.
-    let backoff =
-        Backoff::new(50 * MILLI, 2.0, 2_000 * MILLI, i32::MAX, Jitter::Full).expect("valid");
+    // The brokers' dialling, with a shorter wait for a reply.
+    let setup = LinkSetup::dialling(
+        parse(url)?,
+        None,
+        format!("limit-{}", std::process::id()),
+        PATIENCE,
+        "headway limit".into(),
+    )?;
     let made = Arc::new(Link::new(LinkSetup {
-        dialer,
-        url: parsed,
         connect_timeout: CONNECT_TIMEOUT,
         response_timeout: RESPONSE_TIMEOUT,
-        backoff,
-        seed: format!("limit-{}", std::process::id()),
-        patience: PATIENCE,
-        label: "headway limit".into(),
+        ..setup
     }));
     links.retain(|_, w| w.strong_count() > 0);
     links.insert(url.to_string(), Arc::downgrade(&made));

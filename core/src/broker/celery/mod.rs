@@ -241,20 +241,22 @@ impl CeleryBroker {
                  Celery's layout does not wait for replicas"
             )));
         }
-        let dialer = Arc::new(super::link::Dialer::new(&parsed, opts.tls_ca.as_deref())?);
-        // 5 s to connect, 30 s for a reply; a failed dial waits 50 ms
-        // doubling to 1 s before the next, without jitter.
-        let backoff = Backoff::new(50 * MILLI, 2.0, 1_000 * MILLI, i32::MAX, Jitter::Rigid)
-            .expect("a valid backoff");
+        let label = format!("headway celery broker {node}");
+        let common = LinkSetup::dialling(
+            parsed,
+            opts.tls_ca.as_deref(),
+            node.clone(),
+            opts.patience,
+            label,
+        )?;
+        // kombu's: 5 s to connect, 30 s for a reply; a failed dial waits
+        // 50 ms doubling to 1 s before the next, without jitter.
         let link = Link::new(LinkSetup {
-            dialer,
-            url: parsed,
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(30),
-            backoff,
-            seed: node.clone(),
-            patience: opts.patience,
-            label: format!("headway celery broker {node}"),
+            backoff: Backoff::new(50 * MILLI, 2.0, 1_000 * MILLI, i32::MAX, Jitter::Rigid)
+                .expect("a valid backoff"),
+            ..common
         });
         link.first("cannot reach ").await?;
         // Result channels carry a wake-up only: a waiter reads the key.

@@ -43,7 +43,7 @@ use tokio::time::Instant;
 
 use super::error;
 use super::redis::{RedisUrl, check_ca, refuse_cluster};
-use crate::flow::{Backoff, MILLI};
+use crate::flow::{Backoff, Jitter, MILLI};
 use crate::task::policy::seeded;
 use crate::task::state::{BrokerError, BrokerErrorKind, Refused};
 
@@ -67,6 +67,35 @@ pub struct LinkSetup {
     pub patience: Duration,
     /// Put before every log line (`"headway redis"`).
     pub label: String,
+}
+
+impl LinkSetup {
+    /// A link to `url` (`tls_ca`: the CA certificates for `rediss://`)
+    /// with the common timing — 2 s to connect, 10 s for a reply (a stuck
+    /// server, or a pipeline of thousands of scripts), a failed dial
+    /// waiting 50 ms doubling to 2 s (ioredis's default cap) with full
+    /// jitter (AWS, "Exponential Backoff and Jitter") — which a layout
+    /// changes where its peer's differs. `seed` seeds the jitter, `label`
+    /// starts every log line. Refused: a `tls_ca` that cannot be read.
+    pub fn dialling(
+        url: RedisUrl,
+        tls_ca: Option<&[u8]>,
+        seed: String,
+        patience: Duration,
+        label: String,
+    ) -> Result<LinkSetup, Refused> {
+        Ok(LinkSetup {
+            dialer: Arc::new(Dialer::new(&url, tls_ca)?),
+            url,
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(10),
+            backoff: Backoff::new(50 * MILLI, 2.0, 2_000 * MILLI, i32::MAX, Jitter::Full)
+                .expect("a valid backoff"),
+            seed,
+            patience,
+            label,
+        })
+    }
 }
 
 /// Why a call did not get an answer.

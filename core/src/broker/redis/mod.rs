@@ -97,7 +97,6 @@ use std::time::Duration;
 
 use crate::broker::link::Conn;
 
-use crate::flow::{Backoff, Jitter, MILLI};
 use crate::task::app::Seams;
 use crate::task::clock::{BoxFuture, Clock};
 use crate::task::dead::DeadLetter;
@@ -111,11 +110,6 @@ use crate::task::state::{Outcome, Refused, State};
 use super::link::{Link, LinkSetup, Waiters};
 use scripts::Scripts;
 use settle::Pending;
-
-/// Connecting gives up after 2 s; a reply after 10 s (a stuck server or a
-/// pipeline of thousands of scripts).
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn log(what: &str) {
     crate::log::warn("headway.redis", format_args!("headway redis: {what}"));
@@ -207,24 +201,13 @@ impl RedisBroker {
             }
             None => options::default_consumer(),
         };
-        let dialer = Arc::new(super::link::Dialer::new(
-            &parsed,
+        let link = Link::new(LinkSetup::dialling(
+            parsed.clone(),
             options.tls_ca.as_deref(),
+            consumer.clone(),
+            options.patience,
+            "headway redis".into(),
         )?);
-        // 50 ms doubling to 2 s (ioredis's default cap), full jitter (AWS,
-        // "Exponential Backoff and Jitter").
-        let backoff = Backoff::new(50 * MILLI, 2.0, 2_000 * MILLI, i32::MAX, Jitter::Full)
-            .expect("a valid backoff");
-        let link = Link::new(LinkSetup {
-            dialer,
-            url: parsed.clone(),
-            connect_timeout: CONNECT_TIMEOUT,
-            response_timeout: RESPONSE_TIMEOUT,
-            backoff,
-            seed: consumer.clone(),
-            patience: options.patience,
-            label: "headway redis".into(),
-        });
         // A final value (not the `1` wake-up) is kept for the waiters, who
         // then need no GET.
         let waiters = link.waiters(Box::new(|b| {
