@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use headway_core::limit::{Asked, SharedBucket, SharedGate, SharedWindow, new_permit};
+use headway_core::limit::{SharedBucket, SharedGate, SharedWindow};
 use headway_core::task::Refused;
 use napi_derive::napi;
 
@@ -240,16 +240,8 @@ impl NativeSharedGate {
 
     #[napi(catch_unwind)]
     pub fn take(&self) -> napi::Result<Answer> {
-        let permit = new_permit();
-        let Asked { req, pick } = self.inner.ask_take(&permit);
-        // Made again on the shared link, the call names the same permit.
-        call_with(
-            self.wire,
-            &self.inner,
-            req,
-            move |a| pick(a).then(|| permit.clone()),
-            permit_json,
-        )
+        let (req, pick) = self.inner.ask_take_new();
+        call_with(self.wire, &self.inner, req, pick, permit_json)
     }
 
     #[napi(catch_unwind)]

@@ -12,8 +12,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::Instant;
 
-use headway_core::limit::wire::{Fed, Reply, Wire};
-use headway_core::limit::{Asked, Limit, Req};
+use headway_core::limit::wire::{Fed, Wire};
+use headway_core::limit::{Asked, Limit, Req, Waiting};
 use headway_core::task::Refused;
 use napi::bindgen_prelude::{BufferSlice, Either, Either3};
 use napi_derive::napi;
@@ -21,49 +21,11 @@ use napi_derive::napi;
 use crate::tasks::Refusal;
 use crate::tasks::hub::{Answer, Settled, drive, hub, render, spawn_ticketed};
 
-/// What the binding keeps for a call on the wire.
+/// What the binding keeps for a call on the wire: its ticket, and the
+/// core's reading of its reply as the JSON text JS parses.
 struct Call {
     ticket: u32,
-    job: Box<dyn Job>,
-}
-
-/// A call's two endings, behind one allocation.
-trait Job {
-    /// Reads the reply and renders the answer.
-    fn finish(self: Box<Self>, reply: Result<Reply, Refused>) -> Settled;
-    /// Makes the call again on the shared link under `ticket`.
-    fn again(self: Box<Self>, ticket: u32, req: Req);
-}
-
-struct Asking<L, F, T> {
-    limit: L,
-    pick: F,
-    render: fn(T) -> String,
-}
-
-impl<L, F, T> Job for Asking<L, F, T>
-where
-    L: Limit,
-    F: Fn(L::Answer) -> T + Send + 'static,
-    T: Send + 'static,
-{
-    fn finish(self: Box<Self>, reply: Result<Reply, Refused>) -> Settled {
-        match reply.and_then(|v| self.limit.answer(v)) {
-            Ok(a) => Settled::Ok((self.render)((self.pick)(a))),
-            Err(e) => Settled::Err(Refusal::from(e)),
-        }
-    }
-
-    fn again(self: Box<Self>, ticket: u32, req: Req) {
-        let Asking {
-            limit,
-            pick,
-            render,
-        } = *self;
-        let run = limit.run(req);
-        // Only fails without a hub, which made the ticket.
-        let _ = spawn_ticketed(ticket, async move { run.await.map(pick) }, render);
-    }
+    waiting: Waiting<String>,
 }
 
 thread_local! {
@@ -117,7 +79,7 @@ pub(crate) fn call_with<L: Limit, T: Send + 'static>(
     id: Option<u32>,
     limit: &L,
     req: Req,
-    pick: impl Fn(L::Answer) -> T + Send + 'static,
+    pick: impl FnOnce(L::Answer) -> T + Send + 'static,
     render: fn(T) -> String,
 ) -> napi::Result<Answer> {
     let Some(id) = id else {
@@ -127,16 +89,18 @@ pub(crate) fn call_with<L: Limit, T: Send + 'static>(
     let ticket = hub()?.ticket();
     let c = Call {
         ticket,
-        job: Box::new(Asking {
-            limit: limit.clone(),
-            pick,
-            render,
-        }),
+        waiting: Waiting::new(limit.clone(), move |a| render(pick(a))),
     };
     if let Err((req, c)) = with(id, |w| w.push(Instant::now(), req, c))? {
-        c.job.again(c.ticket, req);
+        again(c, req);
     }
     Ok(Either3::B(ticket))
+}
+
+/// `req` made on the shared link under the ticket JS already holds.
+fn again(c: Call, req: Req) {
+    // Only fails without a hub, which made the ticket.
+    let _ = spawn_ticketed(c.ticket, c.waiting.again(req), |text| text);
 }
 
 /// Where wire `id`'s socket goes: `[host, port, timeout ms]`.
@@ -175,7 +139,13 @@ pub fn wire_feed(id: u32, bytes: BufferSlice) -> napi::Result<Option<Either<Stri
         Fed::Answers(a) => {
             let done: Vec<(u32, Settled)> = a
                 .into_iter()
-                .map(|(c, r)| (c.ticket, c.job.finish(r)))
+                .map(|(c, r)| {
+                    let settled = match c.waiting.finish(r) {
+                        Ok(text) => Settled::Ok(text),
+                        Err(e) => Settled::Err(Refusal::from(e)),
+                    };
+                    (c.ticket, settled)
+                })
                 .collect();
             hub()?.answered(done.len());
             let text = render(&done);
@@ -200,7 +170,7 @@ pub fn wire_busy(id: u32) -> napi::Result<bool> {
 #[napi(js_name = "_wireLost", catch_unwind)]
 pub fn wire_lost(id: u32, random: f64) -> napi::Result<()> {
     for (req, c) in with(id, |w| w.lost(Instant::now(), random))? {
-        c.job.again(c.ticket, req);
+        again(c, req);
     }
     Ok(())
 }

@@ -87,6 +87,7 @@ __all__ = [
     "_Host",
     "_Noop",
     "_Scheduler",
+    "_Wire",
     "_Worker",
     "_direct_context",
     "_json_roundtrip",
@@ -595,6 +596,17 @@ class Gate:
         """The ceiling."""
 
 # ------------------------------------------------------------------ shared limits
+
+@final
+class _Wire:
+    """One connection's rules for one asyncio loop (``headway._wire``)."""
+    @staticmethod
+    def open(url: str) -> _Wire | None: ...
+    def address(self) -> tuple[str, int, float]: ...
+    def flush(self) -> tuple[bytes, bool] | None: ...
+    def feed(self, data: bytes) -> int: ...
+    def busy(self) -> bool: ...
+    def lost(self, random: float) -> list[tuple[Any, Any]]: ...
 
 @final
 class SharedBucket:

@@ -44,6 +44,7 @@ mod shared_window;
 mod soft;
 mod times;
 mod trace;
+mod wire;
 
 pub(crate) use convert::*;
 
@@ -147,6 +148,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     backoff::register(m)?;
     limit::register(m)?;
     shared_bucket::register(m)?;
+    wire::register(m)?;
     shared_window::register(m)?;
     shared_gate::register(m)?;
     times::register(m)?;

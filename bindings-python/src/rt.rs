@@ -278,6 +278,21 @@ pub(crate) fn panicked(e: tokio::task::JoinError) -> PyErr {
     }
 }
 
+/// An awaitable of a call whose answer is already a Python value (or the
+/// error converting it), made on the runtime.
+pub(crate) fn awaitable_any<'py, F>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = Result<PyResult<Py<PyAny>>, Refused>> + Send + 'static,
+{
+    let join = rt()?.spawn(fut);
+    pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        match join.await.map_err(panicked)? {
+            Ok(v) => v,
+            Err(r) => Err(Python::attach(|py| refused(py, r))),
+        }
+    })
+}
+
 /// A core call as a Python awaitable: spawned on the shared runtime (a
 /// panic comes back as `PanicError`), its `Refused` raised as the matching
 /// exception. What every `a…` method of the shared limits returns.

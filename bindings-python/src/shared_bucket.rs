@@ -1,10 +1,14 @@
 //! `SharedBucket`: the core's `limit::SharedBucket`. `take()` blocks on the
 //! round trip with the GIL released; `atake()` is its awaitable.
 
+use std::sync::Arc;
+
 use headway_core::limit::SharedBucket;
 use pyo3::prelude::*;
+use pyo3::types::PyString;
 
 use crate::rt::{awaitable, block, check};
+use crate::wire::wired;
 use crate::{float_arg, guard, secs_out};
 
 fn n_of(n: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
@@ -20,7 +24,9 @@ fn n_of(n: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
 /// defaults, the same ``ValueError``s). No I/O until the first call.
 #[pyclass(module = "headway._native", name = "SharedBucket", frozen)]
 pub(crate) struct PySharedBucket {
-    inner: SharedBucket,
+    inner: Arc<SharedBucket>,
+    /// Names the running loop's socket for the awaitables (`wire.rs`).
+    url: Py<PyString>,
 }
 
 #[pymethods]
@@ -41,7 +47,10 @@ impl PySharedBucket {
                 _ => None,
             };
             let inner = check(py, SharedBucket::new(url, key, rate, burst))?;
-            Ok(PySharedBucket { inner })
+            Ok(PySharedBucket {
+                inner: Arc::new(inner),
+                url: PyString::intern(py, url).unbind(),
+            })
         })
     }
 
@@ -62,8 +71,8 @@ impl PySharedBucket {
         n: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let n = n_of(n)?;
-        let b = self.inner.clone();
-        awaitable(py, async move { b.take(n).await })
+        let asked = check(py, self.inner.ask_take(n))?;
+        wired(py, &self.url, &self.inner, asked.req, asked.pick)
     }
 
     /// Seconds until `n` tokens would be there, without taking them: 0 when

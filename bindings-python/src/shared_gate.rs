@@ -1,10 +1,14 @@
 //! `SharedGate`: the core's `limit::SharedGate`. `take()` blocks on the
 //! round trip with the GIL released; `atake()` is its awaitable.
 
+use std::sync::Arc;
+
 use headway_core::limit::SharedGate;
 use pyo3::prelude::*;
+use pyo3::types::PyString;
 
-use crate::rt::{awaitable, block, check};
+use crate::rt::{block, check};
+use crate::wire::wired;
 use crate::{guard, int_arg, secs_out, span_opt};
 
 /// A concurrency gate shared by every process (Python or Node) that names
@@ -15,7 +19,9 @@ use crate::{guard, int_arg, secs_out, span_opt};
 /// positive raises ``ValueError``. No I/O until the first call.
 #[pyclass(module = "headway._native", name = "SharedGate", frozen)]
 pub(crate) struct PySharedGate {
-    inner: SharedGate,
+    inner: Arc<SharedGate>,
+    /// Names the running loop's socket for the awaitables (`wire.rs`).
+    url: Py<PyString>,
 }
 
 #[pymethods]
@@ -36,7 +42,10 @@ impl PySharedGate {
                 _ => None,
             };
             let inner = check(py, SharedGate::new(url, key, n, lease))?;
-            Ok(PySharedGate { inner })
+            Ok(PySharedGate {
+                inner: Arc::new(inner),
+                url: PyString::intern(py, url).unbind(),
+            })
         })
     }
 
@@ -49,8 +58,8 @@ impl PySharedGate {
 
     /// ``take()`` as an awaitable.
     fn atake<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let g = self.inner.clone();
-        awaitable(py, async move { g.take().await })
+        let (req, pick) = self.inner.ask_take_new();
+        wired(py, &self.url, &self.inner, req, pick)
     }
 
     /// Gives the permit's room back: whether it was held. A permit released
@@ -62,8 +71,8 @@ impl PySharedGate {
 
     /// ``release(permit)`` as an awaitable.
     fn arelease<'py>(&self, py: Python<'py>, permit: String) -> PyResult<Bound<'py, PyAny>> {
-        let g = self.inner.clone();
-        awaitable(py, async move { g.release(&permit).await })
+        let asked = self.inner.ask_release(&permit);
+        wired(py, &self.url, &self.inner, asked.req, asked.pick)
     }
 
     /// Starts the permit's lease again: whether it was still held (one whose

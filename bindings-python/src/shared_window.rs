@@ -1,10 +1,14 @@
 //! `SharedWindow`: the core's `limit::SharedWindow`. `take()` blocks on the
 //! round trip with the GIL released; `atake()` is its awaitable.
 
+use std::sync::Arc;
+
 use headway_core::limit::SharedWindow;
 use pyo3::prelude::*;
+use pyo3::types::PyString;
 
 use crate::rt::{awaitable, block, check};
+use crate::wire::wired;
 use crate::{guard, int_arg, secs_out, span_arg};
 
 /// A sliding window shared by every process (Python or Node) that names the
@@ -15,7 +19,9 @@ use crate::{guard, int_arg, secs_out, span_arg};
 /// No I/O until the first call.
 #[pyclass(module = "headway._native", name = "SharedWindow", frozen)]
 pub(crate) struct PySharedWindow {
-    inner: SharedWindow,
+    inner: Arc<SharedWindow>,
+    /// Names the running loop's socket for the awaitables (`wire.rs`).
+    url: Py<PyString>,
 }
 
 #[pymethods]
@@ -32,7 +38,10 @@ impl PySharedWindow {
             let limit = int_arg("limit", limit)?;
             let per = span_arg("per", per)?;
             let inner = check(py, SharedWindow::new(url, key, limit, per))?;
-            Ok(PySharedWindow { inner })
+            Ok(PySharedWindow {
+                inner: Arc::new(inner),
+                url: PyString::intern(py, url).unbind(),
+            })
         })
     }
 
@@ -45,8 +54,8 @@ impl PySharedWindow {
 
     /// ``take()`` as an awaitable.
     fn atake<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let w = self.inner.clone();
-        awaitable(py, async move { w.take().await })
+        let asked = self.inner.ask_take();
+        wired(py, &self.url, &self.inner, asked.req, asked.pick)
     }
 
     /// How many events remain in the window now.

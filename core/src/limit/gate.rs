@@ -114,9 +114,8 @@ impl SharedGate {
     /// A permit when there is room (a fresh id, to release or renew), else
     /// `None`.
     pub async fn take(&self) -> Result<Option<String>, Refused> {
-        let permit = new_permit();
-        let taken = self.made(self.ask_take(&permit)).await?;
-        Ok(taken.then_some(permit))
+        let (req, pick) = self.ask_take_new();
+        Ok(pick(self.send(req).await?))
     }
 
     /// Gives the permit's room back: whether it was held. A permit released
@@ -156,6 +155,20 @@ impl SharedGate {
             req: self.ask(GateOp::Take, permit, None),
             pick: |a| a.ok,
         }
+    }
+
+    /// [`Self::take`], asked: a fresh permit's take, answered as the
+    /// permit when taken. Made again after a lost socket, the call names
+    /// the same permit.
+    pub fn ask_take_new(
+        &self,
+    ) -> (
+        Req,
+        impl FnOnce(GateAnswer) -> Option<String> + Send + 'static,
+    ) {
+        let permit = new_permit();
+        let Asked { req, pick } = self.ask_take(&permit);
+        (req, move |a| pick(a).then_some(permit))
     }
 
     /// [`Self::release`], asked.

@@ -43,6 +43,7 @@ pub use store::Req;
 pub use window::{SharedWindow, WindowAnswer};
 
 use crate::flow::{Invalid, Nanos};
+use crate::task::clock::BoxFuture;
 use crate::task::state::Refused;
 
 /// A shared limit as a binding that makes its calls itself sees it
@@ -65,6 +66,62 @@ pub trait Limit: Clone + Send + Sync + 'static {
 pub struct Asked<A, T> {
     pub req: Req,
     pub pick: fn(A) -> T,
+}
+
+/// A call a binding made on its own socket ([`wire::Wire`]), waiting for
+/// its reply: what the reply means for the method that asked (the limit's
+/// `answer`, then the method's `pick`, then the binding's conversion, all
+/// in `T`), or, when the socket was lost with it, the same call made on
+/// the shared link. One allocation per call, whatever the limit.
+pub struct Waiting<T> {
+    call: Box<dyn Erased<T>>,
+}
+
+trait Erased<T>: Send {
+    fn finish(self: Box<Self>, reply: Result<wire::Reply, Refused>) -> Result<T, Refused>;
+    fn again(self: Box<Self>, req: Req) -> BoxFuture<'static, Result<T, Refused>>;
+}
+
+struct Picking<L, F> {
+    limit: L,
+    pick: F,
+}
+
+impl<L, F, T> Erased<T> for Picking<L, F>
+where
+    L: Limit,
+    F: FnOnce(L::Answer) -> T + Send + 'static,
+    T: 'static,
+{
+    fn finish(self: Box<Self>, reply: Result<wire::Reply, Refused>) -> Result<T, Refused> {
+        let a = self.limit.answer(reply?)?;
+        Ok((self.pick)(a))
+    }
+
+    fn again(self: Box<Self>, req: Req) -> BoxFuture<'static, Result<T, Refused>> {
+        let Picking { limit, pick } = *self;
+        let run = limit.run(req);
+        Box::pin(async move { run.await.map(pick) })
+    }
+}
+
+impl<T: 'static> Waiting<T> {
+    /// A call of `limit`'s whose answer `pick` turns into `T`.
+    pub fn new<L: Limit>(limit: L, pick: impl FnOnce(L::Answer) -> T + Send + 'static) -> Self {
+        Waiting {
+            call: Box::new(Picking { limit, pick }),
+        }
+    }
+
+    /// The reply (or the refusal [`wire::Wire::feed`] gave for it) read.
+    pub fn finish(self, reply: Result<wire::Reply, Refused>) -> Result<T, Refused> {
+        self.call.finish(reply)
+    }
+
+    /// `req` made on the shared link (a socket lost, or a wire down).
+    pub fn again(self, req: Req) -> BoxFuture<'static, Result<T, Refused>> {
+        self.call.again(req)
+    }
 }
 
 /// A limit held behind an `Arc` (a binding's handle): a call clones a
@@ -184,6 +241,32 @@ mod tests {
         assert_eq!(micros_up(1000), 1);
         assert_eq!(micros_up(1001), 2);
         assert_eq!(micros_up(flow::SECOND), 1_000_000);
+    }
+
+    #[test]
+    fn a_waiting_call_reads_its_reply_with_the_methods_pick() {
+        use redis::Value;
+        let g = SharedGate::new("redis://127.0.0.1:1", "k", 1, None).unwrap();
+        let (_, pick) = g.ask_take_new();
+        let w = Waiting::new(g.clone(), move |a| pick(a).map(|p| p.len()));
+        let reply = Value::Array(vec![Value::Int(1), Value::Int(1), Value::Int(-1)]);
+        // Taken: the permit the ask made (an id), through the binding's
+        // conversion.
+        assert_eq!(w.finish(Ok(reply)).unwrap(), Some(36));
+        let (_, pick) = g.ask_take_new();
+        let w = Waiting::new(g.clone(), pick);
+        let full = Value::Array(vec![Value::Int(0), Value::Int(1), Value::Int(5)]);
+        assert_eq!(w.finish(Ok(full)).unwrap(), None);
+        // A refusal is the answer; a reply of the wrong shape is refused.
+        let (_, pick) = g.ask_take_new();
+        let w = Waiting::new(g.clone(), pick);
+        assert!(matches!(
+            w.finish(Err(Refused::Invalid("x".into()))),
+            Err(Refused::Invalid(_))
+        ));
+        let (_, pick) = g.ask_take_new();
+        let w = Waiting::new(g, pick);
+        assert!(w.finish(Ok(Value::Int(3))).is_err());
     }
 
     #[test]

@@ -23,9 +23,12 @@
 //! gives, feeds what arrives to [`Wire::feed`] and reports a closed socket
 //! to [`Wire::lost`].
 //!
-//! Everything is sans-I/O, with time passed in: the tests below drive it
-//! byte by byte, and `tests-js/shared_limits_wire.test.mjs` over a real
-//! socket through a lost Redis, a forgotten script and a refused password.
+//! Two bindings drive it: Node's event loop (`lib/wire.js`) for every
+//! call of a shared limit, and a Python asyncio loop (`headway/_wire.py`)
+//! for the awaitables. Everything is sans-I/O, with time passed in: the
+//! tests below drive it byte by byte, and `shared_limits_wire` in
+//! tests-js and tests-py over a real socket through a lost Redis, a
+//! forgotten script and a refused password.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
