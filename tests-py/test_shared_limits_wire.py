@@ -209,3 +209,17 @@ async def test_a_refused_handshake_is_the_shared_links_refusal(tmp_path: Path) -
         assert await right.atake() is False
     finally:
         s.stop()
+
+
+@pytest.mark.asyncio
+async def test_no_redis_refuses_as_the_shared_link_does(server: _Redis) -> None:
+    port = _free_port()  # nothing listens there
+    b = headway.SharedBucket(f"redis://127.0.0.1:{port}", _key(), 1)
+    start = time.monotonic()
+    with pytest.raises(headway.BrokerError, match=str(port)):
+        await b.atake()
+    # Refused after the shared link's patience (2 s), not hung.
+    assert time.monotonic() - start < 10
+    # The control: the same call where Redis listens is answered.
+    ok = headway.SharedBucket(f"redis://127.0.0.1:{server.port}", _key(), 1)
+    assert await ok.atake() is True

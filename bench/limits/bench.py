@@ -14,7 +14,9 @@ every call is granted — the answer a limiter gives most often, and the same
 work on every side. The floor row is a bare `PING` through redis-py: the
 round trip every row pays. headway's window row is the exact sliding window
 (as `limits`' moving window); its bucket has no direct peer in `limits`,
-whose nearest is the sliding-window counter.
+whose nearest is the sliding-window counter. The asyncio rows await one
+call at a time on one event loop: headway's `atake()` (on the loop's own
+socket) beside `limits`' async storage over redis-py's asyncio client.
 """
 
 from __future__ import annotations
@@ -106,6 +108,13 @@ def main() -> None:
         key = f"l-{tag}-{name}"
         limiters.append((name, lim, key))
         named.append((f"limits {name}.hit()", lambda lim=lim, key=key: lim.hit(item, key), False))
+    # The asyncio peer: `limits`' async storage on redis-py's asyncio client.
+    from limits.aio import strategies as aio_strategies
+
+    astore = storage.storage_from_string(url.replace("redis://", "async+redis://"), implementation="redispy")
+    alim = aio_strategies.FixedWindowRateLimiter(astore)
+    akey = f"l-{tag}-async"
+    named.append(("limits (asyncio) FixedWindowRateLimiter.hit()", lambda: alim.hit(item, akey), True))
     for (name, _, _), us in zip(named, best_us_each(named, n)):
         row(name, us)
     for name, lim, key in limiters:

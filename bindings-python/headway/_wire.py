@@ -101,8 +101,10 @@ class _Conn(asyncio.Protocol):
 
     async def _dial(self) -> None:
         try:
-            await self.loop.create_connection(lambda: self, *self.address)
-        except OSError:
+            await asyncio.wait_for(
+                self.loop.create_connection(lambda: self, *self.address), self.timeout
+            )
+        except (OSError, asyncio.TimeoutError):
             self.dialing = False
             self._lost()
 
