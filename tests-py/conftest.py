@@ -57,10 +57,13 @@ def _free_port() -> int:
 
 
 class RedisServer:
-    """A redis-server of the test session's own, on a free loopback port."""
+    """A redis-server of the test session's own, on a free loopback port
+    (or ``port``), with ``extra`` flags (``--requirepass pw``: every
+    ``command`` authenticates first)."""
 
-    def __init__(self, tmp: Path) -> None:
-        self.port = _free_port()
+    def __init__(self, tmp: Path, port: int | None = None, extra: tuple[str, ...] = ()) -> None:
+        self.port = port or _free_port()
+        self.auth = extra[extra.index("--requirepass") + 1] if "--requirepass" in extra else None
         self.proc = subprocess.Popen(
             [
                 "redis-server",
@@ -73,6 +76,7 @@ class RedisServer:
                 # no leftover consumer of one test shares another's keys.
                 "--databases", "64",
                 "--dir", str(tmp),
+                *extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -97,7 +101,9 @@ class RedisServer:
         """One command over RESP on database ``db``; answers the reply's
         first line."""
         parts = []
-        for cmd in (("SELECT", str(db)), args):
+        cmds = [("AUTH", self.auth)] if self.auth else []
+        cmds += [("SELECT", str(db)), args]
+        for cmd in cmds:
             parts.append(f"*{len(cmd)}\r\n".encode())
             for a in cmd:
                 b = a.encode()
@@ -105,12 +111,12 @@ class RedisServer:
         with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
             s.sendall(b"".join(parts))
             got = b""
-            while got.count(b"\r\n") < 2:
+            while got.count(b"\r\n") < len(cmds):
                 chunk = s.recv(65536)
                 if not chunk:
                     break
                 got += chunk
-            return got.split(b"\r\n")[1]
+            return got.split(b"\r\n")[len(cmds) - 1]
 
     def stop(self) -> None:
         self.proc.kill()

@@ -9,7 +9,6 @@ link's refusal."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import threading
 import time
@@ -20,53 +19,18 @@ from pathlib import Path
 import pytest
 
 import headway
-from conftest import _free_port
+from conftest import RedisServer, _free_port
 
 
 def _key() -> str:
     return f"w-{uuid.uuid4().hex}"
 
 
-class _Redis:
-    """A redis-server of this test's own (on `port`, a free one when None)."""
+class _Redis(RedisServer):
+    """A redis-server of this test's own."""
 
     def __init__(self, tmp: Path, port: int | None = None, *extra: str) -> None:
-        self.port = port or _free_port()
-        self.auth = extra[extra.index("--requirepass") + 1] if "--requirepass" in extra else None
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(tmp), *extra],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                if self.command("PING") == b"+PONG":
-                    return
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.02)
-
-    def command(self, *args: str) -> bytes:
-        """One command (after AUTH when the server wants it): the reply's
-        first line."""
-        cmds = [("AUTH", self.auth)] if self.auth else []
-        cmds.append(args)
-        out = b"".join(
-            b"*%d\r\n" % len(c) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a.encode()) for a in c)
-            for c in cmds
-        )
-        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
-            s.sendall(out)
-            got = b""
-            while got.count(b"\r\n") < len(cmds):
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                got += chunk
-            return got.split(b"\r\n")[len(cmds) - 1]
+        super().__init__(tmp, port, extra)
 
     def clients(self) -> int:
         """Clients connected, less the one asking."""
@@ -77,10 +41,6 @@ class _Redis:
             check=True,
         ).stdout
         return sum(1 for line in out.splitlines() if "id=" in line) - 1
-
-    def stop(self) -> None:
-        self.proc.kill()
-        self.proc.wait(10)
 
 
 @pytest.fixture
