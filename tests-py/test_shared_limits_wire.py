@@ -9,6 +9,7 @@ link's refusal."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import subprocess
 import threading
 import time
@@ -183,3 +184,26 @@ async def test_no_redis_refuses_as_the_shared_link_does(server: _Redis) -> None:
     # The control: the same call where Redis listens is answered.
     ok = headway.SharedBucket(f"redis://127.0.0.1:{server.port}", _key(), 1)
     assert await ok.atake() is True
+
+
+def test_a_finished_loop_does_not_keep_its_socket(server: _Redis) -> None:
+    url = f"redis://127.0.0.1:{server.port}"
+    b = headway.SharedBucket(url, _key(), 1000, burst=100)
+
+    async def one() -> asyncio.AbstractEventLoop:
+        assert await b.atake() is True
+        return asyncio.get_running_loop()
+
+    # The control: while a finished loop is still referenced, its socket
+    # stays (the count below can see one).
+    kept = asyncio.run(one())
+    assert server.clients() == 1
+    del kept
+    for _ in range(10):
+        asyncio.run(one())
+    gc.collect()
+    # Every loop gone, every socket closed with it.
+    deadline = time.monotonic() + 10
+    while server.clients() != 0:
+        assert time.monotonic() < deadline, f"{server.clients()} sockets left"
+        time.sleep(0.02)

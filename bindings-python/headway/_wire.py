@@ -27,7 +27,10 @@ from . import _native
 _NONE: Any = object()
 
 # Per loop: URL -> its connection, or None when the core serves that URL on
-# the shared link only. A loop that is collected takes its entries along.
+# the shared link only. A loop that is collected takes its entries along:
+# a connection holds neither its loop nor its transport (the loop holds the
+# transport while it is open), so nothing here keeps a finished loop, or
+# its socket, alive.
 _conns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Conn | None]] = (
     weakref.WeakKeyDictionary()
 )
@@ -44,7 +47,7 @@ def future(url: str) -> tuple[Any, asyncio.Future[Any]] | None:
     conn = by_url.get(url, _NONE)
     if conn is _NONE:
         native = _native._Wire.open(url)
-        conn = by_url[url] = None if native is None else _Conn(loop, native)
+        conn = by_url[url] = None if native is None else _Conn(native)
     if conn is None:
         return None
     if not conn.due:
@@ -71,10 +74,9 @@ def _chain(fut: asyncio.Future[Any], made: Any) -> None:
 
 
 class _Conn(asyncio.Protocol):
-    def __init__(self, loop: asyncio.AbstractEventLoop, native: Any) -> None:
-        self.loop = loop
+    def __init__(self, native: Any) -> None:
         self.native = native
-        self.transport: asyncio.Transport | None = None
+        self._transport: weakref.ref[asyncio.Transport] | None = None
         # Bytes written before the socket is made.
         self.early: list[bytes] = []
         self.dialing = False
@@ -84,25 +86,31 @@ class _Conn(asyncio.Protocol):
         host, port, self.timeout = native.address()
         self.address = (host, port)
 
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        return None if self._transport is None else self._transport()
+
     def flush(self) -> None:
         self.due = False
         out = self.native.flush()
         if out is None:
             return
         data, dial = out
-        if self.transport is None or dial:
+        transport = self.transport
+        if transport is None or dial:
             self.early.append(data)
             if not self.dialing:
                 self.dialing = True
-                self.loop.create_task(self._dial())
+                asyncio.get_running_loop().create_task(self._dial())
         else:
-            self.transport.write(data)
+            transport.write(data)
         self._watch()
 
     async def _dial(self) -> None:
         try:
+            loop = asyncio.get_running_loop()
             await asyncio.wait_for(
-                self.loop.create_connection(lambda: self, *self.address), self.timeout
+                loop.create_connection(lambda: self, *self.address), self.timeout
             )
         except (OSError, asyncio.TimeoutError):
             self.dialing = False
@@ -110,22 +118,22 @@ class _Conn(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self._transport = weakref.ref(transport)
         self.dialing = False
         if self.early:
             transport.write(b"".join(self.early))
             self.early.clear()
 
     def data_received(self, data: bytes) -> None:
-        self.heard = self.loop.time()
+        self.heard = asyncio.get_running_loop().time()
         r = self.native.feed(data)
         if r == 1:
             self.flush()
-        elif r == -1 and self.transport is not None:
-            self.transport.abort()
+        elif r == -1 and (transport := self.transport) is not None:
+            transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
+        self._transport = None
         self._lost()
 
     def _lost(self) -> None:
@@ -136,17 +144,19 @@ class _Conn(asyncio.Protocol):
     def _watch(self) -> None:
         """Gives the socket up when it stays silent while calls wait."""
         if self.timer is None:
-            self.heard = self.loop.time()
-            self.timer = self.loop.call_later(self.timeout, self._check)
+            loop = asyncio.get_running_loop()
+            self.heard = loop.time()
+            self.timer = loop.call_later(self.timeout, self._check)
 
     def _check(self) -> None:
         self.timer = None
         if not self.native.busy():
             return
-        quiet = self.loop.time() - self.heard
+        loop = asyncio.get_running_loop()
+        quiet = loop.time() - self.heard
         if quiet < self.timeout:
-            self.timer = self.loop.call_later(self.timeout - quiet, self._check)
-        elif self.transport is not None:
-            self.transport.abort()
+            self.timer = loop.call_later(self.timeout - quiet, self._check)
+        elif (transport := self.transport) is not None:
+            transport.abort()
         elif not self.dialing:
             self._lost()
