@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import random
 import weakref
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from . import _native
@@ -44,6 +45,7 @@ def future(url: str) -> tuple[Any, asyncio.Future[Any]] | None:
     by_url = _conns.get(loop)
     if by_url is None:
         by_url = _conns[loop] = {}
+        _closers[loop] = _close_at_shutdown(by_url)
     conn = by_url.get(url, _NONE)
     if conn is _NONE:
         native = _native._Wire.open(url)
@@ -54,6 +56,33 @@ def future(url: str) -> tuple[Any, asyncio.Future[Any]] | None:
         conn.due = True
         loop.call_soon(conn.flush)
     return conn.native, loop.create_future()
+
+
+# Per loop: the async generator that closes its connections when the loop
+# shuts down (below).
+_closers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+
+
+async def _closing(by_url: dict[str, _Conn | None]) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        for conn in by_url.values():
+            if conn is not None:
+                conn.close()
+
+
+def _close_at_shutdown(by_url: dict[str, _Conn | None]) -> AsyncGenerator[None, None]:
+    """An async generator started on the running loop, so that the loop
+    knows it: ``asyncio.run`` (``loop.shutdown_asyncgens()``) closes it as
+    the loop ends, which closes the loop's connections — no socket is left
+    for the collector to close with a ``ResourceWarning``."""
+    agen = _closing(by_url)
+    try:
+        agen.asend(None).send(None)
+    except StopIteration:
+        pass
+    return agen
 
 
 def _chain(fut: asyncio.Future[Any], made: Any) -> None:
@@ -85,6 +114,10 @@ class _Conn(asyncio.Protocol):
         self.heard = 0.0
         host, port, self.timeout = native.address()
         self.address = (host, port)
+
+    def close(self) -> None:
+        if (transport := self.transport) is not None:
+            transport.close()
 
     @property
     def transport(self) -> asyncio.Transport | None:
