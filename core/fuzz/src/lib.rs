@@ -322,6 +322,8 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
             "TZ=TZ=TZ=",
             "@hourly",
             "0-59/7 1-23/3 1,15,L * MON-FRI\nAmerica/New_York",
+            // Once a timeout: an empty list item.
+            "30 , * * *\nEurope/Paris",
         ]),
         "url" => s(&[
             "redis://127.0.0.1",

@@ -239,6 +239,18 @@ impl Cron {
                      (minute hour day-of-month month day-of-week), no seconds or years"
                 )));
             }
+            // croner reads `,` or `1,,2` as a list with nothing in it, a
+            // field no time matches, and the search for the first time it
+            // fires then walks every day to year 5000 (seconds of CPU;
+            // found by `bench/fuzz.sh`).
+            if let Some(field) = trimmed
+                .split_whitespace()
+                .find(|f| f.split(',').any(str::is_empty))
+            {
+                return Err(refuse(format!(
+                    "field {field:?} has an empty item in its list"
+                )));
+            }
         }
         let parsed = CronParser::builder()
             .seconds(Seconds::Disallowed)
@@ -674,6 +686,11 @@ mod tests {
             "* * * * FUNDAY",
             "a b c d e",
             "@fortnightly",
+            // Empty list items (once a search of every day to year 5000).
+            "30 , * * *",
+            "1,,2 * * * *",
+            "* * 3, * *",
+            "* * * * ,MON",
         ] {
             match Cron::new(expr, "UTC") {
                 Err(RhythmError::Cron { expr: got, why }) => {
@@ -683,6 +700,14 @@ mod tests {
                 other => panic!("{expr:?}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn an_empty_list_item_is_refused_by_name() {
+        let err = Cron::new("30 , * * *", "Europe/Paris").unwrap_err();
+        assert!(err.to_string().contains("\",\" has an empty item"), "{err}");
+        // The control: the same line with a list in it is read.
+        assert!(Cron::new("30 1,2 * * *", "Europe/Paris").is_ok());
     }
 
     #[test]
