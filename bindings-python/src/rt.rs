@@ -278,11 +278,12 @@ pub(crate) fn panicked(e: tokio::task::JoinError) -> PyErr {
     }
 }
 
-/// An awaitable of a call whose answer is already a Python value (or the
-/// error converting it), made on the runtime.
-pub(crate) fn awaitable_any<'py, F>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
+/// [`awaitable`] of a call whose answer is already converted: a Python
+/// value, or the error converting it.
+pub(crate) fn awaitable_any<'py, T, F>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
 where
-    F: Future<Output = Result<PyResult<Py<PyAny>>, Refused>> + Send + 'static,
+    F: Future<Output = Result<PyResult<T>, Refused>> + Send + 'static,
+    T: for<'a> pyo3::IntoPyObject<'a> + Send + 'static,
 {
     let join = rt()?.spawn(fut);
     pyo3_async_runtimes::tokio::future_into_py(py, async move {
@@ -301,11 +302,5 @@ where
     F: Future<Output = Result<T, Refused>> + Send + 'static,
     T: for<'a> pyo3::IntoPyObject<'a> + Send + 'static,
 {
-    let join = rt()?.spawn(fut);
-    pyo3_async_runtimes::tokio::future_into_py(py, async move {
-        match join.await.map_err(panicked)? {
-            Ok(v) => Ok(v),
-            Err(r) => Err(Python::attach(|py| refused(py, r))),
-        }
-    })
+    awaitable_any(py, async move { fut.await.map(Ok) })
 }

@@ -39,7 +39,6 @@ pub mod wire;
 pub use bucket::{BucketAnswer, SharedBucket};
 pub use gate::{GateAnswer, GateOp, LEASE, SharedGate, new_permit};
 pub use store::Req;
-
 pub use window::{SharedWindow, WindowAnswer};
 
 use crate::flow::{Invalid, Nanos};

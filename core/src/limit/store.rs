@@ -26,7 +26,6 @@ use crate::task::state::Refused;
 /// limit is asked on a request's path, where a caller would rather hear
 /// "Redis is down" in two seconds than hang for the broker's ten.
 pub const PATIENCE: Duration = Duration::from_secs(2);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Every key a limit writes starts with this, then its kind (`bucket`,
@@ -162,7 +161,6 @@ fn shared_link(url: &str) -> Result<Arc<Link>, Refused> {
         "headway limit".into(),
     )?;
     let made = Arc::new(Link::new(LinkSetup {
-        connect_timeout: CONNECT_TIMEOUT,
         response_timeout: RESPONSE_TIMEOUT,
         ..setup
     }));

@@ -325,7 +325,7 @@ fn read(b: &[u8]) -> Option<(usize, Option<Value>)> {
         b'$' => match n() {
             Some(n) if n < 0 => Some((head, Some(Value::Nil))),
             Some(n) => {
-                let end = head + n as usize + 2;
+                let end = head.saturating_add(n as usize).saturating_add(2);
                 let data = b.get(head..end)?;
                 let whole = data.ends_with(b"\r\n");
                 Some((
@@ -338,7 +338,9 @@ fn read(b: &[u8]) -> Option<(usize, Option<Value>)> {
         b'*' => match n() {
             Some(n) if n < 0 => Some((head, None)),
             Some(n) => {
-                let mut items = Some(Vec::with_capacity(n as usize));
+                // The count sizes no allocation before its items arrive:
+                // the scripts answer a few.
+                let mut items = Some(Vec::with_capacity((n as usize).min(8)));
                 let mut at = head;
                 for _ in 0..n {
                     let (len, v) = read(&b[at..])?;
