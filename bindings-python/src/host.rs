@@ -26,8 +26,9 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Instant;
 
-use headway_core::task::{Body, Call, Context, Failure, HostQueue, RunnerHealth, Runners};
+use headway_core::task::{Body, Call, Context, Failure, HostQueue, Idle, RunnerHealth, Runners};
 use pyo3::PyTraverseError;
 use pyo3::exceptions::PyLookupError;
 use pyo3::gc::PyVisit;
@@ -510,30 +511,6 @@ fn returned_awaitable(key: &str) -> Failure {
     )
 }
 
-/// How long a runner that ran out of calls looks for the next before it
-/// sleeps: long enough to bridge the core's turnaround, short enough not to
-/// matter on an idle worker.
-const SPIN: std::time::Duration = std::time::Duration::from_micros(100);
-
-fn spin_for_work(q: &HostQueue) -> bool {
-    let until = std::time::Instant::now() + SPIN;
-    let mut i = 0u32;
-    loop {
-        if !q.is_empty() {
-            return true;
-        }
-        if std::time::Instant::now() >= until {
-            return false;
-        }
-        i += 1;
-        if i.is_multiple_of(16) {
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
-    }
-}
-
 /// Whether the call was abandoned by the core (its answer came late).
 fn run_sync(py: Python<'_>, host: &Host, call: Call) -> bool {
     let Call {
@@ -864,6 +841,10 @@ impl PyHost {
             runners: host.sync_q.runners().clone(),
             counted: true,
         };
+        // When this runner last ran out of calls, and how near its next
+        // call has been (whether to spin for it: core's `Idle`).
+        let mut idle = Idle::new();
+        let mut ran_out: Option<Instant> = None;
         loop {
             if !py.detach(|| crew.watch_turn()) {
                 return;
@@ -873,16 +854,20 @@ impl PyHost {
             if !run {
                 return;
             }
+            if let Some(t) = ran_out.take() {
+                idle.saw(t.elapsed());
+            }
             crew.active.fetch_add(1, Ordering::SeqCst);
             loop {
                 let calls = host.sync_q.take(1);
                 let Some(c) = calls.into_iter().next() else {
-                    // The core sends the next call microseconds after an
-                    // answer; a short detached spin catches it without a
-                    // sleep and a wake-up (two context switches).
-                    if py.detach(|| spin_for_work(&host.sync_q)) {
+                    let t = Instant::now();
+                    let spin = idle.spin();
+                    if !spin.is_zero() && py.detach(|| host.sync_q.spin_for(spin)) {
+                        idle.saw(t.elapsed());
                         continue;
                     }
+                    ran_out = Some(t);
                     break;
                 };
                 let late = run_sync(py, &host, c);
