@@ -383,6 +383,52 @@ async fn eta_three_leases_out_runs_exactly_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_store_of_many_keys_keeps_each_state_count_once() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let b = open(&s, "a", 30_000, VirtualClock::new(START)).await;
+    // One call: a key written twice (STARTED, then SUCCESS), fresh keys in
+    // two states, and a key already there (RETRY, then FAILURE).
+    b.store(vec![Outcome::new("r", State::Retry, 1)])
+        .await
+        .unwrap();
+    b.store(vec![
+        Outcome::new("k", State::Started, 2),
+        Outcome::new("a", State::Success, 2),
+        Outcome::new("k", State::Success, 3),
+        Outcome::new("f", State::Failure, 3),
+        Outcome::new("r", State::Failure, 3),
+        Outcome::new("c", State::Success, 3),
+    ])
+    .await
+    .unwrap();
+    let counts = b.counts().await.unwrap();
+    let count = |st: State| counts.get(&st).copied().unwrap_or(0);
+    assert_eq!(count(State::Success), 3, "{counts:?}");
+    assert_eq!(count(State::Failure), 2, "{counts:?}");
+    assert_eq!(
+        count(State::Started),
+        0,
+        "k left STARTED's index: {counts:?}"
+    );
+    assert_eq!(count(State::Retry), 0, "r left RETRY's index: {counts:?}");
+    assert_eq!(b.fetch("k").await.unwrap().unwrap().state, State::Success);
+    assert_eq!(b.fetch("r").await.unwrap().unwrap().state, State::Failure);
+    // Write-once within one call too: a final state is not overwritten.
+    b.store(vec![
+        Outcome::new("a", State::Failure, 4),
+        Outcome::new("n", State::Success, 4),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(b.fetch("a").await.unwrap().unwrap().state, State::Success);
+    let counts = b.counts().await.unwrap();
+    assert_eq!(counts.get(&State::Success).copied(), Some(4), "{counts:?}");
+    assert_eq!(counts.get(&State::Failure).copied(), Some(2), "{counts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn results_are_write_once_and_waiters_are_woken() {
     let Some(s) = RedisServer::start() else {
         return;

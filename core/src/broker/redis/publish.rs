@@ -1,5 +1,6 @@
-//! Publishing: one Lua script per queue and chunk, so a queue's part of a
-//! publish is stored whole or not at all; with `?wait=N` a publish is
+//! Publishing: one Lua script (or, for messages with no eta on step 0, one
+//! LPUSH) per queue and chunk, so a queue's part of a publish is stored
+//! whole or not at all; with `?wait=N` a publish is
 //! confirmed only once N replicas have it.
 //!
 //! Why chunks: Redis runs one script at a time, so a publish of thousands
@@ -119,6 +120,22 @@ impl RedisBroker {
         for chunk in encoded.chunk_by(|a, b| a.0 == b.0) {
             let base = self.base(chunk[0].0);
             for part in chunk.chunks(CHUNK) {
+                // Messages with no eta on step 0 (the common send) are what
+                // the script would LPUSH one by one, in order, with nothing
+                // to ring: one LPUSH of them all is the same write, atomic,
+                // and costs Redis a tenth of a script call (a delay() loop:
+                // 15 µs of Redis CPU per send in the script, 2 in LPUSH).
+                if part
+                    .iter()
+                    .all(|(_, m, _)| m.eta.is_none() && step_of(m) == 0)
+                {
+                    let c = p.cmd("LPUSH").arg(self.key(chunk[0].0, "ready:", "0"));
+                    for (_, _, json) in part {
+                        c.arg(json.as_slice());
+                    }
+                    c.ignore();
+                    continue;
+                }
                 let mut c = evalsha(&self.scripts.publish, &base);
                 c.arg(&now);
                 for (_, m, json) in part {

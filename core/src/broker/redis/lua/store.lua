@@ -49,38 +49,70 @@ local before = {}
 local function failed(r)
   return type(r) == 'table' and r.err
 end
+-- Count index entries to add, per state, all scored `expires`: one ZADD
+-- per state a call touches rather than one per key. Added before any ZREM
+-- (a key written twice in one call must leave the first state's index).
+local adds = {}
+local function flush()
+  for s, members in pairs(adds) do
+    for k = 1, #members, 500 do
+      local args = {}
+      for m = k, math.min(k + 499, #members) do
+        args[#args + 1] = expires
+        args[#args + 1] = members[m]
+      end
+      redis.call('ZADD', index[s], unpack(args))
+    end
+  end
+  adds = {}
+end
+local function written(i, key, value, was)
+  before[i] = was or ''
+  if was and index[was] then
+    flush()
+    redis.call('ZREM', index[was], key)
+  end
+  local state = string.match(value, '^(%u+)|')
+  if state and index[state] then
+    local m = adds[state]
+    if not m then
+      m = {}
+      adds[state] = m
+    end
+    m[#m + 1] = key
+    touched[state] = true
+  end
+  if ARGV[4 * i + 1] == '1' then
+    if #value <= cap then
+      redis.call('PUBLISH', key, value)
+    else
+      redis.call('PUBLISH', key, '1')
+    end
+  end
+  out[i] = 1
+end
 for i = 1, n do
   local key = KEYS[i]
   local j = 4 * i
   local value = ARGV[j]
-  local head = redis.pcall('GETRANGE', key, 0, 7)
-  if failed(head) then
-    out[i] = head.err
-  elseif head == 'SUCCESS|' or head == 'FAILURE|' or head == 'REVOKED|' then
-    out[i] = 0
+  -- The common case, a key not there yet, in one call; a key that is
+  -- there (any type) is looked at first.
+  local fresh = redis.pcall('SET', key, value, 'PX', ttl, 'NX')
+  if type(fresh) == 'table' and fresh.ok then
+    written(i, key, value, nil)
   else
-    local set = redis.pcall('SET', key, value, 'PX', ttl)
-    if failed(set) then
-      out[i] = set.err
+    local head = redis.pcall('GETRANGE', key, 0, 7)
+    if failed(head) then
+      out[i] = head.err
+    elseif head == 'SUCCESS|' or head == 'FAILURE|' or head == 'REVOKED|' then
+      out[i] = 0
     else
-      local was = string.match(head, '^(%u+)|')
-      before[i] = was or ''
-      if was and index[was] then
-        redis.call('ZREM', index[was], key)
+      local set = redis.pcall('SET', key, value, 'PX', ttl)
+      if failed(set) then
+        out[i] = set.err
+      else
+        written(i, key, value, string.match(head, '^(%u+)|'))
       end
-      local state = string.match(value, '^(%u+)|')
-      if state and index[state] then
-        redis.call('ZADD', index[state], expires, key)
-        touched[state] = true
-      end
-      if ARGV[j + 1] == '1' then
-        if #value <= cap then
-          redis.call('PUBLISH', key, value)
-        else
-          redis.call('PUBLISH', key, '1')
-        end
-      end
-      out[i] = 1
     end
   end
   if out[i] == 0 or out[i] == 1 then
@@ -88,6 +120,7 @@ for i = 1, n do
     if held ~= '' then redis.pcall('LREM', held, -1, ARGV[j + 3]) end
   end
 end
+flush()
 for s in pairs(touched) do
   redis.call('ZREMRANGEBYSCORE', index[s], '-inf', now)
 end
