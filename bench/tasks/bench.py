@@ -39,25 +39,17 @@ from typing import Any
 
 import headway
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from costs import threads  # noqa: E402
+
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
 CONCURRENCY = 64
 PREFETCH = 1024
 
 
-def cpu() -> dict[str, int]:
-    """CPU ticks per thread kind (``headway`` = the core's tokio threads)."""
-    out: dict[str, int] = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                name = f.read().strip()
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        kind = "tokio" if name.startswith("headway") else "python"
-        out[kind] = out.get(kind, 0) + int(fields[11]) + int(fields[12])
-    return out
+def cpu() -> dict[str, float]:
+    """CPU seconds per thread kind (``tokio`` = the core's threads)."""
+    return {("tokio" if k.startswith("core") else k): t["user"] + t["sys"] for k, t in threads().items()}
 
 
 def app_with(kind: str) -> tuple[headway.App, Any]:
@@ -114,7 +106,7 @@ def run(kind: str, style: str, n: int) -> None:
     settle(w, n)
     t5 = time.perf_counter()
     w.stop(1.0)
-    spent = {k: (after.get(k, 0) - before.get(k, 0)) / 100 for k in ("tokio", "python")}
+    spent = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in ("tokio", "python")}
     print(
         f"python {kind:5} no-op, {style:5}: publish {n / (t1 - t0):>9,.0f}/s, "
         f"run {n / (t3 - t2):>9,.0f}/s, send→settled {n / (t5 - t4):>9,.0f} tasks/s "

@@ -293,6 +293,8 @@ fn a_blocking_callers_errors_are_the_shared_links_and_an_outage_falls_back_to_it
     assert_eq!(s.cli(&["GET", "k"]), "after");
 }
 
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn at_most_max_local_threads_hold_a_connection_of_their_own() {
     let Some(s) = RedisServer::start() else {
@@ -306,10 +308,15 @@ fn at_most_max_local_threads_hold_a_connection_of_their_own() {
             let l = l.clone();
             let gate = gate.clone();
             std::thread::spawn(move || {
+                // One call at a time (a crowd of calls at once would take
+                // the shared link: the next test), each thread keeping its
+                // connection.
+                let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
                 // Answered over a connection of its own: it waited here.
                 // (A shared-link answer may also be ready at once by a race
                 // with the runtime's threads, so readiness is not the test.)
                 let ready = first_poll(&l, &format!("t{i}"), Some(counting)).is_ready();
+                drop(turn);
                 let here = RELEASED.get() == 1;
                 assert!(ready || !here, "waited here but not answered");
                 // Stay alive (and keep the connection) until all have called.
@@ -335,4 +342,80 @@ fn at_most_max_local_threads_hold_a_connection_of_their_own() {
         .count();
     assert_eq!(here, headway_core::broker::link::MAX_LOCAL);
     assert_eq!(l.locals(), 0);
+}
+
+static CROWDED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static CROWD_GO: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `release` that holds its thread inside its own round trip until
+/// `CROWD_GO`, counting the threads so held.
+fn held(wait: &mut dyn FnMut()) {
+    RELEASED.set(RELEASED.get() + 1);
+    CROWDED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    while !CROWD_GO.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    wait()
+}
+
+#[test]
+fn a_crowd_of_threads_in_round_trips_of_their_own_sends_the_next_call_to_the_shared_link() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let l = Arc::new(link(&s.url(), Duration::from_secs(5)));
+    let crowd = headway_core::broker::link::CROWD;
+    let held_threads: Vec<_> = (0..crowd)
+        .map(|i| {
+            let l = l.clone();
+            std::thread::spawn(move || {
+                let first = first_poll(&l, &format!("held{i}"), Some(held));
+                (first.is_ready(), RELEASED.get())
+            })
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while CROWDED.load(std::sync::atomic::Ordering::SeqCst) < crowd {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the crowd never formed"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The crowd is in its round trips: the next call does not wait here,
+    // and is answered all the same (by the shared link).
+    let l2 = l.clone();
+    let waited = std::thread::spawn(move || {
+        let _ = first_poll(&l2, "crowded", Some(counting));
+        RELEASED.get()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        waited, 0,
+        "a call past the crowd waited on a connection of its own"
+    );
+    assert_eq!(s.cli(&["GET", "k"]), "crowded");
+    // Control: the crowd itself was answered here.
+    CROWD_GO.store(true, std::sync::atomic::Ordering::SeqCst);
+    for t in held_threads {
+        assert_eq!(
+            t.join().unwrap(),
+            (true, 1),
+            "a held thread was not answered here"
+        );
+    }
+    // The crowd gone, a call waits here again.
+    let l3 = l.clone();
+    let (ready, waited) = std::thread::spawn(move || {
+        let first = first_poll(&l3, "alone", Some(counting));
+        (first.is_ready(), RELEASED.get())
+    })
+    .join()
+    .unwrap();
+    assert!(
+        ready && waited == 1,
+        "a lone call after the crowd did not wait here"
+    );
+    assert_eq!(s.cli(&["GET", "k"]), "alone");
 }

@@ -30,7 +30,7 @@ mod waiters;
 
 pub use dial::{Conn, Dialer, SENTINEL_PORT, moved};
 pub(crate) use here::mark as here;
-pub use here::{MAX_LOCAL, Release};
+pub use here::{CROWD, MAX_LOCAL, Release};
 pub use waiters::{Decode, Handler, Waiters, Waiting};
 
 use std::future::Future;
@@ -132,6 +132,9 @@ pub struct Link {
     /// How many threads hold a link of their own to the same place
     /// (`here.rs`); alive as long as this link is.
     locals: Arc<AtomicUsize>,
+    /// How many threads are in a round trip on a link of their own to the
+    /// same place right now (`here.rs`: a crowd takes the shared link).
+    here_now: AtomicUsize,
     /// A thread's own link: it neither logs nor counts reconnections (the
     /// shared link it stands beside does).
     quiet: bool,
@@ -149,6 +152,7 @@ impl Link {
             }),
             dial: tokio::sync::Mutex::new(()),
             locals: Arc::new(AtomicUsize::new(0)),
+            here_now: AtomicUsize::new(0),
             quiet: false,
         }
     }
