@@ -68,7 +68,7 @@ def worker(url: str, slot: int, counts: Any, ready: Any, go: Any, stop: Any, cpu
     w.start()
     while not stop.is_set():
         counts[slot] = w.settled
-        time.sleep(0.0005)
+        time.sleep(0.001)
     counts[slot] = w.settled
     cpu[slot] = ticks(os.getpid()) - c0
     w.stop(5.0)
@@ -119,7 +119,7 @@ def step(redis: Redis, k: int, n: int, kind: str, deadline: float) -> dict[str, 
         if time.monotonic() > deadline:
             stop.set()
             raise SystemExit(f"scale: {kind} with {k} processes timed out ({sum(counts[:])}/{target})")
-        time.sleep(0.0002)
+        time.sleep(0.001)
     wall = time.perf_counter() - t0
     rc1 = ticks(redis.proc.pid)
     r1 = redis.snapshot()
