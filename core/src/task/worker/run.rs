@@ -91,7 +91,7 @@ async fn take_and_run(
     // Checked at receipt: revoked, expired, unknown.
     if revoked {
         let f = Failure::new("Revoked", "revoked before it ran");
-        Box::pin(event(s, &m, State::Revoked, None, Some(failure_text(&f)))).await;
+        event(s, &m, State::Revoked, None, Some(failure_text(&f))).await;
         Box::pin(give_up(app, &m, State::Revoked, f, None)).await?;
         return broker.ack(vec![receipt]).await;
     }
@@ -99,7 +99,7 @@ async fn take_and_run(
         && exp <= now
     {
         let f = Failure::new("Expired", "expired before it ran");
-        Box::pin(event(s, &m, State::Revoked, None, Some(failure_text(&f)))).await;
+        event(s, &m, State::Revoked, None, Some(failure_text(&f))).await;
         Box::pin(give_up(app, &m, State::Revoked, f, None)).await?;
         return broker.ack(vec![receipt]).await;
     }
@@ -124,13 +124,13 @@ async fn take_and_run(
             None,
         ))
         .await?;
-        Box::pin(event(
+        event(
             s,
             &m,
             State::Failure,
             None,
             Some(format!("NotRegistered: {:?}", m.task)),
-        ))
+        )
         .await;
         return broker.ack(vec![receipt]).await;
     };
@@ -278,7 +278,7 @@ async fn take_and_run(
     // Celery's task-started, when the broker sends it (its task-received
     // went out when the message reached the consumer).
     if app.inspector().is_some_and(|i| i.wants_run_starts()) {
-        Box::pin(event(s, &m, State::Started, None, None)).await;
+        event(s, &m, State::Started, None, None).await;
     }
 
     let (carried_hard, carried_soft) = m.time_limits();
@@ -424,7 +424,7 @@ async fn revoked_before(
     owed: bool,
 ) -> Result<(), Refused> {
     let f = Failure::new("Revoked", "revoked before it ran");
-    Box::pin(event(s, m, State::Revoked, None, Some(failure_text(&f)))).await;
+    event(s, m, State::Revoked, None, Some(failure_text(&f))).await;
     Box::pin(give_up(&s.app, m, State::Revoked, f, None)).await?;
     Box::pin(settle_late(w, owed, receipt)).await
 }
