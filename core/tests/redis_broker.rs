@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use headway_core::broker::redis::{EVENTS_KEPT, EVENTS_PER_ENTRY};
 use headway_core::broker::{RedisBroker, RedisOptions};
 use headway_core::task::{
     App, Backend, Broker, Clock, Counter, Inspector, Joined, Message, Options, Outcome, Policy,
@@ -921,7 +922,29 @@ async fn run_events_go_to_a_capped_stream() {
         "newest first"
     );
     assert_eq!(got[0], ev(4));
-    assert_eq!(s.cli(&["XLEN", "headway:events"]), "5");
+    // One round's events are one entry of the log.
+    assert_eq!(s.cli(&["XLEN", "headway:events"]), "1");
+    // More than an entry holds: entries of EVENTS_PER_ENTRY, read back
+    // newest first across them, and `recent` answers no more than asked.
+    b.record((5..45).map(ev).collect()).await.unwrap();
+    assert_eq!(
+        s.cli(&["XLEN", "headway:events"]),
+        (1 + 40usize.div_ceil(EVENTS_PER_ENTRY)).to_string()
+    );
+    let got = b.recent(100).await.unwrap();
+    let want: Vec<String> = (0..45).rev().map(|i| format!("id-{i}")).collect();
+    assert_eq!(got.iter().map(|e| e.id.clone()).collect::<Vec<_>>(), want);
+    assert_eq!(b.recent(20).await.unwrap().len(), 20);
+    // The cap counts events, not entries: full entries trim the log to
+    // about EVENTS_KEPT events (Redis trims whole nodes of 100 entries).
+    let many: Vec<_> = (0..2 * EVENTS_KEPT as i64).map(ev).collect();
+    b.record(many).await.unwrap();
+    let entries: usize = s.cli(&["XLEN", "headway:events"]).trim().parse().unwrap();
+    let kept = entries * EVENTS_PER_ENTRY;
+    assert!(
+        (EVENTS_KEPT..EVENTS_KEPT + 101 * EVENTS_PER_ENTRY).contains(&kept),
+        "{entries} entries"
+    );
 }
 
 /// Polls `PUBSUB NUMSUB ch` until it reports `n` subscribers (2 s deadline).

@@ -21,6 +21,13 @@ use crate::task::state::{Refused, State};
 /// traffic.
 pub const EVENTS_KEPT: usize = 10_000;
 
+/// How many run events one entry of the event log carries at most: a
+/// round's events go in one XADD. Bounded so the log's cap, counted in
+/// entries, stays near [`EVENTS_KEPT`] events (at worst, entries of one
+/// event after entries of this many keep sixteen times as many until the
+/// next full entry trims them).
+pub const EVENTS_PER_ENTRY: usize = 16;
+
 impl RedisBroker {
     /// The queues this prefix has seen, sorted.
     async fn queue_names(&self) -> Result<Vec<String>, Refused> {
@@ -162,6 +169,7 @@ impl RedisBroker {
                 false,
             )
             .await?;
+        // An entry holds one or more events, newest first.
         let mut out = Vec::new();
         if let Value::Array(entries) = v {
             for entry in entries {
@@ -180,6 +188,7 @@ impl RedisBroker {
                 }
             }
         }
+        out.truncate(limit);
         Ok(out)
     }
 }

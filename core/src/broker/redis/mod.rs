@@ -85,7 +85,7 @@ mod url;
 mod wire;
 
 pub use cluster::refuse_cluster;
-pub use inspect::EVENTS_KEPT;
+pub use inspect::{EVENTS_KEPT, EVENTS_PER_ENTRY};
 pub use options::RedisOptions;
 pub(crate) use tls::check_ca;
 pub use url::{RedisUrl, Topology, Wait};
@@ -469,8 +469,9 @@ impl Inspector for RedisBroker {
         Box::pin(self.stats())
     }
 
-    /// Appends events to the capped stream `P:events` (one `XADD … MAXLEN ~`
-    /// each, in one pipeline), so an admin page in any process sees them.
+    /// Appends events to the capped stream `P:events` (an `XADD … MAXLEN ~`
+    /// per sixteen, each event a field of the entry), so an admin page in
+    /// any process sees them.
     fn record(&self, events: Vec<RunEvent>) -> BoxFuture<'_, Result<(), Refused>> {
         Box::pin(self.record_inner(events))
     }

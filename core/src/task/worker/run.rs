@@ -243,19 +243,31 @@ async fn take_and_run(
     // run is checked here, then waits on deck for a child (`slots_per`),
     // and is acked as the child takes it — so a worker killed -9 still
     // loses only the runs its children had started.
+    //
+    // An early ack with no question to wait for goes out as the body
+    // starts, not a round trip before it: the run's send-to-result time
+    // loses that round trip, and if the ack does not land (the broker is
+    // away), it is made again once the body is over, below. A worker
+    // killed -9 in that window has its started run delivered again: at
+    // least once, never lost.
     let pooled = s.procs.is_some();
     let early = (!policy.acks_late && !pooled).then(|| receipt.clone());
     let checked = app.now();
-    if (early.is_some() || waited) && Box::pin(w.take(early, waited.then(|| m.id.clone()))).await? {
-        drop(permit);
-        return Box::pin(revoked_before(
-            s,
-            w,
-            &m,
-            receipt,
-            policy.acks_late || pooled,
-        ))
-        .await;
+    let acked: Mutex<Option<AckSent>> = Mutex::new(None);
+    if waited {
+        if Box::pin(w.take(early, Some(m.id.clone()))).await? {
+            drop(permit);
+            return Box::pin(revoked_before(
+                s,
+                w,
+                &m,
+                receipt,
+                policy.acks_late || pooled,
+            ))
+            .await;
+        }
+    } else if let Some(ack) = early {
+        *acked.lock().unwrap_or_else(|e| e.into_inner()) = Some(w.ack_soon(ack));
     }
 
     // A chord's callback collects its parts' results.
@@ -313,7 +325,6 @@ async fn take_and_run(
     let handed = AtomicBool::new(!pooled);
     let revoked_late = AtomicBool::new(false);
     let back = AtomicBool::new(false);
-    let acked: Mutex<Option<AckSent>> = Mutex::new(None);
     let call = match &s.procs {
         Some(p) => Box::pin(async {
             // A stop gives back what waits on deck: not acked, not started.
@@ -399,9 +410,9 @@ async fn take_and_run(
     } else if let Some(sent) = acked.into_inner().unwrap_or_else(|e| e.into_inner())
         && !matches!(sent.await, Ok(Ok(_)))
     {
-        // The ack sent at the hand-over did not land (the broker was
-        // away): the run is over, so it is made until it lands rather than
-        // the message left to run again.
+        // The ack sent at the hand-over (or as the body started) did not
+        // land (the broker was away): the run is over, so it is made until
+        // it lands rather than the message left to run again.
         Box::pin(w.write(Vec::new(), None, Some(receipt.clone()))).await?;
     }
 
