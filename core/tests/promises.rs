@@ -2,7 +2,7 @@
 //! a send that runs out of patience raises, a finished run's settle is kept
 //! through an outage, a claim whose answer was lost is swept back, a
 //! redelivered success does not repeat what follows it, the dead-letter cap,
-//! and `rediss://` against a private CA.
+//! what a worker's prefetch counts, and `rediss://` against a private CA.
 //!
 //! Each runs on the brokers its promise is made for: the in-memory broker,
 //! headway's Redis layout, Celery's layout. Redis ones start a redis-server
@@ -21,8 +21,8 @@ use headway_core::broker::celery::{CeleryBroker, CeleryOptions};
 use headway_core::broker::{MemoryBroker, RedisBroker, RedisOptions};
 use headway_core::task::spec::Claimed;
 use headway_core::task::{
-    App, BoxFuture, Broker, Canvas, DEAD_KEPT, Delivery, Inspector, Message, Options, Policy,
-    Receipt, Refused, Seams, Sig, State, SystemClock, Worker, WorkerConfig, body,
+    App, Backend, BoxFuture, Broker, Canvas, DEAD_KEPT, Delivery, Inspector, Message, Options,
+    Outcome, Policy, Receipt, Refused, Seams, Sig, State, SystemClock, Worker, WorkerConfig, body,
 };
 use serde_json::{Map, Value, json};
 use support::RedisServer;
@@ -386,6 +386,107 @@ async fn a_claim_whose_answer_was_lost_is_swept_back() {
     assert!(back[0].redelivered);
     b.ack(vec![back[0].receipt.clone()]).await.unwrap();
     assert_eq!(s.cli(&["LLEN", "headway:{q}:held:c2"]), "0");
+}
+
+// ------------------------------------------------------------ what the prefetch counts
+
+/// A result store whose stores wait until the test lets them through.
+struct HeldStores {
+    inner: Arc<MemoryBroker>,
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+impl Backend for HeldStores {
+    fn store(&self, outcomes: Vec<Outcome>) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(async move {
+            self.gate.acquire().await.unwrap().forget();
+            self.inner.store(outcomes).await
+        })
+    }
+    fn fetch<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
+        self.inner.fetch(id)
+    }
+    fn wait<'a>(
+        &'a self,
+        id: &'a str,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
+        self.inner.wait(id, timeout)
+    }
+    fn forget<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<(), Refused>> {
+        self.inner.forget(ids)
+    }
+}
+
+/// The prefetch counts the messages a worker has not finished running, as
+/// Celery's does: runs whose results are still being stored leave room for
+/// more to run, up to twice the prefetch unsettled. With every store held
+/// back, a worker of prefetch 2 runs four bodies (it ran two when every
+/// unsettled run counted), runs no fifth, and once the stores go through
+/// settles all ten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_waiting_on_their_store_leave_room_in_the_prefetch() {
+    let mem = MemoryBroker::new(Arc::new(SystemClock));
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let app = App::new(
+        Seams {
+            broker: mem.clone(),
+            backend: Some(Arc::new(HeldStores {
+                inner: mem.clone(),
+                gate: gate.clone(),
+            })),
+            counter: Some(mem.clone()),
+            inspector: Some(mem.clone()),
+        },
+        Arc::new(SystemClock),
+    );
+    let ran = Arc::new(AtomicU32::new(0));
+    let r2 = ran.clone();
+    app.register(
+        "t",
+        Policy::default(),
+        body(move |_, _| {
+            r2.fetch_add(1, Ordering::SeqCst);
+            async { Ok(Value::Null) }
+        }),
+    )
+    .unwrap();
+    let mut hs = Vec::new();
+    for i in 0..10 {
+        hs.push(
+            app.send("t", vec![json!(i)], Map::new(), Options::default())
+                .await
+                .unwrap(),
+        );
+    }
+    let w = Worker::new(
+        app.clone(),
+        WorkerConfig {
+            concurrency: 1,
+            prefetch: Some(2),
+            ..WorkerConfig::default()
+        },
+    )
+    .unwrap();
+    let w2 = w.clone();
+    let h = tokio::spawn(async move { w2.run().await.unwrap() });
+    let t = Instant::now();
+    until("four bodies ran with no store through", 5, || async {
+        ran.load(Ordering::SeqCst) == 4
+    })
+    .await;
+    // No fifth: four unsettled is the bound. Given ten times as long as
+    // the four took (and at least 200 ms).
+    tokio::time::sleep((t.elapsed() * 10).max(Duration::from_millis(200))).await;
+    assert_eq!(ran.load(Ordering::SeqCst), 4);
+    assert!(hs[0].state().await.unwrap() != State::Success);
+    gate.add_permits(1000);
+    for hd in &hs {
+        hd.get(Some(Duration::from_secs(5))).await.unwrap();
+    }
+    assert_eq!(ran.load(Ordering::SeqCst), 10);
+    w.stop(Duration::from_secs(1));
+    h.await.unwrap();
 }
 
 // ------------------------------------------------------------ redelivered success

@@ -1,8 +1,9 @@
 //! The object that runs tasks.
 //!
 //! A worker claims messages from its queues, runs up to `concurrency` bodies
-//! at once, holds at most `prefetch` messages unsettled, and settles each the
-//! way its task's policy says:
+//! at once, holds at most `prefetch` messages it has not finished running
+//! (and twice that unsettled: results still being stored), and settles each
+//! the way its task's policy says:
 //! - **early ack** (the default) confirms a message when it is taken to run,
 //!   so a worker that dies mid-run does not run it twice; **`acks_late`**
 //!   confirms after the run, so a worker that dies mid-run has it run again
@@ -12,7 +13,7 @@
 //!   `retry`, which publishes the next attempt in the same step;
 //! - a message whose `expires` has passed is recorded REVOKED (expired)
 //!   without running; a revoked one never runs, checked at receipt and again
-//!   just before running; `terminate` stops a run in progress here, whichever
+//!   before running when it waited over 100 ms since; `terminate` stops a run in progress here, whichever
 //!   process on the broker asked (the app's terminate marks, which the broker
 //!   fills from other processes' terminates);
 //! - a success advances the chain or chord the message carries; a failure for
@@ -93,6 +94,11 @@ struct Shared {
     done: AtomicU64,
     /// Messages claimed so far (held now: claimed − done).
     claimed: AtomicU64,
+    /// Runs whose body is over and whose settle (the result's store, a late
+    /// ack) is still in flight: they no longer count against the prefetch.
+    settling: AtomicUsize,
+    /// Rung when a body ends: the claim loop may have room again.
+    freed: Notify,
     /// The runner threads its bodies run on (known once it runs): while
     /// every one is stuck it claims nothing (`runners`).
     gate: std::sync::OnceLock<Gate>,
@@ -219,6 +225,8 @@ impl Worker {
                 limiters: Mutex::new(HashMap::new()),
                 done: AtomicU64::new(0),
                 claimed: AtomicU64::new(0),
+                settling: AtomicUsize::new(0),
+                freed: Notify::new(),
                 gate: std::sync::OnceLock::new(),
                 procs,
                 time_limit,
