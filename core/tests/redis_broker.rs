@@ -935,6 +935,15 @@ async fn run_events_go_to_a_capped_stream() {
     let want: Vec<String> = (0..45).rev().map(|i| format!("id-{i}")).collect();
     assert_eq!(got.iter().map(|e| e.id.clone()).collect::<Vec<_>>(), want);
     assert_eq!(b.recent(20).await.unwrap().len(), 20);
+    // Entries of one event after full ones: pages sized by what was seen
+    // still read every event asked for, in order, and stop at the oldest.
+    for i in 45..75 {
+        b.record(vec![ev(i)]).await.unwrap();
+    }
+    let got = b.recent(60).await.unwrap();
+    let want: Vec<String> = (15..75).rev().map(|i| format!("id-{i}")).collect();
+    assert_eq!(got.iter().map(|e| e.id.clone()).collect::<Vec<_>>(), want);
+    assert_eq!(b.recent(1000).await.unwrap().len(), 75);
     // The cap counts events, not entries: full entries trim the log to
     // about EVENTS_KEPT events (Redis trims whole nodes of 100 entries).
     let many: Vec<_> = (0..2 * EVENTS_KEPT as i64).map(ev).collect();

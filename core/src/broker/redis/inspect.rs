@@ -153,39 +153,65 @@ impl RedisBroker {
         self.run(&p, false).await.map(|_| ())
     }
 
+    /// The newest `limit` events, newest first. An entry holds one event or
+    /// up to [`EVENTS_PER_ENTRY`], so the log is read in pages from the
+    /// newest entry back, each page sized by the events per entry seen so
+    /// far (the first by the fullest entries): reading `limit` entries at
+    /// once could fetch and parse sixteen times the events asked for, on
+    /// every tick of an admin page.
     pub(super) async fn recent_inner(&self, limit: usize) -> Result<Vec<RunEvent>, Refused> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let v = self
-            .one(
-                ::redis::cmd("XREVRANGE")
-                    .arg(self.events_key())
-                    .arg("+")
-                    .arg("-")
-                    .arg("COUNT")
-                    .arg(limit)
-                    .clone(),
-                false,
-            )
-            .await?;
-        // An entry holds one or more events, newest first.
         let mut out = Vec::new();
-        if let Value::Array(entries) = v {
-            for entry in entries {
-                // [id, [field, value, ...]]
+        // Where the next page starts: "+" (the newest), then just before
+        // the oldest entry read ("(" makes it exclusive).
+        let mut from = "+".to_string();
+        let (mut entries_seen, mut events_seen) = (0usize, 0usize);
+        while out.len() < limit {
+            let want = limit - out.len();
+            let per = if entries_seen == 0 {
+                EVENTS_PER_ENTRY
+            } else {
+                events_seen.div_ceil(entries_seen).max(1)
+            };
+            let count = want.div_ceil(per).max(1);
+            let v = self
+                .one(
+                    ::redis::cmd("XREVRANGE")
+                        .arg(self.events_key())
+                        .arg(&from)
+                        .arg("-")
+                        .arg("COUNT")
+                        .arg(count)
+                        .clone(),
+                    false,
+                )
+                .await?;
+            let Value::Array(page) = v else { break };
+            let got = page.len();
+            let before = from.clone();
+            for entry in page {
+                // [id, [field, value, ...]], its events newest first.
                 let Value::Array(parts) = entry else { continue };
+                if let Some(id) = parts.first().and_then(bytes) {
+                    from = format!("({}", String::from_utf8_lossy(id));
+                }
                 let Some(Value::Array(fields)) = parts.get(1) else {
                     continue;
                 };
+                entries_seen += 1;
                 for pair in fields.chunks(2) {
                     if let [Value::BulkString(f), Value::BulkString(val)] = pair
                         && f.as_slice() == b"e"
-                        && let Ok(ev) = serde_json::from_slice::<RunEvent>(val)
                     {
-                        out.push(ev);
+                        events_seen += 1;
+                        if let Ok(ev) = serde_json::from_slice::<RunEvent>(val) {
+                            out.push(ev);
+                        }
                     }
                 }
+            }
+            // The oldest entry was read (or no entry named where to go on).
+            if got < count || from == before {
+                break;
             }
         }
         out.truncate(limit);
