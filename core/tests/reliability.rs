@@ -1219,6 +1219,86 @@ async fn a_poison_pill_that_aborts_its_worker_process_is_dead_lettered_after_thr
     }
 }
 
+/// An early ack goes out as its body starts, so a body that kills its
+/// worker at once may do so before the ack lands, and its message comes
+/// back; a message handed out before waits for its ack before it runs, so
+/// a poison pill under the default policy kills at most two workers and is
+/// then gone — not dead-lettered, not looping.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_ack_poison_pill_kills_at_most_two_workers() {
+    for kit in Kit::all(&Layout::SHARED).await {
+        let name = kit.name();
+        // The parent consumes `default` (on Celery's layout a consuming
+        // broker is what restores a lost holder's claims) and runs an ok
+        // task there: the control that work flows beside the pill.
+        let parent = survivor(&kit, "parent").await;
+        let insp = parent.inspector();
+        let app = parent.app();
+        app.register("ok", Policy::default(), body(|_, _| async { Ok(json!(1)) }))
+            .unwrap();
+        let (w, h) = worker(&app, WorkerConfig::default());
+        parent
+            .broker()
+            .publish(vec![msg("pill", "pill", "risky")])
+            .await
+            .unwrap();
+        let mut deaths = 0;
+        for round in 0..4 {
+            let child_name = format!("early-{round}");
+            let mut child = spawn_child("early-worker", &kit, &child_name, &[]);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Some(st) = child.try_wait().unwrap() {
+                    assert!(!st.success(), "{name}: the child died by the pill");
+                    deaths += 1;
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{name}: the child never took the pill"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            // Either its ack landed (held by nobody, not ready) or the
+            // claim is recovered onto the queue by the parent's sweep.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            // Held first: the sweep moves a claim from held to ready in
+            // one step, so read in this order it is never missed.
+            let recovered = loop {
+                if kit.held_len("risky", &child_name) == 0 {
+                    break kit.ready_len("risky") > 0;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{name}: neither acked nor recovered after {deaths} death(s): {} held, {} ready",
+                    kit.held_len("risky", &child_name),
+                    kit.ready_len("risky")
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            };
+            if !recovered {
+                break;
+            }
+        }
+        assert!(
+            (1..=2).contains(&deaths),
+            "{name}: {deaths} workers died of the pill"
+        );
+        assert_eq!(kit.ready_len("risky"), 0, "{name}");
+        assert_eq!(insp.dead_count("risky").await.unwrap(), 0, "{name}");
+        let ok = app
+            .send("ok", vec![], Map::new(), Options::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            ok.get(Some(Duration::from_secs(10))).await.unwrap(),
+            json!(1)
+        );
+        w.stop(Duration::from_secs(1));
+        h.await.unwrap();
+    }
+}
+
 /// Appends one line to the ledger: a file outside the broker, written with
 /// O_APPEND so lines from several processes do not interleave.
 fn ledger(path: &str, line: &str) {
@@ -1522,6 +1602,30 @@ async fn child() {
                     concurrency: 1,
                     prefetch: Some(1),
                     name: None,
+                    ..WorkerConfig::default()
+                },
+            )
+            .unwrap();
+            w.run().await.unwrap();
+        }
+        "early-worker" => {
+            // The pill under the default policy: acked early.
+            let app = Conn::open(layout, &url, &opts).await.unwrap().app();
+            app.register(
+                "pill",
+                Policy::default(),
+                body(|_, _| async {
+                    std::process::abort();
+                }),
+            )
+            .unwrap();
+            let w = Worker::new(
+                app,
+                WorkerConfig {
+                    queues: vec!["risky".into()],
+                    concurrency: 1,
+                    prefetch: Some(1),
+                    name: Some(name),
                     ..WorkerConfig::default()
                 },
             )

@@ -248,8 +248,8 @@ async fn take_and_run(
     // starts, not a round trip before it: the run's send-to-result time
     // loses that round trip, and if the ack does not land (the broker is
     // away), it is made again once the body is over, below. A worker
-    // killed -9 in that window has its started run delivered again: at
-    // least once, never lost.
+    // killed -9 in that window has its started run delivered again (never
+    // lost); a run delivered again waits for its ack before it starts.
     let pooled = s.procs.is_some();
     let early = (!policy.acks_late && !pooled).then(|| receipt.clone());
     let recheck = waited && app.now().saturating_sub(now) > RECHECK_AFTER;
@@ -268,7 +268,14 @@ async fn take_and_run(
             .await;
         }
     } else if let Some(ack) = early {
-        *acked.lock().unwrap_or_else(|e| e.into_inner()) = Some(w.ack_soon(ack));
+        if redelivered {
+            // Handed out before: if its body killed the last worker before
+            // that ack landed, this ack lands before the body runs again,
+            // so a poison pill kills at most two workers.
+            Box::pin(w.take(Some(ack), None)).await?;
+        } else {
+            *acked.lock().unwrap_or_else(|e| e.into_inner()) = Some(w.ack_soon(ack));
+        }
     }
 
     // A chord's callback collects its parts' results.
