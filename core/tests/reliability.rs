@@ -1135,6 +1135,22 @@ async fn survivor(kit: &Kit, name: &str) -> Conn {
     .await
 }
 
+/// Waits (up to 10 s) for a child worker to die of the pill: not a clean exit.
+async fn died_of_the_pill(mut child: Child, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            assert!(!st.success(), "{name}: the child died by the pill");
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: the child never took the pill"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poison_pill_that_aborts_its_worker_process_is_dead_lettered_after_three() {
     for kit in Kit::all(&Layout::SHARED).await {
@@ -1180,20 +1196,9 @@ async fn a_poison_pill_that_aborts_its_worker_process_is_dead_lettered_after_thr
             if insp.dead_count("risky").await.unwrap() > 0 {
                 break;
             }
-            let mut child = spawn_child("worker", &kit, &format!("child-{round}"), &[]);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                if let Some(st) = child.try_wait().unwrap() {
-                    assert!(!st.success(), "{name}: the child died by the pill");
-                    deaths += 1;
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "{name}: the child never took the pill"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            let child = spawn_child("worker", &kit, &format!("child-{round}"), &[]);
+            died_of_the_pill(child, name).await;
+            deaths += 1;
             // Its claim comes back once it is lost and the next sweep runs.
             let deadline = Instant::now() + Duration::from_secs(5);
             while kit.ready_len("risky") == 0 && insp.dead_count("risky").await.unwrap() == 0 {
@@ -1245,20 +1250,9 @@ async fn an_early_ack_poison_pill_kills_at_most_two_workers() {
         let mut deaths = 0;
         for round in 0..4 {
             let child_name = format!("early-{round}");
-            let mut child = spawn_child("early-worker", &kit, &child_name, &[]);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                if let Some(st) = child.try_wait().unwrap() {
-                    assert!(!st.success(), "{name}: the child died by the pill");
-                    deaths += 1;
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "{name}: the child never took the pill"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            let child = spawn_child("early-worker", &kit, &child_name, &[]);
+            died_of_the_pill(child, name).await;
+            deaths += 1;
             // Either its ack landed (held by nobody, not ready) or the
             // claim is recovered onto the queue by the parent's sweep.
             let deadline = Instant::now() + Duration::from_secs(10);
