@@ -186,14 +186,9 @@ impl RedisBroker {
                 )
                 .await?;
             let Value::Array(page) = v else { break };
-            let got = page.len();
-            let before = from.clone();
-            for entry in page {
+            for entry in &page {
                 // [id, [field, value, ...]], its events newest first.
                 let Value::Array(parts) = entry else { continue };
-                if let Some(id) = parts.first().and_then(bytes) {
-                    from = format!("({}", String::from_utf8_lossy(id));
-                }
                 let Some(Value::Array(fields)) = parts.get(1) else {
                     continue;
                 };
@@ -209,10 +204,13 @@ impl RedisBroker {
                     }
                 }
             }
-            // The oldest entry was read (or no entry named where to go on).
-            if got < count || from == before {
-                break;
-            }
+            // The oldest entry was read, or none names where to go on.
+            let last = match page.last() {
+                Some(Value::Array(parts)) if page.len() == count => parts.first().and_then(bytes),
+                _ => None,
+            };
+            let Some(id) = last else { break };
+            from = format!("({}", String::from_utf8_lossy(id));
         }
         out.truncate(limit);
         Ok(out)

@@ -13,9 +13,10 @@
 //!   `retry`, which publishes the next attempt in the same step;
 //! - a message whose `expires` has passed is recorded REVOKED (expired)
 //!   without running; a revoked one never runs, checked at receipt and again
-//!   before running when it waited over 100 ms since; `terminate` stops a run in progress here, whichever
-//!   process on the broker asked (the app's terminate marks, which the broker
-//!   fills from other processes' terminates);
+//!   before running when it waited over 100 ms since; `terminate` stops a
+//!   run in progress here, whichever process on the broker asked (the app's
+//!   terminate marks, which the broker fills from other processes'
+//!   terminates);
 //! - a success advances the chain or chord the message carries; a failure for
 //!   good fails the rest of its chain and its chord's callback, so nobody
 //!   waits on something that will never come.

@@ -234,8 +234,9 @@ async fn take_and_run(
 
     // Taken to run: the early ack, and the revoked check again when it
     // waited (for a slot or its rate) longer than [`RECHECK_AFTER`] since
-    // the claim's — one write, gathered with other runs' by the writer. Acking here, not at receipt,
-    // means a worker killed with messages prefetched loses none of them:
+    // the claim's — one write, gathered with other runs' by the writer.
+    // Acking here, not at receipt, means a worker killed with messages
+    // prefetched loses none of them:
     // they are still held, and recovered (Celery acks when its pool
     // accepts the task, not when the message arrives).
     //
@@ -249,14 +250,19 @@ async fn take_and_run(
     // loses that round trip, and if the ack does not land (the broker is
     // away), it is made again once the body is over, below. A worker
     // killed -9 in that window has its started run delivered again (never
-    // lost); a run delivered again waits for its ack before it starts.
+    // lost).
     let pooled = s.procs.is_some();
     let early = (!policy.acks_late && !pooled).then(|| receipt.clone());
-    let recheck = waited && app.now().saturating_sub(now) > RECHECK_AFTER;
-    let checked = if recheck { app.now() } else { now };
+    //
+    // A run handed out before waits for its ack: if its body killed the
+    // last worker before that ack landed, this one lands before the body
+    // runs again, so a poison pill kills at most two workers.
+    let taken_at = app.now();
+    let recheck = waited && taken_at.saturating_sub(now) > RECHECK_AFTER;
+    let checked = if recheck { taken_at } else { now };
     let acked: Mutex<Option<AckSent>> = Mutex::new(None);
-    if recheck {
-        if Box::pin(w.take(early, Some(m.id.clone()))).await? {
+    if recheck || (redelivered && early.is_some()) {
+        if Box::pin(w.take(early, recheck.then(|| m.id.clone()))).await? {
             drop(permit);
             return Box::pin(revoked_before(
                 s,
@@ -268,14 +274,7 @@ async fn take_and_run(
             .await;
         }
     } else if let Some(ack) = early {
-        if redelivered {
-            // Handed out before: if its body killed the last worker before
-            // that ack landed, this ack lands before the body runs again,
-            // so a poison pill kills at most two workers.
-            Box::pin(w.take(Some(ack), None)).await?;
-        } else {
-            *acked.lock().unwrap_or_else(|e| e.into_inner()) = Some(w.ack_soon(ack));
-        }
+        *acked.lock().unwrap_or_else(|e| e.into_inner()) = Some(w.ack_soon(ack));
     }
 
     // A chord's callback collects its parts' results.
