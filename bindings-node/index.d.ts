@@ -1062,7 +1062,7 @@ export interface WorkerOptions {
   queues?: string | readonly string[] | null | undefined;
   /** Bodies at once. Default 4 (moontask's preset). */
   concurrency?: number | undefined;
-  /** Messages held unsettled at most (never below `concurrency`). Default concurrency × 4, Celery's prefetch multiplier (× 8 on the process pool: four per slot, a child having its run and one on deck). */
+  /** Messages held not finished running at most (never below `concurrency`). Default concurrency × 4, Celery's prefetch multiplier (× 8 on the process pool: four per slot, a child having its run and one on deck); left unset, the worker reaches past it while runs are short (about 2 ms of its recent work, at most 8 × it). */
   prefetch?: number | null | undefined;
   /** A name for logs and the admin page. Default `worker-` and a random suffix. */
   name?: string | undefined;

@@ -423,10 +423,12 @@ class App {
   /**
    * A worker over `queues` (['default']; an 'a,b' string is split) running
    * up to `concurrency` bodies at once (4, moontask's preset) and holding at
-   * most `prefetch` messages unsettled (concurrency × 4, Celery's prefetch
-   * multiplier; × 8 on the process pool, four per slot: each child has its
-   * run and one on deck); `prefetchMultiplier` (Celery's
-   * `worker_prefetch_multiplier`) makes it concurrency × that. `pool` 'process' runs the bodies in `concurrency` child
+   * most `prefetch` messages not finished running (concurrency × 4,
+   * Celery's prefetch multiplier; × 8 on the process pool, four per slot:
+   * each child has its run and one on deck; left unset, the worker reaches
+   * past that while runs are short, about 2 ms of its recent work, at most
+   * 8 × it); `prefetchMultiplier` (Celery's `worker_prefetch_multiplier`)
+   * makes it concurrency × that, kept exactly. `pool` 'process' runs the bodies in `concurrency` child
    * processes, each importing `module` (default: this process's main
    * script) and serving the App it exports; `maxTasksPerChild`,
    * `maxMemoryPerChild` (KiB) and `timeLimit` (ms, hard: the child is

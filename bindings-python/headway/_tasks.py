@@ -952,11 +952,13 @@ class App:
     ) -> Worker:
         """A worker over ``queues`` (``["default"]``; a ``"a,b"`` string is
         split) running up to ``concurrency`` bodies at once (4, moontask's
-        preset) and holding at most ``prefetch`` messages unsettled
-        (``concurrency × 4``, Celery's prefetch multiplier; ``× 8`` on the
-        process pool, four per slot: each child has its run and one on deck);
+        preset) and holding at most ``prefetch`` messages not finished
+        running (``concurrency × 4``, Celery's prefetch multiplier; ``× 8``
+        on the process pool, four per slot: each child has its run and one
+        on deck; left unset, the worker reaches past that while runs are
+        short, about 2 ms of its recent work, at most 8 × it);
         ``prefetch_multiplier`` (Celery's ``worker_prefetch_multiplier``)
-        makes it ``concurrency ×`` that.
+        makes it ``concurrency ×`` that, kept exactly.
 
         ``pool="process"`` (``"prefork"``, Celery's name, is the same) runs
         bodies in ``concurrency`` child processes instead of threads: each

@@ -70,6 +70,8 @@ impl Worker {
         let stop: runners::StopOf = std::sync::Arc::new(move || {
             me.stop(Duration::from_millis(crate::task::specs::GRACE as u64))
         });
+        let mut reach = super::reach::Reach::new(s.reach);
+        let started = std::time::Instant::now();
         let _listed = runners::list(&s.app, &s.name, gate.clone(), load, stop, self.clone());
         loop {
             while let Some(r) = set.try_join_next() {
@@ -106,7 +108,11 @@ impl Worker {
             // while the claim was on its way (a no-op Redis drain at the
             // defaults: 32-33k/s in halves, 34-39k/s in quarters, 32-37k/s
             // in eighths). An idle worker claims at once, whatever it holds.
-            let prefetch = s.prefetch.load(Ordering::SeqCst);
+            let prefetch = reach.prefetch(
+                s.prefetch.load(Ordering::SeqCst),
+                started.elapsed().as_nanos() as u64,
+                s.done.load(Ordering::Relaxed),
+            );
             let reserved = set.len().saturating_sub(s.settling.load(Ordering::SeqCst));
             let room = prefetch
                 .saturating_sub(reserved)

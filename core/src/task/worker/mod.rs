@@ -47,6 +47,7 @@ mod follow;
 mod live;
 mod notes;
 mod options;
+mod reach;
 mod run;
 mod settle;
 mod stop;
@@ -78,6 +79,9 @@ struct Shared {
     /// Slots and prefetch; remote control grows and shrinks them.
     concurrency: AtomicUsize,
     prefetch: AtomicUsize,
+    /// Whether the prefetch was left to the worker: it then reaches
+    /// further while runs are short (`reach`).
+    reach: bool,
     /// Its concurrency as configured: the runners a host staffed for it.
     configured: usize,
     name: String,
@@ -195,6 +199,7 @@ impl Worker {
             queues,
             concurrency,
             prefetch,
+            reach,
             name,
             pool,
             time_limit,
@@ -216,6 +221,7 @@ impl Worker {
                 concurrency: AtomicUsize::new(concurrency),
                 configured: concurrency,
                 prefetch: AtomicUsize::new(prefetch),
+                reach,
                 name,
                 stopping: watch::channel(false).0,
                 cancel: watch::channel(false).0,

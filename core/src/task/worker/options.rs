@@ -37,8 +37,9 @@ pub struct WorkerConfig {
     pub queues: Vec<String>,
     /// How many bodies run at once (4, moontask's preset).
     pub concurrency: usize,
-    /// How many messages it may hold unsettled (`concurrency × 4` when
-    /// `None`). Never below `concurrency`.
+    /// How many messages it may hold not finished running (`concurrency ×
+    /// 4` when `None`, reaching further while runs are short: `reach`).
+    /// Never below `concurrency`.
     pub prefetch: Option<usize>,
     /// A name for logs and the admin page.
     pub name: Option<String>,
@@ -86,6 +87,8 @@ pub(super) struct Options {
     pub queues: Vec<String>,
     pub concurrency: usize,
     pub prefetch: usize,
+    /// Whether the prefetch was left to the worker (`reach`).
+    pub reach: bool,
     pub name: String,
     pub pool: Pool,
     pub time_limit: Option<i64>,
@@ -105,6 +108,7 @@ pub(super) fn check(config: WorkerConfig) -> Result<Options, Refused> {
             "invalid `queues`: needs at least one non-empty name".into(),
         ));
     }
+    let reach = config.prefetch.is_none();
     let prefetch = config
         .prefetch
         .unwrap_or(
@@ -137,6 +141,7 @@ pub(super) fn check(config: WorkerConfig) -> Result<Options, Refused> {
         queues: config.queues,
         concurrency: config.concurrency,
         prefetch,
+        reach,
         name,
         pool: config.pool,
         time_limit: config.time_limit,

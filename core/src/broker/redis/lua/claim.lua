@@ -68,15 +68,16 @@ end
 for s = 0, 9 do
   if #out + bad >= max then break end
   local key = base .. 'ready:' .. s
+  local step, mid = tostring(s), ':' .. s .. ':'
   while #out + bad < max do
     local ps = redis.call('RPOP', key, max - #out - bad)
     if not ps then break end
     local t = redis.call('INCRBY', seq, #ps) - #ps
     local els = {}
     for i = 1, #ps do
-      if ps[i] ~= MARK and not oversize(tostring(s), ps[i]) then
+      if ps[i] ~= MARK and not oversize(step, ps[i]) then
         t = t + 1
-        local el = t .. ':' .. s .. ':' .. ps[i]
+        local el = t .. mid .. ps[i]
         els[#els + 1] = el
         out[#out + 1] = el
         flags[#flags + 1] = check(ps[i])

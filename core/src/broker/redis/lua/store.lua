@@ -40,7 +40,8 @@ local ttl = ARGV[1]
 local cap = tonumber(ARGV[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local expires = now + tonumber(ttl)
+-- Formatted once: a number passed to redis.call is formatted each time.
+local expires = string.format('%d', now + tonumber(ttl))
 local touched = {}
 local out = {}
 -- The state each key held before a write (unindexed calls answer it, so
