@@ -6,7 +6,9 @@
 // rings the environment's one bell (a weak ThreadsafeFunction). The bell
 // drains everything settled since the last ring (Promises of get(), send()
 // on Redis, worker.run(), ...) with one native call, then takes waiting calls
-// in batches of up to BATCH with one native call each, runs every body — a
+// in batches of up to BATCH with one native call each (when none wait and the
+// last gaps between batches were short, that call spins up to 100 µs for the
+// next rather than sleep until rung: core's Taker), runs every body — a
 // sync result is answered at once, a Promise when it settles — and answers
 // the batch with one native call. A thrown error or a rejected Promise is a
 // task failure (type = err.name, message, stack), never a crash — whatever

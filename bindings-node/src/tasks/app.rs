@@ -36,6 +36,8 @@ use super::{Refusal, brokers::NativeSeams, ms};
 #[napi]
 pub struct NativeHost {
     pub(crate) q: Arc<HostQueue>,
+    /// How `swap` takes the next batch (core's `Taker`).
+    pub(crate) taker: std::sync::Mutex<headway_core::task::Taker>,
 }
 
 /// A call's retry rule as `lib/host.js` hands it back to `_afterFailure`:
@@ -253,7 +255,12 @@ impl NativeHost {
         if !ok.is_empty() || !failed.is_empty() {
             self.finish(ok, failed)?;
         }
-        Ok(self.take(max))
+        let calls = self
+            .taker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take(&self.q, max.max(1) as usize);
+        Ok((!calls.is_empty()).then(|| encode_calls(&calls)))
     }
 
     /// Calls JS took that the core no longer waits for: their bodies should
@@ -370,6 +377,7 @@ impl NativeApp {
     pub fn host(&self) -> NativeHost {
         NativeHost {
             q: self.host.clone(),
+            taker: Default::default(),
         }
     }
 

@@ -41,6 +41,7 @@ impl NativeScheduler {
     pub fn host(&self) -> NativeHost {
         NativeHost {
             q: self.host.clone(),
+            taker: Default::default(),
         }
     }
 

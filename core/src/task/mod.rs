@@ -48,7 +48,7 @@ pub use dead::{
     DEAD_KEPT, DEAD_LISTED, DeadLetter, MAX_DELIVERIES, MAX_MESSAGE_BYTES, Undecodable,
 };
 pub use handle::Handle;
-pub use host::{Call, HostQueue, Idle};
+pub use host::{Call, HostQueue, Idle, Taker};
 pub use message::{Carried, Chord, Join, Message, Options, Sig, new_id};
 pub use policy::{Policy, PolicyError, Rate, RateScope, RetryBackoff};
 pub use procs::{ProcSpec, Procs};
