@@ -17,7 +17,8 @@
 //! longer never lift it off the floor, and what a worker holds beyond the
 //! floor is always about 2 ms of its own work — what another worker waits
 //! for at the most. A prefetch that is given (or a prefetch multiplier) is
-//! kept exactly.
+//! kept exactly. On RabbitMQ the reach changes nothing: `basic.qos` is set
+//! from the first claim (the floor) and RabbitMQ pushes what it allows.
 //!
 //! Sans-I/O: the time and the count of runs finished are passed in.
 
