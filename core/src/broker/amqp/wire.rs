@@ -176,7 +176,7 @@ pub(super) fn decode(
     );
     env.insert("headers".into(), Value::Object(headers));
     env.insert("properties".into(), Value::Object(p));
-    sender.decode_value(&Value::Object(env))
+    sender.decode_value(Value::Object(env), None)
 }
 
 #[cfg(test)]

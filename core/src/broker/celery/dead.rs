@@ -98,11 +98,12 @@ pub fn decode(sender: &Sender, raw: &[u8], max_bytes: usize) -> Result<Decoded, 
     if text(headers.and_then(|h| h.get("id"))).is_none() {
         return Err(refuse("no id", None));
     }
-    if let Err(why) = body_json(o) {
-        return Err(refuse(format!("bad message: {why}"), id));
-    }
+    let body = match body_json(o) {
+        Ok(b) => b,
+        Err(why) => return Err(refuse(format!("bad message: {why}"), id)),
+    };
     sender
-        .decode_value(&env)
+        .decode_value(env, Some(body))
         .map_err(|e| refuse(format!("bad message: {e}"), id))
 }
 

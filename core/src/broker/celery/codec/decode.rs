@@ -69,40 +69,50 @@ impl Sender {
     /// Decodes one envelope as it sits on a queue list or in `unacked`.
     pub fn decode(&self, raw: &[u8]) -> Result<Decoded, CodecError> {
         let env: Value = serde_json::from_slice(raw).map_err(|e| bad(format!("not JSON: {e}")))?;
-        self.decode_value(&env)
+        self.decode_value(env, None)
     }
 
-    /// Decodes an envelope already parsed.
-    pub fn decode_value(&self, env: &Value) -> Result<Decoded, CodecError> {
-        if !env.is_object() {
+    /// Decodes an envelope already parsed, taking it apart (nothing in it is
+    /// copied); `body` is its body already read as JSON, when the caller
+    /// has read it (a quarantine check does), so it is not read twice.
+    pub fn decode_value(&self, env: Value, body: Option<Value>) -> Result<Decoded, CodecError> {
+        let Value::Object(mut env) = env else {
             return Err(bad("the envelope is not an object"));
-        }
-        let ctype = get_str(env, "content-type").unwrap_or_default();
+        };
+        let ctype = env
+            .get("content-type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         if ctype != "application/json" {
             return Err(bad(format!(
                 "content type {ctype:?} is not allowed (only application/json is accepted)"
             )));
         }
-        let props = env.get("properties").cloned().unwrap_or(Value::Null);
-        let headers = env.get("headers").cloned().unwrap_or(Value::Null);
-        let body_text = match env.get("body") {
-            Some(Value::String(s)) => {
-                if get_str(&props, "body_encoding").as_deref() == Some("base64") {
-                    let bytes =
-                        b64::decode(s.as_bytes()).ok_or_else(|| bad("the body is not base64"))?;
-                    String::from_utf8(bytes).map_err(|_| bad("the body is not UTF-8"))?
-                } else {
-                    s.clone()
-                }
+        let props = env.swap_remove("properties").unwrap_or(Value::Null);
+        let headers = env.swap_remove("headers").unwrap_or(Value::Null);
+        let body = match body {
+            Some(b) => b,
+            None => {
+                let body_text = match env.get("body") {
+                    Some(Value::String(s)) => {
+                        if props.get("body_encoding").and_then(Value::as_str) == Some("base64") {
+                            let bytes = b64::decode(s.as_bytes())
+                                .ok_or_else(|| bad("the body is not base64"))?;
+                            String::from_utf8(bytes).map_err(|_| bad("the body is not UTF-8"))?
+                        } else {
+                            s.clone()
+                        }
+                    }
+                    Some(_) => return Err(bad("the body is not a string")),
+                    None => return Err(bad("no body")),
+                };
+                serde_json::from_str(&body_text)
+                    .map_err(|e| bad(format!("the body is not JSON: {e}")))?
             }
-            Some(_) => return Err(bad("the body is not a string")),
-            None => return Err(bad("no body")),
         };
-        let body: Value = serde_json::from_str(&body_text)
-            .map_err(|e| bad(format!("the body is not JSON: {e}")))?;
         typed::check(&body).map_err(|e| bad(e.to_string()))?;
-        let info = props.get("delivery_info").cloned().unwrap_or(Value::Null);
-        let queue = get_str(&info, "routing_key").unwrap_or_else(|| self.default_queue.clone());
+        let info = props.get("delivery_info").unwrap_or(&Value::Null);
+        let queue = get_str(info, "routing_key").unwrap_or_else(|| self.default_queue.clone());
         let redelivered = headers.get("redelivered").and_then(Value::as_bool) == Some(true)
             || info.get("redelivered").and_then(Value::as_bool) == Some(true);
         let tag = get_str(&props, "delivery_tag");
@@ -117,7 +127,7 @@ impl Sender {
                 "headers.task is missing (Celery task protocol 1 is not read)",
             ));
         }
-        let mut message = self.decode_v2(&headers, &body, &queue)?;
+        let mut message = self.decode_v2(headers, body, &queue)?;
         message.priority = priority;
         Ok(Decoded {
             message,
@@ -128,48 +138,47 @@ impl Sender {
 
     pub(super) fn decode_v2(
         &self,
-        h: &Value,
-        body: &Value,
+        h: Value,
+        body: Value,
         queue: &str,
     ) -> Result<Message, CodecError> {
-        let id = get_str(h, "id").ok_or_else(|| bad("headers.id is missing"))?;
-        let task = get_str(h, "task").ok_or_else(|| bad("headers.task is missing"))?;
-        let parts = body
-            .as_array()
-            .filter(|a| a.len() == 3)
-            .ok_or_else(|| bad("the body is not [args, kwargs, embed]"))?;
-        let args = parts[0]
-            .as_array()
-            .cloned()
-            .ok_or_else(|| bad("args is not a list"))?;
-        let kwargs = parts[1]
-            .as_object()
-            .cloned()
-            .ok_or_else(|| bad("kwargs is not an object"))?;
-        let embed = &parts[2];
+        let id = get_str(&h, "id").ok_or_else(|| bad("headers.id is missing"))?;
+        let task = get_str(&h, "task").ok_or_else(|| bad("headers.task is missing"))?;
+        let mut parts = match body {
+            Value::Array(a) if a.len() == 3 => a,
+            _ => return Err(bad("the body is not [args, kwargs, embed]")),
+        };
+        let mut embed = parts.pop().unwrap_or(Value::Null);
+        let (kwargs, args) = (parts.pop(), parts.pop());
+        let Some(Value::Array(args)) = args else {
+            return Err(bad("args is not a list"));
+        };
+        let Some(Value::Object(kwargs)) = kwargs else {
+            return Err(bad("kwargs is not an object"));
+        };
         let mut m = Message::new(id, task, args, kwargs, self.model_queue(queue));
-        m.eta = time_field(h, "eta")?;
-        m.expires = time_field(h, "expires")?;
+        m.eta = time_field(&h, "eta")?;
+        m.expires = time_field(&h, "expires")?;
         m.retries = as_u32(h.get("retries")).unwrap_or(0);
-        m.root_id = get_str(h, "root_id");
-        m.parent_id = get_str(h, "parent_id");
-        m.group = get_str(h, "group");
+        m.root_id = get_str(&h, "root_id");
+        m.parent_id = get_str(&h, "parent_id");
+        m.group = get_str(&h, "group");
         m.group_index = as_u32(h.get("group_index"));
-        if let Some(hm) = h.as_object() {
+        if let Value::Object(hm) = h {
             for (k, v) in hm {
                 if !MODELLED.contains(&k.as_str())
                     && k != "redelivered"
                     && k != LOST_HEADER
                     && k != super::super::unknown::HANDBACK_HEADER
                 {
-                    m.carried_mut().headers.insert(k.clone(), v.clone());
+                    m.carried_mut().headers.insert(k, v);
                 }
             }
         }
-        let list = |k: &str| -> Result<Vec<Value>, CodecError> {
-            match embed.get(k) {
+        let mut list = |k: &str| -> Result<Vec<Value>, CodecError> {
+            match embed.get_mut(k).map(Value::take) {
                 None | Some(Value::Null) => Ok(Vec::new()),
-                Some(Value::Array(a)) => Ok(a.clone()),
+                Some(Value::Array(a)) => Ok(a),
                 Some(_) => Err(bad(format!("embed.{k} is not a list"))),
             }
         };
