@@ -282,3 +282,94 @@ async fn a_claim_has_no_gap_a_watcher_could_see() {
         "at some instant only {low} of {N} messages were anywhere"
     );
 }
+
+/// The `unacked` entry of an envelope is the same whether the hold read its
+/// `delivery_info` with plain finds (kombu's own form, compact JSON, no
+/// escapes) or decoded the envelope with cjson (escapes, another key order,
+/// `delivery_info` named twice or nowhere, not JSON): run here through
+/// `unacked.lua` itself, the decode written out beside it. Positive
+/// control: the plain finds are what read kombu's form.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_reads_delivery_info_as_cjson_would() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let lib = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/broker/lua/unacked.lua"
+    ))
+    .unwrap();
+    let script = format!(
+        "{lib}\n{}",
+        r#"
+local raw, rk = ARGV[1], ARGV[2]
+local found = fast_info(raw) ~= nil
+local ok, env = pcall(cjson.decode, raw)
+local decoded = false
+if ok and type(env) == 'table' then
+  local ex = ''
+  local di = type(env['properties']) == 'table' and env['properties']['delivery_info']
+  if type(di) == 'table' then
+    if type(di['exchange']) == 'string' then ex = di['exchange'] end
+    if type(di['routing_key']) == 'string' then rk = di['routing_key'] end
+  end
+  decoded = '[' .. raw .. ', ' .. cjson.encode(ex) .. ', ' .. cjson.encode(rk) .. ']'
+end
+return {unacked_entry(raw, rk) or false, decoded, found and 1 or 0}
+"#
+    );
+    let client = redis::Client::open(s.url()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let kombu = String::from_utf8(envelope("k-1", 1, Some("t-1"))).unwrap();
+    let cases: [(&str, String, bool); 9] = [
+        ("kombu's form", kombu, true),
+        (
+            "compact, a slash and UTF-8",
+            r#"{"body":"x","properties":{"delivery_info":{"exchange":"ex/1","routing_key":"q/é"}}}"#.into(),
+            true,
+        ),
+        (
+            "empty names",
+            r#"{"body": "x", "properties": {"delivery_info": {"exchange": "", "routing_key": ""}}}"#.into(),
+            true,
+        ),
+        (
+            "the name quoted inside the body",
+            r#"{"body": "\"delivery_info\": {\"exchange\": \"Z\", \"routing_key\": \"Z\"}", "properties": {"delivery_info": {"exchange": "P", "routing_key": "P"}}}"#.into(),
+            true,
+        ),
+        (
+            "named twice",
+            r#"{"headers": {"delivery_info": {"exchange": "H", "routing_key": "H"}}, "properties": {"delivery_info": {"exchange": "P", "routing_key": "P"}}}"#.into(),
+            false,
+        ),
+        (
+            "an escape",
+            r#"{"properties": {"delivery_info": {"exchange": "a\"b", "routing_key": "q"}}}"#.into(),
+            false,
+        ),
+        (
+            "another key order",
+            r#"{"properties": {"delivery_info": {"routing_key": "q", "exchange": "e"}}}"#.into(),
+            false,
+        ),
+        ("none", r#"{"body": "x", "properties": {}}"#.into(), false),
+        (
+            "not JSON",
+            r#"garbage "delivery_info": {"exchange": "e", "routing_key": "q"}"#.into(),
+            false,
+        ),
+    ];
+    for (what, raw, fast) in cases {
+        let (entry, decoded, found): (Option<Vec<u8>>, Option<Vec<u8>>, i64) = redis::cmd("EVAL")
+            .arg(&script)
+            .arg(0)
+            .arg(&raw)
+            .arg("dflt")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(entry, decoded, "{what}: the entries differ");
+        assert_eq!(found == 1, fast, "{what}: read by the plain finds or not");
+    }
+}
