@@ -26,9 +26,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Instant;
 
-use headway_core::task::{Body, Call, Context, Failure, HostQueue, Idle, RunnerHealth, Runners};
+use headway_core::task::{Body, Call, Context, Failure, HostQueue, RunnerHealth, Runners, Taker};
 use pyo3::PyTraverseError;
 use pyo3::exceptions::PyLookupError;
 use pyo3::gc::PyVisit;
@@ -841,10 +840,9 @@ impl PyHost {
             runners: host.sync_q.runners().clone(),
             counted: true,
         };
-        // When this runner last ran out of calls, and how near its next
-        // call has been (whether to spin for it: core's `Idle`).
-        let mut idle = Idle::new();
-        let mut ran_out: Option<Instant> = None;
+        // Whether to spin for the next call, from how near the next has
+        // been (core's `Taker`); the GIL is released while it spins.
+        let mut taker = Taker::default();
         loop {
             if !py.detach(|| crew.watch_turn()) {
                 return;
@@ -854,20 +852,11 @@ impl PyHost {
             if !run {
                 return;
             }
-            if let Some(t) = ran_out.take() {
-                idle.saw(t.elapsed());
-            }
             crew.active.fetch_add(1, Ordering::SeqCst);
             loop {
-                let calls = host.sync_q.take(1);
+                let q = &host.sync_q;
+                let calls = taker.take_with(q, 1, |spin| py.detach(|| q.spin_for(spin)));
                 let Some(c) = calls.into_iter().next() else {
-                    let t = Instant::now();
-                    let spin = idle.spin();
-                    if !spin.is_zero() && py.detach(|| host.sync_q.spin_for(spin)) {
-                        idle.saw(t.elapsed());
-                        continue;
-                    }
-                    ran_out = Some(t);
                     break;
                 };
                 let late = run_sync(py, &host, c);

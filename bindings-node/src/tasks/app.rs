@@ -206,18 +206,6 @@ pub fn after_failure(rule: String, failed: String) -> napi::Result<String> {
 
 #[napi]
 impl NativeHost {
-    /// Up to `max` calls at once, as JSON text (see `encode_calls`); `null`
-    /// when none wait.
-    #[napi(catch_unwind)]
-    pub fn take(&self, max: u32) -> Option<String> {
-        let calls = self.q.take(max.max(1) as usize);
-        if calls.is_empty() {
-            None
-        } else {
-            Some(encode_calls(&calls))
-        }
-    }
-
     /// Answers a batch: `ok` is `[[seq, value], ...]`, `failed` is `[[seq,
     /// type | null, message | null, stack | null, ask | null, lineage], ...]` (either may be
     /// empty; a null type or message is one JS could not read, answered as
@@ -248,8 +236,9 @@ impl NativeHost {
         Ok(())
     }
 
-    /// `finish(ok, failed)` then `take(max)`, in one crossing: what a busy
-    /// host does between batches.
+    /// `finish(ok, failed)`, then up to `max` calls as JSON text (see
+    /// `encode_calls`; `null` when none came), taken by core's `Taker`: in
+    /// one crossing, what a host does between batches.
     #[napi(catch_unwind)]
     pub fn swap(&self, ok: String, failed: String, max: u32) -> napi::Result<Option<String>> {
         if !ok.is_empty() || !failed.is_empty() {

@@ -90,10 +90,10 @@ impl Default for Idle {
     }
 }
 
-/// How a host thread that serves calls in batches between other work (the
-/// JS event loop) takes them: at once, and when none wait and its [`Idle`]
-/// says the next is near, by spinning for it rather than going back to
-/// sleep until it is rung. The gap to the next call counts either way.
+/// How a host thread takes calls (a Python runner thread, the JS event loop
+/// between batches): at once, and when none wait and its [`Idle`] says the
+/// next is near, by spinning for it rather than going back to sleep until
+/// it is woken or rung. The gap to the next call counts either way.
 ///
 /// Why: at the default concurrency a batch is a few calls, and the next
 /// comes a few microseconds after the batch's answers free their slots; a
@@ -113,6 +113,17 @@ impl Taker {
 
     /// Up to `max` calls from `q`; empty when none came.
     pub fn take(&mut self, q: &HostQueue, max: usize) -> Vec<Call> {
+        self.take_with(q, max, |spin| q.spin_for(spin))
+    }
+
+    /// As [`Taker::take`], spinning through `spin_for` (which answers
+    /// [`HostQueue::spin_for`]): a Python runner releases the GIL around it.
+    pub fn take_with(
+        &mut self,
+        q: &HostQueue,
+        max: usize,
+        spin_for: impl FnOnce(Duration) -> bool,
+    ) -> Vec<Call> {
         let calls = q.take(max);
         if !calls.is_empty() {
             if let Some(t) = self.ran_out.take() {
@@ -122,7 +133,7 @@ impl Taker {
         }
         let t = *self.ran_out.get_or_insert_with(Instant::now);
         let spin = self.idle.spin();
-        if !spin.is_zero() && q.spin_for(spin) {
+        if !spin.is_zero() && spin_for(spin) {
             self.ran_out = None;
             self.idle.saw(t.elapsed());
             return q.take(max);

@@ -75,13 +75,9 @@ impl Reach {
             }
             Some(_) => {}
         }
-        let wanted = (self.rate * WINDOW_NS as f64).round();
-        let ceiling = floor.saturating_mul(CEILING);
-        if wanted >= ceiling as f64 {
-            ceiling
-        } else {
-            (wanted as usize).max(floor)
-        }
+        // `as` saturates: a rate past any count is the ceiling.
+        ((self.rate * WINDOW_NS as f64).round() as usize)
+            .clamp(floor, floor.saturating_mul(CEILING))
     }
 }
 

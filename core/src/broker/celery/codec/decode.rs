@@ -28,6 +28,10 @@ pub(super) fn get_str(v: &Value, k: &str) -> Option<String> {
     v.get(k).and_then(Value::as_str).map(str::to_string)
 }
 
+fn body_json(text: &str) -> Result<Value, CodecError> {
+    serde_json::from_str(text).map_err(|e| bad(format!("the body is not JSON: {e}")))
+}
+
 pub(super) fn time_field(h: &Value, k: &str) -> Result<Option<i64>, CodecError> {
     match h.get(k) {
         None | Some(Value::Null) => Ok(None),
@@ -90,25 +94,18 @@ impl Sender {
         }
         let props = env.swap_remove("properties").unwrap_or(Value::Null);
         let headers = env.swap_remove("headers").unwrap_or(Value::Null);
-        let body = match body {
-            Some(b) => b,
-            None => {
-                let body_text = match env.get("body") {
-                    Some(Value::String(s)) => {
-                        if props.get("body_encoding").and_then(Value::as_str) == Some("base64") {
-                            let bytes = b64::decode(s.as_bytes())
-                                .ok_or_else(|| bad("the body is not base64"))?;
-                            String::from_utf8(bytes).map_err(|_| bad("the body is not UTF-8"))?
-                        } else {
-                            s.clone()
-                        }
-                    }
-                    Some(_) => return Err(bad("the body is not a string")),
-                    None => return Err(bad("no body")),
-                };
-                serde_json::from_str(&body_text)
-                    .map_err(|e| bad(format!("the body is not JSON: {e}")))?
+        let base64 = props.get("body_encoding").and_then(Value::as_str) == Some("base64");
+        let body = match (body, env.get("body")) {
+            (Some(b), _) => b,
+            (None, Some(Value::String(s))) if base64 => {
+                let bytes =
+                    b64::decode(s.as_bytes()).ok_or_else(|| bad("the body is not base64"))?;
+                let text = String::from_utf8(bytes).map_err(|_| bad("the body is not UTF-8"))?;
+                body_json(&text)?
             }
+            (None, Some(Value::String(s))) => body_json(s)?,
+            (None, Some(_)) => return Err(bad("the body is not a string")),
+            (None, None) => return Err(bad("no body")),
         };
         typed::check(&body).map_err(|e| bad(e.to_string()))?;
         let info = props.get("delivery_info").unwrap_or(&Value::Null);
