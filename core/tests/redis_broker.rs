@@ -538,6 +538,71 @@ async fn revoked_ids_expire() {
     assert_eq!(b.revoked(&asked).await.unwrap(), vec![false, false]);
 }
 
+/// GETs Redis has run since it started (each revoked mark a claim reads is
+/// one).
+fn gets(s: &RedisServer) -> u64 {
+    let stats = s.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_get:calls="))
+        .map_or(0, |rest| {
+            rest.split(',').next().unwrap_or("0").parse().unwrap_or(0)
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_reads_revoked_marks_only_while_a_revoke_is_in_force() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let clock = VirtualClock::new(START);
+    let b = open(&s, "a", 30_000, clock.clone()).await;
+    let flags = |got: &[headway_core::task::spec::Claimed]| -> Vec<(String, Option<bool>)> {
+        got.iter()
+            .map(|c| (c.delivery.message.id.clone(), c.revoked))
+            .collect()
+    };
+    let no = |ids: &[&str]| -> Vec<(String, Option<bool>)> {
+        ids.iter().map(|i| (i.to_string(), Some(false))).collect()
+    };
+    // Nothing ever revoked: the claims are known not revoked, and no mark
+    // is read.
+    b.publish(vec![msg("1", "q"), msg("2", "q")]).await.unwrap();
+    let before = gets(&s);
+    let got = b.claim(&qs("q"), 2, Duration::ZERO).await.unwrap();
+    assert_eq!(flags(&got), no(&["1", "2"]));
+    assert_eq!(gets(&s), before, "no revoke in force: no mark read");
+    // A revoke in force: every claim's mark is read, and the revoked one
+    // is flagged (the positive control of the count above).
+    b.revoke(vec!["4".into()], START + 100).await.unwrap();
+    b.publish(vec![msg("3", "q"), msg("4", "q")]).await.unwrap();
+    let before = gets(&s);
+    let got = b.claim(&qs("q"), 2, Duration::ZERO).await.unwrap();
+    assert_eq!(
+        flags(&got),
+        [
+            ("3".to_string(), Some(false)),
+            ("4".to_string(), Some(true))
+        ]
+    );
+    assert_eq!(gets(&s), before + 2, "a revoke in force: each mark read");
+    // An earlier end does not shorten the latest: still in force at +50.
+    b.revoke(vec!["6".into()], START + 10).await.unwrap();
+    clock.advance(50);
+    b.publish(vec![msg("5", "q"), msg("6", "q")]).await.unwrap();
+    let before = gets(&s);
+    let got = b.claim(&qs("q"), 2, Duration::ZERO).await.unwrap();
+    assert_eq!(flags(&got), no(&["5", "6"]), "6's revoke ended at +10");
+    assert_eq!(gets(&s), before + 2);
+    // Every revoke over: no mark read again.
+    clock.advance(50);
+    b.publish(vec![msg("7", "q"), msg("8", "q")]).await.unwrap();
+    let before = gets(&s);
+    let got = b.claim(&qs("q"), 2, Duration::ZERO).await.unwrap();
+    assert_eq!(flags(&got), no(&["7", "8"]));
+    assert_eq!(gets(&s), before, "every revoke over: no mark read");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn urls_auth_db_and_redaction() {
     let Some(s) = RedisServer::start() else {

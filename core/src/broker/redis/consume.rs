@@ -74,7 +74,7 @@ impl RedisBroker {
             .arg(adopt.unwrap_or_default())
             .arg(self.max_bytes);
         if check {
-            c.arg(self.revoked_key(""));
+            c.arg(self.revoked_key("")).arg(self.revokes_key());
         }
         let _gate = self.gate.read().await;
         let v = self.one(c, false).await?;

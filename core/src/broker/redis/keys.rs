@@ -33,6 +33,13 @@ impl RedisBroker {
         format!("{}revoked:{id}", self.prefix)
     }
 
+    /// One sorted set, one member (`latest`) scored with the latest end
+    /// of any revoke: while it is past, no revoked mark is live, and a claim
+    /// reads none.
+    pub(super) fn revokes_key(&self) -> String {
+        format!("{}revokes", self.prefix)
+    }
+
     pub(super) fn queues_key(&self) -> String {
         format!("{}queues", self.prefix)
     }

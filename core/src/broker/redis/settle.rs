@@ -133,10 +133,22 @@ impl RedisBroker {
             .map(|_| ())
     }
 
-    /// The revoked marks of `ids` until `until`, one SET each.
+    /// The revoked marks of `ids` until `until`, one SET each, after the
+    /// revokes key's score is raised to `until` (ZADD GT keeps the latest
+    /// end): a claim that finds that score past reads no marks, so it must
+    /// be raised before any mark exists. On a Cluster claims read no marks
+    /// (they live in other slots), so it is not kept there.
     pub(super) fn revoke_pipe(&self, ids: &[String], until: i64) -> ::redis::Pipeline {
         let ttl = (until - self.clock.now()).max(1);
         let mut p = ::redis::pipe();
+        if !self.cluster {
+            p.cmd("ZADD")
+                .arg(self.revokes_key())
+                .arg("GT")
+                .arg(until)
+                .arg("latest")
+                .ignore();
+        }
         for id in ids {
             p.cmd("SET")
                 .arg(self.revoked_key(id))

@@ -1,5 +1,5 @@
 -- claim: ARGV consumer, max, lease ms, now ('' = TIME), adopt ('' = none),
--- size cap (bytes), revoked key prefix ('' = do not look).
+-- size cap (bytes), revoked key prefix ('' = do not look), the revokes key.
 -- Refreshes the consumer's lease, moves due delayed messages to their steps,
 -- stamps the element a BLMOVE brought in (adopt) and claims up to max more,
 -- step 0 first, each stamped with a fresh fencing token. A payload over the
@@ -7,7 +7,12 @@
 -- and counts towards max, as any message taken is.
 -- The receipt's revoked check is done in the same step: each claim's
 -- revoked mark is read (a payload whose JSON does not open with its id is
--- left to the worker). The marks live outside the queue's slot: this one
+-- left to the worker), but only while a revoke can be in force: every revoke
+-- raises the one score of the revokes key (`P:revokes`, member `latest`) to
+-- its end (ZADD GT) before it writes its marks, so when that score is past,
+-- or was never set, no mark is live and none is read (a mark's read and the
+-- Lua around it were a quarter of this script's cost per message).
+-- The marks live outside the queue's slot: this one
 -- script reads keys it does not declare, which a standalone Redis allows
 -- (see docs/redis-layout.md). Nothing is acked here: an early ack is the
 -- worker's, after the answer reached it, so a claim whose answer is lost
@@ -44,9 +49,15 @@ local function oversize(s, p)
   return true
 end
 local rprefix = ARGV[7] or ''
+local live = rprefix ~= ''
+if live and ARGV[8] then
+  local latest = tonumber(redis.call('ZSCORE', ARGV[8], 'latest'))
+  live = latest ~= nil and latest > now
+end
 -- The flag of payload p (see above).
 local function check(p)
   if rprefix == '' then return 3 end
+  if not live then return 0 end
   local _, body = unmark(p)
   local id = peek_id(body)
   if not id then return 3 end
