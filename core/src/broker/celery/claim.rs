@@ -81,7 +81,7 @@ impl CeleryBroker {
             inv.key(self.dead_key(&p.queue));
         }
         inv.arg(max)
-            .arg(self.now_secs())
+            .arg(self.index_score())
             .arg(self.facts.clock.now())
             .arg(self.opts.max_message_bytes)
             .arg(DEAD_KEPT)
@@ -170,7 +170,7 @@ impl CeleryBroker {
         let mut inv = self.scripts.hold.prepare_invoke();
         inv.key(&self.keys.unacked)
             .key(&self.keys.index)
-            .arg(self.now_secs())
+            .arg(self.index_score())
             .arg(raw.as_slice())
             .arg(new_id())
             .arg(&p.rk);

@@ -103,7 +103,7 @@ impl CeleryBroker {
         let mut gone: Vec<String> = Vec::new();
         for chunk in all.chunks(RESCORE_CHUNK) {
             let mut inv = self.scripts.rescore.prepare_invoke();
-            inv.key(&self.keys.index).arg(self.now_secs());
+            inv.key(&self.keys.index).arg(self.index_score());
             for t in chunk {
                 inv.arg(*t);
             }

@@ -386,6 +386,21 @@ impl CeleryBroker {
         typed::unix_secs(self.facts.clock.now())
     }
 
+    /// A hold's score in kombu's `unacked_index`: now in whole seconds,
+    /// rounded up. kombu scores with `time()`, a float; to its
+    /// `restore_visible` (a range up to now − visibility_timeout) an
+    /// integer is the same. To Redis it is not: a small sorted set (a
+    /// listpack, up to 128 members) compares each new member against every
+    /// member's score, and a float score is parsed (strtod) at each
+    /// comparison — a claim's ZADD of 28 holds into an index of 28-84 cost
+    /// Redis 150-360 µs with float scores and 43-98 µs with integers, and
+    /// was a third of Redis's CPU per message on this layout. Rounded up, a
+    /// hold looks younger by under a second: restored up to a second late,
+    /// never early.
+    fn index_score(&self) -> i64 {
+        (self.facts.clock.now() + 999).div_euclid(1000)
+    }
+
     fn expires_secs(&self) -> u64 {
         self.opts.result_expires.map_or(0, |d| d.as_secs().max(1))
     }

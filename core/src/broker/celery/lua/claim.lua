@@ -20,7 +20,8 @@
 --
 -- KEYS: unacked, unacked_index, then K queue keys in polling order, then
 -- the K dead-letter lists they go to (one per queue key).
--- ARGV: max, now (float Unix seconds: the index score, as kombu's `time()`),
+-- ARGV: max, now (whole Unix seconds, rounded up: the index score; see
+-- `index_score` in mod.rs),
 -- now (ms, for dead letters), the size cap (bytes), how many dead letters a
 -- list keeps, K, K routing keys (one per queue key, used when an envelope
 -- lacks `delivery_info.routing_key`), K priority steps (one per queue key),
