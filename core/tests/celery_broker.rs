@@ -331,6 +331,17 @@ async fn results_are_celerys_meta_and_final_states_stay() {
     f.error = Some(Failure::new("ValueError", "late"));
     b.store(vec![f]).await.unwrap();
     assert_eq!(b.fetch("r1").await.unwrap().unwrap().state, State::Success);
+    // A state that is not final is written over, its expiry renewed.
+    b.store(vec![Outcome::new("r3", State::Started, START)])
+        .await
+        .unwrap();
+    s.cli(&["EXPIRE", "celery-task-meta-r3", "100"]);
+    b.store(vec![Outcome::new("r3", State::Success, START)])
+        .await
+        .unwrap();
+    assert_eq!(b.fetch("r3").await.unwrap().unwrap().state, State::Success);
+    let ttl: i64 = s.cli(&["TTL", "celery-task-meta-r3"]).parse().unwrap();
+    assert!((86_390..=86_400).contains(&ttl), "renewed: {ttl}");
     // A Celery worker's write (SETEX + PUBLISH) wakes a waiter.
     let b2 = b.clone();
     let w = tokio::spawn(async move { b2.wait("r2", Duration::from_secs(10)).await });
