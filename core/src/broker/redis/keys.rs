@@ -56,6 +56,16 @@ impl RedisBroker {
             .map(|s| format!("{}count:{}", self.prefix, s.name()))
     }
 
+    /// The three tallies `P:tally:<STATE>` of the final states, in
+    /// [`State::ALL`] order, which the store script keeps (see
+    /// `lua/store.lua`).
+    pub(super) fn tally_keys(&self) -> impl Iterator<Item = String> + '_ {
+        State::ALL
+            .iter()
+            .filter(|s| s.is_final())
+            .map(|s| format!("{}tally:{}", self.prefix, s.name()))
+    }
+
     /// What scripts take as now: the app's time on a virtual clock, else
     /// empty (the script reads Redis TIME).
     pub(super) fn now_arg(&self) -> String {

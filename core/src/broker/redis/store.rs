@@ -16,8 +16,9 @@
 
 use ::redis::{Pipeline, Value};
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
+use super::inspect::count_of;
 use super::results::NOTIFY_CAP;
 use super::settle::HELD_OLDEST_FIRST;
 use super::wire::{bytes, int, stored};
@@ -29,6 +30,19 @@ use crate::task::state::{BrokerErrorKind, Outcome, Refused, State};
 /// How many results one store script call writes: a round's worth, kept
 /// short because Redis runs one script at a time.
 const STORE_CHUNK: usize = 256;
+
+/// How many states are final (each has a tally).
+const FINAL_STATES: usize = 3;
+
+/// The bucket of a final state's tally that a result expiring at `expires`
+/// (ms) is counted in, named by its end (ms): buckets are a 1024th of the
+/// result ttl wide, so a tally holds about 1024 fields at most, and a
+/// result is counted until at most that long after it expired. The same
+/// rule as `lua/store.lua`'s.
+pub(super) fn tally_bucket(expires: u64, ttl: u64) -> u64 {
+    let width = ttl.div_ceil(1024).max(1);
+    expires.div_ceil(width) * width
+}
 
 /// A result Redis refused to write, with the late ack waiting for it.
 pub(super) struct Unstored {
@@ -63,11 +77,12 @@ impl RedisBroker {
         for chunk in items.chunks(STORE_CHUNK) {
             let mut c = ::redis::cmd("EVALSHA");
             c.arg(&self.scripts.store.sha)
-                .arg(chunk.len() + State::ALL.len());
+                .arg(chunk.len() + State::ALL.len() + FINAL_STATES);
             for (o, _) in chunk {
                 c.arg(self.result_key(&o.id));
             }
             c.arg(self.count_keys().collect::<Vec<_>>());
+            c.arg(self.tally_keys().collect::<Vec<_>>());
             c.arg(self.result_ms).arg(NOTIFY_CAP).arg("1");
             for (o, late) in chunk {
                 c.arg(stored(o))
@@ -168,8 +183,10 @@ impl RedisBroker {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         let expires = now + self.result_ms;
+        let bucket = tally_bucket(expires, self.result_ms);
         let mut p = ::redis::pipe();
         let mut touched = HashSet::new();
+        let mut tallied: BTreeMap<&str, i64> = BTreeMap::new();
         let mut flags = Vec::with_capacity(replies.len());
         for (r, (o, _)) in replies.iter().zip(items) {
             let (flag, was) = match r {
@@ -192,14 +209,26 @@ impl RedisBroker {
                         .arg(&key)
                         .ignore();
                 }
-                p.cmd("ZADD")
-                    .arg(format!("{}count:{new}", self.prefix))
-                    .arg(expires)
-                    .arg(&key)
-                    .ignore();
-                touched.insert(new);
+                if o.state.is_final() {
+                    *tallied.entry(new).or_default() += 1;
+                } else {
+                    p.cmd("ZADD")
+                        .arg(format!("{}count:{new}", self.prefix))
+                        .arg(expires)
+                        .arg(&key)
+                        .ignore();
+                    touched.insert(new);
+                }
             }
             flags.push(Value::Array(vec![flag]));
+        }
+        // Answered: a tally whose bucket this opened drops its ended ones.
+        for (s, k) in &tallied {
+            p.cmd("ZADD")
+                .arg(format!("{}tally:{s}", self.prefix))
+                .arg("INCR")
+                .arg(*k)
+                .arg(bucket);
         }
         for s in touched {
             p.cmd("ZREMRANGEBYSCORE")
@@ -208,15 +237,72 @@ impl RedisBroker {
                 .arg(now)
                 .ignore();
         }
+        if p.is_empty() {
+            return flags;
+        }
+        match self.run(&p, false).await {
+            Ok(got) => {
+                let opened = tallied
+                    .iter()
+                    .zip(&got)
+                    .any(|((_, k), v)| count_of(v) == Some(*k as u64));
+                if opened {
+                    self.trim_ended(now as i64).await;
+                }
+            }
+            Err(e) => log(&format!(
+                "{}: the count indexes were not updated: {e}",
+                self.url
+            )),
+        }
+        flags
+    }
+
+    /// Drops the ended buckets of every final state's tally (reads them
+    /// first: a tally is at most ~1 000 buckets).
+    async fn trim_ended(&self, now: i64) {
+        let mut p = ::redis::pipe();
+        let keys: Vec<String> = self.tally_keys().collect();
+        for k in &keys {
+            p.cmd("ZRANGE").arg(k).arg(0).arg(-1);
+        }
+        let Ok(got) = self.run(&p, false).await else {
+            return;
+        };
+        let ended = keys
+            .into_iter()
+            .zip(got)
+            .filter_map(|(k, v)| {
+                let Value::Array(bs) = v else { return None };
+                let past: Vec<Vec<u8>> = bs
+                    .iter()
+                    .filter(|b| int(b).is_some_and(|end| end <= now))
+                    .filter_map(|b| bytes(b).map(<[u8]>::to_vec))
+                    .collect();
+                (!past.is_empty()).then_some((k, past))
+            })
+            .collect();
+        self.trim_tallies(ended).await;
+    }
+
+    /// Drops the ended buckets of the final states' tallies (on one Redis
+    /// the store script does it as it opens a bucket; on a Cluster, where
+    /// the tallies are kept from here, a count does it).
+    pub(super) async fn trim_tallies(&self, ended: Vec<(String, Vec<Vec<u8>>)>) {
+        let mut p = ::redis::pipe();
+        for (key, fields) in ended {
+            for chunk in fields.chunks(1000) {
+                p.cmd("ZREM").arg(&key).arg(chunk).ignore();
+            }
+        }
         if !p.is_empty()
             && let Err(e) = self.run(&p, false).await
         {
             log(&format!(
-                "{}: the count indexes were not updated: {e}",
+                "{}: ended tally buckets not dropped: {e}",
                 self.url
             ));
         }
-        flags
     }
 
     /// Reads the store calls' replies: the index and Redis's reason for
@@ -414,5 +500,29 @@ pub(super) fn unstored(outcome: &Outcome, late: Option<&Receipt>) -> Unstored {
     Unstored {
         outcome: outcome.clone(),
         late: late.cloned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tally_bucket;
+
+    #[test]
+    fn a_tally_bucket_ends_at_or_after_the_expiry_within_its_width() {
+        // A day's ttl: buckets of 84 375 ms (a 1024th), named by their end.
+        let day: u64 = 86_400_000;
+        let w = day.div_ceil(1024);
+        assert_eq!(
+            tally_bucket(w * 10, day),
+            w * 10,
+            "an end is its own bucket"
+        );
+        assert_eq!(tally_bucket(w * 10 + 1, day), w * 11);
+        for e in [1, 999, 1_767_225_600_123, 1_767_225_684_375] {
+            let b = tally_bucket(e, day);
+            assert!(b >= e && b - e < w && b % w == 0, "{e} → {b}");
+        }
+        // A ttl under 1024 ms: buckets of one ms, the expiry itself.
+        assert_eq!(tally_bucket(12_345, 100), 12_345);
     }
 }

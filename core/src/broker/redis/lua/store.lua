@@ -1,10 +1,11 @@
 -- store: KEYS the result keys, one per outcome, then (when indexed) the
 -- seven count indexes P:count:<STATE> in State::ALL order (PENDING RECEIVED
--- STARTED RETRY SUCCESS FAILURE REVOKED); ARGV ttl ms, notify cap (bytes),
--- indexed (1/0: on a Cluster each call stores one key, its slot's, with no
--- index and no late ack), then for each result key "<STATE>|<json>", final
--- (1/0), and its run's late ack: the held list and the exact held element
--- ('' '' for none).
+-- STARTED RETRY SUCCESS FAILURE REVOKED) and the three tallies
+-- P:tally:<STATE> of the final states (SUCCESS FAILURE REVOKED); ARGV ttl
+-- ms, notify cap (bytes), indexed (1/0: on a Cluster each call stores one
+-- key, its slot's, with no index and no late ack), then for each result key
+-- "<STATE>|<json>", final (1/0), and its run's late ack: the held list and
+-- the exact held element ('' '' for none).
 -- One call stores a whole round's results: a script call costs Redis more
 -- than the few commands inside it, so one per result was the largest cost
 -- of a drain (docs/redis-layout.md).
@@ -19,21 +20,33 @@
 -- keys of the round are stored and acked all the same (redis.pcall: one
 -- bad key does not abort the script). The held lists are not among KEYS:
 -- standalone Redis, as the claim script's revoked read.
--- Each written key is also kept in its state's count index (a sorted set
--- scored by when the result expires) and taken out of the index of the
--- state it replaces, so counting stored outcomes per state is seven ZCOUNTs
--- rather than a walk of every result; entries past their expiry are
--- trimmed here, for the states this call touched.
+-- Counting stored outcomes per state must not walk every result. A key in
+-- a state it may leave (PENDING RECEIVED STARTED RETRY) is kept in its
+-- state's count index (a sorted set scored by when the result expires) and
+-- taken out when it moves on; entries past their expiry are trimmed here,
+-- for the states this call touched. A final state is never left, so its
+-- keys need not be named: each call adds how many it wrote to its state's
+-- tally (a sorted set: member the end of an expiry bucket, a 1024th of the
+-- ttl wide, score how many results expire within it; ZADD INCR, which the
+-- documented minimal ACL allows), and a count sums the buckets not yet
+-- ended — one member per bucket instead of one per result (a ZADD member
+-- per result was a tenth of Redis's CPU per task in a drain). A call that
+-- opens a bucket drops the ended ones.
 -- Answers one flag per result key: 1 written, 0 refused (final already), or
 -- the error Redis gave for that key (a string: not stored, not acked).
 -- Unindexed (one key): its flag and the state the key held before.
 local states = {'PENDING', 'RECEIVED', 'STARTED', 'RETRY', 'SUCCESS', 'FAILURE', 'REVOKED'}
+local finals = {'SUCCESS', 'FAILURE', 'REVOKED'}
 local index = {}
+local tally = {}
 local n = #KEYS
 if ARGV[3] == '1' then
-  n = #KEYS - #states
+  n = #KEYS - #states - #finals
   for i, s in ipairs(states) do
     index[s] = KEYS[n + i]
+  end
+  for i, s in ipairs(finals) do
+    tally[s] = KEYS[n + #states + i]
   end
 end
 local ttl = ARGV[1]
@@ -54,6 +67,8 @@ end
 -- per state a call touches rather than one per key. Added before any ZREM
 -- (a key written twice in one call must leave the first state's index).
 local adds = {}
+-- Results written per final state (all expiring at `expires`).
+local tallied = {}
 local function flush()
   for s, members in pairs(adds) do
     for k = 1, #members, 500 do
@@ -74,7 +89,9 @@ local function written(i, key, value, was)
     redis.call('ZREM', index[was], key)
   end
   local state = string.match(value, '^(%u+)|')
-  if state and index[state] then
+  if state and tally[state] then
+    tallied[state] = (tallied[state] or 0) + 1
+  elseif state and index[state] then
     local m = adds[state]
     if not m then
       m = {}
@@ -124,6 +141,22 @@ end
 flush()
 for s in pairs(touched) do
   redis.call('ZREMRANGEBYSCORE', index[s], '-inf', now)
+end
+-- The bucket `expires` falls in, named by its end.
+local width = math.max(1, math.ceil(tonumber(ttl) / 1024))
+local bucket = string.format('%d', math.ceil((now + tonumber(ttl)) / width) * width)
+for s, k in pairs(tallied) do
+  if tonumber(redis.call('ZADD', tally[s], 'INCR', k, bucket)) == k then
+    -- What an older headway indexed per key in this final state's index.
+    redis.call('ZREMRANGEBYSCORE', index[s], '-inf', now)
+    local ended = {}
+    for _, b in ipairs(redis.call('ZRANGE', tally[s], 0, -1)) do
+      if tonumber(b) and tonumber(b) <= now then ended[#ended + 1] = b end
+    end
+    for j = 1, #ended, 1000 do
+      redis.call('ZREM', tally[s], unpack(ended, j, math.min(j + 999, #ended)))
+    end
+  end
 end
 if ARGV[3] ~= '1' then
   -- One key: its flag, and the state it held before ('' when none, or
