@@ -38,7 +38,8 @@ end
 -- Answers whether payload p (from step s) is over the cap, burying it if so.
 local bad = 0
 local function oversize(s, p)
-  if not cap then return false end
+  -- Within the cap with its mark: no need to look for one.
+  if not cap or #p <= cap then return false end
   local size = #p
   local mark = string.match(p, '^!%d+!')
   if mark then size = size - #mark end
