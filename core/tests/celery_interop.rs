@@ -881,7 +881,24 @@ async fn headways_dead_reservation_runs_on_celery() {
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     assert_eq!(w.server.cli(&["HLEN", "unacked"]), "1");
-    tokio::time::sleep(Duration::from_millis(2200)).await;
+    // Past the visibility timeout by its score (headway scores a hold in
+    // whole seconds rounded up: up to a second younger than its claim).
+    let score: f64 = w
+        .server
+        .cli(&["ZRANGE", "unacked_index", "0", "0", "WITHSCORES"])
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("the hold's score");
+    let unix = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    while unix() < score + 2.2 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // A Celery worker restores it at start (kombu's restore_visible) and runs it.
     w.start_celery(0.0, false);
     assert_eq!(
