@@ -85,76 +85,45 @@ impl RedisBroker {
 
     /// Stored outcomes per state: for a state a result may leave, one
     /// ZCOUNT of its index's entries not yet expired; for a final state,
-    /// its tally's buckets not yet ended (see `lua/store.lua`) — a fixed
-    /// number of commands however many results are kept, where a SCAN of
-    /// `P:result:*` was O(results). Ended buckets it finds are dropped.
+    /// the sum of its tally's buckets not yet ended (see `lua/store.lua`,
+    /// which drops the ended ones) — a fixed number of commands however
+    /// many results are kept, where a SCAN of `P:result:*` was O(results).
     pub(super) async fn counts_inner(&self) -> Result<BTreeMap<State, u64>, Refused> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
         let mut p = ::redis::pipe();
-        let mut tallies = self.tally_keys();
-        let mut keys = Vec::with_capacity(State::ALL.len());
         for (s, index) in State::ALL.iter().zip(self.count_keys()) {
-            match s.is_final().then(|| tallies.next()).flatten() {
-                Some(tally) => {
-                    p.cmd("ZRANGE").arg(&tally).arg(0).arg(-1).arg("WITHSCORES");
-                    keys.push(Some(tally));
-                }
-                None => {
-                    p.cmd("ZCOUNT")
-                        .arg(index)
-                        .arg(format!("({now}"))
-                        .arg("+inf");
-                    keys.push(None);
-                }
+            if s.is_final() {
+                p.cmd("ZRANGE")
+                    .arg(self.tally_key(s.name()))
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES");
+            } else {
+                p.cmd("ZCOUNT")
+                    .arg(index)
+                    .arg(format!("({now}"))
+                    .arg("+inf");
             }
         }
         let got = self.run(&p, false).await?;
-        let mut counts = BTreeMap::new();
-        let mut ended = Vec::new();
-        for ((s, tally), v) in State::ALL.iter().zip(keys).zip(&got) {
-            let Some(tally) = tally else {
-                if let Some(n) = int(v).filter(|n| *n > 0) {
-                    counts.insert(*s, n as u64);
-                }
-                continue;
-            };
-            // Bucket, count pairs: flat in RESP2, a pair each in RESP3.
-            let pairs: Vec<(&Value, &Value)> = match v {
-                Value::Array(kv) if kv.iter().all(|x| matches!(x, Value::Array(_))) => kv
-                    .iter()
-                    .filter_map(|x| match x {
-                        Value::Array(p) if p.len() == 2 => Some((&p[0], &p[1])),
-                        _ => None,
-                    })
-                    .collect(),
-                Value::Array(kv) => kv.chunks_exact(2).map(|p| (&p[0], &p[1])).collect(),
-                _ => continue,
-            };
-            let mut live = 0u64;
-            let mut past = Vec::new();
-            for (f, n) in pairs {
-                let (Some(end), Some(n)) = (int(f), count_of(n)) else {
-                    continue;
+        Ok(State::ALL
+            .iter()
+            .zip(&got)
+            .filter_map(|(s, v)| {
+                let n = match v {
+                    // Bucket end, count, bucket end, count...
+                    Value::Array(kv) if s.is_final() => kv
+                        .chunks_exact(2)
+                        .filter(|b| int(&b[0]).is_some_and(|end| end > now))
+                        .filter_map(|b| int(&b[1]))
+                        .sum(),
+                    other => int(other)?,
                 };
-                if end > now {
-                    live += n;
-                } else if let Some(b) = bytes(f) {
-                    past.push(b.to_vec());
-                }
-            }
-            if live > 0 {
-                counts.insert(*s, live);
-            }
-            if !past.is_empty() {
-                ended.push((tally, past));
-            }
-        }
-        if !ended.is_empty() {
-            self.trim_tallies(ended).await;
-        }
-        Ok(counts)
+                (n > 0).then_some((*s, n as u64))
+            })
+            .collect())
     }
 
     pub(super) async fn consumers_inner(&self) -> Result<Vec<ConsumerInfo>, Refused> {
@@ -269,17 +238,5 @@ impl RedisBroker {
         }
         out.truncate(limit);
         Ok(out)
-    }
-}
-
-/// A tally's count: a sorted set score (a whole number written as a
-/// double, `"16"`; a double in RESP3).
-pub(super) fn count_of(v: &Value) -> Option<u64> {
-    match v {
-        Value::Double(d) => Some(d.max(0.0) as u64),
-        other => {
-            let s = std::str::from_utf8(bytes(other)?).ok()?;
-            Some(s.trim().parse::<f64>().ok()?.max(0.0) as u64)
-        }
     }
 }

@@ -63,7 +63,12 @@ impl RedisBroker {
         State::ALL
             .iter()
             .filter(|s| s.is_final())
-            .map(|s| format!("{}tally:{}", self.prefix, s.name()))
+            .map(|s| self.tally_key(s.name()))
+    }
+
+    /// A final state's tally, `P:tally:<STATE>`.
+    pub(super) fn tally_key(&self, state: &str) -> String {
+        format!("{}tally:{state}", self.prefix)
     }
 
     /// What scripts take as now: the app's time on a virtual clock, else

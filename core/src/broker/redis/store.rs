@@ -18,7 +18,6 @@ use ::redis::{Pipeline, Value};
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::inspect::count_of;
 use super::results::NOTIFY_CAP;
 use super::settle::HELD_OLDEST_FIRST;
 use super::wire::{bytes, int, stored};
@@ -30,9 +29,6 @@ use crate::task::state::{BrokerErrorKind, Outcome, Refused, State};
 /// How many results one store script call writes: a round's worth, kept
 /// short because Redis runs one script at a time.
 const STORE_CHUNK: usize = 256;
-
-/// How many states are final (each has a tally).
-const FINAL_STATES: usize = 3;
 
 /// The bucket of a final state's tally that a result expiring at `expires`
 /// (ms) is counted in, named by its end (ms): buckets are a 1024th of the
@@ -76,13 +72,14 @@ impl RedisBroker {
         }
         for chunk in items.chunks(STORE_CHUNK) {
             let mut c = ::redis::cmd("EVALSHA");
+            let tallies: Vec<String> = self.tally_keys().collect();
             c.arg(&self.scripts.store.sha)
-                .arg(chunk.len() + State::ALL.len() + FINAL_STATES);
+                .arg(chunk.len() + State::ALL.len() + tallies.len());
             for (o, _) in chunk {
                 c.arg(self.result_key(&o.id));
             }
             c.arg(self.count_keys().collect::<Vec<_>>());
-            c.arg(self.tally_keys().collect::<Vec<_>>());
+            c.arg(tallies);
             c.arg(self.result_ms).arg(NOTIFY_CAP).arg("1");
             for (o, late) in chunk {
                 c.arg(stored(o))
@@ -225,7 +222,7 @@ impl RedisBroker {
         // Answered: a tally whose bucket this opened drops its ended ones.
         for (s, k) in &tallied {
             p.cmd("ZADD")
-                .arg(format!("{}tally:{s}", self.prefix))
+                .arg(self.tally_key(s))
                 .arg("INCR")
                 .arg(*k)
                 .arg(bucket);
@@ -245,7 +242,7 @@ impl RedisBroker {
                 let opened = tallied
                     .iter()
                     .zip(&got)
-                    .any(|((_, k), v)| count_of(v) == Some(*k as u64));
+                    .any(|((_, k), v)| int(v) == Some(*k));
                 if opened {
                     self.trim_ended(now as i64).await;
                 }
@@ -258,41 +255,28 @@ impl RedisBroker {
         flags
     }
 
-    /// Drops the ended buckets of every final state's tally (reads them
-    /// first: a tally is at most ~1 000 buckets).
+    /// On a Cluster, drops the ended buckets of every final state's tally
+    /// (on one Redis the store script does it as it opens a bucket; reads
+    /// them first: a tally is at most ~1 000 buckets).
     async fn trim_ended(&self, now: i64) {
-        let mut p = ::redis::pipe();
         let keys: Vec<String> = self.tally_keys().collect();
+        let mut p = ::redis::pipe();
         for k in &keys {
             p.cmd("ZRANGE").arg(k).arg(0).arg(-1);
         }
         let Ok(got) = self.run(&p, false).await else {
             return;
         };
-        let ended = keys
-            .into_iter()
-            .zip(got)
-            .filter_map(|(k, v)| {
-                let Value::Array(bs) = v else { return None };
-                let past: Vec<Vec<u8>> = bs
-                    .iter()
-                    .filter(|b| int(b).is_some_and(|end| end <= now))
-                    .filter_map(|b| bytes(b).map(<[u8]>::to_vec))
-                    .collect();
-                (!past.is_empty()).then_some((k, past))
-            })
-            .collect();
-        self.trim_tallies(ended).await;
-    }
-
-    /// Drops the ended buckets of the final states' tallies (on one Redis
-    /// the store script does it as it opens a bucket; on a Cluster, where
-    /// the tallies are kept from here, a count does it).
-    pub(super) async fn trim_tallies(&self, ended: Vec<(String, Vec<Vec<u8>>)>) {
         let mut p = ::redis::pipe();
-        for (key, fields) in ended {
-            for chunk in fields.chunks(1000) {
-                p.cmd("ZREM").arg(&key).arg(chunk).ignore();
+        for (k, v) in keys.iter().zip(&got) {
+            let Value::Array(bs) = v else { continue };
+            let past: Vec<&[u8]> = bs
+                .iter()
+                .filter(|b| int(b).is_some_and(|end| end <= now))
+                .filter_map(bytes)
+                .collect();
+            for chunk in past.chunks(1000) {
+                p.cmd("ZREM").arg(k).arg(chunk).ignore();
             }
         }
         if !p.is_empty()
