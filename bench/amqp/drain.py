@@ -1,7 +1,7 @@
 """One contender of the RabbitMQ drain (see README.md).
 
     python drain.py fill N             # Celery's producer queues N bench.noop runs
-    python drain.py headway            # a headway worker (threads, concurrency 2)
+    python drain.py headway            # a headway worker at its defaults (threads, concurrency 4)
     python drain.py count N            # waits for N results; prints the JSON summary
 
 The broker and the backend come from BENCH_AMQP and BENCH_REDIS. Both
@@ -37,7 +37,7 @@ def headway_worker() -> None:
 
     app = headway.App(AMQP, backend=REDIS)
     app.task(name="bench.noop")(noop)
-    app.worker(concurrency=2).run()
+    app.worker().run()
 
 
 def count(n: int, limit: float) -> None:

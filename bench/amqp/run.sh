@@ -4,7 +4,7 @@
 # first (results stored in Celery's Redis format, every one counted and
 # checked SUCCESS). Prints a table and writes bench/amqp/results.json.
 #
-#   bash bench/amqp/run.sh            # N = 5000
+#   bash bench/amqp/run.sh            # N = 20000 (BENCH_N=… to change it)
 #   bash bench/amqp/run.sh --quick    # N = 500
 #
 # Needs a RabbitMQ on 127.0.0.1:5672 (guest) with rabbitmqctl, redis-server,
@@ -14,7 +14,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 py="${HEADWAY_BENCH_PYTHON:-$root/.venv/bin/python}"
-n=5000
+n=${BENCH_N:-20000}
 [ "${1:-}" = "--quick" ] && n=500
 
 port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -64,7 +64,7 @@ done
 import json, platform, subprocess, sys
 import celery, kombu, headway
 n = int(sys.argv[1])
-rows = dict(zip(["headway (threads, -c 2)", "Celery (prefork, -c 2)"],
+rows = dict(zip(["headway (defaults: threads, -c 4)", "Celery (prefork, -c 2)"],
                 map(json.loads, sys.argv[2:])))
 import datetime, os
 rabbit = subprocess.run(["rabbitmqctl", "-q", "version"], capture_output=True, text=True).stdout.strip()
