@@ -148,7 +148,13 @@ pub fn poll_first<F: Future + ?Sized>(
 ///
 /// What a look notices is work handed over from outside the runtime (its
 /// global queue); I/O that becomes ready meanwhile waits for the look to
-/// end (at most [`ParkSpin::LOOK`]), then is served as before.
+/// end (at most [`ParkSpin::LOOK`]). So a thread looks only while a call
+/// is out to a host (a runner thread or the event loop will answer it);
+/// while none is, what wakes it next is I/O, and it sleeps at once (in
+/// two back-to-back pairs, looking whatever was out moved the round trip's
+/// p50 from 0.50-0.51 to 0.52-0.53 ms; with this rule three pairs were
+/// inside the noise, 0.51-0.61 ms either way, and the drain kept its 0.04
+/// sleeps per task).
 #[derive(Debug, Clone)]
 pub struct ParkSpin {
     /// How many of the recent sleeps ended within the look, in 1/256ths
@@ -201,7 +207,7 @@ fn before_park() {
     let (_, hits) = PARKING.get();
     PARKING.set((Some(now), hits));
     let look = ParkSpin { hits }.look();
-    if look.is_zero() {
+    if look.is_zero() || crate::task::host::calls_out() == 0 {
         return;
     }
     let Ok(h) = tokio::runtime::Handle::try_current() else {

@@ -23,6 +23,7 @@
 //! the queue's [`Runners`] ledger has it replaced, within a cap.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -157,10 +158,47 @@ pub struct Call {
 
 type Reply = oneshot::Sender<Result<Value, Failure>>;
 
+/// How many calls are out to a host — queued or taken, not yet answered or
+/// withdrawn — across every queue in the process: while any is, an answer
+/// from another thread is coming, and the runtime's thread looks for it
+/// before it sleeps (`runtime::ParkSpin`); while none is, what wakes it
+/// next is I/O, which a look would only delay.
+static CALLS_OUT: AtomicUsize = AtomicUsize::new(0);
+
+/// How many calls are out to a host in this process (see [`CALLS_OUT`]).
+pub fn calls_out() -> usize {
+    CALLS_OUT.load(Ordering::Relaxed)
+}
+
+/// A call's answer channel while the call is out, counted in
+/// [`CALLS_OUT`] for as long as it lives: however it leaves the queue's
+/// map (answered, withdrawn, closed, dropped with the queue), the count
+/// goes down once.
+struct Out(Option<Reply>);
+
+impl Out {
+    fn new(tx: Reply) -> Out {
+        CALLS_OUT.fetch_add(1, Ordering::Relaxed);
+        Out(Some(tx))
+    }
+
+    fn send(mut self, r: Result<Value, Failure>) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(r);
+        }
+    }
+}
+
+impl Drop for Out {
+    fn drop(&mut self) {
+        CALLS_OUT.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     queue: VecDeque<Call>,
-    waiting: HashMap<u64, Reply>,
+    waiting: HashMap<u64, Out>,
     cancelled: Vec<u64>,
     /// Taken calls withdrawn on a staffed queue, until their late answer.
     abandoned: HashSet<u64>,
@@ -251,7 +289,7 @@ impl HostQueue {
                 ctx,
                 args,
             });
-            g.waiting.insert(seq, tx);
+            g.waiting.insert(seq, Out::new(tx));
             wake = g.sleepers > 0;
         }
         if wake {
@@ -324,7 +362,7 @@ impl HostQueue {
             }
         };
         if let Some(tx) = tx {
-            let _ = tx.send(result);
+            tx.send(result);
         }
         if late {
             self.runners.returned();
@@ -335,7 +373,7 @@ impl HostQueue {
     /// Answers many calls under one lock.
     pub fn finish_many(&self, results: Vec<(u64, Result<Value, Failure>)>) {
         let mut late = 0;
-        let txs: Vec<(Reply, Result<Value, Failure>)> = {
+        let txs: Vec<(Out, Result<Value, Failure>)> = {
             let mut g = self.lock();
             let mut txs = Vec::with_capacity(results.len());
             for (seq, r) in results {
@@ -350,7 +388,7 @@ impl HostQueue {
             self.runners.returned();
         }
         for (tx, r) in txs {
-            let _ = tx.send(r);
+            tx.send(r);
         }
     }
 
@@ -440,7 +478,7 @@ impl HostQueue {
     /// yet answered fails with `WorkerLost` (its message is given back by the
     /// worker's stop, or recovered by the broker).
     pub fn close(&self) {
-        let waiting: Vec<Reply> = {
+        let waiting: Vec<Out> = {
             let mut g = self.lock();
             g.closed = true;
             g.queue.clear();
@@ -449,7 +487,7 @@ impl HostQueue {
         self.arrived.notify_all();
         self.soft.notify_all();
         for tx in waiting {
-            let _ = tx.send(Err(Failure::new(
+            tx.send(Err(Failure::new(
                 "WorkerLost",
                 "the host runner has stopped",
             )));
