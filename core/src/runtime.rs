@@ -156,7 +156,7 @@ pub fn poll_first<F: Future + ?Sized>(
 /// p50 from 0.50-0.51 to 0.52-0.53 ms; with this rule three pairs were
 /// inside the noise, 0.51-0.61 ms either way, and the drain kept its 0.04
 /// sleeps per task).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct ParkSpin {
     /// How many of the recent sleeps ended within the look, in 1/256ths
     /// (a moving average: each new sleep weighs an eighth).
@@ -168,7 +168,7 @@ impl ParkSpin {
     pub const LOOK: Duration = Duration::from_micros(15);
 
     /// A thread that has seen nothing yet: it looks.
-    pub fn new() -> ParkSpin {
+    pub const fn new() -> ParkSpin {
         ParkSpin { hits: 256 }
     }
 
@@ -197,20 +197,26 @@ impl Default for ParkSpin {
 }
 
 thread_local! {
-    /// A runtime thread's rule, and when it last ran out of work.
-    static PARKING: Cell<(Option<Instant>, u32)> = const { Cell::new((None, 256)) };
+    /// When a runtime thread last ran out of work, and its rule.
+    static PARKING: Cell<(Option<Instant>, ParkSpin)> = const { Cell::new((None, ParkSpin::new())) };
 }
+
+/// How many looks began (tests check that the look path runs).
+#[cfg(test)]
+static LOOKS: AtomicU64 = AtomicU64::new(0);
 
 /// The runtime's `on_thread_park`: looks for work handed over from outside
 /// for as long as the thread's [`ParkSpin`] says.
 fn before_park() {
     let now = Instant::now();
-    let (_, hits) = PARKING.get();
-    PARKING.set((Some(now), hits));
-    let look = ParkSpin { hits }.look();
+    let (_, rule) = PARKING.get();
+    PARKING.set((Some(now), rule));
+    let look = rule.look();
     if look.is_zero() || crate::task::host::calls_out() == 0 {
         return;
     }
+    #[cfg(test)]
+    LOOKS.fetch_add(1, Ordering::Relaxed);
     let Ok(h) = tokio::runtime::Handle::try_current() else {
         return;
     };
@@ -225,10 +231,9 @@ fn before_park() {
 
 /// The runtime's `on_thread_unpark`: records how soon work came back.
 fn after_unpark() {
-    if let (Some(t), hits) = PARKING.get() {
-        let mut p = ParkSpin { hits };
-        p.saw(t.elapsed());
-        PARKING.set((None, p.hits));
+    if let (Some(t), mut rule) = PARKING.get() {
+        rule.saw(t.elapsed());
+        PARKING.set((None, rule));
     }
 }
 
@@ -275,7 +280,19 @@ mod tests {
     async fn work_handed_over_from_another_thread_while_looking_is_run() {
         // The shared runtime, woken from a plain thread over and over: each
         // hand-over lands while its thread looks or sleeps, and none is
-        // lost (a lost one hangs this test).
+        // lost (a lost one hangs this test). A call held out to a host
+        // opens the look's gate for the whole test.
+        let q = crate::task::host::HostQueue::new();
+        let ctx: crate::task::Context = serde_json::from_value(serde_json::json!({
+            "id": "i", "name": "t", "queue": "q", "retries": 0, "attempt": 1,
+            "last": true, "now": 0, "kwargs": {}, "root_id": null, "parent_id": null,
+            "soft_time_limit": null, "time_limit": null, "worker": ""
+        }))
+        .expect("a context");
+        // Queued as the call is made; out until the future is dropped.
+        let out = q.body("t").call(ctx, vec![]);
+        assert!(crate::task::host::calls_out() > 0, "a call is out");
+        let looks = LOOKS.load(Ordering::Relaxed);
         let rt = runtime().expect("runtime");
         for i in 0..200u32 {
             let (tx, rx) = tokio::sync::oneshot::channel();
@@ -286,5 +303,10 @@ mod tests {
             });
             assert_eq!(got.await.expect("joined"), i);
         }
+        assert!(
+            LOOKS.load(Ordering::Relaxed) > looks,
+            "the runtime's thread looked while the call was out"
+        );
+        drop(out);
     }
 }
