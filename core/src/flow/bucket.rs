@@ -131,6 +131,26 @@ impl Bucket {
         nanos(((n - level) / self.per_ns).ceil())
     }
 
+    /// One round of a driver's `wait(n)`: take `n` tokens now (`Ok(None)`),
+    /// or the span to sleep before asking again (`Ok(Some(span))`: what
+    /// [`Bucket::next`] answers, so never a guess). Refused: a count that can
+    /// never be taken — more than the burst, or a zero rate — since waiting
+    /// would be for ever, and an invalid count (see [`Bucket::check`]).
+    pub fn wait(&mut self, now: Nanos, n: f64) -> Result<Option<Nanos>, Invalid> {
+        let n = Bucket::check(n)?;
+        if self.take(now, n) {
+            return Ok(None);
+        }
+        match self.next(now, n) {
+            i64::MAX => Err(Invalid::new(
+                "n",
+                "can never be taken: more than the burst or a zero rate, so the tokens never come",
+            )),
+            // Below one nanosecond's worth after rounding: ask again at once.
+            span => Ok(Some(span.max(1))),
+        }
+    }
+
     /// How many tokens are there now, for a caller that reports its headroom.
     pub fn tokens(&self, now: Nanos) -> f64 {
         self.level(now)
@@ -141,6 +161,20 @@ impl Bucket {
 mod tests {
     use super::*;
     use crate::flow::MILLI;
+
+    #[test]
+    fn wait_takes_or_answers_the_sleep() {
+        let mut b = Bucket::new(10.0, Some(1.0), 0).unwrap();
+        assert_eq!(b.wait(0, 1.0), Ok(None));
+        assert_eq!(b.wait(0, 1.0), Ok(Some(100 * MILLI)));
+        assert_eq!(b.wait(100 * MILLI, 1.0), Ok(None));
+        assert_eq!(b.wait(0, 2.0).unwrap_err().arg, "n");
+        assert!(b.wait(0, 2.0).unwrap_err().why.contains("never"));
+        assert_eq!(b.wait(0, -1.0).unwrap_err().arg, "n");
+        let mut z = Bucket::new(0.0, Some(1.0), 0).unwrap();
+        assert_eq!(z.wait(0, 1.0), Ok(None));
+        assert!(z.wait(0, 1.0).is_err(), "a zero rate never refills");
+    }
 
     #[test]
     fn starts_full_and_refills() {

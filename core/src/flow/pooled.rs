@@ -26,7 +26,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::error::{Invalid, span};
-use super::{Nanos, Pool, Taken};
+use super::{Failed, Limits, Nanos, Pool, Taken};
 
 /// One acquire, as the driver names it to the machine.
 pub type Ticket = u64;
@@ -48,28 +48,6 @@ pub enum Step<T> {
     Park(Ticket, Option<Nanos>),
     /// Raise this: the acquire is over.
     Fail(Failed),
-}
-
-/// Why an acquire gave up.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Failed {
-    /// The deadline passed while the pool was full (`live` at that moment).
-    Full {
-        /// How many were live.
-        live: i64,
-    },
-    /// The ward holds makes for longer than the deadline leaves.
-    Held {
-        /// The hold it answered.
-        delay: Nanos,
-    },
-    /// The ward's breaker refused the make: fail fast.
-    Shed {
-        /// The breaker's refusal then, in [0, 1).
-        refusal: f64,
-    },
-    /// The pool was closed.
-    Closed,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +74,7 @@ struct Call {
 #[derive(Debug, Clone, Default)]
 pub struct Acquires {
     timeout: Option<Nanos>,
+    evict_every: Nanos,
     next: Ticket,
     calls: HashMap<Ticket, Call>,
     queue: VecDeque<Ticket>,
@@ -117,9 +96,43 @@ impl Acquires {
         })
     }
 
+    /// The acquires of a driver over a pool with `limits`: `timeout` as in
+    /// [`Acquires::new`] (a driver's default is [`TAKE_TIMEOUT`]), and the
+    /// period of its evict timer, `evict_every` — omitted, the limits' own
+    /// ([`Limits::evict_every`]); 0: no timer. Refused: a negative timeout
+    /// or period.
+    ///
+    /// [`TAKE_TIMEOUT`]: super::TAKE_TIMEOUT
+    pub fn driving(
+        limits: &Limits,
+        timeout: Option<Nanos>,
+        evict_every: Option<Nanos>,
+    ) -> Result<Acquires, Invalid> {
+        let evict_every = match evict_every {
+            Some(e) => span("evict_every", e)?,
+            None => limits.evict_every(),
+        };
+        Ok(Acquires {
+            evict_every,
+            ..Acquires::new(timeout)?
+        })
+    }
+
     /// The timeout it was made with.
     pub fn timeout(&self) -> Option<Nanos> {
         self.timeout
+    }
+
+    /// How often the driver sweeps with [`Acquires::evict`] (0: never; see
+    /// [`Acquires::driving`]).
+    pub fn evict_every(&self) -> Nanos {
+        self.evict_every
+    }
+
+    /// Why `step` failed, as the message the driver raises: see
+    /// [`Failed::message`].
+    pub fn message(&self, failed: Failed, unit: super::Unit) -> String {
+        failed.message(self.timeout, unit)
     }
 
     /// How many acquires are parked.
@@ -492,6 +505,31 @@ mod tests {
         );
         assert_eq!(p.live(), 0);
         assert_eq!(Acquires::new(Some(-1)).unwrap_err().arg, "timeout");
+    }
+
+    #[test]
+    fn driving_defaults_and_ranges_the_timer() {
+        let l = Limits::new(2, 2, 30 * SECOND, 0).unwrap();
+        let a = Acquires::driving(&l, Some(SECOND), None).unwrap();
+        assert_eq!(a.evict_every(), 30 * SECOND, "the limits' own period");
+        assert_eq!(a.timeout(), Some(SECOND));
+        assert_eq!(
+            Acquires::driving(&l, None, Some(0)).unwrap().evict_every(),
+            0
+        );
+        assert_eq!(
+            Acquires::driving(&l, None, Some(-1)).unwrap_err().arg,
+            "evict_every"
+        );
+        assert_eq!(
+            Acquires::driving(&l, Some(-1), None).unwrap_err().arg,
+            "timeout"
+        );
+        let a = Acquires::driving(&l, Some(SECOND), None).unwrap();
+        assert_eq!(
+            a.message(Failed::Full { live: 2 }, crate::flow::Unit::Millis),
+            "no item within 1000 ms: the pool is full (2 live)"
+        );
     }
 
     #[test]
