@@ -7,7 +7,6 @@ sleeping until a bucket has tokens, and entering a gate as a context manager.
 from __future__ import annotations
 
 import asyncio
-import math
 from types import TracebackType
 
 from . import _native
@@ -24,20 +23,13 @@ class Bucket(_native.Bucket):
     async def wait(self, n: float = 1.0) -> None:
         """Sleep until ``n`` tokens are there, then take them.
 
-        Sleeps ``next(n=n)`` — what the bucket answers, never a guess — and
-        takes; if another task took first it sleeps again. ``ValueError`` when
-        the tokens never come (``n`` above the burst, or a zero rate), since
-        waiting would be for ever.
+        The core answers each round (``Bucket::wait``): take now, or sleep
+        what ``next(n=n)`` answers — never a guess — and ask again (another
+        task may have taken first). ``ValueError`` when the tokens never come
+        (``n`` above the burst, or a zero rate), since waiting would be for
+        ever.
         """
-        while True:
-            if self.take(n=n):
-                return
-            delay = self.next(n=n)
-            if math.isinf(delay):
-                raise ValueError(
-                    f"`n` is {n}: more than the burst ({self.burst}) or a zero "
-                    "rate, so the tokens never come"
-                )
+        while (delay := self._wait(n)) is not None:
             await asyncio.sleep(delay)
 
 

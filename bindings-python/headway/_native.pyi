@@ -285,9 +285,21 @@ class Acquires:
     the pool it keeps the queue for. ``step`` answers ``(kind, value)``: 0
     hand ``value``, 1 open, 2 close ``value``, 3 sleep ``value`` s, 4 park
     until woken or the deadline ``value`` (``None``: none), 5 fail with
-    ``value = (why, number)``."""
+    ``value = (why, message)``, ``why`` one of ``"full"``, ``"held"``,
+    ``"shed"``, ``"closed"``."""
 
-    def __new__(cls, timeout: _Span | None = None) -> Acquires: ...
+    def __new__(
+        cls,
+        timeout: _Span | None = None,
+        evict_every: _Span | None = None,
+        limits: Limits | None = None,
+    ) -> Acquires: ...
+    @property
+    def timeout(self) -> float | None:
+        """Seconds an acquire waits before failing (``None``: for ever)."""
+    @property
+    def evict_every(self) -> float:
+        """The evict timer's period in seconds (0: no timer)."""
     def quick(self, pool: Pool[Any]) -> tuple[Any] | None:
         """``(item,)``, a fresh idle item lent, when nobody is queued ahead."""
     def begin(self) -> int:
@@ -535,6 +547,8 @@ class Bucket:
         0 when they are there now, ``math.inf`` when they never will be (more
         than the burst, or a zero rate). What to sleep rather than spin, and
         what a ``Retry-After`` is computed from."""
+    def _wait(self, n: _Num | None = None) -> float | None:
+        """One round of ``wait(n)``: ``None`` when taken, else seconds to sleep."""
     def tokens(self, now: _Num | None = None) -> float:
         """How many tokens are there now, for a caller that reports its
         headroom."""

@@ -12,6 +12,7 @@ machine Node's ``Pooled`` drives. This driver does what it answers:
 ``SLEEP``  sleep the ward's hold, then step again
 ``PARK``   wait until woken or the deadline, then step again
 ``FAIL``   raise ``PoolTimeout``, ``ShedError`` or ``RuntimeError`` (closed)
+           with the core's message
 ========== =================================================================
 
 Waiters are served first parked, first served, sync and async alike. Every
@@ -51,35 +52,19 @@ R = TypeVar("R")
 # What Acquires.step answers, in its order.
 _HAND, _OPEN, _CLOSE, _SLEEP, _PARK, _FAIL = range(6)
 
+# The exception each of the core's reasons to fail raises ("closed":
+# RuntimeError); the message is the core's.
+_FAILS: dict[str, type[BaseException]] = {
+    "full": PoolTimeout,
+    "held": PoolTimeout,
+    "shed": ShedError,
+}
+
 log = logging.getLogger("headway")
 
 # How long a caller waits for a connection before being told there is none:
 # the core's TAKE_TIMEOUT (HikariCP's connectionTimeout, 30 s).
 DEFAULT_TIMEOUT: float = TAKE_TIMEOUT
-
-
-def _seconds(name: str, value: float | timedelta | None) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value != value:  # NaN
-            raise ValueError(f"`{name}` must be a number of seconds, not NaN")
-        if value < 0:
-            raise ValueError(f"`{name}` must not be negative")
-        return float(value)
-    raise TypeError(
-        f"`{name}` must be seconds (a number or a datetime.timedelta), "
-        f"not {type(value).__name__}"
-    )
-
-
-class _Unset:
-    pass
-
-
-_UNSET: Any = _Unset()
 
 
 class Lease(Generic[T]):
@@ -209,13 +194,10 @@ class Pooled(Generic[T]):
         self.pool: Pool[T] = Pool(limits=limits, ward=ward)
         self._open = open
         self._closer = close
-        self.timeout = _seconds("timeout", timeout)
-        every = _seconds("evict_every", evict_every)
-        if every is None:
-            # The core's choice: the shorter of keep and life, at least 1 s.
-            every = self.pool.limits.evict_every
-        self.evict_every = every
-        self._acq = Acquires(self.timeout)
+        # The core ranges both and picks the timer's period when omitted.
+        self._acq = Acquires(timeout, evict_every, self.pool.limits)
+        self.timeout: float | None = self._acq.timeout
+        self.evict_every: float = self._acq.evict_every
         # How to wake each parked ticket, by ticket.
         self._wakers: dict[int, Callable[[], None]] = {}
         # The ward's draw for every take (None: the binding's RNG).
@@ -355,17 +337,11 @@ class Pooled(Generic[T]):
             if wake is not None:
                 wake()
 
-    def _failed(self, why: tuple[str, Any]) -> BaseException:
-        kind, n = why
-        if kind == "full":
-            return PoolTimeout(f"no item within {self.timeout} s: the pool is full ({n} live)")
-        if kind == "held":
-            return PoolTimeout(
-                f"no item within {self.timeout} s: makes are held for {n:.3f} s after failures"
-            )
-        if kind == "shed":
-            return ShedError(f"the breaker refuses {n:.0%} of makes: failing fast")
-        return RuntimeError("this Pooled is closed")
+    @staticmethod
+    def _failed(why: tuple[str, str]) -> BaseException:
+        """The core's reason and message as the exception to raise."""
+        kind, message = why
+        return _FAILS.get(kind, RuntimeError)(message)
 
     def _release(self, item: T, broken: bool) -> bool:
         """Give an item back; whether the caller must now close it."""
@@ -429,10 +405,11 @@ class Pooled(Generic[T]):
                         # without blaming the backend.)
                         acq.unopened(pool, t, self._roll)
                         raise
-                    if not acq.opened(pool, t, item):
-                        yield _CLOSE, item
-                        raise RuntimeError("this Pooled is closed")
-                    return cast(T, item)
+                    if acq.opened(pool, t, item):
+                        return cast(T, item)
+                    # Closed meanwhile: close it; the next step fails as closed.
+                    yield _CLOSE, item
+                    continue
                 if kind not in (_PARK, _CLOSE, _SLEEP):
                     raise self._failed(v)
                 yield kind, v
@@ -445,9 +422,8 @@ class Pooled(Generic[T]):
     # sync ----------------------------------------------------------------
 
     def _get(self) -> T:
-        if self._closed:
-            raise RuntimeError("this Pooled is closed")
-        if self._thread is None and self.evict_every > 0:
+        # Closed: no quick item, and the first step fails as closed.
+        if self._thread is None and self.evict_every > 0 and not self._closed:
             self._start_thread()
         got = self._acq.quick(self.pool)
         if got is not None:
@@ -504,9 +480,7 @@ class Pooled(Generic[T]):
     # async ---------------------------------------------------------------
 
     async def _aget(self) -> T:
-        if self._closed:
-            raise RuntimeError("this Pooled is closed")
-        if self._task is None and self.evict_every > 0:
+        if self._task is None and self.evict_every > 0 and not self._closed:
             self._start_task()
         got = self._acq.quick(self.pool)
         if got is not None:

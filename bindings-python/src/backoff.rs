@@ -244,15 +244,13 @@ impl PyBackoff {
 
     fn __hash__(&self) -> u64 {
         let b = &self.inner;
-        (b.base() as u64)
-            .wrapping_mul(31)
-            .wrapping_add(b.factor().to_bits())
-            .wrapping_mul(31)
-            .wrapping_add(b.cap() as u64)
-            .wrapping_mul(31)
-            .wrapping_add(b.attempts() as u64)
-            .wrapping_mul(31)
-            .wrapping_add(b.jitter() as u64)
+        crate::convert::hash_of(&[
+            b.base() as u64,
+            b.factor().to_bits(),
+            b.cap() as u64,
+            b.attempts() as u64,
+            b.jitter() as u64,
+        ])
     }
 }
 

@@ -228,6 +228,13 @@ where
     }
 }
 
+/// A frozen value's hash from its fields: `((a·31 + b)·31 + c)…`, wrapping.
+pub(crate) fn hash_of(parts: &[u64]) -> u64 {
+    parts
+        .iter()
+        .fold(0u64, |h, &x| h.wrapping_mul(31).wrapping_add(x))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

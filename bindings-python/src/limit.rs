@@ -6,7 +6,7 @@
 use headway_core::flow;
 use pyo3::prelude::*;
 
-use crate::{float_arg, guard, int_arg, invalid, now_arg, secs_out, span_arg, span_opt};
+use crate::{clock, float_arg, guard, int_arg, invalid, now_arg, secs_out, span_arg, span_opt};
 
 #[inline]
 fn n_arg(n: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
@@ -79,6 +79,18 @@ impl PyBucket {
             let now = now_arg(now)?;
             let n = n_arg(n)?;
             Ok(secs_out(self.inner.next(now, n)))
+        })
+    }
+
+    /// One round of `await wait(n)`: `None` when `n` tokens were taken now,
+    /// else the seconds to sleep before asking again. `ValueError` when they
+    /// never come (more than the burst, or a zero rate).
+    #[pyo3(signature = (n=None))]
+    fn _wait(&mut self, n: Option<&Bound<'_, PyAny>>) -> PyResult<Option<f64>> {
+        guard(|| {
+            let n = n_arg(n)?;
+            let span = self.inner.wait(clock(), n).map_err(invalid)?;
+            Ok(span.map(secs_out))
         })
     }
 

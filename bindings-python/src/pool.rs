@@ -16,6 +16,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyGenericAlias, PyList, PyTuple, PyType};
 
 use crate::backoff::PyBackoff;
+use crate::convert::{hash_of, richcmp};
 use crate::{draw_arg, float_arg, guard, int_arg, invalid, now_arg, secs_out, span_opt, type_name};
 
 /// A pooled Python object, compared by identity.
@@ -141,18 +142,17 @@ impl PyLimits {
     }
 
     fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        crate::convert::richcmp(other, op, |o: &PyLimits| self.inner == o.inner)
+        richcmp(other, op, |o: &PyLimits| self.inner == o.inner)
     }
 
     fn __hash__(&self) -> u64 {
         let l = &self.inner;
-        (l.size() as u64)
-            .wrapping_mul(31)
-            .wrapping_add(l.idle() as u64)
-            .wrapping_mul(31)
-            .wrapping_add(l.keep() as u64)
-            .wrapping_mul(31)
-            .wrapping_add(l.life() as u64)
+        hash_of(&[
+            l.size() as u64,
+            l.idle() as u64,
+            l.keep() as u64,
+            l.life() as u64,
+        ])
     }
 }
 
@@ -415,13 +415,7 @@ macro_rules! unit_answer {
             }
 
             fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-                let py = other.py();
-                let same = other.is_instance_of::<$ty>();
-                match op {
-                    CompareOp::Eq => same.into_py_any(py),
-                    CompareOp::Ne => (!same).into_py_any(py),
-                    _ => Ok(py.NotImplemented()),
-                }
+                richcmp(other, op, |_: &$ty| true)
             }
 
             fn __hash__(&self) -> isize {
@@ -467,16 +461,7 @@ impl Later {
     }
 
     fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        let py = other.py();
-        let Ok(o) = other.cast::<Later>() else {
-            return Ok(py.NotImplemented());
-        };
-        let same = self.delay == o.get().delay;
-        match op {
-            CompareOp::Eq => same.into_py_any(py),
-            CompareOp::Ne => (!same).into_py_any(py),
-            _ => Ok(py.NotImplemented()),
-        }
+        richcmp(other, op, |o: &Later| self.delay == o.delay)
     }
 
     fn __hash__(&self) -> u64 {

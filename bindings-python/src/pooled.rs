@@ -6,19 +6,21 @@
 //! small tuples, cheap to build and to unpack in a `while` loop; instants
 //! are `time.monotonic()` seconds.
 
-use headway_core::flow::{self, Failed, Step};
+use headway_core::flow::{self, Step, Unit};
 use pyo3::IntoPyObjectExt;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use crate::backoff::PyBackoff;
-use crate::pool::{Obj, PyPool, expect};
-use crate::{clock, draw_arg, guard, invalid, secs_out, span_opt};
+use crate::pool::{Obj, PyLimits, PyPool, expect};
+use crate::{clock, draw_arg, guard, secs_out, span_opt};
 
 /// What `Acquires.step` answers: `(HAND, item)`, `(OPEN, None)`,
 /// `(CLOSE, item)`, `(SLEEP, seconds)`, `(PARK, deadline or None)`,
-/// `(FAIL, (why, number))` with why one of `"full"` (live), `"held"` (the
-/// hold in seconds), `"shed"` (the refusal), `"closed"`.
+/// `(FAIL, (why, message))` with why one of `"full"`, `"held"` (the driver
+/// raises its timeout error), `"shed"` (its fail-fast one), `"closed"`, and
+/// the core's message.
 const HAND: u8 = 0;
 const OPEN: u8 = 1;
 const CLOSE: u8 = 2;
@@ -40,18 +42,46 @@ fn pool_of<'py>(pool: &Bound<'py, PyAny>) -> PyResult<PyRefMut<'py, PyPool>> {
 
 #[pymethods]
 impl PyAcquires {
+    /// `timeout`: seconds an acquire waits (`None`: for ever). `evict_every`:
+    /// the evict timer's period (omitted: the core's choice for `limits`).
+    /// A negative one raises `ValueError` naming it.
     #[new]
-    #[pyo3(signature = (timeout=None))]
-    fn new(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    #[pyo3(signature = (timeout=None, evict_every=None, limits=None))]
+    fn new(
+        timeout: Option<&Bound<'_, PyAny>>,
+        evict_every: Option<&Bound<'_, PyAny>>,
+        limits: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
         guard(|| {
-            let timeout = match timeout {
-                Some(t) if !t.is_none() => Some(span_opt("timeout", Some(t), 0)?),
-                _ => None,
+            let span = |name, o: Option<&Bound<'_, PyAny>>| match o {
+                Some(t) if !t.is_none() => span_opt(name, Some(t), 0).map(Some),
+                _ => Ok(None),
             };
-            Ok(PyAcquires {
-                inner: flow::Acquires::new(timeout).map_err(invalid)?,
-            })
+            let limits = match limits {
+                Some(l) if !l.is_none() => expect::<PyLimits>("limits", "Limits", l)?.get().inner,
+                _ => flow::Limits::default(),
+            };
+            let inner = flow::Acquires::driving(
+                &limits,
+                span("timeout", timeout)?,
+                span("evict_every", evict_every)?,
+            )
+            // The driver's arguments read "`timeout` must not be negative".
+            .map_err(|e| PyValueError::new_err(format!("`{}` {}", e.arg, e.why)))?;
+            Ok(PyAcquires { inner })
         })
+    }
+
+    /// Seconds an acquire waits before failing (`None`: for ever).
+    #[getter]
+    fn timeout(&self) -> Option<f64> {
+        self.inner.timeout().map(secs_out)
+    }
+
+    /// The evict timer's period in seconds (0: no timer).
+    #[getter]
+    fn evict_every(&self) -> f64 {
+        secs_out(self.inner.evict_every())
     }
 
     /// `(item,)`, a fresh idle item lent, when nobody is queued ahead; else
@@ -88,13 +118,8 @@ impl PyAcquires {
                     Step::Sleep(d) => (SLEEP, secs_out(d).into_py_any(py)?),
                     Step::Park(_, deadline) => (PARK, deadline.map(secs_out).into_py_any(py)?),
                     Step::Fail(f) => {
-                        let why = match f {
-                            Failed::Full { live } => ("full", live.into_py_any(py)?),
-                            Failed::Held { delay } => ("held", secs_out(delay).into_py_any(py)?),
-                            Failed::Shed { refusal } => ("shed", refusal.into_py_any(py)?),
-                            Failed::Closed => ("closed", py.None()),
-                        };
-                        (FAIL, why.into_py_any(py)?)
+                        let message = self.inner.message(f, Unit::Seconds);
+                        (FAIL, (f.kind(), message).into_py_any(py)?)
                     }
                 },
             )
