@@ -7,7 +7,7 @@
 // sleeps. See index.d.ts for what each item answers and why.
 
 const native = require('../addon.js');
-const { argType, outOfRange } = require('./errors.js');
+const { argType } = require('./errors.js');
 const { NUMBER, anyNum, optNum, clock, draw, fix, strictOpts, checkSignal } = require('./checks.js');
 
 // One set of native functions per JS environment, shared by every instance:
@@ -17,6 +17,7 @@ const {
   bucketTake,
   bucketTake1,
   bucketNext,
+  bucketWait,
   bucketTokens,
   windowTake,
   windowLeft,
@@ -45,6 +46,7 @@ const {
   acqBegin,
   acqStep,
   acqValue,
+  acqWhy,
   acqOpened,
   acqUnopened,
   acqEnd,
@@ -205,7 +207,7 @@ let poolAcq;
 const NO_ITEM = Symbol('no item');
 const OPEN_STEP = Object.freeze({ kind: 'open' });
 const CLOSED_STEP = Object.freeze({ kind: 'closed' });
-// acqStep's codes -2 .. -6, by their negation.
+// acqStep's codes -2 .. -6, by their negation (a failure's message: `why`).
 const STEP_KINDS = [undefined, undefined, 'park', 'sleep', 'full', 'held', 'shed'];
 
 class Pool {
@@ -231,7 +233,10 @@ class Pool {
     // Each answer of the core's acquire loop is mirrored in the id map as
     // `take`, `made`, `give` and `drop` mirror theirs.
     poolAcq = {
-      init: (pool, timeout) => acqInit(pool.#pid, timeout),
+      // The evict timer's period (ms), the core's choice when omitted.
+      init: (pool, timeout, evictEvery) => acqInit(pool.#pid, timeout, evictEvery),
+      // Why the last step failed: the core's message.
+      why: (pool) => acqWhy(pool.#pid),
       quick: (pool, now) => {
         const r = acqQuick(pool.#pid, now);
         if (r < 0) return NO_ITEM;
@@ -493,14 +498,12 @@ class Bucket {
     if (n === undefined) n = 1;
     else if (typeof n !== 'number') throw argType('n', NUMBER, n);
     const signal = checkSignal(strictOpts(options).signal);
+    // The core answers each round: taken (-1), or how long to sleep; a count
+    // that never comes is its RangeError.
     for (;;) {
       if (signal !== undefined) signal.throwIfAborted();
-      const now = perf.now();
-      if (bucketTake(this.#id, now, n)) return;
-      const wait = bucketNext(this.#id, now, n);
-      if (wait === Infinity) {
-        throw outOfRange('n', `can never be taken: more than the burst (${this.burst}) or a zero rate (received ${n})`);
-      }
+      const wait = bucketWait(this.#id, perf.now(), n);
+      if (wait < 0) return;
       await sleep(Math.max(1, Math.ceil(wait)), signal);
     }
   }

@@ -2,7 +2,7 @@
 // `Pooled`: the driver of a Pool that opens, hands out, parks and closes
 // items on the event loop, as the core's Acquires answers.
 
-const { argType, outOfRange, coded } = require('./errors.js');
+const { argType, coded } = require('./errors.js');
 const { anyNum, strictOpts } = require('./checks.js');
 const { F, perf, TIMER_MAX, Pool, poolLends, poolAcq, NO_ITEM } = require('./flow.js');
 
@@ -14,8 +14,10 @@ const OPEN = 0;
 const DRAINING = 1;
 const CLOSED = 2;
 
+const CLOSED_TEXT = `headway: ${F.acqClosedText()}`;
+
 function closedError() {
-  return coded('CLOSED', 'headway: the pool is closed');
+  return coded('CLOSED', CLOSED_TEXT);
 }
 
 // The loop around the pool's takes — who is served next (first parked, first
@@ -26,7 +28,6 @@ class Pooled {
   #pool;
   #open;
   #close;
-  #timeout;
   #timer = null;
   #state = OPEN;
   /** How to wake each parked acquire, by ticket. */
@@ -44,20 +45,13 @@ class Pooled {
     if (typeof o.open !== 'function') throw argType('open', 'of type function', o.open);
     if (o.close !== undefined && typeof o.close !== 'function') throw argType('close', 'of type function', o.close);
     const timeout = o.timeout === undefined ? DEFAULT_TIMEOUT : anyNum('timeout', o.timeout);
+    if (o.evictEvery !== undefined) anyNum('evictEvery', o.evictEvery);
     this.#pool = new Pool({ limits: o.limits, ward: o.ward });
-    // The core ranges the timeout (a RangeError naming it).
-    poolAcq.init(this.#pool, timeout);
-    let every = o.evictEvery;
-    if (every === undefined) {
-      // The core's choice: the shorter of keep and life, at least 1 s.
-      every = this.#pool.limits.evictEvery;
-    } else {
-      anyNum('evictEvery', every);
-      if (!(every >= 0)) throw outOfRange('evictEvery', `must be a non-negative number of milliseconds (received ${every})`);
-    }
+    // The core ranges both (a RangeError naming the one refused) and picks
+    // the timer's period when it is omitted.
+    const every = poolAcq.init(this.#pool, timeout, o.evictEvery);
     this.#open = o.open;
     this.#close = o.close;
-    this.#timeout = timeout;
     if (every > 0 && every !== Infinity) {
       // Unref'd, so it never keeps the process alive, and holding the pool
       // only weakly, so a forgotten Pooled is still collected (its timer
@@ -155,10 +149,6 @@ class Pooled {
     });
   }
 
-  #timedOut(why) {
-    return coded('TIMEOUT', `headway: no item within ${this.#timeout} ms: ${why}`);
-  }
-
   acquire() {
     if (this.#state !== OPEN) return Promise.reject(closedError());
     // The common case, an idle item, answers without an async frame.
@@ -202,11 +192,10 @@ class Pooled {
             poolAcq.unopened(pool, ticket, perf.now(), Math.random());
             throw err;
           }
-          if (!poolAcq.opened(pool, ticket, item, perf.now())) {
-            this.#discard(item);
-            throw closedError();
-          }
-          return item;
+          if (poolAcq.opened(pool, ticket, item, perf.now())) return item;
+          // Closed meanwhile: close it; the next step fails as closed.
+          this.#discard(item);
+          continue;
         }
         case 'park':
           await this.#park(ticket, s.value);
@@ -215,11 +204,10 @@ class Pooled {
           await this.#hold(s.value);
           continue;
         case 'full':
-          throw this.#timedOut(`the pool is full (${s.value} live)`);
         case 'held':
-          throw this.#timedOut(`makes are held for ${s.value} ms after failures`);
+          throw coded('TIMEOUT', `headway: ${poolAcq.why(pool)}`);
         case 'shed':
-          throw coded('SHED', `headway: the breaker refuses ${Math.round(s.value * 100)}% of makes: failing fast`);
+          throw coded('SHED', `headway: ${poolAcq.why(pool)}`);
         default:
           throw closedError();
       }

@@ -9,26 +9,32 @@
 //! `acqStep` answers one int32, like `poolTake`: an item id ≥ 0 is
 //! `Hand(id)`, `-16 - id` is `Close(id)`; `-1` Open, `-2` Park, `-3` Sleep,
 //! `-4` fail: full, `-5` fail: held, `-6` fail: shed, `-7` fail: closed.
-//! The number that goes with Park (the deadline, Infinity for none), Sleep
-//! (the span), full (live), held (the hold) and shed (the refusal) is read
-//! with `acqValue`.
+//! The number that goes with Park (the deadline, Infinity for none) and
+//! Sleep (the span) is read with `acqValue`; a failure's message, the core's,
+//! with `acqWhy`.
 
-use headway_core::flow::{Acquires, Attempts, Failed, Step};
+use headway_core::flow::{Acquires, Attempts, Failed, Step, Unit};
 
 use crate::flow::item;
-use crate::raw::{Fail, Funcs, method};
+use crate::raw::{Fail, Funcs, function, method};
 use crate::units::{ms, ns, span};
 
-// acqInit(pid, timeoutMs): Infinity for none.
-method!(acq_init, pools, 2, |s, e, a| {
+// acqInit(pid, timeoutMs, evictEveryMs?) -> the evict timer's period in ms
+// (0: none). Timeout Infinity: none; evictEvery undefined: the core's choice
+// for the pool's limits. The core ranges both.
+method!(acq_init, pools, 3, |s, e, a| {
     let t = e.f64(a[1], "timeout")?;
     let timeout = if t == f64::INFINITY {
         None
     } else {
         Some(span("timeout", t)?)
     };
-    s.acq = Acquires::new(timeout)?;
-    e.undefined()
+    let every = match e.opt_f64(a[2], "evictEvery")? {
+        Some(x) => Some(span("evictEvery", x)?),
+        None => None,
+    };
+    s.acq = Acquires::driving(s.pool.limits(), timeout, every)?;
+    e.num(ms(s.acq.evict_every()))
 });
 
 // acqQuick(pid, now) -> id, or -1.
@@ -69,24 +75,28 @@ method!(acq_step, pools, 4, |s, e, a| {
             s.value = ms(d);
             -3
         }
-        Step::Fail(Failed::Full { live }) => {
-            s.value = live as f64;
-            -4
+        Step::Fail(f) => {
+            s.failed = f;
+            match f {
+                Failed::Full { .. } => -4,
+                Failed::Held { .. } => -5,
+                Failed::Shed { .. } => -6,
+                Failed::Closed => -7,
+            }
         }
-        Step::Fail(Failed::Held { delay }) => {
-            s.value = ms(delay);
-            -5
-        }
-        Step::Fail(Failed::Shed { refusal }) => {
-            s.value = refusal;
-            -6
-        }
-        Step::Fail(Failed::Closed) => -7,
     };
     e.int(code)
 });
 
 method!(acq_value, pools, 1, |s, e, a| e.num(s.value));
+
+// acqWhy(pid) -> the core's message for the last step that failed.
+method!(acq_why, pools, 1, |s, e, a| e
+    .str(&s.acq.message(s.failed, Unit::Millis)));
+
+// acqClosedText() -> the core's message for an acquire on a closed pool.
+function!(acq_closed_text, 0, |f, e, a| e
+    .str(&Failed::Closed.message(None, Unit::Millis)));
 
 // acqOpened(pid, ticket, item, now) -> false when the pool closed meanwhile.
 method!(acq_opened, pools, 4, |s, e, a| {
@@ -174,6 +184,8 @@ pub(crate) fn add(funcs: Funcs) -> Result<Funcs, Fail> {
         .add(c"acqBegin", Some(acq_begin))?
         .add(c"acqStep", Some(acq_step))?
         .add(c"acqValue", Some(acq_value))?
+        .add(c"acqWhy", Some(acq_why))?
+        .add(c"acqClosedText", Some(acq_closed_text))?
         .add(c"acqOpened", Some(acq_opened))?
         .add(c"acqUnopened", Some(acq_unopened))?
         .add(c"acqEnd", Some(acq_end))?

@@ -16,8 +16,8 @@ use std::cell::Cell;
 use std::ptr;
 
 use headway_core::flow::{
-    Acquires, Backoff, Breaker, Bucket, Gate, Jitter, Limits, Load, Pool, TAKE_TIMEOUT, Taken,
-    Ward, Window, pick,
+    Acquires, Backoff, Breaker, Bucket, Failed, Gate, Jitter, Limits, Load, Pool, TAKE_TIMEOUT,
+    Taken, Ward, Window, pick,
 };
 use napi::bindgen_prelude::{External, ToNapiValue};
 use napi::sys;
@@ -218,6 +218,8 @@ pub struct PoolState {
     /// The number that goes with the last `acqStep` answer, read by
     /// `acqValue` only on the answers that carry one.
     pub(crate) value: f64,
+    /// Why the last `acqStep` that failed gave up, read by `acqWhy`.
+    pub(crate) failed: Failed,
 }
 
 // poolNew(owner, limitsHandle, wardHandle?) -> id
@@ -229,6 +231,7 @@ function!(pool_new, 3, |f, e, a| {
         later: 0,
         acq: Acquires::default(),
         value: 0.0,
+        failed: Failed::Closed,
     })?;
     own(e.0, a[0], f, |f| &f.pools, id)?;
     e.num(id as f64)
@@ -419,6 +422,14 @@ method!(bucket_next, buckets, 3, |s, e, a| {
     e.num(ms(s.next(now, n)))
 });
 
+// bucketWait(id, now, n) -> -1: taken; else ms to sleep before asking again.
+// A count that never comes is refused (a RangeError naming `n`).
+method!(bucket_wait, buckets, 3, |s, e, a| {
+    let now = e.now(a[1])?;
+    let n = e.f64(a[2], "n")?;
+    e.num(s.wait(now, n)?.map_or(-1.0, ms))
+});
+
 method!(bucket_tokens, buckets, 2, |s, e, a| e
     .num(s.tokens(e.now(a[1])?)));
 
@@ -529,6 +540,7 @@ pub fn flow(env: &napi::Env) -> napi::Result<napi::Unknown<'_>> {
             .add(c"bucketTake", Some(bucket_take))?
             .add(c"bucketTake1", Some(bucket_take1))?
             .add(c"bucketNext", Some(bucket_next))?
+            .add(c"bucketWait", Some(bucket_wait))?
             .add(c"bucketTokens", Some(bucket_tokens))?
             .add(c"windowNew", Some(window_new))?
             .add(c"windowTake", Some(window_take))?

@@ -45,8 +45,10 @@ pub enum Fail {
 }
 
 impl From<headway_core::flow::Invalid> for Fail {
+    /// The core's refusal, its argument named as Node spells it
+    /// (`evict_every` is `evictEvery`).
     fn from(e: headway_core::flow::Invalid) -> Self {
-        Fail::Range(e.arg.to_string(), e.why.to_string())
+        Fail::Range(crate::units::camel(e.arg), e.why.to_string())
     }
 }
 
