@@ -239,24 +239,13 @@ class Pool {
       why: (pool) => acqWhy(pool.#pid),
       quick: (pool, now) => {
         const r = acqQuick(pool.#pid, now);
-        if (r < 0) return NO_ITEM;
-        pool.#out[r]++;
-        return pool.#items[r];
+        return r < 0 ? NO_ITEM : pool.#lend(r);
       },
       begin: (pool, now) => acqBegin(pool.#pid, now),
       step: (pool, ticket, now, roll) => {
         const r = acqStep(pool.#pid, ticket, now, roll);
-        if (r >= 0) {
-          pool.#out[r]++;
-          return { kind: 'hand', item: pool.#items[r] };
-        }
-        if (r <= -16) {
-          const id = -16 - r;
-          const item = pool.#items[id];
-          pool.#held[id]--;
-          pool.#forget(id);
-          return { kind: 'close', item };
-        }
+        if (r >= 0) return { kind: 'hand', item: pool.#lend(r) };
+        if (r <= -16) return { kind: 'close', item: pool.#letGo(-16 - r) };
         if (r === -1) return OPEN_STEP;
         if (r === -7) return CLOSED_STEP;
         return { kind: STEP_KINDS[-r], value: acqValue(pool.#pid) };
@@ -264,44 +253,14 @@ class Pool {
       opened: (pool, ticket, item, now) => {
         const id = pool.#id(item);
         const ok = acqOpened(pool.#pid, ticket, id, now);
-        if (ok) {
-          pool.#held[id]++;
-          pool.#out[id]++;
-        } else {
-          pool.#forget(id);
-        }
+        if (ok) pool.#made(id);
+        else pool.#forget(id);
         return ok;
       },
       unopened: (pool, ticket, now, roll) => acqUnopened(pool.#pid, ticket, now, roll),
       end: (pool, ticket) => acqEnd(pool.#pid, ticket),
       // Whether the caller must close the item.
-      give: (pool, item, now, broken) => {
-        let id = pool.#ids.get(item);
-        const known = id !== undefined;
-        if (!known) id = pool.#id(item);
-        const lent = known && pool.#out[id] > 0;
-        const r = acqGive(pool.#pid, id, now, broken ? 1 : 0);
-        if (r === 2) {
-          // Dropped.
-          if (lent) {
-            pool.#out[id]--;
-            pool.#held[id]--;
-          }
-          pool.#forget(id);
-        } else if (!known) {
-          if (r === 0) pool.#held[id] = 1;
-          else pool.#forget(id);
-        } else if (lent) {
-          pool.#out[id]--;
-          if (r !== 0) {
-            pool.#held[id]--;
-            pool.#forget(id);
-          }
-        } else if (r === 0) {
-          pool.#held[id]++;
-        }
-        return r !== 0;
-      },
+      give: (pool, item, now, broken) => !pool.#giveBack(item, now, broken),
       evict: (pool, now) => pool.#gone(acqEvict(pool.#pid, now)),
       close: (pool) => pool.#gone(acqClose(pool.#pid)),
       wakes: (pool) => acqWakes(pool.#pid),
@@ -340,13 +299,49 @@ class Pool {
     }
   }
 
-  #gone(ids) {
-    for (let i = 0; i < ids.length; i++) {
-      const id = ids[i];
-      ids[i] = this.#items[id];
-      this.#held[id]--;
+  /** An id the core lent: counted out; its value. */
+  #lend(id) {
+    this.#out[id]++;
+    return this.#items[id];
+  }
+
+  /** An id the core let go of (stale, evicted, closed): its value. */
+  #letGo(id) {
+    const item = this.#items[id];
+    this.#held[id]--;
+    this.#forget(id);
+    return item;
+  }
+
+  /** An id registered as made: held, and lent. */
+  #made(id) {
+    this.#held[id]++;
+    this.#out[id]++;
+  }
+
+  /**
+   * Gives an item back through `give` (`broken` undefined) or the acquire
+   * loop's `give`, and mirrors what the core did: whether it kept the item.
+   * A stranger fills a reserved room or is refused; an item not kept (or
+   * dropped) is forgotten once the core holds it nowhere.
+   */
+  #giveBack(item, now, broken) {
+    const known = this.#ids.get(item);
+    const id = known ?? this.#id(item);
+    const lent = known !== undefined && this.#out[id] > 0;
+    const kept = broken === undefined ? poolGive(this.#pid, id, now) : !acqGive(this.#pid, id, now, broken ? 1 : 0);
+    if (lent) this.#out[id]--;
+    if (kept) {
+      if (!lent) this.#held[id]++;
+    } else {
+      if (lent) this.#held[id]--;
       this.#forget(id);
     }
+    return kept;
+  }
+
+  #gone(ids) {
+    for (let i = 0; i < ids.length; i++) ids[i] = this.#letGo(ids[i]);
     return ids;
   }
 
@@ -356,17 +351,8 @@ class Pool {
     if (roll === undefined) roll = Math.random();
     else if (typeof roll !== 'number') throw argType('roll', NUMBER, roll);
     const r = poolTake(this.#pid, now, roll);
-    if (r >= 0) {
-      this.#out[r]++;
-      return { kind: 'ready', item: this.#items[r] };
-    }
-    if (r <= -16) {
-      const id = -16 - r;
-      const item = this.#items[id];
-      this.#held[id]--;
-      this.#forget(id);
-      return { kind: 'stale', item };
-    }
+    if (r >= 0) return { kind: 'ready', item: this.#lend(r) };
+    if (r <= -16) return { kind: 'stale', item: this.#letGo(-16 - r) };
     if (r === -1) return MAKE;
     if (r === -2) return WAIT;
     if (r === -3) return SHED;
@@ -377,8 +363,7 @@ class Pool {
     now = clock('now', now);
     const id = this.#id(item);
     poolMade(this.#pid, id, now);
-    this.#held[id]++;
-    this.#out[id]++;
+    this.#made(id);
   }
 
   unmade(now, roll) {
@@ -388,27 +373,7 @@ class Pool {
   give(item, now) {
     if (now === undefined) now = perf.now();
     else if (typeof now !== 'number') throw argType('now', NUMBER, now);
-    let id = this.#ids.get(item);
-    if (id === undefined) {
-      // A stranger: the core fills a reserved room with it, or refuses it.
-      id = this.#id(item);
-      const kept = poolGive(this.#pid, id, now);
-      if (kept) this.#held[id] = 1;
-      else this.#forget(id);
-      return kept;
-    }
-    const lent = this.#out[id] > 0;
-    const kept = poolGive(this.#pid, id, now);
-    if (lent) {
-      this.#out[id]--;
-      if (!kept) {
-        this.#held[id]--;
-        this.#forget(id);
-      }
-    } else if (kept) {
-      this.#held[id]++;
-    }
-    return kept;
+    return this.#giveBack(item, now, undefined);
   }
 
   drop(item) {

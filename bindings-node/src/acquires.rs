@@ -122,21 +122,13 @@ method!(acq_end, pools, 2, |s, e, a| {
     e.undefined()
 });
 
-// acqGive(pid, item, now, broken) -> 0 kept, 1 given but not kept (close
-// it), 2 dropped (close it).
+// acqGive(pid, item, now, broken) -> whether the caller must close it (not
+// kept, or dropped).
 method!(acq_give, pools, 4, |s, e, a| {
     let it = item(e, a[1])?;
     let now = e.now(a[2])?;
     let broken = e.f64(a[3], "broken")? != 0.0;
-    let dropped = broken || s.acq.is_closed();
-    let close = s.acq.give(&mut s.pool, it, now, broken);
-    e.int(if dropped {
-        2
-    } else if close {
-        1
-    } else {
-        0
-    })
+    e.bool(s.acq.give(&mut s.pool, it, now, broken))
 });
 
 // acqEvict(pid, now) -> ids to close.
