@@ -50,6 +50,24 @@ pub(crate) fn expect<'a, 'py, T: PyClass>(
     })
 }
 
+/// An optional argument of the pyclass `T`: omitted or `None` is `None`,
+/// anything else must be a `T` (a `TypeError` naming the argument).
+pub(crate) fn given<'a, 'py, T: PyClass>(
+    name: &'static str,
+    what: &'static str,
+    obj: Option<&'a Bound<'py, PyAny>>,
+) -> PyResult<Option<&'a Bound<'py, T>>> {
+    obj.filter(|o| !o.is_none())
+        .map(|o| expect::<T>(name, what, o))
+        .transpose()
+}
+
+/// A `limits` argument: omitted or `None` is the core's default.
+pub(crate) fn limits_or_default(obj: Option<&Bound<'_, PyAny>>) -> PyResult<flow::Limits> {
+    Ok(given::<PyLimits>("limits", "Limits", obj)?
+        .map_or_else(flow::Limits::default, |l| l.get().inner))
+}
+
 fn generic_alias<'py>(
     cls: &Bound<'py, PyType>,
     item: &Bound<'py, PyAny>,
@@ -230,21 +248,10 @@ impl PyWard {
         backoff: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         guard(|| {
-            let breaker = match breaker {
-                Some(b) if !b.is_none() => Some(
-                    expect::<PyBreaker>("breaker", "Breaker", b)?
-                        .get()
-                        .inner
-                        .clone(),
-                ),
-                _ => None,
-            };
-            let backoff = match backoff {
-                Some(b) if !b.is_none() => {
-                    Some(expect::<PyBackoff>("backoff", "Backoff", b)?.get().inner)
-                }
-                _ => None,
-            };
+            let breaker = given::<PyBreaker>("breaker", "Breaker", breaker)?;
+            let backoff = given::<PyBackoff>("backoff", "Backoff", backoff)?;
+            let breaker = breaker.map(|b| b.get().inner.clone());
+            let backoff = backoff.map(|b| b.get().inner);
             Ok(PyWard {
                 inner: flow::Ward::new(breaker, backoff),
             })
@@ -513,16 +520,8 @@ impl PyPool {
     #[pyo3(signature = (limits=None, ward=None))]
     fn new(limits: Option<&Bound<'_, PyAny>>, ward: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         guard(|| {
-            let limits = match limits {
-                Some(l) if !l.is_none() => expect::<PyLimits>("limits", "Limits", l)?.get().inner,
-                _ => flow::Limits::default(),
-            };
-            let ward = match ward {
-                Some(w) if !w.is_none() => {
-                    Some(expect::<PyWard>("ward", "Ward", w)?.get().inner.clone())
-                }
-                _ => None,
-            };
+            let limits = limits_or_default(limits)?;
+            let ward = given::<PyWard>("ward", "Ward", ward)?.map(|w| w.get().inner.clone());
             Ok(PyPool {
                 inner: flow::Pool::new(limits, ward),
             })

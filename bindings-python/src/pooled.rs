@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use crate::backoff::PyBackoff;
-use crate::pool::{Obj, PyLimits, PyPool, expect};
+use crate::pool::{Obj, PyPool, expect, limits_or_default};
 use crate::{clock, draw_arg, guard, secs_out, span_opt};
 
 /// What `Acquires.step` answers: `(HAND, item)`, `(OPEN, None)`,
@@ -57,12 +57,8 @@ impl PyAcquires {
                 Some(t) if !t.is_none() => span_opt(name, Some(t), 0).map(Some),
                 _ => Ok(None),
             };
-            let limits = match limits {
-                Some(l) if !l.is_none() => expect::<PyLimits>("limits", "Limits", l)?.get().inner,
-                _ => flow::Limits::default(),
-            };
             let inner = flow::Acquires::driving(
-                &limits,
+                &limits_or_default(limits)?,
                 span("timeout", timeout)?,
                 span("evict_every", evict_every)?,
             )
