@@ -136,12 +136,7 @@ function!(backoff_new, 6, |f, e, a| {
     let d = Backoff::default();
     let jitter = match e.opt_str(a[5], "jitter")? {
         None => d.jitter(),
-        Some(name) => Jitter::parse(&name).ok_or_else(|| {
-            Fail::Range(
-                "jitter".into(),
-                format!("must be 'rigid', 'full', 'equal' or 'decorrelated' (received '{name}')"),
-            )
-        })?,
+        Some(name) => Jitter::named(&name)?,
     };
     let b = Backoff::new(
         e.opt_f64(a[1], "base")?

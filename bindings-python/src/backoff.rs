@@ -1,7 +1,7 @@
 //! `Jitter` and `Backoff`.
 
 use headway_core::flow::{self, Jitter};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
 use pyo3::types::PyString;
@@ -91,12 +91,7 @@ fn jitter_arg(obj: &Bound<'_, PyAny>) -> PyResult<Jitter> {
         return Ok((*j.get()).into());
     }
     if let Ok(s) = obj.cast::<PyString>() {
-        let s = s.to_str()?;
-        return Jitter::parse(s).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "`jitter` must be one of rigid, full, equal, decorrelated, not {s:?}"
-            ))
-        });
+        return Jitter::named(s.to_str()?).map_err(invalid);
     }
     Err(PyTypeError::new_err(format!(
         "`jitter` must be a Jitter or its name, not {}",

@@ -46,6 +46,15 @@ impl Jitter {
             _ => None,
         }
     }
+
+    /// A jitter argument by its name (see [`Jitter::parse`]), refused with
+    /// the names it may take.
+    pub fn named(name: &str) -> Result<Jitter, Invalid> {
+        Jitter::parse(name).ok_or(Invalid::new(
+            "jitter",
+            "must be one of rigid, full, equal, decorrelated",
+        ))
+    }
 }
 
 /// When to try again, and how long to wait first.
@@ -201,6 +210,13 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jitter_by_name() {
+        assert_eq!(Jitter::named("FULL"), Ok(Jitter::Full));
+        assert_eq!(Jitter::named("none"), Ok(Jitter::Rigid));
+        assert_eq!(Jitter::named("wobbly").unwrap_err().arg, "jitter");
+    }
 
     fn ms(n: i64) -> Nanos {
         n * MILLI
