@@ -90,14 +90,25 @@ class Lease(Generic[T]):
         #: Set by ``Pooled.drop(item)``: close the item instead of giving it back.
         self.broken = False
 
-    async def __aenter__(self) -> T:
+    def _took(self, item: T) -> T:
+        self._item, self._held, self.broken = item, True, False
+        self._pooled._leases[id(item)] = self
+        return item
+
+    def _back(self) -> tuple[T, bool]:
+        """Gives the item back: it, and whether to close it now."""
+        pooled, item = self._pooled, self._item
+        self._item, self._held = None, False
+        del pooled._leases[id(item)]
+        return item, pooled._release(item, self.broken)
+
+    def _check(self) -> None:
         if self._held:
             raise RuntimeError("this lease already holds an item")
-        pooled = self._pooled
-        item = await pooled._aget()
-        self._item, self._held, self.broken = item, True, False
-        pooled._leases[id(item)] = self
-        return item
+
+    async def __aenter__(self) -> T:
+        self._check()
+        return self._took(await self._pooled._aget())
 
     async def __aexit__(
         self,
@@ -105,20 +116,13 @@ class Lease(Generic[T]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        pooled, item = self._pooled, self._item
-        self._item, self._held = None, False
-        del pooled._leases[id(item)]
-        if pooled._release(item, self.broken):
-            await pooled._aclose_one(item)
+        item, close = self._back()
+        if close:
+            await self._pooled._aclose_one(item)
 
     def __enter__(self) -> T:
-        if self._held:
-            raise RuntimeError("this lease already holds an item")
-        pooled = self._pooled
-        item = pooled._get()
-        self._item, self._held, self.broken = item, True, False
-        pooled._leases[id(item)] = self
-        return item
+        self._check()
+        return self._took(self._pooled._get())
 
     def __exit__(
         self,
@@ -126,11 +130,9 @@ class Lease(Generic[T]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        pooled, item = self._pooled, self._item
-        self._item, self._held = None, False
-        del pooled._leases[id(item)]
-        if pooled._release(item, self.broken):
-            pooled._close_one(item)
+        item, close = self._back()
+        if close:
+            self._pooled._close_one(item)
 
 
 class Pooled(Generic[T]):
