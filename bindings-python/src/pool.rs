@@ -39,6 +39,11 @@ impl PartialEq for Obj {
     }
 }
 
+/// Items the core let go of, as the list of their Python objects.
+pub(crate) fn objs(py: Python<'_>, items: Vec<Obj>) -> PyResult<Bound<'_, PyList>> {
+    PyList::new(py, items.into_iter().map(|o| o.0))
+}
+
 /// Casts `obj` to the pyclass `T`, or a `TypeError` naming the argument.
 pub(crate) fn expect<'a, 'py, T: PyClass>(
     name: &'static str,
@@ -629,14 +634,14 @@ impl PyPool {
     ) -> PyResult<Bound<'py, PyList>> {
         guard(|| {
             let now = now_arg(now)?;
-            PyList::new(py, self.inner.evict(now).into_iter().map(|o| o.0))
+            objs(py, self.inner.evict(now))
         })
     }
 
     /// Everything idle, emptied out for you to close: what a shutdown does.
     /// Lent items are the borrowers'; each comes back through `give`.
     fn close<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        guard(|| PyList::new(py, self.inner.close().into_iter().map(|o| o.0)))
+        guard(|| objs(py, self.inner.close()))
     }
 
     /// The ward's breaker refusal at `now`, in [0, 1); 0 without one. Reads,

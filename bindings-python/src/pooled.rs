@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use crate::backoff::PyBackoff;
-use crate::pool::{Obj, PyPool, expect, limits_or_default};
+use crate::pool::{Obj, PyPool, expect, limits_or_default, objs};
 use crate::{clock, draw_arg, guard, secs_out, span_opt};
 
 /// What `Acquires.step` answers: `(HAND, item)`, `(OPEN, None)`,
@@ -182,16 +182,7 @@ impl PyAcquires {
         py: Python<'py>,
         pool: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        guard(|| {
-            let mut pool = pool_of(pool)?;
-            PyList::new(
-                py,
-                self.inner
-                    .evict(&mut pool.inner, clock())
-                    .into_iter()
-                    .map(|o| o.0),
-            )
-        })
+        guard(|| objs(py, self.inner.evict(&mut pool_of(pool)?.inner, clock())))
     }
 
     /// Shut down: the idle items to close; every parked ticket is woken.
@@ -200,13 +191,7 @@ impl PyAcquires {
         py: Python<'py>,
         pool: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        guard(|| {
-            let mut pool = pool_of(pool)?;
-            PyList::new(
-                py,
-                self.inner.close(&mut pool.inner).into_iter().map(|o| o.0),
-            )
-        })
+        guard(|| objs(py, self.inner.close(&mut pool_of(pool)?.inner)))
     }
 
     /// The tickets to wake now, in order.
