@@ -129,6 +129,46 @@ def test_ctrl_c_stops_a_blocking_run_gracefully(tmp_path: Path) -> None:
     assert out.splitlines()[-2:] == ["body finished", "interrupted; state SUCCESS"]
 
 
+@pytest.mark.parametrize(
+    "runner",
+    [
+        "headway.App().beat()",
+        "headway.schedule.Scheduler()",
+    ],
+)
+def test_ctrl_c_stops_a_blocking_beat_or_scheduler_and_raises(tmp_path: Path, runner: str) -> None:
+    script = write(
+        tmp_path,
+        "run.py",
+        f"""
+        import sys, headway, headway.schedule
+        r = {runner}
+        print("running", flush=True)
+        try:
+            r.run()
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            sys.exit(0)
+        print("run returned without an interrupt", flush=True)
+        sys.exit(1)
+        """,
+    )
+    child = python(script)
+    try:
+        child.until("running")
+        # Positive control: it is still running (no interrupt yet).
+        time.sleep(0.3)
+        assert child.proc.poll() is None, child.lines
+        sent = time.monotonic()
+        child.proc.send_signal(signal.SIGINT)
+        code, out, err = child.finish(limit=5)
+        assert time.monotonic() - sent < 5
+    finally:
+        child.kill()
+    assert code == 0, err
+    assert out.splitlines()[-1] == "interrupted"
+
+
 def test_ctrl_c_interrupts_a_blocking_get(tmp_path: Path) -> None:
     script = write(
         tmp_path,

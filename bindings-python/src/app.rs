@@ -26,7 +26,7 @@ use crate::brokers::connect_arg;
 use crate::dead::{PyDeadLetter, Raw, limit_arg};
 use crate::host::{Entry, PyHost};
 use crate::json;
-use crate::rt::{Answer, SLICE, block, check, panicked, refused, rt};
+use crate::rt::{Answer, block, check, refused, rt, run_until_stopped};
 use crate::times::{clock_arg, instant_out, named_instants, rhythm_arg, secs, span_ms, when_arg};
 use crate::{guard, int_arg, type_name};
 
@@ -674,31 +674,11 @@ impl PyWorker {
     fn run(&self, py: Python<'_>, grace: &Bound<'_, PyAny>) -> PyResult<()> {
         guard(|| {
             let grace = Duration::from_millis(span_ms("grace", grace)?.max(0) as u64);
-            let rt = rt()?;
             let w = self.inner.clone();
-            let mut join = rt.spawn(async move { w.run().await });
-            let mut interrupted: Option<PyErr> = None;
-            let out = loop {
-                let got = py.detach(|| {
-                    rt.block_on(async { tokio::time::timeout(SLICE, &mut join).await.ok() })
-                });
-                if let Some(r) = got {
-                    break r;
-                }
-                if let Err(e) = py.check_signals() {
-                    if interrupted.is_some() {
-                        return Err(e);
-                    }
-                    self.inner.stop(grace);
-                    interrupted = Some(e);
-                }
-            };
-            let r = out.map_err(panicked)?;
+            let (r, interrupted) =
+                run_until_stopped(py, async move { w.run().await }, || self.inner.stop(grace))?;
             check(py, r)?;
-            match interrupted {
-                Some(e) => Err(e),
-                None => Ok(()),
-            }
+            interrupted.map_or(Ok(()), Err)
         })
     }
 
@@ -841,30 +821,11 @@ impl PyBeat {
                 Some(u) => Some(crate::times::instant_arg("until", u)?),
                 None => None,
             };
-            let rt = rt()?;
             let b = self.inner.clone();
-            let mut join = rt.spawn(async move { b.run(until).await });
-            let mut interrupted: Option<PyErr> = None;
-            let out = loop {
-                let got = py.detach(|| {
-                    rt.block_on(async { tokio::time::timeout(SLICE, &mut join).await.ok() })
-                });
-                if let Some(r) = got {
-                    break r;
-                }
-                if let Err(e) = py.check_signals() {
-                    if interrupted.is_some() {
-                        return Err(e);
-                    }
-                    self.inner.stop();
-                    interrupted = Some(e);
-                }
-            };
-            check(py, out.map_err(panicked)?)?;
-            match interrupted {
-                Some(e) => Err(e),
-                None => Ok(()),
-            }
+            let (r, interrupted) =
+                run_until_stopped(py, async move { b.run(until).await }, || self.inner.stop())?;
+            check(py, r)?;
+            interrupted.map_or(Ok(()), Err)
         })
     }
 

@@ -4,10 +4,12 @@
 //! `HostQueue` body: a run pushes a call and waits for its answer. Python
 //! threads take the calls:
 //! - **sync bodies**: runner threads (as many as the worker's concurrency)
-//!   block in `take_blocking` with the GIL released, attach once, and then
-//!   keep taking while there is work — one GIL crossing per busy stretch, not
-//!   per message — answering each call as it returns, so a slow body never
-//!   holds back a fast one's result;
+//!   serve in the core's `Crew`, which decides which thread runs calls and
+//!   when another joins (one watcher waits with the GIL released; a stream
+//!   of fast bodies runs on one thread, one GIL crossing per busy stretch);
+//!   this file gives it the GIL's release and one call's run, answering
+//!   each call as it returns, so a slow body never holds back a fast one's
+//!   result;
 //! - **async bodies**: a pump thread takes calls in batches and hands each
 //!   batch to an asyncio loop with one `call_soon_threadsafe`; the loop
 //!   starts a task per call and answers from its done callback. Calls the
@@ -24,10 +26,11 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use headway_core::task::{Body, Call, Context, Failure, HostQueue, RunnerHealth, Runners, Taker};
+use headway_core::task::{
+    Body, Call, Context, Crew, Failure, HostQueue, Next, RunnerHealth, Runners,
+};
 use pyo3::PyTraverseError;
 use pyo3::exceptions::PyLookupError;
 use pyo3::gc::PyVisit;
@@ -384,93 +387,6 @@ impl Drop for Restore {
 
 // ---------------------------------------------------------------- serving
 
-/// How long a watching runner lets the runners already at work keep up
-/// before it joins them: if no call finished meanwhile they are stuck in
-/// bodies (blocked on I/O, sleeping), and another thread is worth its GIL
-/// traffic. 200 µs: far below any body worth a thread, far above the core's
-/// turnaround between calls.
-const HELP_AFTER: std::time::Duration = std::time::Duration::from_micros(200);
-
-/// One worker's runner threads: a stop flag, and who runs calls.
-///
-/// Threads take turns as the one *watcher* (waiting for work with the GIL
-/// released); the rest sleep as followers. When work comes and nobody is
-/// running calls, the watcher runs them — attached, taking call after call —
-/// and hands the watch to a follower. When somebody already is, the watcher
-/// joins only if they make no progress for `HELP_AFTER`. So a stream of fast
-/// bodies is run by one thread with one GIL crossing per busy stretch, and
-/// bodies that block still run up to `concurrency` at a time.
-pub(crate) struct Crew {
-    stop: AtomicBool,
-    /// Threads running calls now.
-    active: std::sync::atomic::AtomicUsize,
-    /// Calls finished, ever: what "making progress" is measured by.
-    progress: std::sync::atomic::AtomicU64,
-    watching: std::sync::Mutex<bool>,
-    followers: std::sync::Condvar,
-}
-
-impl Crew {
-    /// Sets the stop flag and wakes every thread serving with it.
-    pub(crate) fn stop_all(&self) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.followers.notify_all();
-    }
-
-    fn stopped(&self) -> bool {
-        self.stop.load(Ordering::SeqCst)
-    }
-
-    /// Waits to be the watcher; `false` once stopped.
-    fn watch_turn(&self) -> bool {
-        let mut w = self.watching.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if self.stopped() {
-                return false;
-            }
-            if !*w {
-                *w = true;
-                return true;
-            }
-            w = self
-                .followers
-                .wait_timeout(w, SLICE)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-    }
-
-    fn end_watch(&self) {
-        *self.watching.lock().unwrap_or_else(|e| e.into_inner()) = false;
-        self.followers.notify_one();
-    }
-
-    /// As the watcher: waits until this thread should run calls (`true`) or
-    /// the crew stops (`false`).
-    fn watch(&self, q: &HostQueue) -> bool {
-        loop {
-            if self.stopped() || q.is_closed() {
-                return false;
-            }
-            let _ = q.take_blocking(0, SLICE);
-            // Withdrawn sync calls cannot be interrupted; their answers are
-            // dropped by `finish`. Drained so the list does not grow.
-            let _ = q.cancelled();
-            if q.is_empty() {
-                continue;
-            }
-            if self.active.load(Ordering::SeqCst) == 0 {
-                return true;
-            }
-            let before = self.progress.load(Ordering::SeqCst);
-            std::thread::sleep(HELP_AFTER);
-            if !q.is_empty() && self.progress.load(Ordering::SeqCst) == before {
-                return true;
-            }
-        }
-    }
-}
-
 /// A stop flag shared by one worker's threads, and their turn-taking.
 #[pyclass(module = "headway._native", name = "_Flag", frozen)]
 pub(crate) struct PyFlag {
@@ -482,13 +398,7 @@ impl PyFlag {
     #[new]
     fn new() -> Self {
         PyFlag {
-            inner: Arc::new(Crew {
-                stop: AtomicBool::new(false),
-                active: std::sync::atomic::AtomicUsize::new(0),
-                progress: std::sync::atomic::AtomicU64::new(0),
-                watching: std::sync::Mutex::new(false),
-                followers: std::sync::Condvar::new(),
-            }),
+            inner: Arc::new(Crew::new()),
         }
     }
     /// Asks the threads serving with it to stop.
@@ -835,40 +745,21 @@ impl PyHost {
     /// the thread is one too many.
     fn serve(&self, py: Python<'_>, flag: &PyFlag) {
         let host = self.inner.clone();
-        let crew = flag.inner.clone();
         let mut seat = Seat {
             runners: host.sync_q.runners().clone(),
             counted: true,
         };
-        // Whether to spin for the next call, from how near the next has
-        // been (core's `Taker`); the GIL is released while it spins.
-        let mut taker = Taker::default();
-        loop {
-            if !py.detach(|| crew.watch_turn()) {
-                return;
-            }
-            let run = py.detach(|| crew.watch(&host.sync_q));
-            crew.end_watch();
-            if !run {
-                return;
-            }
-            crew.active.fetch_add(1, Ordering::SeqCst);
-            loop {
-                let q = &host.sync_q;
-                let calls = taker.take_with(q, 1, |spin| py.detach(|| q.spin_for(spin)));
-                let Some(c) = calls.into_iter().next() else {
-                    break;
-                };
-                let late = run_sync(py, &host, c);
-                crew.progress.fetch_add(1, Ordering::SeqCst);
-                if late && seat.runners.retire() {
+        flag.inner.serve(
+            &host.sync_q,
+            |wait| py.detach(wait),
+            |c| {
+                if run_sync(py, &host, c) && seat.runners.retire() {
                     seat.counted = false;
-                    crew.active.fetch_sub(1, Ordering::SeqCst);
-                    return;
+                    return Next::Leave;
                 }
-            }
-            crew.active.fetch_sub(1, Ordering::SeqCst);
-        }
+                Next::Go
+            },
+        );
     }
 
     /// Serves async calls until `flag` is set: takes them in batches with the

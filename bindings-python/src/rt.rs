@@ -67,6 +67,36 @@ where
     }
 }
 
+/// Runs `job` on the shared runtime until it ends, the GIL released, for
+/// a worker's, a beat's or a scheduler's `run()`. At the first Ctrl-C
+/// (a signal check that raises) it calls `stop` and goes on waiting for
+/// the job to wind down; a second raises at once. Answers the job's
+/// output and the first signal's error, for the caller to raise after the
+/// job's own.
+pub(crate) fn run_until_stopped<T: Send + 'static>(
+    py: Python<'_>,
+    job: impl Future<Output = T> + Send + 'static,
+    stop: impl Fn(),
+) -> PyResult<(T, Option<PyErr>)> {
+    let rt = rt()?;
+    let mut join = rt.spawn(job);
+    let mut interrupted: Option<PyErr> = None;
+    loop {
+        let got =
+            py.detach(|| rt.block_on(async { tokio::time::timeout(SLICE, &mut join).await.ok() }));
+        if let Some(r) = got {
+            return Ok((r.map_err(panicked)?, interrupted));
+        }
+        if let Err(e) = py.check_signals() {
+            if interrupted.is_some() {
+                return Err(e);
+            }
+            stop();
+            interrupted = Some(e);
+        }
+    }
+}
+
 /// Lets the GIL go while the calling thread waits on a Redis round trip it
 /// makes itself (`poll_first`), so other Python threads run meanwhile.
 fn release(wait: &mut dyn FnMut()) {

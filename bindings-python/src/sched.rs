@@ -14,7 +14,7 @@ use pyo3::types::{PyDict, PyList};
 
 use crate::guard;
 use crate::host::{Entry, PyHost};
-use crate::rt::{SLICE, block, panicked, rt};
+use crate::rt::{block, rt, run_until_stopped};
 use crate::times::{clock_arg, instant_arg, named_instants, rhythm_arg, secs};
 
 /// The core's scheduler. Internal: `headway.schedule.Scheduler` wraps it.
@@ -106,22 +106,10 @@ impl PyScheduler {
                 Some(u) if !u.is_none() => Some(instant_arg("until", u)?),
                 _ => None,
             };
-            let rt = rt()?;
             let s = self.inner.clone();
-            let mut join = rt.spawn(async move { s.run(until).await });
-            loop {
-                let got = py.detach(|| {
-                    rt.block_on(async { tokio::time::timeout(SLICE, &mut join).await.ok() })
-                });
-                if let Some(r) = got {
-                    return r.map_err(panicked);
-                }
-                if let Err(e) = py.check_signals() {
-                    self.inner.stop();
-                    let _ = py.detach(|| rt.block_on(&mut join));
-                    return Err(e);
-                }
-            }
+            let ((), interrupted) =
+                run_until_stopped(py, async move { s.run(until).await }, || self.inner.stop())?;
+            interrupted.map_or(Ok(()), Err)
         })
     }
 

@@ -186,6 +186,54 @@ async fn the_prefetch_bounds_what_a_consumer_holds_and_a_lost_consumer_gives_it_
     assert_eq!(redelivered, 2, "{seen:?}");
 }
 
+/// Waits until RabbitMQ counts `ready` and `unacked` messages on `celery`.
+async fn counts(vh: &Vhost, ready: usize, unacked: usize) {
+    let (r, u) = (ready.to_string(), unacked.to_string());
+    until(&format!("{ready} ready, {unacked} unacked"), || {
+        vh.list(
+            "queues",
+            &["name", "messages_ready", "messages_unacknowledged"],
+        )
+        .iter()
+        .any(|row| row[0] == "celery" && row[1] == r && row[2] == u)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_window_follows_the_workers_reach_up_and_down() {
+    let Some(vh) = Vhost::new() else { return };
+    let b = broker(&vh.url()).await;
+    let all: Vec<Message> = (0..40).map(|i| msg(&format!("r{i}"))).collect();
+    b.broker().publish(all).await.unwrap();
+    let mut held = b
+        .broker()
+        .consume(&qs(), 2, Duration::from_secs(5))
+        .await
+        .unwrap();
+    // Control: the window is the first claim's, 2.
+    counts(&vh, 38, 2).await;
+    // The reach rises to 10: RabbitMQ sends up to 10 unacked.
+    b.broker().reach(&qs(), 10);
+    counts(&vh, 30, 10).await;
+    // It falls to 4: once everything held is acked, 4 come.
+    b.broker().reach(&qs(), 4);
+    while held.len() < 10 {
+        let got = b
+            .broker()
+            .consume(&qs(), 10, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(!got.is_empty(), "only {} of 10 delivered", held.len());
+        held.extend(got);
+    }
+    b.broker()
+        .ack(held.drain(..).map(|d| d.receipt).collect())
+        .await
+        .unwrap();
+    counts(&vh, 26, 4).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reject_requeues_or_drops_and_an_eta_is_held_until_due() {
     let Some(vh) = Vhost::new() else { return };

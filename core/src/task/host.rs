@@ -556,11 +556,11 @@ impl Body for HostBody {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::{Map, json};
 
-    fn ctx() -> Context {
+    pub(crate) fn ctx() -> Context {
         Context {
             id: "i".into(),
             name: "t".into(),

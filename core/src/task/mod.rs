@@ -14,6 +14,7 @@ pub mod body;
 pub mod canvas;
 pub mod clock;
 pub mod control;
+pub mod crew;
 pub mod dead;
 pub mod dedupe;
 pub mod depth;
@@ -44,6 +45,7 @@ pub use beat::{Beat, Fired};
 pub use body::{Body, Context, SharedBody, body};
 pub use canvas::Canvas;
 pub use clock::{BoxFuture, Clock, SystemClock, VirtualClock};
+pub use crew::{Crew, Next};
 pub use dead::{
     DEAD_KEPT, DEAD_LISTED, DeadLetter, MAX_DELIVERIES, MAX_MESSAGE_BYTES, Undecodable,
 };

@@ -220,6 +220,15 @@ pub trait Broker: Send + Sync + 'static {
         let _ = (id, requeue);
     }
 
+    /// The prefetch a worker claims `queues` against is now `prefetch`. A
+    /// broker that pushes messages to its consumers (RabbitMQ's
+    /// `basic.qos`) sets its window to it, so what it sends ahead follows
+    /// the worker's reach as a claim does on a broker the worker pulls
+    /// from; those ignore it (the default).
+    fn reach(&self, queues: &[String], prefetch: usize) {
+        let _ = (queues, prefetch);
+    }
+
     /// Sends a worker heartbeat event now, where the broker sends events
     /// (Celery's `heartbeat` control); answers whether it did.
     fn heartbeat_now(&self) -> bool {

@@ -382,6 +382,10 @@ impl Broker for AmqpBroker {
         events::rejected(self, id, requeue);
     }
 
+    fn reach(&self, queues: &[String], prefetch: usize) {
+        self.set_prefetch(queues, prefetch);
+    }
+
     fn heartbeat_now(&self) -> bool {
         events::heartbeat(self)
     }

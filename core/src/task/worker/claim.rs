@@ -71,6 +71,9 @@ impl Worker {
             me.stop(Duration::from_millis(crate::task::specs::GRACE as u64))
         });
         let mut reach = super::reach::Reach::new(s.reach);
+        // What the broker was last told of the prefetch, and for which
+        // queues ([`Broker::reach`](crate::task::spec::Broker::reach)).
+        let mut told: (Vec<String>, usize) = (Vec::new(), 0);
         let started = std::time::Instant::now();
         let _listed = runners::list(&s.app, &s.name, gate.clone(), load, stop, self.clone());
         loop {
@@ -108,8 +111,9 @@ impl Worker {
             // while the claim was on its way (a no-op Redis drain at the
             // defaults: 32-33k/s in halves, 34-39k/s in quarters, 32-37k/s
             // in eighths). An idle worker claims at once, whatever it holds.
+            let floor = s.prefetch.load(Ordering::SeqCst);
             let prefetch = reach.prefetch(
-                s.prefetch.load(Ordering::SeqCst),
+                floor,
                 started.elapsed().as_nanos() as u64,
                 s.done.load(Ordering::Relaxed),
             );
@@ -127,6 +131,10 @@ impl Worker {
                 continue;
             }
             let queues = s.queues();
+            if told.0 != queues || super::reach::worth_telling(told.1, prefetch, floor) {
+                s.app.broker().reach(&queues, prefetch);
+                told = (queues.clone(), prefetch);
+            }
             let got = tokio::select! {
                 biased;
                 _ = stopping.changed() => continue,

@@ -17,8 +17,9 @@
 //! longer never lift it off the floor, and what a worker holds beyond the
 //! floor is always about 2 ms of its own work — what another worker waits
 //! for at the most. A prefetch that is given (or a prefetch multiplier) is
-//! kept exactly. On RabbitMQ the reach changes nothing: `basic.qos` is set
-//! from the first claim (the floor) and RabbitMQ pushes what it allows.
+//! kept exactly. On RabbitMQ, which pushes rather than being claimed
+//! from, the worker tells the broker its reach as it moves
+//! ([`worth_telling`]) and the channel's `basic.qos` follows it.
 //!
 //! Sans-I/O: the time and the count of runs finished are passed in.
 
@@ -81,6 +82,18 @@ impl Reach {
     }
 }
 
+/// Whether a prefetch moved far enough from the one last told the broker
+/// (`told`, 0 when none was) to tell it again ([`crate::task::spec::Broker::reach`]):
+/// by a quarter or more, or back to the `floor`. RabbitMQ's window is
+/// set by a `basic.qos` round trip, and the reach moves a little at every
+/// sample (each 5 ms) under a steady load.
+pub(super) fn worth_telling(told: usize, prefetch: usize, floor: usize) -> bool {
+    told == 0
+        || (prefetch == floor && told != floor)
+        || prefetch.saturating_mul(4) >= told.saturating_mul(5)
+        || prefetch.saturating_mul(5) <= told.saturating_mul(4)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +118,17 @@ mod tests {
             done += per_ms;
         }
         (p, at + ms + 1, done)
+    }
+
+    #[test]
+    fn the_broker_is_told_of_moves_of_a_quarter_and_of_the_floor() {
+        assert!(worth_telling(0, 16, 16), "the first is always told");
+        assert!(!worth_telling(16, 16, 16));
+        assert!(!worth_telling(64, 70, 16), "a small move is not");
+        assert!(!worth_telling(64, 55, 16), "nor a small fall");
+        assert!(worth_telling(64, 80, 16), "a quarter up is");
+        assert!(worth_telling(80, 64, 16), "a fifth down is (back to 64)");
+        assert!(worth_telling(18, 16, 16), "back to the floor always is");
     }
 
     #[test]
