@@ -257,6 +257,28 @@ mod tests {
         }
     }
 
+    /// A thread serving `q` in `crew` that counts each call in `ran` and
+    /// answers `next` after it.
+    fn serving(
+        crew: &Arc<Crew>,
+        q: &Arc<HostQueue>,
+        ran: &Arc<AtomicUsize>,
+        next: Next,
+    ) -> thread::JoinHandle<()> {
+        let (crew, q, ran) = (crew.clone(), q.clone(), ran.clone());
+        thread::spawn(move || {
+            crew.serve(
+                &q,
+                |f| f(),
+                |c| {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    q.finish(c.seq, Ok(json!(0)));
+                    next
+                },
+            )
+        })
+    }
+
     #[test]
     fn a_thread_told_to_leave_leaves_and_the_rest_serve_on() {
         let rt = tokio::runtime::Runtime::new().unwrap();
@@ -264,20 +286,7 @@ mod tests {
         let b = q.body("k");
         let crew = Arc::new(Crew::new());
         let ran = Arc::new(AtomicUsize::new(0));
-        let leaver = {
-            let (crew, q, ran) = (crew.clone(), q.clone(), ran.clone());
-            thread::spawn(move || {
-                crew.serve(
-                    &q,
-                    |f| f(),
-                    |c| {
-                        ran.fetch_add(1, Ordering::SeqCst);
-                        q.finish(c.seq, Ok(json!(0)));
-                        Next::Leave
-                    },
-                )
-            })
-        };
+        let leaver = serving(&crew, &q, &ran, Next::Leave);
         direct(&rt, &b);
         leaver.join().unwrap();
         assert_eq!(ran.load(Ordering::SeqCst), 1);
@@ -285,20 +294,7 @@ mod tests {
         // Nobody serves now: a call waits; a new thread takes it.
         direct(&rt, &b);
         until("the call queued", || !q.is_empty());
-        let other = {
-            let (crew, q, ran) = (crew.clone(), q.clone(), ran.clone());
-            thread::spawn(move || {
-                crew.serve(
-                    &q,
-                    |f| f(),
-                    |c| {
-                        ran.fetch_add(1, Ordering::SeqCst);
-                        q.finish(c.seq, Ok(json!(0)));
-                        Next::Go
-                    },
-                )
-            })
-        };
+        let other = serving(&crew, &q, &ran, Next::Go);
         until("the second call ran", || ran.load(Ordering::SeqCst) == 2);
         crew.stop_all();
         other.join().unwrap();

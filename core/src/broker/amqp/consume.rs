@@ -288,7 +288,7 @@ impl AmqpBroker {
     /// ahead about as much as the worker would claim ahead on Redis. With
     /// the window kept at the first claim's (the floor, 16 at the
     /// defaults) the inbox ran dry between an ack and RabbitMQ's refill: a
-    /// no-op drain at the defaults ran 10.1-11.3k/s so and 11.6-12.5k/s
+    /// no-op drain at the defaults ran 10.1-11.3k/s so, and 11.6-12.5k/s
     /// with the window following the reach (three pairs back to back;
     /// RabbitMQ's CPU per message 63-74 µs against 57-60).
     pub(super) fn set_prefetch(&self, queues: &[String], prefetch: usize) {
