@@ -39,16 +39,21 @@
 //!
 //! Spinning: a thread that sleeps on its socket is woken by the reply,
 //! and on the 2-vCPU VMs the benchmarks run on that wake-up is most of a
-//! round trip: a one-thread `delay()` loop took 99-104 µs a call (p50)
-//! sleeping, and 42-44 µs looking for the reply without sleeping (the
-//! runtime's I/O checked between looks) — 8-9k → 17-22k sends/s; sixteen
-//! threads, two of them here and the rest on the shared link, 24-25k →
-//! 29-32k/s. A bare socket client shows the same (redis-py's PING:
-//! 10-15k/s blocking, 30-42k/s spinning on a non-blocking socket). The
-//! thread looks for at most [`SPIN`] — the wake-up it saves costs about
-//! that much — and then sleeps, so a slow command does not burn a core; a
-//! look is an `epoll_wait` that does not block, and the GIL is released
-//! throughout.
+//! round trip. So the thread looks for its reply for up to [`SPIN`] (the
+//! runtime's I/O checked between looks by an `epoll_wait` that does not
+//! block, the GIL released throughout) before it sleeps, and gives its
+//! core up at each look (`sched_yield`): the reply's other half — Redis,
+//! or a worker in the same process — may be waiting for that core. A
+//! one-thread `delay()` loop, per call (p50): 99-122 µs sleeping, 42-72 µs
+//! looking; sixteen threads (two here, the rest on the shared link) sent
+//! 26-37k/s and then 48k/s in two back-to-back pairs. Looking without
+//! giving the core up cost the send → result round trip with the worker in
+//! the same process (p50 0.57-0.63 → 0.69-0.73 ms); with the yield it is
+//! unchanged (0.62-0.81 against 0.63-0.73 ms, five pairs). A bare socket
+//! client shows the same gap (a PING loop: 10-15k/s blocking, 30-42k/s
+//! spinning on a non-blocking socket). The look ends after [`SPIN`], about
+//! twice what the wake-up it saves costs, so a slow command does not keep
+//! a core busy.
 //!
 //! Bounds: at most [`MAX_LOCAL`] threads keep a connection of their own
 //! per shared link; past that, calls take the shared link (a server with a
@@ -96,6 +101,8 @@ async fn spinning<F: Future>(fut: F, budget: Duration) -> F::Output {
         if Instant::now() >= until {
             return fut.await;
         }
+        // A thread the reply would wake may be waiting for this core.
+        std::thread::yield_now();
         tokio::task::yield_now().await;
     }
 }
