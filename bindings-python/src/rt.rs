@@ -58,8 +58,7 @@ where
         return Ok(v);
     }
     loop {
-        let got = py
-            .detach(|| rt.block_on(async { tokio::time::timeout(SLICE, fut.as_mut()).await.ok() }));
+        let got = py.detach(|| headway_core::runtime::wait_here(rt, fut.as_mut(), SLICE));
         if let Some(v) = got {
             return Ok(v);
         }

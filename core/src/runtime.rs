@@ -123,6 +123,60 @@ pub fn poll_first<F: Future + ?Sized>(
     }
 }
 
+/// Waits up to `slice` for `fut`, on a calling thread that blocks anyway
+/// and has let its runtime go (Python: the GIL is released around this):
+/// the future is polled here, inside the shared runtime's context, and the
+/// thread sleeps between polls until a wake-up or the slice's end (`None`:
+/// not ready yet; the caller checks its signals and comes back).
+///
+/// Why not the runtime's `block_on`: it polls the same way, but without
+/// this thread's own Redis link (`broker/link/here.rs`), so a round trip
+/// the future makes after its first poll went through a runtime thread,
+/// which then woke this one. Waiting for a result makes one: the look
+/// (GET) made again once the subscribe took. Made here, that round trip
+/// wakes one thread instead of three: `delay(i).get()` with the worker
+/// in the same process, six back-to-back pairs of 2 000 round trips, p50
+/// median 0.548 → 0.491 ms, p90 0.68 → 0.62 ms. On a thread inside a
+/// runtime the round trips take the shared link.
+pub fn wait_here<F: Future + ?Sized>(
+    rt: &Runtime,
+    mut fut: Pin<&mut F>,
+    slice: Duration,
+) -> Option<F::Output> {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+        fn wake_by_ref(self: &std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    fn direct(f: &mut dyn FnMut()) {
+        f()
+    }
+    let here = tokio::runtime::Handle::try_current().is_err();
+    let waker = Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let until = Instant::now() + slice;
+    let _entered = rt.enter();
+    loop {
+        let polled = if here {
+            crate::broker::link::here(direct, || fut.as_mut().poll(&mut cx))
+        } else {
+            fut.as_mut().poll(&mut cx)
+        };
+        if let Poll::Ready(v) = polled {
+            return Some(v);
+        }
+        let now = Instant::now();
+        if now >= until {
+            return None;
+        }
+        std::thread::park_timeout(until - now);
+    }
+}
+
 /// Whether a runtime thread that ran out of work should look for more a
 /// little longer before it sleeps, learned from how soon work came back
 /// after its recent sleeps (sans-I/O: the thread measures, this decides).

@@ -230,6 +230,49 @@ fn a_blocking_caller_makes_its_round_trip_on_its_own_thread() {
     assert_eq!(l.locals(), 0);
 }
 
+/// A patient `SET` that first waits 5 ms (so its first poll is `Pending`
+/// and its round trip comes later), on a thread of its own: whether that
+/// round trip was made over the thread's own connection.
+fn later_round_trip(l: &Arc<Link>, v: &'static str, wait_here: bool) -> bool {
+    let l = l.clone();
+    std::thread::spawn(move || {
+        let rt = headway_core::runtime::runtime().unwrap();
+        let mut fut = Box::pin(async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            set(&l, true, v).await
+        });
+        let first = headway_core::runtime::poll_first(rt, fut.as_mut(), Some(counting));
+        assert!(
+            first.is_pending(),
+            "the sleep is not over at the first poll"
+        );
+        if wait_here {
+            let got = headway_core::runtime::wait_here(rt, fut.as_mut(), Duration::from_secs(5));
+            assert!(matches!(got, Some(Ok(()))));
+        } else {
+            rt.block_on(fut).unwrap();
+        }
+        l.locals() == 1
+    })
+    .join()
+    .unwrap()
+}
+
+#[test]
+fn a_blocking_callers_round_trips_after_its_first_poll_are_made_on_its_thread_too() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let l = Arc::new(link(&s.url(), Duration::from_secs(5)));
+    // The control: the runtime's `block_on` finishes it on the shared link.
+    assert!(!later_round_trip(&l, "shared", false));
+    assert_eq!(s.cli(&["GET", "k"]), "shared");
+    // `wait_here`: over the waiting thread's own connection.
+    assert!(later_round_trip(&l, "here", true));
+    assert_eq!(s.cli(&["GET", "k"]), "here");
+    assert_eq!(l.locals(), 0, "the thread's connection ended with it");
+}
+
 fn first_poll_inside(l: &Arc<Link>) -> std::task::Poll<Result<(), headway_core::task::Refused>> {
     let rt = headway_core::runtime::runtime().unwrap();
     let mut fut = Box::pin(set(l, true, "inside"));
