@@ -30,12 +30,14 @@
 //! Crowds: while [`CROWD`] threads are already in a round trip of their
 //! own to the same place, a call takes the shared link instead, where
 //! concurrent calls share one pipeline (one socket read and one write for
-//! Redis however many calls it carries). Sixteen Python threads sending at
-//! once, each on a connection of its own, sent 17.8-19.4k/s on the 2-core
-//! machine where the shared link alone had sent 20.8-22.4k/s; with the
-//! crowd rule they send 20.1-22.0k/s (the shared link alone, in the same
-//! runs: 20.8-23.7k/s), and one thread alone keeps its one-wake-up round
-//! trip (12.3-13.4k/s against 8.3-8.8k/s on the shared link).
+//! Redis however many calls it carries). Before the look below, sixteen
+//! Python threads each on a connection of their own sent 17.8-19.4k/s on
+//! the 2-core machine where the shared link alone sent 20.8-22.4k/s, and
+//! a crowd of two kept both (20.1-22.0k/s for sixteen, 12.3-13.4k/s for
+//! one thread alone against 8.3-8.8k/s on the shared link). With the look,
+//! five runs of sixteen threads each way: a crowd of two 35-51k/s (median
+//! 49.5k), of four 46-61k/s (median 51.9k), of six 41-44k/s; four threads
+//! 30-37k against 31-39k/s. Four it is: a little ahead, inside the noise.
 //!
 //! Spinning: a thread that sleeps on its socket is woken by the reply,
 //! and on the 2-vCPU VMs the benchmarks run on that wake-up is most of a
@@ -45,7 +47,7 @@
 //! core up at each look (`sched_yield`): the reply's other half — Redis,
 //! or a worker in the same process — may be waiting for that core. A
 //! one-thread `delay()` loop, per call (p50): 99-122 µs sleeping, 42-72 µs
-//! looking; sixteen threads (two here, the rest on the shared link) sent
+//! looking; sixteen threads (a crowd of two here, the rest on the shared link) sent
 //! 26-37k/s and then 48k/s in two back-to-back pairs. Looking without
 //! giving the core up cost the send → result round trip with the worker in
 //! the same process (p50 0.57-0.63 → 0.69-0.73 ms); with the yield it is
@@ -83,7 +85,7 @@ pub const MAX_LOCAL: usize = 64;
 
 /// How many threads may be in a round trip of their own to one place at
 /// once before the next call takes the shared link.
-pub const CROWD: usize = 2;
+pub const CROWD: usize = 4;
 
 /// How long a round trip made here looks for its reply before the thread
 /// sleeps on its socket (see the module's doc, "Spinning").
