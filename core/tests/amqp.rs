@@ -153,15 +153,7 @@ async fn the_prefetch_bounds_what_a_consumer_holds_and_a_lost_consumer_gives_it_
         .unwrap();
     assert!(!got.is_empty() && got.len() <= 2, "{}", got.len());
     // basic.qos: RabbitMQ hands this consumer no more than 2 unacked.
-    until("two unacked, four ready", || {
-        vh.list(
-            "queues",
-            &["name", "messages_ready", "messages_unacknowledged"],
-        )
-        .iter()
-        .any(|r| r[0] == "celery" && r[1] == "4" && r[2] == "2")
-    })
-    .await;
+    counts(&vh, 4, 2).await;
     // Not acked, and the connection closes: RabbitMQ requeues them, and the
     // next consumer sees them marked redelivered (positive control: the
     // never-delivered ones are not).
