@@ -441,7 +441,7 @@ def test_bad_arguments() -> None:
         Pooled(3)  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="`close` must be callable"):
         Pooled(Conn, "x")  # type: ignore[call-overload]
-    with pytest.raises(ValueError, match="`timeout` must not be negative"):
+    with pytest.raises(ValueError, match="invalid `timeout`: must not be negative"):
         Pooled(Conn, timeout=-1)
     with pytest.raises(TypeError, match="`evict_every` must be seconds"):
         Pooled(Conn, evict_every="1m")  # type: ignore[call-overload]

@@ -8,7 +8,6 @@
 
 use headway_core::flow::{self, Step, Unit};
 use pyo3::IntoPyObjectExt;
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
@@ -62,8 +61,7 @@ impl PyAcquires {
                 span("timeout", timeout)?,
                 span("evict_every", evict_every)?,
             )
-            // The driver's arguments read "`timeout` must not be negative".
-            .map_err(|e| PyValueError::new_err(format!("`{}` {}", e.arg, e.why)))?;
+            .map_err(crate::invalid)?;
             Ok(PyAcquires { inner })
         })
     }
