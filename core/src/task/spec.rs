@@ -135,6 +135,14 @@ pub trait Broker: Send + Sync + 'static {
         Err(round)
     }
 
+    /// Whether every call completes without I/O and cannot be lost in
+    /// flight (the memory broker): a worker then writes through it as each
+    /// run ends rather than gathering its writes into rounds, which exist
+    /// to save round trips this broker does not make.
+    fn local(&self) -> bool {
+        false
+    }
+
     /// Settles claims for good.
     fn ack(&self, receipts: Vec<Receipt>) -> BoxFuture<'_, Result<(), Refused>>;
 

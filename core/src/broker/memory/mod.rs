@@ -187,6 +187,10 @@ impl MemoryBroker {
 }
 
 impl Broker for MemoryBroker {
+    fn local(&self) -> bool {
+        true
+    }
+
     fn task_limits(&self) -> Option<Arc<dyn crate::task::limits::TaskLimits>> {
         Some(self.shared.limits.clone())
     }

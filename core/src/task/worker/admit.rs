@@ -97,6 +97,13 @@ impl Drop for Held {
     }
 }
 
+/// Whether `m` has shared limits to check: a concurrency key or a global
+/// rate. Asked before [`admit`], whose future (its waits, its put-off) is
+/// not worth making for the runs that have none.
+pub(super) fn limited(m: &Message, policy: &Policy) -> bool {
+    policy.rate_scope == RateScope::Global || m.concurrency_key().is_some()
+}
+
 /// Checks `m`'s shared limits holding `permit`; see the module docs.
 /// `waited` is set when it gave its slot back to wait.
 #[allow(clippy::too_many_arguments)]
@@ -110,11 +117,11 @@ pub(super) async fn admit<'a>(
     waited: &mut bool,
 ) -> Result<Admitted<'a>, Refused> {
     let app = &s.app;
-    let global = policy.rate_scope == RateScope::Global;
-    let key = m.concurrency_key();
-    if !global && key.is_none() {
+    if !limited(m, policy) {
         return Ok(Admitted::Run(permit, None));
     }
+    let global = policy.rate_scope == RateScope::Global;
+    let key = m.concurrency_key();
     let Some(l) = app.broker().task_limits() else {
         // Refused at send and at the worker's start; a message from another
         // sender on a broker that keeps no limits runs unlimited.

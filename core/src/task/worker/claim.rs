@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::run::process;
-use super::writer::{Writer, write_loop};
+use super::writer::{Writer, direct, write_loop};
 use super::{Worker, stop, warn};
 use crate::flow::{Backoff, Jitter, MILLI};
 use crate::task::runners::{self, Gate};
@@ -48,6 +48,7 @@ impl Worker {
             takes: takes_tx,
             cancel: s.cancel.subscribe(),
             name: s.name.clone().into(),
+            direct: direct(&s.app),
         };
         let writes = tokio::spawn(write_loop(s.app.clone(), writes_rx, takes_rx));
         let reconnect = Backoff::new(100 * MILLI, 2.0, 10_000 * MILLI, i32::MAX, Jitter::Full)
@@ -203,7 +204,9 @@ impl Worker {
                 let tx = writer.clone();
                 s.claimed.fetch_add(1, Ordering::Relaxed);
                 let entered = shared.enter(&c.delivery);
-                set.spawn(async move { process(shared, tx, c.delivery, rev, entered).await });
+                set.spawn(
+                    async move { process(shared, tx, Box::new(c.delivery), rev, entered).await },
+                );
             }
         }
         stop::wind_down(s, &mut set).await;

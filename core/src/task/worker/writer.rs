@@ -10,12 +10,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use super::stop::wait_true;
 use super::warn;
 use crate::task::app::App;
+use crate::task::clock::BoxFuture;
 use crate::task::spec::{Receipt, Round, RunEvent};
 use crate::task::state::{BrokerErrorKind, Outcome, Refused};
 
@@ -54,6 +56,18 @@ pub(super) struct Writer {
     /// Set when the grace is over: a write still failing then gives up.
     pub(super) cancel: watch::Receiver<bool>,
     pub(super) name: Arc<str>,
+    /// The app, when its broker is [`local`](crate::task::spec::Broker::local)
+    /// and also its result store and event log: writes then go straight to
+    /// it, with no job, channel, answer or round between (a Rust no-op drain
+    /// on the memory broker: each run's write otherwise woke the writer and
+    /// was woken by its answer).
+    pub(super) direct: Option<App>,
+}
+
+/// The app to write through directly, when its broker allows it (see
+/// [`Writer::direct`]).
+pub(super) fn direct(app: &App) -> Option<App> {
+    (app.broker().local() && fused(app)).then(|| app.clone())
 }
 
 impl Writer {
@@ -75,15 +89,28 @@ impl Writer {
     /// backing off, until it lands or the worker's grace is over: the run
     /// has finished, and giving its message back instead would run it
     /// twice.
-    pub(super) async fn write(
+    pub(super) fn write(
+        &self,
+        outcomes: Vec<Outcome>,
+        event: Option<RunEvent>,
+        ack: Option<Receipt>,
+    ) -> BoxFuture<'_, Result<(), Refused>> {
+        if outcomes.is_empty() && event.is_none() && ack.is_none() {
+            return Box::pin(async { Ok(()) });
+        }
+        match &self.direct {
+            Some(app) => Box::pin(write_direct(app, outcomes, event, ack)),
+            None => Box::pin(self.write_queued(outcomes, event, ack)),
+        }
+    }
+
+    /// [`Writer::write`] through the writer's rounds.
+    async fn write_queued(
         &self,
         outcomes: Vec<Outcome>,
         event: Option<RunEvent>,
         ack: Option<Receipt>,
     ) -> Result<(), Refused> {
-        if outcomes.is_empty() && event.is_none() && ack.is_none() {
-            return Ok(());
-        }
         let mut cancel = self.cancel.clone();
         let mut failures = 0u32;
         loop {
@@ -129,6 +156,21 @@ impl Writer {
     /// receiver.
     pub(super) fn ack_soon(&self, ack: Receipt) -> AckSent {
         let (done, rx) = oneshot::channel();
+        if let Some(app) = &self.direct {
+            let _ = done.send(
+                app.broker()
+                    .ack(vec![ack])
+                    .now_or_never()
+                    .unwrap_or_else(|| {
+                        Err(Refused::broker(
+                            BrokerErrorKind::Closed,
+                            "a local broker's ack did not complete at once",
+                        ))
+                    })
+                    .map(|_| false),
+            );
+            return rx;
+        }
         let job = Job {
             outcomes: Vec::new(),
             event: None,
@@ -148,6 +190,15 @@ impl Writer {
         ack: Option<Receipt>,
         ask: Option<String>,
     ) -> Result<bool, Refused> {
+        if let Some(app) = &self.direct {
+            if let Some(a) = ack {
+                app.broker().ack(vec![a]).await?;
+            }
+            return match ask {
+                Some(id) => Ok(app.broker().revoked(&[id]).await?.first() == Some(&true)),
+                None => Ok(false),
+            };
+        }
         let (done, rx) = oneshot::channel();
         let job = Job {
             outcomes: Vec::new(),
@@ -157,6 +208,24 @@ impl Writer {
             done,
         };
         Self::send(&self.takes, job, rx).await
+    }
+}
+
+/// [`Writer::write`] straight to a local broker: in the order a round keeps,
+/// the result, then the ack.
+async fn write_direct(
+    app: &App,
+    outcomes: Vec<Outcome>,
+    event: Option<RunEvent>,
+    ack: Option<Receipt>,
+) -> Result<(), Refused> {
+    app.store(outcomes).await?;
+    if let (Some(ev), Some(i)) = (event, app.inspector()) {
+        let _ = i.record(vec![ev]).await;
+    }
+    match ack {
+        Some(a) => app.broker().ack(vec![a]).await,
+        None => Ok(()),
     }
 }
 
