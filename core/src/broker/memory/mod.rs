@@ -46,7 +46,7 @@ use tokio::sync::Notify;
 use crate::task::clock::{BoxFuture, Clock};
 use crate::task::dead::{MAX_DELIVERIES, MAX_MESSAGE_BYTES};
 use crate::task::message::Message;
-use crate::task::spec::{Broker, Delivery, Receipt};
+use crate::task::spec::{Broker, Claimed, Delivery, Receipt};
 use crate::task::state::Refused;
 
 use state::{Entry, Inner, Payload, Queue, Shared};
@@ -338,6 +338,37 @@ impl Broker for MemoryBroker {
 
     fn on_control(&self, answer: crate::task::spec::OnControl) {
         self.shared.answerers.add(answer);
+    }
+
+    /// A claim with its revoked checks made under the same lock, so the
+    /// worker neither copies the ids nor asks again.
+    fn claim<'a>(
+        &'a self,
+        queues: &'a [String],
+        max: usize,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Vec<Claimed>, Refused>> {
+        Box::pin(async move {
+            let got = self.consume(queues, max, wait).await?;
+            if got.is_empty() {
+                return Ok(Vec::new());
+            }
+            let now = self.now();
+            let g = self.lock();
+            Ok(got
+                .into_iter()
+                .map(|delivery| {
+                    let revoked = g
+                        .revoked
+                        .get(&delivery.message.id)
+                        .is_some_and(|&until| until > now);
+                    Claimed {
+                        delivery,
+                        revoked: Some(revoked),
+                    }
+                })
+                .collect())
+        })
     }
 
     fn revoked<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Vec<bool>, Refused>> {
