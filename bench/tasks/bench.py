@@ -16,18 +16,9 @@ stretch and keeps taking calls, and the async pump hands the loop up to 256
 calls per ``call_soon_threadsafe``. The per-thread CPU split (``tokio`` vs
 ``python``) shows where the time goes.
 
-Measured on the 2-core development machine (other jobs running, so ±30%),
-N = 100 000, concurrency 64, prefetch 1024, best of a few runs:
-
-    sync  no-op: publish ~400 k/s (delay), run ~85-115 k/s, send→settled ~70-87 k/s
-    async no-op: publish ~400 k/s (delay), run ~60-87 k/s,  send→settled ~70-78 k/s
-    Rust no-op body (`cargo bench -p headway-core --bench tasks`), same
-    machine, same minutes: send→settled ~230-330 k/s
-
-In the run phase the core's tokio threads spend ~11-14 µs of CPU per message
-(a host body suspends and is woken, where a Rust no-op completes inline);
-Python spends ~1 µs per sync call and ~8 µs per async call (an asyncio Task
-each).
+Measured before and after the run path's allocations were cut (concurrency
+64, prefetch 1024, alternating builds on a 2-core VM):
+``bench/tasks/runs/memory-cbfbaa3.md``, and bench/README.md for what changed.
 """
 
 from __future__ import annotations
