@@ -357,15 +357,9 @@ impl Broker for MemoryBroker {
             let g = self.lock();
             Ok(got
                 .into_iter()
-                .map(|delivery| {
-                    let revoked = g
-                        .revoked
-                        .get(&delivery.message.id)
-                        .is_some_and(|&until| until > now);
-                    Claimed {
-                        delivery,
-                        revoked: Some(revoked),
-                    }
+                .map(|delivery| Claimed {
+                    revoked: Some(g.is_revoked(&delivery.message.id, now)),
+                    delivery,
                 })
                 .collect())
         })
@@ -374,10 +368,7 @@ impl Broker for MemoryBroker {
     fn revoked<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Vec<bool>, Refused>> {
         let now = self.now();
         let g = self.lock();
-        let out = ids
-            .iter()
-            .map(|id| g.revoked.get(id).is_some_and(|&until| until > now))
-            .collect();
+        let out = ids.iter().map(|id| g.is_revoked(id, now)).collect();
         Box::pin(async move { Ok(out) })
     }
 

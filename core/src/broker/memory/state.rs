@@ -123,6 +123,11 @@ pub(super) struct Inner {
 }
 
 impl Inner {
+    /// Whether run `id` is revoked at `now` (its revoke not yet expired).
+    pub(super) fn is_revoked(&self, id: &str, now: i64) -> bool {
+        self.revoked.get(id).is_some_and(|&until| until > now)
+    }
+
     pub(super) fn queue(&mut self, name: &str) -> &mut Queue {
         if !self.queues.contains_key(name) {
             self.queues.insert(name.to_string(), Queue::default());
