@@ -2,8 +2,8 @@
 'use strict';
 // The `headway` command line for Node (`npx headway ...`).
 //
-//     headway worker ./app.js [-c 4] [-Q a,b] [--prefetch N] [--prefetch-multiplier M] [--grace ms]
-//                   [--pool process] [--max-tasks-per-child K]
+//     headway worker ./app.js [-c 4] [-Q a,b] [--prefetch N] [--prefetch-multiplier M] [--grace S]
+//                   [-P/--pool process] [--max-tasks-per-child K]
 //                   [--max-memory-per-child KIB] [--time-limit S]
 //                   [--soft-time-limit S] [--metrics-port P [--metrics-host H]] [-E]
 //     headway beat ./app.js
@@ -24,9 +24,10 @@
 // gracefully — no more claims, runs in progress get the grace (10 s), what it
 // held is given back — and the process exits once it has; a second signal
 // exits at once. `--pool process` runs the bodies in N child processes, each
-// importing the same module. Time limits are in seconds, as Celery's
-// `--time-limit` and `--soft-time-limit` are. Mirrors Python's `headway
-// worker -A module:app` and its output. `--loglevel` (Celery's names:
+// importing the same module. Times (`--grace`, the time limits, `--timeout`)
+// are in seconds, as Celery's `--time-limit` is. The words are read by the
+// core's parser, Python's CLI's too (`headway worker -A ./app.js` works as
+// well); the output is the same as Python's. `--loglevel` (Celery's names:
 // debug, info, warning, error, critical) and `--log-format` (`text`:
 // `[<UTC time> <LEVEL> <logger>] <message>`; `json`: one object a line with
 // ts, level, logger, message, worker, task_name, task_id) set the core's
@@ -34,81 +35,25 @@
 
 const path = require('node:path');
 
-const USAGE = `usage: headway worker <app.js> [-c N] [-Q a,b] [--prefetch N] [--prefetch-multiplier M] [--grace ms]
-                      [--pool threads|process] [--max-tasks-per-child K]
-                      [--max-memory-per-child KIB] [--time-limit S] [--soft-time-limit S]
-                      [--metrics-port P [--metrics-host 127.0.0.1]] [-E/--task-events]
-       headway beat <app.js>
-       headway inspect <app.js> <what> [--json] [--timeout S] [-d NODE,...]
-       headway control <app.js> <what> [args...] [--json] [--timeout S] [-d NODE,...]
-       any: [-l/--loglevel warning] [--log-format text|json]`;
-
 function fail(message) {
   process.stderr.write(`headway: ${message}\n`);
   process.exit(2);
 }
 
+// The words are read by the core's parser (Python's CLI's too): flags,
+// units, defaults and the errors naming a bad value are the same in both.
 function parse(argv) {
-  const [command, file, ...rest] = argv;
-  if (command === '-h' || command === '--help') {
-    process.stdout.write(`${USAGE}\n`);
+  let parsed;
+  try {
+    parsed = JSON.parse(require('./addon.js')._cliParse(argv));
+  } catch (e) {
+    fail(e.message);
+  }
+  if (parsed.kind === 'help') {
+    process.stdout.write(`${parsed.text}\n`);
     process.exit(0);
   }
-  if (!['worker', 'beat', 'inspect', 'control'].includes(command)) fail(`unknown command ${JSON.stringify(command ?? '')}\n${USAGE}`);
-  if (!file || file.startsWith('-')) fail(`${command}: the app module is missing\n${USAGE}`);
-  const o = { command, file, concurrency: undefined, queues: undefined, prefetch: undefined, grace: undefined, loglevel: 'warning', logFormat: 'text' };
-  const worker = {};
-  const remote = command === 'inspect' || command === 'control';
-  if (remote) {
-    if (rest.length === 0 || rest[0].startsWith('-')) fail(`${command}: what to ${command} is missing\n${USAGE}`);
-    o.what = rest.shift();
-    o.words = [];
-  }
-  for (let i = 0; i < rest.length; i++) {
-    const flag = rest[i];
-    const value = rest[i + 1];
-    const need = () => {
-      if (value === undefined) fail(`${flag} needs a value`);
-      i++;
-      return value;
-    };
-    // Seconds on the command line (Celery's unit), ms for the worker.
-    const seconds = (v) => {
-      const n = Number(v);
-      if (v.trim() === '' || !Number.isFinite(n)) fail(`${flag} must be a number of seconds, not ${JSON.stringify(v)}`);
-      return Math.round(n * 1000);
-    };
-    const int = (v) => {
-      const n = Number(v);
-      if (!Number.isInteger(n) || n < 0) fail(`${flag} must be a whole number, not ${JSON.stringify(v)}`);
-      return n;
-    };
-    if (flag === '-l' || flag === '--loglevel') o.loglevel = need();
-    else if (flag === '--log-format') o.logFormat = need();
-    else if (command === 'worker' && (flag === '-c' || flag === '--concurrency')) o.concurrency = int(need());
-    else if (command === 'worker' && (flag === '-Q' || flag === '--queues')) o.queues = need();
-    else if (command === 'worker' && flag === '--prefetch') o.prefetch = int(need());
-    else if (command === 'worker' && flag === '--grace') o.grace = int(need());
-    else if (command === 'worker' && flag === '--pool') worker.pool = need();
-    else if (command === 'worker' && flag === '--max-tasks-per-child') worker.maxTasksPerChild = int(need());
-    else if (command === 'worker' && flag === '--prefetch-multiplier') worker.prefetchMultiplier = int(need());
-    else if (command === 'worker' && flag === '--max-memory-per-child') worker.maxMemoryPerChild = int(need());
-    else if (command === 'worker' && flag === '--time-limit') worker.timeLimit = seconds(need());
-    else if (command === 'worker' && flag === '--soft-time-limit') worker.softTimeLimit = seconds(need());
-    else if (command === 'worker' && flag === '--metrics-port') o.metricsPort = int(need());
-    else if (command === 'worker' && (flag === '-E' || flag === '--task-events')) o.taskEvents = true;
-    else if (command === 'worker' && flag === '--metrics-host') o.metricsHost = need();
-    else if (remote && flag === '--json') o.json = true;
-    else if (remote && (flag === '-t' || flag === '--timeout')) {
-      const v = need();
-      o.timeout = Number(v);
-      if (v.trim() === '' || !Number.isFinite(o.timeout)) fail(`${flag} must be a number of seconds, not ${JSON.stringify(v)}`);
-    } else if (remote && (flag === '-d' || flag === '--destination')) o.destination = need().split(',').filter((d) => d);
-    else if (remote && !flag.startsWith('-')) o.words.push(flag);
-    else fail(`unknown option ${flag}\n${USAGE}`);
-  }
-  o.worker = worker;
-  return o;
+  return parsed;
 }
 
 async function load(file, App) {
@@ -133,33 +78,43 @@ function onSignals(stop) {
 }
 
 async function worker(o, App) {
-  const app = await load(o.file, App);
-  const options = {};
-  if (o.concurrency !== undefined) options.concurrency = o.concurrency;
-  if (o.queues !== undefined) options.queues = o.queues;
-  if (o.prefetch !== undefined) options.prefetch = o.prefetch;
-  Object.assign(options, o.worker);
+  const app = await load(o.app, App);
+  // What the command line gave; the rest is the worker's default. Times
+  // arrive in seconds; the worker takes ms.
+  const ms = (s) => (s === null ? undefined : Math.round(s * 1000));
+  const options = {
+    concurrency: o.concurrency ?? undefined,
+    queues: o.queues ?? undefined,
+    prefetch: o.prefetch ?? undefined,
+    prefetchMultiplier: o.prefetch_multiplier ?? undefined,
+    pool: o.pool ?? undefined,
+    maxTasksPerChild: o.max_tasks_per_child ?? undefined,
+    maxMemoryPerChild: o.max_memory_per_child ?? undefined,
+    timeLimit: ms(o.time_limit),
+    softTimeLimit: ms(o.soft_time_limit),
+  };
+  for (const k of Object.keys(options)) if (options[k] === undefined) delete options[k];
   // The children import the module this command was given (the main
   // script here is this CLI).
-  if (options.pool !== undefined) options.module = path.resolve(process.cwd(), o.file);
+  if (options.pool !== undefined) options.module = path.resolve(process.cwd(), o.app);
   let w;
   try {
     w = app.worker(options);
   } catch (e) {
     fail(e.message);
   }
-  if (o.taskEvents) {
+  if (o.task_events) {
     try {
       require('./lib/tasks.js')._enableTaskEvents(app);
     } catch (e) {
       fail(e.message);
     }
   }
-  if (o.metricsPort !== undefined) {
-    const host = o.metricsHost ?? '127.0.0.1';
+  if (o.metrics_port !== null) {
+    const host = o.metrics_host;
     let port;
     try {
-      port = require('./lib/tasks.js')._serveMetrics(app, host, o.metricsPort);
+      port = require('./lib/tasks.js')._serveMetrics(app, host, o.metrics_port);
     } catch (e) {
       fail(e.message);
     }
@@ -167,10 +122,10 @@ async function worker(o, App) {
   }
   const running = w.run();
   onSignals(() => {
-    w.stop(o.grace === undefined ? undefined : { grace: o.grace });
+    w.stop(o.grace === null ? undefined : { grace: ms(o.grace) });
   });
   console.log(
-    `headway worker ${w.name}: app ${o.file}, queues ${w.queues.join(',')}, ` +
+    `headway worker ${w.name}: app ${o.app}, queues ${w.queues.join(',')}, ` +
       `concurrency ${w.concurrency}, prefetch ${w.prefetch}, pool ${w.pool}`,
   );
   console.log(`tasks: ${app.taskNames().join(', ') || '(none)'}`);
@@ -180,14 +135,14 @@ async function worker(o, App) {
 }
 
 async function beat(o, App) {
-  const app = await load(o.file, App);
+  const app = await load(o.app, App);
   const b = app.beat();
   const pending = b.pending();
   const running = b.run();
   onSignals(() => {
     b.stop();
   });
-  console.log(`headway beat: app ${o.file}, ${pending.length} entries`);
+  console.log(`headway beat: app ${o.app}, ${pending.length} entries`);
   for (const [name, when] of pending) console.log(`  ${name}: next at ${when.toISOString()}`);
   console.log('ready');
   await running;
@@ -195,15 +150,15 @@ async function beat(o, App) {
 }
 
 async function remote(o, App) {
-  const app = await load(o.file, App);
+  const app = await load(o.app, App);
   let r;
   try {
     r = await require('./lib/tasks.js')._remote(app, {
       kind: o.command,
       what: o.what,
       words: o.words,
-      timeout: o.timeout,
-      destination: o.destination && o.destination.length ? o.destination : undefined,
+      timeout: o.timeout ?? undefined,
+      destination: o.destination ?? undefined,
       json: Boolean(o.json),
     });
   } catch (e) {
@@ -218,7 +173,7 @@ async function main() {
   const o = parse(process.argv.slice(2));
   const { App } = require('./index.js');
   try {
-    require('./lib/logs.js').configure(o.loglevel, o.logFormat);
+    require('./lib/logs.js').configure(o.loglevel, o.log_format);
   } catch (e) {
     fail(e.message);
   }

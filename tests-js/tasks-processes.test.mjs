@@ -131,6 +131,25 @@ test('the CLI worker on a tiny app: header, ready, SIGTERM stops it gracefully',
   }
 });
 
+test("the CLI reads Python's forms too: -A, -P and --grace in seconds", async () => {
+  // --grace was milliseconds here and seconds in Python's CLI; both now read
+  // the core's parser, so 0.5 is half a second (a whole number of ms was
+  // all this CLI took before).
+  const child = new Child([CLI, 'worker', '-A', 'tests-js/fixtures/tiny-app.mjs', '-P', 'threads', '--grace', '0.5', '-c1']);
+  try {
+    const lines = await child.until('ready');
+    assert.match(lines[0], /^headway worker worker-\w+: app tests-js\/fixtures\/tiny-app.mjs, queues default, concurrency 1, prefetch 4, pool threads$/);
+    child.proc.kill('SIGTERM');
+    const { code, err } = await child.finish(5000);
+    assert.equal(code, 0, err);
+  } finally {
+    child.kill();
+  }
+  const r = spawnSync(process.execPath, [CLI, 'worker', 'tests-js/fixtures/tiny-app.mjs', '--grace', 'soon'], { cwd: ROOT, encoding: 'utf8', timeout: LIMIT });
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /^headway: worker: --grace must be a number of seconds, not "soon"\nusage: headway worker <app.js>/);
+});
+
 test('the package bin (what `npx headway` runs) is the CLI and is executable', () => {
   // npm does not link a package's own bin into its own node_modules/.bin, so
   // in this checkout `npx headway` would go to the registry; what a consumer's

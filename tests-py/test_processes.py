@@ -338,6 +338,35 @@ def test_cli_worker_on_a_tiny_app(tmp_path: Path) -> None:
     assert out.splitlines()[-1].endswith("stopped after settling 0")
 
 
+def test_cli_reads_the_node_forms_too_and_names_a_bad_value(tmp_path: Path) -> None:
+    """The words are read by the core's parser, the Node CLI's too: the app
+    as the first word, ``-c1``, ``--grace`` in seconds; a bad value is named
+    the same way in both, with the command's usage after it."""
+    write(tmp_path, "tinyapp.py", TINY)
+    child = Child(_cli("worker", "tinyapp", "-c1", "--grace=0.5"), cwd=tmp_path)
+    try:
+        lines = child.until("ready")
+        assert "app tinyapp, queues default, concurrency 1, prefetch 4" in lines[0]
+        child.proc.send_signal(signal.SIGTERM)
+        code, _, err = child.finish(limit=5)
+    finally:
+        child.kill()
+    assert code == 0, err
+    for args, said in (
+        (("-c", "many"), '-c must be a whole number, not "many"'),
+        (("--time-limit", "-1"), '--time-limit must be a number of seconds, not "-1"'),
+        (("--nope",), 'unknown option "--nope"'),
+    ):
+        out = subprocess.run(
+            _cli("worker", "-A", "tinyapp", *args), cwd=tmp_path, capture_output=True, text=True, timeout=LIMIT
+        )
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.startswith(f"headway: worker: {said}\nusage: headway worker -A module:app"), out.stderr
+    help_ = subprocess.run(_cli("--help"), cwd=tmp_path, capture_output=True, text=True, timeout=LIMIT)
+    assert help_.returncode == 0
+    assert "headway admin -A module:app" in help_.stdout and "headway demo" in help_.stdout
+
+
 def test_cli_refuses_a_bad_app(tmp_path: Path) -> None:
     write(tmp_path, "notapp.py", "app = 42\n")
     out = subprocess.run(

@@ -20,6 +20,7 @@
 
 mod acquires;
 mod admin;
+mod cli;
 mod flow;
 mod logs;
 mod raw;

@@ -70,6 +70,7 @@ __all__ = [
     "Wait",
     "Ward",
     "Window",
+    "cli_parse",
     "current",
     "log_flush",
     "log_format",
@@ -759,6 +760,12 @@ def log_line(
 
 def log_format(format: str) -> str:
     """``text`` or ``json``, checked (``ValueError`` otherwise)."""
+
+def cli_parse(argv: list[str]) -> str:
+    """The words after ``headway``, read by the core's parser (the Node
+    CLI's too): ``{"kind": "help", "text": ...}`` or ``{"kind": "run",
+    "command": ..., ...}`` as JSON; ``ValueError`` naming what was wrong,
+    the usage after it."""
 
 # ------------------------------------------------------------------ hidden
 

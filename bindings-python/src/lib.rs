@@ -28,6 +28,7 @@ mod admin;
 mod app;
 mod backoff;
 mod brokers;
+mod cli;
 mod convert;
 mod dead;
 mod host;
@@ -159,5 +160,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     sched::register(m)?;
     admin::register(m)?;
     logs::register(m)?;
+    cli::register(m)?;
     Ok(())
 }

@@ -12,6 +12,7 @@ pub mod ask;
 pub mod beat;
 pub mod body;
 pub mod canvas;
+pub mod cli;
 pub mod clock;
 pub mod control;
 pub mod crew;
