@@ -88,14 +88,14 @@ impl MemoryBroker {
                 let tag = g.seq;
                 g.unacked.insert(
                     tag,
-                    Held {
+                    Box::new(Held {
                         consumer: me.clone(),
                         queue: name.clone(),
                         step: s,
                         message: m.clone(),
                         raw,
                         lost: e.lost,
-                    },
+                    }),
                 );
                 out.push(Delivery {
                     receipt: Receipt {
@@ -135,7 +135,7 @@ impl MemoryBroker {
         if let Some(q) = g.queues.get_mut(&h.queue) {
             q.unacked = q.unacked.saturating_sub(1);
         }
-        Some(h)
+        Some(*h)
     }
 
     pub(super) fn recover_now(&self) -> usize {

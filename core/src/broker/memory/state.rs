@@ -106,8 +106,11 @@ pub(super) struct Held {
 #[derive(Default)]
 pub(super) struct Inner {
     pub(super) queues: HashMap<String, Queue>,
-    /// By tag, which grows with every claim: oldest claim first.
-    pub(super) unacked: BTreeMap<u64, Held>,
+    /// By tag, which grows with every claim: oldest claim first. Boxed:
+    /// a B-tree moves its values within a node at each insert and remove,
+    /// and a claim (its message whole) is hundreds of bytes — a Rust
+    /// no-op drain spent a tenth of its CPU in those moves.
+    pub(super) unacked: BTreeMap<u64, Box<Held>>,
     /// Consumers that have claimed; the (consumer, queue) leases they hold,
     /// one per queue as on Redis; those made to run out.
     pub(super) consumers: BTreeSet<Arc<str>>,
