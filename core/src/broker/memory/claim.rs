@@ -116,7 +116,7 @@ impl MemoryBroker {
             for m in early {
                 g.seq += 1;
                 let key = (m.eta.unwrap_or(now), g.seq);
-                g.queue(name).delayed.insert(key, m);
+                g.queue(name).delayed.insert(key, Box::new(m));
             }
             if out.len() >= max {
                 break;

@@ -63,8 +63,9 @@ pub(super) struct Dead {
 pub(super) struct Queue {
     pub(super) steps: [VecDeque<Entry>; STEPS],
     /// (eta, seq) → message, moved to its step by a claim of this queue
-    /// once due (as Redis's claim script does).
-    pub(super) delayed: BTreeMap<(i64, u64), Message>,
+    /// once due (as Redis's claim script does). Boxed, as the held
+    /// claims are (see [`Inner::unacked`]): etas land anywhere in the tree.
+    pub(super) delayed: BTreeMap<(i64, u64), Box<Message>>,
     pub(super) unacked: u64,
     /// Newest first, at most [`DEAD_KEPT`].
     pub(super) dead: VecDeque<Dead>,
@@ -143,7 +144,7 @@ impl Inner {
             Some(eta) if eta > now => {
                 self.seq += 1;
                 let seq = self.seq;
-                self.queue(&m.queue).delayed.insert((eta, seq), m);
+                self.queue(&m.queue).delayed.insert((eta, seq), Box::new(m));
             }
             _ => {
                 let s = step(&m);
@@ -161,7 +162,7 @@ impl Inner {
             if entry.key().0 > now {
                 break;
             }
-            let m = entry.remove();
+            let m = *entry.remove();
             q.steps[step(&m)].push_back(Entry::fresh(m));
         }
     }
