@@ -158,6 +158,12 @@ test('worker settings, and a worker runs once', async () => {
   assert.equal(app.worker({ concurrency: 3, prefetch: 5, prefetchMultiplier: 2 }).prefetch, 5);
   assert.throws(() => app.worker({ prefetchMultiplier: 0 }), { name: 'RangeError', message: /prefetchMultiplier.*Celery's 0, no limit/ });
   assert.deepEqual(app.worker().queues, ['default']);
+  // The core splits every name at commas (an array's too) and refuses a
+  // list that names no queue (a worker that would never claim).
+  assert.deepEqual(app.worker({ queues: ['a,b', ' c '] }).queues, ['a', 'b', 'c']);
+  for (const none of [[], ' , ', ['']]) {
+    assert.throws(() => app.worker({ queues: none }), { message: /`?queues`?: must name at least one queue/ });
+  }
   await w.stop(); // stopping one that never ran is harmless
   const w2 = app.worker();
   const running = w2.run();

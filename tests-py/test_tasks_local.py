@@ -248,6 +248,12 @@ def test_worker_properties() -> None:
     assert w.queues == ["a", "b"] and w.concurrency == 3 and w.prefetch == 12
     assert w.settled == 0 and w.name.startswith("worker-")
     assert app.worker(prefetch=1, concurrency=2).prefetch == 2
+    # The core splits every name at commas (a list's too) and refuses a
+    # list that names no queue (a worker that would never claim).
+    assert app.worker(queues=["a,b", " c "]).queues == ["a", "b", "c"]
+    for none in ([], " , ", [""]):
+        with pytest.raises(ValueError, match="invalid `queues`: must name at least one queue"):
+            app.worker(queues=none)
     w.stop()  # stopping one that never ran is harmless
 
 

@@ -446,7 +446,8 @@ class App {
     const o = opts('options', options);
     only('worker', o, WORKER_OPTIONS);
     let queues = null;
-    if (typeof o.queues === 'string') queues = o.queues.split(',').map((q) => q.trim()).filter((q) => q);
+    // The core splits each name at commas and refuses a list naming none.
+    if (typeof o.queues === 'string') queues = [o.queues];
     else if (Array.isArray(o.queues)) queues = o.queues.map((q, i) => str(`queues[${i}]`, q));
     else if (o.queues !== undefined && o.queues !== null) throw argType('queues', 'an array of names or an "a,b" string', o.queues);
     const spec = { queues };

@@ -940,7 +940,7 @@ class App:
     def worker(
         self,
         queues: Sequence[str] | str | None = None,
-        concurrency: int = 4,
+        concurrency: int | None = None,
         prefetch: int | None = None,
         *,
         pool: Literal["threads", "process", "prefork"] = "threads",
@@ -972,7 +972,7 @@ class App:
         ``max_memory_per_child`` KiB after a run. ``time_limit`` and
         ``soft_time_limit`` (seconds) apply to tasks that set none."""
         if isinstance(queues, str):
-            queues = [q.strip() for q in queues.split(",") if q.strip()]
+            queues = [queues]
         child = None
         if pool in ("process", "prefork"):
             child = (

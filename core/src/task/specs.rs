@@ -452,6 +452,8 @@ pub const GRACE: i64 = 10_000;
 /// [`WorkerConfig::default`]'s.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct WorkerSpec {
+    /// The queues to consume, each entry split at commas (Celery's `-Q
+    /// a,b`), trimmed, empty names dropped; at least one must be left.
     pub queues: Option<Vec<String>>,
     /// How many bodies run at once (a whole number, at least 1).
     pub concurrency: Option<f64>,
@@ -492,6 +494,9 @@ pub const POOL_NAMES: &str =
 /// A prefetch multiplier's range.
 pub const MULTIPLIER: &str =
     "must be a whole number, at least 1 (Celery's 0, no limit, is not supported)";
+/// Queues given, none named.
+pub const NO_QUEUES: &str = "must name at least one queue";
+
 /// A per-child limit without the process pool.
 pub const NEEDS_PROCESS: &str = "applies to the process pool only (pool=\"process\")";
 
@@ -569,8 +574,24 @@ impl WorkerSpec {
                 return Err(SpecError::new(host, arg, "must be positive"));
             }
         }
+        let queues = match self.queues {
+            None => d.queues,
+            Some(given) => {
+                let names: Vec<String> = given
+                    .iter()
+                    .flat_map(|q| q.split(','))
+                    .map(str::trim)
+                    .filter(|q| !q.is_empty())
+                    .map(String::from)
+                    .collect();
+                if names.is_empty() {
+                    return Err(SpecError::new(host, "queues", NO_QUEUES));
+                }
+                names
+            }
+        };
         Ok(WorkerConfig {
-            queues: self.queues.unwrap_or(d.queues),
+            queues,
             concurrency,
             prefetch,
             name: self.name.or(d.name),

@@ -433,3 +433,32 @@ fn task_limits_are_taken_and_checked_in_each_spelling() {
         }
     }
 }
+
+#[test]
+fn worker_queues_are_split_at_commas_and_must_name_one() {
+    let built = |q: Vec<&str>| {
+        WorkerSpec {
+            queues: Some(q.into_iter().map(String::from).collect()),
+            ..WorkerSpec::default()
+        }
+        .build(Host::Python)
+    };
+    assert_eq!(
+        built(vec![" a, b ", "c,,"]).unwrap().queues,
+        ["a", "b", "c"]
+    );
+    for none in [vec![], vec!["", " , "]] {
+        let e = built(none).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid `queues`: must name at least one queue"
+        );
+    }
+    let e = WorkerSpec {
+        queues: Some(vec![",".into()]),
+        ..WorkerSpec::default()
+    }
+    .build(Host::Node)
+    .unwrap_err();
+    assert!(e.to_string().contains("queues"), "{e}");
+}
