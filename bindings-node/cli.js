@@ -7,6 +7,7 @@
 //                   [--max-memory-per-child KIB] [--time-limit S]
 //                   [--soft-time-limit S] [--metrics-port P [--metrics-host H]] [-E]
 //     headway beat ./app.js
+//     headway admin ./app.js [--host 127.0.0.1] [--port 5555] [--token T] [--read-only] [--worker N] [--grace S]
 //     headway inspect ./app.js WHAT [--json] [--timeout S] [-d NODE,...]
 //     headway control ./app.js WHAT [ARGS] [--json] [--timeout S] [-d NODE,...]
 //     any: [-l/--loglevel warning] [--log-format text|json]
@@ -149,6 +150,47 @@ async function beat(o, App) {
   console.log('headway beat: stopped');
 }
 
+// The admin page and API on node:http (Python's serves it with uvicorn):
+// the same flags and the same lines printed.
+async function admin(o, App) {
+  const app = await load(o.app, App);
+  const http = require('node:http');
+  let handle;
+  try {
+    handle = require('./lib/admin.js').handler(app, { token: o.token ?? undefined, readOnly: o.read_only, announce: false });
+  } catch (e) {
+    fail(e.message);
+  }
+  // A worker in this process: what a memory-broker app needs to show
+  // anything moving (a Redis app's workers may run anywhere).
+  const w = o.worker > 0 ? app.worker({ concurrency: o.worker }) : null;
+  const working = w === null ? null : w.run();
+  const server = http.createServer(handle);
+  await new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(o.port, o.host, resolve);
+  }).catch((e) => fail(`cannot listen on ${o.host}:${o.port}: ${e.message}`));
+  const { port } = server.address();
+  const shown = o.host.includes(':') ? `[${o.host}]` : o.host;
+  const mode = handle.readOnly ? ' (read-only)' : '';
+  console.log(`headway admin${mode}: http://${shown}:${port}/ (log in with the token)`);
+  if (handle.tokenGenerated) {
+    console.log(`headway admin: generated token ${handle.token}`);
+    console.log('headway admin: the token was generated; pass --token to choose one');
+  }
+  await new Promise((resolve) => {
+    onSignals(() => {
+      // Open pages' streams end first, so their responses finish cleanly.
+      handle.closeStreams();
+      server.close(resolve);
+      server.closeIdleConnections();
+      if (w !== null) w.stop(o.grace === null ? undefined : { grace: Math.round(o.grace * 1000) });
+    });
+  });
+  if (working !== null) await working;
+  console.log('headway admin: stopped');
+}
+
 async function remote(o, App) {
   const app = await load(o.app, App);
   let r;
@@ -179,6 +221,7 @@ async function main() {
   }
   if (o.command === 'worker') await worker(o, App);
   else if (o.command === 'beat') await beat(o, App);
+  else if (o.command === 'admin') await admin(o, App);
   else await remote(o, App);
 }
 

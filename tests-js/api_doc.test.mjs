@@ -171,7 +171,7 @@ test('every `headway` command of the Node CLI is in docs/api.md', () => {
   // The commands are the core parser's, as its usage for Node names them.
   const { text } = JSON.parse(headway._native._cliParse(['--help']));
   const commands = new Set([...text.matchAll(/headway ([a-z]+)/g)].map((m) => m[1]));
-  assert.deepEqual([...commands].sort(), ['beat', 'control', 'inspect', 'worker']);
+  assert.deepEqual([...commands].sort(), ['admin', 'beat', 'control', 'inspect', 'worker']);
   for (const command of commands) {
     assert.match(api, new RegExp(`headway ${command}\\b`), `\`headway ${command}\` not in docs/api.md`);
   }

@@ -150,6 +150,31 @@ test("the CLI reads Python's forms too: -A, -P and --grace in seconds", async ()
   assert.match(r.stderr, /^headway: worker: --grace must be a number of seconds, not "soon"\nusage: headway worker <app.js>/);
 });
 
+test('the CLI admin serves the page and API on node:http, a worker beside it, until SIGTERM', async () => {
+  const child = new Child([CLI, 'admin', 'tests-js/fixtures/tiny-app.mjs', '--port', '0', '--worker', '1']);
+  try {
+    const lines = await child.until('generated token');
+    const url = lines[0].match(/^headway admin: (http:\/\/127\.0\.0\.1:\d+\/) \(log in with the token\)$/)?.[1];
+    assert.ok(url, lines.join('\n'));
+    const token = lines[1].match(/^headway admin: generated token (\S+)$/)?.[1];
+    assert.ok(token && token.length >= 16, lines[1]);
+    assert.equal((await fetch(`${url}health`)).status, 200);
+    // The positive control for the token: refused without it, answered with it.
+    assert.equal((await fetch(`${url}api/workers`)).status, 401);
+    const r = await fetch(`${url}api/workers`, { headers: { Authorization: `Bearer ${token}` } });
+    assert.equal(r.status, 200);
+    child.proc.kill('SIGTERM');
+    const { code, out, err } = await child.finish(5000);
+    assert.equal(code, 0, err);
+    assert.equal(out.split('\n').at(-1), 'headway admin: stopped');
+  } finally {
+    child.kill();
+  }
+  const bad = spawnSync(process.execPath, [CLI, 'admin', 'tests-js/fixtures/tiny-app.mjs', '--token', 'short'], { cwd: ROOT, encoding: 'utf8', timeout: LIMIT });
+  assert.equal(bad.status, 2);
+  assert.match(bad.stderr, /token/);
+});
+
 test('the package bin (what `npx headway` runs) is the CLI and is executable', () => {
   // npm does not link a package's own bin into its own node_modules/.bin, so
   // in this checkout `npx headway` would go to the registry; what a consumer's

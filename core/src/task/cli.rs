@@ -42,12 +42,11 @@ impl Lang {
         }
     }
 
-    /// The commands this language's CLI has (`admin` serves through
-    /// uvicorn and `demo` is the Python guide's, so both are Python's).
+    /// The commands this language's CLI has (`demo` is the Python guide's).
     pub fn commands(self) -> &'static [&'static str] {
         match self {
             Lang::Python => &["worker", "beat", "admin", "inspect", "control", "demo"],
-            Lang::Node => &["worker", "beat", "inspect", "control"],
+            Lang::Node => &["worker", "beat", "admin", "inspect", "control"],
         }
     }
 
@@ -484,7 +483,7 @@ mod tests {
         assert!(error(Lang::Python, "worker -A a --json").contains("unknown option"));
         assert!(error(Lang::Python, "worker -A a -E=1").contains("-E takes no value"));
         assert!(error(Lang::Python, "worker -A a --task-events=1").contains("takes no value"));
-        assert!(error(Lang::Node, "admin a.js").contains(r#"unknown command "admin""#));
+        assert!(error(Lang::Node, "demo").contains(r#"unknown command "demo""#));
         assert!(error(Lang::Node, "").contains("a command is needed"));
         assert!(error(Lang::Node, "worker a.js -é").contains("unknown option"));
         // Each error ends with the usage of the command it was about.
