@@ -101,7 +101,7 @@ impl MemoryBroker {
                 limits: crate::task::limits::Local::new(clock.clone()),
                 clock,
                 published: Notify::new(),
-                stored: Notify::new(),
+                waits: Mutex::new(std::collections::HashMap::new()),
                 opts,
                 hearers: Default::default(),
                 answerers: Default::default(),
@@ -464,6 +464,51 @@ mod tests {
 
     fn msg(id: &str, q: &str) -> Message {
         Message::new(id.into(), "t".into(), vec![], Map::new(), q.into())
+    }
+
+    /// A waker that counts its wakes.
+    struct Count(std::sync::atomic::AtomicUsize);
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_store_wakes_only_its_own_runs_waiters() {
+        use std::sync::atomic::Ordering::SeqCst;
+        use std::task::{Context, Poll, Waker};
+        let b = MemoryBroker::new(VirtualClock::new(1000));
+        let count = Arc::new(Count(0.into()));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut wait = b.wait("mine", Duration::from_secs(3600));
+        assert!(wait.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(b.shared.waits.lock().unwrap().len(), 1);
+        // Others' results: this wait is not woken (it was, once per store,
+        // when every wait shared one notify).
+        for i in 0..100 {
+            b.store(vec![Outcome::new(
+                format!("other-{i}"),
+                State::Success,
+                1000,
+            )])
+            .await
+            .unwrap();
+        }
+        assert_eq!(count.0.load(SeqCst), 0);
+        // The positive control: its own result wakes it, and it answers.
+        b.store(vec![Outcome::new("mine", State::Success, 1000)])
+            .await
+            .unwrap();
+        assert_eq!(count.0.load(SeqCst), 1);
+        let Poll::Ready(Ok(Some(o))) = wait.as_mut().poll(&mut cx) else {
+            panic!("not answered");
+        };
+        assert_eq!((o.id.as_str(), o.state), ("mine", State::Success));
+        drop(wait);
+        // Its place among the waiters is gone with it.
+        assert!(b.shared.waits.lock().unwrap().is_empty());
     }
 
     #[tokio::test]

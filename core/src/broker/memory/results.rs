@@ -5,7 +5,10 @@
 //! apart from the queues they share nothing with claiming.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::Notify;
 
 use super::MemoryBroker;
 use crate::task::clock::BoxFuture;
@@ -15,18 +18,28 @@ use crate::task::state::{Outcome, Refused};
 
 impl Backend for MemoryBroker {
     fn store(&self, outcomes: Vec<Outcome>) -> BoxFuture<'_, Result<(), Refused>> {
+        let mut stored: Vec<String> = Vec::new();
         {
             let mut g = self.lock();
             for o in outcomes {
                 match g.results.get(&o.id) {
                     Some(old) if old.state.is_final() => {}
                     _ => {
+                        stored.push(o.id.clone());
                         g.results.insert(o.id.clone(), o);
                     }
                 }
             }
         }
-        self.shared.stored.notify_waiters();
+        let waits = self.shared.waits.lock().unwrap_or_else(|e| e.into_inner());
+        if !waits.is_empty() {
+            for id in &stored {
+                if let Some((_, n)) = waits.get(id) {
+                    n.notify_waiters();
+                }
+            }
+        }
+        drop(waits);
         Box::pin(async { Ok(()) })
     }
 
@@ -42,8 +55,9 @@ impl Backend for MemoryBroker {
     ) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
         Box::pin(async move {
             let deadline = tokio::time::Instant::now() + timeout;
+            let waiting = Waiting::join(&self.shared.waits, id);
             loop {
-                let stored = self.shared.stored.notified();
+                let stored = waiting.notify.notified();
                 tokio::pin!(stored);
                 stored.as_mut().enable();
                 if let Some(o) = self.lock().results.get(id)
@@ -65,6 +79,43 @@ impl Backend for MemoryBroker {
             g.results.remove(id);
         }
         Box::pin(async { Ok(()) })
+    }
+}
+
+type Waits = std::sync::Mutex<std::collections::HashMap<String, (usize, Arc<Notify>)>>;
+
+/// One `wait`'s place among its run's waiters: left when dropped, however
+/// the wait ends (the last one out removes the run's entry).
+struct Waiting<'a> {
+    waits: &'a Waits,
+    id: &'a str,
+    notify: Arc<Notify>,
+}
+
+impl<'a> Waiting<'a> {
+    fn join(waits: &'a Waits, id: &'a str) -> Waiting<'a> {
+        let mut g = waits.lock().unwrap_or_else(|e| e.into_inner());
+        let e = g
+            .entry(id.to_string())
+            .or_insert_with(|| (0, Arc::new(Notify::new())));
+        e.0 += 1;
+        Waiting {
+            waits,
+            id,
+            notify: e.1.clone(),
+        }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut g = self.waits.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = g.get_mut(self.id) {
+            e.0 -= 1;
+            if e.0 == 0 {
+                g.remove(self.id);
+            }
+        }
     }
 }
 

@@ -172,7 +172,10 @@ pub(super) struct Shared {
     pub(super) inner: Mutex<Inner>,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) published: Notify,
-    pub(super) stored: Notify,
+    /// Per run id, the `wait`s on its result: a store wakes only its own
+    /// run's waiters (one notify for all made every pending `get()` look
+    /// at each store: 10 000 gets pending drained 2k/s, not 100k).
+    pub(super) waits: Mutex<HashMap<String, (usize, Arc<Notify>)>>,
     pub(super) opts: MemoryOptions,
     /// The apps on this broker (on any of its handles), told of each
     /// terminate.
