@@ -173,8 +173,9 @@ pub(super) struct Shared {
     pub(super) clock: Arc<dyn Clock>,
     pub(super) published: Notify,
     /// Per run id, the `wait`s on its result: a store wakes only its own
-    /// run's waiters (one notify for all made every pending `get()` look
-    /// at each store: 10 000 gets pending drained 2k/s, not 100k).
+    /// run's waiters. One notify for all made every pending `get()` look
+    /// at each store: with 10 000 gets pending a Node drain ran 2.0k/s,
+    /// 60k/s after (`bench/tasks/gets.mjs`, `runs/gets-memory.md`).
     pub(super) waits: Mutex<HashMap<String, (usize, Arc<Notify>)>>,
     pub(super) opts: MemoryOptions,
     /// The apps on this broker (on any of its handles), told of each
