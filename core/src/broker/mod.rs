@@ -21,6 +21,7 @@ pub mod memory;
 mod options;
 pub mod raw;
 pub mod redis;
+mod run_waits;
 pub mod target;
 
 pub use amqp::{AmqpBroker, AmqpOptions};

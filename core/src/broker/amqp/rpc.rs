@@ -17,10 +17,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::broker::run_waits::RunWaits;
 use lapin::BasicProperties;
 use lapin::options::{BasicConsumeOptions, BasicPublishOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
-use tokio::sync::Notify;
 
 use super::super::celery::result;
 use super::AmqpBroker;
@@ -40,7 +40,8 @@ const QUEUE_EXPIRES_MS: i32 = 86_400_000;
 pub struct RpcStore {
     broker: Arc<AmqpBroker>,
     results: Mutex<(HashMap<String, Outcome>, VecDeque<String>)>,
-    bell: Notify,
+    /// The waits on results, by run: a reply wakes only its own run's.
+    waits: RunWaits,
 }
 
 impl std::fmt::Debug for RpcStore {
@@ -58,7 +59,7 @@ impl RpcStore {
         let store = Arc::new(RpcStore {
             broker: broker.clone(),
             results: Mutex::new(Default::default()),
-            bell: Notify::new(),
+            waits: RunWaits::default(),
         });
         let first = store.consumer().await?;
         tokio::spawn(listen(
@@ -135,7 +136,7 @@ impl RpcStore {
             return;
         }
         if g.0.insert(id.clone(), o).is_none() {
-            g.1.push_back(id);
+            g.1.push_back(id.clone());
             while g.1.len() > KEPT {
                 if let Some(old) = g.1.pop_front() {
                     g.0.remove(&old);
@@ -143,7 +144,7 @@ impl RpcStore {
             }
         }
         drop(g);
-        self.bell.notify_waiters();
+        self.waits.wake([id.as_str()]);
     }
 
     fn known(&self, id: &str) -> Option<Outcome> {
@@ -223,8 +224,9 @@ impl Backend for RpcStore {
     ) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
         Box::pin(async move {
             let deadline = tokio::time::Instant::now() + timeout;
+            let waiting = self.waits.join(id);
             loop {
-                let rung = self.bell.notified();
+                let rung = waiting.notify.notified();
                 tokio::pin!(rung);
                 rung.as_mut().enable();
                 if let Some(o) = self.known(id).filter(|o| o.state.is_final()) {

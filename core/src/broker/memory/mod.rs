@@ -101,7 +101,7 @@ impl MemoryBroker {
                 limits: crate::task::limits::Local::new(clock.clone()),
                 clock,
                 published: Notify::new(),
-                waits: Mutex::new(std::collections::HashMap::new()),
+                waits: Default::default(),
                 opts,
                 hearers: Default::default(),
                 answerers: Default::default(),
@@ -484,7 +484,7 @@ mod tests {
         let mut cx = Context::from_waker(&waker);
         let mut wait = b.wait("mine", Duration::from_secs(3600));
         assert!(wait.as_mut().poll(&mut cx).is_pending());
-        assert_eq!(b.shared.waits.lock().unwrap().len(), 1);
+        assert_eq!(b.shared.waits.runs(), 1);
         // Others' results: this wait is not woken (it was, once per store,
         // when every wait shared one notify).
         for i in 0..100 {
@@ -508,7 +508,7 @@ mod tests {
         assert_eq!((o.id.as_str(), o.state), ("mine", State::Success));
         drop(wait);
         // Its place among the waiters is gone with it.
-        assert!(b.shared.waits.lock().unwrap().is_empty());
+        assert_eq!(b.shared.waits.runs(), 0);
     }
 
     #[tokio::test]

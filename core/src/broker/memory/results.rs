@@ -5,10 +5,7 @@
 //! apart from the queues they share nothing with claiming.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::time::Duration;
-
-use tokio::sync::Notify;
 
 use super::MemoryBroker;
 use crate::task::clock::BoxFuture;
@@ -31,15 +28,7 @@ impl Backend for MemoryBroker {
                 }
             }
         }
-        let waits = self.shared.waits.lock().unwrap_or_else(|e| e.into_inner());
-        if !waits.is_empty() {
-            for id in &stored {
-                if let Some((_, n)) = waits.get(id) {
-                    n.notify_waiters();
-                }
-            }
-        }
-        drop(waits);
+        self.shared.waits.wake(stored.iter().map(String::as_str));
         Box::pin(async { Ok(()) })
     }
 
@@ -55,7 +44,7 @@ impl Backend for MemoryBroker {
     ) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
         Box::pin(async move {
             let deadline = tokio::time::Instant::now() + timeout;
-            let waiting = Waiting::join(&self.shared.waits, id);
+            let waiting = self.shared.waits.join(id);
             loop {
                 let stored = waiting.notify.notified();
                 tokio::pin!(stored);
@@ -79,43 +68,6 @@ impl Backend for MemoryBroker {
             g.results.remove(id);
         }
         Box::pin(async { Ok(()) })
-    }
-}
-
-type Waits = std::sync::Mutex<std::collections::HashMap<String, (usize, Arc<Notify>)>>;
-
-/// One `wait`'s place among its run's waiters: left when dropped, however
-/// the wait ends (the last one out removes the run's entry).
-struct Waiting<'a> {
-    waits: &'a Waits,
-    id: &'a str,
-    notify: Arc<Notify>,
-}
-
-impl<'a> Waiting<'a> {
-    fn join(waits: &'a Waits, id: &'a str) -> Waiting<'a> {
-        let mut g = waits.lock().unwrap_or_else(|e| e.into_inner());
-        let e = g
-            .entry(id.to_string())
-            .or_insert_with(|| (0, Arc::new(Notify::new())));
-        e.0 += 1;
-        Waiting {
-            waits,
-            id,
-            notify: e.1.clone(),
-        }
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        let mut g = self.waits.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(e) = g.get_mut(self.id) {
-            e.0 -= 1;
-            if e.0 == 0 {
-                g.remove(self.id);
-            }
-        }
     }
 }
 

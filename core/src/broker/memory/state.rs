@@ -172,11 +172,8 @@ pub(super) struct Shared {
     pub(super) inner: Mutex<Inner>,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) published: Notify,
-    /// Per run id, the `wait`s on its result: a store wakes only its own
-    /// run's waiters. One notify for all made every pending `get()` look
-    /// at each store: with 10 000 gets pending a Node drain ran 2.0k/s,
-    /// 60k/s after (`bench/tasks/gets.mjs`, `runs/gets-memory.md`).
-    pub(super) waits: Mutex<HashMap<String, (usize, Arc<Notify>)>>,
+    /// The `wait`s on results, by run: a store wakes only its own run's.
+    pub(super) waits: crate::broker::run_waits::RunWaits,
     pub(super) opts: MemoryOptions,
     /// The apps on this broker (on any of its handles), told of each
     /// terminate.
