@@ -342,7 +342,13 @@ pub fn parse(lang: Lang, argv: &[String]) -> Result<Parsed, String> {
                     c.log_format = text.trim().to_ascii_lowercase();
                 }
                 "--concurrency" => c.concurrency = Some(whole()?),
-                "--queues" => c.queues = Some(list()),
+                "--queues" => {
+                    let names = list();
+                    if names.is_empty() {
+                        return Err(format!("{flag} names no queue"));
+                    }
+                    c.queues = Some(names);
+                }
                 "--prefetch" => c.prefetch = Some(whole()?),
                 "--prefetch-multiplier" => c.prefetch_multiplier = Some(whole()?),
                 "--grace" => c.grace = Some(seconds()?),
@@ -486,6 +492,7 @@ mod tests {
         assert!(error(Lang::Node, "demo").contains(r#"unknown command "demo""#));
         assert!(error(Lang::Node, "").contains("a command is needed"));
         assert!(error(Lang::Node, "worker a.js -é").contains("unknown option"));
+        assert!(error(Lang::Node, "worker a.js -Q ,").contains("-Q names no queue"));
         // Each error ends with the usage of the command it was about.
         let e = error(Lang::Node, "worker a.js --nope");
         assert!(e.contains("usage: headway worker <app.js>"), "{e}");
