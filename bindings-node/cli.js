@@ -67,6 +67,9 @@ async function load(file, App) {
   return undefined;
 }
 
+// The parser's seconds (null: not given) as the ms the worker takes.
+const ms = (s) => (s === null ? null : Math.round(s * 1000));
+
 function onSignals(stop) {
   let stopping = false;
   const handler = () => {
@@ -80,24 +83,21 @@ function onSignals(stop) {
 
 async function worker(o, App) {
   const app = await load(o.app, App);
-  // What the command line gave; the rest is the worker's default. Times
-  // arrive in seconds; the worker takes ms.
-  const ms = (s) => (s === null ? undefined : Math.round(s * 1000));
+  // What the command line did not give is null: the worker's default.
   const options = {
-    concurrency: o.concurrency ?? undefined,
-    queues: o.queues ?? undefined,
-    prefetch: o.prefetch ?? undefined,
-    prefetchMultiplier: o.prefetch_multiplier ?? undefined,
-    pool: o.pool ?? undefined,
-    maxTasksPerChild: o.max_tasks_per_child ?? undefined,
-    maxMemoryPerChild: o.max_memory_per_child ?? undefined,
+    concurrency: o.concurrency,
+    queues: o.queues,
+    prefetch: o.prefetch,
+    prefetchMultiplier: o.prefetch_multiplier,
+    pool: o.pool,
+    maxTasksPerChild: o.max_tasks_per_child,
+    maxMemoryPerChild: o.max_memory_per_child,
     timeLimit: ms(o.time_limit),
     softTimeLimit: ms(o.soft_time_limit),
   };
-  for (const k of Object.keys(options)) if (options[k] === undefined) delete options[k];
   // The children import the module this command was given (the main
   // script here is this CLI).
-  if (options.pool !== undefined) options.module = path.resolve(process.cwd(), o.app);
+  if (o.pool !== null) options.module = path.resolve(process.cwd(), o.app);
   let w;
   try {
     w = app.worker(options);
@@ -184,7 +184,7 @@ async function admin(o, App) {
       handle.closeStreams();
       server.close(resolve);
       server.closeIdleConnections();
-      if (w !== null) w.stop(o.grace === null ? undefined : { grace: Math.round(o.grace * 1000) });
+      if (w !== null) w.stop(o.grace === null ? undefined : { grace: ms(o.grace) });
     });
   });
   if (working !== null) await working;

@@ -48,8 +48,9 @@ impl RunWaits {
         }
     }
 
-    /// Wakes the waits on each of `ids` (after their results are where a
-    /// wait looks).
+    /// Wakes the waits on each of `ids`. A store may call it under the lock
+    /// its waits take to look (this type's own lock is never held while
+    /// another is taken), then insert: a woken wait finds the result.
     pub(crate) fn wake<'i>(&self, ids: impl IntoIterator<Item = &'i str>) {
         let g = self.lock();
         if g.is_empty() {

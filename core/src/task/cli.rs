@@ -131,42 +131,33 @@ pub struct Command {
     pub worker: u64,
 }
 
-/// How a flag's value is read.
-#[derive(Clone, Copy)]
-enum Value {
-    Flag,
-    Text,
-    Whole,
-    Seconds,
-}
-
-/// `(short, long, value, commands)`: the flags, and which commands take
-/// each (`*` every one).
-const FLAGS: &[(&str, &str, Value, &str)] = &[
-    ("-A", "--app", Value::Text, "*"),
-    ("-l", "--loglevel", Value::Text, "*"),
-    ("", "--log-format", Value::Text, "*"),
-    ("-c", "--concurrency", Value::Whole, "worker"),
-    ("-Q", "--queues", Value::Text, "worker"),
-    ("", "--prefetch", Value::Whole, "worker"),
-    ("", "--prefetch-multiplier", Value::Whole, "worker"),
-    ("", "--grace", Value::Seconds, "worker admin"),
-    ("-P", "--pool", Value::Text, "worker"),
-    ("", "--max-tasks-per-child", Value::Whole, "worker"),
-    ("", "--max-memory-per-child", Value::Whole, "worker"),
-    ("", "--time-limit", Value::Seconds, "worker"),
-    ("", "--soft-time-limit", Value::Seconds, "worker"),
-    ("", "--metrics-port", Value::Whole, "worker"),
-    ("", "--metrics-host", Value::Text, "worker"),
-    ("-E", "--task-events", Value::Flag, "worker"),
-    ("", "--json", Value::Flag, "inspect control"),
-    ("-t", "--timeout", Value::Seconds, "inspect control"),
-    ("-d", "--destination", Value::Text, "inspect control"),
-    ("", "--host", Value::Text, "admin"),
-    ("", "--port", Value::Whole, "admin"),
-    ("", "--token", Value::Text, "admin"),
-    ("", "--read-only", Value::Flag, "admin"),
-    ("", "--worker", Value::Whole, "admin"),
+/// `(short, long, takes a value, commands)`: the flags, and which commands
+/// take each (`*` every one). How a value is read is [`set`]'s.
+const FLAGS: &[(&str, &str, bool, &str)] = &[
+    ("-A", "--app", true, "*"),
+    ("-l", "--loglevel", true, "*"),
+    ("", "--log-format", true, "*"),
+    ("-c", "--concurrency", true, "worker"),
+    ("-Q", "--queues", true, "worker"),
+    ("", "--prefetch", true, "worker"),
+    ("", "--prefetch-multiplier", true, "worker"),
+    ("", "--grace", true, "worker admin"),
+    ("-P", "--pool", true, "worker"),
+    ("", "--max-tasks-per-child", true, "worker"),
+    ("", "--max-memory-per-child", true, "worker"),
+    ("", "--time-limit", true, "worker"),
+    ("", "--soft-time-limit", true, "worker"),
+    ("", "--metrics-port", true, "worker"),
+    ("", "--metrics-host", true, "worker"),
+    ("-E", "--task-events", false, "worker"),
+    ("", "--json", false, "inspect control"),
+    ("-t", "--timeout", true, "inspect control"),
+    ("-d", "--destination", true, "inspect control"),
+    ("", "--host", true, "admin"),
+    ("", "--port", true, "admin"),
+    ("", "--token", true, "admin"),
+    ("", "--read-only", false, "admin"),
+    ("", "--worker", true, "admin"),
 ];
 
 /// The usage text for `lang`: every command, or the one named.
@@ -288,91 +279,23 @@ pub fn parse(lang: Lang, argv: &[String]) -> Result<Parsed, String> {
             }
             _ => (word.as_str(), None),
         };
-        let Some(&(short, long, kind, _)) = FLAGS.iter().find(|f| {
+        let Some(&(short, long, takes_value, _)) = FLAGS.iter().find(|f| {
             (f.0 == name || f.1 == name) && (f.3 == "*" || f.3.split(' ').any(|t| t == command))
         }) else {
             return fail(format!("unknown option {:?}", crate::log::shown(word)));
         };
         let flag = if name == short { short } else { long };
-        let text = match kind {
-            Value::Flag => {
-                if attached.is_some() {
-                    return fail(format!("{flag} takes no value"));
-                }
-                String::new()
-            }
-            _ => match attached.or_else(|| rest.next().cloned()) {
+        let text = if takes_value {
+            match attached.or_else(|| rest.next().cloned()) {
                 Some(v) => v,
                 None => return fail(format!("{flag} needs a value")),
-            },
-        };
-        let whole = || -> Result<u64, String> {
-            text.trim().parse::<u64>().map_err(|_| {
-                format!(
-                    "{flag} must be a whole number, not {:?}",
-                    crate::log::shown(&text)
-                )
-            })
-        };
-        let seconds = || -> Result<f64, String> {
-            match text.trim().parse::<f64>() {
-                Ok(s) if s.is_finite() && s >= 0.0 => Ok(s),
-                _ => Err(format!(
-                    "{flag} must be a number of seconds, not {:?}",
-                    crate::log::shown(&text)
-                )),
             }
+        } else if attached.is_some() {
+            return fail(format!("{flag} takes no value"));
+        } else {
+            String::new()
         };
-        let list = || -> Vec<String> {
-            text.split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(String::from)
-                .collect()
-        };
-        let got: Result<(), String> = (|| {
-            match long {
-                "--app" => c.app = Some(text.clone()),
-                "--loglevel" => {
-                    sink::parse_level(&text)?;
-                    c.loglevel = text.trim().to_ascii_lowercase();
-                }
-                "--log-format" => {
-                    sink::parse_format(&text)?;
-                    c.log_format = text.trim().to_ascii_lowercase();
-                }
-                "--concurrency" => c.concurrency = Some(whole()?),
-                "--queues" => {
-                    let names = list();
-                    if names.is_empty() {
-                        return Err(format!("{flag} names no queue"));
-                    }
-                    c.queues = Some(names);
-                }
-                "--prefetch" => c.prefetch = Some(whole()?),
-                "--prefetch-multiplier" => c.prefetch_multiplier = Some(whole()?),
-                "--grace" => c.grace = Some(seconds()?),
-                "--pool" => c.pool = Some(text.clone()),
-                "--max-tasks-per-child" => c.max_tasks_per_child = Some(whole()?),
-                "--max-memory-per-child" => c.max_memory_per_child = Some(whole()?),
-                "--time-limit" => c.time_limit = Some(seconds()?),
-                "--soft-time-limit" => c.soft_time_limit = Some(seconds()?),
-                "--metrics-port" => c.metrics_port = Some(whole()?),
-                "--metrics-host" => c.metrics_host = text.clone(),
-                "--task-events" => c.task_events = true,
-                "--json" => c.json = true,
-                "--timeout" => c.timeout = Some(seconds()?),
-                "--destination" => c.destination = Some(list()).filter(|d| !d.is_empty()),
-                "--host" => c.host = text.clone(),
-                "--port" => c.port = whole()?,
-                "--token" => c.token = Some(text.clone()).filter(|t| !t.is_empty()),
-                "--read-only" => c.read_only = true,
-                "--worker" => c.worker = whole()?,
-                _ => unreachable!("every flag is matched"),
-            }
-            Ok(())
-        })();
-        if let Err(m) = got {
+        if let Err(m) = set(&mut c, long, flag, text) {
             return fail(m);
         }
     }
@@ -396,6 +319,79 @@ pub fn parse(lang: Lang, argv: &[String]) -> Result<Parsed, String> {
         ));
     }
     Ok(Parsed::Run(Box::new(c)))
+}
+
+/// Sets what `long` (given as `flag`) names in `c` from `text`, or says why
+/// `text` will not do.
+fn set(c: &mut Command, long: &str, flag: &str, text: String) -> Result<(), String> {
+    match long {
+        "--app" => c.app = Some(text),
+        "--loglevel" => {
+            sink::parse_level(&text)?;
+            c.loglevel = text.trim().to_ascii_lowercase();
+        }
+        "--log-format" => {
+            sink::parse_format(&text)?;
+            c.log_format = text.trim().to_ascii_lowercase();
+        }
+        "--concurrency" => c.concurrency = Some(whole(flag, &text)?),
+        "--queues" => {
+            let names = list(&text);
+            if names.is_empty() {
+                return Err(format!("{flag} names no queue"));
+            }
+            c.queues = Some(names);
+        }
+        "--prefetch" => c.prefetch = Some(whole(flag, &text)?),
+        "--prefetch-multiplier" => c.prefetch_multiplier = Some(whole(flag, &text)?),
+        "--grace" => c.grace = Some(seconds(flag, &text)?),
+        "--pool" => c.pool = Some(text),
+        "--max-tasks-per-child" => c.max_tasks_per_child = Some(whole(flag, &text)?),
+        "--max-memory-per-child" => c.max_memory_per_child = Some(whole(flag, &text)?),
+        "--time-limit" => c.time_limit = Some(seconds(flag, &text)?),
+        "--soft-time-limit" => c.soft_time_limit = Some(seconds(flag, &text)?),
+        "--metrics-port" => c.metrics_port = Some(whole(flag, &text)?),
+        "--metrics-host" => c.metrics_host = text,
+        "--task-events" => c.task_events = true,
+        "--json" => c.json = true,
+        "--timeout" => c.timeout = Some(seconds(flag, &text)?),
+        "--destination" => c.destination = Some(list(&text)).filter(|d| !d.is_empty()),
+        "--host" => c.host = text,
+        "--port" => c.port = whole(flag, &text)?,
+        "--token" => c.token = Some(text).filter(|t| !t.is_empty()),
+        "--read-only" => c.read_only = true,
+        "--worker" => c.worker = whole(flag, &text)?,
+        _ => unreachable!("every flag in FLAGS is set here"),
+    }
+    Ok(())
+}
+
+fn whole(flag: &str, text: &str) -> Result<u64, String> {
+    text.trim().parse::<u64>().map_err(|_| {
+        format!(
+            "{flag} must be a whole number, not {:?}",
+            crate::log::shown(text)
+        )
+    })
+}
+
+fn seconds(flag: &str, text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s >= 0.0 => Ok(s),
+        _ => Err(format!(
+            "{flag} must be a number of seconds, not {:?}",
+            crate::log::shown(text)
+        )),
+    }
+}
+
+/// Names split at commas, trimmed, empty ones dropped.
+fn list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// [`parse`] for a binding: `lang` by name, the answer as JSON

@@ -135,16 +135,17 @@ impl RpcStore {
         if g.0.get(&id).is_some_and(|old| old.state.is_final()) {
             return;
         }
+        // Woken under the results' lock, which a wait takes to look: it
+        // finds the result inserted below.
+        self.waits.wake([id.as_str()]);
         if g.0.insert(id.clone(), o).is_none() {
-            g.1.push_back(id.clone());
+            g.1.push_back(id);
             while g.1.len() > KEPT {
                 if let Some(old) = g.1.pop_front() {
                     g.0.remove(&old);
                 }
             }
         }
-        drop(g);
-        self.waits.wake([id.as_str()]);
     }
 
     fn known(&self, id: &str) -> Option<Outcome> {

@@ -15,20 +15,17 @@ use crate::task::state::{Outcome, Refused};
 
 impl Backend for MemoryBroker {
     fn store(&self, outcomes: Vec<Outcome>) -> BoxFuture<'_, Result<(), Refused>> {
-        let mut stored: Vec<String> = Vec::new();
-        {
-            let mut g = self.lock();
-            for o in outcomes {
-                match g.results.get(&o.id) {
-                    Some(old) if old.state.is_final() => {}
-                    _ => {
-                        stored.push(o.id.clone());
-                        g.results.insert(o.id.clone(), o);
-                    }
-                }
+        let mut g = self.lock();
+        for o in outcomes {
+            if g.results.get(&o.id).is_some_and(|old| old.state.is_final()) {
+                continue;
             }
+            // Woken under the results' lock, which a wait takes to look:
+            // it finds the result inserted below.
+            self.shared.waits.wake([o.id.as_str()]);
+            g.results.insert(o.id.clone(), o);
         }
-        self.shared.waits.wake(stored.iter().map(String::as_str));
+        drop(g);
         Box::pin(async { Ok(()) })
     }
 
