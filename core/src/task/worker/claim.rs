@@ -7,9 +7,20 @@
 //! stuck, and checks a whole batch for revokes in one lookup. Each claimed
 //! message then becomes a run of its own (`run`); the loop never waits on
 //! one.
+//!
+//! A claimed batch's runs share one spawned task (a `FuturesUnordered`),
+//! not a task each: a task per message cost a spawn, its place in the
+//! runtime's task list and a wake-up through the scheduler for every
+//! answer it awaited (the early ack's round, the body's call, the store's
+//! round), where one batch's answers now wake its one task once. The
+//! loop counts the runs it holds itself (claimed less done).
 
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+use futures_util::FutureExt;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -78,16 +89,7 @@ impl Worker {
         let started = std::time::Instant::now();
         let _listed = runners::list(&s.app, &s.name, gate.clone(), load, stop, self.clone());
         loop {
-            while let Some(r) = set.try_join_next() {
-                if let Err(e) = r
-                    && e.is_panic()
-                {
-                    warn(
-                        &s.name,
-                        "a run panicked; its message is left to the broker's recovery",
-                    );
-                }
-            }
+            while set.try_join_next().is_some() {}
             if *stopping.borrow() {
                 break;
             }
@@ -118,13 +120,13 @@ impl Worker {
                 started.elapsed().as_nanos() as u64,
                 s.done.load(Ordering::Relaxed),
             );
-            let reserved = set.len().saturating_sub(s.settling.load(Ordering::SeqCst));
+            let held = s.held();
+            let reserved = held.saturating_sub(s.settling.load(Ordering::SeqCst));
             let room = prefetch
                 .saturating_sub(reserved)
-                .min((2 * prefetch).saturating_sub(set.len()));
+                .min((2 * prefetch).saturating_sub(held));
             if room == 0 || (reserved > 0 && room < prefetch.div_ceil(4)) {
                 tokio::select! {
-                    _ = set.join_next() => {}
                     _ = s.freed.notified() => {}
                     _ = stopping.changed() => {}
                     _ = reshaped.changed() => {}
@@ -195,19 +197,37 @@ impl Worker {
                 }
             }
             .into_iter();
+            let mut runs = FuturesUnordered::new();
             for c in batch {
                 let rev = match c.revoked {
                     Some(r) => r,
                     None => looked.next().unwrap_or(false),
                 };
-                let shared = self.shared.clone();
-                let tx = writer.clone();
                 s.claimed.fetch_add(1, Ordering::Relaxed);
-                let entered = shared.enter(&c.delivery);
-                set.spawn(
-                    async move { process(shared, tx, Box::new(c.delivery), rev, entered).await },
+                let entered = s.enter(&c.delivery);
+                let run = process(
+                    self.shared.clone(),
+                    writer.clone(),
+                    Box::new(c.delivery),
+                    rev,
+                    entered,
                 );
+                runs.push(AssertUnwindSafe(run).catch_unwind());
             }
+            let shared = self.shared.clone();
+            set.spawn(async move {
+                while let Some(r) = runs.next().await {
+                    if r.is_err() {
+                        // Its end was never counted: count it, so the
+                        // loop's room is not short by one for ever.
+                        shared.over();
+                        warn(
+                            &shared.name,
+                            "a run panicked; its message is left to the broker's recovery",
+                        );
+                    }
+                }
+            });
         }
         stop::wind_down(s, &mut set).await;
         // What the broker claimed for this worker and it never took (a

@@ -102,7 +102,8 @@ struct Shared {
     /// Runs whose body is over and whose settle (the result's store, a late
     /// ack) is still in flight: they no longer count against the prefetch.
     settling: AtomicUsize,
-    /// Rung when a body ends: the claim loop may have room again.
+    /// Rung when a body ends and when a run is over: the claim loop may
+    /// have room again.
     freed: Notify,
     /// The runner threads its bodies run on (known once it runs): while
     /// every one is stuck it claims nothing (`runners`).
@@ -133,6 +134,19 @@ pub struct Worker {
 }
 
 impl Shared {
+    /// Runs claimed and not over yet (waiting, running or settling).
+    fn held(&self) -> usize {
+        let claimed = self.claimed.load(Ordering::SeqCst);
+        claimed.saturating_sub(self.done.load(Ordering::SeqCst)) as usize
+    }
+
+    /// A run is over (settled or given back): counted, and the claim loop
+    /// told it may have room.
+    fn over(&self) {
+        self.done.fetch_add(1, Ordering::SeqCst);
+        self.freed.notify_one();
+    }
+
     fn queues(&self) -> Vec<String> {
         self.queues
             .read()

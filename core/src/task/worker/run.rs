@@ -63,7 +63,7 @@ pub(super) async fn process(
                     );
                 }
                 drop(entered);
-                s.done.fetch_add(1, Ordering::Relaxed);
+                s.over();
                 return;
             }
         }
@@ -97,7 +97,7 @@ pub(super) async fn process(
         }
     }
     drop(entered);
-    s.done.fetch_add(1, Ordering::Relaxed);
+    s.over();
 }
 
 /// A slot, and whether the run waited for it.
