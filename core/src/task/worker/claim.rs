@@ -12,8 +12,11 @@
 //! not a task each: a task per message cost a spawn, its place in the
 //! runtime's task list and a wake-up through the scheduler for every
 //! answer it awaited (the early ack's round, the body's call, the store's
-//! round), where one batch's answers now wake its one task once. The
-//! loop counts the runs it holds itself (claimed less done).
+//! round), where one batch's answers now wake its one task once (a Node
+//! no-op drain on Redis at the defaults: median 46.5k → 53.1k/s, 23.8 →
+//! 20.4 µs of CPU a run; on the memory broker send → settled 78-102k →
+//! 113-118k/s). The loop counts the runs it holds itself (claimed less
+//! done).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
