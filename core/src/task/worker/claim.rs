@@ -75,10 +75,7 @@ impl Worker {
             weak.upgrade()
                 .map_or_else(runners::Load::default, |s| runners::Load {
                     active: s.active_count(),
-                    held: s
-                        .claimed
-                        .load(Ordering::Relaxed)
-                        .saturating_sub(s.done.load(Ordering::Relaxed)),
+                    held: s.held() as u64,
                 })
         });
         let me = self.clone();
