@@ -143,6 +143,11 @@ async fn every_runner_stuck_stops_claims_until_one_returns() {
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].name, w.name());
     assert!(!listed[0].runners.healthy);
+    // The timed-out run's FAILURE is stored just after its runner is
+    // marked stuck, so wait for the result rather than read the state at
+    // the instant health turns.
+    let err = h2.get(Some(Duration::from_secs(5))).await.unwrap_err();
+    assert!(err.to_string().contains("TimeoutError"), "{err}");
     assert_eq!(h2.state().await.unwrap(), State::Failure);
 
     let h3 = send("fine", json!(3)).await;
