@@ -5,6 +5,7 @@
 //! apart from the queues they share nothing with claiming.
 
 use std::collections::HashSet;
+use std::collections::hash_map::Entry;
 use std::time::Duration;
 
 use super::MemoryBroker;
@@ -17,20 +18,27 @@ impl Backend for MemoryBroker {
     fn store(&self, outcomes: Vec<Outcome>) -> BoxFuture<'_, Result<(), Refused>> {
         let mut g = self.lock();
         for o in outcomes {
-            if g.results.get(&o.id).is_some_and(|old| old.state.is_final()) {
-                continue;
-            }
             // Woken under the results' lock, which a wait takes to look:
-            // it finds the result inserted below.
-            self.shared.waits.wake([o.id.as_str()]);
-            g.results.insert(o.id.clone(), o);
+            // it finds the result put in below.
+            match g.results.entry(o.id.clone()) {
+                Entry::Occupied(mut e) => {
+                    if !e.get().state.is_final() {
+                        self.shared.waits.wake([o.id.as_str()]);
+                        e.insert(Box::new(o));
+                    }
+                }
+                Entry::Vacant(e) => {
+                    self.shared.waits.wake([o.id.as_str()]);
+                    e.insert(Box::new(o));
+                }
+            }
         }
         drop(g);
         Box::pin(async { Ok(()) })
     }
 
     fn fetch<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
-        let o = self.lock().results.get(id).cloned();
+        let o = self.lock().results.get(id).map(|o| (**o).clone());
         Box::pin(async move { Ok(o) })
     }
 
@@ -49,7 +57,7 @@ impl Backend for MemoryBroker {
                 if let Some(o) = self.lock().results.get(id)
                     && o.state.is_final()
                 {
-                    return Ok(Some(o.clone()));
+                    return Ok(Some((**o).clone()));
                 }
                 tokio::select! {
                     _ = &mut stored => {}

@@ -118,7 +118,11 @@ pub(super) struct Inner {
     pub(super) leased: HashSet<(Arc<str>, String)>,
     pub(super) expired: BTreeSet<(Arc<str>, String)>,
     pub(super) revoked: HashMap<String, i64>,
-    pub(super) results: HashMap<String, Outcome>,
+    /// Boxed: the map moves every entry each time it grows, and an
+    /// outcome is hundreds of bytes (a Rust no-op drain storing 200 000
+    /// results spent a tenth of its CPU copying them at the rehashes, on
+    /// freshly faulted pages).
+    pub(super) results: HashMap<String, Box<Outcome>>,
     pub(super) chords: HashMap<String, (u32, HashSet<String>)>,
     pub(super) events: VecDeque<RunEvent>,
     /// Per beat entry, the latest due time fired.
