@@ -57,6 +57,17 @@ function parse(argv) {
   return parsed;
 }
 
+// The printed lines are the core's (Python's CLI prints the same).
+function say(line, fields = {}) {
+  let text;
+  try {
+    text = require('./addon.js')._banner(line, JSON.stringify(fields));
+  } catch (e) {
+    fail(e.message);
+  }
+  console.log(text);
+}
+
 async function load(file, App) {
   const { importApp } = require('./lib/load.js');
   try {
@@ -119,20 +130,23 @@ async function worker(o, App) {
     } catch (e) {
       fail(e.message);
     }
-    console.log(`metrics: http://${host}:${port}/metrics`);
+    say('metrics', { host, port });
   }
   const running = w.run();
   onSignals(() => {
     w.stop(o.grace === null ? undefined : { grace: ms(o.grace) });
   });
-  console.log(
-    `headway worker ${w.name}: app ${o.app}, queues ${w.queues.join(',')}, ` +
-      `concurrency ${w.concurrency}, prefetch ${w.prefetch}, pool ${w.pool}`,
-  );
-  console.log(`tasks: ${app.taskNames().join(', ') || '(none)'}`);
-  console.log('ready');
+  say('worker_ready', {
+    name: w.name,
+    app: o.app,
+    queues: w.queues,
+    concurrency: w.concurrency,
+    prefetch: w.prefetch,
+    pool: w.pool,
+    tasks: app.taskNames(),
+  });
   await running;
-  console.log(`headway worker ${w.name}: stopped after settling ${w.settled}`);
+  say('worker_stopped', { name: w.name, settled: w.settled });
 }
 
 async function beat(o, App) {
@@ -143,11 +157,10 @@ async function beat(o, App) {
   onSignals(() => {
     b.stop();
   });
-  console.log(`headway beat: app ${o.app}, ${pending.length} entries`);
-  for (const [name, when] of pending) console.log(`  ${name}: next at ${when.toISOString()}`);
-  console.log('ready');
+  // Each due time as epoch milliseconds: the core prints it.
+  say('beat_ready', { app: o.app, entries: pending.map(([name, when]) => [name, when.getTime()]) });
   await running;
-  console.log('headway beat: stopped');
+  say('beat_stopped');
 }
 
 // The admin page and API on node:http (Python's serves it with uvicorn):
@@ -171,13 +184,12 @@ async function admin(o, App) {
     server.listen(o.port, o.host, resolve);
   }).catch((e) => fail(`cannot listen on ${o.host}:${o.port}: ${e.message}`));
   const { port } = server.address();
-  const shown = o.host.includes(':') ? `[${o.host}]` : o.host;
-  const mode = handle.readOnly ? ' (read-only)' : '';
-  console.log(`headway admin${mode}: http://${shown}:${port}/ (log in with the token)`);
-  if (handle.tokenGenerated) {
-    console.log(`headway admin: generated token ${handle.token}`);
-    console.log('headway admin: the token was generated; pass --token to choose one');
-  }
+  say('admin_ready', {
+    host: o.host,
+    port,
+    read_only: handle.readOnly,
+    generated: handle.tokenGenerated ? handle.token : null,
+  });
   await new Promise((resolve) => {
     onSignals(() => {
       // Open pages' streams end first, so their responses finish cleanly.
@@ -188,7 +200,7 @@ async function admin(o, App) {
     });
   });
   if (working !== null) await working;
-  console.log('headway admin: stopped');
+  say('admin_stopped');
 }
 
 async function remote(o, App) {

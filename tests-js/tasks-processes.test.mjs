@@ -218,6 +218,25 @@ test('the CLI beat runs the app\'s beat (a CommonJS module), SIGINT stops it', a
   }
 });
 
+test('the CLI beat prints the next run in UTC with milliseconds, as Python\'s CLI does', async () => {
+  // The line is the core's (task::banner): RFC 3339, UTC, milliseconds, `Z`.
+  const before = Date.now();
+  const child = new Child([CLI, 'beat', 'tests-js/fixtures/beat-app.cjs']);
+  try {
+    const lines = await child.until('ready');
+    const m = /^ {2}tick: next at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)$/.exec(lines[1]);
+    assert.ok(m, lines[1]);
+    // An hour from the start, in UTC: the `Z` is not a local time.
+    const due = Date.parse(m[1]);
+    assert.ok(due >= before + 3_600_000 - 1000 && due <= Date.now() + 3_600_000 + 1000, m[1]);
+    child.proc.kill('SIGINT');
+    const { code, err } = await child.finish(5000);
+    assert.equal(code, 0, err);
+  } finally {
+    child.kill();
+  }
+});
+
 // ---------------------------------------------------------------- on Redis
 
 const missing = RedisServer.missing();

@@ -163,7 +163,7 @@ function handler(app, options) {
     throw e;
   }
   if (admin.tokenGenerated && o.announce !== false) {
-    process.stderr.write(`headway admin: generated token ${admin.token} (type it into the page's login form)\n`);
+    process.stderr.write(`${native._banner('admin_token', JSON.stringify({ token: admin.token }))}\n`);
   }
   const max = admin.maxBody;
 

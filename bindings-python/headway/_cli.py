@@ -98,6 +98,15 @@ def _logging(level: str, fmt: str) -> None:
     root.setLevel(logging.getLogger("headway").level)
 
 
+def _say(line: str, **fields: Any) -> None:
+    # The printed lines are the core's (the Node CLI prints the same).
+    try:
+        text = _native.banner(line, json.dumps(fields))
+    except ValueError as e:
+        raise SystemExit(f"headway: {e}") from e
+    print(text, flush=True)
+
+
 def _term(signum: int, frame: FrameType | None) -> None:
     # SIGTERM is a warm shutdown, as Ctrl-C is: raised where the process is,
     # so a signal that lands before run() starts is not lost.
@@ -128,20 +137,18 @@ def _worker(c: dict[str, Any]) -> int:
             port = app._native.serve_metrics(host, c["metrics_port"])
         except ValueError as e:
             raise SystemExit(f"headway: {e}") from e
-        print(f"metrics: http://{host}:{port}/metrics", flush=True)
+        _say("metrics", host=host, port=port)
     try:
         signal.signal(signal.SIGTERM, _term)
-        print(
-            f"headway worker {w.name}: app {c['app']}, queues {','.join(w.queues)}, "
-            f"concurrency {w.concurrency}, prefetch {w.prefetch}, pool {w.pool}",
-            flush=True,
+        _say(
+            "worker_ready", name=w.name, app=c["app"], queues=list(w.queues),
+            concurrency=w.concurrency, prefetch=w.prefetch, pool=w.pool,
+            tasks=list(app.task_names()),
         )
-        print(f"tasks: {', '.join(app.task_names()) or '(none)'}", flush=True)
-        print("ready", flush=True)
         w.run(grace=GRACE if c["grace"] is None else c["grace"])
     except KeyboardInterrupt:
         pass
-    print(f"headway worker {w.name}: stopped after settling {w.settled}", flush=True)
+    _say("worker_stopped", name=w.name, settled=w.settled)
     return 0
 
 
@@ -150,15 +157,13 @@ def _beat(c: dict[str, Any]) -> int:
     beat = app.beat()
     try:
         signal.signal(signal.SIGTERM, _term)
-        pending = beat.pending()
-        print(f"headway beat: app {c['app']}, {len(pending)} entries", flush=True)
-        for name, when in pending:
-            print(f"  {name}: next at {when.isoformat()}", flush=True)
-        print("ready", flush=True)
+        # Each due time as epoch milliseconds: the core prints it.
+        entries = [(name, round(when.timestamp() * 1000)) for name, when in beat.pending()]
+        _say("beat_ready", app=c["app"], entries=entries)
         beat.run()
     except KeyboardInterrupt:
         pass
-    print("headway beat: stopped", flush=True)
+    _say("beat_stopped")
     return 0
 
 
@@ -180,7 +185,7 @@ def _admin(c: dict[str, Any]) -> int:
     finally:
         if worker is not None:
             worker.stop(GRACE if c["grace"] is None else c["grace"])
-    print("headway admin: stopped", flush=True)
+    _say("admin_stopped")
     return 0
 
 

@@ -70,6 +70,7 @@ __all__ = [
     "Wait",
     "Ward",
     "Window",
+    "banner",
     "cli_parse",
     "current",
     "log_flush",
@@ -766,6 +767,13 @@ def cli_parse(argv: list[str]) -> str:
     CLI's too): ``{"kind": "help", "text": ...}`` or ``{"kind": "run",
     "command": ..., ...}`` as JSON; ``ValueError`` naming what was wrong,
     the usage after it."""
+
+def banner(line: str, fields: str) -> str:
+    """The line ``line`` prints (the Node CLI's text too) from its fields
+    as a JSON object: ``worker_ready``, ``worker_stopped``, ``metrics``,
+    ``beat_ready`` (``entries``: ``[name, epoch ms]`` pairs), ``beat_stopped``,
+    ``admin_ready``, ``admin_stopped``, ``admin_token``; several lines are
+    joined by ``\\n``. ``ValueError`` naming a bad name or field."""
 
 # ------------------------------------------------------------------ hidden
 

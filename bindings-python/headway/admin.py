@@ -17,6 +17,7 @@ differ. The command line serves it too: ``headway admin -A module:app``.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
@@ -282,11 +283,8 @@ def asgi(
     )
     admin = AdminApp(native)
     if admin.token_generated and announce:
-        print(
-            f"headway admin: generated token {admin.token} (type it into the page's login form)",
-            file=sys.stderr,
-            flush=True,
-        )
+        line = _native.banner("admin_token", json.dumps({"token": admin.token}))
+        print(line, file=sys.stderr, flush=True)
     return admin
 
 
@@ -320,13 +318,14 @@ def serve(
             "headway admin needs uvicorn: pip install 'headway[admin]' (or uvicorn)"
         ) from e
     admin = asgi(app, token=token, read_only=read_only, announce=False)
-    shown = f"[{host}]" if ":" in host else host
-    where = f"http://{shown}:{port}/"
-    mode = " (read-only)" if admin.read_only else ""
-    print(f"headway admin{mode}: {where} (log in with the token)", flush=True)
-    if admin.token_generated:
-        print(f"headway admin: generated token {admin.token}", flush=True)
-        print("headway admin: the token was generated; pass --token to choose one", flush=True)
+    # The lines are the core's (the Node CLI prints the same).
+    fields = {
+        "host": host,
+        "port": port,
+        "read_only": admin.read_only,
+        "generated": admin.token if admin.token_generated else None,
+    }
+    print(_native.banner("admin_ready", json.dumps(fields)), flush=True)
     config = uvicorn.Config(
         admin,
         host=host,

@@ -9,6 +9,7 @@
 
 pub mod app;
 pub mod ask;
+pub mod banner;
 pub mod beat;
 pub mod body;
 pub mod canvas;
