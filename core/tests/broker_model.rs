@@ -265,6 +265,7 @@ impl Pair {
             MemoryOptions {
                 max_message_bytes: cap(layout),
                 max_deliveries: DELIVERIES,
+                ..MemoryOptions::default()
             },
         );
         let mut p = Pair {

@@ -60,8 +60,8 @@ impl Inspector for MemoryBroker {
     fn counts(&self) -> BoxFuture<'_, Result<BTreeMap<State, u64>, Refused>> {
         let g = self.lock();
         let mut out = BTreeMap::new();
-        for o in g.results.values() {
-            *out.entry(o.state).or_insert(0) += 1;
+        for r in g.results.values() {
+            *out.entry(r.outcome.state).or_insert(0) += 1;
         }
         Box::pin(async move { Ok(out) })
     }

@@ -67,6 +67,11 @@ pub struct MemoryOptions {
     /// ([`MAX_MESSAGE_BYTES`], 16 MiB). Published messages are values here,
     /// not bytes, so the cap is not checked on publish.
     pub max_message_bytes: usize,
+    /// How long a result (and a chord's count) is kept after it is stored:
+    /// one day, as on Redis (Celery's `result_expires`). Kept for ever
+    /// before, a long-lived process on this broker grew by every run's
+    /// outcome.
+    pub result_expires: Duration,
 }
 
 impl Default for MemoryOptions {
@@ -74,6 +79,7 @@ impl Default for MemoryOptions {
         MemoryOptions {
             max_deliveries: MAX_DELIVERIES,
             max_message_bytes: MAX_MESSAGE_BYTES,
+            result_expires: Duration::from_secs(86_400),
         }
     }
 }
@@ -557,6 +563,46 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+    }
+
+    #[tokio::test]
+    async fn results_and_chord_counts_expire() {
+        let clock = VirtualClock::new(0);
+        let b = MemoryBroker::with_options(
+            clock.clone(),
+            MemoryOptions {
+                result_expires: Duration::from_millis(1000),
+                ..MemoryOptions::default()
+            },
+        );
+        let cb = msg("cb", "q");
+        b.store(vec![Outcome::new("old", State::Success, 0)])
+            .await
+            .unwrap();
+        b.open("k", 2).await.unwrap();
+        assert_eq!(b.arrive("k", "p1", 2, &cb).await.unwrap(), Joined::Waiting);
+        clock.advance(600);
+        b.store(vec![Outcome::new("new", State::Success, 600)])
+            .await
+            .unwrap();
+        // Positive control: both kept until their time is up.
+        clock.advance(399);
+        b.store(vec![]).await.unwrap();
+        assert!(b.fetch("old").await.unwrap().is_some());
+        assert_eq!(b.arrive("k", "p1", 2, &cb).await.unwrap(), Joined::Waiting);
+        // A day (here a second) after it was stored, a result is gone; the
+        // one stored later stays until its own time.
+        clock.advance(1);
+        b.store(vec![]).await.unwrap();
+        assert!(b.fetch("old").await.unwrap().is_none());
+        assert_eq!(b.fetch("new").await.unwrap().unwrap().state, State::Success);
+        // The chord's count went with it: a part arriving now starts a new
+        // count, so one more part does not send the callback.
+        assert_eq!(b.arrive("k", "p2", 2, &cb).await.unwrap(), Joined::Waiting);
+        assert_eq!(b.ready("q"), 0);
+        clock.advance(600);
+        b.store(vec![]).await.unwrap();
+        assert!(b.fetch("new").await.unwrap().is_none());
     }
 
     #[tokio::test]

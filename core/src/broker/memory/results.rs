@@ -9,6 +9,7 @@ use std::collections::hash_map::Entry;
 use std::time::Duration;
 
 use super::MemoryBroker;
+use super::state::{Inner, Kept, Stored};
 use crate::task::clock::BoxFuture;
 use crate::task::message::Message;
 use crate::task::spec::{Backend, Counter, Joined};
@@ -16,29 +17,36 @@ use crate::task::state::{Outcome, Refused};
 
 impl Backend for MemoryBroker {
     fn store(&self, outcomes: Vec<Outcome>) -> BoxFuture<'_, Result<(), Refused>> {
+        let now = self.now();
+        let until = now.saturating_add(self.expires());
         let mut g = self.lock();
+        g.expire(now);
         for o in outcomes {
+            let id = o.id.clone();
             // Woken under the results' lock, which a wait takes to look:
             // it finds the result put in below.
-            match g.results.entry(o.id.clone()) {
+            let stored = Box::new(Stored { outcome: o, until });
+            match g.results.entry(id.clone()) {
                 Entry::Occupied(mut e) => {
-                    if !e.get().state.is_final() {
-                        self.shared.waits.wake([o.id.as_str()]);
-                        e.insert(Box::new(o));
+                    if e.get().outcome.state.is_final() {
+                        continue;
                     }
+                    self.shared.waits.wake([id.as_str()]);
+                    e.insert(stored);
                 }
                 Entry::Vacant(e) => {
-                    self.shared.waits.wake([o.id.as_str()]);
-                    e.insert(Box::new(o));
+                    self.shared.waits.wake([id.as_str()]);
+                    e.insert(stored);
                 }
             }
+            g.expiry.push_back((until, Kept::Result(id)));
         }
         drop(g);
         Box::pin(async { Ok(()) })
     }
 
     fn fetch<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
-        let o = self.lock().results.get(id).map(|o| (**o).clone());
+        let o = self.lock().results.get(id).map(|r| r.outcome.clone());
         Box::pin(async move { Ok(o) })
     }
 
@@ -54,10 +62,10 @@ impl Backend for MemoryBroker {
                 let stored = waiting.notify.notified();
                 tokio::pin!(stored);
                 stored.as_mut().enable();
-                if let Some(o) = self.lock().results.get(id)
-                    && o.state.is_final()
+                if let Some(r) = self.lock().results.get(id)
+                    && r.outcome.state.is_final()
                 {
-                    return Ok(Some((**o).clone()));
+                    return Ok(Some(r.outcome.clone()));
                 }
                 tokio::select! {
                     _ = &mut stored => {}
@@ -76,15 +84,41 @@ impl Backend for MemoryBroker {
     }
 }
 
+impl MemoryBroker {
+    /// How long a result and a chord count are kept (ms).
+    fn expires(&self) -> i64 {
+        i64::try_from(self.shared.opts.result_expires.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+impl Inner {
+    /// Chord `key`'s count, made (to go after `expires` ms) if there is
+    /// none.
+    fn chord(
+        &mut self,
+        key: &str,
+        size: u32,
+        now: i64,
+        expires: i64,
+    ) -> &mut (u32, HashSet<String>) {
+        self.expire(now);
+        if !self.chords.contains_key(key) {
+            self.expiry
+                .push_back((now.saturating_add(expires), Kept::Chord(key.to_string())));
+        }
+        self.chords
+            .entry(key.to_string())
+            .or_insert_with(|| (size, HashSet::new()))
+    }
+}
+
 /// What a chord's part set holds once its callback was sent.
 const CHORD_SENT: &str = "~sent";
 
 impl Counter for MemoryBroker {
     fn open(&self, key: &str, size: u32) -> BoxFuture<'_, Result<(), Refused>> {
-        self.lock()
-            .chords
-            .entry(key.to_string())
-            .or_insert_with(|| (size, HashSet::new()));
+        let now = self.now();
+        self.lock().chord(key, size, now, self.expires());
         Box::pin(async { Ok(()) })
     }
 
@@ -98,10 +132,7 @@ impl Counter for MemoryBroker {
         let now = self.now();
         let joined = {
             let mut g = self.lock();
-            let entry = g
-                .chords
-                .entry(key.to_string())
-                .or_insert_with(|| (size, HashSet::new()));
+            let entry = g.chord(key, size, now, self.expires());
             // A sent chord keeps only its mark (as Redis's `~sent`), kept as
             // long as the results are: a redelivered part arriving after the
             // callback went must not start a count that could send it again.

@@ -122,15 +122,54 @@ pub(super) struct Inner {
     /// outcome is hundreds of bytes (a Rust no-op drain storing 200 000
     /// results spent a tenth of its CPU copying them at the rehashes, on
     /// freshly faulted pages).
-    pub(super) results: HashMap<String, Box<Outcome>>,
+    pub(super) results: HashMap<String, Box<Stored>>,
     pub(super) chords: HashMap<String, (u32, HashSet<String>)>,
+    /// When each result and chord count goes, in the order they were
+    /// made (one expiry for all, so the order is the time order): each
+    /// store drops what is due from the front. A result stored again is
+    /// queued again; its earlier place here finds the later time and
+    /// leaves it.
+    pub(super) expiry: VecDeque<(i64, Kept)>,
     pub(super) events: VecDeque<RunEvent>,
     /// Per beat entry, the latest due time fired.
     pub(super) fired: HashMap<String, i64>,
     pub(super) seq: u64,
 }
 
+/// A result, and when it goes (ms).
+pub(super) struct Stored {
+    pub(super) outcome: Outcome,
+    pub(super) until: i64,
+}
+
+/// What [`Inner::expiry`] drops when its time comes.
+pub(super) enum Kept {
+    Result(String),
+    Chord(String),
+}
+
 impl Inner {
+    /// Drops the results and chord counts whose time is up at `now`.
+    pub(super) fn expire(&mut self, now: i64) {
+        while let Some((at, _)) = self.expiry.front()
+            && *at <= now
+        {
+            let Some((at, kept)) = self.expiry.pop_front() else {
+                break;
+            };
+            match kept {
+                Kept::Result(id) => {
+                    if self.results.get(&id).is_some_and(|r| r.until <= at) {
+                        self.results.remove(&id);
+                    }
+                }
+                Kept::Chord(key) => {
+                    self.chords.remove(&key);
+                }
+            }
+        }
+    }
+
     /// Whether run `id` is revoked at `now` (its revoke not yet expired).
     pub(super) fn is_revoked(&self, id: &str, now: i64) -> bool {
         self.revoked.get(id).is_some_and(|&until| until > now)
