@@ -590,9 +590,11 @@ mod tests {
         b.store(vec![]).await.unwrap();
         assert!(b.fetch("old").await.unwrap().is_some());
         assert_eq!(b.arrive("k", "p1", 2, &cb).await.unwrap(), Joined::Waiting);
-        // A day (here a second) after it was stored, a result is gone; the
-        // one stored later stays until its own time.
+        // A day (here a second) after it was stored, a result is gone —
+        // read before any store drops it, and after — while the one stored
+        // later stays until its own time.
         clock.advance(1);
+        assert!(b.fetch("old").await.unwrap().is_none());
         b.store(vec![]).await.unwrap();
         assert!(b.fetch("old").await.unwrap().is_none());
         assert_eq!(b.fetch("new").await.unwrap().unwrap().state, State::Success);

@@ -46,7 +46,15 @@ impl Backend for MemoryBroker {
     }
 
     fn fetch<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
-        let o = self.lock().results.get(id).map(|r| r.outcome.clone());
+        let now = self.now();
+        // One past its time and not yet dropped (drops happen at stores)
+        // is gone all the same, as on Redis.
+        let o = self
+            .lock()
+            .results
+            .get(id)
+            .filter(|r| r.until > now)
+            .map(|r| r.outcome.clone());
         Box::pin(async move { Ok(o) })
     }
 
