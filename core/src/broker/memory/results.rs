@@ -10,14 +10,14 @@ use std::time::Duration;
 
 use super::MemoryBroker;
 use super::state::{Inner, Kept, Stored};
-use crate::task::clock::BoxFuture;
+use crate::task::clock::{BoxFuture, Clock};
 use crate::task::message::Message;
 use crate::task::spec::{Backend, Counter, Joined};
 use crate::task::state::{Outcome, Refused};
 
 impl Backend for MemoryBroker {
     fn store(&self, outcomes: Vec<Outcome>) -> BoxFuture<'_, Result<(), Refused>> {
-        let now = self.now();
+        let now = kept_now();
         let until = now.saturating_add(self.expires());
         let mut g = self.lock();
         g.expire(now);
@@ -46,7 +46,7 @@ impl Backend for MemoryBroker {
     }
 
     fn fetch<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
-        let now = self.now();
+        let now = kept_now();
         // One past its time and not yet dropped (drops happen at stores)
         // is gone all the same, as on Redis.
         let o = self
@@ -92,6 +92,14 @@ impl Backend for MemoryBroker {
     }
 }
 
+/// The time results and chord counts are kept by (epoch ms): the
+/// system's, whatever the app's clock, as Redis keeps them by its own — a
+/// test that moves a virtual clock days ahead to reach an eta must still
+/// find the results stored before the jump, on either broker.
+fn kept_now() -> i64 {
+    crate::task::clock::SystemClock.now()
+}
+
 impl MemoryBroker {
     /// How long a result and a chord count are kept (ms).
     fn expires(&self) -> i64 {
@@ -125,8 +133,7 @@ const CHORD_SENT: &str = "~sent";
 
 impl Counter for MemoryBroker {
     fn open(&self, key: &str, size: u32) -> BoxFuture<'_, Result<(), Refused>> {
-        let now = self.now();
-        self.lock().chord(key, size, now, self.expires());
+        self.lock().chord(key, size, kept_now(), self.expires());
         Box::pin(async { Ok(()) })
     }
 
@@ -140,7 +147,7 @@ impl Counter for MemoryBroker {
         let now = self.now();
         let joined = {
             let mut g = self.lock();
-            let entry = g.chord(key, size, now, self.expires());
+            let entry = g.chord(key, size, kept_now(), self.expires());
             // A sent chord keeps only its mark (as Redis's `~sent`), kept as
             // long as the results are: a redelivered part arriving after the
             // callback went must not start a count that could send it again.
