@@ -22,23 +22,18 @@ impl Backend for MemoryBroker {
         let mut g = self.lock();
         g.expire(now);
         for o in outcomes {
-            let id = o.id.clone();
+            if g.results
+                .get(&o.id)
+                .is_some_and(|r| r.outcome.state.is_final())
+            {
+                continue;
+            }
             // Woken under the results' lock, which a wait takes to look:
             // it finds the result put in below.
-            let stored = Box::new(Stored { outcome: o, until });
-            match g.results.entry(id.clone()) {
-                Entry::Occupied(mut e) => {
-                    if e.get().outcome.state.is_final() {
-                        continue;
-                    }
-                    self.shared.waits.wake([id.as_str()]);
-                    e.insert(stored);
-                }
-                Entry::Vacant(e) => {
-                    self.shared.waits.wake([id.as_str()]);
-                    e.insert(stored);
-                }
-            }
+            self.shared.waits.wake([o.id.as_str()]);
+            let id = o.id.clone();
+            g.results
+                .insert(id.clone(), Box::new(Stored { outcome: o, until }));
             g.expiry.push_back((until, Kept::Result(id)));
         }
         drop(g);
@@ -46,15 +41,7 @@ impl Backend for MemoryBroker {
     }
 
     fn fetch<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
-        let now = kept_now();
-        // One past its time and not yet dropped (drops happen at stores)
-        // is gone all the same, as on Redis.
-        let o = self
-            .lock()
-            .results
-            .get(id)
-            .filter(|r| r.until > now)
-            .map(|r| r.outcome.clone());
+        let o = self.lock().result(id, kept_now()).cloned();
         Box::pin(async move { Ok(o) })
     }
 
@@ -70,10 +57,10 @@ impl Backend for MemoryBroker {
                 let stored = waiting.notify.notified();
                 tokio::pin!(stored);
                 stored.as_mut().enable();
-                if let Some(r) = self.lock().results.get(id)
-                    && r.outcome.state.is_final()
+                if let Some(o) = self.lock().result(id, kept_now())
+                    && o.state.is_final()
                 {
-                    return Ok(Some(r.outcome.clone()));
+                    return Ok(Some(o.clone()));
                 }
                 tokio::select! {
                     _ = &mut stored => {}
@@ -118,13 +105,24 @@ impl Inner {
         expires: i64,
     ) -> &mut (u32, HashSet<String>) {
         self.expire(now);
-        if !self.chords.contains_key(key) {
-            self.expiry
-                .push_back((now.saturating_add(expires), Kept::Chord(key.to_string())));
+        match self.chords.entry(key.to_string()) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                self.expiry
+                    .push_back((now.saturating_add(expires), Kept::Chord(key.to_string())));
+                e.insert((size, HashSet::new()))
+            }
         }
-        self.chords
-            .entry(key.to_string())
-            .or_insert_with(|| (size, HashSet::new()))
+    }
+
+    /// Run `id`'s result, unless its time is up at `now`: one past its
+    /// time and not yet dropped (drops happen at stores) is gone all the
+    /// same, as on Redis.
+    fn result(&self, id: &str, now: i64) -> Option<&Outcome> {
+        self.results
+            .get(id)
+            .filter(|r| r.until > now)
+            .map(|r| &r.outcome)
     }
 }
 
