@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
@@ -318,10 +319,14 @@ def serve(
             "headway admin needs uvicorn: pip install 'headway[admin]' (or uvicorn)"
         ) from e
     admin = asgi(app, token=token, read_only=read_only, announce=False)
+    # Bound before the address is printed, as Node's admin does: the line
+    # names the port the server holds (``port=0`` picks a free one), and a
+    # client that reads it can connect at once.
+    sock = _bind(host, port)
     # The lines are the core's (the Node CLI prints the same).
     fields = {
         "host": host,
-        "port": port,
+        "port": sock.getsockname()[1],
         "read_only": admin.read_only,
         "generated": admin.token if admin.token_generated else None,
     }
@@ -344,4 +349,25 @@ def serve(
         await stop(sockets)
 
     server.shutdown = shutdown  # type: ignore[method-assign]
-    server.run()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host``:``port`` (a name, an IPv4 or an IPv6
+    address), as uvicorn would have bound it."""
+    family, kind, proto, _, addr = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
