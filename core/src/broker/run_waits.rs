@@ -6,9 +6,14 @@
 //! `get()`, each of which looked and went back to sleep, so N pending gets
 //! cost N² looks. On the memory broker with 10 000 gets pending a Node drain
 //! ran 2.0k/s; with a notify per run 60k/s (`bench/tasks/runs/gets-memory.md`).
+//!
+//! Both stores wait the same way (look, sleep until a result for the run
+//! is heard or the time is up, look again), so the wait is written here
+//! once ([`RunWaits::wait_final`]); each store says only how it looks.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 
@@ -20,11 +25,11 @@ pub(crate) struct RunWaits {
 
 /// One wait's place among its run's waiters: left when dropped, however the
 /// wait ends (the last one out removes the run's entry).
-pub(crate) struct Waiting<'a> {
+struct Waiting<'a> {
     waits: &'a RunWaits,
     id: &'a str,
     /// Notified when a result for the run is heard.
-    pub(crate) notify: Arc<Notify>,
+    notify: Arc<Notify>,
 }
 
 impl RunWaits {
@@ -35,7 +40,7 @@ impl RunWaits {
     /// Joins the waits on run `id`. Enable a `notified()` of the answer's
     /// notify before looking for the result, so a result heard between the
     /// look and the sleep is not missed.
-    pub(crate) fn join<'a>(&'a self, id: &'a str) -> Waiting<'a> {
+    fn join<'a>(&'a self, id: &'a str) -> Waiting<'a> {
         let mut g = self.lock();
         let e = g
             .entry(id.to_string())
@@ -45,6 +50,32 @@ impl RunWaits {
             waits: self,
             id,
             notify: e.1.clone(),
+        }
+    }
+
+    /// Waits up to `timeout` for run `id`'s final result: what `look`
+    /// answers (the result if it is final, else `None`), looked at first
+    /// and again each time a result for the run is heard. `None` when the
+    /// time is up first.
+    pub(crate) async fn wait_final<T>(
+        &self,
+        id: &str,
+        timeout: Duration,
+        look: impl Fn() -> Option<T>,
+    ) -> Option<T> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let waiting = self.join(id);
+        loop {
+            let heard = waiting.notify.notified();
+            tokio::pin!(heard);
+            heard.as_mut().enable();
+            if let Some(found) = look() {
+                return Some(found);
+            }
+            tokio::select! {
+                _ = &mut heard => {}
+                _ = tokio::time::sleep_until(deadline) => return None,
+            }
         }
     }
 

@@ -223,21 +223,7 @@ impl Backend for RpcStore {
         id: &'a str,
         timeout: Duration,
     ) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
-        Box::pin(async move {
-            let deadline = tokio::time::Instant::now() + timeout;
-            let waiting = self.waits.join(id);
-            loop {
-                let rung = waiting.notify.notified();
-                tokio::pin!(rung);
-                rung.as_mut().enable();
-                if let Some(o) = self.known(id).filter(|o| o.state.is_final()) {
-                    return Ok(Some(o));
-                }
-                tokio::select! {
-                    _ = &mut rung => {}
-                    _ = tokio::time::sleep_until(deadline) => return Ok(None),
-                }
-            }
-        })
+        let look = move || self.known(id).filter(|o| o.state.is_final());
+        Box::pin(async move { Ok(self.waits.wait_final(id, timeout, look).await) })
     }
 }

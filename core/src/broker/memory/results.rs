@@ -50,24 +50,13 @@ impl Backend for MemoryBroker {
         id: &'a str,
         timeout: Duration,
     ) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
-        Box::pin(async move {
-            let deadline = tokio::time::Instant::now() + timeout;
-            let waiting = self.shared.waits.join(id);
-            loop {
-                let stored = waiting.notify.notified();
-                tokio::pin!(stored);
-                stored.as_mut().enable();
-                if let Some(o) = self.lock().result(id, kept_now())
-                    && o.state.is_final()
-                {
-                    return Ok(Some(o.clone()));
-                }
-                tokio::select! {
-                    _ = &mut stored => {}
-                    _ = tokio::time::sleep_until(deadline) => return Ok(None),
-                }
-            }
-        })
+        let look = move || {
+            let g = self.lock();
+            g.result(id, kept_now())
+                .filter(|o| o.state.is_final())
+                .cloned()
+        };
+        Box::pin(async move { Ok(self.shared.waits.wait_final(id, timeout, look).await) })
     }
 
     fn forget<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<(), Refused>> {
