@@ -26,10 +26,11 @@ use lapin::{BasicProperties, Channel, ExchangeKind};
 use serde_json::{Map, Value, json};
 
 use super::AmqpBroker;
-use crate::broker::celery::node::{CeleryNode, ControlReply, NodeFacts, Outgoing, live_ids};
+use crate::broker::celery::node::{CeleryNode, ControlReply, NodeFacts, Outgoing, Revoke};
 use crate::broker::celery::pidbox::Control;
 use crate::task::clock::BoxFuture;
 use crate::task::spec::Delivery;
+use crate::task::state::Refused;
 
 /// The exchange Celery's events go to.
 pub(super) const CELERYEV: &str = "celeryev";
@@ -53,10 +54,6 @@ impl CeleryNode for AmqpBroker {
 
     fn broker_url(&self) -> String {
         self.conn.url().to_string()
-    }
-
-    fn revoked_ids(&self) -> Vec<String> {
-        live_ids(self.lock().revoked.iter(), self.now_ms())
     }
 
     fn held_etas(&self) -> Vec<(i64, Delivery)> {
@@ -111,6 +108,29 @@ impl CeleryNode for AmqpBroker {
             }
         })
     }
+
+    fn revoke_keep(&self) -> std::time::Duration {
+        self.opts.revoke_keep
+    }
+
+    /// Publishes the reply when it asks for one.
+    fn carry_control(&self, c: Control) {
+        let Some(r) = self.control_reply(&c) else {
+            return;
+        };
+        let Some(me) = self.me.upgrade() else { return };
+        tokio::spawn(async move { me.send_reply(r).await });
+    }
+
+    fn send_revoke(&self, r: Revoke) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(self.broadcast_revoke(r))
+    }
+
+    /// A revoke heard replaces the end this consumer knew for its ids, its
+    /// own revoke coming back on the pidbox included.
+    fn heard_revoke(&self, ids: &[String], until: i64) {
+        self.facts.revoked.note(ids, until, self.now_ms());
+    }
 }
 
 fn json_props() -> BasicProperties {
@@ -120,16 +140,6 @@ fn json_props() -> BasicProperties {
 }
 
 impl AmqpBroker {
-    /// Carries out a control command heard on the pidbox (`node` decides
-    /// whether and how) and publishes the reply when it asks for one.
-    pub(super) fn on_control(&self, c: Control) {
-        let Some(r) = self.control_reply(&c) else {
-            return;
-        };
-        let Some(me) = self.me.upgrade() else { return };
-        tokio::spawn(async move { me.send_reply(r).await });
-    }
-
     async fn send_reply(&self, r: ControlReply) {
         let Some(ch) = self
             .side_channel(&r.exchange, ExchangeKind::Direct, false)

@@ -70,7 +70,7 @@ pub use rpc::RpcStore;
 use super::celery::CeleryBroker;
 use super::celery::codec::{self, Sender};
 use super::celery::events::{self, Events};
-use super::celery::node::NodeFacts;
+use super::celery::node::{CeleryNode, NodeFacts};
 use crate::task::app::Seams;
 use crate::task::clock::{BoxFuture, Clock};
 use crate::task::message::Message;
@@ -118,8 +118,6 @@ struct Local {
     /// Serials of released groups: their channel closes once nothing
     /// handed out from it is left to settle.
     released: std::collections::HashSet<u64>,
-    /// Revoked ids → until (ms).
-    revoked: HashMap<String, i64>,
     seq: u64,
     /// Run id → the `reply_to` its message carried (its caller's queue).
     replies: HashMap<String, String>,
@@ -150,8 +148,6 @@ pub struct AmqpBroker {
     /// The `rpc://` store, when an app keeps results that way (it holds
     /// the broker; the broker only finds it again).
     rpc: tokio::sync::Mutex<Option<Weak<RpcStore>>>,
-    hearers: crate::task::terminate::Hearers,
-    revoked_bell: Notify,
     /// The channel events and control replies go out on.
     side: tokio::sync::Mutex<control::Side>,
 }
@@ -200,8 +196,6 @@ impl AmqpBroker {
             serials: AtomicU64::new(0),
             store: RwLock::new(None),
             rpc: tokio::sync::Mutex::new(None),
-            hearers: Default::default(),
-            revoked_bell: Notify::new(),
             side: Default::default(),
         });
         broker.start_pidbox().await?;
@@ -353,7 +347,7 @@ impl Broker for AmqpBroker {
     }
 
     fn revoke(&self, ids: Vec<String>, until: i64) -> BoxFuture<'_, Result<(), Refused>> {
-        Box::pin(self.revoke_all(ids, until, None))
+        self.revoke_all(ids, until, None)
     }
 
     fn terminate(
@@ -362,7 +356,7 @@ impl Broker for AmqpBroker {
         until: i64,
         signal: i32,
     ) -> BoxFuture<'_, Result<(), Refused>> {
-        Box::pin(self.revoke_all(ids, until, Some(signal)))
+        self.revoke_all(ids, until, Some(signal))
     }
 
     fn revoked<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Vec<bool>, Refused>> {
@@ -370,7 +364,7 @@ impl Broker for AmqpBroker {
     }
 
     fn on_terminate(&self, hear: crate::task::terminate::OnTerminate) {
-        self.hearers.add(hear);
+        self.facts.hearers.add(hear);
     }
 
     fn set_task_events(&self, on: bool) -> bool {

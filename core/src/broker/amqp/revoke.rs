@@ -18,11 +18,11 @@ use lapin::options::{BasicConsumeOptions, BasicPublishOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use serde_json::{Map, Value};
 
-use super::super::celery::pidbox;
 use super::listen::listen;
 use super::{AmqpBroker, topology, wire};
+use crate::broker::celery::node::{CeleryNode, Revoke};
+use crate::broker::celery::pidbox;
 use crate::task::message::new_id;
-use crate::task::signal::SIGTERM;
 use crate::task::spec::Broker;
 use crate::task::state::Refused;
 
@@ -76,6 +76,8 @@ impl AmqpBroker {
         .map_err(|e| super::conn::refused(&url, "cannot consume the pidbox", &e))
     }
 
+    /// A pidbox message as kombu's envelope (its body and headers), heard
+    /// as on every transport on Celery's wire (`node`).
     fn on_pidbox(&self, d: &lapin::message::Delivery) {
         let headers = d
             .properties
@@ -92,49 +94,18 @@ impl AmqpBroker {
         let Ok(raw) = serde_json::to_vec(&env) else {
             return;
         };
-        let Some(c) = pidbox::decode(&raw) else {
-            return;
-        };
-        if c.method != "revoke" {
-            self.on_control(c);
-            return;
-        }
-        let now_secs = self.facts.clock.now() as f64 / 1000.0;
-        if !c.is_for(&self.facts.node, now_secs) {
-            return;
-        }
-        let keep = i64::try_from(self.opts.revoke_keep.as_millis()).unwrap_or(i64::MAX);
-        let until = self.facts.clock.now().saturating_add(keep);
-        self.note_revoked(&c.ids, until);
-        if c.terminate && !c.ids.is_empty() {
-            self.hearers.tell(&c.ids, c.signal.unwrap_or(SIGTERM));
-        }
+        self.hear_pidbox(&raw);
     }
 
-    fn note_revoked(&self, ids: &[String], until: i64) {
-        let now = self.facts.clock.now();
-        let mut g = self.lock();
-        g.revoked.retain(|_, u| *u > now);
-        for id in ids {
-            g.revoked.insert(id.clone(), until);
-        }
-        drop(g);
-        self.revoked_bell.notify_waiters();
-    }
-
-    /// Revokes `ids` until `until` (ms): remembered here, kept in the Redis
+    /// Sends `r` (already in this consumer's set, `node`): kept in the Redis
     /// store when there is one, and broadcast as Celery's `revoke` (with
     /// `terminate` and the signal when asked).
-    pub(super) async fn revoke_all(
-        &self,
-        ids: Vec<String>,
-        until: i64,
-        terminate: Option<i32>,
-    ) -> Result<(), Refused> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        self.note_revoked(&ids, until);
+    pub(super) async fn broadcast_revoke(&self, r: Revoke) -> Result<(), Refused> {
+        let Revoke {
+            ids,
+            until,
+            terminate,
+        } = r;
         if let Some(store) = self.store() {
             Broker::revoke(&*store, ids.clone(), until).await?;
         }
@@ -187,13 +158,7 @@ impl AmqpBroker {
     /// (the queue may have expired meanwhile) the store's set is read
     /// again (`listen`).
     pub(super) async fn revoked_of(&self, ids: &[String]) -> Result<Vec<bool>, Refused> {
-        let now = self.facts.clock.now();
-        let mut out: Vec<bool> = {
-            let g = self.lock();
-            ids.iter()
-                .map(|id| g.revoked.get(id).is_some_and(|&u| u > now))
-                .collect()
-        };
+        let mut out = self.facts.revoked.of(ids, self.facts.clock.now());
         if out.iter().all(|&r| r) {
             return Ok(out);
         }

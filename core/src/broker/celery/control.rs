@@ -22,12 +22,13 @@ use serde_json::{Map, Value, json};
 
 use super::CeleryBroker;
 use super::b64;
-use super::node::{CeleryNode, NodeFacts, Outgoing, live_ids};
+use super::node::{CeleryNode, NodeFacts, Outgoing, Revoke};
 use super::pidbox::{self, Control};
 use super::pyjson::dumps;
 use crate::task::clock::BoxFuture;
 use crate::task::message::new_id;
 use crate::task::spec::Delivery;
+use crate::task::state::Refused;
 
 impl CeleryNode for CeleryBroker {
     fn facts(&self) -> &NodeFacts {
@@ -40,10 +41,6 @@ impl CeleryNode for CeleryBroker {
 
     fn broker_url(&self) -> String {
         self.link.url().to_string()
-    }
-
-    fn revoked_ids(&self) -> Vec<String> {
-        live_ids(self.lock().revoked.iter(), self.now_ms())
     }
 
     fn held_etas(&self) -> Vec<(i64, Delivery)> {
@@ -104,13 +101,14 @@ impl CeleryNode for CeleryBroker {
             let _ = self.link.pipe(&p).await;
         })
     }
-}
 
-impl CeleryBroker {
-    /// Carries out a control command heard on the pidbox (`node` decides
-    /// whether and how), and pushes the reply onto the asker's reply
-    /// queues when it asks for one.
-    pub(super) fn on_control(&self, c: Control) {
+    fn revoke_keep(&self) -> std::time::Duration {
+        self.opts.revoke_keep
+    }
+
+    /// Pushes the reply onto the asker's reply queues when it asks for
+    /// one.
+    fn carry_control(&self, c: Control) {
         let Some(r) = self.control_reply(&c) else {
             return;
         };
@@ -144,5 +142,9 @@ impl CeleryBroker {
             }
             let _ = me.link.pipe(&p).await;
         });
+    }
+
+    fn send_revoke(&self, r: Revoke) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(self.broadcast_revoke(r))
     }
 }

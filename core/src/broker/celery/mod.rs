@@ -103,7 +103,7 @@ use crate::task::clock::{BoxFuture, Clock};
 use crate::task::message::{Message, new_id};
 use crate::task::spec::{Broker, Delivery, Receipt};
 use crate::task::state::Refused;
-use node::NodeFacts;
+use node::{CeleryNode, NodeFacts};
 
 /// One message this consumer claimed and has not settled.
 #[derive(Debug, Clone)]
@@ -134,8 +134,6 @@ struct Local {
     /// task of its own, so a `consume` dropped mid-claim (a stopping worker)
     /// loses nothing — the next `consume` or `release` finds it here.
     inbox: VecDeque<Delivery>,
-    /// Revoked ids → until (ms).
-    revoked: HashMap<String, i64>,
     /// Chord parts received: id → group index.
     parts: HashMap<String, Option<u32>>,
     parts_order: VecDeque<String>,
@@ -177,9 +175,6 @@ pub struct CeleryBroker {
     /// round trip each would cost as much as the settle itself.
     events: Mutex<Vec<String>>,
     stored: Notify,
-    revoked_bell: Notify,
-    /// The apps on this broker, told of every terminate the pidbox carries.
-    hearers: crate::task::terminate::Hearers,
     keys: Keys,
     scripts: Scripts,
     /// Another transport's broker chord callbacks go through, when this is
@@ -288,8 +283,6 @@ impl CeleryBroker {
             fetched: tokio::sync::Notify::new(),
             events: Mutex::new(Vec::new()),
             stored: Notify::new(),
-            revoked_bell: Notify::new(),
-            hearers: Default::default(),
             keys,
             scripts: Scripts::new(),
             via: std::sync::RwLock::new(None),
@@ -302,7 +295,7 @@ impl CeleryBroker {
             let me = Arc::downgrade(&broker);
             let on: super::link::Handler = Arc::new(move |_, payload| {
                 if let Some(b) = me.upgrade() {
-                    b.on_pidbox(payload);
+                    b.hear_pidbox(payload);
                 }
             });
             let _ = broker.waiters.psubscribe(p, on).await;
@@ -447,7 +440,7 @@ impl Broker for CeleryBroker {
     }
 
     fn revoke(&self, ids: Vec<String>, until: i64) -> BoxFuture<'_, Result<(), Refused>> {
-        Box::pin(self.revoke_all(ids, until, None))
+        self.revoke_all(ids, until, None)
     }
 
     /// Celery's own revoke with `terminate: true` and the signal: Celery's
@@ -458,7 +451,7 @@ impl Broker for CeleryBroker {
         until: i64,
         signal: i32,
     ) -> BoxFuture<'_, Result<(), Refused>> {
-        Box::pin(self.revoke_all(ids, until, Some(signal)))
+        self.revoke_all(ids, until, Some(signal))
     }
 
     fn set_task_events(&self, on: bool) -> bool {
@@ -493,7 +486,7 @@ impl Broker for CeleryBroker {
     }
 
     fn on_terminate(&self, hear: crate::task::terminate::OnTerminate) {
-        self.hearers.add(hear);
+        self.facts.hearers.add(hear);
     }
 
     fn revoked<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Vec<bool>, Refused>> {

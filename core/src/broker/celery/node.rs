@@ -4,22 +4,33 @@
 //! Redis layout, RabbitMQ).
 //!
 //! A transport implements [`CeleryNode`]: the facts only it knows (its node
-//! name, its app, its revoked set and held etas, its settings) and how an
-//! event goes out. Everything else — which commands exist and what they do
+//! name, its app, its held etas, its settings) and how an event, a reply and
+//! a revoke go out. Everything else — which commands exist and what they do
 //! (`task::remote`), how Celery's worker shapes an answer
 //! (`Request.info()` for a run, kombu's `Queue.as_dict()` for a queue, the
 //! keys of `stats` Flower reads), which events a run makes and with which
 //! fields (`events`) — is decided here, so a `celery inspect` reads the
 //! same answer from a headway worker on Redis and on RabbitMQ.
 //!
-//! The transports only carry: a command is read with `pidbox::decode`,
-//! handed to [`CeleryNode::control_reply`], and the reply body it answers
-//! (`{node: answer}`) goes back the transport's way — pushed onto kombu's
-//! reply queues on Redis, published to the `reply.celery.pidbox` exchange
-//! on RabbitMQ.
+//! The transports only carry: what a pidbox brings is handed to
+//! [`CeleryNode::hear_pidbox`]; a command's reply body (`{node: answer}`,
+//! [`CeleryNode::control_reply`]) goes back the transport's way — pushed
+//! onto kombu's reply queues on Redis, published to the
+//! `reply.celery.pidbox` exchange on RabbitMQ.
+//!
+//! Revokes are the node's too. Celery's `revoke` is a broadcast nothing
+//! stores, so each node keeps the ids it heard or sent in an expiring set
+//! of its own ([`Revoked`], in [`NodeFacts`]): one set with one rule for
+//! how long an id is kept, whichever transport carried the revoke, and one
+//! way a heard revoke is taken in (for this node or not, remembered, a
+//! terminate told to this process's apps). What a revoke sent from here
+//! adds beside the broadcast (a record in Redis for a headway worker that
+//! was down) is the transport's ([`CeleryNode::send_revoke`]).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
@@ -29,7 +40,10 @@ use super::pidbox::{self, Control};
 use crate::task::app::AppInner;
 use crate::task::clock::{BoxFuture, Clock};
 use crate::task::remote::{self, Command, Node, Reply, Stats};
+use crate::task::signal::SIGTERM;
 use crate::task::spec::Delivery;
+use crate::task::state::Refused;
+use crate::task::terminate::Hearers;
 use crate::task::{App, RunInfo};
 
 /// One event ready to go out: its routing key (the type with `.` for
@@ -70,6 +84,10 @@ pub(crate) struct NodeFacts {
     pub app: RwLock<Option<Weak<AppInner>>>,
     /// Celery's events: on or off, and the way out.
     pub celeryev: Events,
+    /// The ids revoked, each until when.
+    pub revoked: Revoked,
+    /// The apps in this process, told of every terminate heard.
+    pub hearers: Hearers,
 }
 
 impl NodeFacts {
@@ -86,6 +104,8 @@ impl NodeFacts {
             lamport: AtomicU64::new(0),
             app: RwLock::new(None),
             celeryev,
+            revoked: Revoked::default(),
+            hearers: Hearers::default(),
         }
     }
 
@@ -106,18 +126,77 @@ impl NodeFacts {
     }
 }
 
-/// The ids of `revoked` (id → remembered until, ms) still remembered at
-/// `now`, sorted.
-pub(crate) fn live_ids<'a>(
-    revoked: impl Iterator<Item = (&'a String, &'a i64)>,
-    now: i64,
-) -> Vec<String> {
-    let mut ids: Vec<String> = revoked
-        .filter(|(_, until)| **until > now)
-        .map(|(id, _)| id.clone())
-        .collect();
-    ids.sort();
-    ids
+/// The ids a node knows revoked, each with the time (ms) it is kept
+/// until: an id is revoked while its time is ahead. Every write first
+/// forgets the ids whose time has passed, so the set holds only what
+/// revokes still cover.
+#[derive(Default)]
+pub(crate) struct Revoked {
+    until: Mutex<HashMap<String, i64>>,
+}
+
+impl Revoked {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+        self.until.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Remembers `ids` until `until`, replacing any end known for them: a
+    /// revoke sent from here says how long it lasts.
+    pub(crate) fn note(&self, ids: &[String], until: i64, now: i64) {
+        let mut g = self.lock();
+        g.retain(|_, u| *u > now);
+        for id in ids {
+            g.insert(id.clone(), until);
+        }
+    }
+
+    /// Remembers `ids` until `until` unless an end is known for them: a
+    /// node's own revoke coming back to it on the pidbox must not stretch
+    /// the end it was given.
+    pub(crate) fn heard(&self, ids: &[String], until: i64, now: i64) {
+        let mut g = self.lock();
+        g.retain(|_, u| *u > now);
+        for id in ids {
+            g.entry(id.clone()).or_insert(until);
+        }
+    }
+
+    /// Takes in ids and ends read back from a record of revokes, as they
+    /// are.
+    pub(crate) fn load(&self, kept: impl IntoIterator<Item = (String, i64)>) {
+        let mut g = self.lock();
+        for (id, until) in kept {
+            g.insert(id, until);
+        }
+    }
+
+    /// Whether each of `ids` is revoked at `now`.
+    pub(crate) fn of(&self, ids: &[String], now: i64) -> Vec<bool> {
+        let g = self.lock();
+        ids.iter()
+            .map(|id| g.get(id).is_some_and(|&u| u > now))
+            .collect()
+    }
+
+    /// The ids revoked at `now`, sorted.
+    pub(crate) fn live(&self, now: i64) -> Vec<String> {
+        let g = self.lock();
+        let mut ids: Vec<String> = g
+            .iter()
+            .filter(|(_, until)| **until > now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.sort();
+        ids
+    }
+}
+
+/// A revoke sent from this node: the ids, the time (ms) they are revoked
+/// until, and the signal when it asks to terminate their runs.
+pub(crate) struct Revoke {
+    pub ids: Vec<String>,
+    pub until: i64,
+    pub terminate: Option<i32>,
 }
 
 /// A transport on Celery's wire, seen as a Celery worker node. The
@@ -157,7 +236,11 @@ pub(crate) trait CeleryNode: Send + Sync + 'static {
     /// Its broker URL, password redacted.
     fn broker_url(&self) -> String;
     /// The ids revoked and still remembered here, sorted.
-    fn revoked_ids(&self) -> Vec<String>;
+    fn revoked_ids(&self) -> Vec<String> {
+        self.facts().revoked.live(self.now_ms())
+    }
+    /// How long a revoke heard is kept (Celery's `LimitedSet` keeps 3 h).
+    fn revoke_keep(&self) -> Duration;
     /// The messages held here until their eta: (eta ms, delivery).
     fn held_etas(&self) -> Vec<(i64, Delivery)>;
     /// The settings only this transport has, in Celery's names (merged
@@ -167,6 +250,69 @@ pub(crate) trait CeleryNode: Send + Sync + 'static {
     fn sends_sent_events(&self) -> bool;
     /// Sends `events` in order, best-effort (events are in Celery too).
     fn publish_events(&self, events: Vec<Outgoing>) -> BoxFuture<'_, ()>;
+    /// Carries out control command `c`, heard on the pidbox, and sends its
+    /// reply ([`CeleryNode::control_reply`]) the transport's way.
+    fn carry_control(&self, c: Control);
+    /// Sends `r`, already remembered here, as Celery's `revoke` broadcast,
+    /// with whatever the transport keeps beside it.
+    fn send_revoke(&self, r: Revoke) -> BoxFuture<'_, Result<(), Refused>>;
+
+    /// Revokes `ids` until `until` (ms), asking to terminate their runs
+    /// with the signal `terminate` names: remembered here, then sent
+    /// ([`CeleryNode::send_revoke`]). No ids, nothing sent.
+    fn revoke_all(
+        &self,
+        ids: Vec<String>,
+        until: i64,
+        terminate: Option<i32>,
+    ) -> BoxFuture<'_, Result<(), Refused>> {
+        Box::pin(async move {
+            if ids.is_empty() {
+                return Ok(());
+            }
+            self.facts().revoked.note(&ids, until, self.now_ms());
+            self.send_revoke(Revoke {
+                ids,
+                until,
+                terminate,
+            })
+            .await
+        })
+    }
+
+    /// Takes in a revoke heard on the pidbox, for this node, until `until`:
+    /// [`Revoked::heard`], so its own revoke coming back does not stretch
+    /// the end it was sent with.
+    fn heard_revoke(&self, ids: &[String], until: i64) {
+        self.facts().revoked.heard(ids, until, self.now_ms());
+    }
+
+    /// What a pidbox brought (a kombu envelope). A revoke for this node is
+    /// remembered for [`CeleryNode::revoke_keep`] and, when it asks to
+    /// terminate, told to this process's apps, whichever process sent it
+    /// (this one's included: that is how its own terminate reaches its
+    /// runs); any other command is carried out. What cannot be read is
+    /// dropped.
+    fn hear_pidbox(&self, raw: &[u8]) {
+        let Some(c) = pidbox::decode(raw) else {
+            return;
+        };
+        if c.method != "revoke" {
+            self.carry_control(c);
+            return;
+        }
+        if !c.is_for(self.node_name(), self.now_ms() as f64 / 1000.0) {
+            return;
+        }
+        let keep = i64::try_from(self.revoke_keep().as_millis()).unwrap_or(i64::MAX);
+        let until = self.now_ms().saturating_add(keep);
+        self.heard_revoke(&c.ids, until);
+        if c.terminate && !c.ids.is_empty() {
+            self.facts()
+                .hearers
+                .tell(&c.ids, c.signal.unwrap_or(SIGTERM));
+        }
+    }
 
     /// The app's node in this process, when a worker of it runs here: a
     /// producer is no node, and a liveness probe must not be answered by
@@ -389,5 +535,39 @@ fn answer_here<B: CeleryNode + ?Sized>(b: &B, node: &Node, method: &str) -> Valu
             json!({"ok": if was { "task events disabled" } else { "task events already disabled" }})
         }
         m => remote::unknown(m),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_revoke_sent_sets_the_end_and_one_heard_keeps_a_known_end() {
+        let r = Revoked::default();
+        r.note(&ids(&["a"]), 100, 0);
+        r.heard(&ids(&["a", "b"]), 500, 0);
+        assert_eq!(r.of(&ids(&["a", "b", "c"]), 99), vec![true, true, false]);
+        assert_eq!(r.of(&ids(&["a", "b"]), 100), vec![false, true]);
+        r.note(&ids(&["b"]), 50, 0);
+        assert_eq!(r.of(&ids(&["b"]), 60), vec![false]);
+    }
+
+    #[test]
+    fn ended_ids_are_forgotten_and_the_live_ones_listed_sorted() {
+        let r = Revoked::default();
+        r.load([("z".to_string(), 300), ("y".to_string(), 10)]);
+        r.note(&ids(&["m"]), 300, 0);
+        assert_eq!(r.live(20), ids(&["m", "z"]));
+        // A write forgets what has ended: a late heard revoke of it counts
+        // afresh.
+        r.heard(&ids(&["x"]), 400, 20);
+        r.heard(&ids(&["y"]), 400, 20);
+        assert_eq!(r.of(&ids(&["y"]), 20), vec![true]);
+        assert_eq!(r.lock().len(), 4);
     }
 }

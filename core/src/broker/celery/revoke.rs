@@ -1,6 +1,7 @@
 //! Revokes on Celery's layout, both ways. Celery's `revoke` is a pidbox
 //! broadcast that nothing stores, so each consumer keeps an expiring
-//! revoked set of its own, filled from the broadcast; headway also keeps
+//! revoked set of its own, filled from the broadcast (the node's, kept and
+//! heard as on every transport on Celery's wire: `node`); headway also keeps
 //! its revokes in a sorted set (`headway.celery.revoked`), so a headway
 //! worker that was down when a revoke went out still skips the task.
 //!
@@ -13,30 +14,21 @@
 
 use std::sync::atomic::Ordering;
 
+use super::node::Revoke;
 use super::{CeleryBroker, pidbox};
-use crate::task::signal::SIGTERM;
 use crate::task::state::Refused;
 
 impl CeleryBroker {
-    /// Revokes `ids` until `until` (ms): remembered here, kept in the
-    /// sorted set, and broadcast over the pidbox as Celery's `revoke` —
-    /// asking to terminate with the signal when `terminate` names one.
-    pub(super) async fn revoke_all(
-        &self,
-        ids: Vec<String>,
-        until: i64,
-        terminate: Option<i32>,
-    ) -> Result<(), Refused> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        self.note_revoked(&ids, until);
+    /// Sends `r` (already in this consumer's set, `node`): kept in the
+    /// sorted set and broadcast over the pidbox as Celery's `revoke`, in one
+    /// pipeline.
+    pub(super) async fn broadcast_revoke(&self, r: Revoke) -> Result<(), Refused> {
         let now = self.facts.clock.now();
         let clock = self.facts.lamport.fetch_add(1, Ordering::Relaxed) + 1;
-        let env = pidbox::revoke_envelope(&ids, terminate, clock);
+        let env = pidbox::revoke_envelope(&r.ids, r.terminate, clock);
         let mut p = redis::pipe();
-        for id in &ids {
-            p.zadd(&self.keys.revoked, id, until).ignore();
+        for id in &r.ids {
+            p.zadd(&self.keys.revoked, id, r.until).ignore();
         }
         p.cmd("ZREMRANGEBYSCORE")
             .arg(&self.keys.revoked)
@@ -51,12 +43,7 @@ impl CeleryBroker {
     /// the sorted set for those it does not know.
     pub(super) async fn revoked_of(&self, ids: &[String]) -> Result<Vec<bool>, Refused> {
         let now = self.facts.clock.now();
-        let mut out: Vec<bool> = {
-            let g = self.lock();
-            ids.iter()
-                .map(|id| g.revoked.get(id).is_some_and(|&u| u > now))
-                .collect()
-        };
+        let mut out = self.facts.revoked.of(ids, now);
         if out.iter().all(|&r| r) || ids.is_empty() {
             return Ok(out);
         }
@@ -85,11 +72,7 @@ impl CeleryBroker {
     /// (for another transport that keeps its revokes here and hears the
     /// rest on a pidbox of its own).
     pub(crate) fn revoked_here(&self, ids: &[String]) -> Vec<bool> {
-        let now = self.facts.clock.now();
-        let g = self.lock();
-        ids.iter()
-            .map(|id| g.revoked.get(id).is_some_and(|&u| u > now))
-            .collect()
+        self.facts.revoked.of(ids, self.facts.clock.now())
     }
 
     /// Reads the revoked ids kept in Redis into this broker's set again
@@ -108,54 +91,9 @@ impl CeleryBroker {
             Ok(v) => v,
             Err(e) => return Err(self.link.fail(epoch, &e)),
         };
-        let mut g = self.lock();
-        for (id, until) in got {
-            g.revoked.insert(id, until as i64);
-        }
+        self.facts
+            .revoked
+            .load(got.into_iter().map(|(id, until)| (id, until as i64)));
         Ok(())
-    }
-
-    pub(super) fn note_revoked(&self, ids: &[String], until: i64) {
-        let mut g = self.lock();
-        let now = self.facts.clock.now();
-        g.revoked.retain(|_, u| *u > now);
-        for id in ids {
-            g.revoked.insert(id.clone(), until);
-        }
-        drop(g);
-        self.revoked_bell.notify_waiters();
-    }
-
-    /// A broadcast revoke heard: remembered until `until` unless this
-    /// consumer already knows the id's own end — its own revoke coming back
-    /// to it on the pidbox must not stretch the `until` it was given.
-    fn note_heard(&self, ids: &[String], until: i64) {
-        let mut g = self.lock();
-        let now = self.facts.clock.now();
-        g.revoked.retain(|_, u| *u > now);
-        for id in ids {
-            g.revoked.entry(id.clone()).or_insert(until);
-        }
-        drop(g);
-        self.revoked_bell.notify_waiters();
-    }
-
-    pub(super) fn on_pidbox(&self, payload: &[u8]) {
-        let Some(c) = pidbox::decode(payload) else {
-            return;
-        };
-        if c.method != "revoke" {
-            self.on_control(c);
-            return;
-        }
-        if !c.is_for(&self.facts.node, self.now_secs()) {
-            return;
-        }
-        let keep = i64::try_from(self.opts.revoke_keep.as_millis()).unwrap_or(i64::MAX);
-        let until = self.facts.clock.now().saturating_add(keep);
-        self.note_heard(&c.ids, until);
-        if c.terminate && !c.ids.is_empty() {
-            self.hearers.tell(&c.ids, c.signal.unwrap_or(SIGTERM));
-        }
     }
 }
