@@ -1,6 +1,6 @@
 //! A consumer read for as long as its owner lives: the pidbox queue
 //! (`revoke.rs`) and the rpc backend's reply queue (`rpc.rs`) both read
-//! one, and make it again after a lost connection.
+//! one, without acks, and make it again after a lost connection.
 
 use std::future::Future;
 use std::sync::{Arc, Weak};
@@ -8,6 +8,33 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use lapin::message::Delivery;
+use lapin::options::BasicConsumeOptions;
+use lapin::types::FieldTable;
+
+use super::AmqpUrl;
+use crate::task::state::Refused;
+
+/// A consumer of `queue` on `ch` without acks: what it reads is gone from
+/// the queue once sent, as kombu reads a pidbox and Celery its reply queue.
+/// Refused as `what` went wrong (`cannot consume the pidbox`).
+pub(super) async fn unacked(
+    ch: &lapin::Channel,
+    url: &AmqpUrl,
+    queue: &str,
+    what: &str,
+) -> Result<lapin::Consumer, Refused> {
+    ch.basic_consume(
+        queue.into(),
+        "".into(),
+        BasicConsumeOptions {
+            no_ack: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .map_err(|e| super::conn::refused(url, what, &e))
+}
 
 /// Reads `consumer` until `me` is dropped, handing each delivery to
 /// `heard`; after a lost connection, asks `again` for a new consumer,

@@ -14,11 +14,11 @@
 use std::sync::Arc;
 
 use lapin::BasicProperties;
-use lapin::options::{BasicConsumeOptions, BasicPublishOptions};
+use lapin::options::BasicPublishOptions;
 use lapin::types::{AMQPValue, FieldTable};
 use serde_json::{Map, Value};
 
-use super::listen::listen;
+use super::listen::{self, listen};
 use super::{AmqpBroker, topology, wire};
 use crate::broker::celery::node::{CeleryNode, Revoke};
 use crate::broker::celery::pidbox;
@@ -63,17 +63,7 @@ impl AmqpBroker {
         // The queue is named in full here; `declare_pidbox` adds the suffix.
         let node = queue.trim_end_matches(&format!(".{}", topology::PIDBOX));
         topology::declare_pidbox(&ch, &url, Some(node)).await?;
-        ch.basic_consume(
-            queue.into(),
-            "".into(),
-            BasicConsumeOptions {
-                no_ack: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .map_err(|e| super::conn::refused(&url, "cannot consume the pidbox", &e))
+        listen::unacked(&ch, &url, queue, "cannot consume the pidbox").await
     }
 
     /// A pidbox message as kombu's envelope (its body and headers), heard

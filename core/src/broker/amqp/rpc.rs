@@ -19,12 +19,12 @@ use std::time::Duration;
 
 use crate::broker::run_waits::RunWaits;
 use lapin::BasicProperties;
-use lapin::options::{BasicConsumeOptions, BasicPublishOptions, QueueDeclareOptions};
+use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
 
 use super::super::celery::result;
 use super::AmqpBroker;
-use super::listen::listen;
+use super::listen::{self, listen};
 use crate::task::app::Seams;
 use crate::task::clock::BoxFuture;
 use crate::task::spec::Backend;
@@ -101,17 +101,7 @@ impl RpcStore {
         ch.queue_declare(queue.as_str().into(), opts, args)
             .await
             .map_err(|e| super::conn::refused(&url, "cannot declare the reply queue", &e))?;
-        ch.basic_consume(
-            queue.as_str().into(),
-            "".into(),
-            BasicConsumeOptions {
-                no_ack: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .map_err(|e| super::conn::refused(&url, "cannot consume the reply queue", &e))
+        listen::unacked(&ch, &url, &queue, "cannot consume the reply queue").await
     }
 
     fn heard(&self, d: &lapin::message::Delivery) {
