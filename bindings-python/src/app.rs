@@ -17,7 +17,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
-use pyo3::types::{PyDict, PyGenericAlias, PyList, PyString, PyTuple, PyType};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use serde_json::Value;
 
 use headway_core::broker::{Connected, Store};
@@ -27,8 +27,10 @@ use crate::dead::{PyDeadLetter, Raw, limit_arg};
 use crate::host::{Entry, PyHost};
 use crate::json;
 use crate::rt::{Answer, block, check, refused, rt, run_until_stopped};
-use crate::times::{clock_arg, instant_out, named_instants, rhythm_arg, secs, span_ms, when_arg};
-use crate::{guard, int_arg, type_name};
+use crate::times::{
+    clock_arg, instant_arg, instant_out, named_instants, rhythm_arg, secs, span_ms, when_arg,
+};
+use crate::{guard, int_arg, opt, some, type_name};
 
 /// The core's refusal of an argument, named as Python spells it.
 pub(crate) fn spec_err(e: SpecError) -> PyErr {
@@ -146,8 +148,8 @@ impl PyExponential {
     ) -> PyResult<Self> {
         guard(|| {
             let spec = BackoffSpec::Exponential {
-                base: some(base).map(|b| span_ms("base", b)).transpose()?,
-                cap: some(cap).map(|c| span_ms("cap", c)).transpose()?,
+                base: opt(base, |b| span_ms("base", b))?,
+                cap: opt(cap, |c| span_ms("cap", c))?,
                 jitter,
             };
             Ok(PyExponential {
@@ -261,36 +263,24 @@ struct Opts<'a, 'py> {
 
 /// An optional span argument in ms (`None` stays `None`).
 fn ms_arg(name: &'static str, o: Option<&Bound<'_, PyAny>>) -> PyResult<Option<i64>> {
-    some(o).map(|t| span_ms(name, t)).transpose()
-}
-
-fn some<'a, 'py>(o: Option<&'a Bound<'py, PyAny>>) -> Option<&'a Bound<'py, PyAny>> {
-    o.filter(|x| !x.is_none())
+    opt(o, |t| span_ms(name, t))
 }
 
 fn options(app: &App, o: Opts<'_, '_>) -> PyResult<Options> {
-    let when =
-        |name, x: Option<&Bound<'_, PyAny>>| some(x).map(|e| when_arg(name, e, true)).transpose();
+    let when = |name, x: Option<&Bound<'_, PyAny>>| opt(x, |e| when_arg(name, e, true));
     let text = |name: &str, x: Option<&Bound<'_, PyAny>>| {
-        some(x)
-            .map(|t| {
-                t.extract::<String>().map_err(|_| {
-                    PyTypeError::new_err(format!("`{name}` must be a str, not {}", type_name(t)))
-                })
+        opt(x, |t| {
+            t.extract::<String>().map_err(|_| {
+                PyTypeError::new_err(format!("`{name}` must be a str, not {}", type_name(t)))
             })
-            .transpose()
+        })
     };
     let spec = SendSpec {
         eta: when("eta", o.eta)?,
-        countdown: some(o.countdown)
-            .map(|c| span_ms("countdown", c))
-            .transpose()?,
+        countdown: opt(o.countdown, |c| span_ms("countdown", c))?,
         expires: when("expires", o.expires)?,
         queue: text("queue", o.queue)?,
-        priority: some(o.priority)
-            .map(|p| int_arg("priority", p))
-            .transpose()?
-            .map(|p| p as f64),
+        priority: opt(o.priority, |p| int_arg("priority", p))?.map(|p| p as f64),
         id: text("task_id", o.task_id)?,
         concurrency_key: text("concurrency_key", o.concurrency_key)?,
         dedupe_key: text("dedupe_key", o.dedupe_key)?,
@@ -437,7 +427,7 @@ fn canvas_of(app: &App, tree: &Bound<'_, PyAny>) -> PyResult<Canvas> {
 /// `TaskFailed`, `Revoked`, `Timeout` (the wait ran out; `timeout` is real
 /// seconds), `Missing`. `await handle` is the same without blocking a
 /// thread. `state()` answers Celery's state names.
-#[pyclass(module = "headway._native", name = "Handle", frozen)]
+#[pyclass(module = "headway._native", name = "Handle", frozen, generic)]
 pub(crate) struct PyHandle {
     pub(crate) inner: Handle,
 }
@@ -599,14 +589,6 @@ impl PyHandle {
         fut.call_method0("__await__")
     }
 
-    #[classmethod]
-    fn __class_getitem__<'py>(
-        cls: &Bound<'py, PyType>,
-        item: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyGenericAlias>> {
-        PyGenericAlias::new(cls.py(), cls.as_any(), item)
-    }
-
     fn __repr__(&self) -> String {
         if self.inner.is_set() {
             format!("Handle(group of {})", self.inner.ids().len())
@@ -639,22 +621,6 @@ impl PyHandle {
 
 // ---------------------------------------------------------------- Worker
 
-/// Resolves to `None` or raises the refusal.
-struct Done(Result<(), Refused>);
-
-impl<'py> IntoPyObject<'py> for Done {
-    type Target = PyAny;
-    type Output = Bound<'py, PyAny>;
-    type Error = PyErr;
-
-    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        match self.0 {
-            Ok(()) => Ok(py.None().into_bound(py)),
-            Err(r) => Err(refused(py, r)),
-        }
-    }
-}
-
 /// How the `headway` package starts a process-pool child: `(program, args,
 /// env)`.
 type ChildArgs = (String, Vec<String>, Vec<(String, String)>);
@@ -675,10 +641,7 @@ impl PyWorker {
         guard(|| {
             let grace = Duration::from_millis(span_ms("grace", grace)?.max(0) as u64);
             let w = self.inner.clone();
-            let (r, interrupted) =
-                run_until_stopped(py, async move { w.run().await }, || self.inner.stop(grace))?;
-            check(py, r)?;
-            interrupted.map_or(Ok(()), Err)
+            run_until_stopped(py, async move { w.run().await }, || self.inner.stop(grace))
         })
     }
 
@@ -686,7 +649,10 @@ impl PyWorker {
     fn run_future<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         rt()?;
         let w = self.inner.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move { Ok(Done(w.run().await)) })
+        // Resolves to `None` (JSON's null) or raises the refusal.
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            Ok(Answer(w.run().await.map(|()| Value::Null)))
+        })
     }
 
     /// Stops claiming, gives prefetched messages back, waits up to `grace`
@@ -817,15 +783,9 @@ impl PyBeat {
     #[pyo3(signature = (until=None))]
     fn run(&self, py: Python<'_>, until: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         guard(|| {
-            let until = match some(until) {
-                Some(u) => Some(crate::times::instant_arg("until", u)?),
-                None => None,
-            };
+            let until = opt(until, |u| instant_arg("until", u))?;
             let b = self.inner.clone();
-            let (r, interrupted) =
-                run_until_stopped(py, async move { b.run(until).await }, || self.inner.stop())?;
-            check(py, r)?;
-            interrupted.map_or(Ok(()), Err)
+            run_until_stopped(py, async move { b.run(until).await }, || self.inner.stop())
         })
     }
 
@@ -945,14 +905,12 @@ impl PyApp {
                 queue,
                 retries: retries.map(|r| r as f64),
                 backoff: backoff_arg(backoff)?,
-                timeout: some(timeout).map(|t| span_ms("timeout", t)).transpose()?,
+                timeout: opt(timeout, |t| span_ms("timeout", t))?,
                 acks_late,
                 ignore_result,
                 rate: rate_arg(rate)?,
                 rate_scope,
-                concurrency_limit: some(concurrency_limit)
-                    .map(|n| int_arg("concurrency_limit", n))
-                    .transpose()?
+                concurrency_limit: opt(concurrency_limit, |n| int_arg("concurrency_limit", n))?
                     .map(|n| n as f64),
                 time_limit: ms_arg("time_limit", time_limit)?,
                 soft_time_limit: ms_arg("soft_time_limit", soft_time_limit)?,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::rt::{block, check};
 use crate::times::span_ms;
-use crate::{guard, type_name};
+use crate::{guard, opt, type_name};
 
 fn target(r: Result<Target, TargetError>) -> PyResult<Target> {
     r.map_err(|e| PyValueError::new_err(e.to_string()))
@@ -48,10 +48,7 @@ impl PyRedisBroker {
         lease: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         guard(|| {
-            let lease = match lease {
-                Some(l) if !l.is_none() => Some(span_ms("lease", l)?),
-                _ => None,
-            };
+            let lease = opt(lease, |v| span_ms("lease", v))?;
             let t = Target::headway(url, consumer, Some(prefix.to_string()), lease);
             Ok(PyRedisBroker { target: target(t)? })
         })
@@ -77,14 +74,8 @@ impl PyRedisBroker {
         result_expires: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         guard(|| {
-            let vt = match visibility_timeout {
-                Some(v) if !v.is_none() => Some(span_ms("visibility_timeout", v)?),
-                _ => None,
-            };
-            let expires = match result_expires {
-                Some(v) if !v.is_none() => Some(span_ms("result_expires", v)?),
-                _ => None,
-            };
+            let vt = opt(visibility_timeout, |v| span_ms("visibility_timeout", v))?;
+            let expires = opt(result_expires, |v| span_ms("result_expires", v))?;
             let t = Target::celery_on(url, master_name.as_deref(), consumer, vt)
                 .map(|t| t.task_send_sent_event(task_send_sent_event))
                 .and_then(|t| match expires {

@@ -103,6 +103,21 @@ fn to_ns(s: f64) -> i64 {
     (s * NS).round() as i64
 }
 
+/// An optional argument: omitted or `None` is `None`.
+#[inline]
+pub(crate) fn some<'a, 'py>(o: Option<&'a Bound<'py, PyAny>>) -> Option<&'a Bound<'py, PyAny>> {
+    o.filter(|x| !x.is_none())
+}
+
+/// An optional argument converted by `f`: omitted or `None` is `None`.
+#[inline]
+pub(crate) fn opt<'a, 'py, T>(
+    o: Option<&'a Bound<'py, PyAny>>,
+    f: impl FnOnce(&'a Bound<'py, PyAny>) -> PyResult<T>,
+) -> PyResult<Option<T>> {
+    some(o).map(f).transpose()
+}
+
 /// `now`: omitted → the monotonic clock; else finite seconds.
 #[inline]
 pub(crate) fn now_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<i64> {
@@ -124,10 +139,7 @@ pub(crate) fn now_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<i64> {
 /// clamps it into [0, 1)).
 #[inline]
 pub(crate) fn draw_arg(name: &'static str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
-    match obj {
-        Some(o) if !o.is_none() => float_arg(name, o),
-        _ => Ok(draw()),
-    }
+    some(obj).map_or_else(|| Ok(draw()), |o| float_arg(name, o))
 }
 
 /// A span: float seconds or a `datetime.timedelta` (exact to the
@@ -160,10 +172,7 @@ pub(crate) fn span_opt(
     obj: Option<&Bound<'_, PyAny>>,
     default: i64,
 ) -> PyResult<i64> {
-    match obj {
-        Some(o) if !o.is_none() => span_arg(name, o),
-        _ => Ok(default),
-    }
+    some(obj).map_or(Ok(default), |o| span_arg(name, o))
 }
 
 /// An int argument; `TypeError` naming it when it is not an int, `ValueError`

@@ -6,14 +6,15 @@
 use headway_core::flow;
 use pyo3::prelude::*;
 
-use crate::{clock, float_arg, guard, int_arg, invalid, now_arg, secs_out, span_arg, span_opt};
+use crate::{
+    clock, float_arg, guard, int_arg, invalid, now_arg, opt, secs_out, some, span_arg, span_opt,
+};
 
 #[inline]
 fn n_arg(n: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
-    match n {
-        Some(o) if !o.is_none() => flow::Bucket::check(float_arg("n", o)?).map_err(crate::invalid),
-        _ => Ok(1.0),
-    }
+    some(n).map_or(Ok(1.0), |o| {
+        flow::Bucket::check(float_arg("n", o)?).map_err(invalid)
+    })
 }
 
 /// A token bucket: `rate` tokens accrue per second up to `burst`, and each
@@ -44,10 +45,7 @@ impl PyBucket {
     ) -> PyResult<Self> {
         guard(|| {
             let rate = float_arg("rate", rate)?;
-            let burst = match burst {
-                Some(b) if !b.is_none() => Some(float_arg("burst", b)?),
-                _ => None,
-            };
+            let burst = opt(burst, |b| float_arg("burst", b))?;
             let at = span_opt("at", at, 0)?;
             let inner = flow::Bucket::new(rate, burst, at).map_err(invalid)?;
             Ok(PyBucket { inner })

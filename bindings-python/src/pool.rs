@@ -13,11 +13,13 @@ use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyGenericAlias, PyList, PyTuple, PyType};
+use pyo3::types::{PyList, PyTuple};
 
 use crate::backoff::PyBackoff;
 use crate::convert::{hash_of, richcmp};
-use crate::{draw_arg, float_arg, guard, int_arg, invalid, now_arg, secs_out, span_opt, type_name};
+use crate::{
+    draw_arg, float_arg, guard, int_arg, invalid, now_arg, opt, secs_out, span_opt, type_name,
+};
 
 /// A pooled Python object, compared by identity.
 pub(crate) struct Obj(pub(crate) Py<PyAny>);
@@ -62,22 +64,13 @@ pub(crate) fn given<'a, 'py, T: PyClass>(
     what: &'static str,
     obj: Option<&'a Bound<'py, PyAny>>,
 ) -> PyResult<Option<&'a Bound<'py, T>>> {
-    obj.filter(|o| !o.is_none())
-        .map(|o| expect::<T>(name, what, o))
-        .transpose()
+    opt(obj, |o| expect::<T>(name, what, o))
 }
 
 /// A `limits` argument: omitted or `None` is the core's default.
 pub(crate) fn limits_or_default(obj: Option<&Bound<'_, PyAny>>) -> PyResult<flow::Limits> {
     Ok(given::<PyLimits>("limits", "Limits", obj)?
         .map_or_else(flow::Limits::default, |l| l.get().inner))
-}
-
-fn generic_alias<'py>(
-    cls: &Bound<'py, PyType>,
-    item: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyGenericAlias>> {
-    PyGenericAlias::new(cls.py(), cls.as_any(), item)
 }
 
 // ---------------------------------------------------------------- Limits
@@ -318,7 +311,7 @@ fn single<T: PyClass + Into<PyClassInitializer<T>>>(
 
 /// `take` answered: an idle item, now lent to you. Use it, then `give` it back
 /// (or `drop` it if it broke).
-#[pyclass(module = "headway._native", name = "Ready", frozen)]
+#[pyclass(module = "headway._native", name = "Ready", frozen, generic)]
 pub(crate) struct Ready {
     item: Py<PyAny>,
 }
@@ -326,7 +319,7 @@ pub(crate) struct Ready {
 /// `take` answered: an idle item too old to use, already out of the pool and
 /// its count. Close it and take again; it is handed back rather than skipped
 /// so nothing it holds leaks when the evict timer has not run.
-#[pyclass(module = "headway._native", name = "Stale", frozen)]
+#[pyclass(module = "headway._native", name = "Stale", frozen, generic)]
 pub(crate) struct Stale {
     item: Py<PyAny>,
 }
@@ -349,14 +342,6 @@ macro_rules! item_answer {
             #[classattr]
             fn __match_args__() -> (&'static str,) {
                 ("item",)
-            }
-
-            #[classmethod]
-            fn __class_getitem__<'py>(
-                cls: &Bound<'py, PyType>,
-                item: &Bound<'py, PyAny>,
-            ) -> PyResult<Bound<'py, PyGenericAlias>> {
-                generic_alias(cls, item)
             }
 
             fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
@@ -514,7 +499,7 @@ fn answer(py: Python<'_>, t: Taken<Obj>) -> PyResult<Py<PyAny>> {
 ///
 /// Every `now` is float seconds from any origin (omitted: `time.monotonic()`);
 /// every `roll` a draw in [0, 1) (omitted: the binding's RNG).
-#[pyclass(module = "headway._native", name = "Pool")]
+#[pyclass(module = "headway._native", name = "Pool", generic)]
 pub(crate) struct PyPool {
     pub(crate) inner: flow::Pool<Obj>,
 }
@@ -531,14 +516,6 @@ impl PyPool {
                 inner: flow::Pool::new(limits, ward),
             })
         })
-    }
-
-    #[classmethod]
-    fn __class_getitem__<'py>(
-        cls: &Bound<'py, PyType>,
-        item: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyGenericAlias>> {
-        generic_alias(cls, item)
     }
 
     /// Shows the garbage collector every item the pool holds, idle and lent,

@@ -13,7 +13,7 @@ use pyo3::types::PyList;
 
 use crate::backoff::PyBackoff;
 use crate::pool::{Obj, PyPool, expect, limits_or_default, objs};
-use crate::{clock, draw_arg, guard, secs_out, span_opt};
+use crate::{clock, draw_arg, guard, opt, secs_out, span_arg};
 
 /// What `Acquires.step` answers: `(HAND, item)`, `(OPEN, None)`,
 /// `(CLOSE, item)`, `(SLEEP, seconds)`, `(PARK, deadline or None)`,
@@ -52,10 +52,7 @@ impl PyAcquires {
         limits: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         guard(|| {
-            let span = |name, o: Option<&Bound<'_, PyAny>>| match o {
-                Some(t) if !t.is_none() => span_opt(name, Some(t), 0).map(Some),
-                _ => Ok(None),
-            };
+            let span = |name, o: Option<&Bound<'_, PyAny>>| opt(o, |t| span_arg(name, t));
             let inner = flow::Acquires::driving(
                 &limits_or_default(limits)?,
                 span("timeout", timeout)?,

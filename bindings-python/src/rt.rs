@@ -69,14 +69,13 @@ where
 /// Runs `job` on the shared runtime until it ends, the GIL released, for
 /// a worker's, a beat's or a scheduler's `run()`. At the first Ctrl-C
 /// (a signal check that raises) it calls `stop` and goes on waiting for
-/// the job to wind down; a second raises at once. Answers the job's
-/// output and the first signal's error, for the caller to raise after the
-/// job's own.
-pub(crate) fn run_until_stopped<T: Send + 'static>(
+/// the job to wind down; a second raises at once. Raises the job's own
+/// refusal first, then the first signal's error.
+pub(crate) fn run_until_stopped(
     py: Python<'_>,
-    job: impl Future<Output = T> + Send + 'static,
+    job: impl Future<Output = Result<(), Refused>> + Send + 'static,
     stop: impl Fn(),
-) -> PyResult<(T, Option<PyErr>)> {
+) -> PyResult<()> {
     let rt = rt()?;
     let mut join = rt.spawn(job);
     let mut interrupted: Option<PyErr> = None;
@@ -84,7 +83,8 @@ pub(crate) fn run_until_stopped<T: Send + 'static>(
         let got =
             py.detach(|| rt.block_on(async { tokio::time::timeout(SLICE, &mut join).await.ok() }));
         if let Some(r) = got {
-            return Ok((r.map_err(panicked)?, interrupted));
+            check(py, r.map_err(panicked)?)?;
+            return interrupted.map_or(Ok(()), Err);
         }
         if let Err(e) = py.check_signals() {
             if interrupted.is_some() {

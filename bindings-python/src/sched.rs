@@ -12,10 +12,10 @@ use headway_core::task::{Clock, Scheduler};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use crate::guard;
 use crate::host::{Entry, PyHost};
 use crate::rt::{block, rt, run_until_stopped};
 use crate::times::{clock_arg, instant_arg, named_instants, rhythm_arg, secs};
+use crate::{guard, opt};
 
 /// The core's scheduler. Internal: `headway.schedule.Scheduler` wraps it.
 #[pyclass(module = "headway._native", name = "_Scheduler", frozen)]
@@ -102,14 +102,13 @@ impl PyScheduler {
     #[pyo3(signature = (until=None))]
     fn run(&self, py: Python<'_>, until: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         guard(|| {
-            let until = match until {
-                Some(u) if !u.is_none() => Some(instant_arg("until", u)?),
-                _ => None,
-            };
+            let until = opt(until, |u| instant_arg("until", u))?;
             let s = self.inner.clone();
-            let ((), interrupted) =
-                run_until_stopped(py, async move { s.run(until).await }, || self.inner.stop())?;
-            interrupted.map_or(Ok(()), Err)
+            let job = async move {
+                s.run(until).await;
+                Ok(())
+            };
+            run_until_stopped(py, job, || self.inner.stop())
         })
     }
 

@@ -9,13 +9,10 @@ use pyo3::types::PyString;
 
 use crate::rt::{awaitable, block, check};
 use crate::wire::wired;
-use crate::{float_arg, guard, secs_out};
+use crate::{float_arg, guard, opt, secs_out, some};
 
 fn n_of(n: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
-    match n {
-        Some(o) if !o.is_none() => float_arg("n", o),
-        _ => Ok(1.0),
-    }
+    some(n).map_or(Ok(1.0), |o| float_arg("n", o))
 }
 
 /// A token bucket shared by every process (Python or Node) that names the
@@ -42,10 +39,7 @@ impl PySharedBucket {
     ) -> PyResult<Self> {
         guard(|| {
             let rate = float_arg("rate", rate)?;
-            let burst = match burst {
-                Some(b) if !b.is_none() => Some(float_arg("burst", b)?),
-                _ => None,
-            };
+            let burst = opt(burst, |b| float_arg("burst", b))?;
             let inner = check(py, SharedBucket::new(url, key, rate, burst))?;
             Ok(PySharedBucket {
                 inner: Arc::new(inner),

@@ -9,7 +9,7 @@ use pyo3::types::PyString;
 
 use crate::rt::{block, check};
 use crate::wire::wired;
-use crate::{guard, int_arg, secs_out, span_opt};
+use crate::{guard, int_arg, opt, secs_out, span_arg};
 
 /// A concurrency gate shared by every process (Python or Node) that names
 /// the same `key` on the Redis at `url`: at most `n` permits held at once,
@@ -37,10 +37,7 @@ impl PySharedGate {
     ) -> PyResult<Self> {
         guard(|| {
             let n = int_arg("n", n)?;
-            let lease = match lease {
-                Some(l) if !l.is_none() => Some(span_opt("lease", Some(l), 0)?),
-                _ => None,
-            };
+            let lease = opt(lease, |l| span_arg("lease", l))?;
             let inner = check(py, SharedGate::new(url, key, n, lease))?;
             Ok(PySharedGate {
                 inner: Arc::new(inner),

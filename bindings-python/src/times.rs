@@ -20,7 +20,7 @@ use pyo3::pyclass::CompareOp;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDelta, PyList, PyType};
 
-use crate::{float_arg, guard, span_arg, type_name};
+use crate::{float_arg, guard, some, span_arg, type_name};
 
 struct Dt {
     datetime: Py<PyType>,
@@ -180,10 +180,7 @@ impl PyVirtualClock {
     #[pyo3(signature = (start=None), text_signature = "(start=0.0)")]
     fn new(start: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         guard(|| {
-            let ms = match start {
-                Some(s) if !s.is_none() => instant_arg("start", s)?,
-                _ => 0,
-            };
+            let ms = some(start).map_or(Ok(0), |s| instant_arg("start", s))?;
             Ok(PyVirtualClock {
                 inner: VirtualClock::new(ms),
             })
