@@ -36,6 +36,7 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Generator
+from contextlib import closing
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Generic, TypeVar, cast, overload
@@ -49,8 +50,10 @@ __all__ = ["Lease", "Pooled"]
 T = TypeVar("T")
 R = TypeVar("R")
 
-# What Acquires.step answers, in its order.
+# What Acquires.step answers, in its order; and what the steps yield for an
+# async open's awaitable (the binding's own, not an answer of the core's).
 _HAND, _OPEN, _CLOSE, _SLEEP, _PARK, _FAIL = range(6)
+_AWAIT = -1
 
 # The exception each of the core's reasons to fail raises ("closed":
 # RuntimeError); the message is the core's.
@@ -383,36 +386,48 @@ class Pooled(Generic[T]):
             self._deliver()
         return items
 
-    def _steps(self, wake: Callable[[], None]) -> Generator[tuple[int, Any], Any, T]:
-        """The one loop over the core's answers both shells drive: it yields
-        what the shell must do — park until a deadline, open (the item or the
-        error is sent back), close, sleep — and returns the item handed over.
-        The shells differ only in how they wait, open and close."""
+    def _steps(
+        self, woken: threading.Event | asyncio.Event, wake: Callable[[], None], aio: bool
+    ) -> Generator[tuple[int, Any], Any, None]:
+        """The one loop over the core's answers both shells drive. It opens
+        items itself and yields what the shell must do — park until a
+        deadline, close, sleep, await an async ``open``'s item (sent back, or
+        its error thrown in) — and last ``(_HAND, item)``. The shells differ
+        only in how they wait, close, sleep and await."""
         acq, pool = self._acq, self.pool
         t = acq.begin()
         self._wakers[t] = wake
         try:
             while True:
+                # Cleared before the step: a wake between the step and the
+                # wait is kept, not lost.
+                woken.clear()
                 kind, v = acq.step(pool, t, self._roll)
                 if acq.has_wakes:
                     self._deliver()
-                if kind == _HAND:
-                    return cast(T, v)
                 if kind == _OPEN:
                     try:
-                        item = yield _OPEN, None
+                        v = self._open()
+                        if inspect.isawaitable(v):
+                            if not aio:
+                                _discard(v)
+                                raise TypeError(
+                                    "`open` returned an awaitable: use `async with "
+                                    "acquire()` with an async open"
+                                )
+                            v = yield _AWAIT, v
                     except Exception:
                         # The backend failed: the ward counts it. (Anything
                         # else, an interrupt, gives the room back below
                         # without blaming the backend.)
                         acq.unopened(pool, t, self._roll)
                         raise
-                    if acq.opened(pool, t, item):
-                        return cast(T, item)
-                    # Closed meanwhile: close it; the next step fails as closed.
-                    yield _CLOSE, item
-                    continue
-                if kind not in (_PARK, _CLOSE, _SLEEP):
+                    if not acq.opened(pool, t, v):
+                        # Closed meanwhile: close it; the next step fails as closed.
+                        yield _CLOSE, v
+                        continue
+                    kind = _HAND
+                elif kind not in (_HAND, _PARK, _CLOSE, _SLEEP):
                     raise self._failed(v)
                 yield kind, v
         finally:
@@ -434,38 +449,17 @@ class Pooled(Generic[T]):
 
     def _get_slow(self) -> T:
         woken = threading.Event()
-        steps = self._steps(woken.set)
-        sent: Any = None
-        err: Exception | None = None
-        try:
-            while True:
-                # Cleared before the step: a wake between the step and the
-                # wait is kept, not lost.
-                woken.clear()
-                try:
-                    kind, v = steps.throw(err) if err else steps.send(sent)
-                except StopIteration as done:
-                    return cast(T, done.value)
-                sent = err = None
+        with closing(self._steps(woken, woken.set, aio=False)) as steps:
+            kind, v = next(steps)
+            while kind != _HAND:
                 if kind == _PARK:
                     woken.wait(None if v is None else max(0.0, v - time.monotonic()))
-                elif kind == _OPEN:
-                    try:
-                        sent = self._open()
-                        if inspect.isawaitable(sent):
-                            _discard(sent)
-                            raise TypeError(
-                                "`open` returned an awaitable: use `async with "
-                                "acquire()` with an async open"
-                            )
-                    except Exception as e:
-                        err = e
                 elif kind == _CLOSE:
                     self._close_one(v)
                 else:
                     time.sleep(v)
-        finally:
-            steps.close()
+                kind, v = next(steps)
+        return cast(T, v)
 
     def _start_thread(self) -> None:
         with self._lock:
@@ -504,17 +498,11 @@ class Pooled(Generic[T]):
             else:
                 loop.call_soon_threadsafe(woken.set)
 
-        steps = self._steps(wake)
-        sent: Any = None
-        err: Exception | None = None
-        try:
-            while True:
-                woken.clear()
-                try:
-                    kind, v = steps.throw(err) if err else steps.send(sent)
-                except StopIteration as done:
-                    return cast(T, done.value)
-                sent = err = None
+        with closing(self._steps(woken, wake, aio=True)) as steps:
+            kind, v = next(steps)
+            while kind != _HAND:
+                sent: Any = None
+                err: Exception | None = None
                 if kind == _PARK:
                     if v is None:
                         await woken.wait()
@@ -524,19 +512,17 @@ class Pooled(Generic[T]):
                                 await woken.wait()
                         except TimeoutError:
                             pass
-                elif kind == _OPEN:
+                elif kind == _AWAIT:
                     try:
-                        sent = self._open()
-                        if inspect.isawaitable(sent):
-                            sent = await sent
+                        sent = await v
                     except Exception as e:
                         err = e
                 elif kind == _CLOSE:
                     await self._aclose_one(v)
                 else:
                     await asyncio.sleep(v)
-        finally:
-            steps.close()
+                kind, v = steps.throw(err) if err else steps.send(sent)
+        return cast(T, v)
 
     def _start_task(self) -> None:
         self._task = asyncio.get_running_loop().create_task(

@@ -83,87 +83,48 @@ class Retry:
         """Wrap ``fn`` (sync or ``async def``) in this policy."""
         if not callable(fn):
             raise TypeError(f"`fn` must be callable, not {type(fn).__name__}")
+        # The core's Attempts is made at the first failure: a call that
+        # succeeds costs one `try` block.
         backoff, on = self.backoff, self.on
         if inspect.iscoroutinefunction(fn):
             afn = cast("Callable[P, Awaitable[Any]]", fn)
 
             @functools.wraps(fn)
             async def awrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                try:
-                    return await afn(*args, **kwargs)
-                except BaseException as e:
-                    run = Attempts(backoff)
-                    delay = run.failed(isinstance(e, on))
-                    if delay is None:
-                        raise
-                return await _again_async(afn, args, kwargs, run, on, delay)
+                run: Attempts | None = None
+                while True:
+                    try:
+                        return await afn(*args, **kwargs)
+                    except BaseException as e:
+                        run = run or Attempts(backoff)
+                        delay = run.failed(isinstance(e, on))
+                        if delay is None:
+                            raise
+                    if delay:
+                        await asyncio.sleep(delay)
 
             return cast("Callable[P, R]", awrapper)
 
         @functools.wraps(fn)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            try:
-                return fn(*args, **kwargs)
-            except BaseException as e:
-                run = Attempts(backoff)
-                delay = run.failed(isinstance(e, on))
-                if delay is None:
-                    raise
-            return _again(fn, args, kwargs, run, on, delay)
+            run: Attempts | None = None
+            while True:
+                try:
+                    return fn(*args, **kwargs)
+                except BaseException as e:
+                    run = run or Attempts(backoff)
+                    delay = run.failed(isinstance(e, on))
+                    if delay is None:
+                        raise
+                if delay:
+                    time.sleep(delay)
 
         return wrapper
 
     def call(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
         """Call ``fn(*args, **kwargs)`` once under this policy. For an
         ``async def`` it returns the coroutine to await."""
-        if not callable(fn):
-            raise TypeError(f"`fn` must be callable, not {type(fn).__name__}")
-        if inspect.iscoroutinefunction(fn):
-            afn = cast("Callable[P, Awaitable[Any]]", fn)
-            coro = _again_async(afn, args, kwargs, Attempts(self.backoff), self.on, 0.0)
-            return cast(R, coro)
-        return _again(fn, args, kwargs, Attempts(self.backoff), self.on, 0.0)
-
-
-def _again(
-    fn: Callable[..., R],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    run: Attempts,
-    on: tuple[type[BaseException], ...],
-    delay: float,
-) -> R:
-    """The attempts after the core answered ``delay`` (0: call at once)."""
-    while True:
-        if delay:
-            time.sleep(delay)
-        try:
-            return fn(*args, **kwargs)
-        except BaseException as e:
-            next_delay = run.failed(isinstance(e, on))
-            if next_delay is None:
-                raise
-            delay = next_delay
-
-
-async def _again_async(
-    fn: Callable[..., Awaitable[R]],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    run: Attempts,
-    on: tuple[type[BaseException], ...],
-    delay: float,
-) -> R:
-    while True:
-        if delay:
-            await asyncio.sleep(delay)
-        try:
-            return await fn(*args, **kwargs)
-        except BaseException as e:
-            next_delay = run.failed(isinstance(e, on))
-            if next_delay is None:
-                raise
-            delay = next_delay
+        return self(fn)(*args, **kwargs)
 
 
 _DEFAULT = Retry()
