@@ -15,6 +15,14 @@ commands it calls) and each command inside it. Where a drain's
 and how much of a script is Lua rather than commands. Each phase is run R
 times on a fresh database; the table shows the lowest and the highest.
 Nothing else should run beside it.
+
+``--batch 1,4,16,64`` runs the claim and the store at each of those batch
+sizes and prints, after the tables, what each script costs per message at
+each size: a script call has a fixed cost (its ``redis.call``s that do not
+depend on the batch, its tables and arguments) that a small batch pays per
+few messages. The drain's batches are what its rounds find waiting (about
+9 messages a claim and a store at the default concurrency on a private
+Redis, counted from ``SADD`` per task).
 """
 
 from __future__ import annotations
@@ -34,7 +42,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 LUA = os.path.join(HERE, "..", "..", "core", "src", "broker", "redis", "lua")
 STATES = "PENDING RECEIVED STARTED RETRY SUCCESS FAILURE REVOKED".split()
 FINALS = "SUCCESS FAILURE REVOKED".split()
-BATCH = 16
 BASE = "headway:{default}:"
 
 
@@ -64,7 +71,7 @@ def delta(a: dict[str, tuple[int, int]], b: dict[str, tuple[int, int]]) -> dict[
     return out
 
 
-def one_run(r: redis.Redis, n: int) -> dict[str, dict[str, float]]:
+def one_run(r: redis.Redis, n: int, batch: int) -> dict[str, dict[str, float]]:
     r.flushall()
     claim = r.script_load(read("common.lua") + read("claim.lua"))
     store = r.script_load(read("store.lua"))
@@ -81,8 +88,8 @@ def one_run(r: redis.Redis, n: int) -> dict[str, dict[str, float]]:
     s0 = stats(r)
     held: list[bytes] = []
     p = r.pipeline(transaction=False)
-    for k in range(n // BATCH):
-        p.evalsha(claim, 1, BASE, "c", str(BATCH), "30000", "", "", "16777216", "headway:revoked:", "headway:revokes")
+    for k in range(n // batch):
+        p.evalsha(claim, 1, BASE, "c", str(batch), "30000", "", "", "16777216", "headway:revoked:", "headway:revokes")
         if k % 50 == 49:
             for o in p.execute():
                 held += o[0]
@@ -91,7 +98,7 @@ def one_run(r: redis.Redis, n: int) -> dict[str, dict[str, float]]:
     if len(held) != n:
         raise SystemExit(f"lua_costs: claimed {len(held)} of {n}")
     s1 = stats(r)
-    out["claim (16 a call, revoked check on, nothing revoked)"] = delta(s0, s1)
+    out[f"claim ({batch} a call, revoked check on, nothing revoked)"] = delta(s0, s1)
     p = r.pipeline(transaction=False)
     for k, e in enumerate(held):
         p.lrem(BASE + "held:c", -1, e)
@@ -102,8 +109,8 @@ def one_run(r: redis.Redis, n: int) -> dict[str, dict[str, float]]:
     out["early ack (LREM of the held element)"] = delta(s1, s2)
     idx = ["headway:count:" + s for s in STATES] + ["headway:tally:" + s for s in FINALS]
     p = r.pipeline(transaction=False)
-    for k in range(0, n, BATCH):
-        chunk = ids[k : k + BATCH]
+    for k in range(0, n, batch):
+        chunk = ids[k : k + batch]
         args = ["86400000", "65536", "1"]
         for i in chunk:
             value = (
@@ -113,13 +120,13 @@ def one_run(r: redis.Redis, n: int) -> dict[str, dict[str, float]]:
             args += [value, "1", "", ""]
         keys = ["headway:result:" + i for i in chunk] + idx
         p.evalsha(store, len(keys), *keys, *args)
-        if k % (50 * BATCH) == 0:
+        if k % (50 * batch) == 0:
             p.execute()
     p.execute()
     if r.zcard("headway:tally:SUCCESS") < 1 or r.exists(*("headway:result:" + i for i in ids[:10])) != 10:
         raise SystemExit("lua_costs: the results were not stored")
     s3 = stats(r)
-    out["store (16 SUCCESS results a call)"] = delta(s2, s3)
+    out[f"store ({batch} SUCCESS results a call)"] = delta(s2, s3)
     return out
 
 
@@ -127,8 +134,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("n", type=int, nargs="?", default=32_000)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--batch", default="16", help="messages per script call; a comma list compares sizes")
     a = ap.parse_args()
-    n = a.n - a.n % BATCH
+    batches = [int(b) for b in a.batch.split(",")]
+    if not batches or min(batches) < 1:
+        raise SystemExit("lua_costs: --batch takes whole numbers from 1, comma-separated")
+    step = max(batches)
+    n = a.n - a.n % step
     server = shutil.which("redis-server")
     if not server:
         raise SystemExit("lua_costs: redis-server is not on PATH")
@@ -150,23 +162,35 @@ def main() -> None:
                     raise
                 time.sleep(0.05)
         version = r.info("server")["redis_version"]
-        runs = [one_run(r, n) for _ in range(a.runs)]
+        by_batch = {b: [one_run(r, n - n % b, b) for _ in range(a.runs)] for b in batches}
     finally:
         proc.terminate()
         proc.wait()
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"redis-server {version}, {n} messages, {a.runs} runs; µs of Redis CPU per message (lowest-highest)\n")
-    for phase in runs[0]:
-        print(f"## {phase}\n")
-        print("| command | µs per message |")
-        print("|---|---:|")
-        keys = sorted(runs[0][phase], key=lambda k: -runs[0][phase][k])
-        for k in keys:
-            vals = [run[phase].get(k, 0.0) / n for run in runs]
-            name = "evalsha (the whole script)" if k == "evalsha" else k
-            print(f"| {name} | {min(vals):.2f}-{max(vals):.2f} |")
+    for b, runs in by_batch.items():
+        for phase in runs[0]:
+            print(f"## {phase}\n")
+            print("| command | µs per message |")
+            print("|---|---:|")
+            keys = sorted(runs[0][phase], key=lambda k: -runs[0][phase][k])
+            for k in keys:
+                vals = [run[phase].get(k, 0.0) / n for run in runs]
+                name = "evalsha (the whole script)" if k == "evalsha" else k
+                print(f"| {name} | {min(vals):.2f}-{max(vals):.2f} |")
+            print()
+    if len(batches) > 1:
+        print("## the scripts by batch size (evalsha, µs per message)\n")
+        print("| messages a call | claim | store |")
+        print("|---:|---:|---:|")
+        for b, runs in by_batch.items():
+            cells = []
+            for kind in ("claim", "store"):
+                phase = next(ph for ph in runs[0] if ph.startswith(kind))
+                vals = [run[phase].get("evalsha", 0.0) / n for run in runs]
+                cells.append(f"{min(vals):.2f}-{max(vals):.2f}")
+            print(f"| {b} | {cells[0]} | {cells[1]} |")
         print()
-
 
 if __name__ == "__main__":
     main()
