@@ -43,10 +43,17 @@ local n = 0
 -- The holds are written together at the end, a command per thousand: a
 -- call from Lua costs Redis more than the work of one more member.
 local scores, fields = {}, {}
+-- Past the first list, one EXISTS says whether any other holds anything
+-- (an empty list does not exist) rather than an RPOP each that finds
+-- nothing, and an RPOP that answers fewer than it asked for has emptied
+-- its list: a call from Lua costs more than a short command.
 for i = 1, k do
+  if n >= max then break end
+  if i == 2 and k > 2 and redis.call('EXISTS', unpack(KEYS, 4, 2 + k)) == 0 then break end
   local key = KEYS[2 + i]
   while n < max do
-    local raws = redis.call('RPOP', key, max - n)
+    local want = max - n
+    local raws = redis.call('RPOP', key, want)
     if not raws then break end
     for j = 1, #raws do
       local raw = raws[j]
@@ -73,6 +80,7 @@ for i = 1, k do
         out[#out + 1] = raw
       end
     end
+    if #raws < want then break end
   end
 end
 for i = 1, #scores, 2000 do
