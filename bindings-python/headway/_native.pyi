@@ -1337,18 +1337,10 @@ class _App:
         name: str,
         args: Sequence[Any],
         kwargs: Mapping[str, Any] | None = None,
+        options: Mapping[str, Any] | None = None,
         *,
-        eta: _When | None = None,
-        countdown: _Span | None = None,
-        expires: _When | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        task_id: str | None = None,
         known: bool = True,
         trace: dict[str, str] | None = None,
-        concurrency_key: str | None = None,
-        dedupe_key: str | None = None,
-        dedupe_ttl: _Span | None = None,
     ) -> Handle[Any]: ...
     def send_span(
         self, name: str, queue: str | None = None, task_id: str | None = None

@@ -105,26 +105,20 @@ def _options(
     dedupe_key: str | None = None,
     dedupe_ttl: Span | None = None,
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if concurrency_key is not None:
-        out["concurrency_key"] = concurrency_key
-    if dedupe_key is not None:
-        out["dedupe_key"] = dedupe_key
-    if dedupe_ttl is not None:
-        out["dedupe_ttl"] = dedupe_ttl
-    if eta is not None:
-        out["eta"] = eta
-    if countdown is not None:
-        out["countdown"] = countdown
-    if expires is not None:
-        out["expires"] = expires
-    if queue is not None:
-        out["queue"] = queue
-    if priority is not None:
-        out["priority"] = priority
-    if task_id is not None:
-        out["task_id"] = task_id
-    return out
+    """The per-send options given (``None``: not given), as a dict the core
+    reads; which keys exist and what each may be is the core's to say."""
+    given = {
+        "eta": eta,
+        "countdown": countdown,
+        "expires": expires,
+        "queue": queue,
+        "priority": priority,
+        "task_id": task_id,
+        "concurrency_key": concurrency_key,
+        "dedupe_key": dedupe_key,
+        "dedupe_ttl": dedupe_ttl,
+    }
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def _send(
@@ -139,7 +133,7 @@ def _send(
     app traces and a tracer provider is set (one check otherwise)."""
     if app._tracing and _tracing.provided():
         return _tracing.send(app._native, name, args, kwargs, opts, known)  # type: ignore[no-any-return]
-    return app._native.send(name, args, kwargs, **opts, known=known)
+    return app._native.send(name, args, kwargs, opts or None, known=known)
 
 
 # ---------------------------------------------------------------- canvas

@@ -150,7 +150,7 @@ def send(
     with _tracer().start_as_current_span(sname, kind=_kind(kind), attributes=attrs):
         carrier: dict[str, str] = {}
         _propagate.inject(carrier)
-        return native.send(name, args, kwargs, **opts, known=known, trace=carrier)
+        return native.send(name, args, kwargs, opts or None, known=known, trace=carrier)
 
 
 class _Run:

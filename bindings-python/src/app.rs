@@ -31,6 +31,7 @@ use crate::times::{
     clock_arg, instant_arg, instant_out, named_instants, rhythm_arg, secs, span_ms, when_arg,
 };
 use crate::{guard, int_arg, opt, some, type_name};
+use headway_core::task::specs;
 
 /// The core's refusal of an argument, named as Python spells it.
 pub(crate) fn spec_err(e: SpecError) -> PyErr {
@@ -249,59 +250,15 @@ fn rate_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<RateSpec>> {
 
 // ---------------------------------------------------------------- options
 
-struct Opts<'a, 'py> {
-    eta: Option<&'a Bound<'py, PyAny>>,
-    countdown: Option<&'a Bound<'py, PyAny>>,
-    expires: Option<&'a Bound<'py, PyAny>>,
-    queue: Option<&'a Bound<'py, PyAny>>,
-    priority: Option<&'a Bound<'py, PyAny>>,
-    task_id: Option<&'a Bound<'py, PyAny>>,
-    concurrency_key: Option<&'a Bound<'py, PyAny>>,
-    dedupe_key: Option<&'a Bound<'py, PyAny>>,
-    dedupe_ttl: Option<&'a Bound<'py, PyAny>>,
-}
-
 /// An optional span argument in ms (`None` stays `None`).
 fn ms_arg(name: &'static str, o: Option<&Bound<'_, PyAny>>) -> PyResult<Option<i64>> {
     opt(o, |t| span_ms(name, t))
 }
 
-fn options(app: &App, o: Opts<'_, '_>) -> PyResult<Options> {
-    let when = |name, x: Option<&Bound<'_, PyAny>>| opt(x, |e| when_arg(name, e, true));
-    let text = |name: &str, x: Option<&Bound<'_, PyAny>>| {
-        opt(x, |t| {
-            t.extract::<String>().map_err(|_| {
-                PyTypeError::new_err(format!("`{name}` must be a str, not {}", type_name(t)))
-            })
-        })
-    };
-    let spec = SendSpec {
-        eta: when("eta", o.eta)?,
-        countdown: opt(o.countdown, |c| span_ms("countdown", c))?,
-        expires: when("expires", o.expires)?,
-        queue: text("queue", o.queue)?,
-        priority: opt(o.priority, |p| int_arg("priority", p))?.map(|p| p as f64),
-        id: text("task_id", o.task_id)?,
-        concurrency_key: text("concurrency_key", o.concurrency_key)?,
-        dedupe_key: text("dedupe_key", o.dedupe_key)?,
-        dedupe_ttl: ms_arg("dedupe_ttl", o.dedupe_ttl)?,
-    };
-    spec.options(Host::Python, || app.now()).map_err(spec_err)
-}
-
-const OPTION_NAMES: [&str; 9] = [
-    "eta",
-    "countdown",
-    "expires",
-    "queue",
-    "priority",
-    "task_id",
-    "concurrency_key",
-    "dedupe_key",
-    "dedupe_ttl",
-];
-
-fn options_dict(app: &App, owner: &str, d: Option<&Bound<'_, PyAny>>) -> PyResult<Options> {
+/// A send's options as the package hands them over: a dict holding some of
+/// the core's `SEND_OPTIONS` (omitted or `None`: none given). The core
+/// names a key that is no option, and decides what each value may be.
+fn options(app: &App, owner: &str, d: Option<&Bound<'_, PyAny>>) -> PyResult<Options> {
     let Some(d) = some(d) else {
         return Ok(Options::default());
     };
@@ -313,36 +270,29 @@ fn options_dict(app: &App, owner: &str, d: Option<&Bound<'_, PyAny>>) -> PyResul
     })?;
     for k in d.keys() {
         let k: String = k.extract()?;
-        if !OPTION_NAMES.contains(&k.as_str()) {
-            return Err(PyTypeError::new_err(format!(
-                "{owner}: unexpected option '{k}' (expected one of {})",
-                OPTION_NAMES.join(", ")
-            )));
-        }
+        specs::send_option_key(Host::Python, owner, &k).map_err(PyTypeError::new_err)?;
     }
-    let eta = d.get_item("eta")?;
-    let countdown = d.get_item("countdown")?;
-    let expires = d.get_item("expires")?;
-    let queue = d.get_item("queue")?;
-    let priority = d.get_item("priority")?;
-    let task_id = d.get_item("task_id")?;
-    let concurrency_key = d.get_item("concurrency_key")?;
-    let dedupe_key = d.get_item("dedupe_key")?;
-    let dedupe_ttl = d.get_item("dedupe_ttl")?;
-    options(
-        app,
-        Opts {
-            eta: eta.as_ref(),
-            countdown: countdown.as_ref(),
-            expires: expires.as_ref(),
-            queue: queue.as_ref(),
-            priority: priority.as_ref(),
-            task_id: task_id.as_ref(),
-            concurrency_key: concurrency_key.as_ref(),
-            dedupe_key: dedupe_key.as_ref(),
-            dedupe_ttl: dedupe_ttl.as_ref(),
-        },
-    )
+    let item = |name: &str| d.get_item(name);
+    let when = |name: &'static str| opt(item(name)?.as_ref(), |e| when_arg(name, e, true));
+    let text = |name: &str| {
+        opt(item(name)?.as_ref(), |t| {
+            t.extract::<String>().map_err(|_| {
+                PyTypeError::new_err(format!("`{name}` must be a str, not {}", type_name(t)))
+            })
+        })
+    };
+    let spec = SendSpec {
+        eta: when("eta")?,
+        countdown: ms_arg("countdown", item("countdown")?.as_ref())?,
+        expires: when("expires")?,
+        queue: text("queue")?,
+        priority: opt(item("priority")?.as_ref(), |p| int_arg("priority", p))?.map(|p| p as f64),
+        id: text("task_id")?,
+        concurrency_key: text("concurrency_key")?,
+        dedupe_key: text("dedupe_key")?,
+        dedupe_ttl: ms_arg("dedupe_ttl", item("dedupe_ttl")?.as_ref())?,
+    };
+    spec.options(Host::Python, || app.now()).map_err(spec_err)
 }
 
 /// A canvas tree from the package — `("sig", name, args, kwargs, immutable,
@@ -371,7 +321,7 @@ fn canvas_of(app: &App, tree: &Bound<'_, PyAny>) -> PyResult<Canvas> {
             let kw = t.get_item(3)?;
             let kwargs = json::kwargs(&name, Some(&kw))?;
             let immutable: bool = t.get_item(4)?.extract()?;
-            let opts = options_dict(app, &name, Some(&t.get_item(5)?))?;
+            let opts = options(app, &name, Some(&t.get_item(5)?))?;
             let mut sig = Sig::new(name, args).with_kwargs(kwargs).with_options(opts);
             if immutable {
                 sig = sig.immutable();
@@ -739,7 +689,7 @@ impl PyBeat {
             let rhythm = rhythm_arg("schedule", schedule)?;
             let a = json::args(task, args)?;
             let kw = json::kwargs(task, kwargs)?;
-            let opts = options_dict(&self.app, task, options)?;
+            let opts = self::options(&self.app, task, options)?;
             let sig = Sig::new(task, a).with_kwargs(kw).with_options(opts);
             let py = args.py();
             check(py, self.inner.add(name, sig, rhythm))
@@ -933,9 +883,10 @@ impl PyApp {
         })
     }
 
-    /// Publishes a run of `name`; with `known`, a name this app has not
-    /// registered is refused (`UnknownTask`).
-    #[pyo3(signature = (name, args, kwargs=None, *, eta=None, countdown=None, expires=None, queue=None, priority=None, task_id=None, known=true, trace=None, concurrency_key=None, dedupe_key=None, dedupe_ttl=None))]
+    /// Publishes a run of `name` with `options` (a dict, see `options`);
+    /// with `known`, a name this app has not registered is refused
+    /// (`UnknownTask`).
+    #[pyo3(signature = (name, args, kwargs=None, options=None, *, known=true, trace=None))]
     #[allow(clippy::too_many_arguments)]
     fn send(
         &self,
@@ -943,17 +894,9 @@ impl PyApp {
         name: &str,
         args: &Bound<'_, PyAny>,
         kwargs: Option<&Bound<'_, PyAny>>,
-        eta: Option<&Bound<'_, PyAny>>,
-        countdown: Option<&Bound<'_, PyAny>>,
-        expires: Option<&Bound<'_, PyAny>>,
-        queue: Option<&Bound<'_, PyAny>>,
-        priority: Option<&Bound<'_, PyAny>>,
-        task_id: Option<&Bound<'_, PyAny>>,
+        options: Option<&Bound<'_, PyAny>>,
         known: bool,
         trace: Option<&Bound<'_, PyDict>>,
-        concurrency_key: Option<&Bound<'_, PyAny>>,
-        dedupe_key: Option<&Bound<'_, PyAny>>,
-        dedupe_ttl: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyHandle> {
         guard(|| {
             rt()?;
@@ -962,20 +905,7 @@ impl PyApp {
             }
             let a = json::args(name, args)?;
             let kw = json::kwargs(name, kwargs)?;
-            let opts = options(
-                &self.app,
-                Opts {
-                    eta,
-                    countdown,
-                    expires,
-                    queue,
-                    priority,
-                    task_id,
-                    concurrency_key,
-                    dedupe_key,
-                    dedupe_ttl,
-                },
-            )?;
+            let opts = self::options(&self.app, name, options)?;
             let trace = trace.map(crate::trace::carrier_arg);
             let app = self.app.clone();
             let name = name.to_string();

@@ -414,6 +414,39 @@ fn ttl_without_key(host: Host) -> SpecError {
     SpecError::new(host, "dedupe_ttl", why)
 }
 
+/// The per-send options a signature or a beat entry carries as a mapping
+/// (Python's `options` dict), in the core's spelling and order;
+/// [`Host::spell`] gives a host's.
+pub const SEND_OPTIONS: [&str; 9] = [
+    "eta",
+    "countdown",
+    "expires",
+    "queue",
+    "priority",
+    "task_id",
+    "concurrency_key",
+    "dedupe_key",
+    "dedupe_ttl",
+];
+
+/// Refuses a key of `owner`'s send-options mapping that names no send
+/// option, listing those that exist as `host` spells them. Kept here so a
+/// typo (`coutdown`) is refused with the same words in every binding
+/// rather than silently dropped by one of them. The answer is the text of
+/// a type error (a key is not a value out of range), the key quoted as the
+/// host quotes a string (`'k'` in Python, `"k"` in Node).
+pub fn send_option_key(host: Host, owner: &str, key: &str) -> Result<(), String> {
+    if SEND_OPTIONS.iter().any(|o| host.spell(o) == key) {
+        return Ok(());
+    }
+    let expected: Vec<&str> = SEND_OPTIONS.iter().map(|o| host.spell(o)).collect();
+    let q = if host == Host::Node { '"' } else { '\'' };
+    Err(format!(
+        "{owner}: unexpected option {q}{key}{q} (expected one of {})",
+        expected.join(", ")
+    ))
+}
+
 /// What a send refuses in its options: a priority above 9, an empty queue.
 pub fn check_options(host: Host, o: &Options) -> Result<(), SpecError> {
     if let Some(p) = o.priority

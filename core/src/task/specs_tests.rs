@@ -462,3 +462,25 @@ fn worker_queues_are_split_at_commas_and_must_name_one() {
     .unwrap_err();
     assert!(e.to_string().contains("queues"), "{e}");
 }
+
+#[test]
+fn a_send_option_key_is_one_of_nine_as_the_host_spells_it() {
+    for k in SEND_OPTIONS {
+        assert_eq!(send_option_key(Host::Python, "t", k), Ok(()));
+        assert_eq!(
+            send_option_key(Host::Node, "t", Host::Node.spell(k)),
+            Ok(())
+        );
+    }
+    assert_eq!(
+        send_option_key(Host::Python, "t", "typo").unwrap_err(),
+        "t: unexpected option 'typo' (expected one of eta, countdown, expires, queue, \
+         priority, task_id, concurrency_key, dedupe_key, dedupe_ttl)"
+    );
+    // Node spells the id `id` and the rest in camelCase, and quotes with `"`.
+    assert_eq!(
+        send_option_key(Host::Node, "t", "task_id").unwrap_err(),
+        "t: unexpected option \"task_id\" (expected one of eta, countdown, expires, queue, \
+         priority, id, concurrencyKey, dedupeKey, dedupeTtl)"
+    );
+}
