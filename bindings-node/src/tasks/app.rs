@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use super::codec::{self, OptsIn, SendIn, garbled, parse};
 use super::dead::{Raw, count, letters_json};
-use super::hub::{Answer, bell, drive, quote};
+use super::hub::{Answer, bell, drive, drive_done, quote};
 use super::time::NativeClock;
 use super::typed;
 use super::{Refusal, brokers::NativeSeams, ms};
@@ -35,9 +35,9 @@ use super::{Refusal, brokers::NativeSeams, ms};
 /// The calls waiting for JS bodies of one app (or one scheduler).
 #[napi]
 pub struct NativeHost {
-    pub(crate) q: Arc<HostQueue>,
+    q: Arc<HostQueue>,
     /// How `swap` takes the next batch (core's `Taker`).
-    pub(crate) taker: std::sync::Mutex<headway_core::task::Taker>,
+    taker: std::sync::Mutex<headway_core::task::Taker>,
 }
 
 /// A call's retry rule as `lib/host.js` hands it back to `_afterFailure`:
@@ -167,8 +167,9 @@ fn thrown(
 
 /// What a run that threw comes to, for its worker's events and its span:
 /// `rule` is the call's `{retries, rule}` (as the core put it in the call),
-/// `failed` `[type, message, stack, ask, lineage]`; answers `[state,
-/// {span attributes}, the attribute the failure's text goes in | null]`.
+/// `failed` `[type, message, stack, ask, lineage]`; answers the core's
+/// `trace::after_failure`: `[state, {span attributes}, the attribute the
+/// failure's text goes in | null]`.
 #[napi(js_name = "_afterFailure", catch_unwind)]
 pub fn after_failure(rule: String, failed: String) -> napi::Result<String> {
     #[derive(serde::Deserialize)]
@@ -188,20 +189,24 @@ pub fn after_failure(rule: String, failed: String) -> napi::Result<String> {
     let (kind, message, stack, ask, lineage): Thrown = serde_json::from_str(&failed)
         .map_err(|e| napi::Error::from_reason(garbled("failure", e).message))?;
     let f = thrown(kind, message, stack, ask, lineage);
-    let state = headway_core::task::body::state_after(r.retries, &r.rule, Some(&f));
-    let end = headway_core::task::trace::end_of(state, "");
-    let reason = end
-        .attributes
-        .iter()
-        .any(|(k, _)| *k == headway_core::task::trace::RETRY_REASON)
-        .then_some(headway_core::task::trace::RETRY_REASON);
-    let attrs: serde_json::Map<String, Value> = end
-        .attributes
-        .into_iter()
-        .filter(|(k, _)| *k != headway_core::task::trace::RETRY_REASON)
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-    Ok(serde_json::json!([state, attrs, reason]).to_string())
+    Ok(headway_core::task::trace::after_failure(r.retries, &r.rule, &f).to_string())
+}
+
+impl NativeHost {
+    /// A body queue whose arriving calls ring this environment's bell.
+    pub(crate) fn queue() -> napi::Result<Arc<HostQueue>> {
+        let q = HostQueue::new();
+        q.set_bell(Some(bell()?));
+        Ok(q)
+    }
+
+    /// JS's side of `q`, with a taker of its own.
+    pub(crate) fn of(q: &Arc<HostQueue>) -> NativeHost {
+        NativeHost {
+            q: q.clone(),
+            taker: Default::default(),
+        }
+    }
 }
 
 #[napi]
@@ -278,28 +283,24 @@ impl NativeHost {
 
 /// A send (see `NativeApp::send`), shared with the bare `sender` function.
 pub(crate) fn send_answer(app: &App, req: &str, known: bool) -> napi::Result<Answer> {
-    let SendIn(name, mut args, mut kwargs, opts, trace) = match parse::<SendIn>("send", req) {
-        Ok(r) => r,
-        Err(e) => return refused(e),
-    };
-    if typed::marked(req) {
-        args.iter_mut().for_each(typed::from_js);
-        kwargs.iter_mut().for_each(typed::from_js_map);
-    }
-    let opts = match codec::options(opts) {
-        Ok(o) => o,
-        Err(e) => return refused(e),
-    };
-    let app = app.clone();
-    let kwargs = kwargs.unwrap_or_default();
-    drive(
-        async move {
-            app.send_traced(&name, args, kwargs, opts, known, trace)
-                .await
-        },
-        |h| h.id().to_string(),
-        |h| quote(h.id()),
-    )
+    refusing(|| {
+        let SendIn(name, mut args, mut kwargs, opts, trace) = parse::<SendIn>("send", req)?;
+        if typed::marked(req) {
+            args.iter_mut().for_each(typed::from_js);
+            kwargs.iter_mut().for_each(typed::from_js_map);
+        }
+        let opts = codec::options(opts)?;
+        let app = app.clone();
+        let kwargs = kwargs.unwrap_or_default();
+        Ok(drive(
+            async move {
+                app.send_traced(&name, args, kwargs, opts, known, trace)
+                    .await
+            },
+            |h| h.id().to_string(),
+            |h| quote(h.id()),
+        ))
+    })
 }
 
 /// The registry, the seams and the clock (`lib/tasks.js`'s `App` wraps it).
@@ -327,6 +328,19 @@ fn handle_of(app: &App, ids: &str, all: bool) -> Result<Handle, Refusal> {
     }
 }
 
+impl NativeApp {
+    /// `f` on the handle `ids` names (the set they list when `all`); ids
+    /// that are no JSON list are refused.
+    fn with_handle(
+        &self,
+        ids: &str,
+        all: bool,
+        f: impl FnOnce(Handle) -> napi::Result<Answer>,
+    ) -> napi::Result<Answer> {
+        refusing(|| Ok(f(handle_of(&self.app, ids, all)?)))
+    }
+}
+
 fn handle_json(h: &Handle) -> String {
     let mut s = String::from("{\"ids\":");
     s.push_str(&serde_json::to_string(h.ids()).unwrap_or_else(|_| "[]".into()));
@@ -342,8 +356,10 @@ fn json_text(v: Value) -> String {
     typed::text_js(&v)
 }
 
-fn refused(r: Refusal) -> napi::Result<Answer> {
-    Ok(napi::bindgen_prelude::Either3::C(r))
+/// Runs `f`, a refusal it meets on the way (`?`) answered as JS's refusal
+/// rather than thrown.
+fn refusing(f: impl FnOnce() -> Result<napi::Result<Answer>, Refusal>) -> napi::Result<Answer> {
+    f().unwrap_or_else(|r| Ok(napi::bindgen_prelude::Either3::C(r)))
 }
 
 #[napi]
@@ -354,8 +370,7 @@ impl NativeApp {
         let (on, store) = seams.take().ok_or_else(|| {
             napi::Error::from_reason("headway: these seams were already given to an App")
         })?;
-        let host = HostQueue::new();
-        host.set_bell(Some(bell()?));
+        let host = NativeHost::queue()?;
         let app = on.app(&store, clock.clock.clone());
         app.set_host(Host::Node);
         Ok(NativeApp { app, host, raw: on })
@@ -364,10 +379,7 @@ impl NativeApp {
     /// The queue its JS bodies are served from.
     #[napi(getter)]
     pub fn host(&self) -> NativeHost {
-        NativeHost {
-            q: self.host.clone(),
-            taker: Default::default(),
-        }
+        NativeHost::of(&self.host)
     }
 
     /// Registers (or replaces) the body `name` with a policy (JSON, see
@@ -435,99 +447,77 @@ impl NativeApp {
     /// `{"ids": [...], "all": bool}`.
     #[napi(js_name = "sendCanvas", catch_unwind)]
     pub fn send_canvas(&self, tree: String) -> napi::Result<Answer> {
-        let mut v: Value = match parse("canvas", &tree) {
-            Ok(v) => v,
-            Err(e) => return refused(e),
-        };
-        if typed::marked(&tree) {
-            typed::from_js(&mut v);
-        }
-        let canvas = match codec::canvas(v) {
-            Ok(c) => c,
-            Err(e) => return refused(e),
-        };
-        let app = self.app.clone();
-        drive(
-            async move { app.send_canvas(canvas).await },
-            |h| handle_json(&h),
-            |h| handle_json(&h),
-        )
+        refusing(|| {
+            let mut v: Value = parse("canvas", &tree)?;
+            if typed::marked(&tree) {
+                typed::from_js(&mut v);
+            }
+            let canvas = codec::canvas(v)?;
+            let app = self.app.clone();
+            Ok(drive(
+                async move { app.send_canvas(canvas).await },
+                |h| handle_json(&h),
+                |h| handle_json(&h),
+            ))
+        })
     }
 
     /// Waits for a run's value (a set: the list, in order), at most
     /// `timeout` real ms (`null`: for ever). Answers JSON text.
     #[napi(catch_unwind)]
     pub fn get(&self, ids: String, all: bool, timeout: Option<f64>) -> napi::Result<Answer> {
-        let h = match handle_of(&self.app, &ids, all) {
-            Ok(h) => h,
-            Err(e) => return refused(e),
-        };
         let t = timeout.map(|t| Duration::from_millis(ms(t).max(0) as u64));
-        drive(async move { h.get(t).await }, json_text, json_text)
+        self.with_handle(&ids, all, |h| {
+            drive(async move { h.get(t).await }, json_text, json_text)
+        })
     }
 
     /// What the run (or the set) is doing now: a state name (a custom one
     /// a body recorded, too).
     #[napi(catch_unwind)]
     pub fn state(&self, ids: String, all: bool) -> napi::Result<Answer> {
-        let h = match handle_of(&self.app, &ids, all) {
-            Ok(h) => h,
-            Err(e) => return refused(e),
-        };
-        drive(async move { h.state_name().await }, |s| s, |s| quote(&s))
+        self.with_handle(&ids, all, |h| {
+            drive(async move { h.state_name().await }, |s| s, |s| quote(&s))
+        })
     }
 
     /// What the run (or the set) says about itself now (the core's
     /// `Handle::info`). Answers JSON text.
     #[napi(catch_unwind)]
     pub fn info(&self, ids: String, all: bool) -> napi::Result<Answer> {
-        let h = match handle_of(&self.app, &ids, all) {
-            Ok(h) => h,
-            Err(e) => return refused(e),
-        };
-        drive(async move { h.info().await }, json_text, json_text)
+        self.with_handle(&ids, all, |h| {
+            drive(async move { h.info().await }, json_text, json_text)
+        })
     }
 
     /// When the run (a set: its first) reached its final state: ms since
     /// the epoch, or null (the core's `Handle::date_done`).
     #[napi(js_name = "dateDone", catch_unwind)]
     pub fn date_done(&self, ids: String, all: bool) -> napi::Result<Answer> {
-        let h = match handle_of(&self.app, &ids, all) {
-            Ok(h) => h,
-            Err(e) => return refused(e),
-        };
         fn text(o: Option<i64>) -> String {
             o.map_or_else(|| "null".to_string(), |ms| ms.to_string())
         }
-        drive(async move { h.date_done().await }, text, text)
+        self.with_handle(&ids, all, |h| {
+            drive(async move { h.date_done().await }, text, text)
+        })
     }
 
     /// The ids its success sent on (the core's `Handle::children`), as a
     /// JSON list.
     #[napi(catch_unwind)]
     pub fn children(&self, ids: String, all: bool) -> napi::Result<Answer> {
-        let h = match handle_of(&self.app, &ids, all) {
-            Ok(h) => h,
-            Err(e) => return refused(e),
-        };
         fn text(ids: Vec<String>) -> String {
             serde_json::to_string(&ids).unwrap_or_else(|_| "[]".to_string())
         }
-        drive(async move { h.children().await }, text, text)
+        self.with_handle(&ids, all, |h| {
+            drive(async move { h.children().await }, text, text)
+        })
     }
 
     /// Removes what is stored of the run (or the set).
     #[napi(catch_unwind)]
     pub fn forget(&self, ids: String, all: bool) -> napi::Result<Answer> {
-        let h = match handle_of(&self.app, &ids, all) {
-            Ok(h) => h,
-            Err(e) => return refused(e),
-        };
-        drive(
-            async move { h.forget().await },
-            |()| String::new(),
-            |()| "null".to_string(),
-        )
+        self.with_handle(&ids, all, |h| drive_done(async move { h.forget().await }))
     }
 
     /// Records custom state `state` (none: the core's `PROGRESS`) with
@@ -543,20 +533,16 @@ impl NativeApp {
         meta: String,
     ) -> napi::Result<Answer> {
         let state = state.unwrap_or_else(|| headway_core::task::progress::PROGRESS.to_string());
-        let marked = typed::marked(&meta);
-        let mut meta: Value = match parse("meta", &meta) {
-            Ok(v) => v,
-            Err(e) => return refused(e),
-        };
-        if marked {
-            typed::from_js(&mut meta);
-        }
-        let app = self.app.clone();
-        drive(
-            async move { app.record_state(&id, &task, retries, &state, meta).await },
-            |()| String::new(),
-            |()| "null".to_string(),
-        )
+        refusing(|| {
+            let mut v: Value = parse("meta", &meta)?;
+            if typed::marked(&meta) {
+                typed::from_js(&mut v);
+            }
+            let app = self.app.clone();
+            Ok(drive_done(async move {
+                app.record_state(&id, &task, retries, &state, v).await
+            }))
+        })
     }
 
     /// Revokes the run (or the set); with `terminate`, a run in progress
@@ -570,41 +556,34 @@ impl NativeApp {
         terminate: bool,
         signal: Option<Either<String, f64>>,
     ) -> napi::Result<Answer> {
-        let h = match handle_of(&self.app, &ids, all) {
-            Ok(h) => h,
-            Err(e) => return refused(e),
-        };
-        let spec = signal.as_ref().map(|s| match s {
-            Either::A(name) => SignalSpec::Name(name),
-            Either::B(n) => SignalSpec::Number(*n),
-        });
-        let signal = match headway_core::task::signal::parse(Host::Node, spec) {
-            Ok(s) => s,
-            Err(e) => return refused(e.into()),
-        };
-        drive(
-            async move { h.revoke_with(terminate, signal).await },
-            |()| String::new(),
-            |()| "null".to_string(),
-        )
+        refusing(|| {
+            let h = handle_of(&self.app, &ids, all)?;
+            let spec = signal.as_ref().map(|s| match s {
+                Either::A(name) => SignalSpec::Name(name),
+                Either::B(n) => SignalSpec::Number(*n),
+            });
+            let signal = headway_core::task::signal::parse(Host::Node, spec)?;
+            Ok(drive_done(
+                async move { h.revoke_with(terminate, signal).await },
+            ))
+        })
     }
 
     /// The dead letters of `queue`, newest first, at most `limit`: JSON
     /// text (see `dead::letters_json`).
     #[napi(js_name = "deadLetters", catch_unwind)]
     pub fn dead_letters(&self, queue: String, limit: Option<f64>) -> napi::Result<Answer> {
-        let limit = match count(limit, headway_core::task::dead::DEAD_LISTED) {
-            Ok(n) => n,
-            Err(e) => return refused(e),
-        };
-        let Some(insp) = self.app.inspector().cloned() else {
-            return Ok(napi::bindgen_prelude::Either3::A("[]".into()));
-        };
-        drive(
-            async move { insp.dead_letters(&queue, limit).await },
-            letters_json,
-            letters_json,
-        )
+        refusing(|| {
+            let limit = count(limit, headway_core::task::dead::DEAD_LISTED)?;
+            let Some(insp) = self.app.inspector().cloned() else {
+                return Ok(Ok(napi::bindgen_prelude::Either3::A("[]".into())));
+            };
+            Ok(drive(
+                async move { insp.dead_letters(&queue, limit).await },
+                letters_json,
+                letters_json,
+            ))
+        })
     }
 
     /// How many dead letters `queue` keeps now.
@@ -629,17 +608,16 @@ impl NativeApp {
         limit: Option<f64>,
         ids: Option<Vec<String>>,
     ) -> napi::Result<Answer> {
-        let limit = match count(limit, usize::MAX) {
-            Ok(n) => n,
-            Err(e) => return refused(e),
-        };
-        let ids = ids.unwrap_or_default();
-        let b = self.app.broker().clone();
-        drive(
-            async move { b.requeue_dead(&queue, &ids, limit).await },
-            |n| n.to_string(),
-            |n| n.to_string(),
-        )
+        refusing(|| {
+            let limit = count(limit, usize::MAX)?;
+            let ids = ids.unwrap_or_default();
+            let b = self.app.broker().clone();
+            Ok(drive(
+                async move { b.requeue_dead(&queue, &ids, limit).await },
+                |n| n.to_string(),
+                |n| n.to_string(),
+            ))
+        })
     }
 
     /// Drops every dead letter of `queue` for good; answers how many.
@@ -663,11 +641,7 @@ impl NativeApp {
     ) -> napi::Result<Answer> {
         let raw = self.raw.clone();
         let data = data.to_vec();
-        drive(
-            async move { raw.push(&queue, &data).await },
-            |()| String::new(),
-            |()| "null".to_string(),
-        )
+        drive_done(async move { raw.push(&queue, &data).await })
     }
 
     /// Every registered name, sorted.
@@ -715,34 +689,30 @@ impl NativeApp {
             #[serde(default)]
             json: bool,
         }
-        let r: Req = match serde_json::from_str(&request) {
-            Ok(r) => r,
-            Err(e) => {
-                return refused(Refusal::from(headway_core::task::Refused::Invalid(
-                    format!("invalid remote request: {e}"),
-                )));
-            }
-        };
-        let app = self.app.clone();
         let text = |p: headway_core::task::control::Printed| {
             serde_json::json!({"code": p.code, "out": p.out, "err": p.err}).to_string()
         };
-        drive(
-            async move {
-                headway_core::task::control::cli(
-                    &app,
-                    &r.kind,
-                    &r.what,
-                    &r.words,
-                    r.timeout,
-                    r.destination.as_deref(),
-                    r.json,
-                )
-                .await
-            },
-            text,
-            text,
-        )
+        refusing(|| {
+            let r: Req = serde_json::from_str(&request)
+                .map_err(|e| Refused::Invalid(format!("invalid remote request: {e}")))?;
+            let app = self.app.clone();
+            Ok(drive(
+                async move {
+                    headway_core::task::control::cli(
+                        &app,
+                        &r.kind,
+                        &r.what,
+                        &r.words,
+                        r.timeout,
+                        r.destination.as_deref(),
+                        r.json,
+                    )
+                    .await
+                },
+                text,
+                text,
+            ))
+        })
     }
 
     /// The app's time, epoch ms.
@@ -774,20 +744,16 @@ impl NativeApp {
     #[napi(js_name = "_serveChild", catch_unwind)]
     pub fn serve_child(&self) -> napi::Result<Answer> {
         let app = self.app.clone();
-        drive(
-            async move {
-                // SAFETY: `lib/child.js` calls this once, in a process the
-                // pool started with its socket as fd 3, which nothing else
-                // in the process owns.
-                unsafe { headway_core::task::procs::child::serve_fd(app) }
-                    .await
-                    .map_err(|e| {
-                        Refused::Invalid(format!("the process pool's socket (fd 3) failed: {e}"))
-                    })
-            },
-            |()| String::new(),
-            |()| "null".to_string(),
-        )
+        drive_done(async move {
+            // SAFETY: `lib/child.js` calls this once, in a process the
+            // pool started with its socket as fd 3, which nothing else
+            // in the process owns.
+            unsafe { headway_core::task::procs::child::serve_fd(app) }
+                .await
+                .map_err(|e| {
+                    Refused::Invalid(format!("the process pool's socket (fd 3) failed: {e}"))
+                })
+        })
     }
 
     /// A new beat on this app.
@@ -814,11 +780,7 @@ impl NativeWorker {
     #[napi(catch_unwind)]
     pub fn run(&self) -> napi::Result<Answer> {
         let w = self.w.clone();
-        drive(
-            async move { w.run().await },
-            |()| String::new(),
-            |()| "null".to_string(),
-        )
+        drive_done(async move { w.run().await })
     }
 
     /// Stops claiming, gives prefetched messages back, waits up to `grace`
@@ -974,11 +936,7 @@ impl NativeBeat {
     pub fn run(&self, until: Option<f64>) -> napi::Result<Answer> {
         let b = self.beat.clone();
         let until = until.map(ms);
-        drive(
-            async move { b.run(until).await },
-            |()| String::new(),
-            |()| "null".to_string(),
-        )
+        drive_done(async move { b.run(until).await })
     }
 
     /// Stops `run` after the tick in progress.

@@ -238,6 +238,15 @@ where
     Ok(Either3::B(ticket))
 }
 
+/// [`drive`] for a future whose only answer is that it is done: `undefined`
+/// at once, `null` through a ticket.
+pub(crate) fn drive_done<F>(fut: F) -> napi::Result<Answer>
+where
+    F: Future<Output = Result<(), Refused>> + Send + 'static,
+{
+    drive(fut, |()| String::new(), |()| "null".to_string())
+}
+
 /// Runs `fut` on the core's runtime, its answer (rendered by `later`)
 /// settling `ticket` through the bell.
 pub(crate) fn spawn_ticketed<T, F>(ticket: u32, fut: F, later: fn(T) -> String) -> napi::Result<()>
@@ -273,16 +282,12 @@ pub(crate) fn quote(s: &str) -> String {
 /// rejected Promise, code `PANIC`) — to prove neither aborts the process.
 #[napi(js_name = "_taskPanic", catch_unwind)]
 pub fn task_panic(later: bool) -> napi::Result<Answer> {
-    drive(
-        async move {
-            if later {
-                tokio::task::yield_now().await;
-            }
-            deliberate()
-        },
-        |()| String::new(),
-        |()| "null".to_string(),
-    )
+    drive_done(async move {
+        if later {
+            tokio::task::yield_now().await;
+        }
+        deliberate()
+    })
 }
 
 fn deliberate() -> Result<(), Refused> {

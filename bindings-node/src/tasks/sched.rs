@@ -13,7 +13,7 @@ use napi_derive::napi;
 
 use super::app::NativeHost;
 use super::codec::rhythm;
-use super::hub::{Answer, bell, drive};
+use super::hub::{Answer, drive, drive_done};
 use super::time::NativeClock;
 use super::{Refusal, ms};
 
@@ -28,8 +28,7 @@ pub struct NativeScheduler {
 impl NativeScheduler {
     #[napi(constructor, catch_unwind)]
     pub fn new(clock: &NativeClock) -> napi::Result<Self> {
-        let host = HostQueue::new();
-        host.set_bell(Some(bell()?));
+        let host = NativeHost::queue()?;
         Ok(NativeScheduler {
             inner: Scheduler::new(clock.clock.clone()),
             host,
@@ -39,10 +38,7 @@ impl NativeScheduler {
     /// The queue its jobs are called from.
     #[napi(getter)]
     pub fn host(&self) -> NativeHost {
-        NativeHost {
-            q: self.host.clone(),
-            taker: Default::default(),
-        }
+        NativeHost::of(&self.host)
     }
 
     /// Adds (or replaces) the job `name` on a rhythm (JSON). `null`, or why
@@ -105,14 +101,10 @@ impl NativeScheduler {
     pub fn run(&self, until: Option<f64>) -> napi::Result<Answer> {
         let s = self.inner.clone();
         let until = until.map(ms);
-        drive(
-            async move {
-                s.run(until).await;
-                Ok::<_, headway_core::task::Refused>(())
-            },
-            |()| String::new(),
-            |()| "null".to_string(),
-        )
+        drive_done(async move {
+            s.run(until).await;
+            Ok(())
+        })
     }
 
     /// Stops `run` after the tick in progress.

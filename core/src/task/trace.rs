@@ -141,20 +141,49 @@ pub fn run_plan(ctx: &Context) -> Option<Value> {
     out.push(object(&run_end(ctx, None, "").attributes));
     // A plain failure's end; a host whose body raised an ask, or whose task
     // filters what it retries, asks the core with the failure instead.
-    let fail = run_end(ctx, Some(&super::state::Failure::new("", "")), "");
-    let reason = fail
+    let (attrs, reason) =
+        without_reason(run_end(ctx, Some(&super::state::Failure::new("", "")), ""));
+    out.push(attrs);
+    out.push(reason.map_or(Value::Null, Value::from));
+    Some(Value::Array(out))
+}
+
+/// A failed end for a host that fills in the failure's text itself: its
+/// attributes but the reason, and the key the text goes in (a retry's
+/// reason) or `None`. One split, so a run's plan and a failure asked about
+/// later ([`after_failure`]) name the same attributes.
+fn without_reason(end: End) -> (Value, Option<&'static str>) {
+    let reason = end
         .attributes
         .iter()
         .any(|(k, _)| *k == RETRY_REASON)
         .then_some(RETRY_REASON);
-    let attrs: Vec<_> = fail
+    let attrs: Vec<_> = end
         .attributes
         .into_iter()
         .filter(|(k, _)| *k != RETRY_REASON)
         .collect();
-    out.push(object(&attrs));
-    out.push(reason.map_or(Value::Null, Value::from));
-    Some(Value::Array(out))
+    (object(&attrs), reason)
+}
+
+/// What a run that raised `raised` comes to, for a host that keeps only the
+/// attempts before it and the task's rule (Node's call array, which hands
+/// them back with a failure when a listener or a span asks): `[state,
+/// {span attributes}, reason key | null]`, the state
+/// [`super::body::state_after`]'s and the rest as [`run_plan`]'s failure
+/// end, but for this failure (an ask, a filter on what is retried).
+pub fn after_failure(
+    retries: u32,
+    rule: &super::body::RetryRule,
+    raised: &super::state::Failure,
+) -> Value {
+    let state = super::body::state_after(retries, rule, Some(raised));
+    let (attrs, reason) = without_reason(end_of(state, ""));
+    Value::Array(vec![
+        Value::from(state),
+        attrs,
+        reason.map_or(Value::Null, Value::from),
+    ])
 }
 
 /// The span of a send of `task` as run `id` to `queue`.
@@ -330,6 +359,24 @@ mod tests {
         let p = run_plan(&c).unwrap();
         assert_eq!(p[5], json!({"celery.state": "FAILURE"}));
         assert_eq!(p[6], Value::Null);
+    }
+
+    #[test]
+    fn after_a_failure_the_state_and_where_its_text_goes() {
+        let c = ctx(0, false);
+        let boom = crate::task::state::Failure::new("ValueError", "boom");
+        assert_eq!(
+            after_failure(0, &c.rule, &boom),
+            json!(["RETRY", {"celery.state": "RETRY"}, RETRY_REASON])
+        );
+        // No attempts left: a failure for good, no reason to fill in.
+        assert_eq!(
+            after_failure(c.rule.budget, &c.rule, &boom),
+            json!(["FAILURE", {"celery.state": "FAILURE"}, null])
+        );
+        // An ignore the body asked for.
+        let ignored = crate::task::ask::Ask::failure(boom, &json!({"ask": "ignore"}));
+        assert_eq!(after_failure(0, &c.rule, &ignored)[0], "IGNORED");
     }
 
     #[test]
