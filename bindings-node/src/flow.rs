@@ -72,9 +72,7 @@ fn opt_handle<T: Clone + 'static>(
     v: sys::napi_value,
     name: &'static str,
 ) -> Result<Option<T>, Fail> {
-    let mut t = 0;
-    crate::raw::ok(unsafe { sys::napi_typeof(e.0, v, &mut t) })?;
-    if t == sys::ValueType::napi_undefined || t == sys::ValueType::napi_null {
+    if e.absent(v)? {
         Ok(None)
     } else {
         handle(e.0, v, name).map(Some)

@@ -38,8 +38,9 @@ pub enum Fail {
     Range(String, String),
     /// An id that names no live native object.
     Gone,
-    /// A Rust panic, with its message.
-    Panic(String),
+    /// A failure that is no argument's fault (a Rust panic, a refusal
+    /// that reached a bare callback): an `Error` with this message.
+    Error(String),
     /// A Node-API call failed (an exception may already be pending).
     Napi,
 }
@@ -85,7 +86,7 @@ impl Fail {
                             .as_ptr(),
                     );
                 }
-                Fail::Panic(msg) => {
+                Fail::Error(msg) => {
                     let msg = cstring(msg);
                     sys::napi_throw_error(env, c"GenericFailure".as_ptr(), msg.as_ptr());
                 }
@@ -104,7 +105,8 @@ impl Fail {
 /// What a callback answers.
 pub type Ret = Result<sys::napi_value, Fail>;
 
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+/// What a caught panic said.
+pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = payload.downcast_ref::<String>() {
         s.clone()
     } else if let Some(s) = payload.downcast_ref::<&str>() {
@@ -198,6 +200,11 @@ impl E {
         if self.absent(v)? {
             return Ok(None);
         }
+        self.string(v, name).map(Some)
+    }
+
+    /// A string argument.
+    pub fn string(self, v: sys::napi_value, name: &'static str) -> Result<String, Fail> {
         let mut len = 0usize;
         if unsafe { sys::napi_get_value_string_utf8(self.0, v, ptr::null_mut(), 0, &mut len) }
             != sys::Status::napi_ok
@@ -210,12 +217,11 @@ impl E {
             sys::napi_get_value_string_utf8(self.0, v, buf.as_mut_ptr().cast(), len + 1, &mut got)
         })?;
         buf.truncate(got);
-        String::from_utf8(buf)
-            .map(Some)
-            .map_err(|_| Fail::Type(name, "valid UTF-8"))
+        String::from_utf8(buf).map_err(|_| Fail::Type(name, "valid UTF-8"))
     }
 
-    fn absent(self, v: sys::napi_value) -> Result<bool, Fail> {
+    /// Whether an argument is `undefined` or `null` (an omitted option).
+    pub fn absent(self, v: sys::napi_value) -> Result<bool, Fail> {
         let mut t = 0;
         ok(unsafe { sys::napi_typeof(self.0, v, &mut t) })?;
         Ok(t == sys::ValueType::napi_undefined || t == sys::ValueType::napi_null)
@@ -367,7 +373,7 @@ impl<S> Slab<S> {
             Ok(id)
         } else {
             let id = u32::try_from(st.slots.len())
-                .map_err(|_| Fail::Panic("headway: too many native objects".into()))?;
+                .map_err(|_| Fail::Error("headway: too many native objects".into()))?;
             st.slots.push(Some(value));
             Ok(id)
         }
@@ -416,7 +422,7 @@ impl<S> Slab<S> {
 }
 
 fn reentrant() -> Fail {
-    Fail::Panic("headway: re-entrant call on native state".into())
+    Fail::Error("headway: re-entrant call on native state".into())
 }
 
 struct Reaper<S: 'static> {
@@ -469,19 +475,16 @@ pub fn own<S: 'static>(
 
 // ---------------------------------------------------------------- calls
 
-/// Runs one callback with `N` arguments and its environment's [`Flow`]:
-/// catches a panic, throws a failure. Missing arguments arrive as
-/// `undefined` (Node-API fills them).
+/// A callback's `N` arguments (missing ones arrive as `undefined`: Node-API
+/// fills them) and its function's data.
 ///
 /// # Safety
-/// `env` and `info` come from Node-API for this call, and the function's data
-/// is the `Rc<Flow>` that [`Funcs::add`] stored.
+/// `env` and `info` come from Node-API for this call.
 #[inline(always)]
-pub unsafe fn call_flow<const N: usize>(
+pub unsafe fn args<const N: usize>(
     env: sys::napi_env,
     info: sys::napi_callback_info,
-    f: impl FnOnce(&Rc<Flow>, E, &[sys::napi_value; N]) -> Ret,
-) -> sys::napi_value {
+) -> Result<([sys::napi_value; N], *mut c_void), Fail> {
     let mut argc = N;
     let mut argv = [ptr::null_mut(); N];
     let mut data: *mut c_void = ptr::null_mut();
@@ -496,23 +499,52 @@ pub unsafe fn call_flow<const N: usize>(
         )
     };
     if status != sys::Status::napi_ok || data.is_null() {
-        unsafe { Fail::Napi.throw(env) };
-        return ptr::null_mut();
+        return Err(Fail::Napi);
     }
-    // SAFETY: `data` is an `Rc::into_raw(Rc<Flow>)` kept alive until this
-    // function's finalizer runs; `ManuallyDrop` borrows it without touching
-    // the count.
-    let flow = std::mem::ManuallyDrop::new(unsafe { Rc::from_raw(data as *const Flow) });
-    match catch_unwind(AssertUnwindSafe(|| f(&flow, E(env), &argv))) {
+    Ok((argv, data))
+}
+
+/// Runs a callback's body: answers its value, or throws its failure (a
+/// panic is thrown as an `Error`, never an abort) and answers null.
+///
+/// # Safety
+/// `env` is the live environment of the current callback.
+#[inline(always)]
+pub unsafe fn guarded(env: sys::napi_env, f: impl FnOnce() -> Ret) -> sys::napi_value {
+    match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => v,
         Ok(Err(fail)) => {
             unsafe { fail.throw(env) };
             ptr::null_mut()
         }
         Err(payload) => {
-            unsafe { Fail::Panic(panic_message(payload)).throw(env) };
+            unsafe { Fail::Error(panic_message(payload)).throw(env) };
             ptr::null_mut()
         }
+    }
+}
+
+/// Runs one callback with `N` arguments and its environment's [`Flow`]:
+/// catches a panic, throws a failure.
+///
+/// # Safety
+/// `env` and `info` come from Node-API for this call, and the function's data
+/// is the `Rc<Flow>` that [`Funcs::add`] stored.
+#[inline(always)]
+pub unsafe fn call_flow<const N: usize>(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+    f: impl FnOnce(&Rc<Flow>, E, &[sys::napi_value; N]) -> Ret,
+) -> sys::napi_value {
+    unsafe {
+        guarded(env, || {
+            let (argv, data) = args::<N>(env, info)?;
+            // SAFETY: `data` is an `Rc::into_raw(Rc<Flow>)` kept alive until
+            // this function's finalizer runs; `ManuallyDrop` borrows it
+            // without touching the count.
+            let flow = std::mem::ManuallyDrop::new(Rc::from_raw(data as *const Flow));
+            f(&flow, E(env), &argv)
+        })
     }
 }
 
@@ -557,6 +589,43 @@ unsafe extern "C" fn drop_flow(_env: sys::napi_env, data: *mut c_void, _hint: *m
     let _ = catch_unwind(|| unsafe { drop(Rc::from_raw(data as *const Flow)) });
 }
 
+/// A bare JS function `name` calling `cb` with `data`, which `free`
+/// releases once the function is collected (or at once, when it cannot be
+/// made).
+pub fn bare_function(
+    env: sys::napi_env,
+    name: &CStr,
+    cb: sys::napi_callback,
+    data: *mut c_void,
+    free: unsafe extern "C" fn(sys::napi_env, *mut c_void, *mut c_void),
+) -> Ret {
+    let mut f = ptr::null_mut();
+    let made = unsafe {
+        sys::napi_create_function(
+            env,
+            name.as_ptr(),
+            name.to_bytes().len() as isize,
+            cb,
+            data,
+            &mut f,
+        )
+    };
+    if made != sys::Status::napi_ok {
+        // SAFETY: the function was not made, so nobody else owns `data`.
+        unsafe { free(env, data, ptr::null_mut()) };
+        return Err(Fail::Napi);
+    }
+    if unsafe {
+        sys::napi_add_finalizer(env, f, data, Some(free), ptr::null_mut(), ptr::null_mut())
+    } != sys::Status::napi_ok
+    {
+        // The function exists but cannot free its data: leak it rather
+        // than risk a use after free.
+        return Err(Fail::Napi);
+    }
+    Ok(f)
+}
+
 /// Builds the object of native functions `lib/flow.js` calls, every one bound
 /// to the same [`Flow`].
 pub struct Funcs {
@@ -579,37 +648,7 @@ impl Funcs {
     /// Adds a function under `name`.
     pub fn add(self, name: &CStr, cb: sys::napi_callback) -> Result<Self, Fail> {
         let data = Rc::into_raw(self.flow.clone()) as *mut c_void;
-        let mut f = ptr::null_mut();
-        let made = unsafe {
-            sys::napi_create_function(
-                self.env,
-                name.as_ptr(),
-                name.to_bytes().len() as isize,
-                cb,
-                data,
-                &mut f,
-            )
-        };
-        if made != sys::Status::napi_ok {
-            // SAFETY: the function was not made, so nobody else owns `data`.
-            unsafe { drop(Rc::from_raw(data as *const Flow)) };
-            return Err(Fail::Napi);
-        }
-        if unsafe {
-            sys::napi_add_finalizer(
-                self.env,
-                f,
-                data,
-                Some(drop_flow),
-                ptr::null_mut(),
-                ptr::null_mut(),
-            )
-        } != sys::Status::napi_ok
-        {
-            // The function exists but cannot free its share: leak one Rc
-            // rather than risk a use after free.
-            return Err(Fail::Napi);
-        }
+        let f = bare_function(self.env, name, cb, data, drop_flow)?;
         ok(unsafe { sys::napi_set_named_property(self.env, self.obj, name.as_ptr(), f) })?;
         Ok(self)
     }

@@ -83,11 +83,7 @@ impl Refusal {
 
     /// A Rust panic caught in a spawned future.
     pub(crate) fn panic(payload: Box<dyn std::any::Any + Send>) -> Refusal {
-        let msg = payload
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a Rust panic".into());
+        let msg = crate::raw::panic_message(payload);
         Refusal::bare(
             "PANIC",
             format!("headway panicked (a bug, please report it): {msg}"),
