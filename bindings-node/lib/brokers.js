@@ -5,7 +5,7 @@ const { inspect } = require('node:util');
 const native = require('../addon.js');
 const { argType, refusal } = require('./errors.js');
 const { opts, only, str, num, bool } = require('./checks.js');
-const { answer } = require('./host.js');
+const { answer, promised } = require('./host.js');
 const { NATIVE } = require('./clock.js');
 
 const CELERY = Symbol('celery');
@@ -56,20 +56,12 @@ class RedisBroker {
 
   /** Hands back what consumers whose lease ran out were holding; resolves to how many. */
   recover() {
-    try {
-      return answer(this[NATIVE].recover(), Number, Number);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    return promised(() => answer(this[NATIVE].recover(), Number, Number));
   }
 
   /** Lets go of this consumer's claims so another takes them now: call it after the worker stopped. */
   close() {
-    try {
-      return answer(this[NATIVE].close(), () => undefined, () => undefined);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    return promised(() => answer(this[NATIVE].close(), () => undefined, () => undefined));
   }
 
   [inspect.custom]() {

@@ -6,21 +6,19 @@ const { inspect } = require('node:util');
 const { argType, invalidState } = require('./errors.js');
 const { opts, only, bool } = require('./checks.js');
 const { encodeArgs, encodeKwargs, SEND_OPTIONS, SIG_OPTIONS, encodeOptions } = require('./json.js');
-const { answer } = require('./host.js');
+const { answer, promised } = require('./host.js');
 const { APP, handleOf } = require('./handles.js');
 
 /** What a signature, a chain, a group and a chord share: `send()`. */
 class Canvas {
   /** Publishes every message and resolves to a handle on what it waits for. */
   send() {
-    try {
+    return promised(() => {
       const app = this[FIRST]();
       if (app === null) throw invalidState('this canvas has no signature to take an app from');
       const tree = this[TREE]();
       return answer(app[APP].sendCanvas(tree), (t) => handleOf(app, JSON.parse(t)), (v) => handleOf(app, v));
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    });
   }
 }
 

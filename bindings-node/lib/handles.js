@@ -7,7 +7,7 @@ const { outOfRange } = require('./errors.js');
 const { num, bool, opts, only } = require('./checks.js');
 const { argType } = require('./errors.js');
 const { parse } = require('./json.js');
-const { answer } = require('./host.js');
+const { answer, promised } = require('./host.js');
 
 const APP = Symbol('app');
 const SEND = Symbol('send');
@@ -41,12 +41,10 @@ class Handle {
    * MISSING.
    */
   get(timeout) {
-    try {
+    return promised(() => {
       const t = timeout === undefined || timeout === null ? null : num('timeout', timeout);
       return answer(this.#app[APP].get(this.#key, this.#all, t), parse, identity);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    });
   }
 
   /**
@@ -54,11 +52,7 @@ class Handle {
    * REVOKED), or a custom state its body recorded (`ctx.updateState`).
    */
   state() {
-    try {
-      return answer(this.#app[APP].state(this.#key, this.#all), identity, identity);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    return promised(() => answer(this.#app[APP].state(this.#key, this.#all), identity, identity));
   }
 
   /**
@@ -69,11 +63,7 @@ class Handle {
    * stored. A group: the list of its parts', in order.
    */
   info() {
-    try {
-      return answer(this.#app[APP].info(this.#key, this.#all), parse, identity);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    return promised(() => answer(this.#app[APP].info(this.#key, this.#all), parse, identity));
   }
 
   /**
@@ -81,12 +71,10 @@ class Handle {
    * null before or when nothing is stored. A group: its first part's.
    */
   dateDone() {
-    try {
+    return promised(() => {
       const date = (ms) => (ms === null ? null : new Date(ms));
       return answer(this.#app[APP].dateDone(this.#key, this.#all), (t) => date(parse(t)), date);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    });
   }
 
   /**
@@ -94,21 +82,15 @@ class Handle {
    * link — as Handles (Celery's `children`); empty before.
    */
   children() {
-    try {
+    return promised(() => {
       const handles = (ids) => ids.map((id) => new Handle(this.#app, [id], false));
       return answer(this.#app[APP].children(this.#key, this.#all), (t) => handles(parse(t)), handles);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    });
   }
 
   /** Removes what is stored of it (Celery's `forget()`): it then reads PENDING. */
   forget() {
-    try {
-      return answer(this.#app[APP].forget(this.#key, this.#all), nothing, nothing);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    return promised(() => answer(this.#app[APP].forget(this.#key, this.#all), nothing, nothing));
   }
 
   /**
@@ -118,12 +100,10 @@ class Handle {
    * with `signal` ('SIGTERM'; a name or a number 1 to 64).
    */
   revoke(options = false) {
-    try {
+    return promised(() => {
       const [terminate, signal] = revokeOptions(options);
       return answer(this.#app[APP].revoke(this.#key, this.#all, terminate, signal), nothing, nothing);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    });
   }
 
   [inspect.custom]() {

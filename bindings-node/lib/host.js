@@ -37,6 +37,19 @@ function later(ticket, decode) {
 }
 
 /**
+ * `f()`, a Promise, or a rejected one when `f` throws: what every method
+ * that answers a Promise does with a bad argument or a refusal met on the
+ * way (it rejects, never throws).
+ */
+function promised(f) {
+  try {
+    return f();
+  } catch (e) {
+    return Promise.reject(e);
+  }
+}
+
+/**
  * A native answer as a Promise: a string is the payload (done at once), a
  * number a ticket (answered through the bell), an object a refusal.
  */
@@ -219,16 +232,11 @@ function call(host, c) {
   try {
     r = job ? fn(ctx) : traced === null ? fn(c[8], ctx) : tracing.within(traced, () => fn(c[8], ctx));
   } catch (e) {
-    const after = on !== null || traced !== null ? afterFailure(c, e) : null;
-    if (on !== null) on(after[0], ctx, c[8], e);
-    tracing.end(traced, false, e, after);
-    failed(host, seq, e);
+    threw(host, c, ctx, on, traced, e);
     return;
   }
   if (r === null || (typeof r !== 'object' && typeof r !== 'function')) {
-    if (on !== null) on('SUCCESS', ctx, c[8], r);
-    tracing.end(traced, true, r);
-    done(host, seq, key, job ? null : r);
+    returned(host, c, ctx, on, traced, r);
     return;
   }
   // A thenable is read the way `await` reads one: `then` once (its getter
@@ -242,9 +250,7 @@ function call(host, c) {
     return;
   }
   if (typeof then !== 'function') {
-    if (on !== null) on('SUCCESS', ctx, c[8], r);
-    tracing.end(traced, true, r);
-    done(host, seq, key, job ? null : r);
+    returned(host, c, ctx, on, traced, r);
     return;
   }
   host.running.set(seq, ctx);
@@ -257,9 +263,7 @@ function call(host, c) {
         if (settled) return;
         settled = true;
         if (host.running.delete(seq) || !ctx[CANCELLED]) {
-          if (on !== null) on('SUCCESS', ctx, c[8], v);
-          tracing.end(traced, true, v);
-          done(host, seq, key, job ? null : v);
+          returned(host, c, ctx, on, traced, v);
         } else {
           tracing.end(traced, false, ctx.signal.reason);
         }
@@ -269,10 +273,7 @@ function call(host, c) {
         if (settled) return;
         settled = true;
         host.running.delete(seq);
-        const after = on !== null || traced !== null ? afterFailure(c, e) : null;
-        if (on !== null) on(after[0], ctx, c[8], e);
-        tracing.end(traced, false, e, after);
-        failed(host, seq, e);
+        threw(host, c, ctx, on, traced, e);
         soon(host);
       },
     );
@@ -283,6 +284,21 @@ function call(host, c) {
     tracing.end(traced, false, e);
     failed(host, seq, e);
   }
+}
+
+/** Call `c`'s body returned (or resolved to) `v`: told to its listener and span, answered. */
+function returned(host, c, ctx, on, traced, v) {
+  if (on !== null) on('SUCCESS', ctx, c[8], v);
+  tracing.end(traced, true, v);
+  done(host, c[0], c[1], host.kind === JOB ? null : v);
+}
+
+/** Call `c`'s body threw (or rejected with) `e`: what it comes to told to its listener and span, answered. */
+function threw(host, c, ctx, on, traced, e) {
+  const after = on !== null || traced !== null ? afterFailure(c, e) : null;
+  if (on !== null) on(after[0], ctx, c[8], e);
+  tracing.end(traced, false, e, after);
+  failed(host, c[0], e);
 }
 
 function done(host, seq, key, v) {
@@ -472,21 +488,15 @@ class Context {
    * state overwrites them. Resolves once stored.
    */
   updateState(state, meta = null) {
-    try {
+    return promised(() => {
       if (typeof state !== 'string') throw argType('state', 'a string', state);
       return this.#record(state, meta);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    });
   }
 
   /** `updateState('PROGRESS', meta)`. */
   progress(meta = null) {
-    try {
-      return this.#record(null, meta);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    return promised(() => this.#record(null, meta));
   }
 
   #record(state, meta) {
@@ -518,4 +528,4 @@ function nothing() {
   return undefined;
 }
 
-module.exports = { answer, settle, TASK, JOB, Host, Context };
+module.exports = { answer, promised, settle, TASK, JOB, Host, Context };

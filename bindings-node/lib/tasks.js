@@ -11,7 +11,7 @@ const { argType, refusal, invalidState, SoftTimeLimitExceeded, TaskRetry, Reject
 const { moduleUrl } = require('./load.js');
 const { EMPTY, opts, only, str, num, bool, instant, jsonNumber } = require('./checks.js');
 const { encodeArgs, encodeKwargs, SEND_OPTIONS, encodeOptions } = require('./json.js');
-const { answer, TASK, JOB, Host, Context } = require('./host.js');
+const { answer, promised, TASK, JOB, Host, Context } = require('./host.js');
 const { VirtualClock, clockOf, check, Every, Cron, At, rhythmSpec, Fixed, Exponential, policyJson } = require('./clock.js');
 const { RedisBroker, seamsOf } = require('./brokers.js');
 const { useLogger } = require('./logs.js');
@@ -127,6 +127,7 @@ function sendOne(app, name, args, options, known, head) {
 }
 
 function sendReq(app, name, args, options, known, head, carrier) {
+  // The hot path: no closure per send.
   try {
     let req;
     const trace = carrier === null ? ']' : `,${JSON.stringify(carrier)}]`;
@@ -212,12 +213,7 @@ class Worker extends EventEmitter {
     if (host) listening(host, this, true);
     // There the core notes each run's start and end for this worker's events.
     else this.#n._observe((line) => noted(this, line));
-    let p;
-    try {
-      p = answer(this.#n.run(), nothing, nothing);
-    } catch (e) {
-      p = Promise.reject(e);
-    }
+    const p = promised(() => answer(this.#n.run(), nothing, nothing));
     this.#run = p.finally(() => {
       if (host) listening(host, this, false);
       else this.#n._observe(null);
@@ -292,23 +288,17 @@ class Beat {
   tick() {
     const app = this.#app;
     const decode = (v) => v.map(([n, due, id]) => [n, new Date(due), new Handle(app, [id], false)]);
-    try {
-      return answer(this.#n.tick(), (t) => decode(JSON.parse(t)), decode);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    return promised(() => answer(this.#n.tick(), (t) => decode(JSON.parse(t)), decode));
   }
 
   /** Sends due entries and sleeps until the next, until stop() — or until the app's clock reaches `until`. */
   run(until) {
-    try {
+    return promised(() => {
       const u = until === undefined || until === null ? null : instant('until', until);
       const p = answer(this.#n.run(u), nothing, nothing);
       this.#run = p;
       return p;
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    });
   }
 
   /** Stops it after the tick in progress; resolves when run() has. */
@@ -405,14 +395,12 @@ class App {
    * `signal` ('SIGTERM'; a name or a number 1 to 64).
    */
   revoke(ids, options) {
-    try {
+    return promised(() => {
       const list = typeof ids === 'string' ? [ids] : ids;
       if (!Array.isArray(list)) throw argType('ids', 'a run id or an array of them', ids);
       list.forEach((id, i) => str(`ids[${i}]`, id));
       return new Handle(this, list.slice(), true).revoke(options ?? false);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    });
   }
 
   /** The app's time in epoch ms (the virtual clock's, in tests). */
@@ -480,25 +468,19 @@ class App {
    * reason, at, raw }`. An unknown queue has none.
    */
   deadLetters(queue = 'default', options) {
-    try {
+    return promised(() => {
       const q = str('queue', queue);
       const o = opts('options', options);
       only('deadLetters', o, ['limit']);
       // Omitted: the core's DEAD_LISTED (100).
       const limit = o.limit === undefined ? undefined : count('limit', o.limit);
       return answer(this[APP].deadLetters(q, limit), decodeDead, decodeDead);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    });
   }
 
   /** How many dead letters `queue` ('default') keeps now (0 for an unknown queue). */
   deadCount(queue = 'default') {
-    try {
-      return answer(this[APP].deadCount(str('queue', queue)), Number, Number);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    return promised(() => answer(this[APP].deadCount(str('queue', queue)), Number, Number));
   }
 
   /**
@@ -507,7 +489,7 @@ class App {
    * `ids` when given — and resolves to how many went back.
    */
   requeueDead(queue = 'default', options) {
-    try {
+    return promised(() => {
       const q = str('queue', queue);
       const o = opts('options', options);
       only('requeueDead', o, ['limit', 'ids']);
@@ -516,30 +498,19 @@ class App {
       if (Array.isArray(o.ids)) ids = o.ids.map((id, i) => str(`ids[${i}]`, id));
       else if (o.ids !== undefined && o.ids !== null) throw argType('ids', 'an array of ids', o.ids);
       return answer(this[APP].requeueDead(q, limit, ids), Number, Number);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    });
   }
 
   /** Drops every dead letter of `queue` ('default') for good; resolves to how many. */
   purgeDead(queue = 'default') {
-    try {
-      return answer(this[APP].purgeDead(str('queue', queue)), Number, Number);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    return promised(() => answer(this[APP].purgeDead(str('queue', queue)), Number, Number));
   }
 
   /** See `serveChild`. */
   [SERVE_CHILD]() {
     const host = this.#host;
     host.use();
-    let p;
-    try {
-      p = answer(this[APP]._serveChild(), nothing, nothing);
-    } catch (e) {
-      p = Promise.reject(e);
-    }
+    const p = promised(() => answer(this[APP]._serveChild(), nothing, nothing));
     return p.finally(() => host.unuse());
   }
 
@@ -683,23 +654,17 @@ class Scheduler {
   /** Calls what is due now and waits for those calls; resolves to [name, due] per call. */
   tick() {
     const decode = (v) => v.map(([n, due]) => [n, new Date(due)]);
-    try {
-      return this.#using(answer(this.#n.tick(), (t) => decode(JSON.parse(t)), decode));
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    return promised(() => this.#using(answer(this.#n.tick(), (t) => decode(JSON.parse(t)), decode)));
   }
 
   /** Calls due jobs and sleeps until the next, until stop() (or until the clock reaches `until`). */
   run(until) {
-    try {
+    return promised(() => {
       const u = until === undefined || until === null ? null : instant('until', until);
       const p = this.#using(answer(this.#n.run(u), nothing, nothing));
       this.#run = p;
       return p;
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    });
   }
 
   /** Runs it in the background and returns at once (stop() ends it). */
@@ -725,7 +690,7 @@ class Scheduler {
  * runs.
  */
 function pushRaw(app, queue, data) {
-  try {
+  return promised(() => {
     if (!(app instanceof App)) throw argType('app', 'an App', app);
     const q = str('queue', queue);
     let buf;
@@ -733,9 +698,7 @@ function pushRaw(app, queue, data) {
     else if (data instanceof Uint8Array) buf = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
     else throw argType('data', 'a Buffer, a Uint8Array or a string', data);
     return answer(app[APP]._pushRaw(q, buf), nothing, nothing);
-  } catch (e) {
-    return Promise.reject(e);
-  }
+  });
 }
 
 const testing = Object.freeze({ VirtualClock, pushRaw });
@@ -774,13 +737,7 @@ module.exports = {
 Object.defineProperties(module.exports, {
   _outstanding: { value: () => native._hubOutstanding() },
   _panic: {
-    value: (later) => {
-      try {
-        return answer(native._taskPanic(later), nothing, nothing);
-      } catch (e) {
-        return Promise.reject(e);
-      }
-    },
+    value: (later) => promised(() => answer(native._taskPanic(later), nothing, nothing)),
   },
   // lib/child.js: mark this process a child, and serve an app there.
   _child: {
