@@ -41,15 +41,19 @@ function fail(message) {
   process.exit(2);
 }
 
+/** `f()`, or the command fails (exit 2) with the message of what it threw. */
+function must(f) {
+  try {
+    return f();
+  } catch (e) {
+    return fail(e && e.message);
+  }
+}
+
 // The words are read by the core's parser (Python's CLI's too): flags,
 // units, defaults and the errors naming a bad value are the same in both.
 function parse(argv) {
-  let parsed;
-  try {
-    parsed = JSON.parse(require('./addon.js')._cliParse(argv));
-  } catch (e) {
-    fail(e.message);
-  }
+  const parsed = must(() => JSON.parse(require('./addon.js')._cliParse(argv)));
   if (parsed.kind === 'help') {
     process.stdout.write(`${parsed.text}\n`);
     process.exit(0);
@@ -59,13 +63,7 @@ function parse(argv) {
 
 // The printed lines are the core's (Python's CLI prints the same).
 function say(line, fields = {}) {
-  let text;
-  try {
-    text = require('./addon.js')._banner(line, JSON.stringify(fields));
-  } catch (e) {
-    fail(e.message);
-  }
-  console.log(text);
+  console.log(must(() => require('./addon.js')._banner(line, JSON.stringify(fields))));
 }
 
 async function load(file, App) {
@@ -109,27 +107,11 @@ async function worker(o, App) {
   // The children import the module this command was given (the main
   // script here is this CLI).
   if (o.pool !== null) options.module = path.resolve(process.cwd(), o.app);
-  let w;
-  try {
-    w = app.worker(options);
-  } catch (e) {
-    fail(e.message);
-  }
-  if (o.task_events) {
-    try {
-      require('./lib/tasks.js')._enableTaskEvents(app);
-    } catch (e) {
-      fail(e.message);
-    }
-  }
+  const w = must(() => app.worker(options));
+  if (o.task_events) must(() => require('./lib/tasks.js')._enableTaskEvents(app));
   if (o.metrics_port !== null) {
     const host = o.metrics_host;
-    let port;
-    try {
-      port = require('./lib/tasks.js')._serveMetrics(app, host, o.metrics_port);
-    } catch (e) {
-      fail(e.message);
-    }
+    const port = must(() => require('./lib/tasks.js')._serveMetrics(app, host, o.metrics_port));
     say('metrics', { host, port });
   }
   const running = w.run();
@@ -168,12 +150,7 @@ async function beat(o, App) {
 async function admin(o, App) {
   const app = await load(o.app, App);
   const http = require('node:http');
-  let handle;
-  try {
-    handle = require('./lib/admin.js').handler(app, { token: o.token ?? undefined, readOnly: o.read_only, announce: false });
-  } catch (e) {
-    fail(e.message);
-  }
+  const handle = must(() => require('./lib/admin.js').handler(app, { token: o.token ?? undefined, readOnly: o.read_only, announce: false }));
   // A worker in this process: what a memory-broker app needs to show
   // anything moving (a Redis app's workers may run anywhere).
   const w = o.worker > 0 ? app.worker({ concurrency: o.worker }) : null;
@@ -226,11 +203,7 @@ async function remote(o, App) {
 async function main() {
   const o = parse(process.argv.slice(2));
   const { App } = require('./index.js');
-  try {
-    require('./lib/logs.js').configure(o.loglevel, o.log_format);
-  } catch (e) {
-    fail(e.message);
-  }
+  must(() => require('./lib/logs.js').configure(o.loglevel, o.log_format));
   if (o.command === 'worker') await worker(o, App);
   else if (o.command === 'beat') await beat(o, App);
   else if (o.command === 'admin') await admin(o, App);

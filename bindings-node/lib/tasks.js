@@ -38,17 +38,27 @@ function listening(host, w, on) {
       ? null
       : (what, ctx, args, value) => {
           const worker = running.get(ctx.worker);
-          const event = EVENT_OF[what];
-          if (worker === undefined || event === undefined || worker.listenerCount(event) === 0) return;
-          const job = { id: ctx.id, name: ctx.name, queue: ctx.queue, attempt: ctx.attempt, retries: ctx.retries, args, kwargs: ctx.kwargs };
-          try {
-            if (what === 'active') worker.emit(event, job);
-            else worker.emit(event, job, value);
-          } catch {
-            // A listener that throws does not fail the run (as a receiver
-            // of Python's headway.signals).
-          }
+          if (worker !== undefined) emitRun(worker, what, ctx, args, value);
         };
+}
+
+/**
+ * `w`'s event for what a run (`run`: its context, or the core's note of it)
+ * came to, with a job `{ id, name, queue, attempt, retries, args, kwargs }`
+ * and, past its start, `value`: what it returned or threw. No job is
+ * built while nobody listens.
+ */
+function emitRun(w, what, run, args, value) {
+  const event = EVENT_OF[what];
+  if (event === undefined || w.listenerCount(event) === 0) return;
+  const job = { id: run.id, name: run.name, queue: run.queue, attempt: run.attempt, retries: run.retries, args, kwargs: run.kwargs };
+  try {
+    if (what === 'active') w.emit(event, job);
+    else w.emit(event, job, value);
+  } catch {
+    // A listener that throws does not fail the run (as a receiver of
+    // Python's headway.signals).
+  }
 }
 /**
  * A process-pool run's note from the core (JSON: what, the run, a
@@ -58,21 +68,13 @@ function listening(host, w, on) {
  */
 function noted(w, line) {
   const n = JSON.parse(line);
-  const event = EVENT_OF[n.what];
-  if (event === undefined || w.listenerCount(event) === 0) return;
-  const job = { id: n.id, name: n.name, queue: n.queue, attempt: n.attempt, retries: n.retries, args: n.args, kwargs: n.kwargs };
-  try {
-    if (n.what === 'active') w.emit(event, job);
-    else if (n.failure === undefined) w.emit(event, job, n.value);
-    else {
-      const e = new Error(n.failure.message);
-      e.name = n.failure.kind;
-      if (n.failure.traceback !== undefined) e.stack = n.failure.traceback;
-      w.emit(event, job, e);
-    }
-  } catch {
-    // A listener that throws does not fail the run (as on the event loop).
+  let value = n.value;
+  if (n.failure !== undefined) {
+    value = new Error(n.failure.message);
+    value.name = n.failure.kind;
+    if (n.failure.traceback !== undefined) value.stack = n.failure.traceback;
   }
+  emitRun(w, n.what, n, n.args, value);
 }
 const { APP, SEND, Handle, nothing, count, decodeDead } = require('./handles.js');
 const { Signature, chain, group, chord } = require('./canvas.js');
