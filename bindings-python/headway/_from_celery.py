@@ -38,7 +38,7 @@ import types
 from typing import Any
 
 from ._errors import _SOFT, Ignore, Reject, SoftTimeLimitExceeded, TaskRetry
-from ._native import current
+from ._native import _redact, current
 from ._tasks import App
 
 # Celery's `max_retries=None`: retried for ever (the core's budget is a count).
@@ -68,7 +68,7 @@ def serve(capp: Any) -> App:
         app = _on_redis(capp, url)
     else:
         raise ValueError(
-            f"the Celery app's broker_url {_shown(url)!r}: headway serves a Celery app on "
+            f"the Celery app's broker_url {_redact(url)!r}: headway serves a Celery app on "
             "Redis (redis://, rediss:// or sentinel://) or RabbitMQ (amqp://)"
         )
     app._worker_defaults = worker_defaults(conf)
@@ -119,7 +119,7 @@ def _on_rabbitmq(capp: Any, url: str) -> App:
     backend_url = conf.result_backend or ""
     if backend_url and not backend_url.startswith(("redis://", "rediss://", "rpc://")):
         raise ValueError(
-            f"the Celery app's result_backend {_shown(backend_url)!r}: beside RabbitMQ headway "
+            f"the Celery app's result_backend {_redact(backend_url)!r}: beside RabbitMQ headway "
             "keeps a Celery app's results on Redis (redis:// or rediss://) or rpc://"
         )
     return App(url, backend=backend_url or None)
@@ -146,7 +146,7 @@ def _on_redis(capp: Any, url: str) -> App:
     if backend_url and backend_url != url:
         if not backend_url.startswith(("redis://", "rediss://", "sentinel://")):
             raise ValueError(
-                f"the Celery app's result_backend {_shown(backend_url)!r}: headway stores "
+                f"the Celery app's result_backend {_redact(backend_url)!r}: headway stores "
                 "a Celery app's results on Redis (redis://, rediss:// or sentinel://)"
             )
         ropts = conf.result_backend_transport_options or {}
@@ -180,16 +180,6 @@ def maps(app: App, queue: str, lookup: Any) -> None:
     def xstarmap(task: Any, it: list[list[Any]]) -> list[Any]:
         t = task_of(task)
         return [t(*x) for x in it]
-
-
-def _shown(url: str) -> str:
-    """``url`` with its password replaced."""
-    head, at, tail = url.rpartition("@")
-    if not at:
-        return url
-    scheme, _, cred = head.partition("://")
-    user = cred.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{tail}"
 
 
 def _rate(v: Any) -> str | None:

@@ -96,6 +96,7 @@ __all__ = [
     "_noop",
     "_now",
     "_panic",
+    "_redact",
     "_reseed",
     "_set_task_hook",
 ]
@@ -1196,6 +1197,9 @@ _CURRENT: ContextVar[Context | None]
 
 def _direct_context(id: str, name: str, queue: str, now: float) -> Context:
     """A ``Context`` for a direct call of a ``bind=True`` task."""
+
+def _redact(url: str) -> str:
+    """``url`` with its password hidden, as the core shows every URL."""
 
 def _json_roundtrip(obj: object) -> Any:
     """``obj`` through the conversion task arguments take."""

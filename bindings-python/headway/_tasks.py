@@ -479,10 +479,7 @@ class _TaskBase(Generic[P, R]):
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> Handle[R]:
         """Publishes a run with these arguments and answers its handle."""
-        app = self.app
-        if app._tracing and _tracing.provided():
-            return _tracing.send(app._native, self.name, args, kwargs or None, {}, True)  # type: ignore[no-any-return]
-        return app._native.send(self.name, args, kwargs or None)
+        return _send(self.app, self.name, args, kwargs or None, {})
 
     def apply_async(
         self,

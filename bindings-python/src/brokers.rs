@@ -173,7 +173,16 @@ pub(crate) fn backend_arg(
     Ok(Store::In(connect_arg(py, "backend", obj, clock)?))
 }
 
+/// `url` with its password hidden, as every URL in the core's errors is
+/// shown (`amqp://u:***@h/`; userinfo without a `:` is hidden whole): for
+/// the Celery shims' own errors, which name a Celery app's URLs.
+#[pyfunction]
+fn _redact(url: &str) -> String {
+    headway_core::broker::redact(url)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRedisBroker>()?;
+    m.add_function(wrap_pyfunction!(_redact, m)?)?;
     Ok(())
 }

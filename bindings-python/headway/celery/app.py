@@ -22,7 +22,7 @@ from typing import Any
 from .. import _tasks
 from .._errors import TaskRetry
 from .._from_celery import _FOREVER, _rate, _retry, maps, result_expires, worker_defaults
-from .._native import Exponential, Fixed, RedisBroker
+from .._native import Exponential, Fixed, RedisBroker, _redact
 from .._tasks import App, chain, group
 from .result import AsyncResult
 
@@ -440,12 +440,12 @@ def _make(conf: Settings) -> App:
     if url.startswith("memory://"):
         return App("memory://")
     if not url.startswith(("redis://", "rediss://")):
-        raise ValueError(f"broker_url {url.split('@')[-1]!r}: headway.celery runs on redis:// or memory://")
+        raise ValueError(f"broker_url {_redact(url)!r}: headway.celery runs on redis:// or memory://")
     backend_url = conf.result_backend
     backend: Any = None
     if backend_url and backend_url != url:
         if not str(backend_url).startswith(("redis://", "rediss://")):
-            raise ValueError(f"result_backend {str(backend_url).split('@')[-1]!r}: headway.celery keeps results on redis://")
+            raise ValueError(f"result_backend {_redact(str(backend_url))!r}: headway.celery keeps results on redis://")
         backend = RedisBroker.celery(backend_url, result_expires=result_expires(conf.result_expires))
     return App(RedisBroker.celery(url, result_expires=result_expires(conf.result_expires)), backend=backend)
 
