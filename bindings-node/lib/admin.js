@@ -144,11 +144,9 @@ function handler(app, options) {
   if (o.readOnly !== undefined && typeof o.readOnly !== 'boolean') {
     throw typeError('invalid `readOnly`: expected a boolean');
   }
-  if (o.maxBody !== undefined && o.maxBody !== null) {
-    if (typeof o.maxBody !== 'number') throw typeError('invalid `maxBody`: expected a number of bytes');
-    if (!Number.isInteger(o.maxBody) || o.maxBody < 1 || o.maxBody > 0xffffffff) {
-      throw rangeError('invalid `maxBody`: must be a positive whole number of bytes');
-    }
+  // Its range is the core's (refused below, as a RangeError).
+  if (o.maxBody !== undefined && o.maxBody !== null && typeof o.maxBody !== 'number') {
+    throw typeError('invalid `maxBody`: expected a number of bytes');
   }
   const origins = o.allowedOrigins === undefined ? [] : o.allowedOrigins;
   if (!Array.isArray(origins) || origins.some((x) => typeof x !== 'string')) {
@@ -158,7 +156,8 @@ function handler(app, options) {
   try {
     admin = new native.NativeAdmin(a, o.token ?? null, o.readOnly === true, o.maxBody ?? null, origins);
   } catch (e) {
-    // The core refuses a token too short to be a secret, naming `token`.
+    // The core refuses a token too short to be a secret, naming `token`,
+    // and a `maxBody` that is no positive whole number of bytes.
     if (e && e.code === 'InvalidArg') throw rangeError(e.message);
     throw e;
   }

@@ -24,6 +24,7 @@ use napi_derive::napi;
 use serde::Serialize;
 use tokio::sync::Notify;
 
+use crate::raw::invalid_arg;
 use crate::tasks::app::NativeApp;
 use crate::tasks::hub::{Answer, drive};
 
@@ -98,35 +99,18 @@ impl NativeAdmin {
         app: &NativeApp,
         token: Option<String>,
         read_only: bool,
-        max_body: Option<u32>,
+        max_body: Option<f64>,
         allowed_origins: Option<Vec<String>>,
     ) -> napi::Result<Self> {
-        let d = AdminConfig::default();
-        let max_body = match max_body {
-            None => d.max_body,
-            Some(0) => {
-                return Err(napi::Error::new(
-                    napi::Status::InvalidArg,
-                    "invalid `maxBody`: must be a positive number of bytes",
-                ));
-            }
-            Some(n) => n as usize,
-        };
+        let max_body = AdminConfig::max_body_of(headway_core::task::Host::Node, max_body)
+            .map_err(invalid_arg)?;
         let cfg = AdminConfig {
             token,
             read_only,
             max_body,
             allowed_origins: allowed_origins.unwrap_or_default(),
         };
-        let inner = Admin::new(app.core().clone(), cfg).map_err(|e| {
-            napi::Error::new(
-                napi::Status::InvalidArg,
-                match e {
-                    Refused::Invalid(why) => why,
-                    e => e.to_string(),
-                },
-            )
-        })?;
+        let inner = Admin::new(app.core().clone(), cfg).map_err(invalid_arg)?;
         Ok(NativeAdmin {
             inner,
             streams: Arc::new(Mutex::new(HashMap::new())),

@@ -102,6 +102,19 @@ impl Fail {
     }
 }
 
+/// A core refusal of a `#[napi]` constructor's argument, as the
+/// `InvalidArg` error `lib/` rethrows as a `RangeError`: the core's reason
+/// alone for an invalid argument, its whole text otherwise.
+pub(crate) fn invalid_arg(r: headway_core::task::Refused) -> napi::Error {
+    napi::Error::new(
+        napi::Status::InvalidArg,
+        match r {
+            headway_core::task::Refused::Invalid(why) => why,
+            other => other.to_string(),
+        },
+    )
+}
+
 /// What a callback answers.
 pub type Ret = Result<sys::napi_value, Fail>;
 

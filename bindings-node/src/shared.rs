@@ -12,22 +12,12 @@
 use std::sync::Arc;
 
 use headway_core::limit::{SharedBucket, SharedGate, SharedWindow};
-use headway_core::task::Refused;
 use napi_derive::napi;
 
+use crate::raw::invalid_arg;
 use crate::tasks::hub::{Answer, drive};
 use crate::units::{ms, ns};
 use crate::wire::{call, call_with, wire_for};
-
-fn refused(r: Refused) -> napi::Error {
-    napi::Error::new(
-        napi::Status::InvalidArg,
-        match r {
-            Refused::Invalid(why) => why,
-            other => other.to_string(),
-        },
-    )
-}
 
 /// A JS number that must be an integer (`units::int`), its refusal thrown
 /// as `refused` throws.
@@ -76,7 +66,7 @@ pub struct NativeSharedBucket {
 impl NativeSharedBucket {
     #[napi(constructor, catch_unwind)]
     pub fn new(url: String, key: String, rate: f64, burst: Option<f64>) -> napi::Result<Self> {
-        let inner = SharedBucket::new(&url, &key, rate, burst).map_err(refused)?;
+        let inner = SharedBucket::new(&url, &key, rate, burst).map_err(invalid_arg)?;
         Ok(NativeSharedBucket {
             inner: Arc::new(inner),
             wire: wire_for(&url),
@@ -145,7 +135,7 @@ impl NativeSharedWindow {
     #[napi(constructor, catch_unwind)]
     pub fn new(url: String, key: String, limit: f64, per: f64) -> napi::Result<Self> {
         let limit = int_arg("limit", limit)?;
-        let inner = SharedWindow::new(&url, &key, limit, ns(per)).map_err(refused)?;
+        let inner = SharedWindow::new(&url, &key, limit, ns(per)).map_err(invalid_arg)?;
         Ok(NativeSharedWindow {
             inner: Arc::new(inner),
             wire: wire_for(&url),
@@ -209,7 +199,7 @@ impl NativeSharedGate {
     #[napi(constructor, catch_unwind)]
     pub fn new(url: String, key: String, n: f64, lease: Option<f64>) -> napi::Result<Self> {
         let n = int_arg("n", n)?;
-        let inner = SharedGate::new(&url, &key, n, lease.map(ns)).map_err(refused)?;
+        let inner = SharedGate::new(&url, &key, n, lease.map(ns)).map_err(invalid_arg)?;
         Ok(NativeSharedGate {
             inner: Arc::new(inner),
             wire: wire_for(&url),

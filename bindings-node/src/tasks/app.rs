@@ -784,13 +784,12 @@ impl NativeWorker {
     }
 
     /// Stops claiming, gives prefetched messages back, waits up to `grace`
-    /// ms (none: the core's `specs::GRACE`) for runs in progress, then
+    /// ms (the core's `specs::grace`: none is `GRACE`) for runs in progress, then
     /// cancels and gives back the rest. Returns at once; `run` answers when
     /// it is all done.
     #[napi]
     pub fn stop(&self, grace: Option<f64>) {
-        let grace = grace.map_or(headway_core::task::specs::GRACE, ms);
-        self.w.stop(Duration::from_millis(grace.max(0) as u64));
+        self.w.stop(headway_core::task::specs::grace(grace.map(ms)));
     }
 
     #[napi(getter)]

@@ -12,7 +12,7 @@
 use std::sync::{Arc, Mutex};
 
 use headway_core::broker::{Connected, Store, Target, TargetError};
-use headway_core::task::Clock;
+use headway_core::task::{Clock, Host};
 use napi::bindgen_prelude::Either;
 use napi_derive::napi;
 
@@ -20,19 +20,10 @@ use super::hub::{Answer, drive};
 use super::time::NativeClock;
 use super::{Refusal, ms, rt};
 
-/// A refused target, its option named as JS spells it.
+/// A refused target, its option named as JS spells it (the core's
+/// `Host::target_refused`).
 fn refusal(e: TargetError) -> Refusal {
-    match e {
-        TargetError::Invalid {
-            arg: "visibility_timeout",
-            why,
-        } => Refusal::invalid(format!("invalid `visibilityTimeout`: {why}")),
-        TargetError::Invalid {
-            arg: "master_name",
-            why,
-        } => Refusal::invalid(format!("invalid `masterName`: {why}")),
-        e => Refusal::invalid(e.to_string()),
-    }
+    Refusal::invalid(Host::Node.target_refused(&e))
 }
 
 fn made(r: Result<Target, TargetError>) -> Either<NativeRedis, Refusal> {

@@ -26,6 +26,7 @@
 //!   page renders data as text only.
 
 mod auth;
+mod config;
 mod http;
 mod page;
 mod remote;

@@ -53,7 +53,25 @@ impl Host {
             (Host::Node, "concurrency_key") => "concurrencyKey",
             (Host::Node, "dedupe_key") => "dedupeKey",
             (Host::Node, "dedupe_ttl") => "dedupeTtl",
+            (Host::Node, "max_body") => "maxBody",
+            (Host::Node, "visibility_timeout") => "visibilityTimeout",
+            (Host::Node, "master_name") => "masterName",
             _ => arg,
+        }
+    }
+
+    /// Why a broker target was refused, its option named as this host
+    /// spells it (`visibilityTimeout` for Node; the core's own text for
+    /// Python).
+    pub fn target_refused(self, e: &crate::broker::TargetError) -> String {
+        use crate::broker::TargetError;
+        match e {
+            TargetError::Invalid { arg, why } => TargetError::Invalid {
+                arg: self.spell(arg),
+                why,
+            }
+            .to_string(),
+            e => e.to_string(),
         }
     }
 }
@@ -480,6 +498,13 @@ pub fn check_options(host: Host, o: &Options) -> Result<(), SpecError> {
 /// names no grace (ms): 10 s (moontask's; about what a supervisor waits
 /// between SIGTERM and SIGKILL).
 pub const GRACE: i64 = 10_000;
+
+/// The grace a worker's stop gives from the ms a caller named: none is
+/// [`GRACE`], and a negative one is none at all (runs in progress are
+/// cancelled at once) rather than a refusal, since a stop must not fail.
+pub fn grace(ms: Option<i64>) -> std::time::Duration {
+    std::time::Duration::from_millis(ms.unwrap_or(GRACE).max(0) as u64)
+}
 
 /// A worker's settings as given: what is `None` is
 /// [`WorkerConfig::default`]'s.

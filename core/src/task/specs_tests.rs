@@ -484,3 +484,43 @@ fn a_send_option_key_is_one_of_nine_as_the_host_spells_it() {
          priority, id, concurrencyKey, dedupeKey, dedupeTtl)"
     );
 }
+
+#[test]
+fn a_refused_target_names_its_option_as_the_host_spells_it() {
+    use crate::broker::TargetError;
+    let e = TargetError::Invalid {
+        arg: "visibility_timeout",
+        why: "must be positive",
+    };
+    assert_eq!(
+        Host::Node.target_refused(&e),
+        "invalid `visibilityTimeout`: must be positive"
+    );
+    assert_eq!(Host::Python.target_refused(&e), e.to_string());
+    let e = TargetError::Invalid {
+        arg: "master_name",
+        why: "needed",
+    };
+    assert_eq!(
+        Host::Node.target_refused(&e),
+        "invalid `masterName`: needed"
+    );
+    let e = TargetError::Invalid {
+        arg: "lease",
+        why: "must be positive",
+    };
+    assert_eq!(
+        Host::Node.target_refused(&e),
+        "invalid `lease`: must be positive"
+    );
+    let e = TargetError::Url("bad url".into());
+    assert_eq!(Host::Node.target_refused(&e), "bad url");
+}
+
+#[test]
+fn a_stop_grace_defaults_and_is_never_negative() {
+    use std::time::Duration;
+    assert_eq!(grace(None), Duration::from_millis(GRACE as u64));
+    assert_eq!(grace(Some(1500)), Duration::from_millis(1500));
+    assert_eq!(grace(Some(-5)), Duration::ZERO);
+}
