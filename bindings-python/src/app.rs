@@ -641,11 +641,6 @@ impl PyWorker {
     fn settled(&self) -> u64 {
         self.inner.settled()
     }
-    /// Whether stop was called.
-    #[getter]
-    fn stopping(&self) -> bool {
-        self.inner.is_stopping()
-    }
     /// `"process"` when its bodies run in child processes, else `"threads"`.
     #[getter]
     fn pool(&self) -> &'static str {
@@ -973,11 +968,6 @@ impl PyApp {
     /// Every registered name, sorted.
     fn task_names(&self) -> Vec<String> {
         self.app.task_names()
-    }
-
-    /// Whether `name` is registered.
-    fn has_task(&self, name: &str) -> bool {
-        self.app.has_task(name)
     }
 
     /// Turns Celery's events on (`headway worker -E`).

@@ -676,12 +676,12 @@ impl PyHost {
 
     /// Whether any sync body is registered.
     fn has_sync(&self) -> bool {
-        self.entries_any(false)
-    }
-
-    /// Whether any async body is registered.
-    fn has_async(&self) -> bool {
-        self.entries_any(true)
+        self.inner
+            .entries
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .any(|e| !e.is_async)
     }
 
     /// Counts `n` runner threads the caller is about to start (each then
@@ -897,17 +897,6 @@ impl PyHost {
         if let Ok(mut g) = self.inner.entries.write() {
             g.clear();
         }
-    }
-}
-
-impl PyHost {
-    fn entries_any(&self, want_async: bool) -> bool {
-        self.inner
-            .entries
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .any(|e| e.is_async == want_async)
     }
 }
 

@@ -6,22 +6,19 @@
 //! and asyncio pump as a task body, told about its run by the same `Context`
 //! (`name`, `now` = the time it was due).
 
-use std::sync::Arc;
-
-use headway_core::task::{Clock, Scheduler};
+use headway_core::task::Scheduler;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use crate::host::{Entry, PyHost};
 use crate::rt::{block, rt, run_until_stopped};
-use crate::times::{clock_arg, instant_arg, named_instants, rhythm_arg, secs};
+use crate::times::{clock_arg, instant_arg, named_instants, rhythm_arg};
 use crate::{guard, opt};
 
 /// The core's scheduler. Internal: `headway.schedule.Scheduler` wraps it.
 #[pyclass(module = "headway._native", name = "_Scheduler", frozen)]
 pub(crate) struct PyScheduler {
     inner: Scheduler,
-    clock: Arc<dyn Clock>,
     host: Py<PyHost>,
 }
 
@@ -34,8 +31,7 @@ impl PyScheduler {
             rt()?;
             let clock = clock_arg(clock)?;
             Ok(PyScheduler {
-                inner: Scheduler::new(clock.clone()),
-                clock,
+                inner: Scheduler::new(clock),
                 host: Py::new(py, PyHost::new())?,
             })
         })
@@ -45,11 +41,6 @@ impl PyScheduler {
     #[getter]
     fn host(&self, py: Python<'_>) -> Py<PyHost> {
         self.host.clone_ref(py)
-    }
-
-    /// Its clock's time, in epoch seconds.
-    fn now(&self) -> f64 {
-        secs(self.clock.now())
     }
 
     /// Adds (or replaces) the job `name`: `func()` on `rhythm`.
