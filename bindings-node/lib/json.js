@@ -210,9 +210,7 @@ function encodeKwargs(owner, kwargs) {
   return encode(owner, 'kwargs', kwargs);
 }
 
-// A send's options: its keyword arguments, then the core's (their names
-// and order are the core's, as its refusals list them).
-const SEND_OPTIONS = ['kwargs', ...native._sendOptions()];
+const SEND_OPTIONS = ['kwargs', 'eta', 'countdown', 'expires', 'queue', 'priority', 'id', 'concurrencyKey', 'dedupeKey', 'dedupeTtl'];
 const SIG_OPTIONS = [...SEND_OPTIONS, 'immutable'];
 
 /** Per-send options as JSON (instants in epoch ms), or 'null'. */

@@ -53,18 +53,6 @@ pub fn json_max_depth() -> u32 {
     headway_core::task::depth::MAX_DEPTH as u32
 }
 
-/// The options a send takes, as JS spells them (the core's
-/// `specs::SEND_OPTIONS`): `lib/json.js` accepts and lists exactly these,
-/// so a send option the core gains or drops is one list, not three.
-#[napi(js_name = "_sendOptions")]
-pub fn send_options() -> Vec<String> {
-    use headway_core::task::specs::{Host, SEND_OPTIONS};
-    SEND_OPTIONS
-        .iter()
-        .map(|o| Host::Node.spell(o).to_string())
-        .collect()
-}
-
 /// An empty call with two numbers through `#[napi]`'s generated glue, for
 /// the benchmark to compare with the raw floor (`_flow().noop`).
 #[napi(js_name = "_noopNapi", catch_unwind)]
