@@ -28,9 +28,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use headway_core::task::{
-    Body, Call, Context, Crew, Failure, HostQueue, Next, RunnerHealth, Runners,
-};
+use headway_core::task::{Body, Call, Context, Crew, Failure, HostQueue, Next, Runners};
 use pyo3::PyTraverseError;
 use pyo3::exceptions::PyLookupError;
 use pyo3::gc::PyVisit;
@@ -512,18 +510,6 @@ impl Drop for Seat {
     }
 }
 
-/// The runners' counts and verdict as a dict (the admin's words).
-fn health_dict<'py>(py: Python<'py>, h: &RunnerHealth) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("healthy", h.healthy)?;
-    d.set_item("why", h.why())?;
-    d.set_item("runners", h.staffed)?;
-    d.set_item("threads", h.threads)?;
-    d.set_item("stuck", h.stuck)?;
-    d.set_item("stuck_cap", h.cap)?;
-    Ok(d)
-}
-
 /// The function `headway.signals` installs while any task signal has a
 /// receiver: called on the body's thread as `hook("pre", name, id, args,
 /// kwargs, None, None)` before a sync body and `hook("post", name, id, args,
@@ -736,7 +722,7 @@ impl PyHost {
     /// stuck in a body past its timeout and no more may start), `why`,
     /// `runners` (staffed), `threads`, `stuck`, `stuck_cap`.
     fn runners<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        health_dict(py, &self.inner.sync_q.runners().health())
+        json::dict(py, &self.inner.sync_q.runners().health().json())
     }
 
     /// Serves sync calls on this thread until `flag` is set: blocks with the

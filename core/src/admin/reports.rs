@@ -165,16 +165,9 @@ fn workers_json(app: &crate::task::App) -> Vec<Value> {
     crate::task::runners::workers(app)
         .iter()
         .map(|w| {
-            let r = &w.runners;
-            json!({
-                "name": w.name,
-                "healthy": r.healthy,
-                "why": r.why(),
-                "runners": r.staffed,
-                "threads": r.threads,
-                "stuck": r.stuck,
-                "stuck_cap": r.cap,
-            })
+            let mut out = Map::from_iter([("name".to_string(), json!(w.name))]);
+            out.extend(w.runners.json());
+            Value::Object(out)
         })
         .collect()
 }

@@ -108,6 +108,23 @@ impl RunnerHealth {
             )
         })
     }
+
+    /// The counts and the verdict as the admin reports them (`healthy`,
+    /// `why`, `runners`, `threads`, `stuck`, `stuck_cap`): one spelling
+    /// for the admin's page and a binding's `worker.health` alike.
+    pub fn json(&self) -> serde_json::Map<String, serde_json::Value> {
+        let serde_json::Value::Object(out) = serde_json::json!({
+            "healthy": self.healthy,
+            "why": self.why(),
+            "runners": self.staffed,
+            "threads": self.threads,
+            "stuck": self.stuck,
+            "stuck_cap": self.cap,
+        }) else {
+            unreachable!("a json! object")
+        };
+        out
+    }
 }
 
 /// One host queue's runner threads, counted (see the module).
@@ -502,6 +519,13 @@ mod tests {
         let h = r.health();
         assert_eq!((h.staffed, h.threads, h.stuck, h.cap), (2, 4, 4, 2));
         assert!(h.why().unwrap().contains("4 stuck"));
+        let j = h.json();
+        assert_eq!(j["healthy"], false);
+        assert_eq!(j["why"], h.why().unwrap());
+        assert_eq!(j["runners"], 2);
+        assert_eq!(j["threads"], 4);
+        assert_eq!(j["stuck"], 4);
+        assert_eq!(j["stuck_cap"], 2);
         // One returns: healthy again, and no thread is surplus (4 stuck
         // would want 2 + 2; 3 stuck wants 2 + 2 too).
         r.returned();
