@@ -448,7 +448,7 @@ impl Pair {
                     }
                     self.live.insert(self.receipts.len());
                     self.receipts.push(Claimed {
-                        message: x.message,
+                        message: std::sync::Arc::unwrap_or_clone(x.message),
                         mem: x.receipt,
                         other: y.receipt,
                         by: c,

@@ -279,7 +279,7 @@ async fn retry_settles_and_publishes_in_one_step() {
     let b = open(&s, "a", 30_000, clock.clone()).await;
     b.publish(vec![msg("x", "q")]).await.unwrap();
     let got = b.consume(&qs("q"), 1, Duration::ZERO).await.unwrap();
-    let mut next = got[0].message.clone();
+    let mut next = (*got[0].message).clone();
     next.retries = 1;
     next.eta = Some(START + 5_000);
     b.retry(got[0].receipt.clone(), next).await.unwrap();

@@ -557,7 +557,7 @@ async fn the_documented_acl_allows_every_broker_operation() {
     let got = a.consume(&q, 2, Duration::ZERO).await.unwrap();
     assert_eq!(got.len(), 2);
     a.reject(got[1].receipt.clone(), true).await.unwrap();
-    let mut next = got[0].message.clone();
+    let mut next = (*got[0].message).clone();
     next.retries += 1;
     a.retry(got[0].receipt.clone(), next).await.unwrap();
     let info = a.queues().await.unwrap();

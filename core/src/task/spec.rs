@@ -40,7 +40,10 @@ pub struct Receipt {
 /// A message a consumer holds, with the receipt to settle it by.
 #[derive(Debug, Clone)]
 pub struct Delivery {
-    pub message: Message,
+    /// Shared, not copied: a broker that keeps what it handed out until it
+    /// is settled (the memory broker's claims) and the worker's table of
+    /// the runs it holds read the same message.
+    pub message: std::sync::Arc<Message>,
     pub receipt: Receipt,
     /// Whether the broker knows it was handed out before (requeued,
     /// recovered): the worker then checks for a stored result first.

@@ -243,7 +243,7 @@ impl AmqpBroker {
                 raw: None,
             },
             redelivered: d.redelivered || m.redelivered,
-            message: m.message,
+            message: std::sync::Arc::new(m.message),
         };
         crate::broker::celery::events::received(self, &delivery.message);
         let now = self.facts.clock.now();

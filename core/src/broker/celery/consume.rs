@@ -188,7 +188,7 @@ impl CeleryBroker {
                             raw: Some(Arc::from(tag.as_bytes())),
                         },
                         redelivered: d.redelivered,
-                        message: m,
+                        message: std::sync::Arc::new(m),
                     };
                     n += 1;
                     super::events::received(self, &delivery.message);

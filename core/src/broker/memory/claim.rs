@@ -61,7 +61,7 @@ impl MemoryBroker {
                             early.push(m);
                             continue;
                         }
-                        Ok(m) => (m, Some(raw)),
+                        Ok(m) => (Arc::new(m), Some(raw)),
                         Err(why) => {
                             taken += 1;
                             buried = true;
@@ -116,7 +116,7 @@ impl MemoryBroker {
             for m in early {
                 g.seq += 1;
                 let key = (m.eta.unwrap_or(now), g.seq);
-                g.queue(name).delayed.insert(key, Box::new(m));
+                g.queue(name).delayed.insert(key, Arc::new(m));
             }
             if out.len() >= max {
                 break;

@@ -23,7 +23,7 @@ impl Backend for MemoryBroker {
         g.expire(now);
         for o in outcomes {
             if g.results
-                .get(&o.id)
+                .get(o.id.as_str())
                 .is_some_and(|r| r.outcome.state.is_final())
             {
                 continue;
@@ -31,7 +31,7 @@ impl Backend for MemoryBroker {
             // Woken under the results' lock, which a wait takes to look:
             // it finds the result put in below.
             self.shared.waits.wake([o.id.as_str()]);
-            let id = o.id.clone();
+            let id: std::sync::Arc<str> = o.id.as_str().into();
             g.results
                 .insert(id.clone(), Box::new(Stored { outcome: o, until }));
             g.expiry.push_back((until, Kept::Result(id)));
@@ -62,7 +62,7 @@ impl Backend for MemoryBroker {
     fn forget<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<(), Refused>> {
         let mut g = self.lock();
         for id in ids {
-            g.results.remove(id);
+            g.results.remove(id.as_str());
         }
         Box::pin(async { Ok(()) })
     }

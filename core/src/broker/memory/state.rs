@@ -22,12 +22,13 @@ pub(super) const STEPS: usize = 10;
 
 /// What waits on a queue: a message, or bytes still to be decoded.
 ///
-/// Messages are by far the common case, so they are held inline: boxing
-/// them to shrink the rare raw variant would cost an allocation per publish.
-#[allow(clippy::large_enum_variant)]
+/// A message is shared, not held inline: the claim that hands it out keeps
+/// it too (for a recovery) and the worker's table of the runs it holds
+/// reads it, each without a copy — a copy was four allocations a run, and
+/// a queue of inline messages moved hundreds of bytes each as it grew.
 #[derive(Clone)]
 pub(super) enum Payload {
-    Msg(Message),
+    Msg(Arc<Message>),
     Raw(Arc<[u8]>),
 }
 
@@ -44,7 +45,7 @@ pub(super) struct Entry {
 }
 
 impl Entry {
-    pub(super) fn fresh(m: Message) -> Entry {
+    pub(super) fn fresh(m: Arc<Message>) -> Entry {
         Entry {
             payload: Payload::Msg(m),
             raw: None,
@@ -63,9 +64,10 @@ pub(super) struct Dead {
 pub(super) struct Queue {
     pub(super) steps: [VecDeque<Entry>; STEPS],
     /// (eta, seq) → message, moved to its step by a claim of this queue
-    /// once due (as Redis's claim script does). Boxed, as the held
-    /// claims are (see [`Inner::unacked`]): etas land anywhere in the tree.
-    pub(super) delayed: BTreeMap<(i64, u64), Box<Message>>,
+    /// once due (as Redis's claim script does). Behind a pointer, as the
+    /// held claims are (see [`Inner::unacked`]): etas land anywhere in the
+    /// tree.
+    pub(super) delayed: BTreeMap<(i64, u64), Arc<Message>>,
     pub(super) unacked: u64,
     /// Newest first, at most [`DEAD_KEPT`].
     pub(super) dead: VecDeque<Dead>,
@@ -99,7 +101,7 @@ pub(super) struct Held {
     pub(super) consumer: Arc<str>,
     pub(super) queue: String,
     pub(super) step: usize,
-    pub(super) message: Message,
+    pub(super) message: Arc<Message>,
     pub(super) raw: Option<Arc<[u8]>>,
     pub(super) lost: u32,
 }
@@ -122,7 +124,8 @@ pub(super) struct Inner {
     /// outcome is hundreds of bytes (a Rust no-op drain storing 200 000
     /// results spent a tenth of its CPU copying them at the rehashes, on
     /// freshly faulted pages).
-    pub(super) results: HashMap<String, Box<Stored>>,
+    /// Keyed by a shared id: [`Inner::expiry`] names the same one.
+    pub(super) results: HashMap<Arc<str>, Box<Stored>>,
     pub(super) chords: HashMap<String, (u32, HashSet<String>)>,
     /// When each result and chord count goes, in the order they were
     /// made (one expiry for all, so the order is the time order): each
@@ -144,7 +147,7 @@ pub(super) struct Stored {
 
 /// What [`Inner::expiry`] drops when its time comes.
 pub(super) enum Kept {
-    Result(String),
+    Result(Arc<str>),
     Chord(String),
 }
 
@@ -159,8 +162,8 @@ impl Inner {
             };
             match kept {
                 Kept::Result(id) => {
-                    if self.results.get(&id).is_some_and(|r| r.until <= at) {
-                        self.results.remove(&id);
+                    if self.results.get(&*id).is_some_and(|r| r.until <= at) {
+                        self.results.remove(&*id);
                     }
                 }
                 Kept::Chord(key) => {
@@ -187,11 +190,11 @@ impl Inner {
             Some(eta) if eta > now => {
                 self.seq += 1;
                 let seq = self.seq;
-                self.queue(&m.queue).delayed.insert((eta, seq), Box::new(m));
+                self.queue(&m.queue).delayed.insert((eta, seq), Arc::new(m));
             }
             _ => {
                 let s = step(&m);
-                self.queue(&m.queue).steps[s].push_back(Entry::fresh(m));
+                self.queue(&m.queue).steps[s].push_back(Entry::fresh(Arc::new(m)));
             }
         }
     }
@@ -205,7 +208,7 @@ impl Inner {
             if entry.key().0 > now {
                 break;
             }
-            let m = *entry.remove();
+            let m = entry.remove();
             q.steps[step(&m)].push_back(Entry::fresh(m));
         }
     }

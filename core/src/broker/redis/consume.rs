@@ -148,7 +148,7 @@ impl RedisBroker {
         };
         let message = dead::decode(raw, self.max_bytes).map_err(|e| (e, step, raw))?;
         Ok(Delivery {
-            message,
+            message: Arc::new(message),
             receipt: Receipt {
                 queue: q.to_string(),
                 tag: token,

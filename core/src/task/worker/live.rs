@@ -47,6 +47,18 @@ pub struct RunInfo {
     pub worker: String,
 }
 
+/// A run in the worker's table: its message as claimed (shared with the
+/// run, not copied: a copy of its id, name, queue and arguments was five
+/// allocations a run, for a table that is read only when remote control
+/// asks) and what has happened to it since.
+pub(super) struct Held {
+    pub message: Arc<Message>,
+    pub redelivered: bool,
+    /// When its body started (ms since the epoch); `None` while reserved.
+    pub started: Option<i64>,
+    pub acknowledged: bool,
+}
+
 /// A task's limits as a remote command set them on this worker, over its
 /// policy's: a message's own limits still come first.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -70,9 +82,7 @@ impl Drop for Entered {
 }
 
 impl Shared {
-    pub(super) fn runs(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<u64, RunInfo>> {
+    pub(super) fn runs(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<u64, Held>> {
         self.runs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -83,21 +93,13 @@ impl Shared {
     /// A claimed message enters the table (reserved).
     pub(super) fn enter(self: &Arc<Self>, d: &Delivery) -> Entered {
         let key = self.next_run.fetch_add(1, Ordering::Relaxed);
-        let m: &Message = &d.message;
         self.runs().insert(
             key,
-            RunInfo {
-                id: m.id.clone(),
-                name: m.task.clone(),
-                args: m.args.clone(),
-                kwargs: m.kwargs.clone(),
-                queue: m.queue.clone(),
-                priority: m.priority,
+            Held {
+                message: d.message.clone(),
                 redelivered: d.redelivered,
                 started: None,
                 acknowledged: false,
-                pid: None,
-                worker: self.name.clone(),
             },
         );
         Entered {
@@ -146,18 +148,31 @@ impl Worker {
     /// and those claimed and not started yet (`reserved`).
     pub fn runs(&self) -> Vec<RunInfo> {
         let s = &self.shared;
-        let mut out: Vec<RunInfo> = s.runs().values().cloned().collect();
-        for r in &mut out {
-            if r.started.is_some() {
-                r.pid = Some(
+        let held: Vec<(Arc<Message>, bool, Option<i64>, bool)> = s
+            .runs()
+            .values()
+            .map(|h| (h.message.clone(), h.redelivered, h.started, h.acknowledged))
+            .collect();
+        held.into_iter()
+            .map(|(m, redelivered, started, acknowledged)| RunInfo {
+                pid: started.map(|_| {
                     s.procs
                         .as_ref()
-                        .and_then(|p| p.running(&r.id))
-                        .unwrap_or_else(std::process::id),
-                );
-            }
-        }
-        out
+                        .and_then(|p| p.running(&m.id))
+                        .unwrap_or_else(std::process::id)
+                }),
+                id: m.id.clone(),
+                name: m.task.clone(),
+                args: m.args.clone(),
+                kwargs: m.kwargs.clone(),
+                queue: m.queue.clone(),
+                priority: m.priority,
+                redelivered,
+                started,
+                acknowledged,
+                worker: s.name.clone(),
+            })
+            .collect()
     }
 
     /// Sets `task`'s rate limit on this worker (`None`: no limit); its

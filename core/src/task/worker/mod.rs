@@ -114,7 +114,7 @@ struct Shared {
     time_limit: Option<i64>,
     soft_time_limit: Option<i64>,
     /// The runs it holds, by claim order (`live`).
-    runs: Mutex<BTreeMap<u64, RunInfo>>,
+    runs: Mutex<BTreeMap<u64, live::Held>>,
     next_run: AtomicU64,
     /// A task's limits as remote control set them here (`live`).
     tuned: Mutex<HashMap<String, live::Tuned>>,

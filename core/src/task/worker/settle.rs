@@ -7,6 +7,8 @@
 //! arrival after it, the late ack last, so a redelivery neither loses nor
 //! repeats a follow-up. Also the run events the admin page shows.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use super::Shared;
@@ -52,7 +54,7 @@ pub(super) async fn settle_late(w: &Writer, late: bool, receipt: Receipt) -> Res
 pub(super) fn settle_ran<'a>(
     s: &'a Shared,
     w: &'a Writer,
-    m: Message,
+    m: Arc<Message>,
     receipt: Receipt,
     policy: &'a Policy,
     started: i64,
@@ -106,7 +108,7 @@ fn succeeded(
 async fn settle_rest(
     s: &Shared,
     w: &Writer,
-    m: Message,
+    m: Arc<Message>,
     receipt: Receipt,
     policy: &Policy,
     started: i64,
@@ -164,7 +166,7 @@ async fn settle_rest(
         Ran::Failed(f) if again => {
             let wait = policy.backoff_delay(m.retries.saturating_add(2), &m.id);
             let at = app.now().saturating_add(wait);
-            retry_at(s, m, receipt, policy, started, f, at).await
+            retry_at(s, &m, receipt, policy, started, f, at).await
         }
         Ran::Failed(f) => {
             event(s, &m, State::Failure, Some(started), Some(failure_text(&f))).await;
@@ -195,7 +197,7 @@ fn retried(policy: &Policy, m: &Message, f: &Failure) -> bool {
 /// (in the claim's place when it acks late).
 async fn retry_at(
     s: &Shared,
-    m: Message,
+    m: &Message,
     receipt: Receipt,
     policy: &Policy,
     started: i64,
@@ -206,7 +208,7 @@ async fn retry_at(
     let mut next = m.clone();
     next.retries = next.retries.saturating_add(1);
     next.eta = Some(at);
-    event(s, &m, State::Retry, Some(started), Some(failure_text(&f))).await;
+    event(s, m, State::Retry, Some(started), Some(failure_text(&f))).await;
     let mut o = Outcome::new(m.id.clone(), State::Retry, app.now());
     o.error = Some(f);
     o.retries = m.retries;
@@ -225,7 +227,7 @@ async fn retry_at(
 async fn asked(
     s: &Shared,
     w: &Writer,
-    m: Message,
+    m: Arc<Message>,
     receipt: Receipt,
     policy: &Policy,
     started: i64,
@@ -241,14 +243,14 @@ async fn asked(
                 RetryVerdict::Again { at, record } => {
                     app.metrics().settled(&m.task, State::Retry, took);
                     s.note(&m, State::Retry.name(), Some(Err(&record)));
-                    let mut m = m;
+                    let mut m = Arc::unwrap_or_clone(m);
                     if let Some(a) = r.args {
                         m.args = a;
                     }
                     if let Some(k) = r.kwargs {
                         m.kwargs = k;
                     }
-                    retry_at(s, m, receipt, policy, started, record, at).await
+                    retry_at(s, &m, receipt, policy, started, record, at).await
                 }
                 RetryVerdict::Exhausted(f) => {
                     failed_for_good(s, w, &m, receipt, policy, started, f).await
