@@ -11,6 +11,7 @@
 
 const native = require('../addon.js');
 const tasks = require('./tasks.js');
+const { coded } = require('./errors.js');
 
 const { nativeOf, answer } = tasks._admin;
 
@@ -19,17 +20,9 @@ const { nativeOf, answer } = tasks._admin;
 const json = (text) => JSON.parse(text);
 const same = (v) => v;
 
-function typeError(message) {
-  const e = new TypeError(message);
-  e.code = 'ERR_INVALID_ARG_TYPE';
-  return e;
-}
-
-function rangeError(message) {
-  const e = new RangeError(message);
-  e.code = 'ERR_OUT_OF_RANGE';
-  return e;
-}
+// Messages worded by the core's rules, not Node's "The "x" argument" ones.
+const typeError = (message) => coded('ERR_INVALID_ARG_TYPE', message, TypeError);
+const rangeError = (message) => coded('ERR_OUT_OF_RANGE', message, RangeError);
 
 /**
  * The body, cut at `max + 1` bytes: the core answers 413 past `max`, so the

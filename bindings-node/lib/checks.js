@@ -3,7 +3,7 @@
 // RangeError Node's own APIs throw. Ranges and defaults are the core's; these
 // only check what a value must be before it can cross to the native side.
 
-const { argType, outOfRange } = require('./errors.js');
+const { argType, outOfRange, coded } = require('./errors.js');
 
 const perf = globalThis.performance;
 const EMPTY = Object.freeze({});
@@ -57,9 +57,8 @@ function opts(name, v) {
 function only(name, o, allowed) {
   for (const k of Object.keys(o)) {
     if (!allowed.includes(k)) {
-      const err = new TypeError(`${name}: unexpected option "${k}" (expected one of ${allowed.join(', ')})`);
-      err.code = 'ERR_INVALID_ARG_VALUE';
-      throw err;
+      const why = `unexpected option "${k}" (expected one of ${allowed.join(', ')})`;
+      throw coded('ERR_INVALID_ARG_VALUE', `${name}: ${why}`, TypeError);
     }
   }
 }

@@ -18,36 +18,25 @@ function received(v) {
 
 /** A TypeError as Node's own APIs throw it, naming the argument. */
 function argType(name, expected, value) {
-  const err = new TypeError(`The "${name}" argument must be ${expected}.${received(value)}`);
-  err.code = 'ERR_INVALID_ARG_TYPE';
-  return err;
+  return coded('ERR_INVALID_ARG_TYPE', `The "${name}" argument must be ${expected}.${received(value)}`, TypeError);
 }
 
 /** A RangeError as Node's own APIs throw it, naming the argument. */
 function outOfRange(name, why) {
-  const err = new RangeError(`The value of "${name}" is out of range: it ${why}`);
-  err.code = 'ERR_OUT_OF_RANGE';
-  return err;
+  return coded('ERR_OUT_OF_RANGE', `The value of "${name}" is out of range: it ${why}`, RangeError);
 }
 
-function coded(code, message) {
-  const err = new Error(message);
+/** An error of class `Kind` carrying `code`, its message already worded. */
+function coded(code, message, Kind = Error) {
+  const err = new Kind(message);
   err.code = code;
   return err;
 }
 /** The core's refusal as an Error (see index.d.ts, `TaskError`). */
 function refusal(r) {
-  if (r.code === 'INVALID') {
-    // A value the core cannot accept: its message names the argument.
-    const err = new RangeError(r.message);
-    err.code = 'ERR_INVALID_ARG_VALUE';
-    return err;
-  }
-  if (r.code === 'PANIC') {
-    const err = new Error(r.message);
-    err.code = 'GenericFailure';
-    return err;
-  }
+  // A value the core cannot accept: its message names the argument.
+  if (r.code === 'INVALID') return coded('ERR_INVALID_ARG_VALUE', r.message, RangeError);
+  if (r.code === 'PANIC') return coded('GenericFailure', r.message);
   const message = r.code === 'FAILED' ? `${r.remoteType}: ${r.remoteMessage}` : r.message;
   const err = new Error(message);
   err.code = r.code;
@@ -67,9 +56,7 @@ function refusal(r) {
 }
 
 function invalidState(message) {
-  const err = new Error(message);
-  err.code = 'ERR_INVALID_STATE';
-  return err;
+  return coded('ERR_INVALID_STATE', message);
 }
 
 /**

@@ -3,7 +3,7 @@
 // as, and where a value that cannot travel is refused, naming the path.
 
 const native = require('../addon.js');
-const { argType } = require('./errors.js');
+const { argType, coded } = require('./errors.js');
 const { str, num, instant } = require('./checks.js');
 
 // What a task's arguments and results travel as. Accepted: null, booleans,
@@ -145,26 +145,16 @@ function pathOf(root, keys) {
 function jsonError(owner, root, f) {
   const where = `${owner}: ${pathOf(root, f.keys)}`;
   if (f.finite === false) {
-    const err = new RangeError(`${where} is ${f.v}, and JSON carries only finite numbers`);
-    err.code = 'ERR_OUT_OF_RANGE';
-    return err;
+    return coded('ERR_OUT_OF_RANGE', `${where} is ${f.v}, and JSON carries only finite numbers`, RangeError);
   }
-  if (f.deep) {
-    const err = new RangeError(`${where} nests deeper than ${DEPTH} levels (or is circular)`);
-    err.code = 'ERR_OUT_OF_RANGE';
-    return err;
-  }
-  if (f.invalid) {
-    const err = new RangeError(`${where} is an invalid Date (its time is NaN)`);
-    err.code = 'ERR_INVALID_ARG_VALUE';
-    return err;
-  }
-  const err = new TypeError(
+  if (f.deep) return coded('ERR_OUT_OF_RANGE', `${where} nests deeper than ${DEPTH} levels (or is circular)`, RangeError);
+  if (f.invalid) return coded('ERR_INVALID_ARG_VALUE', `${where} is an invalid Date (its time is NaN)`, RangeError);
+  return coded(
+    'ERR_INVALID_ARG_TYPE',
     `${where} is ${describe(f.v)}, which JSON cannot carry ` +
       `(use plain objects, arrays, strings, finite numbers, booleans, null, Dates or Uint8Arrays)`,
+    TypeError,
   );
-  err.code = 'ERR_INVALID_ARG_TYPE';
-  return err;
 }
 
 // An escaped UTF-16 surrogate in JSON.stringify's output (after an even run
@@ -186,14 +176,11 @@ function encode(owner, root, v) {
   }
   if (typeof json !== 'string') {
     // A `toJSON` `flaw` cannot see (not enumerable) that answered undefined.
-    const err = new TypeError(`${owner}: ${root} turned into nothing as JSON (a toJSON answered undefined)`);
-    err.code = 'ERR_INVALID_ARG_TYPE';
-    throw err;
+    throw coded('ERR_INVALID_ARG_TYPE', `${owner}: ${root} turned into nothing as JSON (a toJSON answered undefined)`, TypeError);
   }
   if (json.includes('\\u') && LONE.test(json)) {
-    const err = new TypeError(`${owner}: ${root} holds a lone UTF-16 surrogate, which is not Unicode text and JSON cannot carry it`);
-    err.code = 'ERR_INVALID_ARG_VALUE';
-    throw err;
+    const why = 'holds a lone UTF-16 surrogate, which is not Unicode text and JSON cannot carry it';
+    throw coded('ERR_INVALID_ARG_VALUE', `${owner}: ${root} ${why}`, TypeError);
   }
   return json;
 }

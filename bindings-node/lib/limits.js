@@ -10,7 +10,7 @@ const native = require('../addon.js');
 const { answer } = require('./host.js');
 const { kick } = require('./wire.js');
 const { NUMBER, anyNum, optNum, fix, strictOpts } = require('./checks.js');
-const { argType } = require('./errors.js');
+const { argType, coded } = require('./errors.js');
 
 const parse = (text) => JSON.parse(text);
 
@@ -41,11 +41,7 @@ function make(fn) {
   try {
     return fn();
   } catch (e) {
-    if (e && e.code === 'InvalidArg') {
-      const err = new RangeError(e.message);
-      err.code = 'ERR_INVALID_ARG_VALUE';
-      throw err;
-    }
+    if (e && e.code === 'InvalidArg') throw coded('ERR_INVALID_ARG_VALUE', e.message, RangeError);
     throw e;
   }
 }
