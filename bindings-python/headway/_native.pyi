@@ -91,6 +91,7 @@ __all__ = [
     "_Scheduler",
     "_Wire",
     "_Worker",
+    "_celery_request_direct",
     "_direct_context",
     "_json_roundtrip",
     "_noop",
@@ -1194,6 +1195,9 @@ class RedisBroker:
 # ------------------------------------------------------------------ internals
 
 _CURRENT: ContextVar[Context | None]
+
+def _celery_request_direct() -> dict[str, Any]:
+    """Celery's ``self.request`` outside a run, as the core words it."""
 
 def _direct_context(id: str, name: str, queue: str, now: float) -> Context:
     """A ``Context`` for a direct call of a ``bind=True`` task."""

@@ -346,6 +346,13 @@ pub(crate) fn current(py: Python<'_>) -> PyResult<Py<PyCtx>> {
     })
 }
 
+/// Celery's `self.request` outside a run (headway.celery's `Request` of a
+/// direct call), as the core words it beside a run's.
+#[pyfunction]
+fn _celery_request_direct(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    json::dict(py, &headway_core::task::request::celery_request_direct())
+}
+
 /// A `Context` for a direct call of a `bind=True` task (`task(...)` runs
 /// the body here, not on a worker): first attempt, last, the app's now.
 #[pyfunction]
@@ -893,6 +900,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyHost>()?;
     m.add_function(wrap_pyfunction!(current, m)?)?;
     m.add_function(wrap_pyfunction!(_direct_context, m)?)?;
+    m.add_function(wrap_pyfunction!(_celery_request_direct, m)?)?;
     m.add_function(wrap_pyfunction!(_set_task_hook, m)?)?;
     m.add("_CURRENT", current_var(py)?.clone_ref(py))?;
     Ok(())

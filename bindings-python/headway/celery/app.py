@@ -22,7 +22,7 @@ from typing import Any
 from .. import _tasks
 from .._errors import TaskRetry
 from .._from_celery import _FOREVER, _rate, _retry, maps, result_expires, worker_defaults
-from .._native import Exponential, Fixed, RedisBroker, _redact
+from .._native import Exponential, Fixed, RedisBroker, _celery_request_direct, _redact
 from .._tasks import App, chain, group
 from .result import AsyncResult
 
@@ -102,6 +102,7 @@ class Request:
     reply_to: str | None
     timelimit: tuple[float | None, float | None]
     is_eager: bool
+    called_directly: bool
 
     def __init__(
         self,
@@ -112,25 +113,15 @@ class Request:
     ) -> None:
         self.args = list(args)
         self.kwargs = dict(kwargs or {})
-        fields: dict[str, Any] = _DIRECT if ctx is None else ctx._celery_request(default_queue)
+        # The fields, and what they are outside a run, are the core's.
+        fields = _celery_request_direct() if ctx is None else ctx._celery_request(default_queue)
         for k, v in fields.items():
             setattr(self, k, v)
-        self.called_directly = ctx is None
-        if ctx is not None:
-            hard, soft = fields["timelimit"]
-            self.timelimit = (hard, soft)
+        hard, soft = self.timelimit
+        self.timelimit = (hard, soft)
 
     def __repr__(self) -> str:
         return f"<Request {self.task} {self.id}>"
-
-
-#: ``self.request`` outside a run, as Celery's empty request context.
-_DIRECT: dict[str, Any] = {
-    "id": None, "task": None, "retries": 0, "eta": None, "expires": None, "group": None,
-    "group_index": None, "chord": None, "callbacks": None, "errbacks": None, "delivery_info": {},
-    "hostname": None, "root_id": None, "parent_id": None, "correlation_id": None,
-    "reply_to": None, "timelimit": (None, None), "is_eager": False,
-}  # fmt: skip
 
 
 _REQUEST: contextvars.ContextVar[Request] = contextvars.ContextVar("headway_celery_request")

@@ -174,6 +174,38 @@ pub fn celery_request(ctx: &Context, default_queue: &str) -> Map<String, Value> 
     out
 }
 
+/// Celery's `self.request` outside a run (a task called directly, as
+/// Celery's empty request context): the fields [`celery_request`] answers,
+/// each empty, and `called_directly` true. Kept beside it so the two field
+/// lists cannot drift apart (a test holds them equal).
+pub fn celery_request_direct() -> Map<String, Value> {
+    let fields = json!({
+        "id": null,
+        "task": null,
+        "retries": 0,
+        "eta": null,
+        "expires": null,
+        "group": null,
+        "group_index": null,
+        "chord": null,
+        "callbacks": null,
+        "errbacks": null,
+        "delivery_info": {},
+        "hostname": null,
+        "root_id": null,
+        "parent_id": null,
+        "correlation_id": null,
+        "reply_to": null,
+        "timelimit": [null, null],
+        "is_eager": false,
+        "called_directly": true,
+    });
+    let Value::Object(out) = fields else {
+        unreachable!("a json! object")
+    };
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,6 +243,18 @@ mod tests {
         assert_eq!(r["timelimit"], json!([null, 1.5]));
         assert_eq!(r["eta"], Value::Null);
         assert_eq!(r["hostname"], "w@h");
+    }
+
+    #[test]
+    fn a_direct_call_has_every_field_of_a_run_each_empty() {
+        let m = Message::new("i".into(), "t".into(), vec![], Map::new(), "default".into());
+        let run = celery_request(&ctx(&m), "celery");
+        let direct = celery_request_direct();
+        assert!(run.keys().eq(direct.keys()), "the same fields, in order");
+        assert_eq!(direct["called_directly"], true);
+        assert_eq!(run["called_directly"], false);
+        assert_eq!(direct["retries"], 0);
+        assert_eq!(direct["timelimit"], json!([null, null]));
     }
 
     #[test]
