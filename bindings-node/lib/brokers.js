@@ -5,7 +5,7 @@ const { inspect } = require('node:util');
 const native = require('../addon.js');
 const { argType, refusal } = require('./errors.js');
 const { opts, only, str, num, bool } = require('./checks.js');
-const { answer, promised } = require('./host.js');
+const { answer, promised, nothing } = require('./host.js');
 const { NATIVE } = require('./clock.js');
 
 const CELERY = Symbol('celery');
@@ -61,7 +61,7 @@ class RedisBroker {
 
   /** Lets go of this consumer's claims so another takes them now: call it after the worker stopped. */
   close() {
-    return promised(() => answer(this[NATIVE].close(), () => undefined, () => undefined));
+    return promised(() => answer(this[NATIVE].close(), nothing, nothing));
   }
 
   [inspect.custom]() {

@@ -7,7 +7,7 @@ const { outOfRange } = require('./errors.js');
 const { num, bool, opts, only } = require('./checks.js');
 const { argType } = require('./errors.js');
 const { parse } = require('./json.js');
-const { answer, promised } = require('./host.js');
+const { answer, promised, nothing } = require('./host.js');
 
 const APP = Symbol('app');
 const SEND = Symbol('send');
@@ -126,10 +126,6 @@ function revokeOptions(v) {
 
 function identity(x) {
   return x;
-}
-
-function nothing() {
-  return undefined;
 }
 
 /** A count argument: a number, whole, 0 or more. */

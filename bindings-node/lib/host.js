@@ -378,13 +378,16 @@ function lineage(e) {
  * listens.
  */
 function afterFailure(c, e) {
-  const [kind, message, stack] = described(e);
-  return JSON.parse(native._afterFailure(JSON.stringify(c[15]), JSON.stringify([kind, message, stack, askOf(e), lineage(e)])));
+  return JSON.parse(native._afterFailure(JSON.stringify(c[15]), JSON.stringify(thrown(e))));
+}
+
+/** What the core is told of a thrown value: `[type, message, stack, ask, lineage]`. */
+function thrown(e) {
+  return [...described(e), askOf(e), lineage(e)];
 }
 
 function failed(host, seq, e) {
-  const [kind, message, stack] = described(e);
-  host.failed += `${host.failed ? ',' : ''}${JSON.stringify([seq, kind, message, stack, askOf(e), lineage(e)])}`;
+  host.failed += `${host.failed ? ',' : ''}${JSON.stringify([seq, ...thrown(e)])}`;
 }
 
 function flush(host) {
@@ -524,8 +527,9 @@ class Context {
   }
 }
 
+/** The payload of an answer that only says it is done. */
 function nothing() {
   return undefined;
 }
 
-module.exports = { answer, promised, settle, TASK, JOB, Host, Context };
+module.exports = { answer, promised, nothing, settle, TASK, JOB, Host, Context };

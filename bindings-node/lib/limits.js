@@ -7,9 +7,9 @@
 // and turns native answers into Promises.
 
 const native = require('../addon.js');
-const { answer } = require('./host.js');
+const { answer, nothing } = require('./host.js');
 const { kick } = require('./wire.js');
-const { NUMBER, anyNum, optNum, fix, strictOpts } = require('./checks.js');
+const { NUMBER, anyNum, optNum, fix, strictOpts, str } = require('./checks.js');
 const { argType, coded } = require('./errors.js');
 
 const parse = (text) => JSON.parse(text);
@@ -24,11 +24,6 @@ const same = (v) => v;
 // A span in milliseconds: null is never.
 const spanNow = (text) => { const v = JSON.parse(text); return v === null ? Infinity : v; };
 const spanLater = (v) => (v === null ? Infinity : v);
-
-function str(name, v) {
-  if (typeof v !== 'string') throw argType(name, 'of type string', v);
-  return v;
-}
 
 function optN(n) {
   if (n === undefined) return 1;
@@ -70,7 +65,7 @@ class SharedBucket {
   }
 
   wait(n) {
-    return answer(this.#n.wait(optN(n)), () => undefined, () => undefined);
+    return answer(this.#n.wait(optN(n)), nothing, nothing);
   }
 }
 
@@ -97,7 +92,7 @@ class SharedWindow {
   }
 
   wait() {
-    return answer(this.#n.wait(), () => undefined, () => undefined);
+    return answer(this.#n.wait(), nothing, nothing);
   }
 }
 
