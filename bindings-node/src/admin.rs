@@ -188,7 +188,6 @@ impl NativeAdmin {
                 Ok::<_, Refused>(render(reply, &streams, &next_id))
             },
             same,
-            same,
         )
     }
 
@@ -236,7 +235,6 @@ impl NativeAdmin {
                     None => "null".into(),
                 })
             },
-            same,
             same,
         )
     }

@@ -118,7 +118,7 @@ impl NativeSharedBucket {
     #[napi(catch_unwind)]
     pub fn wait(&self, n: f64) -> napi::Result<Answer> {
         let b = self.inner.clone();
-        drive(async move { b.wait(n).await }, unit_json, unit_json)
+        drive(async move { b.wait(n).await }, unit_json)
     }
 }
 
@@ -182,7 +182,7 @@ impl NativeSharedWindow {
     #[napi(catch_unwind)]
     pub fn wait(&self) -> napi::Result<Answer> {
         let w = self.inner.clone();
-        drive(async move { w.wait().await }, unit_json, unit_json)
+        drive(async move { w.wait().await }, unit_json)
     }
 }
 

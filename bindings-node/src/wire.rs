@@ -84,7 +84,7 @@ pub(crate) fn call_with<L: Limit, T: Send + 'static>(
 ) -> napi::Result<Answer> {
     let Some(id) = id else {
         let run = limit.run(req);
-        return drive(async move { run.await.map(pick) }, render, render);
+        return drive(async move { run.await.map(pick) }, render);
     };
     let ticket = hub()?.ticket();
     let c = Call {

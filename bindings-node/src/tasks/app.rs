@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use super::codec::{self, OptsIn, SendIn, garbled, parse};
 use super::dead::{Raw, count, letters_json};
-use super::hub::{Answer, bell, drive, drive_done, quote};
+use super::hub::{Answer, bell, drive, drive_done, drive_split, quote};
 use super::time::NativeClock;
 use super::typed;
 use super::{Refusal, brokers::NativeSeams, ms};
@@ -292,7 +292,7 @@ pub(crate) fn send_answer(app: &App, req: &str, known: bool) -> napi::Result<Ans
         let opts = codec::options(opts)?;
         let app = app.clone();
         let kwargs = kwargs.unwrap_or_default();
-        Ok(drive(
+        Ok(drive_split(
             async move {
                 app.send_traced(&name, args, kwargs, opts, known, trace)
                     .await
@@ -454,11 +454,9 @@ impl NativeApp {
             }
             let canvas = codec::canvas(v)?;
             let app = self.app.clone();
-            Ok(drive(
-                async move { app.send_canvas(canvas).await },
-                |h| handle_json(&h),
-                |h| handle_json(&h),
-            ))
+            Ok(drive(async move { app.send_canvas(canvas).await }, |h| {
+                handle_json(&h)
+            }))
         })
     }
 
@@ -468,7 +466,7 @@ impl NativeApp {
     pub fn get(&self, ids: String, all: bool, timeout: Option<f64>) -> napi::Result<Answer> {
         let t = timeout.map(|t| Duration::from_millis(ms(t).max(0) as u64));
         self.with_handle(&ids, all, |h| {
-            drive(async move { h.get(t).await }, json_text, json_text)
+            drive(async move { h.get(t).await }, json_text)
         })
     }
 
@@ -477,7 +475,7 @@ impl NativeApp {
     #[napi(catch_unwind)]
     pub fn state(&self, ids: String, all: bool) -> napi::Result<Answer> {
         self.with_handle(&ids, all, |h| {
-            drive(async move { h.state_name().await }, |s| s, |s| quote(&s))
+            drive_split(async move { h.state_name().await }, |s| s, |s| quote(&s))
         })
     }
 
@@ -486,7 +484,7 @@ impl NativeApp {
     #[napi(catch_unwind)]
     pub fn info(&self, ids: String, all: bool) -> napi::Result<Answer> {
         self.with_handle(&ids, all, |h| {
-            drive(async move { h.info().await }, json_text, json_text)
+            drive(async move { h.info().await }, json_text)
         })
     }
 
@@ -498,7 +496,7 @@ impl NativeApp {
             o.map_or_else(|| "null".to_string(), |ms| ms.to_string())
         }
         self.with_handle(&ids, all, |h| {
-            drive(async move { h.date_done().await }, text, text)
+            drive(async move { h.date_done().await }, text)
         })
     }
 
@@ -510,7 +508,7 @@ impl NativeApp {
             serde_json::to_string(&ids).unwrap_or_else(|_| "[]".to_string())
         }
         self.with_handle(&ids, all, |h| {
-            drive(async move { h.children().await }, text, text)
+            drive(async move { h.children().await }, text)
         })
     }
 
@@ -581,7 +579,6 @@ impl NativeApp {
             Ok(drive(
                 async move { insp.dead_letters(&queue, limit).await },
                 letters_json,
-                letters_json,
             ))
         })
     }
@@ -592,11 +589,9 @@ impl NativeApp {
         let Some(insp) = self.app.inspector().cloned() else {
             return Ok(napi::bindgen_prelude::Either3::A("0".into()));
         };
-        drive(
-            async move { insp.dead_count(&queue).await },
-            |n| n.to_string(),
-            |n| n.to_string(),
-        )
+        drive(async move { insp.dead_count(&queue).await }, |n| {
+            n.to_string()
+        })
     }
 
     /// Puts dead letters of `queue` back on it, oldest first: at most
@@ -615,7 +610,6 @@ impl NativeApp {
             Ok(drive(
                 async move { b.requeue_dead(&queue, &ids, limit).await },
                 |n| n.to_string(),
-                |n| n.to_string(),
             ))
         })
     }
@@ -624,11 +618,7 @@ impl NativeApp {
     #[napi(js_name = "purgeDead", catch_unwind)]
     pub fn purge_dead(&self, queue: String) -> napi::Result<Answer> {
         let b = self.app.broker().clone();
-        drive(
-            async move { b.purge_dead(&queue).await },
-            |n| n.to_string(),
-            |n| n.to_string(),
-        )
+        drive(async move { b.purge_dead(&queue).await }, |n| n.to_string())
     }
 
     /// Puts `data` on `queue` as another producer would, unchecked (tests
@@ -709,7 +699,6 @@ impl NativeApp {
                     )
                     .await
                 },
-                text,
                 text,
             ))
         })
@@ -926,7 +915,7 @@ impl NativeBeat {
                 .collect();
             serde_json::to_string(&v).unwrap_or_else(|_| "[]".into())
         };
-        drive(async move { b.tick().await }, render, render)
+        drive(async move { b.tick().await }, render)
     }
 
     /// Sends due entries and sleeps until the next, until `stop()` (or until

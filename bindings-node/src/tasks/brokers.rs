@@ -113,11 +113,7 @@ impl NativeRedis {
     #[napi(catch_unwind)]
     pub fn recover(&self) -> napi::Result<Answer> {
         let t = self.target.clone();
-        drive(
-            async move { t.recover().await },
-            |n| n.to_string(),
-            |n| n.to_string(),
-        )
+        drive(async move { t.recover().await }, |n| n.to_string())
     }
 
     /// Lets go of this consumer's claims so another takes them now, not after
@@ -125,11 +121,7 @@ impl NativeRedis {
     #[napi(catch_unwind)]
     pub fn close(&self) -> napi::Result<Answer> {
         let t = self.target.clone();
-        drive(
-            async move { t.close().await },
-            |n| n.to_string(),
-            |n| n.to_string(),
-        )
+        drive(async move { t.close().await }, |n| n.to_string())
     }
 }
 

@@ -215,7 +215,7 @@ pub(crate) type Answer = Either3<String, u32, Refusal>;
 /// Polls `fut` once here; answers at once when it is ready (`now` renders
 /// its value), else spawns it on the core's runtime and answers a ticket
 /// whose payload `later` renders as JSON text.
-pub(crate) fn drive<T, F>(
+pub(crate) fn drive_split<T, F>(
     fut: F,
     now: impl FnOnce(T) -> String,
     later: fn(T) -> String,
@@ -238,13 +238,23 @@ where
     Ok(Either3::B(ticket))
 }
 
-/// [`drive`] for a future whose only answer is that it is done: `undefined`
-/// at once, `null` through a ticket.
+/// [`drive_split`] for a value rendered the same either way (most are:
+/// JSON text the JS side parses however it arrived).
+pub(crate) fn drive<T, F>(fut: F, render: fn(T) -> String) -> napi::Result<Answer>
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T, Refused>> + Send + 'static,
+{
+    drive_split(fut, render, render)
+}
+
+/// [`drive_split`] for a future whose only answer is that it is done:
+/// `undefined` at once, `null` through a ticket.
 pub(crate) fn drive_done<F>(fut: F) -> napi::Result<Answer>
 where
     F: Future<Output = Result<(), Refused>> + Send + 'static,
 {
-    drive(fut, |()| String::new(), |()| "null".to_string())
+    drive_split(fut, |()| String::new(), |()| "null".to_string())
 }
 
 /// Runs `fut` on the core's runtime, its answer (rendered by `later`)

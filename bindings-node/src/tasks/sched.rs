@@ -91,7 +91,6 @@ impl NativeScheduler {
         drive(
             async move { Ok::<_, headway_core::task::Refused>(s.tick().await) },
             render,
-            render,
         )
     }
 
