@@ -17,20 +17,27 @@ fn invalid(e: String) -> napi::Error {
     napi::Error::new(Status::InvalidArg, e)
 }
 
-/// Hands every record, as its JSON line, to `callback`.
-#[napi(js_name = "_logTo", catch_unwind)]
-pub fn log_to(callback: Function<String, ()>) -> napi::Result<()> {
+/// `callback` as a function any thread may call with a line of text: the
+/// call is queued for the event loop, never waited on, and dropped once
+/// the environment has ended. Weak, so it never keeps the process alive.
+pub(crate) fn forward(
+    callback: Function<String, ()>,
+) -> napi::Result<impl Fn(String) + Send + Sync + 'static> {
     let tsfn: Forward = callback
         .build_threadsafe_function::<String>()
         .weak::<true>()
         .callee_handled::<false>()
         .build()?;
-    sink::deliver(move |r| {
-        let _ = tsfn.call(
-            r.line(Format::Json),
-            ThreadsafeFunctionCallMode::NonBlocking,
-        );
-    });
+    Ok(move |line| {
+        let _ = tsfn.call(line, ThreadsafeFunctionCallMode::NonBlocking);
+    })
+}
+
+/// Hands every record, as its JSON line, to `callback`.
+#[napi(js_name = "_logTo", catch_unwind)]
+pub fn log_to(callback: Function<String, ()>) -> napi::Result<()> {
+    let send = forward(callback)?;
+    sink::deliver(move |r| send(r.line(Format::Json)));
     Ok(())
 }
 

@@ -15,7 +15,7 @@ use headway_core::limit::{SharedBucket, SharedGate, SharedWindow};
 use napi_derive::napi;
 
 use crate::raw::invalid_arg;
-use crate::tasks::hub::{Answer, drive};
+use crate::tasks::hub::{Answer, drive, json};
 use crate::units::{ms, ns};
 use crate::wire::{call, call_with, wire_for};
 
@@ -30,29 +30,9 @@ fn int_arg(name: &'static str, x: f64) -> napi::Result<i64> {
     })
 }
 
-fn bool_json(b: bool) -> String {
-    if b { "true" } else { "false" }.to_string()
-}
-
-fn num_json(x: f64) -> String {
-    serde_json::to_string(&x).unwrap_or_else(|_| "null".into())
-}
-
 /// Nanoseconds as milliseconds; never (`i64::MAX`) is `null`.
 fn ms_json(span: i64) -> String {
-    num_json(ms(span))
-}
-
-fn int_json(x: i64) -> String {
-    x.to_string()
-}
-
-fn unit_json(_: ()) -> String {
-    "null".into()
-}
-
-fn permit_json(p: Option<String>) -> String {
-    serde_json::to_string(&p).unwrap_or_else(|_| "null".into())
+    json(ms(span))
 }
 
 /// A token bucket in Redis (`lib/limits.js`'s `SharedBucket`).
@@ -97,7 +77,7 @@ impl NativeSharedBucket {
 
     #[napi(catch_unwind)]
     pub fn take(&self, n: f64) -> napi::Result<Answer> {
-        call(self.wire, &self.inner, self.inner.ask_take(n), bool_json)
+        call(self.wire, &self.inner, self.inner.ask_take(n), json)
     }
 
     #[napi(catch_unwind)]
@@ -107,18 +87,13 @@ impl NativeSharedBucket {
 
     #[napi(catch_unwind)]
     pub fn tokens(&self) -> napi::Result<Answer> {
-        call(
-            self.wire,
-            &self.inner,
-            Ok(self.inner.ask_tokens()),
-            num_json,
-        )
+        call(self.wire, &self.inner, Ok(self.inner.ask_tokens()), json)
     }
 
     #[napi(catch_unwind)]
     pub fn wait(&self, n: f64) -> napi::Result<Answer> {
         let b = self.inner.clone();
-        drive(async move { b.wait(n).await }, unit_json)
+        drive(async move { b.wait(n).await }, json)
     }
 }
 
@@ -166,12 +141,12 @@ impl NativeSharedWindow {
 
     #[napi(catch_unwind)]
     pub fn take(&self) -> napi::Result<Answer> {
-        call(self.wire, &self.inner, Ok(self.inner.ask_take()), bool_json)
+        call(self.wire, &self.inner, Ok(self.inner.ask_take()), json)
     }
 
     #[napi(catch_unwind)]
     pub fn left(&self) -> napi::Result<Answer> {
-        call(self.wire, &self.inner, Ok(self.inner.ask_left()), int_json)
+        call(self.wire, &self.inner, Ok(self.inner.ask_left()), json)
     }
 
     #[napi(catch_unwind)]
@@ -182,7 +157,7 @@ impl NativeSharedWindow {
     #[napi(catch_unwind)]
     pub fn wait(&self) -> napi::Result<Answer> {
         let w = self.inner.clone();
-        drive(async move { w.wait().await }, unit_json)
+        drive(async move { w.wait().await }, json)
     }
 }
 
@@ -231,7 +206,7 @@ impl NativeSharedGate {
     #[napi(catch_unwind)]
     pub fn take(&self) -> napi::Result<Answer> {
         let (req, pick) = self.inner.ask_take_new();
-        call_with(self.wire, &self.inner, req, pick, permit_json)
+        call_with(self.wire, &self.inner, req, pick, json)
     }
 
     #[napi(catch_unwind)]
@@ -240,7 +215,7 @@ impl NativeSharedGate {
             self.wire,
             &self.inner,
             Ok(self.inner.ask_release(&permit)),
-            bool_json,
+            json,
         )
     }
 
@@ -250,12 +225,12 @@ impl NativeSharedGate {
             self.wire,
             &self.inner,
             Ok(self.inner.ask_renew(&permit)),
-            bool_json,
+            json,
         )
     }
 
     #[napi(catch_unwind)]
     pub fn held(&self) -> napi::Result<Answer> {
-        call(self.wire, &self.inner, Ok(self.inner.ask_held()), int_json)
+        call(self.wire, &self.inner, Ok(self.inner.ask_held()), json)
     }
 }

@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use super::codec::{self, OptsIn, SendIn, garbled, parse};
 use super::dead::{Raw, count, letters_json};
-use super::hub::{Answer, bell, drive, drive_done, drive_split, quote};
+use super::hub::{Answer, bell, drive, drive_done, drive_split, json, quote};
 use super::time::NativeClock;
 use super::typed;
 use super::{Refusal, brokers::NativeSeams, ms};
@@ -492,11 +492,8 @@ impl NativeApp {
     /// the epoch, or null (the core's `Handle::date_done`).
     #[napi(js_name = "dateDone", catch_unwind)]
     pub fn date_done(&self, ids: String, all: bool) -> napi::Result<Answer> {
-        fn text(o: Option<i64>) -> String {
-            o.map_or_else(|| "null".to_string(), |ms| ms.to_string())
-        }
         self.with_handle(&ids, all, |h| {
-            drive(async move { h.date_done().await }, text)
+            drive(async move { h.date_done().await }, json)
         })
     }
 
@@ -504,11 +501,8 @@ impl NativeApp {
     /// JSON list.
     #[napi(catch_unwind)]
     pub fn children(&self, ids: String, all: bool) -> napi::Result<Answer> {
-        fn text(ids: Vec<String>) -> String {
-            serde_json::to_string(&ids).unwrap_or_else(|_| "[]".to_string())
-        }
         self.with_handle(&ids, all, |h| {
-            drive(async move { h.children().await }, text)
+            drive(async move { h.children().await }, json)
         })
     }
 
@@ -609,7 +603,7 @@ impl NativeApp {
             let b = self.app.broker().clone();
             Ok(drive(
                 async move { b.requeue_dead(&queue, &ids, limit).await },
-                |n| n.to_string(),
+                json,
             ))
         })
     }
@@ -618,7 +612,7 @@ impl NativeApp {
     #[napi(js_name = "purgeDead", catch_unwind)]
     pub fn purge_dead(&self, queue: String) -> napi::Result<Answer> {
         let b = self.app.broker().clone();
-        drive(async move { b.purge_dead(&queue).await }, |n| n.to_string())
+        drive(async move { b.purge_dead(&queue).await }, json)
     }
 
     /// Puts `data` on `queue` as another producer would, unchecked (tests
@@ -829,19 +823,14 @@ impl NativeWorker {
         &self,
         callback: Option<napi::bindgen_prelude::Function<String, ()>>,
     ) -> napi::Result<()> {
-        use napi::threadsafe_function::ThreadsafeFunctionCallMode;
         let Some(callback) = callback else {
             self.w.observe(None);
             return Ok(());
         };
-        let tsfn = callback
-            .build_threadsafe_function::<String>()
-            .weak::<true>()
-            .callee_handled::<false>()
-            .build()?;
+        let send = crate::logs::forward(callback)?;
         self.w.observe(Some(Arc::new(move |note| {
             if let Ok(j) = serde_json::to_string(&note) {
-                let _ = tsfn.call(j, ThreadsafeFunctionCallMode::NonBlocking);
+                send(j);
             }
         })));
         Ok(())

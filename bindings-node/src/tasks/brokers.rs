@@ -16,7 +16,7 @@ use headway_core::task::{Clock, Host};
 use napi::bindgen_prelude::Either;
 use napi_derive::napi;
 
-use super::hub::{Answer, drive};
+use super::hub::{Answer, drive, json};
 use super::time::NativeClock;
 use super::{Refusal, ms, rt};
 
@@ -113,7 +113,7 @@ impl NativeRedis {
     #[napi(catch_unwind)]
     pub fn recover(&self) -> napi::Result<Answer> {
         let t = self.target.clone();
-        drive(async move { t.recover().await }, |n| n.to_string())
+        drive(async move { t.recover().await }, json)
     }
 
     /// Lets go of this consumer's claims so another takes them now, not after
@@ -121,7 +121,7 @@ impl NativeRedis {
     #[napi(catch_unwind)]
     pub fn close(&self) -> napi::Result<Answer> {
         let t = self.target.clone();
-        drive(async move { t.close().await }, |n| n.to_string())
+        drive(async move { t.close().await }, json)
     }
 }
 

@@ -282,6 +282,12 @@ pub(crate) fn bell() -> napi::Result<Arc<dyn Fn() + Send + Sync>> {
     Ok(Arc::new(move || shared.ring()))
 }
 
+/// A value as JSON text (a non-finite number is `null`): the renderer of
+/// every answer whose payload needs no shaping of its own.
+pub(crate) fn json<T: serde::Serialize>(v: T) -> String {
+    serde_json::to_string(&v).unwrap_or_else(|_| "null".into())
+}
+
 /// JSON text of a string.
 pub(crate) fn quote(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
