@@ -39,31 +39,27 @@ function readBody(req, max) {
   return new Promise((resolve) => {
     const parts = [];
     let size = 0;
+    const listeners = {
+      data: (chunk) => {
+        parts.push(chunk);
+        size += chunk.length;
+        if (size > max) {
+          // Enough to refuse: stop reading, keep nothing more.
+          req.pause();
+          done(Buffer.concat(parts, size).subarray(0, max + 1));
+        }
+      },
+      end: () => done(Buffer.concat(parts, size)),
+      error: () => done(null),
+      close: () => {
+        if (!req.complete) done(null);
+      },
+    };
     const done = (v) => {
-      req.off('data', onData);
-      req.off('end', onEnd);
-      req.off('error', onGone);
-      req.off('close', onClose);
+      for (const [event, f] of Object.entries(listeners)) req.off(event, f);
       resolve(v);
     };
-    const onData = (chunk) => {
-      parts.push(chunk);
-      size += chunk.length;
-      if (size > max) {
-        // Enough to refuse: stop reading, keep nothing more.
-        req.pause();
-        done(Buffer.concat(parts, size).subarray(0, max + 1));
-      }
-    };
-    const onEnd = () => done(Buffer.concat(parts, size));
-    const onGone = () => done(null);
-    const onClose = () => {
-      if (!req.complete) done(null);
-    };
-    req.on('data', onData);
-    req.on('end', onEnd);
-    req.on('error', onGone);
-    req.on('close', onClose);
+    for (const [event, f] of Object.entries(listeners)) req.on(event, f);
   });
 }
 
