@@ -150,6 +150,8 @@ function sendReq(app, name, args, options, known, head, carrier) {
   }
 }
 
+let nativeWorker;
+
 /**
  * Runs tasks: claims from its queues, runs up to `concurrency` bodies at
  * once — on the event loop, or in child processes on the process pool —
@@ -165,44 +167,8 @@ class Worker extends EventEmitter {
     this.#host = host;
   }
 
-  /** Its name (logs, the admin page). */
-  get name() {
-    return this.#n.name;
-  }
-
-  /** The queues it claims from. */
-  get queues() {
-    return this.#n.queues;
-  }
-
-  /** How many bodies run at once. */
-  get concurrency() {
-    return this.#n.concurrency;
-  }
-
-  /** The most messages it holds unsettled. */
-  get prefetch() {
-    return this.#n.prefetch;
-  }
-
-  /** Where its bodies run: 'threads' (this event loop) or 'process' (child processes). */
-  get pool() {
-    return this.#n.pool;
-  }
-
-  /** The pids of its child processes now (empty on the threads pool). */
-  get childPids() {
-    return this.#n.childPids;
-  }
-
-  /** How many messages it has settled so far. */
-  get settled() {
-    return this.#n.settled;
-  }
-
-  /** Whether stop() was called. */
-  get stopping() {
-    return this.#n.stopping;
+  static {
+    nativeWorker = (w) => w.#n;
   }
 
   /** Runs until stopped; resolves once every message it held is settled or given back. A worker runs once. */
@@ -244,6 +210,20 @@ class Worker extends EventEmitter {
   [inspect.custom]() {
     return `Worker(${this.name} queues=${this.queues.join(',')} concurrency=${this.concurrency} pool=${this.pool})`;
   }
+}
+
+// A worker's state is its native worker's, read through: name (logs, the
+// admin page), queues, concurrency, prefetch (the most messages held
+// unsettled), pool ('threads': this event loop; 'process': child
+// processes), childPids (empty on the threads pool), settled (messages
+// settled so far), stopping (whether stop() was called).
+for (const k of ['name', 'queues', 'concurrency', 'prefetch', 'pool', 'childPids', 'settled', 'stopping']) {
+  Object.defineProperty(Worker.prototype, k, {
+    get() {
+      return nativeWorker(this)[k];
+    },
+    configurable: true,
+  });
 }
 
 /**
