@@ -641,6 +641,11 @@ impl PyWorker {
     fn settled(&self) -> u64 {
         self.inner.settled()
     }
+    /// Whether stop was called.
+    #[getter]
+    fn stopping(&self) -> bool {
+        self.inner.is_stopping()
+    }
     /// `"process"` when its bodies run in child processes, else `"threads"`.
     #[getter]
     fn pool(&self) -> &'static str {
