@@ -475,7 +475,7 @@ async fn take_and_run<'a>(
             Box::pin(w.take(Some(receipt.clone()), None)).await?;
         }
     } else if let Some(sent) = acked.into_inner().unwrap_or_else(|e| e.into_inner())
-        && !matches!(sent.await, Ok(Ok(_)))
+        && !sent.landed().await
     {
         // The ack sent at the hand-over (or as the body started) did not
         // land (the broker was away): the run is over, so it is made until

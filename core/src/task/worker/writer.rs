@@ -33,8 +33,24 @@ const WRITE_ROUNDS: usize = 1;
 /// rounds) and was no faster.
 const TAKE_ROUNDS: usize = 1;
 
-/// The answer to an ack sent without waiting ([`Writer::ack_soon`]).
-pub(super) type AckSent = oneshot::Receiver<Result<bool, Refused>>;
+/// The answer to an ack sent without waiting ([`Writer::ack_soon`]): on a
+/// local broker, whose ack completes in the call, the answer itself (a
+/// channel for it was an allocation a run); else the writer's answer to
+/// come.
+pub(super) enum AckSent {
+    Done(Result<bool, Refused>),
+    Coming(oneshot::Receiver<Result<bool, Refused>>),
+}
+
+impl AckSent {
+    /// Whether the ack landed.
+    pub(super) async fn landed(self) -> bool {
+        match self {
+            AckSent::Done(r) => r.is_ok(),
+            AckSent::Coming(rx) => matches!(rx.await, Ok(Ok(_))),
+        }
+    }
+}
 
 /// One run's writes or question, for the writer to gather with others'.
 pub(super) struct Job {
@@ -155,9 +171,8 @@ impl Writer {
     /// pool's hand-over of a run to its child. The answer comes on the
     /// receiver.
     pub(super) fn ack_soon(&self, ack: Receipt) -> AckSent {
-        let (done, rx) = oneshot::channel();
         if let Some(app) = &self.direct {
-            let _ = done.send(
+            return AckSent::Done(
                 app.broker()
                     .ack(vec![ack])
                     .now_or_never()
@@ -169,8 +184,8 @@ impl Writer {
                     })
                     .map(|_| false),
             );
-            return rx;
         }
+        let (done, rx) = oneshot::channel();
         let job = Job {
             outcomes: Vec::new(),
             event: None,
@@ -180,7 +195,7 @@ impl Writer {
         };
         // A writer gone drops the job, and the receiver answers an error.
         let _ = self.takes.send(job);
-        rx
+        AckSent::Coming(rx)
     }
 
     /// Acks `ack` and answers whether `ask` is revoked now (`false` when
