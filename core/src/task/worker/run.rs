@@ -361,6 +361,10 @@ async fn take_and_run<'a>(
     let (carried_hard, carried_soft) = m.time_limits();
     let (tuned_soft, tuned_hard) =
         s.limits_of(&m.task, (policy.soft_time_limit, policy.time_limit));
+    // One reading of the clock for the body's `now`, its start and the
+    // table's (a no-op drain on the memory broker read it nine times a
+    // run, ~5 % of its samples).
+    let begun = app.now();
     let ctx = Context {
         id: m.id.clone(),
         name: m.task.clone(),
@@ -368,7 +372,7 @@ async fn take_and_run<'a>(
         retries: m.retries,
         attempt: m.retries.saturating_add(1),
         last: m.retries >= policy.retries,
-        now: app.now(),
+        now: begun,
         kwargs: m.kwargs.clone(),
         root_id: m.root_id.clone(),
         parent_id: m.parent_id.clone(),
@@ -386,7 +390,7 @@ async fn take_and_run<'a>(
     };
     let mut cancel = s.cancel.subscribe();
     // On the process pool these are set at the hand-over to a child.
-    let started = AtomicI64::new(app.now());
+    let started = AtomicI64::new(begun);
     let handed = AtomicBool::new(!pooled);
     let revoked_late = AtomicBool::new(false);
     let back = AtomicBool::new(false);
@@ -420,7 +424,7 @@ async fn take_and_run<'a>(
             Box::pin(p.run_on(idle, &m.task, ctx, args, policy.timeout)).await
         }) as futures_util::future::BoxFuture<'_, Result<Value, Failure>>,
         None => {
-            s.start(key, app.now(), !policy.acks_late);
+            s.start(key, begun, !policy.acks_late);
             body.call(ctx, args)
         }
     };

@@ -83,22 +83,20 @@ fn succeeded(
     v: &Value,
 ) -> (Vec<Outcome>, Option<RunEvent>) {
     let app = &s.app;
-    app.metrics().settled(
-        &m.task,
-        State::Success,
-        Some(app.now().saturating_sub(started)),
-    );
+    let now = app.now();
+    app.metrics()
+        .settled(&m.task, State::Success, Some(now.saturating_sub(started)));
     s.note(m, State::Success.name(), Some(Ok(v)));
     // Made whole: a pushed-to empty vector reserves room for four.
     let outcomes = if !policy.ignore_result || m.chord.is_some() || m.group.is_some() {
-        let mut o = Outcome::new(m.id.clone(), State::Success, app.now());
+        let mut o = Outcome::new(m.id.clone(), State::Success, now);
         o.retries = m.retries;
         o.task = Some(m.task.clone());
         vec![o]
     } else {
         Vec::new()
     };
-    let ev = run_event(s, m, State::Success, Some(started), || {
+    let ev = run_event(s, m, State::Success, Some(started), now, || {
         serde_json::to_string(v).ok()
     });
     (outcomes, ev)
@@ -303,24 +301,24 @@ pub(super) async fn event(
     started: Option<i64>,
     detail: Option<String>,
 ) {
-    if let Some(ev) = run_event(s, m, state, started, || detail)
+    if let Some(ev) = run_event(s, m, state, started, s.app.now(), || detail)
         && let Some(insp) = s.app.inspector()
     {
         let _ = insp.record(vec![ev]).await;
     }
 }
 
-/// The event a run records, when the app has an inspector to keep it
-/// (`detail` is only made then).
+/// The event a run records at `now`, when the app has an inspector to keep
+/// it (`detail` is only made then).
 fn run_event(
     s: &Shared,
     m: &Message,
     state: State,
     started: Option<i64>,
+    now: i64,
     detail: impl FnOnce() -> Option<String>,
 ) -> Option<RunEvent> {
     s.app.inspector()?;
-    let now = s.app.now();
     let args = serde_json::to_string(&m.args).unwrap_or_default();
     Some(RunEvent {
         id: m.id.clone(),
