@@ -570,8 +570,12 @@ def test_bad_arguments_are_refused() -> None:
         asgi(object(), token=T)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="`token`"):
         asgi(app, token=5)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="`max_body`"):
+    with pytest.raises(ValueError, match="`max_body`: must be a positive whole number of bytes"):
         asgi(app, token=T, max_body=0)
+    # The same range as Node's `maxBody`: at most 4 GiB - 1.
+    with pytest.raises(ValueError, match="`max_body`"):
+        asgi(app, token=T, max_body=2**32)
+    assert asgi(app, token=T, max_body=2**32 - 1).max_body == 2**32 - 1
 
 
 def test_a_workers_run_events_are_listed(apps: Apps) -> None:

@@ -11,7 +11,8 @@
 use std::sync::{Arc, Mutex};
 
 use headway_core::admin::{Admin, AdminConfig, EventStream, Reply, Request};
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use headway_core::task::Host;
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
@@ -41,13 +42,8 @@ impl PyAdmin {
     ) -> PyResult<Self> {
         guard(|| {
             rt()?;
-            let d = AdminConfig::default();
-            let max_body = match max_body {
-                None => d.max_body,
-                Some(n) => usize::try_from(n).ok().filter(|n| *n > 0).ok_or_else(|| {
-                    PyValueError::new_err("invalid `max_body`: must be a positive number of bytes")
-                })?,
-            };
+            let max_body = AdminConfig::max_body_of(Host::Python, max_body.map(|n| n as f64))
+                .map_err(|e| crate::rt::refused(app.py(), e))?;
             let cfg = AdminConfig {
                 token,
                 read_only,
