@@ -26,7 +26,7 @@ use crate::brokers::connect_arg;
 use crate::dead::{PyDeadLetter, Raw, limit_arg};
 use crate::host::{Entry, PyHost};
 use crate::json;
-use crate::rt::{Answer, block, check, refused, rt, run_until_stopped};
+use crate::rt::{Answer, check, refused, rt, run_until_stopped, wait};
 use crate::times::{
     clock_arg, instant_arg, instant_out, named_instants, rhythm_arg, secs, span_ms, when_arg,
 };
@@ -415,10 +415,8 @@ impl PyHandle {
         timeout: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         guard(|| {
-            let t = timeout_arg(timeout)?;
-            let h = self.inner.clone();
-            let r = block(py, async move { h.get(t).await })?;
-            json::to_py(py, &check(py, r)?)
+            let (t, h) = (timeout_arg(timeout)?, self.inner.clone());
+            json::to_py(py, &wait(py, async move { h.get(t).await })?)
         })
     }
 
@@ -429,11 +427,8 @@ impl PyHandle {
     /// part failed, REVOKED once any was revoked, SUCCESS once all
     /// succeeded, else the first unsettled part's state.
     fn state(&self, py: Python<'_>) -> PyResult<String> {
-        guard(|| {
-            let h = self.inner.clone();
-            let r = block(py, async move { h.state_name().await })?;
-            check(py, r)
-        })
+        let h = self.inner.clone();
+        guard(|| wait(py, async move { h.state_name().await }))
     }
 
     /// What the run says about itself now, without waiting (Celery's
@@ -443,20 +438,16 @@ impl PyHandle {
     /// revoke, and None while nothing is stored. A group: the list of its
     /// parts', in order.
     fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        guard(|| {
-            let h = self.inner.clone();
-            let r = block(py, async move { h.info().await })?;
-            json::to_py(py, &check(py, r)?)
-        })
+        let h = self.inner.clone();
+        guard(|| json::to_py(py, &wait(py, async move { h.info().await })?))
     }
 
     /// When it reached its final state (an aware UTC `datetime`; Celery's
     /// `date_done`), None before or when nothing is stored.
     fn date_done<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let h = self.inner.clone();
         guard(|| {
-            let h = self.inner.clone();
-            let r = block(py, async move { h.date_done().await })?;
-            check(py, r)?
+            wait(py, async move { h.date_done().await })?
                 .map(|ms| crate::times::instant_out(py, ms))
                 .transpose()
         })
@@ -465,11 +456,9 @@ impl PyHandle {
     /// The runs its success sent on — its `link` callbacks, its chain's
     /// next link — as handles (Celery's `children`); empty before.
     fn children(&self, py: Python<'_>) -> PyResult<Vec<PyHandle>> {
+        let (h, app) = (self.inner.clone(), self.inner.app_of());
         guard(|| {
-            let h = self.inner.clone();
-            let r = block(py, async move { h.children().await })?;
-            let app = self.inner.app_of();
-            Ok(check(py, r)?
+            Ok(wait(py, async move { h.children().await })?
                 .into_iter()
                 .map(|id| PyHandle {
                     inner: app.handle(&id),
@@ -488,11 +477,8 @@ impl PyHandle {
     /// Removes what is stored of it (Celery's `forget()`): it then reads
     /// as PENDING.
     fn forget(&self, py: Python<'_>) -> PyResult<()> {
-        guard(|| {
-            let h = self.inner.clone();
-            let r = block(py, async move { h.forget().await })?;
-            check(py, r)
-        })
+        let h = self.inner.clone();
+        guard(|| wait(py, async move { h.forget().await }))
     }
 
     /// Revokes it: it will not start anywhere the broker reaches. With
@@ -508,10 +494,8 @@ impl PyHandle {
         signal: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         guard(|| {
-            let signal = signal_arg(signal)?;
-            let h = self.inner.clone();
-            let r = block(py, async move { h.revoke_with(terminate, signal).await })?;
-            check(py, r)
+            let (signal, h) = (signal_arg(signal)?, self.inner.clone());
+            wait(py, async move { h.revoke_with(terminate, signal).await })
         })
     }
 
@@ -561,11 +545,8 @@ impl PyHandle {
 
 impl PyHandle {
     fn state_of(&self, py: Python<'_>) -> PyResult<State> {
-        guard(|| {
-            let h = self.inner.clone();
-            let r = block(py, async move { h.state().await })?;
-            check(py, r)
-        })
+        let h = self.inner.clone();
+        guard(|| wait(py, async move { h.state().await }))
     }
 }
 
@@ -711,9 +692,7 @@ impl PyBeat {
     fn tick<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         guard(|| {
             let b = self.inner.clone();
-            let r = block(py, async move { b.tick().await })?;
-            let fired = check(py, r)?;
-            let items = fired
+            let items = wait(py, async move { b.tick().await })?
                 .into_iter()
                 .map(|f| {
                     Ok((
@@ -909,12 +888,10 @@ impl PyApp {
             let trace = trace.map(crate::trace::carrier_arg);
             let app = self.app.clone();
             let name = name.to_string();
-            let r = block(py, async move {
+            let inner = wait(py, async move {
                 app.send_traced(&name, a, kw, opts, known, trace).await
             })?;
-            Ok(PyHandle {
-                inner: check(py, r)?,
-            })
+            Ok(PyHandle { inner })
         })
     }
 
@@ -956,10 +933,8 @@ impl PyApp {
         guard(|| {
             let canvas = canvas_of(&self.app, tree)?;
             let app = self.app.clone();
-            let r = block(py, async move { app.send_canvas(canvas).await })?;
-            Ok(PyHandle {
-                inner: check(py, r)?,
-            })
+            let inner = wait(py, async move { app.send_canvas(canvas).await })?;
+            Ok(PyHandle { inner })
         })
     }
 
@@ -1007,7 +982,7 @@ impl PyApp {
         json: bool,
     ) -> PyResult<(i32, String, String)> {
         let app = self.app.clone();
-        let r = block(py, async move {
+        let p = wait(py, async move {
             headway_core::task::control::cli(
                 &app,
                 &kind,
@@ -1019,7 +994,6 @@ impl PyApp {
             )
             .await
         })?;
-        let p = crate::rt::check(py, r)?;
         Ok((p.code, p.out, p.err))
     }
 
@@ -1091,13 +1065,11 @@ impl PyApp {
         signal: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         guard(|| {
-            let signal = signal_arg(signal)?;
-            let app = self.app.clone();
-            let r = block(
+            let (signal, app) = (signal_arg(signal)?, self.app.clone());
+            wait(
                 py,
                 async move { app.revoke_with(&ids, terminate, signal).await },
-            )?;
-            check(py, r)
+            )
         })
     }
 
@@ -1114,8 +1086,7 @@ impl PyApp {
             let Some(insp) = self.app.inspector().cloned() else {
                 return Ok(Vec::new());
             };
-            let r = block(py, async move { insp.dead_letters(&queue, limit).await })?;
-            check(py, r)?
+            wait(py, async move { insp.dead_letters(&queue, limit).await })?
                 .into_iter()
                 .map(|d| PyDeadLetter::new(py, d))
                 .collect()
@@ -1128,8 +1099,7 @@ impl PyApp {
             let Some(insp) = self.app.inspector().cloned() else {
                 return Ok(0);
             };
-            let r = block(py, async move { insp.dead_count(&queue).await })?;
-            check(py, r)
+            wait(py, async move { insp.dead_count(&queue).await })
         })
     }
 
@@ -1147,29 +1117,22 @@ impl PyApp {
             let limit = limit_arg(limit, usize::MAX)?;
             let ids = ids.unwrap_or_default();
             let b = self.app.broker().clone();
-            let r = block(py, async move { b.requeue_dead(&queue, &ids, limit).await })?;
-            check(py, r)
+            wait(py, async move { b.requeue_dead(&queue, &ids, limit).await })
         })
     }
 
     /// Drops every dead letter of `queue` for good; answers how many.
     fn purge_dead(&self, py: Python<'_>, queue: String) -> PyResult<usize> {
-        guard(|| {
-            let b = self.app.broker().clone();
-            let r = block(py, async move { b.purge_dead(&queue).await })?;
-            check(py, r)
-        })
+        let b = self.app.broker().clone();
+        guard(|| wait(py, async move { b.purge_dead(&queue).await }))
     }
 
     /// Puts `data` on `queue` as another producer would, unchecked (tests
     /// and tools): a worker decodes it when it claims it, and quarantines
     /// it as a dead letter if it is not a message headway runs.
     fn _push_raw(&self, py: Python<'_>, queue: String, data: Vec<u8>) -> PyResult<()> {
-        guard(|| {
-            let raw = self.raw.clone();
-            let r = block(py, async move { raw.push(&queue, &data).await })?;
-            check(py, r)
-        })
+        let raw = self.raw.clone();
+        guard(|| wait(py, async move { raw.push(&queue, &data).await }))
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {

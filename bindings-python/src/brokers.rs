@@ -10,7 +10,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use std::sync::Arc;
 
-use crate::rt::{block, check};
+use crate::rt::wait;
 use crate::times::span_ms;
 use crate::{guard, opt, type_name};
 
@@ -101,19 +101,13 @@ impl PyRedisBroker {
     /// Hands back what consumers whose lease (or visibility timeout) ran out
     /// were holding, and answers how many messages went back.
     fn recover(&self, py: Python<'_>) -> PyResult<usize> {
-        guard(|| {
-            let r = block(py, self.target.recover())?;
-            check(py, r)
-        })
+        guard(|| wait(py, self.target.recover()))
     }
 
     /// Lets go of this consumer's claims so another consumer takes them now
     /// rather than after the lease: call it after the worker stopped.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        guard(|| {
-            let r = block(py, self.target.close())?;
-            check(py, r).map(|_| ())
-        })
+        guard(|| wait(py, self.target.close()).map(|_| ()))
     }
 
     fn __repr__(&self) -> String {
@@ -150,8 +144,7 @@ pub(crate) fn connect_arg(
             type_name(obj)
         )));
     };
-    let r = block(py, t.connect(clock))?;
-    check(py, r)
+    wait(py, t.connect(clock))
 }
 
 /// Where an app on `on` keeps results when `backend=` is `obj` (a URL or a
@@ -164,11 +157,8 @@ pub(crate) fn backend_arg(
     clock: &Arc<dyn Clock>,
 ) -> PyResult<Store> {
     if let Ok(s) = obj.extract::<String>() {
-        let r = block(
-            py,
-            headway_core::broker::target::backend_store("backend", &s, on, clock),
-        )?;
-        return check(py, r);
+        let store = headway_core::broker::target::backend_store("backend", &s, on, clock);
+        return wait(py, store);
     }
     Ok(Store::In(connect_arg(py, "backend", obj, clock)?))
 }

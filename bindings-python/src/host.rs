@@ -168,8 +168,7 @@ impl PyCtx {
         };
         let ctx = self.inner.clone();
         let state = state.to_string();
-        let r = crate::rt::block(py, async move { ctx.update_state(&state, meta).await })?;
-        crate::rt::check(py, r)
+        crate::rt::wait(py, async move { ctx.update_state(&state, meta).await })
     }
     /// The run's span when its app traces: `(name, kind, attributes,
     /// carrier)`, the carrier what the message carried for the propagator
@@ -357,26 +356,9 @@ fn _celery_request_direct(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// the body here, not on a worker): first attempt, last, the app's now.
 #[pyfunction]
 fn _direct_context(id: String, name: String, queue: String, now: f64) -> PyCtx {
+    let now = (now * 1000.0).round() as i64;
     PyCtx {
-        inner: Context {
-            id,
-            name,
-            queue,
-            retries: 0,
-            attempt: 1,
-            last: true,
-            now: (now * 1000.0).round() as i64,
-            kwargs: serde_json::Map::new(),
-            root_id: None,
-            parent_id: None,
-            soft_time_limit: None,
-            time_limit: None,
-            worker: String::new(),
-            trace: None,
-            rule: Default::default(),
-            recorder: Default::default(),
-            extras: None,
-        },
+        inner: Context::direct(id, name, queue, now),
     }
 }
 
@@ -426,6 +408,37 @@ fn returned_awaitable(key: &str) -> Failure {
 }
 
 /// Whether the call was abandoned by the core (its answer came late).
+/// A call of a key no Python body is registered under.
+fn unregistered(key: &str) -> Failure {
+    let text = format!("no Python body is registered as {key:?}");
+    Failure::new("NotRegistered", text)
+}
+
+/// A call's keyword arguments as Python takes them: None when there are none.
+fn kwargs_of<'py>(
+    py: Python<'py>,
+    kwargs: &serde_json::Map<String, Value>,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    (!kwargs.is_empty())
+        .then(|| json::dict(py, kwargs))
+        .transpose()
+}
+
+/// A call's positional arguments as a tuple, `first` (a bound body's
+/// context) before them.
+fn args_tuple<'py>(
+    py: Python<'py>,
+    first: Option<Bound<'py, PyAny>>,
+    args: &[Value],
+) -> PyResult<Bound<'py, PyTuple>> {
+    let mut items = Vec::with_capacity(args.len() + 1);
+    items.extend(first);
+    for a in args {
+        items.push(json::to_py(py, a)?);
+    }
+    PyTuple::new(py, items)
+}
+
 fn run_sync(py: Python<'_>, host: &Host, call: Call) -> bool {
     let Call {
         seq,
@@ -434,10 +447,7 @@ fn run_sync(py: Python<'_>, host: &Host, call: Call) -> bool {
         args,
     } = call;
     let result = match host.entry(&key) {
-        None => Err(Failure::new(
-            "NotRegistered",
-            format!("no Python body is registered as {key:?}"),
-        )),
+        None => Err(unregistered(&key)),
         Some(e) => {
             host.soft.running(seq);
             let r = call_sync(py, &e, &key, ctx, &args);
@@ -574,23 +584,14 @@ fn call_sync(
         None => (String::new(), None),
     };
     let prepared = (|| -> PyResult<_> {
-        let kwargs = if ctx.kwargs.is_empty() {
-            None
-        } else {
-            Some(json::dict(py, &ctx.kwargs)?)
-        };
-        let mut items: Vec<Bound<'_, PyAny>> = Vec::with_capacity(args.len() + 1);
-        let current = if e.bind {
+        let kwargs = kwargs_of(py, &ctx.kwargs)?;
+        let (first, current) = if e.bind {
             let p = Py::new(py, PyCtx { inner: ctx })?;
-            items.push(p.bind(py).clone().into_any());
-            Current::Py(p)
+            (Some(p.bind(py).clone().into_any()), Current::Py(p))
         } else {
-            Current::Rust(ctx)
+            (None, Current::Rust(ctx))
         };
-        for a in args {
-            items.push(json::to_py(py, a)?);
-        }
-        Ok((PyTuple::new(py, items)?, kwargs, current))
+        Ok((args_tuple(py, first, args)?, kwargs, current))
     })();
     let (tuple, kwargs, current) = prepared.map_err(|err| failure_of(py, &err))?;
     let prev = CURRENT.with(|c| c.borrow_mut().replace(current));
@@ -796,38 +797,22 @@ impl PyHost {
                     args,
                 } = c;
                 let Some(e) = host.entry(&key) else {
-                    host.async_q.finish(
-                        seq,
-                        Err(Failure::new(
-                            "NotRegistered",
-                            format!("no Python body is registered as {key:?}"),
-                        )),
-                    );
+                    host.async_q.finish(seq, Err(unregistered(&key)));
                     continue;
                 };
                 let item = (|| -> PyResult<Bound<'_, PyTuple>> {
-                    let kwargs = if ctx.kwargs.is_empty() {
-                        py.None().into_bound(py)
-                    } else {
-                        json::dict(py, &ctx.kwargs)?.into_any()
-                    };
-                    let p = Py::new(py, PyCtx { inner: ctx })?;
-                    let mut items: Vec<Bound<'_, PyAny>> = Vec::with_capacity(args.len() + 1);
-                    if e.bind {
-                        items.push(p.bind(py).clone().into_any());
-                    }
-                    for a in &args {
-                        items.push(json::to_py(py, a)?);
-                    }
+                    let kwargs = kwargs_of(py, &ctx.kwargs)?;
+                    let p = Bound::new(py, PyCtx { inner: ctx })?.into_any();
+                    let args = args_tuple(py, e.bind.then(|| p.clone()), &args)?;
                     PyTuple::new(
                         py,
                         [
                             seq.into_pyobject(py)?.into_any(),
                             pyo3::types::PyString::new(py, &key).into_any(),
                             e.func.bind(py).clone(),
-                            PyTuple::new(py, items)?.into_any(),
-                            kwargs,
-                            p.into_bound(py).into_any(),
+                            args.into_any(),
+                            kwargs.into_pyobject(py)?.into_any(),
+                            p,
                         ],
                     )
                 })();

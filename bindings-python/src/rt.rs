@@ -189,6 +189,14 @@ pub(crate) fn refused(py: Python<'_>, r: Refused) -> PyErr {
     }
 }
 
+/// [`block`] on a call of the core's, its refusal raised as [`check`] does.
+pub(crate) fn wait<T: Send>(
+    py: Python<'_>,
+    fut: impl Future<Output = Result<T, Refused>> + Send,
+) -> PyResult<T> {
+    check(py, block(py, fut)?)
+}
+
 /// `Err(Refused)` as an exception, for `?`.
 pub(crate) fn check<T>(py: Python<'_>, r: Result<T, Refused>) -> PyResult<T> {
     r.map_err(|e| refused(py, e))

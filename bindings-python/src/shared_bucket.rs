@@ -7,7 +7,7 @@ use headway_core::limit::SharedBucket;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use crate::rt::{awaitable, block, check};
+use crate::rt::{awaitable, check, wait};
 use crate::wire::wired;
 use crate::{float_arg, guard, opt, secs_out, some};
 
@@ -54,7 +54,7 @@ impl PySharedBucket {
     fn take(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
         let n = n_of(n)?;
         let b = self.inner.clone();
-        check(py, block(py, async move { b.take(n).await })?)
+        wait(py, async move { b.take(n).await })
     }
 
     /// ``take(n)`` as an awaitable.
@@ -75,16 +75,13 @@ impl PySharedBucket {
     fn next(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
         let n = n_of(n)?;
         let b = self.inner.clone();
-        Ok(secs_out(check(
-            py,
-            block(py, async move { b.next(n).await })?,
-        )?))
+        Ok(secs_out(wait(py, async move { b.next(n).await })?))
     }
 
     /// How many tokens are there now.
     fn tokens(&self, py: Python<'_>) -> PyResult<f64> {
         let b = self.inner.clone();
-        check(py, block(py, async move { b.tokens().await })?)
+        wait(py, async move { b.tokens().await })
     }
 
     /// Takes `n` tokens, sleeping (without blocking the loop) until they

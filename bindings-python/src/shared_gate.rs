@@ -7,7 +7,7 @@ use headway_core::limit::SharedGate;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use crate::rt::{block, check};
+use crate::rt::{check, wait};
 use crate::wire::wired;
 use crate::{guard, int_arg, opt, secs_out, span_arg};
 
@@ -50,7 +50,7 @@ impl PySharedGate {
     /// else ``None``. Blocks on the round trip to Redis, without the GIL.
     fn take(&self, py: Python<'_>) -> PyResult<Option<String>> {
         let g = self.inner.clone();
-        check(py, block(py, async move { g.take().await })?)
+        wait(py, async move { g.take().await })
     }
 
     /// ``take()`` as an awaitable.
@@ -63,7 +63,7 @@ impl PySharedGate {
     /// twice, or whose lease ran out, gives back nothing.
     fn release(&self, py: Python<'_>, permit: String) -> PyResult<bool> {
         let g = self.inner.clone();
-        check(py, block(py, async move { g.release(&permit).await })?)
+        wait(py, async move { g.release(&permit).await })
     }
 
     /// ``release(permit)`` as an awaitable.
@@ -76,13 +76,13 @@ impl PySharedGate {
     /// lease ran out is not, and does not come back).
     fn renew(&self, py: Python<'_>, permit: String) -> PyResult<bool> {
         let g = self.inner.clone();
-        check(py, block(py, async move { g.renew(&permit).await })?)
+        wait(py, async move { g.renew(&permit).await })
     }
 
     /// How many permits are held now.
     fn held(&self, py: Python<'_>) -> PyResult<i64> {
         let g = self.inner.clone();
-        check(py, block(py, async move { g.held().await })?)
+        wait(py, async move { g.held().await })
     }
 
     /// The most permits held at once.

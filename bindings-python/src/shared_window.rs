@@ -7,7 +7,7 @@ use headway_core::limit::SharedWindow;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use crate::rt::{awaitable, block, check};
+use crate::rt::{awaitable, check, wait};
 use crate::wire::wired;
 use crate::{guard, int_arg, secs_out, span_arg};
 
@@ -49,7 +49,7 @@ impl PySharedWindow {
     /// Blocks on the round trip to Redis, without the GIL.
     fn take(&self, py: Python<'_>) -> PyResult<bool> {
         let w = self.inner.clone();
-        check(py, block(py, async move { w.take().await })?)
+        wait(py, async move { w.take().await })
     }
 
     /// ``take()`` as an awaitable.
@@ -61,17 +61,14 @@ impl PySharedWindow {
     /// How many events remain in the window now.
     fn left(&self, py: Python<'_>) -> PyResult<i64> {
         let w = self.inner.clone();
-        check(py, block(py, async move { w.left().await })?)
+        wait(py, async move { w.left().await })
     }
 
     /// Seconds until there is room: 0 when there is, `math.inf` when
     /// `limit` is 0.
     fn next(&self, py: Python<'_>) -> PyResult<f64> {
         let w = self.inner.clone();
-        Ok(secs_out(check(
-            py,
-            block(py, async move { w.next().await })?,
-        )?))
+        Ok(secs_out(wait(py, async move { w.next().await })?))
     }
 
     /// Counts an event, sleeping (without blocking the loop) until there

@@ -20,6 +20,7 @@ pub mod crew;
 pub mod dead;
 pub mod dedupe;
 pub mod depth;
+mod direct;
 pub mod handle;
 pub mod host;
 pub mod limits;
