@@ -56,17 +56,13 @@ def _own(args: tuple[Any, ...], ctx: _native.Context) -> tuple[Any, ...]:
     return args[1:] if args and args[0] is ctx else args
 
 
-def _hook_after(
-    name: str,
-    ctx: _native.Context,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any] | None,
-    out: Any,
-    state: str,
-) -> None:
-    hook = _signals.active
-    if hook is not None:
-        hook("post", name, ctx.id, args, kwargs, out, state)
+# What ``headway.signals`` is told of a call: its own args, kwargs and context.
+_Hooked = tuple[tuple[Any, ...], "dict[str, Any] | None", _native.Context]
+
+
+def _daemon(target: Any, name: str, *args: Any) -> threading.Thread:
+    """A daemon thread calling ``target(*args)``, not started."""
+    return threading.Thread(target=target, args=args, name=name, daemon=True)
 
 
 async def _awaiting(aw: Any) -> Any:
@@ -100,34 +96,16 @@ class Serving:
         self._loop_thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._tasks: dict[int, asyncio.Future[Any]] = {}
-        self._threads: list[threading.Thread] = []
         self._staffed = sync_threads
         self._hired = 0
         host.staff(sync_threads)
-        for i in range(sync_threads):
-            t = threading.Thread(
-                target=host.serve, args=(self._flag,), name=f"{name}-sync-{i}", daemon=True
-            )
-            self._threads.append(t)
-        self._threads.append(
-            threading.Thread(target=self._hire, name=f"{name}-hire", daemon=True)
-        )
-        self._threads.append(
-            threading.Thread(
-                target=host.soften,
-                args=(self._flag, _raised_soft()),
-                name=f"{name}-soft",
-                daemon=True,
-            )
-        )
-        self._threads.append(
-            threading.Thread(
-                target=host.pump,
-                args=(self._flag, self._deliver, self._cancel),
-                name=f"{name}-async",
-                daemon=True,
-            )
-        )
+        flag = self._flag
+        self._threads = [_daemon(host.serve, f"{name}-sync-{i}", flag) for i in range(sync_threads)]
+        self._threads += [
+            _daemon(self._hire, f"{name}-hire"),
+            _daemon(host.soften, f"{name}-soft", flag, _raised_soft()),
+            _daemon(host.pump, f"{name}-async", flag, self._deliver, self._cancel),
+        ]
         for t in self._threads:
             t.start()
 
@@ -140,12 +118,7 @@ class Serving:
             for _ in range(host.hire(flag)):
                 with self._lock:
                     self._hired += 1
-                    t = threading.Thread(
-                        target=host.serve,
-                        args=(flag,),
-                        name=f"{self._name}-sync-r{self._hired}",
-                        daemon=True,
-                    )
+                    t = _daemon(host.serve, f"{self._name}-sync-r{self._hired}", flag)
                     self._threads.append(t)
                 try:
                     t.start()
@@ -160,9 +133,7 @@ class Serving:
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
-                t = threading.Thread(
-                    target=loop.run_forever, name=f"{self._name}-loop", daemon=True
-                )
+                t = _daemon(loop.run_forever, f"{self._name}-loop")
                 t.start()
                 self._own_loop = loop
                 self._loop_thread = t
@@ -198,12 +169,12 @@ class Serving:
     def _dispatch(self, batch: list[_Call]) -> None:
         """Loop thread: starts a task per call, answered when it is done."""
         loop = asyncio.get_running_loop()
-        host = self._host
         current = _native._CURRENT
         hook = _signals.active
         tracing = _tracing.enabled
         for seq, name, fn, args, kwargs, ctx in batch:
             traced = None
+            hooked = None if hook is None else (_own(args, ctx), kwargs, ctx)
             token = current.set(ctx)
             try:
                 if hook is not None:
@@ -214,17 +185,11 @@ class Serving:
                 try:
                     aw = fn(*args, **kwargs) if kwargs else fn(*args)
                 except BaseException as e:  # noqa: BLE001 - a body's failure, whatever it is
-                    if hook is not None:
-                        _hook_after(name, ctx, _own(args, ctx), kwargs, e, ctx._state_after(e))
-                    _tracing.end(traced, e, False)
-                    host.fail(seq, e)
+                    self._settle(seq, name, e, False, hooked, traced)
                     continue
                 if not inspect.iscoroutine(aw):
                     if not inspect.isawaitable(aw):
-                        if hook is not None:
-                            _hook_after(name, ctx, _own(args, ctx), kwargs, aw, ctx._state_after())
-                        _tracing.end(traced, aw, True)
-                        host.finish(seq, name, aw)
+                        self._settle(seq, name, aw, True, hooked, traced)
                         continue
                     aw = _awaiting(aw)
                 c = contextvars.copy_context()
@@ -232,9 +197,7 @@ class Serving:
                 if traced is not None:
                     _tracing.detach(traced)
                 current.reset(token)
-            run = self._run(
-                seq, name, aw, None if hook is None else (_own(args, ctx), kwargs, ctx), traced
-            )
+            run = self._run(seq, name, aw, hooked, traced)
             if _EAGER:
                 task: asyncio.Future[Any] = asyncio.Task(  # type: ignore[call-arg,unused-ignore]
                     run, loop=loop, context=c, eager_start=True
@@ -250,7 +213,7 @@ class Serving:
         seq: int,
         name: str,
         aw: Coroutine[Any, Any, Any],
-        hooked: tuple[tuple[Any, ...], dict[str, Any] | None, _native.Context] | None = None,
+        hooked: _Hooked | None = None,
         traced: Any = None,
     ) -> None:
         """A call's task: the body, answered from inside the task (no done
@@ -264,19 +227,28 @@ class Serving:
             self._host.cancelled(seq)
             raise
         except BaseException as e:  # noqa: BLE001 - a body's failure, whatever it is
-            if hooked is not None:
-                args, kwargs, ctx = hooked
-                _hook_after(name, ctx, args, kwargs, e, ctx._state_after(e))
-            _tracing.end(traced, e, False)
-            self._host.fail(seq, e)
+            self._settle(seq, name, e, False, hooked, traced)
             return
         finally:
             self._tasks.pop(seq, None)
-        if hooked is not None:
+        self._settle(seq, name, value, True, hooked, traced)
+
+    def _settle(
+        self, seq: int, name: str, out: Any, ok: bool, hooked: _Hooked | None, traced: Any
+    ) -> None:
+        """Answers a call with what its body came to — a value when ``ok``,
+        else the exception ``out`` — told first to ``headway.signals`` (when
+        ``hooked``) and to the run's span (``traced``)."""
+        hook = _signals.active
+        if hooked is not None and hook is not None:
             args, kwargs, ctx = hooked
-            _hook_after(name, ctx, args, kwargs, value, ctx._state_after())
-        _tracing.end(traced, value, True)
-        self._host.finish(seq, name, value)
+            state = ctx._state_after() if ok else ctx._state_after(out)
+            hook("post", name, ctx.id, args, kwargs, out, state)
+        _tracing.end(traced, out, ok)
+        if ok:
+            self._host.finish(seq, name, out)
+        else:
+            self._host.fail(seq, out)
 
     # -- stopping ------------------------------------------------------
 

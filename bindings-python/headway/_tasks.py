@@ -304,18 +304,11 @@ class Signature(_Canvas, Generic[R_co]):
     ) -> Handle[R_co]:
         """Publishes it with ``args`` prepended, ``kwargs`` merged and these
         options over its own."""
-        s = self._partial(tuple(args), kwargs or {}).set(
-            eta=eta,
-            countdown=countdown,
-            expires=expires,
-            queue=queue,
-            priority=priority,
-            task_id=task_id,
-            concurrency_key=concurrency_key,
-            dedupe_key=dedupe_key,
-            dedupe_ttl=dedupe_ttl,
-        )
-        return s._send()
+        given = _options(
+            eta, countdown, expires, queue, priority, task_id,
+            concurrency_key, dedupe_key, dedupe_ttl,
+        )  # fmt: skip
+        return self._partial(tuple(args), kwargs or {}).set(**given)._send()
 
     def __repr__(self) -> str:
         parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
@@ -1171,17 +1164,7 @@ class Worker:
     def start(self) -> None:
         """Runs it on a background (daemon) thread and returns at once."""
         self._begin(None)
-
-        def main() -> None:
-            try:
-                self._native.run(GRACE)
-            except BaseException as e:  # noqa: BLE001 - re-raised by stop()
-                self._error = e
-            finally:
-                self._end()
-
-        self._thread = threading.Thread(target=main, name=f"headway-{self.name}", daemon=True)
-        self._thread.start()
+        self._thread = _run_in_thread(self, f"headway-{self.name}", GRACE, self._end)
 
     async def run_async(self) -> None:
         """Runs until stopped on the running event loop; async bodies run on
@@ -1307,16 +1290,21 @@ class Beat:
         self._native.stop()
 
 
-def _run_in_thread(owner: Any, name: str) -> threading.Thread:
-    """Runs ``owner._native.run(None)`` on a daemon thread (a ``Beat``'s or a
-    ``Scheduler``'s ``start()``); an error that ends it waits in
-    ``owner._error`` for ``stop()`` to re-raise."""
+def _run_in_thread(
+    owner: Any, name: str, arg: Any = None, then: Callable[[], None] | None = None
+) -> threading.Thread:
+    """Runs ``owner._native.run(arg)`` on a daemon thread (a ``Worker``'s, a
+    ``Beat``'s or a ``Scheduler``'s ``start()``), then ``then()``; an error
+    that ends it waits in ``owner._error`` for ``stop()`` to re-raise."""
 
     def main() -> None:
         try:
-            owner._native.run(None)
+            owner._native.run(arg)
         except BaseException as e:  # noqa: BLE001 - re-raised by stop()
             owner._error = e
+        finally:
+            if then is not None:
+                then()
 
     thread = threading.Thread(target=main, name=name, daemon=True)
     thread.start()

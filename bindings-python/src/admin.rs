@@ -8,9 +8,9 @@
 //! (`future_into_py`), so the GIL is never held while the core works and a
 //! cancelled await drops the Rust future with it.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use headway_core::admin::{Admin, AdminConfig, EventStream, Reply, Request};
+use headway_core::admin::{Admin, AdminConfig, EventStream, Reply, Request, StreamSlot};
 use headway_core::task::Host;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -153,10 +153,7 @@ impl<'py> IntoPyObject<'py> for Answered {
             Some(s) => Py::new(
                 py,
                 PyAdminStream {
-                    inner: Arc::new(Mutex::new(Slot {
-                        stream: Some(s),
-                        closed: false,
-                    })),
+                    inner: Arc::new(StreamSlot::new(s)),
                 },
             )?
             .into_any(),
@@ -174,18 +171,12 @@ impl<'py> IntoPyObject<'py> for Answered {
     }
 }
 
-struct Slot {
-    /// The stream, or `None` while a `next` holds it (or once closed).
-    stream: Option<EventStream>,
-    closed: bool,
-}
-
 /// The frames of a live stream. Internal: the ASGI adapter awaits `next()`
 /// until the client goes away, then calls `close()`, which drops the core's
 /// stream (and its timer) at once.
 #[pyclass(module = "headway._native", name = "_AdminStream", frozen)]
 pub(crate) struct PyAdminStream {
-    inner: Arc<Mutex<Slot>>,
+    inner: Arc<StreamSlot<EventStream>>,
 }
 
 #[pymethods]
@@ -196,50 +187,28 @@ impl PyAdminStream {
     fn next<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         rt()?;
         let slot = self.inner.clone();
-        let taken = {
-            let mut s = slot.lock().unwrap_or_else(|e| e.into_inner());
-            if s.closed {
-                None
-            } else {
-                match s.stream.take() {
-                    Some(st) => Some(st),
-                    None => {
-                        return Err(PyRuntimeError::new_err(
-                            "_AdminStream.next: the previous next() has not finished",
-                        ));
-                    }
-                }
-            }
-        };
+        let taken = slot
+            .take()
+            .map_err(|why| PyRuntimeError::new_err(format!("_AdminStream.next: {why}")))?;
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             let Some(mut st) = taken else {
                 return Ok(Frame(None));
             };
             let frame = st.next().await;
-            let mut s = slot.lock().unwrap_or_else(|e| e.into_inner());
-            if s.closed {
-                // Closed while waiting: the stream is dropped here.
-                return Ok(Frame(None));
-            }
-            s.stream = Some(st);
-            Ok(Frame(frame))
+            // Closed while waiting: the stream is dropped, the end answered.
+            Ok(Frame(if slot.give(st) { frame } else { None }))
         })
     }
 
     /// Drops the stream; every later `next()` answers `None`. Idempotent.
     fn close(&self) {
-        let st = {
-            let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-            s.closed = true;
-            s.stream.take()
-        };
-        drop(st);
+        self.inner.close();
     }
 
     /// Whether `close()` was called.
     #[getter]
     fn closed(&self) -> bool {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).closed
+        self.inner.closed()
     }
 }
 

@@ -33,6 +33,7 @@ mod remote;
 mod reports;
 mod routes;
 mod session;
+mod slot;
 mod stream;
 
 use std::collections::VecDeque;
@@ -45,6 +46,7 @@ pub use reports::{DEAD_DEFAULT, DETAIL_MAX, EVENTS_READ, PREVIEW_MAX, RUNS_DEFAU
 pub use session::{
     LOGIN_FAILS_GLOBAL, LOGIN_FAILS_PER_CLIENT, SESSION_MAX_AGE_S, SESSIONS_MAX, TOKEN_MIN,
 };
+pub use slot::{NEXT_BUSY, StreamSlot};
 pub use stream::{EventStream, RETRY_MS, SHARED_FOR, STREAMS_MAX, TICK};
 
 use crate::task::{App, Refused};
