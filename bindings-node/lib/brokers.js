@@ -16,25 +16,22 @@ const CELERY = Symbol('celery');
  * (`RedisBroker.celery(url, { consumer, visibilityTimeout, taskSendSentEvent, masterName })`). It connects
  * when an App is built on it, with that app's clock.
  */
+// Each layout's options, in the order its native factory takes them, with
+// the check of each (omitted: null, the core's default).
+const LAYOUTS = {
+  headway: ['RedisBroker', { consumer: str, prefix: str, lease: num }],
+  celery: ['RedisBroker.celery', { consumer: str, visibilityTimeout: num, taskSendSentEvent: bool, masterName: str }],
+};
+
 class RedisBroker {
   constructor(url, options, layout) {
     str('url', url);
     const o = opts('options', options);
-    let r;
-    if (layout === CELERY) {
-      only('RedisBroker.celery', o, ['consumer', 'visibilityTimeout', 'taskSendSentEvent', 'masterName']);
-      const consumer = o.consumer === undefined ? null : str('consumer', o.consumer);
-      const vt = o.visibilityTimeout === undefined ? null : num('visibilityTimeout', o.visibilityTimeout);
-      const sent = o.taskSendSentEvent === undefined ? null : bool('taskSendSentEvent', o.taskSendSentEvent);
-      const master = o.masterName === undefined ? null : str('masterName', o.masterName);
-      r = native.NativeRedis.celery(url, consumer, vt, sent, master);
-    } else {
-      only('RedisBroker', o, ['consumer', 'prefix', 'lease']);
-      const consumer = o.consumer === undefined ? null : str('consumer', o.consumer);
-      const prefix = o.prefix === undefined ? null : str('prefix', o.prefix);
-      const lease = o.lease === undefined ? null : num('lease', o.lease);
-      r = native.NativeRedis.headway(url, consumer, prefix, lease);
-    }
+    const kind = layout === CELERY ? 'celery' : 'headway';
+    const [name, checks] = LAYOUTS[kind];
+    only(name, o, Object.keys(checks));
+    const args = Object.entries(checks).map(([k, check]) => (o[k] === undefined ? null : check(k, o[k])));
+    const r = native.NativeRedis[kind](url, ...args);
     if (!(r instanceof native.NativeRedis)) throw refusal(r);
     this[NATIVE] = r;
   }

@@ -16,22 +16,12 @@ function anyNum(name, v) {
   return v;
 }
 
-function optNum(name, v) {
-  if (v !== undefined && typeof v !== 'number') throw argType(name, NUMBER, v);
-  return v;
-}
-
-function clock(name, v) {
-  if (v === undefined) return perf.now();
-  if (typeof v !== 'number') throw argType(name, NUMBER, v);
-  return v;
-}
-
-function draw(name, v) {
-  if (v === undefined) return Math.random();
-  if (typeof v !== 'number') throw argType(name, NUMBER, v);
-  return v;
-}
+/** A number or undefined. */
+const optNum = (name, v) => (v === undefined ? v : anyNum(name, v));
+/** A time (ms) or, omitted, `performance.now()`. */
+const clock = (name, v) => (v === undefined ? perf.now() : anyNum(name, v));
+/** A draw in [0, 1) or, omitted, `Math.random()`. */
+const draw = (name, v) => (v === undefined ? Math.random() : anyNum(name, v));
 
 /** Read-only, enumerable own properties (not a freeze: subclasses may add). */
 function fix(obj, props) {

@@ -193,44 +193,47 @@ const POLICY = [
   'concurrencyLimit',
 ];
 
+const text = (k, v) => JSON.stringify(str(k, v));
+const number = (k, v) => jsonNumber(num(k, v));
+
+function backoffOf(k, v) {
+  if (!(v instanceof TaskBackoff)) throw argType(k, 'Fixed(...) or Exponential(...)', v);
+  return v[SPEC];
+}
+
+// Error classes (or their names) as names: what the core matches a thrown
+// error's constructor chain against.
+function classNames(k, v) {
+  const names = (Array.isArray(v) ? v : [v]).map((c) => {
+    if (typeof c === 'function' && typeof c.name === 'string') return c.name;
+    if (typeof c === 'string') return c;
+    throw argType(k, 'an Error class, its name, or an array of them', c);
+  });
+  return JSON.stringify(names);
+}
+
+function rateOf(k, r) {
+  if (typeof r === 'string') return JSON.stringify(r);
+  if (typeof r === 'object' && typeof r.count === 'number' && typeof r.per === 'number') {
+    return JSON.stringify({ count: num('rate.count', r.count), per: num('rate.per', r.per) });
+  }
+  throw argType(k, 'a string like "10/m" or { count, per }', r);
+}
+
+// Each policy option as JSON, in the order they are checked; `true`: null is
+// omitted, as undefined is (otherwise it is refused).
+const POLICY_JSON = [
+  ['queue', text], ['retries', number], ['backoff', backoffOf], ['timeout', number, true], ['acksLate', bool], ['ignoreResult', bool],
+  ['timeLimit', number, true], ['softTimeLimit', number, true], ['rejectOnWorkerLost', bool], ['rateScope', text, true],
+  ['concurrencyLimit', number, true], ['retryFor', classNames, true], ['dontRetryFor', classNames, true], ['rate', rateOf, true],
+];
+
 function policyJson(policy) {
   const p = opts('policy', policy);
   only('policy', p, POLICY);
   let out = '';
-  const put = (k, v) => {
-    out += `${out ? ',' : ''}"${k}":${v}`;
-  };
-  if (p.queue !== undefined) put('queue', JSON.stringify(str('queue', p.queue)));
-  if (p.retries !== undefined) put('retries', jsonNumber(num('retries', p.retries)));
-  if (p.backoff !== undefined) {
-    if (!(p.backoff instanceof TaskBackoff)) throw argType('backoff', 'Fixed(...) or Exponential(...)', p.backoff);
-    put('backoff', p.backoff[SPEC]);
-  }
-  if (p.timeout !== undefined && p.timeout !== null) put('timeout', jsonNumber(num('timeout', p.timeout)));
-  if (p.acksLate !== undefined) put('acksLate', bool('acksLate', p.acksLate));
-  if (p.ignoreResult !== undefined) put('ignoreResult', bool('ignoreResult', p.ignoreResult));
-  if (p.timeLimit !== undefined && p.timeLimit !== null) put('timeLimit', jsonNumber(num('timeLimit', p.timeLimit)));
-  if (p.softTimeLimit !== undefined && p.softTimeLimit !== null) put('softTimeLimit', jsonNumber(num('softTimeLimit', p.softTimeLimit)));
-  if (p.rejectOnWorkerLost !== undefined) put('rejectOnWorkerLost', bool('rejectOnWorkerLost', p.rejectOnWorkerLost));
-  if (p.rateScope !== undefined && p.rateScope !== null) put('rateScope', JSON.stringify(str('rateScope', p.rateScope)));
-  if (p.concurrencyLimit !== undefined && p.concurrencyLimit !== null) put('concurrencyLimit', jsonNumber(num('concurrencyLimit', p.concurrencyLimit)));
-  // Error classes (or their names) as names: what the core matches a
-  // thrown error's constructor chain against.
-  for (const k of ['retryFor', 'dontRetryFor']) {
-    if (p[k] === undefined || p[k] === null) continue;
-    const list = Array.isArray(p[k]) ? p[k] : [p[k]];
-    put(k, JSON.stringify(list.map((c) => {
-      if (typeof c === 'function' && typeof c.name === 'string') return c.name;
-      if (typeof c === 'string') return c;
-      throw argType(k, 'an Error class, its name, or an array of them', c);
-    })));
-  }
-  if (p.rate !== undefined && p.rate !== null) {
-    const r = p.rate;
-    if (typeof r === 'string') put('rate', JSON.stringify(r));
-    else if (typeof r === 'object' && typeof r.count === 'number' && typeof r.per === 'number') {
-      put('rate', JSON.stringify({ count: num('rate.count', r.count), per: num('rate.per', r.per) }));
-    } else throw argType('rate', 'a string like "10/m" or { count, per }', r);
+  for (const [k, write, nullable] of POLICY_JSON) {
+    if (p[k] !== undefined && !(nullable && p[k] === null)) out += `${out ? ',' : ''}"${k}":${write(k, p[k])}`;
   }
   return `{${out}}`;
 }

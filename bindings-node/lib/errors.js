@@ -55,9 +55,7 @@ function refusal(r) {
   return err;
 }
 
-function invalidState(message) {
-  return coded('ERR_INVALID_STATE', message);
-}
+const invalidState = (message) => coded('ERR_INVALID_STATE', message);
 
 /**
  * The reason `ctx.signal` aborts with once a run passed its soft time limit

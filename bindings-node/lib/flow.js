@@ -87,20 +87,25 @@ function sleep(ms, signal) {
   });
 }
 
+// ---------------------------------------------------------------- handles
+
+// `[Kind, native handle]` of each Limits, Breaker, Ward and Backoff made
+// (read without touching the object: no getter or proxy trap runs).
+const HANDLES = new WeakMap();
+
+/** `o`'s native handle when it is a `Kind` made here, else undefined. */
+function handleOf(o, Kind) {
+  const h = HANDLES.get(o);
+  return h !== undefined && h[0] === Kind ? h[1] : undefined;
+}
+
 // ---------------------------------------------------------------- Limits
 
-let limitsHandle;
-
 class Limits {
-  #h;
-  static {
-    limitsHandle = (o) => (o !== null && typeof o === 'object' && #h in o ? o.#h : undefined);
-  }
-
   constructor(options) {
     const { size, idle, keep, life } = strictOpts(options);
     const n = F.limitsNew(optNum('size', size), optNum('idle', idle), optNum('keep', keep), optNum('life', life));
-    this.#h = n.handle;
+    HANDLES.set(this, [Limits, n.handle]);
     fix(this, { size: n.size, idle: n.idle, keep: n.keep, life: n.life, evictEvery: n.evictEvery });
   }
 }
@@ -109,37 +114,26 @@ let defaultLimits;
 
 // ---------------------------------------------------------------- Breaker
 
-let breakerHandle;
-
 class Breaker {
-  #h;
-  static {
-    breakerHandle = (o) => (o !== null && typeof o === 'object' && #h in o ? o.#h : undefined);
-  }
-
   constructor(options) {
     const { k, window } = strictOpts(options);
     const n = F.breakerNew(optNum('k', k), optNum('window', window));
-    this.#h = n.handle;
+    HANDLES.set(this, [Breaker, n.handle]);
     fix(this, { k: n.k, window: n.window });
   }
 }
 
 // ---------------------------------------------------------------- Backoff
 
-let backoffHandle;
-
 class Backoff {
   #id;
-  static {
-    backoffHandle = (o) => (o !== null && typeof o === 'object' && #id in o ? o.#id : undefined);
-  }
 
   constructor(options) {
     const { base, factor, cap, attempts, jitter } = strictOpts(options);
     if (jitter !== undefined && typeof jitter !== 'string') throw argType('jitter', 'of type string', jitter);
     const n = F.backoffNew(this, optNum('base', base), optNum('factor', factor), optNum('cap', cap), optNum('attempts', attempts), jitter);
     this.#id = n.id;
+    HANDLES.set(this, [Backoff, n.id]);
     fix(this, { base: n.base, factor: n.factor, cap: n.cap, attempts: n.attempts, jitter: n.jitter });
   }
 
@@ -148,12 +142,9 @@ class Backoff {
   }
 
   delay(retry, random, previous) {
-    if (typeof retry !== 'number') throw argType('retry', NUMBER, retry);
-    if (random === undefined) random = Math.random();
-    else if (typeof random !== 'number') throw argType('random', NUMBER, random);
-    if (previous === undefined) previous = 0;
-    else if (typeof previous !== 'number') throw argType('previous', NUMBER, previous);
-    return backoffDelay(this.#id, retry, random, previous);
+    anyNum('retry', retry);
+    random = draw('random', random);
+    return backoffDelay(this.#id, retry, random, previous === undefined ? 0 : anyNum('previous', previous));
   }
 
   more(made) {
@@ -169,25 +160,18 @@ class Backoff {
 
 // ---------------------------------------------------------------- Ward
 
-let wardHandle;
-
 class Ward {
-  #h;
-  static {
-    wardHandle = (o) => (o !== null && typeof o === 'object' && #h in o ? o.#h : undefined);
-  }
-
   constructor(options) {
     const { breaker, backoff } = strictOpts(options);
     let b;
     let o;
-    if (breaker !== undefined && (b = breakerHandle(breaker)) === undefined) {
+    if (breaker !== undefined && (b = handleOf(breaker, Breaker)) === undefined) {
       throw argType('breaker', 'an instance of Breaker', breaker);
     }
-    if (backoff !== undefined && (o = backoffHandle(backoff)) === undefined) {
+    if (backoff !== undefined && (o = handleOf(backoff, Backoff)) === undefined) {
       throw argType('backoff', 'an instance of Backoff', backoff);
     }
-    this.#h = F.wardNew(b, o);
+    HANDLES.set(this, [Ward, F.wardNew(b, o)]);
     fix(this, { breaker, backoff });
   }
 }
@@ -272,9 +256,9 @@ class Pool {
     const { limits, ward } = strictOpts(options);
     let l;
     let w;
-    if (limits === undefined) l = limitsHandle((defaultLimits ??= new Limits()));
-    else if ((l = limitsHandle(limits)) === undefined) throw argType('limits', 'an instance of Limits', limits);
-    if (ward !== undefined && (w = wardHandle(ward)) === undefined) throw argType('ward', 'an instance of Ward', ward);
+    if (limits === undefined) l = handleOf((defaultLimits ??= new Limits()), Limits);
+    else if ((l = handleOf(limits, Limits)) === undefined) throw argType('limits', 'an instance of Limits', limits);
+    if (ward !== undefined && (w = handleOf(ward, Ward)) === undefined) throw argType('ward', 'an instance of Ward', ward);
     this.#pid = F.poolNew(this, l, w);
     fix(this, { limits: limits === undefined ? defaultLimits : limits, ward });
   }
@@ -450,9 +434,7 @@ class Bucket {
 
   next(now, n) {
     now = clock('now', now);
-    if (n === undefined) n = 1;
-    else if (typeof n !== 'number') throw argType('n', NUMBER, n);
-    return bucketNext(this.#id, now, n);
+    return bucketNext(this.#id, now, n === undefined ? 1 : anyNum('n', n));
   }
 
   tokens(now) {
@@ -460,8 +442,7 @@ class Bucket {
   }
 
   async wait(n, options) {
-    if (n === undefined) n = 1;
-    else if (typeof n !== 'number') throw argType('n', NUMBER, n);
+    n = n === undefined ? 1 : anyNum('n', n);
     const signal = checkSignal(strictOpts(options).signal);
     // The core answers each round: taken (-1), or how long to sleep; a count
     // that never comes is its RangeError.
@@ -524,4 +505,4 @@ class Gate {
   }
 }
 
-module.exports = { F, perf, TIMER_MAX, sleep, Limits, Breaker, Backoff, Ward, Pool, pick, Bucket, Window, Gate, backoffHandle, poolLends, poolAcq, poolMapped, NO_ITEM };
+module.exports = { F, perf, TIMER_MAX, sleep, Limits, Breaker, Backoff, Ward, Pool, pick, Bucket, Window, Gate, backoffHandle: (o) => handleOf(o, Backoff), poolLends, poolAcq, poolMapped, NO_ITEM };

@@ -387,7 +387,7 @@ function thrown(e) {
 }
 
 function failed(host, seq, e) {
-  host.failed += `${host.failed ? ',' : ''}${JSON.stringify([seq, ...thrown(e)])}`;
+  host.failed += `${host.failed ? ',' : ''}${JSON.stringify([seq, thrown(e)])}`;
 }
 
 function flush(host) {

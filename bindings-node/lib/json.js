@@ -30,24 +30,13 @@ const IDENT = /^[A-Za-z_$][\w$]*$/;
 // outermost counting as level 1.
 const DEPTH = native._jsonMaxDepth();
 
+const KINDS = { function: 'a function', symbol: 'a symbol', bigint: 'a bigint' };
+
 function describe(v) {
-  switch (typeof v) {
-    case 'undefined':
-      return 'undefined';
-    case 'function':
-      return 'a function';
-    case 'symbol':
-      return 'a symbol';
-    case 'bigint':
-      return 'a bigint';
-    case 'object': {
-      const c = v.constructor && v.constructor.name;
-      if (c) return /^[AEIOU]/.test(c) ? `an ${c}` : `a ${c}`;
-      return 'an object with a foreign prototype';
-    }
-    default:
-      return typeof v;
-  }
+  if (typeof v !== 'object') return KINDS[typeof v] ?? typeof v;
+  const c = v.constructor && v.constructor.name;
+  if (c) return /^[AEIOU]/.test(c) ? `an ${c}` : `a ${c}`;
+  return 'an object with a foreign prototype';
 }
 
 // Set by `flaw` when it meets a Date or bytes (read and cleared by `encode`).
@@ -197,24 +186,16 @@ function encodeKwargs(owner, kwargs) {
   return encode(owner, 'kwargs', kwargs);
 }
 
-const SEND_OPTIONS = ['kwargs', 'eta', 'countdown', 'expires', 'queue', 'priority', 'id', 'concurrencyKey', 'dedupeKey', 'dedupeTtl'];
+const text = (k, v) => JSON.stringify(str(k, v));
+// Each send option as JSON, in the order they are checked (instants in epoch ms).
+const OPTION = { eta: instant, countdown: num, expires: instant, queue: text, priority: num, id: text, concurrencyKey: text, dedupeKey: text, dedupeTtl: num };
+const SEND_OPTIONS = ['kwargs', ...Object.keys(OPTION)];
 const SIG_OPTIONS = [...SEND_OPTIONS, 'immutable'];
 
 /** Per-send options as JSON (instants in epoch ms), or 'null'. */
 function encodeOptions(o) {
   let out = '';
-  const put = (k, v) => {
-    out += `${out ? ',' : ''}"${k}":${v}`;
-  };
-  if (o.eta !== undefined) put('eta', instant('eta', o.eta));
-  if (o.countdown !== undefined) put('countdown', num('countdown', o.countdown));
-  if (o.expires !== undefined) put('expires', instant('expires', o.expires));
-  if (o.queue !== undefined) put('queue', JSON.stringify(str('queue', o.queue)));
-  if (o.priority !== undefined) put('priority', num('priority', o.priority));
-  if (o.id !== undefined) put('id', JSON.stringify(str('id', o.id)));
-  if (o.concurrencyKey !== undefined) put('concurrencyKey', JSON.stringify(str('concurrencyKey', o.concurrencyKey)));
-  if (o.dedupeKey !== undefined) put('dedupeKey', JSON.stringify(str('dedupeKey', o.dedupeKey)));
-  if (o.dedupeTtl !== undefined) put('dedupeTtl', num('dedupeTtl', o.dedupeTtl));
+  for (const k in OPTION) if (o[k] !== undefined) out += `${out ? ',' : ''}"${k}":${OPTION[k](k, o[k])}`;
   return out ? `{${out}}` : 'null';
 }
 

@@ -9,8 +9,8 @@
 const native = require('../addon.js');
 const { answer, nothing } = require('./host.js');
 const { kick } = require('./wire.js');
-const { NUMBER, anyNum, optNum, fix, strictOpts, str } = require('./checks.js');
-const { argType, coded } = require('./errors.js');
+const { anyNum, optNum, fix, strictOpts, str } = require('./checks.js');
+const { coded } = require('./errors.js');
 
 const parse = (text) => JSON.parse(text);
 
@@ -24,12 +24,6 @@ const same = (v) => v;
 // A span in milliseconds: null is never.
 const spanNow = (text) => { const v = JSON.parse(text); return v === null ? Infinity : v; };
 const spanLater = (v) => (v === null ? Infinity : v);
-
-function optN(n) {
-  if (n === undefined) return 1;
-  if (typeof n !== 'number') throw argType('n', NUMBER, n);
-  return n;
-}
 
 /** A native constructor's refusal (an argument the core cannot accept) as a RangeError. */
 function make(fn) {
@@ -53,11 +47,11 @@ class SharedBucket {
   }
 
   take(n) {
-    return answer(sent(this.#w, this.#n.take(optN(n))), parse, same);
+    return answer(sent(this.#w, this.#n.take(optNum('n', n))), parse, same);
   }
 
   next(n) {
-    return answer(sent(this.#w, this.#n.next(optN(n))), spanNow, spanLater);
+    return answer(sent(this.#w, this.#n.next(optNum('n', n))), spanNow, spanLater);
   }
 
   tokens() {
@@ -65,7 +59,7 @@ class SharedBucket {
   }
 
   wait(n) {
-    return answer(this.#n.wait(optN(n)), nothing, nothing);
+    return answer(this.#n.wait(optNum('n', n)), nothing, nothing);
   }
 }
 

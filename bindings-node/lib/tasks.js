@@ -226,16 +226,65 @@ for (const k of ['name', 'queues', 'concurrency', 'prefetch', 'pool', 'childPids
   });
 }
 
+const SERVING = Symbol('serving');
+const TICK = Symbol('tick');
+
+/**
+ * What a beat and a scheduler share: the core's timetable (theirs is the
+ * same), ticked, or run until stopped.
+ */
+class Timetable {
+  #n;
+  #run = null;
+  constructor(n) {
+    this.#n = n;
+  }
+
+  /** Names and when each fires next, soonest first. */
+  pending() {
+    return JSON.parse(this.#n.pending()).map(([n, at]) => [n, new Date(at)]);
+  }
+
+  /** `p`, while it runs (a scheduler serves its jobs meanwhile). */
+  [SERVING](p) {
+    return p;
+  }
+
+  /** Fires what is due now; resolves to each `[name, due, ...]` the core answers, as `entry` reads it. */
+  [TICK](entry) {
+    const decode = (v) => v.map(entry);
+    return promised(() => this[SERVING](answer(this.#n.tick(), (t) => decode(JSON.parse(t)), decode)));
+  }
+
+  /** Fires what is due and sleeps until the next, until stop() — or until the clock reaches `until`. */
+  run(until) {
+    return promised(() => {
+      const u = until === undefined || until === null ? null : instant('until', until);
+      const p = this[SERVING](answer(this.#n.run(u), nothing, nothing));
+      this.#run = p;
+      return p;
+    });
+  }
+
+  /** Stops it after the tick in progress; resolves when run() has. */
+  stop() {
+    this.#n.stop();
+    const r = this.#run;
+    this.#run = null;
+    return r === null ? Promise.resolve() : r.then(nothing, nothing);
+  }
+}
+
 /**
  * Sends tasks on rhythms (Every, Cron, At), keeping the phase: the next time
  * is computed from the time that was due, so an hourly entry stays on its
  * minute after a late tick. On a virtual clock its sleeps advance the clock.
  */
-class Beat {
+class Beat extends Timetable {
   #n;
   #app;
-  #run = null;
   constructor(app, n) {
+    super(n);
     this.#app = app;
     this.#n = n;
   }
@@ -261,34 +310,10 @@ class Beat {
     return this.#n.remove(str('name', name));
   }
 
-  /** Entry names and when each fires next, soonest first. */
-  pending() {
-    return JSON.parse(this.#n.pending()).map(([n, at]) => [n, new Date(at)]);
-  }
-
   /** Sends what is due now; resolves to [name, due, handle] per send. */
   tick() {
     const app = this.#app;
-    const decode = (v) => v.map(([n, due, id]) => [n, new Date(due), new Handle(app, [id], false)]);
-    return promised(() => answer(this.#n.tick(), (t) => decode(JSON.parse(t)), decode));
-  }
-
-  /** Sends due entries and sleeps until the next, until stop() — or until the app's clock reaches `until`. */
-  run(until) {
-    return promised(() => {
-      const u = until === undefined || until === null ? null : instant('until', until);
-      const p = answer(this.#n.run(u), nothing, nothing);
-      this.#run = p;
-      return p;
-    });
-  }
-
-  /** Stops it after the tick in progress; resolves when run() has. */
-  stop() {
-    this.#n.stop();
-    const r = this.#run;
-    this.#run = null;
-    return r === null ? Promise.resolve() : r.then(nothing, nothing);
+    return this[TICK](([n, due, id]) => [n, new Date(due), new Handle(app, [id], false)]);
   }
 }
 
@@ -303,7 +328,6 @@ class Beat {
 class App {
   #beat = null;
   #host;
-  #tasks = new Map();
   constructor(options) {
     const o = opts('options', options);
     only('App', o, ['broker', 'backend', 'clock', 'logger', 'tracing']);
@@ -338,9 +362,7 @@ class App {
     if (typeof fn !== 'function') throw argType('fn', 'a function', fn);
     check(this[APP].register(name, policyJson(policy)));
     this.#host.fns.set(name, fn);
-    const t = new Task(this, name);
-    this.#tasks.set(name, t);
-    return t;
+    return new Task(this, name);
   }
 
   /** Every registered name, sorted. */
@@ -590,14 +612,15 @@ function serveChild(app) {
  * (`stats(name)`); the rhythm goes on. A job is called as `fn(ctx)`, where
  * `ctx.name` is the job's and `ctx.now` the time it was due.
  */
-class Scheduler {
+class Scheduler extends Timetable {
   #n;
   #host;
-  #run = null;
   constructor(options) {
     const o = opts('options', options);
     only('Scheduler', o, ['clock']);
-    this.#n = new native.NativeScheduler(clockOf(o.clock));
+    const n = new native.NativeScheduler(clockOf(o.clock));
+    super(n);
+    this.#n = n;
     this.#host = new Host(this.#n.host, JOB);
     this.clock = o.clock === undefined ? null : o.clock;
   }
@@ -616,18 +639,14 @@ class Scheduler {
     return this.#n.remove(name);
   }
 
-  /** Job names and when each fires next, soonest first. */
-  pending() {
-    return JSON.parse(this.#n.pending()).map(([n, at]) => [n, new Date(at)]);
-  }
-
   /** How the job has gone: { fired, failed, skipped, lastError }; null for an unknown name. */
   stats(name) {
     const s = this.#n.stats(str('name', name));
     return s === null ? null : JSON.parse(s);
   }
 
-  #using(p) {
+  /** Its jobs are called while `p` runs. */
+  [SERVING](p) {
     const host = this.#host;
     host.use();
     return p.finally(() => host.unuse());
@@ -635,18 +654,7 @@ class Scheduler {
 
   /** Calls what is due now and waits for those calls; resolves to [name, due] per call. */
   tick() {
-    const decode = (v) => v.map(([n, due]) => [n, new Date(due)]);
-    return promised(() => this.#using(answer(this.#n.tick(), (t) => decode(JSON.parse(t)), decode)));
-  }
-
-  /** Calls due jobs and sleeps until the next, until stop() (or until the clock reaches `until`). */
-  run(until) {
-    return promised(() => {
-      const u = until === undefined || until === null ? null : instant('until', until);
-      const p = this.#using(answer(this.#n.run(u), nothing, nothing));
-      this.#run = p;
-      return p;
-    });
+    return this[TICK](([n, due]) => [n, new Date(due)]);
   }
 
   /** Runs it in the background and returns at once (stop() ends it). */
@@ -654,14 +662,6 @@ class Scheduler {
     this.run().catch((e) => {
       process.emitWarning(`headway scheduler stopped: ${e.message}`);
     });
-  }
-
-  /** Stops it after the tick in progress; resolves when run() has. */
-  stop() {
-    this.#n.stop();
-    const r = this.#run;
-    this.#run = null;
-    return r === null ? Promise.resolve() : r.then(nothing, nothing);
   }
 }
 
@@ -740,7 +740,7 @@ Object.defineProperties(module.exports, {
   // cli.js: `inspect` / `control`: the core asks every node; resolves
   // to {code, out, err}.
   _remote: {
-    value: (app, request) => answer(app[APP].remote(JSON.stringify(request)), JSON.parse, (v) => v),
+    value: (app, r) => answer(app[APP].remote(r.kind, r.what, r.words, r.timeout ?? null, r.destination ?? null, r.json), JSON.parse, (v) => v),
   },
   // cli.js: `--metrics-port`: serves the app's metrics; the port.
   _serveMetrics: {

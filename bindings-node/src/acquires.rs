@@ -29,10 +29,10 @@ method!(acq_init, pools, 3, |s, e, a| {
     } else {
         Some(span("timeout", t)?)
     };
-    let every = match e.opt_f64(a[2], "evictEvery")? {
-        Some(x) => Some(span("evictEvery", x)?),
-        None => None,
-    };
+    let every = e
+        .opt_f64(a[2], "evictEvery")?
+        .map(|x| span("evictEvery", x))
+        .transpose()?;
     s.acq = Acquires::driving(s.pool.limits(), timeout, every)?;
     e.num(ms(s.acq.evict_every()))
 });

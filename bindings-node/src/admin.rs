@@ -13,6 +13,7 @@
 //! outstanding ticket and nothing keeps the process alive.
 
 use std::collections::HashMap;
+use std::convert::identity;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -27,6 +28,7 @@ use tokio::sync::Notify;
 use crate::raw::invalid_arg;
 use crate::tasks::app::NativeApp;
 use crate::tasks::hub::{Answer, drive};
+use crate::tasks::lock;
 
 /// One open stream: the core's stream (out while a `next` waits on it), and
 /// the flag and wake-up `close` uses.
@@ -71,10 +73,7 @@ fn render(reply: Reply, streams: &Streams, next_id: &AtomicU32) -> String {
             closed: AtomicBool::new(false),
             wake: Notify::new(),
         });
-        streams
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, slot);
+        lock(streams).insert(id, slot);
         id
     });
     let out = ReplyOut {
@@ -84,10 +83,6 @@ fn render(reply: Reply, streams: &Streams, next_id: &AtomicU32) -> String {
         stream: id,
     };
     serde_json::to_string(&out).unwrap_or_else(|_| "null".into())
-}
-
-fn same(s: String) -> String {
-    s
 }
 
 #[napi]
@@ -145,7 +140,7 @@ impl NativeAdmin {
     /// How many streams are open (tests: none is left behind).
     #[napi(getter, js_name = "openStreams")]
     pub fn open_streams(&self) -> u32 {
-        self.streams.lock().unwrap_or_else(|e| e.into_inner()).len() as u32
+        lock(&self.streams).len() as u32
     }
 
     /// Answers one request: `headers` flat as Node's `req.rawHeaders`
@@ -187,7 +182,7 @@ impl NativeAdmin {
                 let reply = admin.handle(req).await;
                 Ok::<_, Refused>(render(reply, &streams, &next_id))
             },
-            same,
+            identity,
         )
     }
 
@@ -196,12 +191,7 @@ impl NativeAdmin {
     /// tick.
     #[napi(catch_unwind)]
     pub fn next(&self, id: u32) -> napi::Result<Answer> {
-        let slot = self
-            .streams
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&id)
-            .cloned();
+        let slot = lock(&self.streams).get(&id).cloned();
         drive(
             async move {
                 let Some(slot) = slot else {
@@ -210,7 +200,7 @@ impl NativeAdmin {
                 if slot.closed.load(Ordering::Acquire) {
                     return Ok("null".into());
                 }
-                let taken = slot.stream.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let taken = lock(&slot.stream).take();
                 let Some(mut st) = taken else {
                     return Err(Refused::Invalid(
                         "admin stream: the previous next() has not finished".into(),
@@ -228,29 +218,23 @@ impl NativeAdmin {
                     // Closed while waiting: the stream is dropped here.
                     return Ok("null".into());
                 }
-                *slot.stream.lock().unwrap_or_else(|e| e.into_inner()) = Some(st);
+                *lock(&slot.stream) = Some(st);
                 Ok(match frame {
                     Some(b) => serde_json::to_string(&String::from_utf8_lossy(&b))
                         .unwrap_or_else(|_| "null".into()),
                     None => "null".into(),
                 })
             },
-            same,
+            identity,
         )
     }
 
     /// Drops stream `id` and ends a `next` waiting on it. Idempotent.
     #[napi(catch_unwind)]
     pub fn close(&self, id: u32) {
-        let slot = self
-            .streams
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
+        let slot = lock(&self.streams).remove(&id);
         if let Some(slot) = slot {
-            slot.closed.store(true, Ordering::Release);
-            slot.wake.notify_one();
-            drop(slot.stream.lock().unwrap_or_else(|e| e.into_inner()).take());
+            shut(slot);
         }
     }
 
@@ -258,15 +242,14 @@ impl NativeAdmin {
     /// stream never ends by itself.
     #[napi(js_name = "closeAll", catch_unwind)]
     pub fn close_all(&self) {
-        let ids: Vec<u32> = self
-            .streams
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .keys()
-            .copied()
-            .collect();
-        for id in ids {
-            self.close(id);
-        }
+        let all = std::mem::take(&mut *lock(&self.streams));
+        all.into_values().for_each(shut);
     }
+}
+
+/// Ends a stream taken out of the map: a `next` waiting on it answers null.
+fn shut(slot: Arc<Slot>) {
+    slot.closed.store(true, Ordering::Release);
+    slot.wake.notify_one();
+    drop(lock(&slot.stream).take());
 }

@@ -379,16 +379,7 @@ function!(pool_pick, 4, |f, e, a| {
 function!(bucket_new, 4, |f, e, a| {
     let rate = e.f64(a[1], "rate")?;
     let burst = e.opt_f64(a[2], "burst")?;
-    let at = match e.opt_f64(a[3], "at")? {
-        None => 0,
-        Some(x) if x.is_nan() => {
-            return Err(Fail::Range(
-                "at".into(),
-                "must be a number of milliseconds, not NaN".into(),
-            ));
-        }
-        Some(x) => ns(x),
-    };
+    let at = e.opt_f64(a[3], "at")?.map_or(Ok(0), |x| span("at", x))?;
     let b = Bucket::new(rate, burst, at)?;
     let id = f.buckets.insert(b)?;
     own(e.0, a[0], f, |f| &f.buckets, id)?;

@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use headway_core::limit::tokens::tokens;
 use headway_core::limit::{SharedBucket, SharedGate, SharedWindow};
 use napi_derive::napi;
 
@@ -76,13 +77,14 @@ impl NativeSharedBucket {
     }
 
     #[napi(catch_unwind)]
-    pub fn take(&self, n: f64) -> napi::Result<Answer> {
-        call(self.wire, &self.inner, self.inner.ask_take(n), json)
+    pub fn take(&self, n: Option<f64>) -> napi::Result<Answer> {
+        call(self.wire, &self.inner, self.inner.ask_take(tokens(n)), json)
     }
 
     #[napi(catch_unwind)]
-    pub fn next(&self, n: f64) -> napi::Result<Answer> {
-        call(self.wire, &self.inner, self.inner.ask_next(n), ms_json)
+    pub fn next(&self, n: Option<f64>) -> napi::Result<Answer> {
+        let ask = self.inner.ask_next(tokens(n));
+        call(self.wire, &self.inner, ask, ms_json)
     }
 
     #[napi(catch_unwind)]
@@ -91,8 +93,8 @@ impl NativeSharedBucket {
     }
 
     #[napi(catch_unwind)]
-    pub fn wait(&self, n: f64) -> napi::Result<Answer> {
-        let b = self.inner.clone();
+    pub fn wait(&self, n: Option<f64>) -> napi::Result<Answer> {
+        let (b, n) = (self.inner.clone(), tokens(n));
         drive(async move { b.wait(n).await }, json)
     }
 }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headway_core::task::ask::Ask;
+use headway_core::task::dead_listed;
 use headway_core::task::{
     App, Beat, Call, Failure, Handle, Host, HostQueue, Refused, Sig, SignalSpec, Worker,
 };
@@ -28,7 +29,7 @@ use super::dead::{Raw, count, letters_json};
 use super::hub::{Answer, bell, drive, drive_done, drive_split, json, quote};
 use super::time::NativeClock;
 use super::typed;
-use super::{Refusal, brokers::NativeSeams, ms};
+use super::{Refusal, brokers::NativeSeams, either, lock, ms};
 
 // ---------------------------------------------------------------- host
 
@@ -40,23 +41,20 @@ pub struct NativeHost {
     taker: std::sync::Mutex<headway_core::task::Taker>,
 }
 
-/// A call's retry rule as `lib/host.js` hands it back to `_afterFailure`:
-/// written borrowed, straight into the call's text (no value built per
-/// call).
-#[derive(serde::Serialize)]
-struct CallRule<'a> {
-    retries: u32,
-    rule: &'a headway_core::task::body::RetryRule,
-}
-
 fn push_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
     // Serialising a `Value` or a `str` into a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, v);
 }
 
+/// A comma, then `v` as JSON: the next field of a call.
+fn then_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
+    out.push(b',');
+    push_json(out, v);
+}
+
 /// Calls as one JSON text: `[[seq, key, id, queue, retries, attempt, last,
 /// now, args, kwargs | null, rootId | null, parentId | null, softTimeLimit |
-/// null, timeLimit | null, worker, {retries, rule}, trace?], ...]` (`trace` only
+/// null, timeLimit | null, worker, [retries, rule], trace?], ...]` (`trace` only
 /// on a traced run: `trace::run_plan`).
 fn encode_calls(calls: &[Call]) -> String {
     let mut out = Vec::with_capacity(calls.len() * 160 + 2);
@@ -66,12 +64,10 @@ fn encode_calls(calls: &[Call]) -> String {
             out.push(b',');
         }
         let x = &c.ctx;
-        let _ = write!(out, "[{},", c.seq);
-        push_json(&mut out, &*c.key);
-        out.push(b',');
-        push_json(&mut out, &x.id);
-        out.push(b',');
-        push_json(&mut out, &x.queue);
+        let _ = write!(out, "[{}", c.seq);
+        then_json(&mut out, &*c.key);
+        then_json(&mut out, &x.id);
+        then_json(&mut out, &x.queue);
         // Into the buffer, no intermediate String.
         let _ = write!(
             out,
@@ -88,32 +84,20 @@ fn encode_calls(calls: &[Call]) -> String {
         } else {
             typed::write_js(&mut out, &x.kwargs);
         }
-        out.push(b',');
-        push_json(&mut out, &x.root_id);
-        out.push(b',');
-        push_json(&mut out, &x.parent_id);
-        out.push(b',');
-        push_json(&mut out, &x.soft_time_limit);
-        out.push(b',');
-        push_json(&mut out, &x.time_limit);
-        out.push(b',');
-        push_json(&mut out, &x.worker);
+        then_json(&mut out, &x.root_id);
+        then_json(&mut out, &x.parent_id);
+        then_json(&mut out, &x.soft_time_limit);
+        then_json(&mut out, &x.time_limit);
+        then_json(&mut out, &x.worker);
         // What decides what a failure comes to: the attempts so far and
         // the task's retry rule, handed back with the failure
         // (`_afterFailure`) when a listener or a span asks.
-        out.push(b',');
-        push_json(
-            &mut out,
-            &CallRule {
-                retries: x.retries,
-                rule: &x.rule,
-            },
-        );
+        // `[retries, rule]`, written borrowed (no value built per call).
+        then_json(&mut out, &(x.retries, &x.rule));
         // The run's span when its app traces (`trace::run_plan`); else
         // nothing, so an untraced call costs no bytes.
         if let Some(plan) = headway_core::task::trace::run_plan(x) {
-            out.push(b',');
-            push_json(&mut out, &plan);
+            then_json(&mut out, &plan);
         }
         out.push(b']');
     }
@@ -135,12 +119,12 @@ pub fn check_state(state: Option<String>) -> Option<Refusal> {
         .map(Refusal::from)
 }
 
-/// One failed run as `lib/host.js` answers it: seq, type, message, stack (a
-/// type or message JS could not read is null), and what the body asked by
-/// throwing it (a `TaskRetry`, `Reject` or `Ignore`; `task::ask`) or null,
-/// and the constructor names along its prototype chain (its lineage).
-type Failed = (
-    u64,
+/// What `lib/host.js` reads of a thrown value (its `thrown()`): type,
+/// message, stack (a type or message JS could not read is null), what the
+/// body asked by throwing it (a `TaskRetry`, `Reject` or `Ignore`;
+/// `task::ask`) or null, and the constructor names along its prototype chain
+/// (its lineage).
+type Thrown = (
     Option<String>,
     Option<String>,
     Option<String>,
@@ -148,15 +132,8 @@ type Failed = (
     Vec<String>,
 );
 
-/// What `lib/host.js` reads of a thrown value: type, message, stack, ask,
-/// lineage — as the core's failure.
-fn thrown(
-    kind: Option<String>,
-    message: Option<String>,
-    stack: Option<String>,
-    ask: Option<Value>,
-    lineage: Vec<String>,
-) -> Failure {
+/// A thrown value as the core's failure.
+fn thrown((kind, message, stack, ask, lineage): Thrown) -> Failure {
     let mut f = Failure::thrown(kind, message, stack);
     f.lineage = lineage.into();
     match ask {
@@ -166,30 +143,16 @@ fn thrown(
 }
 
 /// What a run that threw comes to, for its worker's events and its span:
-/// `rule` is the call's `{retries, rule}` (as the core put it in the call),
+/// `rule` is the call's `[retries, rule]` (as the core put it in the call),
 /// `failed` `[type, message, stack, ask, lineage]`; answers the core's
 /// `trace::after_failure`: `[state, {span attributes}, the attribute the
 /// failure's text goes in | null]`.
 #[napi(js_name = "_afterFailure", catch_unwind)]
 pub fn after_failure(rule: String, failed: String) -> napi::Result<String> {
-    #[derive(serde::Deserialize)]
-    struct Rule {
-        retries: u32,
-        rule: headway_core::task::body::RetryRule,
-    }
-    type Thrown = (
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<Value>,
-        Vec<String>,
-    );
-    let r: Rule = serde_json::from_str(&rule)
-        .map_err(|e| napi::Error::from_reason(garbled("rule", e).message))?;
-    let (kind, message, stack, ask, lineage): Thrown = serde_json::from_str(&failed)
-        .map_err(|e| napi::Error::from_reason(garbled("failure", e).message))?;
-    let f = thrown(kind, message, stack, ask, lineage);
-    Ok(headway_core::task::trace::after_failure(r.retries, &r.rule, &f).to_string())
+    let (retries, rule): (u32, headway_core::task::body::RetryRule) =
+        serde_json::from_str(&rule).map_err(|e| bug("rule", e))?;
+    let f = thrown(serde_json::from_str(&failed).map_err(|e| bug("failure", e))?);
+    Ok(headway_core::task::trace::after_failure(retries, &rule, &f).to_string())
 }
 
 impl NativeHost {
@@ -212,30 +175,26 @@ impl NativeHost {
 #[napi]
 impl NativeHost {
     /// Answers a batch: `ok` is `[[seq, value], ...]`, `failed` is `[[seq,
-    /// type | null, message | null, stack | null, ask | null, lineage], ...]` (either may be
-    /// empty; a null type or message is one JS could not read, answered as
-    /// the core's `Failure::UNNAMED` / `Failure::UNDESCRIBED`). A call the core stopped waiting for is
+    /// [type | null, message | null, stack | null, ask | null, lineage]],
+    /// ...]` (either may be empty; a null type or message is one JS could
+    /// not read, answered as the core's `Failure::UNNAMED` /
+    /// `Failure::UNDESCRIBED`). A call the core stopped waiting for is
     /// dropped.
     #[napi(catch_unwind)]
     pub fn finish(&self, ok: String, failed: String) -> napi::Result<()> {
         let mut results: Vec<(u64, Result<Value, Failure>)> = Vec::new();
         if !ok.is_empty() {
-            let mut v: Vec<(u64, Value)> = serde_json::from_str(&ok)
-                .map_err(|e| napi::Error::from_reason(garbled("answers", e).message))?;
+            let mut v: Vec<(u64, Value)> =
+                serde_json::from_str(&ok).map_err(|e| bug("answers", e))?;
             if typed::marked(&ok) {
                 v.iter_mut().for_each(|(_, x)| typed::from_js(x));
             }
             results.extend(v.into_iter().map(|(s, v)| (s, Ok(v))));
         }
         if !failed.is_empty() {
-            let v: Vec<Failed> = serde_json::from_str(&failed)
-                .map_err(|e| napi::Error::from_reason(garbled("failures", e).message))?;
-            results.extend(
-                v.into_iter()
-                    .map(|(s, kind, message, stack, ask, lineage)| {
-                        (s, Err(thrown(kind, message, stack, ask, lineage)))
-                    }),
-            );
+            let v: Vec<(u64, Thrown)> =
+                serde_json::from_str(&failed).map_err(|e| bug("failures", e))?;
+            results.extend(v.into_iter().map(|(s, t)| (s, Err(thrown(t)))));
         }
         self.q.finish_many(results);
         Ok(())
@@ -249,11 +208,7 @@ impl NativeHost {
         if !ok.is_empty() || !failed.is_empty() {
             self.finish(ok, failed)?;
         }
-        let calls = self
-            .taker
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take(&self.q, max.max(1) as usize);
+        let calls = lock(&self.taker).take(&self.q, max.max(1) as usize);
         Ok((!calls.is_empty()).then(|| encode_calls(&calls)))
     }
 
@@ -271,17 +226,14 @@ impl NativeHost {
     pub fn softened(&self) -> Vec<f64> {
         self.q.softened().into_iter().map(|s| s as f64).collect()
     }
-
-    /// How many calls wait to be taken.
-    #[napi(getter)]
-    pub fn waiting(&self) -> u32 {
-        self.q.len() as u32
-    }
 }
 
 // ---------------------------------------------------------------- app
 
-/// A send (see `NativeApp::send`), shared with the bare `sender` function.
+/// Publishes a run for the bare `sender` function (`fast.rs`): `req` is
+/// `[name, args, kwargs, options, trace?]`. With `known`, a name the app has
+/// not registered is refused (`UNKNOWN_TASK`); without, it is Celery's
+/// `send_task`. Answers the run's id.
 pub(crate) fn send_answer(app: &App, req: &str, known: bool) -> napi::Result<Answer> {
     refusing(|| {
         let SendIn(name, mut args, mut kwargs, opts, trace) = parse::<SendIn>("send", req)?;
@@ -317,18 +269,7 @@ impl NativeApp {
     pub(crate) fn core(&self) -> &App {
         &self.app
     }
-}
 
-fn handle_of(app: &App, ids: &str, all: bool) -> Result<Handle, Refusal> {
-    if all {
-        let ids: Vec<String> = parse("handle", ids)?;
-        Ok(Handle::of(app.clone(), ids, true))
-    } else {
-        Ok(app.handle(ids))
-    }
-}
-
-impl NativeApp {
     /// `f` on the handle `ids` names (the set they list when `all`); ids
     /// that are no JSON list are refused.
     fn with_handle(
@@ -341,15 +282,23 @@ impl NativeApp {
     }
 }
 
-fn handle_json(h: &Handle) -> String {
-    let mut s = String::from("{\"ids\":");
-    s.push_str(&serde_json::to_string(h.ids()).unwrap_or_else(|_| "[]".into()));
-    s.push_str(if h.is_set() {
-        ",\"all\":true}"
+/// A request from `lib/host.js` that does not parse, thrown.
+fn bug(what: &str, e: serde_json::Error) -> napi::Error {
+    napi::Error::from_reason(garbled(what, e).message)
+}
+
+fn handle_of(app: &App, ids: &str, all: bool) -> Result<Handle, Refusal> {
+    if all {
+        let ids: Vec<String> = parse("handle", ids)?;
+        Ok(Handle::of(app.clone(), ids, true))
     } else {
-        ",\"all\":false}"
-    });
-    s
+        Ok(app.handle(ids))
+    }
+}
+
+/// A handle as `lib/handles.js` makes one again: `{"ids": [...], "all": bool}`.
+fn handle_json(h: Handle) -> String {
+    serde_json::json!({"ids": h.ids(), "all": h.is_set()}).to_string()
 }
 
 fn json_text(v: Value) -> String {
@@ -386,22 +335,9 @@ impl NativeApp {
     /// `codec::policy`). `null`, or why not.
     #[napi(catch_unwind)]
     pub fn register(&self, name: String, policy: String) -> Option<Refusal> {
-        let p = match codec::policy(&policy) {
-            Ok(p) => p,
-            Err(e) => return Some(e),
-        };
-        let body = self.host.body(&name);
-        self.app.register(&name, p, body).err().map(Refusal::from)
-    }
-
-    /// Publishes a run: `req` is `[name, args, kwargs, options]`. With
-    /// `known`, a name this app has not registered is refused
-    /// (`UNKNOWN_TASK`); without, it is Celery's `send_task`. Answers the
-    /// run's id. (`sender()` is the same as a bare function, for the hot
-    /// path.)
-    #[napi(catch_unwind)]
-    pub fn send(&self, req: String, known: bool) -> napi::Result<Answer> {
-        send_answer(&self.app, &req, known)
+        codec::policy(&policy)
+            .and_then(|p| Ok(self.app.register(&name, p, self.host.body(&name))?))
+            .err()
     }
 
     /// The span a traced send of `name` is: `[name, kind, {attributes},
@@ -428,12 +364,6 @@ impl NativeApp {
         self.app.set_tracing(on);
     }
 
-    /// Whether the app's runs are traced.
-    #[napi(getter)]
-    pub fn tracing(&self) -> bool {
-        self.app.tracing()
-    }
-
     /// `send(req, known)` as a bare Node-API function bound to this app (see
     /// `fast.rs`): what `Task.send` calls.
     #[napi(catch_unwind)]
@@ -454,9 +384,10 @@ impl NativeApp {
             }
             let canvas = codec::canvas(v)?;
             let app = self.app.clone();
-            Ok(drive(async move { app.send_canvas(canvas).await }, |h| {
-                handle_json(&h)
-            }))
+            Ok(drive(
+                async move { app.send_canvas(canvas).await },
+                handle_json,
+            ))
         })
     }
 
@@ -567,11 +498,9 @@ impl NativeApp {
     pub fn dead_letters(&self, queue: String, limit: Option<f64>) -> napi::Result<Answer> {
         refusing(|| {
             let limit = count(limit, headway_core::task::dead::DEAD_LISTED)?;
-            let Some(insp) = self.app.inspector().cloned() else {
-                return Ok(Ok(napi::bindgen_prelude::Either3::A("[]".into())));
-            };
+            let app = self.app.clone();
             Ok(drive(
-                async move { insp.dead_letters(&queue, limit).await },
+                async move { dead_listed::dead_letters(&app, &queue, limit).await },
                 letters_json,
             ))
         })
@@ -580,12 +509,11 @@ impl NativeApp {
     /// How many dead letters `queue` keeps now.
     #[napi(js_name = "deadCount", catch_unwind)]
     pub fn dead_count(&self, queue: String) -> napi::Result<Answer> {
-        let Some(insp) = self.app.inspector().cloned() else {
-            return Ok(napi::bindgen_prelude::Either3::A("0".into()));
-        };
-        drive(async move { insp.dead_count(&queue).await }, |n| {
-            n.to_string()
-        })
+        let app = self.app.clone();
+        drive(
+            async move { dead_listed::dead_count(&app, &queue).await },
+            json,
+        )
     }
 
     /// Puts dead letters of `queue` back on it, oldest first: at most
@@ -634,12 +562,6 @@ impl NativeApp {
         self.app.task_names()
     }
 
-    /// Whether `name` is registered.
-    #[napi(js_name = "hasTask")]
-    pub fn has_task(&self, name: String) -> bool {
-        self.app.has_task(&name)
-    }
-
     /// Turns Celery's events on (`headway worker -E`): null, or why not.
     #[napi(js_name = "enableTaskEvents", catch_unwind)]
     pub fn enable_task_events(&self) -> Option<Refusal> {
@@ -650,52 +572,39 @@ impl NativeApp {
     /// until the process ends: the port (the one chosen for 0), or why not.
     #[napi(js_name = "serveMetrics", catch_unwind)]
     pub fn serve_metrics(&self, host: String, port: f64) -> Either<u32, Refusal> {
-        match headway_core::task::metrics::serve(self.app.clone(), &host, ms(port)) {
-            Ok(s) => Either::A(u32::from(s.addr.port())),
-            Err(e) => Either::B(Refusal::from(e)),
-        }
+        either(
+            headway_core::task::metrics::serve(self.app.clone(), &host, ms(port))
+                .map(|s| u32::from(s.addr.port())),
+        )
     }
 
-    /// `headway inspect|control` (the CLI): `request` is JSON `{kind,
-    /// what, words, timeout (s), destination, json}`; answers JSON `{code,
-    /// out, err}` once the nodes' answers are gathered, or why not (a bad
-    /// command is refused before anything is sent).
+    /// `headway inspect|control` (the CLI): `kind`, `what` and its
+    /// `words`, `timeout` (s), the `destination` nodes and whether to print
+    /// `json`; answers JSON `{code, out, err}` once the nodes' answers are
+    /// gathered, or why not (a bad command is refused before anything is
+    /// sent).
     #[napi(catch_unwind)]
-    pub fn remote(&self, request: String) -> napi::Result<Answer> {
-        #[derive(serde::Deserialize)]
-        struct Req {
-            kind: String,
-            what: String,
-            #[serde(default)]
-            words: Vec<String>,
-            timeout: Option<f64>,
-            destination: Option<Vec<String>>,
-            #[serde(default)]
-            json: bool,
-        }
+    pub fn remote(
+        &self,
+        kind: String,
+        what: String,
+        words: Vec<String>,
+        timeout: Option<f64>,
+        destination: Option<Vec<String>>,
+        json: bool,
+    ) -> napi::Result<Answer> {
         let text = |p: headway_core::task::control::Printed| {
             serde_json::json!({"code": p.code, "out": p.out, "err": p.err}).to_string()
         };
-        refusing(|| {
-            let r: Req = serde_json::from_str(&request)
-                .map_err(|e| Refused::Invalid(format!("invalid remote request: {e}")))?;
-            let app = self.app.clone();
-            Ok(drive(
-                async move {
-                    headway_core::task::control::cli(
-                        &app,
-                        &r.kind,
-                        &r.what,
-                        &r.words,
-                        r.timeout,
-                        r.destination.as_deref(),
-                        r.json,
-                    )
+        let app = self.app.clone();
+        drive(
+            async move {
+                let to = destination.as_deref();
+                headway_core::task::control::cli(&app, &kind, &what, &words, timeout, to, json)
                     .await
-                },
-                text,
-            ))
-        })
+            },
+            text,
+        )
     }
 
     /// The app's time, epoch ms.
@@ -709,14 +618,11 @@ impl NativeApp {
     /// `spec.child` is how `lib/child.js` is started).
     #[napi(catch_unwind)]
     pub fn worker(&self, spec: String) -> Either<NativeWorker, Refusal> {
-        let cfg = match codec::worker(&spec) {
-            Ok(c) => c,
-            Err(e) => return Either::B(e),
-        };
-        match self.app.worker(cfg) {
-            Ok(w) => Either::A(NativeWorker { w }),
-            Err(e) => Either::B(Refusal::from(e)),
-        }
+        either(codec::worker(&spec).and_then(|cfg| {
+            Ok(NativeWorker {
+                w: self.app.worker(cfg)?,
+            })
+        }))
     }
 
     /// In a child of the process pool (`lib/child.js`): serves the parent on
@@ -855,11 +761,6 @@ struct EntryIn(
     Option<OptsIn>,
 );
 
-fn pairs(items: impl IntoIterator<Item = (String, i64)>) -> String {
-    let v: Vec<(String, i64)> = items.into_iter().collect();
-    serde_json::to_string(&v).unwrap_or_else(|_| "[]".into())
-}
-
 #[napi]
 impl NativeBeat {
     /// Schedules an entry (replacing one of that name) on a rhythm (JSON,
@@ -890,7 +791,7 @@ impl NativeBeat {
     /// `[[name, at], ...]`, soonest first (epoch ms).
     #[napi]
     pub fn pending(&self) -> String {
-        pairs(self.beat.pending())
+        json(self.beat.pending())
     }
 
     /// Sends what is due now; answers `[[name, due, id], ...]`.
@@ -898,11 +799,12 @@ impl NativeBeat {
     pub fn tick(&self) -> napi::Result<Answer> {
         let b = self.beat.clone();
         let render = |fired: Vec<headway_core::task::Fired>| {
-            let v: Vec<(String, i64, String)> = fired
-                .into_iter()
-                .map(|f| (f.name, f.due, f.handle.id().to_string()))
-                .collect();
-            serde_json::to_string(&v).unwrap_or_else(|_| "[]".into())
+            json(
+                fired
+                    .into_iter()
+                    .map(|f| (f.name, f.due, f.handle.id().to_string()))
+                    .collect::<Vec<_>>(),
+            )
         };
         drive(async move { b.tick().await }, render)
     }

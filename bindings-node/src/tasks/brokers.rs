@@ -18,7 +18,7 @@ use napi_derive::napi;
 
 use super::hub::{Answer, drive, json};
 use super::time::NativeClock;
-use super::{Refusal, ms, rt};
+use super::{Refusal, either, lock, ms, rt};
 
 /// A refused target, its option named as JS spells it (the core's
 /// `Host::target_refused`).
@@ -27,10 +27,7 @@ fn refusal(e: TargetError) -> Refusal {
 }
 
 fn made(r: Result<Target, TargetError>) -> Either<NativeRedis, Refusal> {
-    match r {
-        Ok(target) => Either::A(NativeRedis { target }),
-        Err(e) => Either::B(refusal(e)),
-    }
+    either(r.map(|target| NativeRedis { target }).map_err(refusal))
 }
 
 /// The broker `target` names, connected (blocking) on `clock`.
@@ -102,10 +99,7 @@ impl NativeRedis {
     /// The seams of an app on `clock` (connecting now if needed).
     #[napi(catch_unwind)]
     pub fn seams(&self, clock: &NativeClock) -> Either<NativeSeams, Refusal> {
-        match connect(&self.target, &clock.clock) {
-            Ok(s) => Either::A(s),
-            Err(e) => Either::B(e),
-        }
+        either(connect(&self.target, &clock.clock))
     }
 
     /// Hands back what consumers whose lease (or visibility timeout) ran out
@@ -135,7 +129,14 @@ pub struct NativeSeams {
 impl NativeSeams {
     /// Takes them out (an app owns them).
     pub(crate) fn take(&self) -> Option<(Connected, Store)> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).take()
+        lock(&self.inner).take()
+    }
+
+    /// Keeps results in `s` (while they are not yet an app's).
+    fn keep_in(&self, s: Store) {
+        if let Some((_, store)) = lock(&self.inner).as_mut() {
+            *store = s;
+        }
     }
 }
 
@@ -145,22 +146,18 @@ impl NativeSeams {
     /// argument's, for the refusal.
     #[napi(catch_unwind)]
     pub fn url(url: String, name: String, clock: &NativeClock) -> Either<NativeSeams, Refusal> {
-        let r = Target::url(&name, &url)
-            .map_err(refusal)
-            .and_then(|t| connect(&t, &clock.clock));
-        match r {
-            Ok(s) => Either::A(s),
-            Err(e) => Either::B(e),
-        }
+        either(
+            Target::url(&name, &url)
+                .map_err(refusal)
+                .and_then(|t| connect(&t, &clock.clock)),
+        )
     }
 
     /// Keeps results and chord counts in `other`'s store instead.
     #[napi(js_name = "withBackend")]
     pub fn with_backend(&self, other: &NativeSeams) {
-        let theirs = other.take();
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if let (Some((_, store)), Some((theirs, _))) = (g.as_mut(), theirs) {
-            *store = Store::In(theirs);
+        if let Some((theirs, _)) = other.take() {
+            self.keep_in(Store::In(theirs));
         }
     }
 
@@ -171,7 +168,7 @@ impl NativeSeams {
     #[napi(js_name = "withBackendUrl", catch_unwind)]
     pub fn with_backend_url(&self, url: String, clock: &NativeClock) -> Option<Refusal> {
         let on = {
-            let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            let g = lock(&self.inner);
             match g.as_ref() {
                 Some((on, _)) => on.clone(),
                 None => return Some(Refusal::invalid("these seams were already used")),
@@ -187,14 +184,7 @@ impl NativeSeams {
         ));
         match r {
             Ok(store) => {
-                if let Some((_, s)) = self
-                    .inner
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .as_mut()
-                {
-                    *s = store;
-                }
+                self.keep_in(store);
                 None
             }
             Err(e) => Some(e.into()),
@@ -204,13 +194,6 @@ impl NativeSeams {
     /// Keeps no results (`get()` refuses with `MISSING`).
     #[napi(js_name = "withoutBackend")]
     pub fn without_backend(&self) {
-        if let Some((_, store)) = self
-            .inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-        {
-            *store = Store::Nowhere;
-        }
+        self.keep_in(Store::Nowhere);
     }
 }

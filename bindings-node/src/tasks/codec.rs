@@ -37,22 +37,29 @@ pub(crate) fn parse<'a, T: Deserialize<'a>>(what: &str, text: &'a str) -> Result
 /// those travel as the strings `"Infinity"` / `"-Infinity"` and reach the
 /// core as the numbers they are, for it to take or refuse (`lib/` refuses
 /// NaN itself).
-fn js_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Num {
-        F(f64),
-        S(String),
+#[derive(Debug, Clone, Copy)]
+struct Num(f64);
+
+impl<'de> Deserialize<'de> for Num {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Num, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum N {
+            F(f64),
+            S(String),
+        }
+        match N::deserialize(d)? {
+            N::F(x) => Ok(Num(x)),
+            N::S(s) if s == "Infinity" => Ok(Num(f64::INFINITY)),
+            N::S(s) if s == "-Infinity" => Ok(Num(f64::NEG_INFINITY)),
+            N::S(s) => Err(serde::de::Error::custom(format!("{s:?} is not a number"))),
+        }
     }
-    match Option::<Num>::deserialize(d)? {
-        None => Ok(None),
-        Some(Num::F(x)) => Ok(Some(x)),
-        Some(Num::S(s)) => match s.as_str() {
-            "Infinity" => Ok(Some(f64::INFINITY)),
-            "-Infinity" => Ok(Some(f64::NEG_INFINITY)),
-            _ => Err(serde::de::Error::custom(format!("{s:?} is not a number"))),
-        },
-    }
+}
+
+/// A [`Num`] given, as the number it is.
+fn num(n: Option<Num>) -> Option<f64> {
+    n.map(|Num(x)| x)
 }
 
 /// Per-send options as the JS in `lib/` spells them (instants in epoch ms).
@@ -142,24 +149,19 @@ enum RateIn {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct PolicyIn {
     queue: Option<String>,
-    #[serde(default, deserialize_with = "js_number")]
-    retries: Option<f64>,
+    retries: Option<Num>,
     backoff: Option<BackoffIn>,
-    #[serde(default, deserialize_with = "js_number")]
-    timeout: Option<f64>,
+    timeout: Option<Num>,
     acks_late: Option<bool>,
     ignore_result: Option<bool>,
     rate: Option<RateIn>,
-    #[serde(default, deserialize_with = "js_number")]
-    time_limit: Option<f64>,
-    #[serde(default, deserialize_with = "js_number")]
-    soft_time_limit: Option<f64>,
+    time_limit: Option<Num>,
+    soft_time_limit: Option<Num>,
     reject_on_worker_lost: Option<bool>,
     retry_for: Option<Vec<String>>,
     dont_retry_for: Option<Vec<String>>,
     rate_scope: Option<String>,
-    #[serde(default, deserialize_with = "js_number")]
-    concurrency_limit: Option<f64>,
+    concurrency_limit: Option<Num>,
 }
 
 /// A task's policy: what is omitted is the core's default.
@@ -167,9 +169,9 @@ pub(crate) fn policy(text: &str) -> Result<Policy, Refusal> {
     let p: PolicyIn = parse("policy", text)?;
     let spec = PolicySpec {
         queue: p.queue,
-        retries: p.retries,
+        retries: num(p.retries),
         backoff: p.backoff.map(BackoffIn::spec),
-        timeout: p.timeout.map(ms),
+        timeout: num(p.timeout).map(ms),
         acks_late: p.acks_late,
         ignore_result: p.ignore_result,
         rate: p.rate.map(|r| match r {
@@ -179,13 +181,13 @@ pub(crate) fn policy(text: &str) -> Result<Policy, Refusal> {
                 per: Some(ms(per)),
             },
         }),
-        time_limit: p.time_limit.map(ms),
-        soft_time_limit: p.soft_time_limit.map(ms),
+        time_limit: num(p.time_limit).map(ms),
+        soft_time_limit: num(p.soft_time_limit).map(ms),
         reject_on_worker_lost: p.reject_on_worker_lost,
         retry_for: p.retry_for,
         dont_retry_for: p.dont_retry_for,
         rate_scope: p.rate_scope,
-        concurrency_limit: p.concurrency_limit,
+        concurrency_limit: num(p.concurrency_limit),
     };
     Ok(spec.build(Host::Node)?)
 }
@@ -205,23 +207,16 @@ struct ChildIn {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct WorkerIn {
     queues: Option<Vec<String>>,
-    #[serde(default, deserialize_with = "js_number")]
-    concurrency: Option<f64>,
-    #[serde(default, deserialize_with = "js_number")]
-    prefetch: Option<f64>,
-    #[serde(default, deserialize_with = "js_number")]
-    prefetch_multiplier: Option<f64>,
+    concurrency: Option<Num>,
+    prefetch: Option<Num>,
+    prefetch_multiplier: Option<Num>,
     name: Option<String>,
     pool: Option<String>,
     child: Option<ChildIn>,
-    #[serde(default, deserialize_with = "js_number")]
-    max_tasks_per_child: Option<f64>,
-    #[serde(default, deserialize_with = "js_number")]
-    max_memory_per_child: Option<f64>,
-    #[serde(default, deserialize_with = "js_number")]
-    time_limit: Option<f64>,
-    #[serde(default, deserialize_with = "js_number")]
-    soft_time_limit: Option<f64>,
+    max_tasks_per_child: Option<Num>,
+    max_memory_per_child: Option<Num>,
+    time_limit: Option<Num>,
+    soft_time_limit: Option<Num>,
 }
 
 /// A worker's configuration: what is omitted is the core's default, and
@@ -231,9 +226,9 @@ pub(crate) fn worker(text: &str) -> Result<WorkerConfig, Refusal> {
     let w: WorkerIn = parse("worker", text)?;
     let spec = WorkerSpec {
         queues: w.queues,
-        concurrency: w.concurrency,
-        prefetch: w.prefetch,
-        prefetch_multiplier: w.prefetch_multiplier,
+        concurrency: num(w.concurrency),
+        prefetch: num(w.prefetch),
+        prefetch_multiplier: num(w.prefetch_multiplier),
         name: w.name,
         pool: w.pool,
         child: w.child.map(|c| ChildCommand {
@@ -241,10 +236,10 @@ pub(crate) fn worker(text: &str) -> Result<WorkerConfig, Refusal> {
             args: c.args,
             env: c.env,
         }),
-        max_tasks_per_child: w.max_tasks_per_child,
-        max_memory_per_child: w.max_memory_per_child,
-        time_limit: w.time_limit.map(ms),
-        soft_time_limit: w.soft_time_limit.map(ms),
+        max_tasks_per_child: num(w.max_tasks_per_child),
+        max_memory_per_child: num(w.max_memory_per_child),
+        time_limit: num(w.time_limit).map(ms),
+        soft_time_limit: num(w.soft_time_limit).map(ms),
     };
     Ok(spec.build(Host::Node)?)
 }
@@ -289,52 +284,46 @@ pub(crate) fn rhythm(text: &str) -> Result<Rhythm, Refusal> {
 /// null]`, `["chain", [...]]`, `["group", [...]]`, `["chord", [...],
 /// callback]`.
 pub(crate) fn canvas(v: Value) -> Result<Canvas, Refusal> {
-    let Value::Array(mut a) = v else {
-        return Err(garbled("canvas", "a node is not an array"));
-    };
-    let kind = a
-        .first()
+    type SigIn = (
+        String,
+        String,
+        Vec<Value>,
+        Option<Map<String, Value>>,
+        bool,
+        Option<OptsIn>,
+    );
+    let bad = |e: serde_json::Error| garbled("canvas", e);
+    let kind = v
+        .get(0)
         .and_then(Value::as_str)
-        .ok_or_else(|| garbled("canvas", "a node has no kind"))?
+        .unwrap_or_default()
         .to_string();
-    let mut take = |i: usize| -> Value { a.get_mut(i).map(Value::take).unwrap_or(Value::Null) };
     let list = |v: Value| -> Result<Vec<Canvas>, Refusal> {
-        match v {
-            Value::Array(items) => items.into_iter().map(canvas).collect(),
-            _ => Err(garbled("canvas", "a list is not an array")),
-        }
+        let items: Vec<Value> = serde_json::from_value(v).map_err(bad)?;
+        items.into_iter().map(canvas).collect()
     };
     match kind.as_str() {
         "sig" => {
-            let Value::String(name) = take(1) else {
-                return Err(garbled("canvas", "a signature has no name"));
-            };
-            let args = match take(2) {
-                Value::Array(a) => a,
-                _ => return Err(garbled("canvas", "args is not an array")),
-            };
-            let kwargs = match take(3) {
-                Value::Object(o) => o,
-                Value::Null => Map::new(),
-                _ => return Err(garbled("canvas", "kwargs is not an object")),
-            };
-            let immutable = take(4).as_bool().unwrap_or(false);
-            let opts: Option<OptsIn> =
-                serde_json::from_value(take(5)).map_err(|e| garbled("canvas", e))?;
-            let mut sig = Sig::new(name, args)
-                .with_kwargs(kwargs)
+            let (_, name, args, kwargs, immutable, opts): SigIn =
+                serde_json::from_value(v).map_err(bad)?;
+            let sig = Sig::new(name, args)
+                .with_kwargs(kwargs.unwrap_or_default())
                 .with_options(options(opts)?);
-            if immutable {
-                sig = sig.immutable();
-            }
-            Ok(Canvas::Sig(sig))
+            Ok(Canvas::Sig(if immutable { sig.immutable() } else { sig }))
         }
-        "chain" => Ok(Canvas::Chain(list(take(1))?)),
-        "group" => Ok(Canvas::Group(list(take(1))?)),
+        "chain" | "group" => {
+            let (_, parts): (String, Value) = serde_json::from_value(v).map_err(bad)?;
+            let parts = list(parts)?;
+            Ok(if kind == "chain" {
+                Canvas::Chain(parts)
+            } else {
+                Canvas::Group(parts)
+            })
+        }
         "chord" => {
-            let parts = list(take(1))?;
-            let cb = canvas(take(2))?;
-            Ok(Canvas::Chord(parts, Box::new(cb)))
+            let (_, parts, callback): (String, Value, Value) =
+                serde_json::from_value(v).map_err(bad)?;
+            Ok(Canvas::Chord(list(parts)?, Box::new(canvas(callback)?)))
         }
         other => Err(garbled("canvas", format!("unknown node {other:?}"))),
     }

@@ -4,8 +4,8 @@
 //! borrow bookkeeping (the flow side measured the same, see `raw.rs`); a
 //! send is ~2-4 µs in all, so that is a tenth of it. `NativeApp.sender()`
 //! makes, once per app, a plain function whose callback data is the app:
-//! `send(req, known)` reads one string and one boolean and answers like
-//! `NativeApp.send` (a payload string, a ticket number, or a refusal).
+//! `send(req, known)` reads one string and one boolean and answers as the
+//! hub's calls do (a payload string, a ticket number, or a refusal).
 
 use std::ffi::c_void;
 use std::panic::catch_unwind;

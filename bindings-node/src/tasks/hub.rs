@@ -38,7 +38,7 @@ use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Env, Status};
 use napi_derive::napi;
 
-use super::{Refusal, rt};
+use super::{Refusal, lock, rt};
 
 type Bell = ThreadsafeFunction<(), (), (), Status, false, true>;
 
@@ -64,10 +64,7 @@ impl Shared {
     }
 
     fn push(&self, ticket: u32, s: Settled) {
-        self.done
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((ticket, s));
+        lock(&self.done).push((ticket, s));
         self.ring();
     }
 }
@@ -156,7 +153,7 @@ pub fn hub_init(env: &Env, bell: Function<(), ()>) -> napi::Result<()> {
 pub fn hub_drain() -> napi::Result<Option<String>> {
     let hub = hub()?;
     hub.shared.rung.store(false, Ordering::Release);
-    let done = std::mem::take(&mut *hub.shared.done.lock().unwrap_or_else(|e| e.into_inner()));
+    let done = std::mem::take(&mut *lock(&hub.shared.done));
     if done.is_empty() {
         return Ok(None);
     }

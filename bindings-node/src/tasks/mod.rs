@@ -48,7 +48,7 @@ use serde::Serialize;
 /// `TIMEOUT`, `REVOKED`, `MISSING`, `UNKNOWN_TASK`, `BROKER`, `INVALID`),
 /// or `PANIC` for a Rust panic caught in a spawned future.
 #[napi(object)]
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Refusal {
     pub code: String,
@@ -72,12 +72,7 @@ impl Refusal {
         Refusal {
             code: code.to_string(),
             message,
-            remote_type: None,
-            remote_message: None,
-            remote_traceback: None,
-            remote_module: None,
-            id: None,
-            kind: None,
+            ..Default::default()
         }
     }
 
@@ -117,6 +112,23 @@ impl From<Refused> for Refusal {
         }
         out
     }
+}
+
+/// A core answer as JS takes it: the value, or the refusal `lib/errors.js`
+/// turns into an `Error`.
+pub(crate) fn either<T, E: Into<Refusal>>(
+    r: Result<T, E>,
+) -> napi::bindgen_prelude::Either<T, Refusal> {
+    match r {
+        Ok(v) => napi::bindgen_prelude::Either::A(v),
+        Err(e) => napi::bindgen_prelude::Either::B(e.into()),
+    }
+}
+
+/// `m`'s guard, a poisoned lock taken as it is: every writer here leaves
+/// what it guards whole before anything can panic.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The core's one runtime. Node never forks without exec, so the core's

@@ -13,7 +13,7 @@ use napi_derive::napi;
 
 use super::app::NativeHost;
 use super::codec::rhythm;
-use super::hub::{Answer, drive, drive_done};
+use super::hub::{Answer, drive, drive_done, json};
 use super::time::NativeClock;
 use super::{Refusal, ms};
 
@@ -45,12 +45,9 @@ impl NativeScheduler {
     /// not.
     #[napi(catch_unwind)]
     pub fn add(&self, name: String, spec: String) -> Option<Refusal> {
-        let r = match rhythm(&spec) {
-            Ok(r) => r,
-            Err(e) => return Some(e),
-        };
-        let body = self.host.body(&name);
-        self.inner.add_body(&name, body, r).err().map(Refusal::from)
+        rhythm(&spec)
+            .and_then(|r| Ok(self.inner.add_body(&name, self.host.body(&name), r)?))
+            .err()
     }
 
     /// Removes the job `name`; `false` when there was none.
@@ -62,8 +59,7 @@ impl NativeScheduler {
     /// `[[name, at], ...]`, soonest first (epoch ms).
     #[napi]
     pub fn pending(&self) -> String {
-        let v = self.inner.pending();
-        serde_json::to_string(&v).unwrap_or_else(|_| "[]".into())
+        json(self.inner.pending())
     }
 
     /// How the job `name` has gone, as JSON `{"fired", "failed", "skipped",
@@ -87,10 +83,9 @@ impl NativeScheduler {
     #[napi(catch_unwind)]
     pub fn tick(&self) -> napi::Result<Answer> {
         let s = self.inner.clone();
-        let render = |v: Vec<(String, i64)>| serde_json::to_string(&v).unwrap_or_default();
         drive(
             async move { Ok::<_, headway_core::task::Refused>(s.tick().await) },
-            render,
+            json,
         )
     }
 

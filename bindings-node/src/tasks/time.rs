@@ -12,7 +12,7 @@ use napi::bindgen_prelude::Either;
 use napi_derive::napi;
 
 use super::codec::{backoff_text, rhythm};
-use super::{Refusal, ms};
+use super::{Refusal, either, ms};
 
 /// The clock an app, a broker or a scheduler reads: the system clock, or a
 /// virtual one that sleeping advances (`testing.VirtualClock`).
@@ -65,12 +65,6 @@ impl NativeClock {
             v.advance_to(ms(at));
         }
     }
-
-    /// Whether sleeping on it advances it.
-    #[napi(getter, js_name = "isVirtual")]
-    pub fn is_virtual(&self) -> bool {
-        self.virt.is_some()
-    }
 }
 
 /// Checks a rhythm request (`{every, anchor}`, `{cron, tz}`, `{at}`):
@@ -84,33 +78,26 @@ pub fn rhythm_check(spec: String) -> Option<Refusal> {
 /// when it never does.
 #[napi(js_name = "_rhythmFirst", catch_unwind)]
 pub fn rhythm_first(spec: String, now: f64) -> Either<Option<f64>, Refusal> {
-    match rhythm(&spec) {
-        Ok(r) => Either::A(r.first(ms(now)).map(|t| t as f64)),
-        Err(e) => Either::B(e),
-    }
+    either(rhythm(&spec).map(|r| r.first(ms(now)).map(|t| t as f64)))
 }
 
 /// The first time the rhythm fires strictly after `at` — pass the time that
 /// was due, which is how a late tick keeps the phase; `null` when never.
 #[napi(js_name = "_rhythmAfter", catch_unwind)]
 pub fn rhythm_after(spec: String, at: f64) -> Either<Option<f64>, Refusal> {
-    match rhythm(&spec) {
-        Ok(r) => Either::A(r.after(ms(at)).map(|t| t as f64)),
-        Err(e) => Either::B(e),
-    }
+    either(rhythm(&spec).map(|r| r.after(ms(at)).map(|t| t as f64)))
 }
 
 /// A backoff request (`{fixed}` or `{base, cap, jitter}`) with the core's
 /// defaults filled in, as JSON text; or why the core refuses it.
 #[napi(js_name = "_backoffNorm", catch_unwind)]
 pub fn backoff_norm(spec: String) -> Either<String, Refusal> {
-    match backoff_text(&spec) {
-        Ok(RetryBackoff::Fixed { delay }) => Either::A(format!("{{\"fixed\":{delay}}}")),
-        Ok(RetryBackoff::Exponential { base, cap, jitter }) => Either::A(format!(
-            "{{\"base\":{base},\"cap\":{cap},\"jitter\":{jitter}}}"
-        )),
-        Err(e) => Either::B(e),
-    }
+    either(backoff_text(&spec).map(|b| match b {
+        RetryBackoff::Fixed { delay } => format!("{{\"fixed\":{delay}}}"),
+        RetryBackoff::Exponential { base, cap, jitter } => {
+            format!("{{\"base\":{base},\"cap\":{cap},\"jitter\":{jitter}}}")
+        }
+    }))
 }
 
 /// The wait in ms before attempt `attempt` (the first is 1 and never waits)
@@ -118,8 +105,5 @@ pub fn backoff_norm(spec: String) -> Either<String, Refusal> {
 /// same on every machine and in both languages.
 #[napi(js_name = "_backoffWait", catch_unwind)]
 pub fn backoff_wait(spec: String, attempt: u32, id: String) -> Either<f64, Refusal> {
-    match backoff_text(&spec) {
-        Ok(b) => Either::A(b.delay(attempt, &id) as f64),
-        Err(e) => Either::B(e),
-    }
+    either(backoff_text(&spec).map(|b| b.delay(attempt, &id) as f64))
 }

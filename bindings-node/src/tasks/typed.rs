@@ -59,8 +59,7 @@ fn marker_in(m: &Map<String, Value>) -> Option<Typed> {
         let ms = x.as_f64().filter(|f| f.is_finite())?;
         return Some(Typed::datetime_ms(super::ms(ms)));
     }
-    let hex = m.get(BYTES)?.as_str()?;
-    unhex(hex).map(Typed::Bytes)
+    hex::decode(m.get(BYTES)?.as_str()?).ok().map(Typed::Bytes)
 }
 
 /// Writes `v` (a value, a list of them, keyword arguments) as JSON text for
@@ -123,7 +122,7 @@ fn to_js(v: &mut Value) -> bool {
 fn js_of(t: &Typed) -> Option<Value> {
     Some(match t {
         Typed::DateTime(_) => one(DATE, Value::from(t.epoch_ms()?)),
-        Typed::Bytes(b) => one(BYTES, Value::String(hex(b))),
+        Typed::Bytes(b) => one(BYTES, Value::String(hex::encode(b))),
         Typed::Uuid(_) => Value::String(t.uuid_hyphenated()?),
         Typed::Decimal(s) | Typed::Date(s) | Typed::Time(s) => Value::String(s.clone()),
     })
@@ -133,27 +132,6 @@ fn one(k: &str, v: Value) -> Value {
     let mut m = Map::with_capacity(1);
     m.insert(k.to_string(), v);
     Value::Object(m)
-}
-
-fn hex(b: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(b.len() * 2);
-    for &x in b {
-        s.push(DIGITS[(x >> 4) as usize] as char);
-        s.push(DIGITS[(x & 15) as usize] as char);
-    }
-    s
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    let s = s.as_bytes();
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    s.chunks_exact(2)
-        .map(|p| Some((digit(p[0])? << 4) | digit(p[1])?))
-        .collect()
 }
 
 #[cfg(test)]

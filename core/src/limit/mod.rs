@@ -33,6 +33,7 @@ mod bucket;
 mod gate;
 pub mod store;
 pub(crate) mod tasks;
+pub mod tokens;
 mod window;
 pub mod wire;
 

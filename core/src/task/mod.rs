@@ -18,6 +18,7 @@ pub mod clock;
 pub mod control;
 pub mod crew;
 pub mod dead;
+pub mod dead_listed;
 pub mod dedupe;
 pub mod depth;
 mod direct;
