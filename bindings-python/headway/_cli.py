@@ -37,12 +37,14 @@ error, critical; default warning) and ``--log-format`` (``text``:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
@@ -50,6 +52,15 @@ from . import _log, _native
 from ._from_celery import is_celery_app, serve
 from .celery.app import Celery as DropIn
 from ._tasks import GRACE, App
+
+
+@contextlib.contextmanager
+def _refused(prefix: str = "headway") -> Iterator[None]:
+    """A ``ValueError`` raised inside ends the command with its message."""
+    try:
+        yield
+    except ValueError as e:
+        raise SystemExit(f"{prefix}: {e}") from e
 
 
 def _load(spec: str) -> App:
@@ -63,18 +74,13 @@ def _load(spec: str) -> App:
     except ImportError as e:
         raise SystemExit(f"headway: -A {spec!r}: cannot import {module!r}: {e}") from e
     obj = getattr(m, attr or "app", None)
-    if is_celery_app(obj):
-        # A real Celery app: its tasks, served on its broker (_from_celery).
-        try:
+    with _refused(f"headway: -A {spec!r}"):
+        if is_celery_app(obj):
+            # A real Celery app: its tasks, served on its broker (_from_celery).
             obj = serve(obj)
-        except ValueError as e:
-            raise SystemExit(f"headway: -A {spec!r}: {e}") from e
-    elif isinstance(obj, DropIn):
-        # `headway.celery.Celery`: the headway App behind it, on its queues.
-        try:
+        elif isinstance(obj, DropIn):
+            # `headway.celery.Celery`: the headway App behind it, on its queues.
             obj = obj._served()
-        except ValueError as e:
-            raise SystemExit(f"headway: -A {spec!r}: {e}") from e
     if not isinstance(obj, App):
         raise SystemExit(
             f"headway: -A {spec!r}: {module}.{attr or 'app'} is not a headway.App "
@@ -86,11 +92,9 @@ def _load(spec: str) -> App:
 
 
 def _logging(level: str, fmt: str) -> None:
-    try:
+    with _refused():
         fmt = _native.log_format(fmt)
         _log.set_level(level)
-    except ValueError as e:
-        raise SystemExit(f"headway: {e}") from e
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_log.JsonFormatter() if fmt == "json" else _log.TextFormatter())
     root = logging.getLogger()
@@ -100,10 +104,8 @@ def _logging(level: str, fmt: str) -> None:
 
 def _say(line: str, **fields: Any) -> None:
     # The printed lines are the core's (the Node CLI prints the same).
-    try:
+    with _refused():
         text = _native.banner(line, json.dumps(fields))
-    except ValueError as e:
-        raise SystemExit(f"headway: {e}") from e
     print(text, flush=True)
 
 
@@ -127,16 +129,12 @@ def _worker(c: dict[str, Any]) -> int:
     }
     w = app.worker(queues=c["queues"] or app._queues, **{**app._worker_defaults, **given})
     if c["task_events"]:
-        try:
+        with _refused():
             app._native.enable_task_events()
-        except ValueError as e:
-            raise SystemExit(f"headway: {e}") from e
     if c["metrics_port"] is not None:
         host = c["metrics_host"]
-        try:
+        with _refused():
             port = app._native.serve_metrics(host, c["metrics_port"])
-        except ValueError as e:
-            raise SystemExit(f"headway: {e}") from e
         _say("metrics", host=host, port=port)
     try:
         signal.signal(signal.SIGTERM, _term)
@@ -193,12 +191,10 @@ def _remote(c: dict[str, Any]) -> int:
     # Celery's `inspect` / `control`: the words, the sending, the gathering
     # and the text are the core's (the Node CLI prints the same).
     app = _load(c["app"])
-    try:
+    with _refused():
         code, out, err = app._native.remote(
             c["command"], c["what"], c["words"], c["timeout"], c["destination"], c["json"]
         )
-    except ValueError as e:
-        raise SystemExit(f"headway: {e}") from e
     sys.stdout.write(out)
     sys.stderr.write(err)
     sys.stdout.flush()
