@@ -66,14 +66,9 @@ function say(line, fields = {}) {
   console.log(must(() => require('./addon.js')._banner(line, JSON.stringify(fields))));
 }
 
-async function load(file, App) {
+function load(file, App) {
   const { importApp } = require('./lib/load.js');
-  try {
-    return await importApp(file, App);
-  } catch (e) {
-    fail(e && e.message);
-  }
-  return undefined;
+  return importApp(file, App).catch((e) => fail(e && e.message));
 }
 
 // The parser's seconds (null: not given) as the ms the worker takes.

@@ -15,10 +15,10 @@ const { coded } = require('./errors.js');
 
 const { nativeOf, answer } = tasks._admin;
 
-// A native answer's payload: JSON text when it came at once, the value
-// itself when it came through the bell (the hub splices it into its batch).
-const json = (text) => JSON.parse(text);
-const same = (v) => v;
+// A native answer's payload: JSON text when it came at once (JSON.parse),
+// the value itself when it came through the bell (the hub splices it into
+// its batch).
+const { same } = require('./host.js');
 
 // Messages worded by the core's rules, not Node's "The "x" argument" ones.
 const typeError = (message) => coded('ERR_INVALID_ARG_TYPE', message, TypeError);
@@ -85,7 +85,7 @@ async function pump(admin, id, req, res) {
   try {
     res.flushHeaders();
     while (!gone && !res.destroyed) {
-      const frame = await answer(admin.next(id), json, same);
+      const frame = await answer(admin.next(id), JSON.parse, same);
       if (frame === null || gone) break;
       if (!res.write(frame)) {
         // A slow client: wait for it to drain (or leave) before the next.
@@ -172,7 +172,7 @@ function handler(app, options) {
         socket.encrypted === true,
         typeof socket.remoteAddress === 'string' ? socket.remoteAddress : null,
       ),
-      json,
+      JSON.parse,
       same,
     );
     if (res.destroyed) {

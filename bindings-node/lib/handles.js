@@ -7,7 +7,7 @@ const { outOfRange } = require('./errors.js');
 const { num, bool, opts, only } = require('./checks.js');
 const { argType } = require('./errors.js');
 const { parse } = require('./json.js');
-const { answer, promised, nothing } = require('./host.js');
+const { answer, promised, nothing, same } = require('./host.js');
 
 const APP = Symbol('app');
 const SEND = Symbol('send');
@@ -43,7 +43,7 @@ class Handle {
   get(timeout) {
     return promised(() => {
       const t = timeout === undefined || timeout === null ? null : num('timeout', timeout);
-      return answer(this.#app[APP].get(this.#key, this.#all, t), parse, identity);
+      return answer(this.#app[APP].get(this.#key, this.#all, t), parse, same);
     });
   }
 
@@ -52,7 +52,7 @@ class Handle {
    * REVOKED), or a custom state its body recorded (`ctx.updateState`).
    */
   state() {
-    return promised(() => answer(this.#app[APP].state(this.#key, this.#all), identity, identity));
+    return promised(() => answer(this.#app[APP].state(this.#key, this.#all), same, same));
   }
 
   /**
@@ -63,7 +63,7 @@ class Handle {
    * stored. A group: the list of its parts', in order.
    */
   info() {
-    return promised(() => answer(this.#app[APP].info(this.#key, this.#all), parse, identity));
+    return promised(() => answer(this.#app[APP].info(this.#key, this.#all), parse, same));
   }
 
   /**
@@ -122,10 +122,6 @@ function revokeOptions(v) {
     throw argType('signal', 'a signal name (string) or number', s);
   }
   return [terminate, s ?? null];
-}
-
-function identity(x) {
-  return x;
 }
 
 /** A count argument: a number, whole, 0 or more. */

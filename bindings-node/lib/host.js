@@ -532,4 +532,7 @@ function nothing() {
   return undefined;
 }
 
-module.exports = { answer, promised, nothing, settle, TASK, JOB, Host, Context };
+/** A payload as it came (a string at once, or a value through the bell). */
+const same = (v) => v;
+
+module.exports = { answer, promised, nothing, same, settle, TASK, JOB, Host, Context };

@@ -7,12 +7,11 @@
 // and turns native answers into Promises.
 
 const native = require('../addon.js');
-const { answer, nothing } = require('./host.js');
+const { answer, nothing, same } = require('./host.js');
 const { kick } = require('./wire.js');
 const { anyNum, optNum, fix, strictOpts, str } = require('./checks.js');
 const { coded } = require('./errors.js');
 
-const parse = (text) => JSON.parse(text);
 
 /** A native call's answer, its bytes written on the event loop's socket
  * when the call went there (`lib/wire.js`). */
@@ -20,7 +19,6 @@ function sent(wire, r) {
   if (wire !== null && typeof r === 'number') kick(wire);
   return r;
 }
-const same = (v) => v;
 // A span in milliseconds: null is never.
 const spanNow = (text) => { const v = JSON.parse(text); return v === null ? Infinity : v; };
 const spanLater = (v) => (v === null ? Infinity : v);
@@ -47,7 +45,7 @@ class SharedBucket {
   }
 
   take(n) {
-    return answer(sent(this.#w, this.#n.take(optNum('n', n))), parse, same);
+    return answer(sent(this.#w, this.#n.take(optNum('n', n))), JSON.parse, same);
   }
 
   next(n) {
@@ -55,7 +53,7 @@ class SharedBucket {
   }
 
   tokens() {
-    return answer(sent(this.#w, this.#n.tokens()), parse, same);
+    return answer(sent(this.#w, this.#n.tokens()), JSON.parse, same);
   }
 
   wait(n) {
@@ -74,11 +72,11 @@ class SharedWindow {
   }
 
   take() {
-    return answer(sent(this.#w, this.#n.take()), parse, same);
+    return answer(sent(this.#w, this.#n.take()), JSON.parse, same);
   }
 
   left() {
-    return answer(sent(this.#w, this.#n.left()), parse, same);
+    return answer(sent(this.#w, this.#n.left()), JSON.parse, same);
   }
 
   next() {
@@ -102,19 +100,19 @@ class SharedGate {
   }
 
   take() {
-    return answer(sent(this.#w, this.#n.take()), parse, same);
+    return answer(sent(this.#w, this.#n.take()), JSON.parse, same);
   }
 
   release(permit) {
-    return answer(sent(this.#w, this.#n.release(str('permit', permit))), parse, same);
+    return answer(sent(this.#w, this.#n.release(str('permit', permit))), JSON.parse, same);
   }
 
   renew(permit) {
-    return answer(sent(this.#w, this.#n.renew(str('permit', permit))), parse, same);
+    return answer(sent(this.#w, this.#n.renew(str('permit', permit))), JSON.parse, same);
   }
 
   held() {
-    return answer(sent(this.#w, this.#n.held()), parse, same);
+    return answer(sent(this.#w, this.#n.held()), JSON.parse, same);
   }
 }
 

@@ -11,7 +11,7 @@ const { argType, refusal, invalidState, SoftTimeLimitExceeded, TaskRetry, Reject
 const { moduleUrl } = require('./load.js');
 const { EMPTY, opts, only, str, num, bool, instant, jsonNumber } = require('./checks.js');
 const { encodeArgs, encodeKwargs, SEND_OPTIONS, encodeOptions } = require('./json.js');
-const { answer, promised, TASK, JOB, Host, Context } = require('./host.js');
+const { answer, promised, same, TASK, JOB, Host, Context } = require('./host.js');
 const { VirtualClock, clockOf, check, Every, Cron, At, rhythmSpec, Fixed, Exponential, policyJson } = require('./clock.js');
 const { RedisBroker, seamsOf } = require('./brokers.js');
 const { useLogger } = require('./logs.js');
@@ -740,7 +740,7 @@ Object.defineProperties(module.exports, {
   // cli.js: `inspect` / `control`: the core asks every node; resolves
   // to {code, out, err}.
   _remote: {
-    value: (app, r) => answer(app[APP].remote(r.kind, r.what, r.words, r.timeout ?? null, r.destination ?? null, r.json), JSON.parse, (v) => v),
+    value: (app, r) => answer(app[APP].remote(r.kind, r.what, r.words, r.timeout ?? null, r.destination ?? null, r.json), JSON.parse, same),
   },
   // cli.js: `--metrics-port`: serves the app's metrics; the port.
   _serveMetrics: {

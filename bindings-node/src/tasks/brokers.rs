@@ -11,6 +11,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use headway_core::broker::target::backend_store;
 use headway_core::broker::{Connected, Store, Target, TargetError};
 use headway_core::task::{Clock, Host};
 use napi::bindgen_prelude::Either;
@@ -30,10 +31,14 @@ fn made(r: Result<Target, TargetError>) -> Either<NativeRedis, Refusal> {
     either(r.map(|target| NativeRedis { target }).map_err(refusal))
 }
 
+/// The core's runtime, for a blocking connect.
+fn runtime() -> Result<&'static tokio::runtime::Runtime, Refusal> {
+    rt().map_err(|e| Refusal::invalid(e.reason.clone()))
+}
+
 /// The broker `target` names, connected (blocking) on `clock`.
 fn connect(target: &Target, clock: &Arc<dyn Clock>) -> Result<NativeSeams, Refusal> {
-    let rt = rt().map_err(|e| Refusal::invalid(e.reason.clone()))?;
-    let on = rt.block_on(target.connect(clock))?;
+    let on = runtime()?.block_on(target.connect(clock))?;
     Ok(NativeSeams {
         inner: Mutex::new(Some((on, Store::Broker))),
     })
@@ -167,28 +172,14 @@ impl NativeSeams {
     /// now on `clock`.
     #[napi(js_name = "withBackendUrl", catch_unwind)]
     pub fn with_backend_url(&self, url: String, clock: &NativeClock) -> Option<Refusal> {
-        let on = {
-            let g = lock(&self.inner);
-            match g.as_ref() {
-                Some((on, _)) => on.clone(),
-                None => return Some(Refusal::invalid("these seams were already used")),
-            }
+        let go = || -> Result<(), Refusal> {
+            let on = lock(&self.inner).as_ref().map(|(on, _)| on.clone());
+            let on = on.ok_or_else(|| Refusal::invalid("these seams were already used"))?;
+            let store = runtime()?.block_on(backend_store("backend", &url, &on, &clock.clock))?;
+            self.keep_in(store);
+            Ok(())
         };
-        let rt = match rt() {
-            Ok(rt) => rt,
-            Err(e) => return Some(Refusal::invalid(e.reason.clone())),
-        };
-        let clock = clock.clock.clone();
-        let r = rt.block_on(headway_core::broker::target::backend_store(
-            "backend", &url, &on, &clock,
-        ));
-        match r {
-            Ok(store) => {
-                self.keep_in(store);
-                None
-            }
-            Err(e) => Some(e.into()),
-        }
+        go().err()
     }
 
     /// Keeps no results (`get()` refuses with `MISSING`).
