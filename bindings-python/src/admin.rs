@@ -26,8 +26,18 @@ pub(crate) struct PyAdmin {
     inner: Admin,
 }
 
-#[pymethods]
-impl PyAdmin {
+methods! {
+    PyAdmin {
+        /// The token: the configured one or the generated one.
+        token: &str = |c| c.token();
+        /// Whether the token was generated (and so must be printed).
+        token_generated: bool = |c| c.token_generated();
+        /// Whether every change is refused.
+        read_only: bool = |c| c.read_only();
+        /// The most body bytes worth reading: past it the answer is 413 anyway.
+        max_body: usize = |c| c.max_body();
+    }
+
     /// An admin over `app` (a `headway._native._App`). `token` `None` or
     /// empty: one is generated (see `token_generated`). `max_body` `None`:
     /// the core's 64 KiB.
@@ -54,30 +64,6 @@ impl PyAdmin {
                 .map_err(|e| crate::rt::refused(app.py(), e))?;
             Ok(PyAdmin { inner })
         })
-    }
-
-    /// The token: the configured one or the generated one.
-    #[getter]
-    fn token(&self) -> &str {
-        self.inner.token()
-    }
-
-    /// Whether the token was generated (and so must be printed).
-    #[getter]
-    fn token_generated(&self) -> bool {
-        self.inner.token_generated()
-    }
-
-    /// Whether every change is refused.
-    #[getter]
-    fn read_only(&self) -> bool {
-        self.inner.read_only()
-    }
-
-    /// The most body bytes worth reading: past it the answer is 413 anyway.
-    #[getter]
-    fn max_body(&self) -> usize {
-        self.inner.max_body()
     }
 
     /// An awaitable answering `(status, headers, body, stream)`: `headers` a

@@ -382,28 +382,21 @@ pub(crate) struct PyHandle {
     pub(crate) inner: Handle,
 }
 
-fn timeout_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
-    match some(obj) {
-        None => Ok(None),
-        Some(t) => {
-            let ms = span_ms("timeout", t)?;
-            Ok(Some(Duration::from_millis(ms.max(0) as u64)))
-        }
-    }
+/// A span argument as a wait (a `timeout`, a `grace`): a negative one
+/// waits nothing.
+fn wait_arg(name: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<Duration> {
+    Ok(Duration::from_millis(span_ms(name, obj)?.max(0) as u64))
 }
 
-#[pymethods]
-impl PyHandle {
-    /// The run's id (a group's first part).
-    #[getter]
-    fn id(&self) -> &str {
-        self.inner.id()
-    }
-
-    /// Every id it waits on, in order (one, or a group's parts).
-    #[getter]
-    fn ids(&self) -> Vec<String> {
-        self.inner.ids().to_vec()
+methods! {
+    PyHandle {
+        /// The run's id (a group's first part).
+        id: &str = |c| c.id();
+        /// Every id it waits on, in order (one, or a group's parts).
+        ids: Vec<String> = |c| c.ids().to_vec();
+        /// The previous link, when it is a chain's link sent here (Celery's
+        /// `parent`), else None.
+        parent: Option<PyHandle> = |c| c.parent().map(|inner| PyHandle { inner });
     }
 
     /// Waits for the value (a group: the list, in order). `timeout` is real
@@ -415,7 +408,10 @@ impl PyHandle {
         timeout: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         guard(|| {
-            let (t, h) = (timeout_arg(timeout)?, self.inner.clone());
+            let (t, h) = (
+                opt(timeout, |t| wait_arg("timeout", t))?,
+                self.inner.clone(),
+            );
             json::to_py(py, &wait(py, async move { h.get(t).await })?)
         })
     }
@@ -465,13 +461,6 @@ impl PyHandle {
                 })
                 .collect())
         })
-    }
-
-    /// The previous link, when it is a chain's link sent here (Celery's
-    /// `parent`), else None.
-    #[getter]
-    fn parent(&self) -> Option<PyHandle> {
-        self.inner.parent().map(|inner| PyHandle { inner })
     }
 
     /// Removes what is stored of it (Celery's `forget()`): it then reads
@@ -562,15 +551,31 @@ pub(crate) struct PyWorker {
     inner: Worker,
 }
 
-#[pymethods]
-impl PyWorker {
+methods! {
+    PyWorker {
+        /// Its name (logs, the admin page).
+        name: &str = |c| c.name();
+        /// The queues it claims from.
+        queues: Vec<String> = |c| c.queues().to_vec();
+        /// How many bodies run at once.
+        concurrency: usize = |c| c.concurrency();
+        /// The most messages it holds unsettled.
+        prefetch: usize = |c| c.prefetch();
+        /// How many messages it has settled.
+        settled: u64 = |c| c.settled();
+        /// Whether stop was called.
+        stopping: bool = |c| c.is_stopping();
+        /// The pids of its children (none on the threads pool).
+        child_pids: Vec<u32> = |c| c.procs().map(|p| p.pids()).unwrap_or_default();
+    }
+
     /// Runs until stopped, blocking this thread with the GIL released. On
     /// Ctrl-C it stops gracefully (`grace` seconds for runs in progress),
     /// waits for that, and raises the `KeyboardInterrupt`; a second Ctrl-C
     /// stops waiting.
     fn run(&self, py: Python<'_>, grace: &Bound<'_, PyAny>) -> PyResult<()> {
         guard(|| {
-            let grace = Duration::from_millis(span_ms("grace", grace)?.max(0) as u64);
+            let grace = wait_arg("grace", grace)?;
             let w = self.inner.clone();
             run_until_stopped(py, async move { w.run().await }, || self.inner.stop(grace))
         })
@@ -590,43 +595,9 @@ impl PyWorker {
     /// seconds for runs in progress, then cancels and gives back the rest.
     /// Returns at once; `run` returns when it is all done.
     fn stop(&self, grace: &Bound<'_, PyAny>) -> PyResult<()> {
-        guard(|| {
-            let ms = span_ms("grace", grace)?.max(0);
-            self.inner.stop(Duration::from_millis(ms as u64));
-            Ok(())
-        })
+        guard(|| wait_arg("grace", grace).map(|g| self.inner.stop(g)))
     }
 
-    /// Its name (logs, the admin page).
-    #[getter]
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    /// The queues it claims from.
-    #[getter]
-    fn queues(&self) -> Vec<String> {
-        self.inner.queues().to_vec()
-    }
-    /// How many bodies run at once.
-    #[getter]
-    fn concurrency(&self) -> usize {
-        self.inner.concurrency()
-    }
-    /// The most messages it holds unsettled.
-    #[getter]
-    fn prefetch(&self) -> usize {
-        self.inner.prefetch()
-    }
-    /// How many messages it has settled.
-    #[getter]
-    fn settled(&self) -> u64 {
-        self.inner.settled()
-    }
-    /// Whether stop was called.
-    #[getter]
-    fn stopping(&self) -> bool {
-        self.inner.is_stopping()
-    }
     /// `"process"` when its bodies run in child processes, else `"threads"`.
     #[getter]
     fn pool(&self) -> &'static str {
@@ -635,11 +606,6 @@ impl PyWorker {
         } else {
             "threads"
         }
-    }
-    /// The pids of its children (none on the threads pool).
-    #[getter]
-    fn child_pids(&self) -> Vec<u32> {
-        self.inner.procs().map(|p| p.pids()).unwrap_or_default()
     }
 }
 

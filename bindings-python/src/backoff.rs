@@ -99,8 +99,20 @@ fn jitter_arg(obj: &Bound<'_, PyAny>) -> PyResult<Jitter> {
     )))
 }
 
-#[pymethods]
-impl PyBackoff {
+methods! {
+    PyBackoff {
+        /// The first retry's ceiling, in seconds.
+        base: f64 = |c| secs_out(c.base());
+        /// What each ceiling is multiplied by.
+        factor: f64 = |c| c.factor();
+        /// No delay is ever longer, in seconds.
+        cap: f64 = |c| secs_out(c.cap());
+        /// How many attempts a call may make in all, the first included.
+        attempts: i32 = |c| c.attempts();
+        /// The strategy.
+        jitter: PyJitter = |c| c.jitter().into();
+    }
+
     #[new]
     #[pyo3(
         signature = (base=None, factor=None, cap=None, attempts=None, jitter=None),
@@ -123,36 +135,6 @@ impl PyBackoff {
             let inner = flow::Backoff::new(base, factor, cap, attempts, jitter).map_err(invalid)?;
             Ok(PyBackoff { inner })
         })
-    }
-
-    /// The first retry's ceiling, in seconds.
-    #[getter]
-    fn base(&self) -> f64 {
-        secs_out(self.inner.base())
-    }
-
-    /// What each ceiling is multiplied by.
-    #[getter]
-    fn factor(&self) -> f64 {
-        self.inner.factor()
-    }
-
-    /// No delay is ever longer, in seconds.
-    #[getter]
-    fn cap(&self) -> f64 {
-        secs_out(self.inner.cap())
-    }
-
-    /// How many attempts a call may make in all, the first included.
-    #[getter]
-    fn attempts(&self) -> i32 {
-        self.inner.attempts()
-    }
-
-    /// The strategy.
-    #[getter]
-    fn jitter(&self) -> PyJitter {
-        self.inner.jitter().into()
     }
 
     /// The undelayed ceiling before the `retry`-th retry (the first is 1):

@@ -109,13 +109,33 @@ pub(crate) struct PyCtx {
     pub(crate) inner: Context,
 }
 
-#[pymethods]
-impl PyCtx {
-    /// The run's id (also its result's key; a retry keeps it).
-    #[getter]
-    fn id(&self) -> &str {
-        &self.inner.id
+methods! {
+    PyCtx {
+        /// The run's id (also its result's key; a retry keeps it).
+        id: &str = |c| &c.id;
+        /// The task's registered name.
+        name: &str = |c| &c.name;
+        /// The queue the message came from.
+        queue: &str = |c| &c.queue;
+        /// The name of the worker running it (empty outside a worker).
+        worker: &str = |c| &c.worker;
+        /// Attempts before this one that failed.
+        retries: u32 = |c| c.retries;
+        /// This attempt, counting from 1.
+        attempt: u32 = |c| c.attempt;
+        /// Whether a failure now is final (no retry follows).
+        last: bool = |c| c.last;
+        /// The first run of the canvas this run belongs to, if any.
+        root_id: Option<&str> = |c| c.root_id.as_deref();
+        /// The run that sent this one (the previous link of a chain), if any.
+        parent_id: Option<&str> = |c| c.parent_id.as_deref();
+        /// The run's soft time limit in seconds (its task's, else its
+        /// worker's), or None.
+        soft_time_limit: Option<f64> = |c| c.soft_time_limit.map(|ms| ms as f64 / 1000.0);
+        /// The run's hard time limit in seconds, or None.
+        time_limit: Option<f64> = |c| c.time_limit.map(|ms| ms as f64 / 1000.0);
     }
+
     /// What the run comes to if its body returns (`exc` None) or raises
     /// `exc`: `SUCCESS`, `RETRY`, `FAILURE`, `REJECTED` or `IGNORED` (the
     /// core's rule, for `headway.signals`).
@@ -195,36 +215,6 @@ impl PyCtx {
         let end = headway_core::task::trace::run_end(&self.inner, f.as_ref(), reason);
         Ok((crate::trace::attributes(py, &end.attributes)?, end.error))
     }
-    /// The task's registered name.
-    #[getter]
-    fn name(&self) -> &str {
-        &self.inner.name
-    }
-    /// The queue the message came from.
-    #[getter]
-    fn queue(&self) -> &str {
-        &self.inner.queue
-    }
-    /// The name of the worker running it (empty outside a worker).
-    #[getter]
-    fn worker(&self) -> &str {
-        &self.inner.worker
-    }
-    /// Attempts before this one that failed.
-    #[getter]
-    fn retries(&self) -> u32 {
-        self.inner.retries
-    }
-    /// This attempt, counting from 1.
-    #[getter]
-    fn attempt(&self) -> u32 {
-        self.inner.attempt
-    }
-    /// Whether a failure now is final (no retry follows).
-    #[getter]
-    fn last(&self) -> bool {
-        self.inner.last
-    }
     /// The app's time when the run started, as an aware UTC `datetime`.
     #[getter]
     fn now<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -234,27 +224,6 @@ impl PyCtx {
     #[getter]
     fn kwargs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         json::dict(py, &self.inner.kwargs)
-    }
-    /// The first run of the canvas this run belongs to, if any.
-    #[getter]
-    fn root_id(&self) -> Option<&str> {
-        self.inner.root_id.as_deref()
-    }
-    /// The run that sent this one (the previous link of a chain), if any.
-    #[getter]
-    fn parent_id(&self) -> Option<&str> {
-        self.inner.parent_id.as_deref()
-    }
-    /// The run's soft time limit in seconds (its task's, else its
-    /// worker's), or None.
-    #[getter]
-    fn soft_time_limit(&self) -> Option<f64> {
-        self.inner.soft_time_limit.map(|ms| ms as f64 / 1000.0)
-    }
-    /// The run's hard time limit in seconds, or None.
-    #[getter]
-    fn time_limit(&self) -> Option<f64> {
-        self.inner.time_limit.map(|ms| ms as f64 / 1000.0)
     }
     /// Celery's `self.request` fields for this run but `args` and
     /// `kwargs`, the queue named as Celery names it (`default_queue` for

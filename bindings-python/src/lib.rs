@@ -24,6 +24,26 @@ use pyo3::prelude::*;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// A class's `#[pymethods]` whose plain read-only properties are each one
+/// line, `name: Type = |inner| expression` (`inner` borrows the class's
+/// `inner`), documented as any method; the block's other methods follow.
+macro_rules! methods {
+    ($ty:ty { $($(#[doc = $doc:literal])* $name:ident: $out:ty = |$c:ident| $e:expr;)* } $($own:tt)*) => {
+        #[pymethods]
+        impl $ty {
+            $(
+                $(#[doc = $doc])*
+                #[getter]
+                fn $name(&self) -> $out {
+                    let $c = &self.inner;
+                    $e
+                }
+            )*
+            $($own)*
+        }
+    };
+}
+
 mod admin;
 mod app;
 mod backoff;

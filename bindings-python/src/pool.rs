@@ -92,8 +92,21 @@ pub(crate) struct PyLimits {
     pub(crate) inner: flow::Limits,
 }
 
-#[pymethods]
-impl PyLimits {
+methods! {
+    PyLimits {
+        /// Most live at once (0: no limit).
+        size: i64 = |c| c.size();
+        /// Most idle at once (0: no limit).
+        idle: i64 = |c| c.idle();
+        /// Idle age at which an item retires, in seconds (0: never).
+        keep: f64 = |c| secs_out(c.keep());
+        /// Total age at which an item retires, in seconds (0: never).
+        life: f64 = |c| secs_out(c.life());
+        /// How often a driver sweeps with `evict`, in seconds: the shorter of
+        /// `keep` and `life`, at least one second (0: no timer).
+        evict_every: f64 = |c| secs_out(c.evict_every());
+    }
+
     #[new]
     #[pyo3(
         signature = (size=None, idle=None, keep=None, life=None),
@@ -114,37 +127,6 @@ impl PyLimits {
             let inner = flow::Limits::new(size, idle, keep, life).map_err(invalid)?;
             Ok(PyLimits { inner })
         })
-    }
-
-    /// Most live at once (0: no limit).
-    #[getter]
-    fn size(&self) -> i64 {
-        self.inner.size()
-    }
-
-    /// Most idle at once (0: no limit).
-    #[getter]
-    fn idle(&self) -> i64 {
-        self.inner.idle()
-    }
-
-    /// Idle age at which an item retires, in seconds (0: never).
-    #[getter]
-    fn keep(&self) -> f64 {
-        secs_out(self.inner.keep())
-    }
-
-    /// Total age at which an item retires, in seconds (0: never).
-    #[getter]
-    fn life(&self) -> f64 {
-        secs_out(self.inner.life())
-    }
-
-    /// How often a driver sweeps with `evict`, in seconds: the shorter of
-    /// `keep` and `life`, at least one second (0: no timer).
-    #[getter]
-    fn evict_every(&self) -> f64 {
-        secs_out(self.inner.evict_every())
     }
 
     fn __repr__(&self) -> String {
@@ -237,8 +219,16 @@ pub(crate) struct PyWard {
     inner: flow::Ward,
 }
 
-#[pymethods]
-impl PyWard {
+methods! {
+    PyWard {
+        /// The breaker, if any (a copy).
+        breaker: Option<PyBreaker> = |c| c.breaker().map(|b| PyBreaker { inner: b.clone() });
+        /// The backoff, if any.
+        backoff: Option<PyBackoff> = |c| c.backoff().map(|b| PyBackoff { inner: *b });
+        /// Failed makes in a row.
+        failures: i32 = |c| c.failures();
+    }
+
     #[new]
     #[pyo3(signature = (breaker=None, backoff=None))]
     fn new(
@@ -254,24 +244,6 @@ impl PyWard {
                 inner: flow::Ward::new(breaker, backoff),
             })
         })
-    }
-
-    /// The breaker, if any (a copy).
-    #[getter]
-    fn breaker(&self) -> Option<PyBreaker> {
-        self.inner.breaker().map(|b| PyBreaker { inner: b.clone() })
-    }
-
-    /// The backoff, if any.
-    #[getter]
-    fn backoff(&self) -> Option<PyBackoff> {
-        self.inner.backoff().map(|b| PyBackoff { inner: *b })
-    }
-
-    /// Failed makes in a row.
-    #[getter]
-    fn failures(&self) -> i32 {
-        self.inner.failures()
     }
 
     /// The breaker's refusal at `now`, in [0, 1); 0 without a breaker.
@@ -504,8 +476,18 @@ pub(crate) struct PyPool {
     pub(crate) inner: flow::Pool<Obj>,
 }
 
-#[pymethods]
-impl PyPool {
+methods! {
+    PyPool {
+        /// How many exist: idle, lent, and being made.
+        live: i64 = |c| c.live();
+        /// How many sit idle.
+        idle: i64 = |c| c.idle();
+        /// How many are lent out or being made.
+        busy: i64 = |c| c.busy();
+        /// A copy of its ward as it stands (with its failure count), or `None`.
+        ward: Option<PyWard> = |c| c.ward().map(|w| PyWard { inner: w.clone() });
+    }
+
     #[new]
     #[pyo3(signature = (limits=None, ward=None))]
     fn new(limits: Option<&Bound<'_, PyAny>>, ward: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
@@ -628,36 +610,12 @@ impl PyPool {
         guard(|| Ok(self.inner.refusal(now_arg(now)?)))
     }
 
-    /// How many exist: idle, lent, and being made.
-    #[getter]
-    fn live(&self) -> i64 {
-        self.inner.live()
-    }
-
-    /// How many sit idle.
-    #[getter]
-    fn idle(&self) -> i64 {
-        self.inner.idle()
-    }
-
-    /// How many are lent out or being made.
-    #[getter]
-    fn busy(&self) -> i64 {
-        self.inner.busy()
-    }
-
     /// The limits it holds itself to.
     #[getter]
     fn limits(&self) -> PyLimits {
         PyLimits {
             inner: *self.inner.limits(),
         }
-    }
-
-    /// A copy of its ward as it stands (with its failure count), or `None`.
-    #[getter]
-    fn ward(&self) -> Option<PyWard> {
-        self.inner.ward().map(|w| PyWard { inner: w.clone() })
     }
 
     fn __repr__(&self) -> String {

@@ -39,8 +39,20 @@ fn pool_of<'py>(pool: &Bound<'py, PyAny>) -> PyResult<PyRefMut<'py, PyPool>> {
     Ok(expect::<PyPool>("pool", "Pool", pool)?.borrow_mut())
 }
 
-#[pymethods]
-impl PyAcquires {
+methods! {
+    PyAcquires {
+        /// Seconds an acquire waits before failing (`None`: for ever).
+        timeout: Option<f64> = |c| c.timeout().map(secs_out);
+        /// The evict timer's period in seconds (0: no timer).
+        evict_every: f64 = |c| secs_out(c.evict_every());
+        /// Whether there are tickets to wake.
+        has_wakes: bool = |c| c.has_wakes();
+        /// How many acquires are parked.
+        parked: usize = |c| c.parked();
+        /// Whether `close` has run.
+        closed: bool = |c| c.is_closed();
+    }
+
     /// `timeout`: seconds an acquire waits (`None`: for ever). `evict_every`:
     /// the evict timer's period (omitted: the core's choice for `limits`).
     /// A negative one raises `ValueError` naming it.
@@ -61,18 +73,6 @@ impl PyAcquires {
             .map_err(crate::invalid)?;
             Ok(PyAcquires { inner })
         })
-    }
-
-    /// Seconds an acquire waits before failing (`None`: for ever).
-    #[getter]
-    fn timeout(&self) -> Option<f64> {
-        self.inner.timeout().map(secs_out)
-    }
-
-    /// The evict timer's period in seconds (0: no timer).
-    #[getter]
-    fn evict_every(&self) -> f64 {
-        secs_out(self.inner.evict_every())
     }
 
     /// `(item,)`, a fresh idle item lent, when nobody is queued ahead; else
@@ -192,24 +192,6 @@ impl PyAcquires {
     /// The tickets to wake now, in order.
     fn wakes(&mut self) -> Vec<u64> {
         self.inner.wakes()
-    }
-
-    /// Whether there are tickets to wake.
-    #[getter]
-    fn has_wakes(&self) -> bool {
-        self.inner.has_wakes()
-    }
-
-    /// How many acquires are parked.
-    #[getter]
-    fn parked(&self) -> usize {
-        self.inner.parked()
-    }
-
-    /// Whether `close` has run.
-    #[getter]
-    fn closed(&self) -> bool {
-        self.inner.is_closed()
     }
 }
 

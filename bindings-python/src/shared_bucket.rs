@@ -26,8 +26,16 @@ pub(crate) struct PySharedBucket {
     url: Py<PyString>,
 }
 
-#[pymethods]
-impl PySharedBucket {
+methods! {
+    PySharedBucket {
+        /// Tokens per second.
+        rate: f64 = |c| c.rate();
+        /// The most it holds.
+        burst: f64 = |c| c.burst();
+        /// The Redis key it lives under.
+        key: &str = |c| c.key();
+    }
+
     #[new]
     #[pyo3(signature = (url, key, rate, burst=None))]
     fn new(
@@ -96,24 +104,6 @@ impl PySharedBucket {
         let n = n_of(n)?;
         let b = self.inner.clone();
         awaitable(py, async move { b.wait(n).await })
-    }
-
-    /// Tokens per second.
-    #[getter]
-    fn rate(&self) -> f64 {
-        self.inner.rate()
-    }
-
-    /// The most it holds.
-    #[getter]
-    fn burst(&self) -> f64 {
-        self.inner.burst()
-    }
-
-    /// The Redis key it lives under.
-    #[getter]
-    fn key(&self) -> &str {
-        self.inner.key()
     }
 
     fn __repr__(&self) -> String {

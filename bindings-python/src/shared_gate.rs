@@ -24,8 +24,16 @@ pub(crate) struct PySharedGate {
     url: Py<PyString>,
 }
 
-#[pymethods]
-impl PySharedGate {
+methods! {
+    PySharedGate {
+        /// The most permits held at once.
+        limit: i64 = |c| c.limit();
+        /// How long a permit is held unless renewed, in seconds.
+        lease: f64 = |c| secs_out(c.lease());
+        /// The Redis key it lives under.
+        key: &str = |c| c.key();
+    }
+
     #[new]
     #[pyo3(signature = (url, key, n, lease=None), text_signature = "(url, key, n, lease=30.0)")]
     fn new(
@@ -83,24 +91,6 @@ impl PySharedGate {
     fn held(&self, py: Python<'_>) -> PyResult<i64> {
         let g = self.inner.clone();
         wait(py, async move { g.held().await })
-    }
-
-    /// The most permits held at once.
-    #[getter]
-    fn limit(&self) -> i64 {
-        self.inner.limit()
-    }
-
-    /// How long a permit is held unless renewed, in seconds.
-    #[getter]
-    fn lease(&self) -> f64 {
-        secs_out(self.inner.lease())
-    }
-
-    /// The Redis key it lives under.
-    #[getter]
-    fn key(&self) -> &str {
-        self.inner.key()
     }
 
     fn __repr__(&self) -> String {

@@ -24,8 +24,16 @@ pub(crate) struct PySharedWindow {
     url: Py<PyString>,
 }
 
-#[pymethods]
-impl PySharedWindow {
+methods! {
+    PySharedWindow {
+        /// The most events in any window.
+        limit: i64 = |c| c.limit();
+        /// The window's length, in seconds.
+        per: f64 = |c| secs_out(c.per());
+        /// The Redis key it lives under.
+        key: &str = |c| c.key();
+    }
+
     #[new]
     fn new(
         py: Python<'_>,
@@ -76,24 +84,6 @@ impl PySharedWindow {
     fn wait<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let w = self.inner.clone();
         awaitable(py, async move { w.wait().await })
-    }
-
-    /// The most events in any window.
-    #[getter]
-    fn limit(&self) -> i64 {
-        self.inner.limit()
-    }
-
-    /// The window's length, in seconds.
-    #[getter]
-    fn per(&self) -> f64 {
-        secs_out(self.inner.per())
-    }
-
-    /// The Redis key it lives under.
-    #[getter]
-    fn key(&self) -> &str {
-        self.inner.key()
     }
 
     fn __repr__(&self) -> String {
