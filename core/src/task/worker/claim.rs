@@ -57,13 +57,15 @@ impl Worker {
         let mut reshaped = s.reshaped.subscribe();
         let (writes_tx, writes_rx) = mpsc::unbounded_channel();
         let (takes_tx, takes_rx) = mpsc::unbounded_channel();
-        let writer = Writer {
+        // Shared by the runs, each holding it (an `Arc`: a copy per run
+        // was five reference counts to raise and lower).
+        let writer = std::sync::Arc::new(Writer {
             writes: writes_tx,
             takes: takes_tx,
             cancel: s.cancel.subscribe(),
             name: s.name.clone().into(),
             direct: direct(&s.app),
-        };
+        });
         let writes = tokio::spawn(write_loop(s.app.clone(), writes_rx, takes_rx));
         let reconnect = Backoff::new(100 * MILLI, 2.0, 10_000 * MILLI, i32::MAX, Jitter::Full)
             .expect("valid backoff");

@@ -32,14 +32,14 @@ use crate::task::state::{Failure, Refused, State};
 
 pub(super) async fn process(
     s: Arc<Shared>,
-    w: Writer,
+    w: Arc<Writer>,
     d: Box<Delivery>,
     revoked: bool,
     entered: Entered,
 ) {
     let receipt = d.receipt.clone();
     // Kept for the log records below, which name the run.
-    let (task, id) = (d.message.task.clone(), d.message.id.clone());
+    let m = d.message.clone();
     let now = s.app.now();
     // A message the checks at receipt let through waits for its slot here,
     // in this small future, before the run's state machine exists: with
@@ -47,16 +47,16 @@ pub(super) async fn process(
     // each holding its kilobytes of run state spread the drain over
     // megabytes (a Rust no-op drain on the memory broker, concurrency 64:
     // prefetch 64 ran 64k/s, 256 57k/s, 1024 44k/s).
-    let slot = if plain(&s, &d, revoked, now) {
+    let ready = if let Some(reg) = plain(&s, &d, revoked, now) {
         match slot_of(&s).await {
-            Some(slot) => Some(slot),
+            Some(slot) => Some((slot, reg)),
             None => {
                 let back = give_back(&s.app, &d.message, d.receipt.clone(), false);
                 if let Err(e) = Box::pin(back).await {
                     warn_run(
                         &s.name,
-                        &task,
-                        &id,
+                        &m.task,
+                        &m.id,
                         &format!(
                             "could not give it back at a stop ({e}); the broker's recovery will"
                         ),
@@ -74,14 +74,14 @@ pub(super) async fn process(
     // and an unboxed one made every message's task that size, copied at
     // its spawn, its first poll and its end (a Rust no-op drain spent a
     // fifth of its CPU in memmove).
-    if let Err(e) = Box::pin(take_and_run(&s, &w, *d, revoked, entered.key, now, slot)).await {
+    if let Err(e) = Box::pin(take_and_run(&s, &w, *d, revoked, entered.key, now, ready)).await {
         // A claim that could not be settled goes back rather than sit held by
         // a live consumer for ever (a claim already acked is not affected:
         // the broker's fencing makes this a no-op).
         warn_run(
             &s.name,
-            &task,
-            &id,
+            &m.task,
+            &m.id,
             &format!(
                 "could not settle a message ({}); giving it back",
                 shown(&e.to_string())
@@ -90,8 +90,8 @@ pub(super) async fn process(
         if let Err(e) = s.app.broker().reject(receipt, true).await {
             warn_run(
                 &s.name,
-                &task,
-                &id,
+                &m.task,
+                &m.id,
                 &format!("could not give it back either ({e}); the broker's recovery will"),
             );
         }
@@ -105,21 +105,30 @@ type Slot<'a> = (tokio::sync::SemaphorePermit<'a>, bool);
 
 /// Whether every check at receipt passes `d` without a write (not revoked,
 /// not expired at `now`, registered, not redelivered): such a message goes
-/// straight to wait for its slot.
-fn plain(s: &Shared, d: &Delivery, revoked: bool, now: i64) -> bool {
-    !revoked
-        && !d.redelivered
-        && d.message.expires.is_none_or(|exp| exp > now)
-        && s.app.registered(&d.message.task).is_some()
+/// straight to wait for its slot, with its task's registration (looked up
+/// once a run).
+fn plain(s: &Shared, d: &Delivery, revoked: bool, now: i64) -> Option<Arc<Registered>> {
+    if revoked || d.redelivered || d.message.expires.is_some_and(|exp| exp <= now) {
+        return None;
+    }
+    s.app.registered(&d.message.task)
 }
 
 /// Waits for a slot; `None` when the worker stops first (the message, not
 /// acked yet whatever the policy, is then handed back: a prefetched
 /// message is not taken).
+///
+/// A free slot is taken without a future; the wait for one is boxed, so a
+/// run's state machine does not carry its few hundred bytes (a run's
+/// future is allocated and copied whole at its start: see [`Parts`]).
 async fn slot_of(s: &Shared) -> Option<Slot<'_>> {
-    if let Ok(p) = s.slots.try_acquire() {
-        return Some((p, false));
+    match s.slots.try_acquire() {
+        Ok(p) => Some((p, false)),
+        Err(_) => Box::pin(slot_wait(s)).await,
     }
+}
+
+async fn slot_wait(s: &Shared) -> Option<Slot<'_>> {
     let mut stopping = s.stopping.subscribe();
     tokio::select! {
         p = s.slots.acquire() => p.ok().map(|p| (p, true)),
@@ -128,8 +137,9 @@ async fn slot_of(s: &Shared) -> Option<Slot<'_>> {
 }
 
 /// Takes a claimed message to run and runs it, unless a check at receipt
-/// (made at `now`) or a stop says otherwise; `slot` is the slot it already
-/// waited for, if any.
+/// (made at `now`) or a stop says otherwise; `ready` is the slot it
+/// already waited for and its task's registration, when the checks at
+/// receipt let it through ([`plain`]).
 async fn take_and_run<'a>(
     s: &'a Shared,
     w: &Writer,
@@ -137,75 +147,26 @@ async fn take_and_run<'a>(
     revoked: bool,
     key: u64,
     now: i64,
-    slot: Option<Slot<'a>>,
+    ready: Option<(Slot<'a>, Arc<Registered>)>,
 ) -> Result<(), Refused> {
     let app = &s.app;
-    let broker = app.broker();
     let Delivery {
         message: m,
         receipt,
         redelivered,
     } = d;
 
-    // Checked at receipt: revoked, expired, unknown.
-    if revoked {
-        let f = Failure::new("Revoked", "revoked before it ran");
-        event(s, &m, State::Revoked, None, Some(failure_text(&f))).await;
-        Box::pin(give_up(app, &m, State::Revoked, f, None)).await?;
-        return broker.ack(vec![receipt]).await;
-    }
-    if let Some(exp) = m.expires
-        && exp <= now
-    {
-        let f = Failure::new("Expired", "expired before it ran");
-        event(s, &m, State::Revoked, None, Some(failure_text(&f))).await;
-        Box::pin(give_up(app, &m, State::Revoked, f, None)).await?;
-        return broker.ack(vec![receipt]).await;
-    }
-    let Some(reg) = app.registered(&m.task) else {
-        warn_run(
-            &s.name,
-            &m.task,
-            &m.id,
-            &format!(
-                "received unregistered task {:?}; recorded as failed",
-                shown(&m.task)
-            ),
-        );
-        Box::pin(give_up(
-            app,
-            &m,
-            State::Failure,
-            Failure::new(
-                "NotRegistered",
-                format!("no task is registered as {:?} on this worker", m.task),
-            ),
-            None,
-        ))
-        .await?;
-        event(
-            s,
-            &m,
-            State::Failure,
-            None,
-            Some(format!("NotRegistered: {:?}", m.task)),
-        )
-        .await;
-        return broker.ack(vec![receipt]).await;
+    // Checked at receipt: revoked, expired, unknown, done already. A
+    // message `plain` let through (it waited for its slot) has nothing
+    // to check.
+    let (slot, reg) = match ready {
+        Some((slot, reg)) => (Some(slot), reg),
+        None => match Box::pin(at_receipt(s, &m, &receipt, revoked, now, redelivered)).await? {
+            Some(reg) => (None, reg),
+            None => return Ok(()),
+        },
     };
     let Registered { policy, body } = &*reg;
-    // A redelivered run that already succeeded is not run again. Its chain
-    // link and Celery links went out before its result was stored (below),
-    // so they are not sent again; its chord arrival came after, so it is
-    // made again (counted as a set) in case the first delivery died first.
-    if redelivered
-        && let Some(b) = app.backend()
-        && let Some(o) = b.fetch(&m.id).await?
-        && o.state == State::Success
-    {
-        Box::pin(arrive(app, &m)).await?;
-        return broker.ack(vec![receipt]).await;
-    }
 
     // Wait for a slot; a stopping worker hands the claim back instead (not
     // acked yet, whatever the policy: a prefetched message is not taken).
@@ -223,12 +184,15 @@ async fn take_and_run<'a>(
         && !g.healthy()
     {
         waited = true;
-        tokio::select! {
-            _ = g.until_healthy() => {}
-            _ = wait_true(&mut stopping) => {
-                drop(permit);
-                return Box::pin(give_back(app, &m, receipt, false)).await;
+        let healthy = Box::pin(async {
+            tokio::select! {
+                _ = g.until_healthy() => true,
+                _ = wait_true(&mut stopping) => false,
             }
+        });
+        if !healthy.await {
+            drop(permit);
+            return Box::pin(give_back(app, &m, receipt, false)).await;
         }
     }
 
@@ -255,39 +219,12 @@ async fn take_and_run<'a>(
 
     // Per-worker rate, read again after every wait: a remote command may
     // change it meanwhile (and wakes the waiters when it does).
-    while policy.rate_scope == RateScope::Worker
-        && let Some(rate) = s.rate_of(&m.task, policy.rate)
+    if policy.rate_scope == RateScope::Worker
+        && s.rate_of(&m.task, policy.rate).is_some()
+        && !Box::pin(rate_turn(s, &m.task, policy, &mut stopping, &mut waited)).await
     {
-        let retuned = s.retuned.notified();
-        tokio::pin!(retuned);
-        retuned.as_mut().enable();
-        let now_ns = app.now().saturating_mul(MILLI);
-        let wait = {
-            let mut l = s.limiters.lock().unwrap_or_else(|e| e.into_inner());
-            let w = l.entry(m.task.clone()).or_insert_with(|| {
-                Window::new(rate.count as i64, rate.per.saturating_mul(MILLI)).expect("valid rate")
-            });
-            if w.take(now_ns) {
-                None
-            } else {
-                Some(w.next(now_ns))
-            }
-        };
-        match wait {
-            None => break,
-            Some(ns) => {
-                let until = app.now().saturating_add((ns / MILLI).max(1));
-                waited = true;
-                tokio::select! {
-                    _ = app.clock().sleep_until(until) => {}
-                    _ = retuned => {}
-                    _ = wait_true(&mut stopping) => {
-                        drop(permit);
-                        return Box::pin(give_back(app, &m, receipt, false)).await;
-                    }
-                }
-            }
-        }
+        drop(permit);
+        return Box::pin(give_back(app, &m, receipt, false)).await;
     }
 
     // Taken to run: the early ack, and the revoked check again when it
@@ -355,9 +292,234 @@ async fn take_and_run<'a>(
     // Celery's task-started, when the broker sends it (its task-received
     // went out when the message reached the consumer).
     if app.inspector().is_some_and(|i| i.wants_run_starts()) {
-        event(s, &m, State::Started, None, None).await;
+        Box::pin(event(s, &m, State::Started, None, None)).await;
     }
 
+    let BodyEnd {
+        ran,
+        started,
+        handed,
+        back,
+        revoked_late,
+    } = run_body(
+        s,
+        w,
+        &m,
+        Taken {
+            policy,
+            body,
+            key,
+            checked,
+            receipt: &receipt,
+            acked: &acked,
+        },
+        args,
+        &mut stopping,
+    )
+    .await;
+    // The body is over: it leaves the run table (not active any more, as
+    // its slot is free) before the settle's writes, as the slot does, and
+    // no longer counts against the prefetch while it settles.
+    drop(permit);
+    drop(held);
+    s.runs().remove(&key);
+    let _settling = Settling::new(s);
+    if back {
+        return Box::pin(give_back(app, &m, receipt, false)).await;
+    }
+    if revoked_late {
+        return Box::pin(revoked_before(s, w, &m, receipt, true)).await;
+    }
+    if !handed {
+        // It ended on deck (terminated, the worker stopping): it never
+        // started, and its early ack never went out.
+        if matches!(ran, Ran::Cancelled) {
+            return Box::pin(give_back(app, &m, receipt, false)).await;
+        }
+        if !policy.acks_late {
+            Box::pin(w.take(Some(receipt.clone()), None)).await?;
+        }
+    } else if let Some(sent) = acked.into_inner().unwrap_or_else(|e| e.into_inner())
+        && !match sent {
+            AckSent::Done(landed) => landed,
+            AckSent::Coming(rx) => matches!(rx.await, Ok(Ok(_))),
+        }
+    {
+        // The ack sent at the hand-over (or as the body started) did not
+        // land (the broker was away): the run is over, so it is made until
+        // it lands rather than the message left to run again.
+        Box::pin(w.write(Vec::new(), None, Some(receipt.clone()))).await?;
+    }
+
+    settle_ran(s, w, m, receipt, policy, started, ran).await
+}
+
+/// The checks at receipt (made at `now`) of a message `plain` did not let
+/// through: one revoked or expired is recorded as revoked, one of a task
+/// not registered here as failed, and one redelivered that already
+/// succeeded is not run again — each acked here (`None`). A message that
+/// passes answers its task's registration. Its own future, boxed where it
+/// is awaited: most messages never come here, and its waits would
+/// otherwise be carried in every run's state machine.
+async fn at_receipt(
+    s: &Shared,
+    m: &Arc<Message>,
+    receipt: &Receipt,
+    revoked: bool,
+    now: i64,
+    redelivered: bool,
+) -> Result<Option<Arc<Registered>>, Refused> {
+    let app = &s.app;
+    let broker = app.broker();
+    if revoked {
+        let f = Failure::new("Revoked", "revoked before it ran");
+        event(s, m, State::Revoked, None, Some(failure_text(&f))).await;
+        Box::pin(give_up(app, m, State::Revoked, f, None)).await?;
+        broker.ack(vec![receipt.clone()]).await?;
+        return Ok(None);
+    }
+    if let Some(exp) = m.expires
+        && exp <= now
+    {
+        let f = Failure::new("Expired", "expired before it ran");
+        event(s, m, State::Revoked, None, Some(failure_text(&f))).await;
+        Box::pin(give_up(app, m, State::Revoked, f, None)).await?;
+        broker.ack(vec![receipt.clone()]).await?;
+        return Ok(None);
+    }
+    let Some(reg) = app.registered(&m.task) else {
+        warn_run(
+            &s.name,
+            &m.task,
+            &m.id,
+            &format!(
+                "received unregistered task {:?}; recorded as failed",
+                shown(&m.task)
+            ),
+        );
+        Box::pin(give_up(
+            app,
+            m,
+            State::Failure,
+            Failure::new(
+                "NotRegistered",
+                format!("no task is registered as {:?} on this worker", m.task),
+            ),
+            None,
+        ))
+        .await?;
+        event(
+            s,
+            m,
+            State::Failure,
+            None,
+            Some(format!("NotRegistered: {:?}", m.task)),
+        )
+        .await;
+        broker.ack(vec![receipt.clone()]).await?;
+        return Ok(None);
+    };
+    // A redelivered run that already succeeded is not run again. Its chain
+    // link and Celery links went out before its result was stored (below),
+    // so they are not sent again; its chord arrival came after, so it is
+    // made again (counted as a set) in case the first delivery died first.
+    if redelivered
+        && let Some(b) = app.backend()
+        && let Some(o) = b.fetch(&m.id).await?
+        && o.state == State::Success
+    {
+        Box::pin(arrive(app, m)).await?;
+        broker.ack(vec![receipt.clone()]).await?;
+        return Ok(None);
+    }
+    Ok(Some(reg))
+}
+
+/// Waits for the task's per-worker rate to let one more run start: `false`
+/// when the worker stops first. Its own future, boxed where it is awaited:
+/// most runs have no rate, and its waits would otherwise be carried in
+/// every run's state machine.
+async fn rate_turn(
+    s: &Shared,
+    task: &str,
+    policy: &crate::task::policy::Policy,
+    stopping: &mut tokio::sync::watch::Receiver<bool>,
+    waited: &mut bool,
+) -> bool {
+    let app = &s.app;
+    while let Some(rate) = s.rate_of(task, policy.rate) {
+        let retuned = s.retuned.notified();
+        tokio::pin!(retuned);
+        retuned.as_mut().enable();
+        let now_ns = app.now().saturating_mul(MILLI);
+        let wait = {
+            let mut l = s.limiters.lock().unwrap_or_else(|e| e.into_inner());
+            let w = l.entry(task.to_string()).or_insert_with(|| {
+                Window::new(rate.count as i64, rate.per.saturating_mul(MILLI)).expect("valid rate")
+            });
+            if w.take(now_ns) {
+                None
+            } else {
+                Some(w.next(now_ns))
+            }
+        };
+        match wait {
+            None => return true,
+            Some(ns) => {
+                let until = app.now().saturating_add((ns / MILLI).max(1));
+                *waited = true;
+                tokio::select! {
+                    _ = app.clock().sleep_until(until) => {}
+                    _ = retuned => {}
+                    _ = wait_true(stopping) => return false,
+                }
+            }
+        }
+    }
+    true
+}
+
+/// What a run's body needs from its taking, besides the message.
+struct Taken<'a> {
+    policy: &'a crate::task::policy::Policy,
+    body: &'a crate::task::body::SharedBody,
+    /// Its place in the worker's run table.
+    key: u64,
+    /// When its revoked status was last read.
+    checked: i64,
+    receipt: &'a Receipt,
+    /// The early ack sent as the body starts, if any.
+    acked: &'a Mutex<Option<AckSent>>,
+}
+
+/// How a run's body ended, and whether it got to start.
+struct BodyEnd {
+    ran: Ran,
+    /// When it started.
+    started: i64,
+    /// Whether it reached its body (on the process pool, a child).
+    handed: bool,
+    /// Given back from the process pool's deck at a stop.
+    back: bool,
+    /// Revoked while it waited on the process pool's deck.
+    revoked_late: bool,
+}
+
+/// Runs `m`'s body (on threads, or handed to a child of the process pool)
+/// until it ends, is terminated or cancelled. Its own future, boxed where
+/// it is awaited: a run's future is allocated and copied whole when the
+/// run starts, and with the body's waits inline it was 2,968 bytes.
+async fn run_body(
+    s: &Shared,
+    w: &Writer,
+    m: &Arc<Message>,
+    t: Taken<'_>,
+    args: Vec<Value>,
+    stopping: &mut tokio::sync::watch::Receiver<bool>,
+) -> BodyEnd {
+    let app = &s.app;
+    let (policy, body, key, checked) = (t.policy, t.body, t.key, t.checked);
+    let pooled = s.procs.is_some();
     let (carried_hard, carried_soft) = m.time_limits();
     let (tuned_soft, tuned_hard) =
         s.limits_of(&m.task, (policy.soft_time_limit, policy.time_limit));
@@ -381,10 +543,10 @@ async fn take_and_run<'a>(
         worker: s.name.clone(),
         rule: crate::task::body::RetryRule::of(policy),
         recorder: crate::task::progress::Recorder::of(app.clone()),
-        extras: crate::task::request::RunExtras::of(&m),
+        extras: crate::task::request::RunExtras::of(m),
         trace: app.tracing().then(|| {
             Box::new(crate::task::trace::RunTrace {
-                carrier: crate::task::trace::carried(&m),
+                carrier: crate::task::trace::carried(m),
             })
         }),
     };
@@ -400,7 +562,7 @@ async fn take_and_run<'a>(
             let idle = tokio::select! {
                 biased;
                 i = p.idle() => i?,
-                _ = wait_true(&mut stopping) => {
+                _ = wait_true(stopping) => {
                     back.store(true, Ordering::Relaxed);
                     return Err(Failure::new("Stopping", "the worker is stopping"));
                 }
@@ -415,10 +577,10 @@ async fn take_and_run<'a>(
             let now = app.now();
             started.store(now, Ordering::Relaxed);
             s.start(key, now, !policy.acks_late);
-            s.note(&m, "active", None);
+            s.note(m, "active", None);
             if !policy.acks_late {
-                *acked.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some(w.ack_soon(receipt.clone()));
+                *t.acked.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(w.ack_soon(t.receipt.clone()));
             }
             handed.store(true, Ordering::Relaxed);
             Box::pin(p.run_on(idle, &m.task, ctx, args, policy.timeout)).await
@@ -455,39 +617,13 @@ async fn take_and_run<'a>(
         }
         _ = wait_true(&mut cancel) => Ran::Cancelled,
     };
-    // The body is over: it leaves the run table (not active any more, as
-    // its slot is free) before the settle's writes, as the slot does, and
-    // no longer counts against the prefetch while it settles.
-    drop(permit);
-    drop(held);
-    s.runs().remove(&key);
-    let _settling = Settling::new(s);
-    let started = started.into_inner();
-    if back.into_inner() {
-        return Box::pin(give_back(app, &m, receipt, false)).await;
+    BodyEnd {
+        ran,
+        started: started.into_inner(),
+        handed: handed.into_inner(),
+        back: back.into_inner(),
+        revoked_late: revoked_late.into_inner(),
     }
-    if revoked_late.into_inner() {
-        return Box::pin(revoked_before(s, w, &m, receipt, true)).await;
-    }
-    if !handed.into_inner() {
-        // It ended on deck (terminated, the worker stopping): it never
-        // started, and its early ack never went out.
-        if matches!(ran, Ran::Cancelled) {
-            return Box::pin(give_back(app, &m, receipt, false)).await;
-        }
-        if !policy.acks_late {
-            Box::pin(w.take(Some(receipt.clone()), None)).await?;
-        }
-    } else if let Some(sent) = acked.into_inner().unwrap_or_else(|e| e.into_inner())
-        && !sent.landed().await
-    {
-        // The ack sent at the hand-over (or as the body started) did not
-        // land (the broker was away): the run is over, so it is made until
-        // it lands rather than the message left to run again.
-        Box::pin(w.write(Vec::new(), None, Some(receipt.clone()))).await?;
-    }
-
-    settle_ran(s, w, m, receipt, policy, started, ran).await
 }
 
 /// How long (ms) a run may wait since its last revoked check — for a slot,

@@ -38,18 +38,9 @@ const TAKE_ROUNDS: usize = 1;
 /// channel for it was an allocation a run); else the writer's answer to
 /// come.
 pub(super) enum AckSent {
-    Done(Result<bool, Refused>),
+    /// Whether it landed.
+    Done(bool),
     Coming(oneshot::Receiver<Result<bool, Refused>>),
-}
-
-impl AckSent {
-    /// Whether the ack landed.
-    pub(super) async fn landed(self) -> bool {
-        match self {
-            AckSent::Done(r) => r.is_ok(),
-            AckSent::Coming(rx) => matches!(rx.await, Ok(Ok(_))),
-        }
-    }
 }
 
 /// One run's writes or question, for the writer to gather with others'.
@@ -172,18 +163,12 @@ impl Writer {
     /// receiver.
     pub(super) fn ack_soon(&self, ack: Receipt) -> AckSent {
         if let Some(app) = &self.direct {
-            return AckSent::Done(
-                app.broker()
-                    .ack(vec![ack])
-                    .now_or_never()
-                    .unwrap_or_else(|| {
-                        Err(Refused::broker(
-                            BrokerErrorKind::Closed,
-                            "a local broker's ack did not complete at once",
-                        ))
-                    })
-                    .map(|_| false),
-            );
+            // A local broker's ack completes in the call; one that did
+            // not is counted as not landed, and made again after the run.
+            return AckSent::Done(matches!(
+                app.broker().ack(vec![ack]).now_or_never(),
+                Some(Ok(()))
+            ));
         }
         let (done, rx) = oneshot::channel();
         let job = Job {
