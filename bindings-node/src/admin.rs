@@ -14,11 +14,11 @@
 
 use std::collections::HashMap;
 use std::convert::identity;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::future::{Either, select};
-use headway_core::admin::{Admin, AdminConfig, EventStream, Reply, Request};
+use headway_core::admin::{Admin, AdminConfig, EventStream, Reply, Request, StreamSlot};
 use headway_core::task::Refused;
 use napi::bindgen_prelude::Buffer;
 use napi_derive::napi;
@@ -30,11 +30,11 @@ use crate::tasks::app::NativeApp;
 use crate::tasks::hub::{Answer, drive};
 use crate::tasks::lock;
 
-/// One open stream: the core's stream (out while a `next` waits on it), and
-/// the flag and wake-up `close` uses.
+/// One open stream: the core's stream, lent to one `next` at a time and
+/// closed for good by `close` (the core's `StreamSlot`), and the wake-up
+/// that ends a `next` waiting when it closes.
 struct Slot {
-    stream: Mutex<Option<EventStream>>,
-    closed: AtomicBool,
+    stream: StreamSlot<EventStream>,
     wake: Notify,
 }
 
@@ -69,8 +69,7 @@ fn render(reply: Reply, streams: &Streams, next_id: &AtomicU32) -> String {
     let id = stream.map(|s| {
         let id = next_id.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         let slot = Arc::new(Slot {
-            stream: Mutex::new(Some(s)),
-            closed: AtomicBool::new(false),
+            stream: StreamSlot::new(s),
             wake: Notify::new(),
         });
         lock(streams).insert(id, slot);
@@ -197,14 +196,10 @@ impl NativeAdmin {
                 let Some(slot) = slot else {
                     return Ok::<_, Refused>("null".to_string());
                 };
-                if slot.closed.load(Ordering::Acquire) {
-                    return Ok("null".into());
-                }
-                let taken = lock(&slot.stream).take();
-                let Some(mut st) = taken else {
-                    return Err(Refused::Invalid(
-                        "admin stream: the previous next() has not finished".into(),
-                    ));
+                let mut st = match slot.stream.take() {
+                    Ok(Some(st)) => st,
+                    Ok(None) => return Ok("null".into()),
+                    Err(busy) => return Err(Refused::Invalid(format!("admin stream: {busy}"))),
                 };
                 let frame = {
                     let next = std::pin::pin!(st.next());
@@ -214,11 +209,10 @@ impl NativeAdmin {
                         Either::Right(_) => None,
                     }
                 };
-                if slot.closed.load(Ordering::Acquire) {
-                    // Closed while waiting: the stream is dropped here.
+                if !slot.stream.give(st) {
+                    // Closed while waiting: the stream is dropped.
                     return Ok("null".into());
                 }
-                *lock(&slot.stream) = Some(st);
                 Ok(match frame {
                     Some(b) => serde_json::to_string(&String::from_utf8_lossy(&b))
                         .unwrap_or_else(|_| "null".into()),
@@ -249,7 +243,6 @@ impl NativeAdmin {
 
 /// Ends a stream taken out of the map: a `next` waiting on it answers null.
 fn shut(slot: Arc<Slot>) {
-    slot.closed.store(true, Ordering::Release);
+    slot.stream.close();
     slot.wake.notify_one();
-    drop(lock(&slot.stream).take());
 }
