@@ -121,17 +121,11 @@ fn to_js(v: &mut Value) -> bool {
 
 fn js_of(t: &Typed) -> Option<Value> {
     Some(match t {
-        Typed::DateTime(_) => one(DATE, Value::from(t.epoch_ms()?)),
-        Typed::Bytes(b) => one(BYTES, Value::String(hex::encode(b))),
+        Typed::DateTime(_) => serde_json::json!({ DATE: t.epoch_ms()? }),
+        Typed::Bytes(b) => serde_json::json!({ BYTES: hex::encode(b) }),
         Typed::Uuid(_) => Value::String(t.uuid_hyphenated()?),
         Typed::Decimal(s) | Typed::Date(s) | Typed::Time(s) => Value::String(s.clone()),
     })
-}
-
-fn one(k: &str, v: Value) -> Value {
-    let mut m = Map::with_capacity(1);
-    m.insert(k.to_string(), v);
-    Value::Object(m)
 }
 
 #[cfg(test)]
