@@ -30,7 +30,7 @@ const IDENT = /^[A-Za-z_$][\w$]*$/;
 // outermost counting as level 1.
 const DEPTH = native._jsonMaxDepth();
 
-const KINDS = { function: 'a function', symbol: 'a symbol', bigint: 'a bigint' };
+const KINDS = { __proto__: null, function: 'a function', symbol: 'a symbol', bigint: 'a bigint' };
 
 function describe(v) {
   if (typeof v !== 'object') return KINDS[typeof v] ?? typeof v;
@@ -189,13 +189,14 @@ function encodeKwargs(owner, kwargs) {
 const text = (k, v) => JSON.stringify(str(k, v));
 // Each send option as JSON, in the order they are checked (instants in epoch ms).
 const OPTION = { eta: instant, countdown: num, expires: instant, queue: text, priority: num, id: text, concurrencyKey: text, dedupeKey: text, dedupeTtl: num };
+const OPTIONS = Object.entries(OPTION);
 const SEND_OPTIONS = ['kwargs', ...Object.keys(OPTION)];
 const SIG_OPTIONS = [...SEND_OPTIONS, 'immutable'];
 
 /** Per-send options as JSON (instants in epoch ms), or 'null'. */
 function encodeOptions(o) {
   let out = '';
-  for (const k in OPTION) if (o[k] !== undefined) out += `${out ? ',' : ''}"${k}":${OPTION[k](k, o[k])}`;
+  for (const [k, write] of OPTIONS) if (o[k] !== undefined) out += `${out ? ',' : ''}"${k}":${write(k, o[k])}`;
   return out ? `{${out}}` : 'null';
 }
 
