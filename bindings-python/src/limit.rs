@@ -31,8 +31,14 @@ pub(crate) struct PyBucket {
     inner: flow::Bucket,
 }
 
-#[pymethods]
-impl PyBucket {
+methods! {
+    PyBucket {
+        /// Tokens per second.
+        rate: f64 = |c| c.rate();
+        /// The most it holds.
+        burst: f64 = |c| c.burst();
+    }
+
     #[new]
     #[pyo3(
         signature = (rate, burst=None, at=None),
@@ -98,18 +104,6 @@ impl PyBucket {
         guard(|| Ok(self.inner.tokens(now_arg(now)?)))
     }
 
-    /// Tokens per second.
-    #[getter]
-    fn rate(&self) -> f64 {
-        self.inner.rate()
-    }
-
-    /// The most it holds.
-    #[getter]
-    fn burst(&self) -> f64 {
-        self.inner.burst()
-    }
-
     fn __repr__(&self) -> String {
         format!(
             "Bucket(rate={:?}, burst={:?})",
@@ -133,8 +127,14 @@ pub(crate) struct PyWindow {
     inner: flow::Window,
 }
 
-#[pymethods]
-impl PyWindow {
+methods! {
+    PyWindow {
+        /// The most events in any window.
+        allow: i64 = |c| c.allow();
+        /// The window's length, in seconds.
+        window: f64 = |c| secs_out(c.span());
+    }
+
     #[new]
     fn new(allow: &Bound<'_, PyAny>, window: &Bound<'_, PyAny>) -> PyResult<Self> {
         guard(|| {
@@ -164,18 +164,6 @@ impl PyWindow {
         guard(|| Ok(secs_out(self.inner.next(now_arg(now)?))))
     }
 
-    /// The most events in any window.
-    #[getter]
-    fn allow(&self) -> i64 {
-        self.inner.allow()
-    }
-
-    /// The window's length, in seconds.
-    #[getter]
-    fn window(&self) -> f64 {
-        secs_out(self.inner.span())
-    }
-
     fn __repr__(&self) -> String {
         format!(
             "Window(allow={}, window={:?})",
@@ -195,8 +183,14 @@ pub(crate) struct PyGate {
     inner: flow::Gate,
 }
 
-#[pymethods]
-impl PyGate {
+methods! {
+    PyGate {
+        /// How many are inside.
+        held: i64 = |c| c.held();
+        /// The ceiling.
+        limit: i64 = |c| c.limit();
+    }
+
     #[new]
     fn new(limit: &Bound<'_, PyAny>) -> PyResult<Self> {
         guard(|| {
@@ -216,18 +210,6 @@ impl PyGate {
     /// leave cannot open room that was never taken.
     fn leave(&mut self) {
         self.inner.leave()
-    }
-
-    /// How many are inside.
-    #[getter]
-    fn held(&self) -> i64 {
-        self.inner.held()
-    }
-
-    /// The ceiling.
-    #[getter]
-    fn limit(&self) -> i64 {
-        self.inner.limit()
     }
 
     fn __repr__(&self) -> String {

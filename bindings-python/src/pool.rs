@@ -170,8 +170,14 @@ pub(crate) struct PyBreaker {
     inner: flow::Breaker,
 }
 
-#[pymethods]
-impl PyBreaker {
+methods! {
+    PyBreaker {
+        /// The multiplier on accepts.
+        k: f64 = |c| c.k();
+        /// The window's length, in seconds.
+        window: f64 = |c| secs_out(c.window());
+    }
+
     #[new]
     #[pyo3(signature = (k=None, window=None), text_signature = "(k=2.0, window=120.0)")]
     fn new(k: Option<&Bound<'_, PyAny>>, window: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
@@ -182,18 +188,6 @@ impl PyBreaker {
             let inner = flow::Breaker::new(k, window).map_err(invalid)?;
             Ok(PyBreaker { inner })
         })
-    }
-
-    /// The multiplier on accepts.
-    #[getter]
-    fn k(&self) -> f64 {
-        self.inner.k()
-    }
-
-    /// The window's length, in seconds.
-    #[getter]
-    fn window(&self) -> f64 {
-        secs_out(self.inner.window())
     }
 
     fn __repr__(&self) -> String {
