@@ -8,7 +8,7 @@
 
 const native = require('../addon.js');
 const { argType } = require('./errors.js');
-const { NUMBER, anyNum, optNum, clock, draw, fix, strictOpts, checkSignal } = require('./checks.js');
+const { anyNum, optNum, clock, draw, fix, strictOpts, checkSignal } = require('./checks.js');
 
 // One set of native functions per JS environment, shared by every instance:
 // a method is `fn(id, ...numbers)`, so each call site sees one target.
@@ -330,10 +330,8 @@ class Pool {
   }
 
   take(now, roll) {
-    if (now === undefined) now = perf.now();
-    else if (typeof now !== 'number') throw argType('now', NUMBER, now);
-    if (roll === undefined) roll = Math.random();
-    else if (typeof roll !== 'number') throw argType('roll', NUMBER, roll);
+    now = clock('now', now);
+    roll = draw('roll', roll);
     const r = poolTake(this.#pid, now, roll);
     if (r >= 0) return { kind: 'ready', item: this.#lend(r) };
     if (r <= -16) return { kind: 'stale', item: this.#letGo(-16 - r) };
@@ -355,8 +353,7 @@ class Pool {
   }
 
   give(item, now) {
-    if (now === undefined) now = perf.now();
-    else if (typeof now !== 'number') throw argType('now', NUMBER, now);
+    now = clock('now', now);
     return this.#giveBack(item, now, undefined);
   }
 
@@ -425,11 +422,9 @@ class Bucket {
   }
 
   take(now, n) {
-    if (now === undefined) now = perf.now();
-    else if (typeof now !== 'number') throw argType('now', NUMBER, now);
+    now = clock('now', now);
     if (n === undefined || n === 1) return bucketTake1(this.#id, now);
-    if (typeof n !== 'number') throw argType('n', NUMBER, n);
-    return bucketTake(this.#id, now, n);
+    return bucketTake(this.#id, now, anyNum('n', n));
   }
 
   next(now, n) {
@@ -467,8 +462,7 @@ class Window {
   }
 
   take(now) {
-    if (now === undefined) now = perf.now();
-    else if (typeof now !== 'number') throw argType('now', NUMBER, now);
+    now = clock('now', now);
     return windowTake(this.#id, now);
   }
 
