@@ -368,6 +368,19 @@ def test_bad_sends_get_a_4xx_with_a_reason(apps: Apps) -> None:
         )
         assert r.status == 413, r
         assert r.unread == 1  # type: ignore[attr-defined]
+        # The core's rule: the first Content-Length, any case, trimmed; one
+        # of exactly max_body is read, and one that is no whole number
+        # declares nothing (the body as read decides).
+        r = await call(
+            admin, "POST", "/api/send", bearer(JSON, ("Content-Length", " 1025 ")), b"{}"
+        )
+        assert (r.status, r.unread) == (413, 1), r  # type: ignore[attr-defined]
+        for declared in ("1024", "1_000_000", "-1"):
+            r = await call(
+                admin, "POST", "/api/send", bearer(JSON, ("content-length", declared)),
+                post_json({"task": "nope"}),
+            )
+            assert (r.status, r.unread) == (404, 0), (declared, r)  # type: ignore[attr-defined]
 
     asyncio.run(main())
 

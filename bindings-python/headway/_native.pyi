@@ -1427,6 +1427,9 @@ class _Admin:
     def read_only(self) -> bool: ...
     @property
     def max_body(self) -> int: ...
+    def declares_over(self, headers: list[tuple[str, str]]) -> bool:
+        """Whether ``headers`` declare a body past ``max_body`` (the core's
+        Content-Length rule): refused (413) whatever comes, so none is read."""
     def handle(
         self,
         method: str,

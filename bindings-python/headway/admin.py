@@ -95,12 +95,11 @@ class AdminApp:
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers_in = _headers(scope)
-        max_body = self._native.max_body
-        if _declared(headers_in) > max_body:
+        if self._native.declares_over(headers_in):
             # Refused (413) whatever comes: read none of it.
             body = b""
         else:
-            body, disconnected = await _read_body(receive, max_body)
+            body, disconnected = await _read_body(receive, self._native.max_body)
             if disconnected:
                 return
         client = scope.get("client")
@@ -164,17 +163,6 @@ async def _read_body(receive: Receive, max_body: int) -> tuple[bytes, bool]:
             return b"".join(parts)[: max_body + 1], False
         if not message.get("more_body", False):
             return b"".join(parts), False
-
-
-def _declared(headers: list[tuple[str, str]]) -> int:
-    """The declared Content-Length, or -1."""
-    for k, v in headers:
-        if k.lower() == "content-length":
-            try:
-                return int(v.strip())
-            except ValueError:
-                return -1
-    return -1
 
 
 def _target(scope: Scope) -> str:

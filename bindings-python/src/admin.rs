@@ -10,7 +10,9 @@
 
 use std::sync::Arc;
 
-use headway_core::admin::{Admin, AdminConfig, EventStream, Reply, Request, StreamSlot};
+use headway_core::admin::{
+    Admin, AdminConfig, EventStream, Reply, Request, StreamSlot, declared_over,
+};
 use headway_core::task::Host;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -64,6 +66,13 @@ methods! {
                 .map_err(|e| crate::rt::refused(app.py(), e))?;
             Ok(PyAdmin { inner })
         })
+    }
+
+    /// Whether `headers` declare a body past `max_body` (the core's
+    /// Content-Length rule): it is refused (413) whatever comes, so the
+    /// adapter reads none of it.
+    fn declares_over(&self, headers: Vec<(String, String)>) -> bool {
+        declared_over(&headers, self.inner.max_body())
     }
 
     /// An awaitable answering `(status, headers, body, stream)`: `headers` a

@@ -26,6 +26,7 @@
 //!   page renders data as text only.
 
 mod auth;
+mod body;
 mod config;
 mod http;
 mod page;
@@ -40,6 +41,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 pub use auth::{COOKIE, CSRF_HEADER};
+pub use body::{declared_length, declared_over};
 pub use http::{CSP, Reply, Request, Response, safe_json};
 pub use page::{APP_JS, STYLE_CSS};
 pub use reports::{DEAD_DEFAULT, DETAIL_MAX, EVENTS_READ, PREVIEW_MAX, RUNS_DEFAULT, preview};
