@@ -3,12 +3,8 @@
 // items on the event loop, as the core's Acquires answers.
 
 const { argType, coded } = require('./errors.js');
-const { anyNum, strictOpts } = require('./checks.js');
+const { optNum, strictOpts } = require('./checks.js');
 const { F, perf, TIMER_MAX, Pool, poolLends, poolAcq, NO_ITEM } = require('./flow.js');
-
-// How long a caller waits for an item: the core's TAKE_TIMEOUT (HikariCP's
-// connectionTimeout, 30 s).
-const DEFAULT_TIMEOUT = F.takeTimeout();
 
 const OPEN = 0;
 const DRAINING = 1;
@@ -44,12 +40,13 @@ class Pooled {
     const o = strictOpts(options);
     if (typeof o.open !== 'function') throw argType('open', 'of type function', o.open);
     if (o.close !== undefined && typeof o.close !== 'function') throw argType('close', 'of type function', o.close);
-    const timeout = o.timeout === undefined ? DEFAULT_TIMEOUT : anyNum('timeout', o.timeout);
-    if (o.evictEvery !== undefined) anyNum('evictEvery', o.evictEvery);
+    optNum('timeout', o.timeout);
+    optNum('evictEvery', o.evictEvery);
     this.#pool = new Pool({ limits: o.limits, ward: o.ward });
     // The core ranges both (a RangeError naming the one refused) and picks
-    // the timer's period when it is omitted.
-    const every = poolAcq.init(this.#pool, timeout, o.evictEvery);
+    // each when it is omitted: how long a caller waits for an item (its
+    // TAKE_TIMEOUT, HikariCP's connectionTimeout, 30 s) and the timer's period.
+    const every = poolAcq.init(this.#pool, o.timeout, o.evictEvery);
     this.#open = o.open;
     this.#close = o.close;
     if (every > 0 && every !== Infinity) {

@@ -13,21 +13,21 @@
 //! Sleep (the span) is read with `acqValue`; a failure's message, the core's,
 //! with `acqWhy`.
 
-use headway_core::flow::{Acquires, Attempts, Failed, Step, Unit};
+use headway_core::flow::{Acquires, Attempts, Failed, Step, TAKE_TIMEOUT, Unit};
 
 use crate::flow::item;
 use crate::raw::{Fail, Funcs, function, method};
 use crate::units::{ms, ns, span};
 
-// acqInit(pid, timeoutMs, evictEveryMs?) -> the evict timer's period in ms
-// (0: none). Timeout Infinity: none; evictEvery undefined: the core's choice
-// for the pool's limits. The core ranges both.
+// acqInit(pid, timeoutMs?, evictEveryMs?) -> the evict timer's period in ms
+// (0: none). Timeout undefined: the core's TAKE_TIMEOUT, Infinity: none;
+// evictEvery undefined: the core's choice for the pool's limits. The core
+// ranges both.
 method!(acq_init, pools, 3, |s, e, a| {
-    let t = e.f64(a[1], "timeout")?;
-    let timeout = if t == f64::INFINITY {
-        None
-    } else {
-        Some(span("timeout", t)?)
+    let timeout = match e.opt_f64(a[1], "timeout")? {
+        None => Some(TAKE_TIMEOUT),
+        Some(t) if t == f64::INFINITY => None,
+        Some(t) => Some(span("timeout", t)?),
     };
     let every = e
         .opt_f64(a[2], "evictEvery")?

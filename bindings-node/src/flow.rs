@@ -16,8 +16,8 @@ use std::cell::Cell;
 use std::ptr;
 
 use headway_core::flow::{
-    Acquires, Backoff, Breaker, Bucket, Failed, Gate, Jitter, Limits, Load, Pool, TAKE_TIMEOUT,
-    Taken, Ward, Window, pick,
+    Acquires, Backoff, Breaker, Bucket, Failed, Gate, Jitter, Limits, Load, Pool, Taken, Ward,
+    Window, pick,
 };
 use napi::bindgen_prelude::{External, ToNapiValue};
 use napi::sys;
@@ -104,9 +104,6 @@ function!(limits_new, 4, |f, e, a| {
         (c"evictEvery", e.num(ms(l.evict_every()))?),
     ])
 });
-
-// takeTimeout() -> ms a driver's take waits (the core's TAKE_TIMEOUT).
-function!(take_timeout, 0, |f, e, a| e.num(ms(TAKE_TIMEOUT)));
 
 // ---------------------------------------------------------------- Breaker
 
@@ -497,7 +494,6 @@ pub fn flow(env: &napi::Env) -> napi::Result<napi::Unknown<'_>> {
     napi_ret(env, |env| {
         let funcs = Funcs::new(env, Flow::default())?
             .add(c"limitsNew", Some(limits_new))?
-            .add(c"takeTimeout", Some(take_timeout))?
             .add(c"breakerNew", Some(breaker_new))?
             .add(c"wardNew", Some(ward_new))?
             .add(c"backoffNew", Some(backoff_new))?
