@@ -59,7 +59,7 @@ function configure(level, format) {
   loggers.clear();
 }
 
-native._logStderr('plain');
+native._logStderr();
 if (debuglog('headway').enabled) native._logLevel('debug');
 
 module.exports = { useLogger, configure };

@@ -41,16 +41,12 @@ pub fn log_to(callback: Function<String, ()>) -> napi::Result<()> {
     Ok(())
 }
 
-/// Writes every record to stderr: `plain` (the message alone, the
-/// default), `text` or `json` (the CLI's `--log-format`).
+/// Writes every record to stderr: the message alone (no `format`, the
+/// default), or as the CLI's `--log-format` says (`text` or `json`).
 #[napi(js_name = "_logStderr", catch_unwind)]
-pub fn log_stderr(format: String) -> napi::Result<()> {
-    let f = if format == "plain" {
-        Format::Plain
-    } else {
-        sink::parse_format(&format).map_err(invalid)?
-    };
-    sink::to_stderr(f);
+pub fn log_stderr(format: Option<String>) -> napi::Result<()> {
+    let f = format.map_or(Ok(Format::Plain), |f| sink::parse_format(&f));
+    sink::to_stderr(f.map_err(invalid)?);
     Ok(())
 }
 
