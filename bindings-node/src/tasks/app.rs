@@ -15,10 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headway_core::task::ask::Ask;
-use headway_core::task::dead_listed;
 use headway_core::task::{
     App, Beat, Call, Failure, Handle, Host, HostQueue, Refused, Sig, SignalSpec, Worker,
 };
+use headway_core::task::{dead_listed, progress};
 use napi::Env;
 use napi::bindgen_prelude::{Either, Unknown};
 use napi_derive::napi;
@@ -106,15 +106,17 @@ fn encode_calls(calls: &[Call]) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
+/// A custom state's name as JS gives it: none is the core's `PROGRESS`
+/// (`ctx.progress()`).
+fn state_name(state: Option<String>) -> String {
+    state.unwrap_or_else(|| progress::PROGRESS.to_string())
+}
+
 /// Checks a custom state's name where no run records it (a scheduler
 /// job's context: the core's rule, nothing stored): `null`, or why not.
-/// `state` none is the core's `PROGRESS`.
 #[napi(js_name = "_checkState", catch_unwind)]
 pub fn check_state(state: Option<String>) -> Option<Refusal> {
-    let state = state
-        .as_deref()
-        .unwrap_or(headway_core::task::progress::PROGRESS);
-    headway_core::task::progress::check_name(state)
+    progress::check_name(&state_name(state))
         .err()
         .map(Refusal::from)
 }
@@ -455,7 +457,7 @@ impl NativeApp {
         state: Option<String>,
         meta: String,
     ) -> napi::Result<Answer> {
-        let state = state.unwrap_or_else(|| headway_core::task::progress::PROGRESS.to_string());
+        let state = state_name(state);
         refusing(|| {
             let mut v: Value = parse("meta", &meta)?;
             if typed::marked(&meta) {
