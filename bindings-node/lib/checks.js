@@ -102,4 +102,4 @@ function checkSignal(signal) {
   return signal;
 }
 
-module.exports = { EMPTY, NUMBER, anyNum, optNum, clock, draw, fix, strictOpts, checkSignal, opts, only, str, num, bool, instant, jsonNumber };
+module.exports = { EMPTY, anyNum, optNum, clock, draw, fix, strictOpts, checkSignal, opts, only, str, num, bool, instant, jsonNumber };
