@@ -55,6 +55,7 @@
 pub mod admin;
 pub mod broker;
 pub mod flow;
+mod hashed;
 pub mod limit;
 pub mod log;
 pub mod runtime;

@@ -5,7 +5,7 @@
 //! and the clock the task side reads instead of the system clock. Nothing here
 //! is global: two apps in one process do not see each other's tasks.
 
-use std::collections::HashMap;
+use crate::hashed::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -93,7 +93,7 @@ impl App {
                 counter: seams.counter,
                 inspector: seams.inspector,
                 clock,
-                tasks: RwLock::new(HashMap::new()),
+                tasks: RwLock::new(HashMap::default()),
                 terminating: Mutex::new(super::terminate::Marks::default()),
                 terminate_bell: Notify::new(),
                 metrics: super::metrics::Metrics::default(),

@@ -22,7 +22,7 @@
 //! withdrawn is *abandoned*: its thread is stuck in it until it returns, and
 //! the queue's [`Runners`] ledger has it replaced, within a cap.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -34,6 +34,7 @@ use super::body::{Body, Context};
 use super::clock::BoxFuture;
 use super::runners::Runners;
 use super::state::Failure;
+use crate::hashed::{HashMap, HashSet};
 
 /// How long a runner thread that ran out of calls should look for the next
 /// before it sleeps, learned from the gaps it has seen (sans-I/O: the

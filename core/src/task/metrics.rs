@@ -15,7 +15,9 @@
 //! (the task's name is the key, borrowed, so nothing is allocated after a
 //! task's first run).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use crate::hashed::HashMap;
 use std::fmt::Write;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};

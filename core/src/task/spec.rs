@@ -26,8 +26,9 @@ pub type OnControl = std::sync::Arc<
 /// A broker's proof that a consumer holds a message: opaque to the app.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Receipt {
-    /// The queue it was claimed from.
-    pub queue: String,
+    /// The queue it was claimed from (shared: a receipt is copied for each
+    /// settle a run makes, and a claimed batch's receipts share one name).
+    pub queue: std::sync::Arc<str>,
     /// The broker's tag for the claim.
     pub tag: u64,
     /// A fencing token: a settle carrying a token older than the claim's is a

@@ -237,7 +237,7 @@ impl AmqpBroker {
         }
         let delivery = Delivery {
             receipt: Receipt {
-                queue: m.message.queue.clone(),
+                queue: m.message.queue.as_str().into(),
                 tag: d.delivery_tag,
                 token: serial,
                 raw: None,

@@ -182,7 +182,7 @@ impl CeleryBroker {
                     let m = d.message;
                     let delivery = Delivery {
                         receipt: Receipt {
-                            queue: m.queue.clone(),
+                            queue: m.queue.as_str().into(),
                             tag: local,
                             token: local,
                             raw: Some(Arc::from(tag.as_bytes())),

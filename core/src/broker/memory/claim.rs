@@ -38,6 +38,8 @@ impl MemoryBroker {
             // large ones are dead-lettered first, the others after the pass
             // (Redis: by the claim script, then by the client).
             let mut taken = 0;
+            // One name for the batch's claims and receipts.
+            let shared: Arc<str> = name.as_str().into();
             let mut undecoded = Vec::new();
             let mut early = Vec::new();
             while out.len() + taken < max {
@@ -90,7 +92,7 @@ impl MemoryBroker {
                     tag,
                     Box::new(Held {
                         consumer: me.clone(),
-                        queue: name.clone(),
+                        queue: shared.clone(),
                         step: s,
                         message: m.clone(),
                         raw,
@@ -99,7 +101,7 @@ impl MemoryBroker {
                 );
                 out.push(Delivery {
                     receipt: Receipt {
-                        queue: name.clone(),
+                        queue: shared.clone(),
                         tag,
                         token: tag,
                         raw: None,
@@ -128,11 +130,11 @@ impl MemoryBroker {
     /// Removes the claim `r` if this consumer holds it.
     pub(super) fn settle(&self, g: &mut Inner, r: &Receipt) -> Option<Held> {
         match g.unacked.get(&r.tag) {
-            Some(h) if h.consumer == self.consumer && h.queue == r.queue => {}
+            Some(h) if h.consumer == self.consumer && *h.queue == *r.queue => {}
             _ => return None,
         }
         let h = g.unacked.remove(&r.tag)?;
-        if let Some(q) = g.queues.get_mut(&h.queue) {
+        if let Some(q) = g.queues.get_mut(&*h.queue) {
             q.unacked = q.unacked.saturating_sub(1);
         }
         Some(*h)
@@ -164,7 +166,7 @@ impl MemoryBroker {
                 .unacked
                 .iter()
                 .rev()
-                .filter(|(_, h)| h.consumer == c && h.queue == queue)
+                .filter(|(_, h)| h.consumer == c && *h.queue == *queue)
                 .map(|(t, _)| *t)
                 .collect();
             for t in tags {
@@ -175,7 +177,7 @@ impl MemoryBroker {
                 if lost >= max {
                     q.bury(
                         DeadLetter {
-                            queue: h.queue.clone(),
+                            queue: h.queue.to_string(),
                             id: Some(h.message.id.clone()),
                             reason: dead::lost_reason(lost),
                             at: now,

@@ -4,7 +4,7 @@
 //! Why here: both are write-once maps with waiters woken by one notify, and
 //! apart from the queues they share nothing with claiming.
 
-use std::collections::HashSet;
+use crate::hashed::HashSet;
 use std::collections::hash_map::Entry;
 use std::time::Duration;
 
@@ -99,7 +99,7 @@ impl Inner {
             Entry::Vacant(e) => {
                 self.expiry
                     .push_back((now.saturating_add(expires), Kept::Chord(key.to_string())));
-                e.insert((size, HashSet::new()))
+                e.insert((size, HashSet::default()))
             }
         }
     }

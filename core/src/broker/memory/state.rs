@@ -5,12 +5,13 @@
 //! Why apart: these are plain data with a few map updates each; the
 //! broker's operations (in the sibling modules) are what lock them.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
 use super::MemoryOptions;
+use crate::hashed::{HashMap, HashSet};
 use crate::task::clock::Clock;
 use crate::task::dead::{DEAD_KEPT, DeadLetter};
 use crate::task::message::Message;
@@ -99,7 +100,7 @@ pub(super) fn step(m: &Message) -> usize {
 /// A claim: who holds it, from where, and what it was.
 pub(super) struct Held {
     pub(super) consumer: Arc<str>,
-    pub(super) queue: String,
+    pub(super) queue: Arc<str>,
     pub(super) step: usize,
     pub(super) message: Arc<Message>,
     pub(super) raw: Option<Arc<[u8]>>,

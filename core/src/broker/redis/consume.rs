@@ -150,7 +150,7 @@ impl RedisBroker {
         Ok(Delivery {
             message: Arc::new(message),
             receipt: Receipt {
-                queue: q.to_string(),
+                queue: q.into(),
                 tag: token,
                 token,
                 raw: Some(Arc::from(el)),

@@ -104,7 +104,7 @@ impl RedisBroker {
         next: Option<Message>,
     ) -> Option<Pending> {
         Some(Pending {
-            queue: receipt.queue.clone(),
+            queue: receipt.queue.to_string(),
             el: receipt.raw.clone()?,
             mode,
             next,
@@ -112,7 +112,7 @@ impl RedisBroker {
     }
 
     pub(super) async fn retry_inner(&self, receipt: Receipt, next: Message) -> Result<(), Refused> {
-        if next.queue != receipt.queue {
+        if *next.queue != *receipt.queue {
             // Another queue is another slot: publish, then ack.
             self.publish(vec![next]).await?;
             return self.ack(vec![receipt]).await;

@@ -471,7 +471,7 @@ impl RedisBroker {
     pub(super) fn settled<'a>(&self, receipts: impl Iterator<Item = &'a Receipt>) {
         let mut o = self.outs();
         for rc in receipts {
-            if let Some(set) = o.get_mut(&rc.queue) {
+            if let Some(set) = o.get_mut(&*rc.queue) {
                 set.remove(&rc.token);
             }
         }

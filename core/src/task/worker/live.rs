@@ -9,7 +9,7 @@
 //! its body starts (*active*), and leaves when its message is settled or
 //! given back.
 
-use std::collections::HashMap;
+use crate::hashed::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 

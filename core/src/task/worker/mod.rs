@@ -53,8 +53,8 @@ mod settle;
 mod stop;
 mod writer;
 
+use crate::hashed::HashMap;
 use std::collections::BTreeMap;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -243,7 +243,7 @@ impl Worker {
                 woken: Notify::new(),
                 running: AtomicBool::new(false),
                 slots: Semaphore::new(concurrency * slots_per(pooled)),
-                limiters: Mutex::new(HashMap::new()),
+                limiters: Mutex::new(HashMap::default()),
                 done: AtomicU64::new(0),
                 claimed: AtomicU64::new(0),
                 settling: AtomicUsize::new(0),
@@ -254,7 +254,7 @@ impl Worker {
                 soft_time_limit,
                 runs: Mutex::new(BTreeMap::new()),
                 next_run: AtomicU64::new(0),
-                tuned: Mutex::new(HashMap::new()),
+                tuned: Mutex::new(HashMap::default()),
                 retuned: Notify::new(),
                 reshaped: watch::channel(0).0,
                 notes: notes::Notes::default(),
