@@ -28,14 +28,14 @@ const rangeError = (message) => coded('ERR_OUT_OF_RANGE', message, RangeError);
  * The body, cut at `max + 1` bytes: the core answers 413 past `max`, so the
  * rest is not read (nor kept). Resolves `null` if the client went away.
  */
-function readBody(req, max) {
+function readBody(req, admin, max) {
   // Express's body parsers may have read it already.
   if (Buffer.isBuffer(req.body)) return Promise.resolve(req.body.subarray(0, max + 1));
   if (typeof req.body === 'string') return Promise.resolve(Buffer.from(req.body).subarray(0, max + 1));
   if (req.readableEnded) return Promise.resolve(Buffer.alloc(0));
-  // A declared length past max is refused (413) whatever comes: read none.
-  const declared = Number(req.headers['content-length']);
-  if (Number.isFinite(declared) && declared > max) return Promise.resolve(Buffer.alloc(0));
+  // A declared length past max is refused (413) whatever comes: read none
+  // (the core's Content-Length rule).
+  if (admin.declaresOver(req.rawHeaders)) return Promise.resolve(Buffer.alloc(0));
   return new Promise((resolve) => {
     const parts = [];
     let size = 0;
@@ -156,7 +156,7 @@ function handler(app, options) {
   const max = admin.maxBody;
 
   async function serve(req, res) {
-    const body = await readBody(req, max);
+    const body = await readBody(req, admin, max);
     if (body === null) return; // the client left
     // Where it is mounted (Express's baseUrl), whether over TLS, and the
     // client's address as the socket saw it: the cookie's Path and Secure,

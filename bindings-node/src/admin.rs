@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::future::{Either, select};
-use headway_core::admin::{Admin, AdminConfig, EventStream, Reply, Request, StreamSlot};
+use headway_core::admin::{
+    Admin, AdminConfig, EventStream, Reply, Request, StreamSlot, declared_over,
+};
 use headway_core::task::Refused;
 use napi::bindgen_prelude::Buffer;
 use napi_derive::napi;
@@ -84,6 +86,16 @@ fn render(reply: Reply, streams: &Streams, next_id: &AtomicU32) -> String {
     serde_json::to_string(&out).unwrap_or_else(|_| "null".into())
 }
 
+/// Node's flat `rawHeaders` (`[name, value, ...]`) as `(name, value)` pairs.
+fn pairs(headers: Vec<String>) -> Vec<(String, String)> {
+    let mut pairs = Vec::with_capacity(headers.len() / 2);
+    let mut it = headers.into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        pairs.push((k, v));
+    }
+    pairs
+}
+
 #[napi]
 impl NativeAdmin {
     /// An admin over `app`. `token` null or empty: one is generated
@@ -147,6 +159,14 @@ impl NativeAdmin {
     /// `{status, headers, body, stream}`. `mount` is Express's `baseUrl`,
     /// `tls` whether the socket is encrypted, `peer` its remote address:
     /// one positional argument each, as JS passes them.
+    /// Whether `headers` (`req.rawHeaders`) declare a body past `maxBody`
+    /// (the core's Content-Length rule, as Python's admin asks it): it is
+    /// refused (413) whatever comes, so none of it is read.
+    #[napi(js_name = "declaresOver", catch_unwind)]
+    pub fn declares_over(&self, headers: Vec<String>) -> bool {
+        declared_over(&pairs(headers), self.inner.max_body())
+    }
+
     #[napi(catch_unwind)]
     #[allow(clippy::too_many_arguments)]
     pub fn handle(
@@ -159,15 +179,10 @@ impl NativeAdmin {
         tls: Option<bool>,
         peer: Option<String>,
     ) -> napi::Result<Answer> {
-        let mut pairs = Vec::with_capacity(headers.len() / 2);
-        let mut it = headers.into_iter();
-        while let (Some(k), Some(v)) = (it.next(), it.next()) {
-            pairs.push((k, v));
-        }
         let req = Request {
             method,
             path,
-            headers: pairs,
+            headers: pairs(headers),
             body: body.to_vec(),
             mount: mount.unwrap_or_default(),
             tls: tls.unwrap_or(false),
