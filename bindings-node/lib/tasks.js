@@ -196,15 +196,13 @@ class Worker extends EventEmitter {
    * nothing it held is lost. Resolves when run() has.
    */
   stop(options) {
-    try {
+    return promised(() => {
       const o = opts('options', options);
       only('stop', o, ['grace']);
       // No grace: the core's default (10 s).
       this.#n.stop(o.grace === undefined ? undefined : num('grace', o.grace));
-    } catch (e) {
-      return Promise.reject(e);
-    }
-    return this.#run === null ? Promise.resolve() : this.#run.then(nothing, nothing);
+      return this.#run === null ? Promise.resolve() : this.#run.then(nothing, nothing);
+    });
   }
 
   [inspect.custom]() {
