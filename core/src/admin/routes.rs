@@ -397,10 +397,7 @@ fn filter(q: &[(String, String)]) -> Result<Filter, Response> {
 /// `max_body`, 415 for a media type that is not JSON, 400 for anything that
 /// does not parse or is not an object.
 fn json_body(inner: &Inner, req: &Request) -> Result<Map<String, Value>, Response> {
-    let declared = req
-        .get("content-length")
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if req.body.len() > inner.max_body || declared.is_some_and(|n| n > inner.max_body as u64) {
+    if req.body.len() > inner.max_body || super::declared_over(&req.headers, inner.max_body) {
         return Err(Response::error(
             413,
             "too_large",
