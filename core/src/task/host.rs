@@ -590,28 +590,10 @@ impl Body for HostBody {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use serde_json::{Map, json};
+    use serde_json::json;
 
     pub(crate) fn ctx() -> Context {
-        Context {
-            id: "i".into(),
-            name: "t".into(),
-            queue: "q".into(),
-            retries: 0,
-            attempt: 1,
-            last: true,
-            now: 0,
-            kwargs: Map::new(),
-            root_id: None,
-            parent_id: None,
-            soft_time_limit: None,
-            time_limit: None,
-            worker: String::new(),
-            trace: None,
-            rule: Default::default(),
-            recorder: Default::default(),
-            extras: None,
-        }
+        Context::direct("i".into(), "t".into(), "q".into(), 0)
     }
 
     #[tokio::test]

@@ -23,8 +23,6 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, watch};
 
-use serde_json::Map;
-
 use super::body::{Body, Context};
 use super::clock::{BoxFuture, Clock};
 use super::rhythm::Rhythm;
@@ -43,25 +41,13 @@ struct BodyJob {
 
 impl Job for BodyJob {
     fn fire(&self, name: &str, due: i64) -> BoxFuture<'static, Result<(), Failure>> {
-        let ctx = Context {
-            id: format!("{name}@{due}"),
-            name: name.to_string(),
-            queue: String::new(),
-            retries: 0,
-            attempt: 1,
-            last: true,
-            now: due,
-            kwargs: Map::new(),
-            root_id: None,
-            parent_id: None,
-            soft_time_limit: None,
-            time_limit: None,
-            worker: String::new(),
-            trace: None,
-            rule: Default::default(),
-            recorder: Default::default(),
-            extras: None,
-        };
+        // A firing is a direct call of its own, due at `due`.
+        let ctx = Context::direct(
+            format!("{name}@{due}"),
+            name.to_string(),
+            String::new(),
+            due,
+        );
         let call = self.body.call(ctx, Vec::new());
         Box::pin(async move { call.await.map(|_| ()) })
     }
