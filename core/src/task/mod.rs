@@ -63,8 +63,8 @@ pub use runners::{ABANDONED_PER_RUNNER, RunnerHealth, Runners, WorkerHealth};
 pub use schedule::{Job, Scheduler, Stats, Tally};
 pub use signal::{SIGTERM, SignalSpec};
 pub use spec::{
-    Backend, Broker, ConsumerInfo, Counter, Delivery, EVENT_TEXT_MAX, Inspector, Joined, QueueInfo,
-    Receipt, RunEvent,
+    Backend, Broker, ConsumerInfo, Counter, Delivery, Detail, EVENT_TEXT_MAX, Inspector, Joined,
+    QueueInfo, Receipt, RunEvent, RunNote,
 };
 pub use specs::{
     BackoffSpec, ChildCommand, Host, PolicySpec, RateSpec, SendSpec, SpecError, WorkerSpec,

@@ -5,10 +5,11 @@
 
 use std::collections::BTreeMap;
 
+use super::state::Logged;
 use super::{EVENTS_KEPT, MemoryBroker};
 use crate::task::clock::BoxFuture;
 use crate::task::dead::DeadLetter;
-use crate::task::spec::{ConsumerInfo, Inspector, QueueInfo, RunEvent};
+use crate::task::spec::{ConsumerInfo, Inspector, QueueInfo, RunEvent, RunNote};
 use crate::task::state::{Refused, State};
 
 impl Inspector for MemoryBroker {
@@ -35,13 +36,14 @@ impl Inspector for MemoryBroker {
     }
 
     fn record(&self, events: Vec<RunEvent>) -> BoxFuture<'_, Result<(), Refused>> {
-        let mut g = self.lock();
-        for e in events {
-            if g.events.len() >= EVENTS_KEPT {
-                g.events.pop_front();
-            }
-            g.events.push_back(e);
-        }
+        self.log(events.into_iter().map(Logged::Event));
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Kept as they are, sharing the runs' messages: read as events only
+    /// when asked ([`Inspector::recent`]).
+    fn record_notes(&self, notes: Vec<RunNote>) -> BoxFuture<'_, Result<(), Refused>> {
+        self.log(notes.into_iter().map(Logged::Note));
         Box::pin(async { Ok(()) })
     }
 
@@ -52,7 +54,7 @@ impl Inspector for MemoryBroker {
             .iter()
             .rev()
             .take(limit)
-            .cloned()
+            .map(Logged::event)
             .collect();
         Box::pin(async move { Ok(out) })
     }
@@ -110,5 +112,92 @@ impl Inspector for MemoryBroker {
             .get(queue)
             .map_or(0, |q| q.dead.len() as u64);
         Box::pin(async move { Ok(n) })
+    }
+}
+
+impl MemoryBroker {
+    /// Keeps `events`, the oldest falling off past [`EVENTS_KEPT`].
+    fn log(&self, events: impl Iterator<Item = Logged>) {
+        let mut g = self.lock();
+        for e in events {
+            if g.events.len() >= EVENTS_KEPT {
+                g.events.pop_front();
+            }
+            g.events.push_back(e);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::{Map, json};
+
+    use super::*;
+    use crate::task::clock::VirtualClock;
+    use crate::task::message::Message;
+    use crate::task::spec::{Detail, EVENT_TEXT_MAX};
+
+    fn note(id: &str, args: Vec<serde_json::Value>, detail: Detail) -> RunNote {
+        RunNote {
+            message: Arc::new(Message::new(
+                id.into(),
+                "t".into(),
+                args,
+                Map::new(),
+                "q".into(),
+            )),
+            state: State::Success,
+            at: 5,
+            worker: "w1".into(),
+            runtime: Some(2),
+            detail,
+        }
+    }
+
+    #[tokio::test]
+    async fn notes_read_back_as_the_events_they_make_newest_first() {
+        let b = MemoryBroker::new(VirtualClock::new(0));
+        let whole = note("a", vec![json!(1)], Detail::Text("boom".into())).event();
+        b.record(vec![whole.clone()]).await.unwrap();
+        let long = "x".repeat(EVENT_TEXT_MAX * 2);
+        b.record_notes(vec![note(
+            "b",
+            vec![json!(long)],
+            Detail::Value(json!({"ok": true})),
+        )])
+        .await
+        .unwrap();
+        let got = b.recent(10).await.unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[1], whole, "a recorded event reads back as it was");
+        let e = &got[0];
+        assert_eq!(
+            (e.id.as_str(), e.task.as_str(), e.worker.as_str()),
+            ("b", "t", "w1")
+        );
+        assert_eq!(
+            (e.state, e.at, e.runtime, e.retries),
+            (State::Success, 5, Some(2), 0)
+        );
+        assert_eq!(e.detail.as_deref(), Some(r#"{"ok":true}"#));
+        // The arguments as JSON, cut to the event's bound.
+        assert!(e.args.starts_with("[\"xxx"), "{}", &e.args[..10]);
+        assert!(e.args.len() <= EVENT_TEXT_MAX + '…'.len_utf8());
+    }
+
+    #[tokio::test]
+    async fn the_log_keeps_the_last_thousand() {
+        let b = MemoryBroker::new(VirtualClock::new(0));
+        let notes = (0..EVENTS_KEPT + 5)
+            .map(|i| note(&i.to_string(), Vec::new(), Detail::None))
+            .collect();
+        b.record_notes(notes).await.unwrap();
+        let got = b.recent(usize::MAX).await.unwrap();
+        assert_eq!(got.len(), EVENTS_KEPT);
+        assert_eq!(got[0].id, (EVENTS_KEPT + 4).to_string());
+        assert_eq!(got[EVENTS_KEPT - 1].id, "5");
+        assert_eq!(got[0].detail, None);
     }
 }

@@ -15,7 +15,7 @@ use crate::hashed::{HashMap, HashSet};
 use crate::task::clock::Clock;
 use crate::task::dead::{DEAD_KEPT, DeadLetter};
 use crate::task::message::Message;
-use crate::task::spec::RunEvent;
+use crate::task::spec::{RunEvent, RunNote};
 use crate::task::state::Outcome;
 
 /// Priority steps: 0 is claimed first (kombu's Redis order: lower first).
@@ -134,7 +134,9 @@ pub(super) struct Inner {
     /// queued again; its earlier place here finds the later time and
     /// leaves it.
     pub(super) expiry: VecDeque<(i64, Kept)>,
-    pub(super) events: VecDeque<RunEvent>,
+    /// The last [`EVENTS_KEPT`](super::EVENTS_KEPT) run events, oldest
+    /// first, a worker's as it made them (read as events when asked).
+    pub(super) events: VecDeque<Logged>,
     /// Per beat entry, the latest due time fired.
     pub(super) fired: HashMap<String, i64>,
     pub(super) seq: u64,
@@ -144,6 +146,22 @@ pub(super) struct Inner {
 pub(super) struct Stored {
     pub(super) outcome: Outcome,
     pub(super) until: i64,
+}
+
+/// A run event the memory broker keeps: recorded whole, or as a worker
+/// made it.
+pub(super) enum Logged {
+    Event(RunEvent),
+    Note(RunNote),
+}
+
+impl Logged {
+    pub(super) fn event(&self) -> RunEvent {
+        match self {
+            Logged::Event(e) => e.clone(),
+            Logged::Note(n) => n.event(),
+        }
+    }
 }
 
 /// What [`Inner::expiry`] drops when its time comes.

@@ -85,6 +85,8 @@ struct Shared {
     /// Its concurrency as configured: the runners a host staffed for it.
     configured: usize,
     name: String,
+    /// The same name, shared by the events its runs record.
+    named: Arc<str>,
     /// Set when stop begins: stop claiming, give prefetched messages back.
     stopping: watch::Sender<bool>,
     /// Set when the grace is over: cancel runs in progress.
@@ -236,6 +238,7 @@ impl Worker {
                 configured: concurrency,
                 prefetch: AtomicUsize::new(prefetch),
                 reach,
+                named: name.as_str().into(),
                 name,
                 stopping: watch::channel(false).0,
                 cancel: watch::channel(false).0,

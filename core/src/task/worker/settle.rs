@@ -20,7 +20,7 @@ use crate::task::ask::{Ask, REJECTED, RetryVerdict};
 use crate::task::clock::BoxFuture;
 use crate::task::message::Message;
 use crate::task::policy::Policy;
-use crate::task::spec::{EVENT_TEXT_MAX, Receipt, RunEvent, truncate};
+use crate::task::spec::{Detail, Receipt, RunNote};
 use crate::task::state::{Failure, Outcome, Refused, State};
 
 /// What one run came to.
@@ -77,11 +77,11 @@ pub(super) fn settle_ran<'a>(
 /// its result is ignored and nothing waits for it) and its event.
 fn succeeded(
     s: &Shared,
-    m: &Message,
+    m: &Arc<Message>,
     policy: &Policy,
     started: i64,
     v: &Value,
-) -> (Vec<Outcome>, Option<RunEvent>) {
+) -> (Vec<Outcome>, Option<RunNote>) {
     let app = &s.app;
     let now = app.now();
     app.metrics()
@@ -97,7 +97,7 @@ fn succeeded(
         Vec::new()
     };
     let ev = run_event(s, m, State::Success, Some(started), now, || {
-        serde_json::to_string(v).ok()
+        Detail::Value(v.clone())
     });
     (outcomes, ev)
 }
@@ -294,6 +294,10 @@ async fn failed_for_good(
 
 /// Records what happened to a run for admin pages, when the broker keeps a
 /// log. A failure to record is not a failure of the run.
+///
+/// Off the common path (a success records through [`succeeded`]): the
+/// event keeps a copy of `m` as it is now (a retry's, with its new
+/// arguments).
 pub(super) async fn event(
     s: &Shared,
     m: &Message,
@@ -301,10 +305,15 @@ pub(super) async fn event(
     started: Option<i64>,
     detail: Option<String>,
 ) {
-    if let Some(ev) = run_event(s, m, state, started, s.app.now(), || detail)
+    let detail = || detail.map_or(Detail::None, Detail::Text);
+    if s.app.inspector().is_none() {
+        return;
+    }
+    let m = Arc::new(m.clone());
+    if let Some(ev) = run_event(s, &m, state, started, s.app.now(), detail)
         && let Some(insp) = s.app.inspector()
     {
-        let _ = insp.record(vec![ev]).await;
+        let _ = insp.record_notes(vec![ev]).await;
     }
 }
 
@@ -312,24 +321,20 @@ pub(super) async fn event(
 /// it (`detail` is only made then).
 fn run_event(
     s: &Shared,
-    m: &Message,
+    m: &Arc<Message>,
     state: State,
     started: Option<i64>,
     now: i64,
-    detail: impl FnOnce() -> Option<String>,
-) -> Option<RunEvent> {
+    detail: impl FnOnce() -> Detail,
+) -> Option<RunNote> {
     s.app.inspector()?;
-    let args = serde_json::to_string(&m.args).unwrap_or_default();
-    Some(RunEvent {
-        id: m.id.clone(),
-        task: m.task.clone(),
+    Some(RunNote {
+        message: m.clone(),
         state,
         at: now,
-        worker: s.name.clone(),
-        retries: m.retries,
+        worker: s.named.clone(),
         runtime: started.map(|t| now - t),
-        args: truncate(args, EVENT_TEXT_MAX),
-        detail: detail().map(|d| truncate(d, EVENT_TEXT_MAX)),
+        detail: detail(),
     })
 }
 

@@ -18,7 +18,7 @@ use super::stop::wait_true;
 use super::warn;
 use crate::task::app::App;
 use crate::task::clock::BoxFuture;
-use crate::task::spec::{Receipt, Round, RunEvent};
+use crate::task::spec::{Receipt, Round, RunNote};
 use crate::task::state::{BrokerErrorKind, Outcome, Refused};
 
 /// How many gathered jobs the writer sends in one go at most.
@@ -46,7 +46,7 @@ pub(super) enum AckSent {
 /// One run's writes or question, for the writer to gather with others'.
 pub(super) struct Job {
     outcomes: Vec<Outcome>,
-    event: Option<RunEvent>,
+    event: Option<RunNote>,
     /// Settled after `outcomes` land (at once when there are none).
     ack: Option<Receipt>,
     /// An id whose revoked status is asked.
@@ -99,7 +99,7 @@ impl Writer {
     pub(super) fn write(
         &self,
         outcomes: Vec<Outcome>,
-        event: Option<RunEvent>,
+        event: Option<RunNote>,
         ack: Option<Receipt>,
     ) -> BoxFuture<'_, Result<(), Refused>> {
         if outcomes.is_empty() && event.is_none() && ack.is_none() {
@@ -115,7 +115,7 @@ impl Writer {
     async fn write_queued(
         &self,
         outcomes: Vec<Outcome>,
-        event: Option<RunEvent>,
+        event: Option<RunNote>,
         ack: Option<Receipt>,
     ) -> Result<(), Refused> {
         let mut cancel = self.cancel.clone();
@@ -216,12 +216,12 @@ impl Writer {
 async fn write_direct(
     app: &App,
     outcomes: Vec<Outcome>,
-    event: Option<RunEvent>,
+    event: Option<RunNote>,
     ack: Option<Receipt>,
 ) -> Result<(), Refused> {
     app.store(outcomes).await?;
     if let (Some(ev), Some(i)) = (event, app.inspector()) {
-        let _ = i.record(vec![ev]).await;
+        let _ = i.record_notes(vec![ev]).await;
     }
     match ack {
         Some(a) => app.broker().ack(vec![a]).await,
@@ -354,7 +354,7 @@ async fn write_round(app: App, batch: Vec<Job>) {
         let asked = j.ask.is_some();
         r.ask.extend(j.ask);
         r.outcomes.extend(j.outcomes);
-        r.events.extend(j.event);
+        r.events.extend(j.event.as_ref().map(RunNote::event));
         replies.push((j.done, stores, asked));
     }
     // One call when the broker takes the round whole; else side by side.
