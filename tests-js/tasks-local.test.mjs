@@ -138,6 +138,12 @@ test('task backoffs', () => {
   assert.equal(j.waitBefore(3, 'abc'), j.waitBefore(3, 'abc'));
   assert.ok(j.waitBefore(3, 'abc') >= 0 && j.waitBefore(3, 'abc') <= 2000);
   assert.notEqual(j.waitBefore(3, 'abc'), j.waitBefore(3, 'abd'));
+  // An attempt is a 32-bit count: the largest waits the cap, one past it is
+  // refused (it was wrapped round to attempt 0, a wait of 0).
+  assert.equal(e.waitBefore(2 ** 32 - 1, 'x'), 5000);
+  for (const bad of [2 ** 32, 2 ** 53, -1, 1.5]) {
+    assert.throws(() => e.waitBefore(bad, 'x'), { name: 'RangeError', code: 'ERR_OUT_OF_RANGE', message: /attempt/ }, String(bad));
+  }
   assert.throws(() => Fixed(-1), { name: 'RangeError', message: /delay/ });
   assert.throws(() => Exponential({ base: -1 }), { name: 'RangeError', message: /base/ });
   assert.throws(() => Exponential({ jitter: 'yes' }), { name: 'TypeError', message: /"jitter"/ });

@@ -142,7 +142,11 @@ class TaskBackoff {
   /** The ms waited before attempt `attempt` (the first is 1, and never waits) of the run `taskId`. */
   waitBefore(attempt, taskId) {
     num('attempt', attempt);
-    if (!Number.isInteger(attempt) || attempt < 0) throw outOfRange('attempt', 'must be a whole number');
+    // An attempt crosses as a 32-bit count (as Python's does, which refuses
+    // a larger one): past it, Node-API would wrap it round to a wrong wait.
+    if (!Number.isInteger(attempt) || attempt < 0 || attempt > 0xffffffff) {
+      throw outOfRange('attempt', 'must be a whole number from 0 to 4294967295');
+    }
     const r = native._backoffWait(this[SPEC], attempt, str('taskId', taskId));
     if (typeof r !== 'number') throw refusal(r);
     return r;
