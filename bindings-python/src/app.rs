@@ -1049,23 +1049,21 @@ impl PyApp {
     ) -> PyResult<Vec<PyDeadLetter>> {
         guard(|| {
             let limit = limit_arg(limit, headway_core::task::dead::DEAD_LISTED)?;
-            let Some(insp) = self.app.inspector().cloned() else {
-                return Ok(Vec::new());
-            };
-            wait(py, async move { insp.dead_letters(&queue, limit).await })?
-                .into_iter()
-                .map(|d| PyDeadLetter::new(py, d))
-                .collect()
+            let app = self.app.clone();
+            wait(py, async move {
+                headway_core::task::dead_listed::dead_letters(&app, &queue, limit).await
+            })?
+            .into_iter()
+            .map(|d| PyDeadLetter::new(py, d))
+            .collect()
         })
     }
 
     /// How many dead letters `queue` keeps now.
     fn dead_count(&self, py: Python<'_>, queue: String) -> PyResult<u64> {
-        guard(|| {
-            let Some(insp) = self.app.inspector().cloned() else {
-                return Ok(0);
-            };
-            wait(py, async move { insp.dead_count(&queue).await })
+        let app = self.app.clone();
+        wait(py, async move {
+            headway_core::task::dead_listed::dead_count(&app, &queue).await
         })
     }
 

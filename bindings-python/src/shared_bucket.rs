@@ -12,7 +12,9 @@ use crate::wire::wired;
 use crate::{float_arg, guard, opt, secs_out, some};
 
 fn n_of(n: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
-    some(n).map_or(Ok(1.0), |o| float_arg("n", o))
+    Ok(headway_core::limit::tokens::tokens(
+        some(n).map(|o| float_arg("n", o)).transpose()?,
+    ))
 }
 
 /// A token bucket shared by every process (Python or Node) that names the

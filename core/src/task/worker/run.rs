@@ -642,7 +642,7 @@ const RECHECK_AFTER: i64 = 100;
 async fn revoked_before(
     s: &Shared,
     w: &Writer,
-    m: &Message,
+    m: &Arc<Message>,
     receipt: Receipt,
     owed: bool,
 ) -> Result<(), Refused> {

@@ -195,7 +195,7 @@ fn retried(policy: &Policy, m: &Message, f: &Failure) -> bool {
 /// (in the claim's place when it acks late).
 async fn retry_at(
     s: &Shared,
-    m: &Message,
+    m: &Arc<Message>,
     receipt: Receipt,
     policy: &Policy,
     started: i64,
@@ -203,7 +203,7 @@ async fn retry_at(
     at: i64,
 ) -> Result<(), Refused> {
     let app = &s.app;
-    let mut next = m.clone();
+    let mut next = Message::clone(m);
     next.retries = next.retries.saturating_add(1);
     next.eta = Some(at);
     event(s, m, State::Retry, Some(started), Some(failure_text(&f))).await;
@@ -248,7 +248,7 @@ async fn asked(
                     if let Some(k) = r.kwargs {
                         m.kwargs = k;
                     }
-                    retry_at(s, &m, receipt, policy, started, record, at).await
+                    retry_at(s, &Arc::new(m), receipt, policy, started, record, at).await
                 }
                 RetryVerdict::Exhausted(f) => {
                     failed_for_good(s, w, &m, receipt, policy, started, f).await
@@ -279,7 +279,7 @@ async fn asked(
 async fn failed_for_good(
     s: &Shared,
     w: &Writer,
-    m: &Message,
+    m: &Arc<Message>,
     receipt: Receipt,
     policy: &Policy,
     started: i64,
@@ -294,23 +294,15 @@ async fn failed_for_good(
 
 /// Records what happened to a run for admin pages, when the broker keeps a
 /// log. A failure to record is not a failure of the run.
-///
-/// Off the common path (a success records through [`succeeded`]): the
-/// event keeps a copy of `m` as it is now (a retry's, with its new
-/// arguments).
 pub(super) async fn event(
     s: &Shared,
-    m: &Message,
+    m: &Arc<Message>,
     state: State,
     started: Option<i64>,
     detail: Option<String>,
 ) {
     let detail = || detail.map_or(Detail::None, Detail::Text);
-    if s.app.inspector().is_none() {
-        return;
-    }
-    let m = Arc::new(m.clone());
-    if let Some(ev) = run_event(s, &m, state, started, s.app.now(), detail)
+    if let Some(ev) = run_event(s, m, state, started, s.app.now(), detail)
         && let Some(insp) = s.app.inspector()
     {
         let _ = insp.record_notes(vec![ev]).await;
