@@ -408,11 +408,8 @@ methods! {
         timeout: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         guard(|| {
-            let (t, h) = (
-                opt(timeout, |t| wait_arg("timeout", t))?,
-                self.inner.clone(),
-            );
-            json::to_py(py, &wait(py, async move { h.get(t).await })?)
+            let t = opt(timeout, |t| wait_arg("timeout", t))?;
+            json::to_py(py, &wait(py, self.inner.get(t))?)
         })
     }
 
@@ -423,8 +420,7 @@ methods! {
     /// part failed, REVOKED once any was revoked, SUCCESS once all
     /// succeeded, else the first unsettled part's state.
     fn state(&self, py: Python<'_>) -> PyResult<String> {
-        let h = self.inner.clone();
-        guard(|| wait(py, async move { h.state_name().await }))
+        guard(|| wait(py, self.inner.state_name()))
     }
 
     /// What the run says about itself now, without waiting (Celery's
@@ -434,16 +430,14 @@ methods! {
     /// revoke, and None while nothing is stored. A group: the list of its
     /// parts', in order.
     fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let h = self.inner.clone();
-        guard(|| json::to_py(py, &wait(py, async move { h.info().await })?))
+        guard(|| json::to_py(py, &wait(py, self.inner.info())?))
     }
 
     /// When it reached its final state (an aware UTC `datetime`; Celery's
     /// `date_done`), None before or when nothing is stored.
     fn date_done<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let h = self.inner.clone();
         guard(|| {
-            wait(py, async move { h.date_done().await })?
+            wait(py, self.inner.date_done())?
                 .map(|ms| crate::times::instant_out(py, ms))
                 .transpose()
         })
@@ -452,9 +446,9 @@ methods! {
     /// The runs its success sent on — its `link` callbacks, its chain's
     /// next link — as handles (Celery's `children`); empty before.
     fn children(&self, py: Python<'_>) -> PyResult<Vec<PyHandle>> {
-        let (h, app) = (self.inner.clone(), self.inner.app_of());
+        let app = self.inner.app_of();
         guard(|| {
-            Ok(wait(py, async move { h.children().await })?
+            Ok(wait(py, self.inner.children())?
                 .into_iter()
                 .map(|id| PyHandle {
                     inner: app.handle(&id),
@@ -466,8 +460,7 @@ methods! {
     /// Removes what is stored of it (Celery's `forget()`): it then reads
     /// as PENDING.
     fn forget(&self, py: Python<'_>) -> PyResult<()> {
-        let h = self.inner.clone();
-        guard(|| wait(py, async move { h.forget().await }))
+        guard(|| wait(py, self.inner.forget()))
     }
 
     /// Revokes it: it will not start anywhere the broker reaches. With
@@ -483,8 +476,8 @@ methods! {
         signal: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         guard(|| {
-            let (signal, h) = (signal_arg(signal)?, self.inner.clone());
-            wait(py, async move { h.revoke_with(terminate, signal).await })
+            let signal = signal_arg(signal)?;
+            wait(py, self.inner.revoke_with(terminate, signal))
         })
     }
 
@@ -534,8 +527,7 @@ methods! {
 
 impl PyHandle {
     fn state_of(&self, py: Python<'_>) -> PyResult<State> {
-        let h = self.inner.clone();
-        guard(|| wait(py, async move { h.state().await }))
+        guard(|| wait(py, self.inner.state()))
     }
 }
 
@@ -657,8 +649,7 @@ impl PyBeat {
     /// Sends what is due now: `(name, due, handle)` for each send.
     fn tick<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         guard(|| {
-            let b = self.inner.clone();
-            let items = wait(py, async move { b.tick().await })?
+            let items = wait(py, self.inner.tick())?
                 .into_iter()
                 .map(|f| {
                     Ok((
@@ -852,11 +843,7 @@ impl PyApp {
             let kw = json::kwargs(name, kwargs)?;
             let opts = self::options(&self.app, name, options)?;
             let trace = trace.map(crate::trace::carrier_arg);
-            let app = self.app.clone();
-            let name = name.to_string();
-            let inner = wait(py, async move {
-                app.send_traced(&name, a, kw, opts, known, trace).await
-            })?;
+            let inner = wait(py, self.app.send_traced(name, a, kw, opts, known, trace))?;
             Ok(PyHandle { inner })
         })
     }
@@ -898,8 +885,7 @@ impl PyApp {
     fn send_canvas(&self, py: Python<'_>, tree: &Bound<'_, PyAny>) -> PyResult<PyHandle> {
         guard(|| {
             let canvas = canvas_of(&self.app, tree)?;
-            let app = self.app.clone();
-            let inner = wait(py, async move { app.send_canvas(canvas).await })?;
+            let inner = wait(py, self.app.send_canvas(canvas))?;
             Ok(PyHandle { inner })
         })
     }
@@ -947,19 +933,16 @@ impl PyApp {
         destination: Option<Vec<String>>,
         json: bool,
     ) -> PyResult<(i32, String, String)> {
-        let app = self.app.clone();
-        let p = wait(py, async move {
-            headway_core::task::control::cli(
-                &app,
-                &kind,
-                &what,
-                &words,
-                timeout,
-                destination.as_deref(),
-                json,
-            )
-            .await
-        })?;
+        let asked = headway_core::task::control::cli(
+            &self.app,
+            &kind,
+            &what,
+            &words,
+            timeout,
+            destination.as_deref(),
+            json,
+        );
+        let p = wait(py, asked)?;
         Ok((p.code, p.out, p.err))
     }
 
@@ -1031,11 +1014,8 @@ impl PyApp {
         signal: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         guard(|| {
-            let (signal, app) = (signal_arg(signal)?, self.app.clone());
-            wait(
-                py,
-                async move { app.revoke_with(&ids, terminate, signal).await },
-            )
+            let signal = signal_arg(signal)?;
+            wait(py, self.app.revoke_with(&ids, terminate, signal))
         })
     }
 
@@ -1049,22 +1029,18 @@ impl PyApp {
     ) -> PyResult<Vec<PyDeadLetter>> {
         guard(|| {
             let limit = limit_arg(limit, headway_core::task::dead::DEAD_LISTED)?;
-            let app = self.app.clone();
-            wait(py, async move {
-                headway_core::task::dead_listed::dead_letters(&app, &queue, limit).await
-            })?
-            .into_iter()
-            .map(|d| PyDeadLetter::new(py, d))
-            .collect()
+            let listed = headway_core::task::dead_listed::dead_letters(&self.app, &queue, limit);
+            wait(py, listed)?
+                .into_iter()
+                .map(|d| PyDeadLetter::new(py, d))
+                .collect()
         })
     }
 
     /// How many dead letters `queue` keeps now.
     fn dead_count(&self, py: Python<'_>, queue: String) -> PyResult<u64> {
-        let app = self.app.clone();
-        wait(py, async move {
-            headway_core::task::dead_listed::dead_count(&app, &queue).await
-        })
+        let counted = headway_core::task::dead_listed::dead_count(&self.app, &queue);
+        wait(py, counted)
     }
 
     /// Puts dead letters of `queue` back on it, oldest first: at most
@@ -1080,23 +1056,20 @@ impl PyApp {
         guard(|| {
             let limit = limit_arg(limit, usize::MAX)?;
             let ids = ids.unwrap_or_default();
-            let b = self.app.broker().clone();
-            wait(py, async move { b.requeue_dead(&queue, &ids, limit).await })
+            wait(py, self.app.broker().requeue_dead(&queue, &ids, limit))
         })
     }
 
     /// Drops every dead letter of `queue` for good; answers how many.
     fn purge_dead(&self, py: Python<'_>, queue: String) -> PyResult<usize> {
-        let b = self.app.broker().clone();
-        guard(|| wait(py, async move { b.purge_dead(&queue).await }))
+        guard(|| wait(py, self.app.broker().purge_dead(&queue)))
     }
 
     /// Puts `data` on `queue` as another producer would, unchecked (tests
     /// and tools): a worker decodes it when it claims it, and quarantines
     /// it as a dead letter if it is not a message headway runs.
     fn _push_raw(&self, py: Python<'_>, queue: String, data: Vec<u8>) -> PyResult<()> {
-        let raw = self.raw.clone();
-        guard(|| wait(py, async move { raw.push(&queue, &data).await }))
+        guard(|| wait(py, self.raw.push(&queue, &data)))
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {

@@ -186,9 +186,7 @@ methods! {
             Some(m) => json::to_json(&self.inner.name, &Path::Root("meta"), &m)?,
             None => Value::Null,
         };
-        let ctx = self.inner.clone();
-        let state = state.to_string();
-        crate::rt::wait(py, async move { ctx.update_state(&state, meta).await })
+        crate::rt::wait(py, self.inner.update_state(state, meta))
     }
     /// The run's span when its app traces: `(name, kind, attributes,
     /// carrier)`, the carrier what the message carried for the propagator

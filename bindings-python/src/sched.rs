@@ -82,8 +82,7 @@ impl PyScheduler {
     /// due)` of each call made.
     fn tick<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         guard(|| {
-            let s = self.inner.clone();
-            let fired = block(py, async move { s.tick().await })?;
+            let fired = block(py, self.inner.tick())?;
             named_instants(py, fired)
         })
     }

@@ -63,8 +63,7 @@ methods! {
     #[pyo3(signature = (n=None), text_signature = "($self, n=1.0)")]
     fn take(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
         let n = n_of(n)?;
-        let b = self.inner.clone();
-        wait(py, async move { b.take(n).await })
+        wait(py, self.inner.take(n))
     }
 
     /// ``take(n)`` as an awaitable.
@@ -84,14 +83,12 @@ methods! {
     #[pyo3(signature = (n=None), text_signature = "($self, n=1.0)")]
     fn next(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
         let n = n_of(n)?;
-        let b = self.inner.clone();
-        Ok(secs_out(wait(py, async move { b.next(n).await })?))
+        Ok(secs_out(wait(py, self.inner.next(n))?))
     }
 
     /// How many tokens are there now.
     fn tokens(&self, py: Python<'_>) -> PyResult<f64> {
-        let b = self.inner.clone();
-        wait(py, async move { b.tokens().await })
+        wait(py, self.inner.tokens())
     }
 
     /// Takes `n` tokens, sleeping (without blocking the loop) until they

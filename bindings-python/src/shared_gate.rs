@@ -57,8 +57,7 @@ methods! {
     /// A permit (a string, to ``release`` or ``renew``) when there is room,
     /// else ``None``. Blocks on the round trip to Redis, without the GIL.
     fn take(&self, py: Python<'_>) -> PyResult<Option<String>> {
-        let g = self.inner.clone();
-        wait(py, async move { g.take().await })
+        wait(py, self.inner.take())
     }
 
     /// ``take()`` as an awaitable.
@@ -70,8 +69,7 @@ methods! {
     /// Gives the permit's room back: whether it was held. A permit released
     /// twice, or whose lease ran out, gives back nothing.
     fn release(&self, py: Python<'_>, permit: String) -> PyResult<bool> {
-        let g = self.inner.clone();
-        wait(py, async move { g.release(&permit).await })
+        wait(py, self.inner.release(&permit))
     }
 
     /// ``release(permit)`` as an awaitable.
@@ -83,14 +81,12 @@ methods! {
     /// Starts the permit's lease again: whether it was still held (one whose
     /// lease ran out is not, and does not come back).
     fn renew(&self, py: Python<'_>, permit: String) -> PyResult<bool> {
-        let g = self.inner.clone();
-        wait(py, async move { g.renew(&permit).await })
+        wait(py, self.inner.renew(&permit))
     }
 
     /// How many permits are held now.
     fn held(&self, py: Python<'_>) -> PyResult<i64> {
-        let g = self.inner.clone();
-        wait(py, async move { g.held().await })
+        wait(py, self.inner.held())
     }
 
     fn __repr__(&self) -> String {

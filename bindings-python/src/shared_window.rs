@@ -56,8 +56,7 @@ methods! {
     /// Whether an event is within the quota now, counting it if it is.
     /// Blocks on the round trip to Redis, without the GIL.
     fn take(&self, py: Python<'_>) -> PyResult<bool> {
-        let w = self.inner.clone();
-        wait(py, async move { w.take().await })
+        wait(py, self.inner.take())
     }
 
     /// ``take()`` as an awaitable.
@@ -68,15 +67,13 @@ methods! {
 
     /// How many events remain in the window now.
     fn left(&self, py: Python<'_>) -> PyResult<i64> {
-        let w = self.inner.clone();
-        wait(py, async move { w.left().await })
+        wait(py, self.inner.left())
     }
 
     /// Seconds until there is room: 0 when there is, `math.inf` when
     /// `limit` is 0.
     fn next(&self, py: Python<'_>) -> PyResult<f64> {
-        let w = self.inner.clone();
-        Ok(secs_out(wait(py, async move { w.next().await })?))
+        Ok(secs_out(wait(py, self.inner.next())?))
     }
 
     /// Counts an event, sleeping (without blocking the loop) until there
