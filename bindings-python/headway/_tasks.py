@@ -85,7 +85,13 @@ ExcTypes: TypeAlias = type[BaseException] | tuple[type[BaseException], ...]
 #: and SIGKILL (Kubernetes' grace is 30 s; systemd's 90 s).
 GRACE: float = _native.GRACE
 
-_live: weakref.WeakSet[Worker | Beat] = weakref.WeakSet()
+
+class _Exits(Protocol):
+    def _exit(self) -> None: ...
+
+
+#: What is running and is stopped at exit: workers, beats, schedulers.
+_live: weakref.WeakSet[_Exits] = weakref.WeakSet()
 
 
 def current() -> Context:
@@ -144,8 +150,8 @@ class _Canvas(ABC):
     and ``|``. Building one publishes nothing, so it can be sent twice.
 
     Each kind says how it is planned (``_tree``, the shape the core's canvas
-    is built from), which app sends it, how send-time arguments reach its
-    first runs, and which signatures it holds."""
+    is built from), which app sends it, and how send-time arguments reach its
+    first runs."""
 
     @abstractmethod
     def _tree(self) -> tuple[Any, ...]: ...
@@ -155,9 +161,6 @@ class _Canvas(ABC):
 
     @abstractmethod
     def _partial(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> _Canvas: ...
-
-    @abstractmethod
-    def _sigs(self) -> Iterable[Signature[Any]]: ...
 
     def _send(self) -> Handle[Any]:
         app = self._app()
@@ -248,9 +251,6 @@ class Signature(_Canvas, Generic[R_co]):
 
     def _app(self) -> App | None:
         return self.app
-
-    def _sigs(self) -> Iterable[Signature[Any]]:
-        yield self
 
     def _partial(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Signature[R_co]:
         if self.immutable or (not args and not kwargs):
@@ -376,10 +376,6 @@ class chain(_Composite):
     def _app(self) -> App | None:
         return _first_app(self.tasks)
 
-    def _sigs(self) -> Iterable[Signature[Any]]:
-        for t in self.tasks:
-            yield from t._sigs()
-
     def _partial(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> chain:
         if not self.tasks or (not args and not kwargs):
             return self
@@ -407,10 +403,6 @@ class group(_Composite):
 
     def _app(self) -> App | None:
         return _first_app(self.tasks)
-
-    def _sigs(self) -> Iterable[Signature[Any]]:
-        for t in self.tasks:
-            yield from t._sigs()
 
     def _partial(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> group:
         if not args and not kwargs:
@@ -441,11 +433,6 @@ class chord(_Composite):
 
     def _app(self) -> App | None:
         return _first_app([*self.parts, self.callback])
-
-    def _sigs(self) -> Iterable[Signature[Any]]:
-        for p in self.parts:
-            yield from p._sigs()
-        yield from self.callback._sigs()
 
     def _partial(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> chord:
         if not args and not kwargs:

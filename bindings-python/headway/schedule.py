@@ -26,7 +26,6 @@ job's and ``now`` the time it was due.
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -34,14 +33,12 @@ from typing import Any
 from . import _native
 from ._native import At, Cron, Every, VirtualClock
 from ._serve import Serving
-from ._tasks import GRACE, _is_async, _join, _reraise, _run_in_thread
+from ._tasks import GRACE, _is_async, _join, _live, _reraise, _run_in_thread
 
 __all__ = ["At", "Cron", "Every", "Scheduler"]
 
 #: Threads running sync jobs at once: 10, APScheduler's default thread pool.
 THREADS = 10
-
-_live: weakref.WeakSet[Scheduler] = weakref.WeakSet()
 
 
 class Scheduler:
@@ -115,10 +112,7 @@ class Scheduler:
         stops its threads."""
         self._native.stop()
         _join(self)
-        with self._lock:
-            if self._serving is not None:
-                self._serving.close()
-                self._serving = None
+        self._unserve()
         _live.discard(self)
         _reraise(self)
 
@@ -128,20 +122,10 @@ class Scheduler:
         self._native.stop()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(GRACE)
+        self._unserve()
+
+    def _unserve(self) -> None:
         with self._lock:
             if self._serving is not None:
                 self._serving.close()
                 self._serving = None
-
-
-def _on_exit() -> None:
-    for s in list(_live):
-        try:
-            s._exit()
-        except Exception:  # pragma: no cover  # noqa: BLE001
-            pass
-
-
-import atexit  # noqa: E402
-
-atexit.register(_on_exit)
