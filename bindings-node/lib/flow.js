@@ -13,49 +13,12 @@ const { anyNum, optNum, clock, draw, fix, strictOpts, checkSignal } = require('.
 // One set of native functions per JS environment, shared by every instance:
 // a method is `fn(id, ...numbers)`, so each call site sees one target.
 const F = native._flow();
-const {
-  bucketTake,
-  bucketTake1,
-  bucketNext,
-  bucketWait,
-  bucketTokens,
-  windowTake,
-  windowLeft,
-  windowNext,
-  gateEnter,
-  gateLeave,
-  gateHeld,
-  backoffCeiling,
-  backoffDelay,
-  backoffMore,
-  backoffSchedule,
-  poolTake,
-  poolDelay,
-  poolMade,
-  poolUnmade,
-  poolGive,
-  poolDrop,
-  poolEvict,
-  poolClose,
-  poolRefusal,
-  poolLive,
-  poolIdle,
-  poolBusy,
-  acqInit,
-  acqQuick,
-  acqBegin,
-  acqStep,
-  acqValue,
-  acqWhy,
-  acqOpened,
-  acqUnopened,
-  acqEnd,
-  acqGive,
-  acqEvict,
-  acqClose,
-  acqWakes,
-  acqParked,
-} = F;
+const { bucketTake, bucketTake1, bucketNext, bucketWait, bucketTokens } = F;
+const { windowTake, windowLeft, windowNext } = F;
+const { gateEnter, gateLeave, gateHeld } = F;
+const { backoffCeiling, backoffDelay, backoffMore, backoffSchedule } = F;
+const { poolTake, poolDelay, poolMade, poolUnmade, poolGive, poolDrop, poolEvict, poolClose, poolRefusal, poolLive, poolIdle, poolBusy } = F;
+const { acqInit, acqQuick, acqBegin, acqStep, acqValue, acqWhy, acqOpened, acqUnopened, acqEnd, acqGive, acqEvict, acqClose, acqWakes, acqParked } = F;
 
 const perf = globalThis.performance;
 const NONE = 4294967295; // an id no item ever gets
