@@ -64,13 +64,18 @@ function dateOrNull(r) {
 
 const SPEC = Symbol('spec');
 
-/** When something fires; made by `Every`, `Cron` and `At`. */
+/**
+ * When something fires; made by `Every`, `Cron` and `At`. Its properties
+ * are `props` of the request as the core reads it (a crontab line's zone
+ * filled in).
+ */
 class Rhythm {
   constructor(kind, spec, props) {
+    const r = native._rhythmNorm(JSON.stringify(spec));
+    if (typeof r !== 'string') throw refusal(r);
     this.kind = kind;
-    Object.assign(this, props);
-    this[SPEC] = JSON.stringify(spec);
-    check(native._rhythmCheck(this[SPEC]));
+    Object.assign(this, props(JSON.parse(r)));
+    this[SPEC] = r;
     Object.freeze(this);
   }
 
@@ -97,22 +102,22 @@ function Every(interval, options) {
   const o = opts('options', options);
   only('Every', o, ['anchor']);
   const anchor = o.anchor === undefined ? null : instant('anchor', o.anchor);
-  return new Rhythm('every', anchor === null ? { every: interval } : { every: interval, anchor }, { interval, anchor });
+  return new Rhythm('every', { every: interval, anchor }, () => ({ interval, anchor }));
 }
 
-/** The minutes a 5-field crontab line names, read in the IANA zone `tz` ("UTC" when omitted). */
+/** The minutes a 5-field crontab line names, read in the IANA zone `tz` (the core's "UTC" when omitted). */
 function Cron(expr, options) {
   str('expr', expr);
   const o = opts('options', options);
   only('Cron', o, ['tz']);
-  const tz = o.tz === undefined ? 'UTC' : str('tz', o.tz);
-  return new Rhythm('cron', { cron: expr, tz }, { expr, tz });
+  const tz = o.tz === undefined ? null : str('tz', o.tz);
+  return new Rhythm('cron', { cron: expr, tz }, (n) => ({ expr, tz: n.tz }));
 }
 
 /** Once, at `when` (Date or epoch ms); a time already past fires once, at once. */
 function At(when) {
   const t = instant('when', when);
-  return new Rhythm('at', { at: t }, { when: t });
+  return new Rhythm('at', { at: t }, () => ({ when: t }));
 }
 
 function rhythmSpec(name, r) {

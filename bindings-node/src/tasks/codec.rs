@@ -270,9 +270,8 @@ pub(crate) fn rhythm(text: &str) -> Result<Rhythm, Refusal> {
         return Ok(Rhythm::Every(e));
     }
     if let Some(expr) = r.cron {
-        // "UTC" when omitted, as Python's `Cron("*/5 * * * *")` does.
-        let tz = r.tz.as_deref().unwrap_or("UTC");
-        return Ok(Rhythm::Cron(Cron::new(&expr, tz).map_err(rhythm_err)?));
+        let cron = Cron::in_zone(&expr, r.tz.as_deref()).map_err(rhythm_err)?;
+        return Ok(Rhythm::Cron(cron));
     }
     if let Some(a) = r.at {
         return Ok(Rhythm::At(ms(a)));

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use headway_core::task::clock;
-use headway_core::task::{Clock, RetryBackoff, VirtualClock};
+use headway_core::task::{Clock, RetryBackoff, Rhythm, VirtualClock};
 use napi::bindgen_prelude::Either;
 use napi_derive::napi;
 
@@ -67,11 +67,16 @@ impl NativeClock {
     }
 }
 
-/// Checks a rhythm request (`{every, anchor}`, `{cron, tz}`, `{at}`):
-/// `null` when the core accepts it.
-#[napi(js_name = "_rhythmCheck", catch_unwind)]
-pub fn rhythm_check(spec: String) -> Option<Refusal> {
-    rhythm(&spec).err()
+/// A rhythm request (`{every, anchor}`, `{cron, tz}`, `{at}`) as the core
+/// reads it, as JSON text: a crontab line with its zone filled in (the
+/// core's `Cron::DEFAULT_TZ` when none was named), any other as given; or
+/// why the core refuses it.
+#[napi(js_name = "_rhythmNorm", catch_unwind)]
+pub fn rhythm_norm(spec: String) -> Either<String, Refusal> {
+    either(rhythm(&spec).map(|r| match r {
+        Rhythm::Cron(c) => serde_json::json!({"cron": c.expr(), "tz": c.tz_name()}).to_string(),
+        _ => spec,
+    }))
 }
 
 /// The first time the rhythm fires at or after `now` (epoch ms); `null`

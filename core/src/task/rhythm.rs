@@ -215,6 +215,16 @@ pub struct Cron {
 }
 
 impl Cron {
+    /// The zone a line is read in when none is named: UTC, so a line fires
+    /// at the same instants on every machine, in either language.
+    pub const DEFAULT_TZ: &'static str = "UTC";
+
+    /// `expr` in the zone `tz` names, or in [`Cron::DEFAULT_TZ`] when none
+    /// is given (what `Cron(expr)` means in both bindings).
+    pub fn in_zone(expr: &str, tz: Option<&str>) -> Result<Cron, RhythmError> {
+        Cron::new(expr, tz.unwrap_or(Cron::DEFAULT_TZ))
+    }
+
     /// `expr` evaluated in the time zone named `tz` (`"UTC"`,
     /// `"Europe/London"`).
     ///
@@ -657,6 +667,16 @@ mod tests {
                 Err(RhythmError::Interval(_))
             ));
         }
+    }
+
+    #[test]
+    fn a_line_without_a_zone_is_read_in_utc() {
+        let c = Cron::in_zone("0 8 * * *", None).unwrap();
+        assert_eq!(c.tz_name(), Cron::DEFAULT_TZ);
+        assert_eq!(c, Cron::new("0 8 * * *", "UTC").unwrap());
+        let london = Cron::in_zone("0 8 * * *", Some("Europe/London")).unwrap();
+        assert_eq!(london.tz_name(), "Europe/London");
+        assert!(Cron::in_zone("0 8 * * *", Some("Mars/Olympus")).is_err());
     }
 
     #[test]
