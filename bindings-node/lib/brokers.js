@@ -68,7 +68,8 @@ class RedisBroker {
 
 function seamsOf(name, v, clock) {
   let r;
-  if (typeof v === 'string') r = native.NativeSeams.url(v, name, clock);
+  // Omitted: the core's default broker (memory://).
+  if (typeof v === 'string' || v === undefined) r = native.NativeSeams.url(v, name, clock);
   else if (v instanceof RedisBroker) r = v[NATIVE].seams(clock);
   else throw argType(name, 'a URL ("memory://", "redis://host:port/db") or a RedisBroker', v);
   if (!(r instanceof native.NativeSeams)) throw refusal(r);

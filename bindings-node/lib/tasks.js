@@ -331,7 +331,7 @@ class App {
     only('App', o, ['broker', 'backend', 'clock', 'logger', 'tracing']);
     if (o.logger !== undefined) useLogger(o.logger);
     const clock = clockOf(o.clock);
-    const seams = seamsOf('broker', o.broker === undefined ? 'memory://' : o.broker, clock);
+    const seams = seamsOf('broker', o.broker, clock);
     if (o.backend === false) seams.withoutBackend();
     else if (o.backend === true) {
       throw argType('backend', 'a URL, a RedisBroker, false (no results) or undefined (the broker\'s)', true);

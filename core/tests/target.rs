@@ -59,6 +59,17 @@ fn memory_by_url_in_any_case() {
 }
 
 #[test]
+fn no_broker_named_is_the_memory_broker() {
+    assert_eq!(Target::DEFAULT_URL, "memory://");
+    let t = Target::url_or_default("broker", None).unwrap();
+    assert!(matches!(t.layout(), Layout::Memory));
+    let given = Target::url_or_default("broker", Some("redis://127.0.0.1:1/0")).unwrap();
+    assert_eq!(given.layout().name(), "headway");
+    let (_, m) = invalid(Target::url_or_default("broker", Some("nope://")));
+    assert!(m.starts_with("invalid `broker`:"), "{m}");
+}
+
+#[test]
 fn redis_urls_are_headways_layout_with_its_defaults() {
     for (u, shown) in [
         ("redis://localhost", "redis://localhost:6379/0"),

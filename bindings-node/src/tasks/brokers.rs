@@ -147,12 +147,17 @@ impl NativeSeams {
 
 #[napi]
 impl NativeSeams {
-    /// The seams a URL names (the core's `Target::url`). `name` is the
-    /// argument's, for the refusal.
+    /// The seams a URL names (the core's `Target::url_or_default`: none,
+    /// the core's default broker). `name` is the argument's, for the
+    /// refusal.
     #[napi(catch_unwind)]
-    pub fn url(url: String, name: String, clock: &NativeClock) -> Either<NativeSeams, Refusal> {
+    pub fn url(
+        url: Option<String>,
+        name: String,
+        clock: &NativeClock,
+    ) -> Either<NativeSeams, Refusal> {
         either(
-            Target::url(&name, &url)
+            Target::url_or_default(&name, url.as_deref())
                 .map_err(refusal)
                 .and_then(|t| connect(&t, &clock.clock)),
         )

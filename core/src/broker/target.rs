@@ -323,6 +323,16 @@ impl Target {
         }
     }
 
+    /// What an app is built on when no broker is named: a fresh
+    /// in-process broker (`App()` in either language).
+    pub const DEFAULT_URL: &'static str = "memory://";
+
+    /// What a `broker=` argument means: [`Target::url`] of `text`, or of
+    /// [`Target::DEFAULT_URL`] when none was given.
+    pub fn url_or_default(arg: &str, text: Option<&str>) -> Result<Target, TargetError> {
+        Target::url(arg, text.unwrap_or(Target::DEFAULT_URL))
+    }
+
     /// A fresh in-process broker.
     pub fn memory() -> Target {
         Target::new("memory://", "memory://".into(), Layout::Memory)
