@@ -36,6 +36,7 @@ function coded(code, message, Kind = Error) {
 function refusal(r) {
   // A value the core cannot accept: its message names the argument.
   if (r.code === 'INVALID') return coded('ERR_INVALID_ARG_VALUE', r.message, RangeError);
+  if (r.code === 'RANGE') return coded('ERR_OUT_OF_RANGE', r.message, RangeError);
   if (r.code === 'PANIC') return coded('GenericFailure', r.message);
   const message = r.code === 'FAILED' ? `${r.remoteType}: ${r.remoteMessage}` : r.message;
   const err = new Error(message);

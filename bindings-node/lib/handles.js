@@ -3,7 +3,6 @@
 // dead letters a broker reports.
 
 const { inspect } = require('node:util');
-const { outOfRange } = require('./errors.js');
 const { num, bool, opts, only } = require('./checks.js');
 const { argType } = require('./errors.js');
 const { parse } = require('./json.js');
@@ -124,13 +123,6 @@ function revokeOptions(v) {
   return [terminate, s ?? null];
 }
 
-/** A count argument: a number, whole, 0 or more. */
-function count(name, v) {
-  num(name, v);
-  if (!Number.isInteger(v) || v < 0) throw outOfRange(name, `must be a whole number, 0 or more. Received ${v}`);
-  return v;
-}
-
 /** One dead letter, frozen: its bytes as a Buffer, its time as a Date. */
 function deadLetter(d) {
   return Object.freeze({
@@ -151,4 +143,4 @@ function handleOf(app, v) {
   return new Handle(app, v.ids, v.all);
 }
 
-module.exports = { APP, SEND, Handle, nothing, count, decodeDead, handleOf };
+module.exports = { APP, SEND, Handle, nothing, decodeDead, handleOf };

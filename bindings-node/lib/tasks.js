@@ -76,7 +76,7 @@ function noted(w, line) {
   }
   emitRun(w, n.what, n, n.args, value);
 }
-const { APP, SEND, Handle, nothing, count, decodeDead } = require('./handles.js');
+const { APP, SEND, Handle, nothing, decodeDead } = require('./handles.js');
 const { Signature, chain, group, chord } = require('./canvas.js');
 
 const SERVE_CHILD = Symbol('serveChild');
@@ -474,8 +474,8 @@ class App {
       const q = str('queue', queue);
       const o = opts('options', options);
       only('deadLetters', o, ['limit']);
-      // Omitted: the core's DEAD_LISTED (100).
-      const limit = o.limit === undefined ? undefined : count('limit', o.limit);
+      // Omitted: the core's DEAD_LISTED (100); the core ranges it.
+      const limit = o.limit === undefined ? undefined : num('limit', o.limit);
       return answer(this[APP].deadLetters(q, limit), decodeDead, decodeDead);
     });
   }
@@ -495,7 +495,7 @@ class App {
       const q = str('queue', queue);
       const o = opts('options', options);
       only('requeueDead', o, ['limit', 'ids']);
-      const limit = o.limit === undefined || o.limit === null ? null : count('limit', o.limit);
+      const limit = o.limit === undefined || o.limit === null ? null : num('limit', o.limit);
       let ids = null;
       if (Array.isArray(o.ids)) ids = o.ids.map((id, i) => str(`ids[${i}]`, id));
       else if (o.ids !== undefined && o.ids !== null) throw argType('ids', 'an array of ids', o.ids);

@@ -30,8 +30,9 @@ pub(crate) fn letters_json(letters: Vec<DeadLetter>) -> String {
     serde_json::to_string(&v).unwrap_or_else(|_| "[]".into())
 }
 
-/// A JS count (`limit`; the JS in `lib/` checks the type), in the core's range.
-/// `null`: `none`.
+/// A JS count (`limit`; the JS in `lib/` checks the type), in the core's
+/// range, refused as a `RANGE` (Node's `ERR_OUT_OF_RANGE`). `null`: `none`.
 pub(crate) fn count(limit: Option<f64>, none: usize) -> Result<usize, super::Refusal> {
-    Ok(headway_core::task::specs::limit(Host::Node, limit, none)?)
+    headway_core::task::specs::limit(Host::Node, limit, none)
+        .map_err(|e| super::Refusal::range(e.to_string()))
 }

@@ -46,7 +46,8 @@ use serde::Serialize;
 /// Why a task-side call did not answer a value, as `lib/errors.js` turns it into
 /// an `Error` with a `code`: the core's `Refused::code()` (`FAILED`,
 /// `TIMEOUT`, `REVOKED`, `MISSING`, `UNKNOWN_TASK`, `BROKER`, `INVALID`),
-/// or `PANIC` for a Rust panic caught in a spawned future.
+/// `RANGE` for a number out of the core's range, or `PANIC` for a Rust
+/// panic caught in a spawned future.
 #[napi(object)]
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -88,6 +89,12 @@ impl Refusal {
     /// An argument the core cannot accept.
     pub(crate) fn invalid(why: impl Into<String>) -> Refusal {
         Refusal::bare("INVALID", why.into())
+    }
+
+    /// A number outside the core's range (`lib/errors.js` throws Node's
+    /// `ERR_OUT_OF_RANGE`).
+    pub(crate) fn range(why: impl Into<String>) -> Refusal {
+        Refusal::bare("RANGE", why.into())
     }
 }
 
