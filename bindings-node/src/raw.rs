@@ -46,10 +46,11 @@ pub enum Fail {
 }
 
 impl From<headway_core::flow::Invalid> for Fail {
-    /// The core's refusal, its argument named as Node spells it
-    /// (`evict_every` is `evictEvery`).
+    /// The core's refusal, its argument named as Node spells it (the
+    /// core's `Host::spell`: `evict_every` is `evictEvery`).
     fn from(e: headway_core::flow::Invalid) -> Self {
-        Fail::Range(crate::units::camel(e.arg), e.why.to_string())
+        let arg = headway_core::task::Host::Node.spell(e.arg);
+        Fail::Range(arg.to_string(), e.why.to_string())
     }
 }
 

@@ -37,23 +37,6 @@ pub fn span(name: &'static str, x: f64) -> Result<i64, Fail> {
     Ok(ns(x))
 }
 
-/// A core argument's name as Node spells it: `evict_every` is `evictEvery`.
-pub fn camel(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    let mut up = false;
-    for c in name.chars() {
-        if c == '_' {
-            up = true;
-        } else if up {
-            out.extend(c.to_uppercase());
-            up = false;
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// The largest integer a JS number holds exactly (`Number.MAX_SAFE_INTEGER`).
 const SAFE: f64 = 9_007_199_254_740_991.0;
 
@@ -102,7 +85,5 @@ mod tests {
         assert_eq!(int("x", -3.0).unwrap(), -3);
         assert!(int32("x", 3e10).is_err());
         assert!(span("x", f64::NAN).is_err());
-        assert_eq!(camel("evict_every"), "evictEvery");
-        assert_eq!(camel("size"), "size");
     }
 }

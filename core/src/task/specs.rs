@@ -56,6 +56,7 @@ impl Host {
             (Host::Node, "max_body") => "maxBody",
             (Host::Node, "visibility_timeout") => "visibilityTimeout",
             (Host::Node, "master_name") => "masterName",
+            (Host::Node, "evict_every") => "evictEvery",
             _ => arg,
         }
     }

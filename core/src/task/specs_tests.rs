@@ -231,6 +231,7 @@ fn names_follow_the_host() {
     assert_eq!(Host::Node.spell("acks_late"), "acksLate");
     assert_eq!(Host::Node.spell("ignore_result"), "ignoreResult");
     assert_eq!(Host::Node.spell("task_id"), "id");
+    assert_eq!(Host::Node.spell("evict_every"), "evictEvery");
     assert_eq!(Host::Python.spell("acks_late"), "acks_late");
     assert_eq!(Host::Rust.spell("task_id"), "task_id");
     let e = SpecError::policy(
