@@ -441,15 +441,14 @@ class App {
     else if (Array.isArray(o.queues)) queues = o.queues.map((q, i) => str(`queues[${i}]`, q));
     else if (o.queues !== undefined && o.queues !== null) throw argType('queues', 'an array of names or an "a,b" string', o.queues);
     const spec = { queues };
-    for (const k of ['concurrency', 'prefetch', 'prefetchMultiplier', 'maxTasksPerChild', 'maxMemoryPerChild', 'timeLimit', 'softTimeLimit']) {
+    for (const k of WORKER_NUMBERS) {
       if (o[k] !== undefined && o[k] !== null) spec[k] = num(k, o[k]);
     }
     if (o.name !== undefined) spec.name = str('name', o.name);
     if (o.pool !== undefined && o.pool !== null) {
       spec.pool = str('pool', o.pool);
-      // Whether the name is one the core knows is the core's to say; any
-      // pool but the default is handed the command that starts a child.
-      if (spec.pool !== 'threads') spec.child = childCommand(o.module);
+      // The core says which names start children (and refuses unknown ones).
+      if (native._processPool(spec.pool)) spec.child = childCommand(o.module);
     }
     const w = this[APP].worker(JSON.stringify(spec, (k, v) => (typeof v === 'number' ? jsonNumber(v, true) : v)));
     if (!(w instanceof native.NativeWorker)) throw refusal(w);
@@ -521,19 +520,9 @@ class App {
   }
 }
 
-const WORKER_OPTIONS = [
-  'queues',
-  'concurrency',
-  'prefetch',
-  'prefetchMultiplier',
-  'name',
-  'pool',
-  'module',
-  'maxTasksPerChild',
-  'maxMemoryPerChild',
-  'timeLimit',
-  'softTimeLimit',
-];
+// A worker's options; the numbers among them are checked alike (the core ranges them).
+const WORKER_OPTIONS = ['queues', 'concurrency', 'prefetch', 'prefetchMultiplier', 'name', 'pool', 'module', 'maxTasksPerChild', 'maxMemoryPerChild', 'timeLimit', 'softTimeLimit'];
+const WORKER_NUMBERS = ['concurrency', 'prefetch', 'prefetchMultiplier', 'maxTasksPerChild', 'maxMemoryPerChild', 'timeLimit', 'softTimeLimit'];
 
 // ---------------------------------------------------------------- process pool
 

@@ -10,6 +10,7 @@ use headway_core::task::{
     BackoffSpec, Canvas, ChildCommand, Cron, Every, Host, Options, Policy, PolicySpec, RateSpec,
     RetryBackoff, Rhythm, RhythmError, SendSpec, Sig, SpecError, WorkerConfig, WorkerSpec,
 };
+use napi_derive::napi;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
@@ -217,6 +218,13 @@ struct WorkerIn {
     max_memory_per_child: Option<Num>,
     time_limit: Option<Num>,
     soft_time_limit: Option<Num>,
+}
+
+/// Whether a worker on `pool` runs its bodies in children, and so needs the
+/// command that starts one (the core's `specs::is_process_pool`).
+#[napi(js_name = "_processPool")]
+pub fn process_pool(pool: String) -> bool {
+    headway_core::task::specs::is_process_pool(&pool)
 }
 
 /// A worker's configuration: what is omitted is the core's default, and

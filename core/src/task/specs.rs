@@ -556,6 +556,12 @@ pub const MULTIPLIER: &str =
 /// Queues given, none named.
 pub const NO_QUEUES: &str = "must name at least one queue";
 
+/// Whether `pool` names the process pool (`"process"`, or Celery's
+/// `"prefork"`): the pool a binding hands the command that starts a child.
+pub fn is_process_pool(pool: &str) -> bool {
+    matches!(pool, "process" | "prefork")
+}
+
 /// A per-child limit without the process pool.
 pub const NEEDS_PROCESS: &str = "applies to the process pool only (pool=\"process\")";
 
@@ -595,7 +601,7 @@ impl WorkerSpec {
         let max_memory_per_child = per_child("max_memory_per_child", self.max_memory_per_child)?;
         let process = match self.pool.as_deref() {
             None | Some("threads") => false,
-            Some("process" | "prefork") => true,
+            Some(p) if is_process_pool(p) => true,
             Some(_) => return Err(SpecError::new(host, "pool", POOL_NAMES)),
         };
         let pool = if process {

@@ -525,3 +525,12 @@ fn a_stop_grace_defaults_and_is_never_negative() {
     assert_eq!(grace(Some(1500)), Duration::from_millis(1500));
     assert_eq!(grace(Some(-5)), Duration::ZERO);
 }
+
+#[test]
+fn process_and_prefork_name_the_process_pool() {
+    assert!(is_process_pool("process"));
+    assert!(is_process_pool("prefork"));
+    for other in ["threads", "Process", "solo", ""] {
+        assert!(!is_process_pool(other), "{other}");
+    }
+}
