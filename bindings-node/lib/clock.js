@@ -185,22 +185,7 @@ function Exponential(options) {
   return new TaskBackoff(spec);
 }
 
-const POLICY = [
-  'queue',
-  'retries',
-  'backoff',
-  'timeout',
-  'acksLate',
-  'ignoreResult',
-  'rate',
-  'timeLimit',
-  'softTimeLimit',
-  'rejectOnWorkerLost',
-  'retryFor',
-  'dontRetryFor',
-  'rateScope',
-  'concurrencyLimit',
-];
+const POLICY = ['queue', 'retries', 'backoff', 'timeout', 'acksLate', 'ignoreResult', 'rate', 'timeLimit', 'softTimeLimit', 'rejectOnWorkerLost', 'retryFor', 'dontRetryFor', 'rateScope', 'concurrencyLimit'];
 
 const text = (k, v) => JSON.stringify(str(k, v));
 const number = (k, v) => jsonNumber(num(k, v));

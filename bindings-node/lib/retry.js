@@ -48,16 +48,9 @@ function retry(fn, options) {
   return new Promise((resolve, reject) => {
     const onAbort = () => reject(signal.reason);
     signal.addEventListener('abort', onAbort, { once: true });
-    attempts(fn, backoff, retryIf, signal).then(
-      (value) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(value);
-      },
-      (err) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(err);
-      },
-    );
+    attempts(fn, backoff, retryIf, signal)
+      .finally(() => signal.removeEventListener('abort', onAbort))
+      .then(resolve, reject);
   });
 }
 
