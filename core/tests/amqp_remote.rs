@@ -315,3 +315,85 @@ async fn a_round_of_acks_never_covers_a_message_still_held() {
         "{ready:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gathered_acks_land_without_more_work_and_a_close_sends_them() {
+    let Some(vh) = Vhost::new() else { return };
+    let connect = || async {
+        Target::url("broker", &vh.url())
+            .unwrap()
+            .connect(&system())
+            .await
+            .unwrap()
+    };
+    let on = connect().await;
+    let b = on.broker();
+    let msgs: Vec<headway_core::task::Message> = (0..40)
+        .map(|i| {
+            headway_core::task::Message::new(
+                format!("m{i}"),
+                "tasks.add".into(),
+                vec![],
+                Map::new(),
+                "default".into(),
+            )
+        })
+        .collect();
+    b.publish(msgs).await.unwrap();
+    let qs = vec!["default".to_string()];
+    let unacked = || {
+        vh.list("queues", &["name", "messages_unacknowledged", "messages"])
+            .iter()
+            .find(|r| r[0] == "celery")
+            .map(|r| (r[1].clone(), r[2].clone()))
+            .unwrap_or_default()
+    };
+    let wait_for = |want: (&'static str, &'static str)| {
+        let unacked = &unacked;
+        async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let now = unacked();
+                if (now.0.as_str(), now.1.as_str()) == want {
+                    return;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "unacked and messages {now:?}, want {want:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    // A prefetch of 64: acks are gathered sixteen to a frame. Thirty-seven
+    // acked one by one (two frames' worth and five over) all land, the last
+    // five with nothing else to wait for; the three held stay unacked.
+    let mut got = Vec::new();
+    while got.len() < 40 {
+        got.extend(b.consume(&qs, 64, Duration::from_secs(5)).await.unwrap());
+    }
+    for d in &got[..37] {
+        b.ack(vec![d.receipt.clone()]).await.unwrap();
+    }
+    wait_for(("3", "3")).await;
+    // Two more acked and the connection closed at once: the close sends
+    // them first, and only the last one held goes back, redelivered.
+    b.ack(vec![got[37].receipt.clone(), got[38].receipt.clone()])
+        .await
+        .unwrap();
+    drop(got);
+    on.close().await.unwrap();
+    wait_for(("0", "1")).await;
+    let on = connect().await;
+    let b = on.broker();
+    let mut again = Vec::new();
+    while again.is_empty() {
+        again.extend(b.consume(&qs, 64, Duration::from_secs(5)).await.unwrap());
+    }
+    assert!(again.iter().all(|d| d.redelivered));
+    b.ack(again.iter().map(|d| d.receipt.clone()).collect())
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1);
+    wait_for(("0", "0")).await;
+}

@@ -207,7 +207,7 @@ impl AmqpBroker {
             .unacked
             .entry(serial)
             .or_default()
-            .insert(d.delivery_tag);
+            .insert(d.delivery_tag, d.redelivered);
         let decoded = wire::decode(&self.facts.sender, queue, &d.properties, &d.data);
         let m = match decoded {
             Ok(m) => m,
@@ -251,6 +251,16 @@ impl AmqpBroker {
         let bell = {
             let mut g = self.lock();
             let seq = next_seq(&mut g);
+            // Delivered before by Celery's own mark: its ack is not
+            // delayed either (`settle`).
+            if delivery.redelivered
+                && let Some(again) = g
+                    .unacked
+                    .get_mut(&serial)
+                    .and_then(|s| s.get_mut(&delivery.receipt.tag))
+            {
+                *again = true;
+            }
             let Some(gr) = g.groups.get_mut(key).filter(|gr| gr.serial == serial) else {
                 // Its consumers were released (a stopped worker) and this
                 // was on its way meanwhile: back to the queue with it.
@@ -392,6 +402,9 @@ impl AmqpBroker {
     /// and closes after the last ([`AmqpBroker::settled`]).
     async fn give_back(&self, mut gr: Group) -> usize {
         self.lock().released.insert(gr.serial);
+        // Acks gathered for its taken runs go first: its channel may close
+        // once they are out.
+        self.flush_acks().await;
         let ch = gr.channel.clone();
         for tag in std::mem::take(&mut gr.tags) {
             let _ = ch.basic_cancel(tag, BasicCancelOptions::default()).await;

@@ -106,8 +106,11 @@ struct Local {
     outstanding: HashMap<u64, usize>,
     /// Every delivery tag a live channel delivered and nobody acked or
     /// rejected yet, by channel serial: what RabbitMQ counts unacked there,
-    /// so an ack with `multiple` covers only tags meant to be acked.
-    unacked: HashMap<u64, std::collections::BTreeSet<u64>>,
+    /// so an ack with `multiple` covers only tags meant to be acked; each
+    /// with whether it was delivered before (its ack is not delayed).
+    unacked: HashMap<u64, BTreeMap<u64, bool>>,
+    /// Acks gathered to share a frame (`settle`).
+    gathered: settle::Gathered,
     /// Celery queues declared or consumed here (wire names), for the
     /// inspector.
     queues: std::collections::BTreeSet<String>,
@@ -295,6 +298,7 @@ impl AmqpBroker {
     /// the connection; answers how many went back.
     pub async fn close(&self) -> Result<usize, Refused> {
         let n = self.release_all().await;
+        self.flush_acks().await;
         self.conn.close().await;
         Ok(n)
     }
