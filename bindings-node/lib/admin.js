@@ -105,6 +105,16 @@ async function pump(admin, id, req, res) {
   }
 }
 
+// Each option's type (undefined is the default) and what a refusal says it
+// expected; maxBody's range is the core's (refused below, as a RangeError).
+const OPTIONS = {
+  token: [(v) => v === null || typeof v === 'string', 'a string'],
+  readOnly: [(v) => typeof v === 'boolean', 'a boolean'],
+  maxBody: [(v) => v === null || typeof v === 'number', 'a number of bytes'],
+  allowedOrigins: [(v) => Array.isArray(v) && v.every((x) => typeof x === 'string'), 'an array of strings'],
+  announce: [() => true, 'anything'],
+};
+
 /**
  * A `(req, res)` handler serving `app`'s admin. `token`: what every route but
  * `/health` needs, typed into the page's login form or sent as
@@ -123,24 +133,12 @@ function handler(app, options) {
   }
   const o = options || {};
   for (const k of Object.keys(o)) {
-    if (!['token', 'readOnly', 'maxBody', 'allowedOrigins', 'announce'].includes(k)) {
-      throw typeError(`invalid option \`${k}\`: expected token, readOnly, maxBody, allowedOrigins or announce`);
-    }
+    if (!Object.hasOwn(OPTIONS, k)) throw typeError(`invalid option \`${k}\`: expected token, readOnly, maxBody, allowedOrigins or announce`);
   }
-  if (o.token !== undefined && o.token !== null && typeof o.token !== 'string') {
-    throw typeError('invalid `token`: expected a string');
-  }
-  if (o.readOnly !== undefined && typeof o.readOnly !== 'boolean') {
-    throw typeError('invalid `readOnly`: expected a boolean');
-  }
-  // Its range is the core's (refused below, as a RangeError).
-  if (o.maxBody !== undefined && o.maxBody !== null && typeof o.maxBody !== 'number') {
-    throw typeError('invalid `maxBody`: expected a number of bytes');
+  for (const [k, [fits, expected]] of Object.entries(OPTIONS)) {
+    if (o[k] !== undefined && !fits(o[k])) throw typeError(`invalid \`${k}\`: expected ${expected}`);
   }
   const origins = o.allowedOrigins === undefined ? [] : o.allowedOrigins;
-  if (!Array.isArray(origins) || origins.some((x) => typeof x !== 'string')) {
-    throw typeError('invalid `allowedOrigins`: expected an array of strings');
-  }
   let admin;
   try {
     admin = new native.NativeAdmin(a, o.token ?? null, o.readOnly === true, o.maxBody ?? null, origins);
