@@ -17,7 +17,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
-use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 use serde_json::Value;
 
 use headway_core::broker::{Connected, Store};
@@ -41,30 +41,22 @@ pub(crate) fn spec_err(e: SpecError) -> PyErr {
 /// A `signal` argument: a name or an int (`signal.SIGKILL` is one), read
 /// by the core; `None` is the core's default.
 fn signal_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<i32> {
-    let spec = match obj {
+    let name: String;
+    let spec = match some(obj) {
         None => None,
-        Some(o) if o.is_none() => None,
+        Some(o) if o.is_instance_of::<PyString>() => {
+            name = o.extract()?;
+            Some(SignalSpec::Name(&name))
+        }
+        // A huge int is out of range however big: the core says so.
+        Some(o) if o.is_instance_of::<PyInt>() && !o.is_instance_of::<PyBool>() => Some(
+            SignalSpec::Number(o.extract::<i64>().map_or(f64::INFINITY, |n| n as f64)),
+        ),
         Some(o) => {
-            if let Ok(s) = o.cast::<PyString>() {
-                let name = s.to_str()?.to_owned();
-                return headway_core::task::signal::parse(
-                    Host::Python,
-                    Some(SignalSpec::Name(&name)),
-                )
-                .map_err(spec_err);
-            }
-            if o.is_instance_of::<pyo3::types::PyBool>()
-                || !o.is_instance_of::<pyo3::types::PyInt>()
-            {
-                return Err(PyTypeError::new_err(format!(
-                    "`signal` must be a str or an int, not {}",
-                    type_name(o)
-                )));
-            }
-            // A huge int is out of range however big: the core says so.
-            Some(SignalSpec::Number(
-                o.extract::<i64>().map_or(f64::INFINITY, |n| n as f64),
-            ))
+            return Err(PyTypeError::new_err(format!(
+                "`signal` must be a str or an int, not {}",
+                type_name(o)
+            )));
         }
     };
     headway_core::task::signal::parse(Host::Python, spec).map_err(spec_err)
@@ -232,15 +224,12 @@ fn rate_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<RateSpec>> {
         return Ok(Some(RateSpec::Text(s.to_str()?.to_string())));
     }
     if let Ok(d) = o.cast::<PyDict>() {
-        let count = match d.get_item("count")? {
-            Some(c) => Some(int_arg("rate.count", &c)? as f64),
-            None => None,
-        };
-        let per = match d.get_item("per")? {
-            Some(p) => Some(span_ms("rate.per", &p)?),
-            None => None,
-        };
-        return Ok(Some(RateSpec::Parts { count, per }));
+        let count = d.get_item("count")?.map(|c| int_arg("rate.count", &c));
+        let per = d.get_item("per")?.map(|p| span_ms("rate.per", &p));
+        return Ok(Some(RateSpec::Parts {
+            count: count.transpose()?.map(|c| c as f64),
+            per: per.transpose()?,
+        }));
     }
     Err(PyTypeError::new_err(format!(
         "`rate` must be a string like \"10/m\" or a dict {{\"count\": 10, \"per\": 60.0}}, not {}",
@@ -559,6 +548,8 @@ methods! {
         stopping: bool = |c| c.is_stopping();
         /// The pids of its children (none on the threads pool).
         child_pids: Vec<u32> = |c| c.procs().map(|p| p.pids()).unwrap_or_default();
+        /// `"process"` when its bodies run in child processes, else `"threads"`.
+        pool: &'static str = |c| if c.procs().is_some() { "process" } else { "threads" };
     }
 
     /// Runs until stopped, blocking this thread with the GIL released. On
@@ -588,16 +579,6 @@ methods! {
     /// Returns at once; `run` returns when it is all done.
     fn stop(&self, grace: &Bound<'_, PyAny>) -> PyResult<()> {
         guard(|| wait_arg("grace", grace).map(|g| self.inner.stop(g)))
-    }
-
-    /// `"process"` when its bodies run in child processes, else `"threads"`.
-    #[getter]
-    fn pool(&self) -> &'static str {
-        if self.inner.procs().is_some() {
-            "process"
-        } else {
-            "threads"
-        }
     }
 }
 
@@ -707,10 +688,9 @@ fn footing(
     clock: &Arc<dyn Clock>,
 ) -> PyResult<(Connected, Store)> {
     let on = connect_arg(py, "broker", broker, clock)?;
-    let store = match backend {
+    let store = match some(backend) {
         None => Store::Broker,
-        Some(b) if b.is_none() => Store::Broker,
-        Some(b) if b.is_exact_instance_of::<pyo3::types::PyBool>() => {
+        Some(b) if b.is_exact_instance_of::<PyBool>() => {
             if b.is_truthy()? {
                 return Err(PyValueError::new_err(
                     "invalid `backend`: True is not a store; pass None (the broker's), False (none) or a URL",

@@ -313,16 +313,11 @@ fn members(
 
 /// Positional arguments (any iterable of values) as a JSON list.
 pub(crate) fn args(owner: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<Value>> {
-    let root = Path::Root("args");
-    let list = |v: Value| match v {
-        Value::Array(a) => a,
-        _ => Vec::new(),
-    };
-    if let Ok(t) = obj.cast::<PyTuple>() {
-        return items(owner, &root, obj, t.iter(), t.len(), &mut Vec::new()).map(list);
-    }
-    if let Ok(l) = obj.cast::<PyList>() {
-        return items(owner, &root, obj, l.iter(), l.len(), &mut Vec::new()).map(list);
+    if obj.is_instance_of::<PyTuple>() || obj.is_instance_of::<PyList>() {
+        // A tuple or a list is always an array.
+        if let Value::Array(a) = to_json(owner, &Path::Root("args"), obj)? {
+            return Ok(a);
+        }
     }
     Err(PyTypeError::new_err(format!(
         "{owner}: `args` must be a tuple or a list, not {}",
@@ -332,9 +327,8 @@ pub(crate) fn args(owner: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<Value>> 
 
 /// Keyword arguments (a dict with str keys, or None) as a JSON object.
 pub(crate) fn kwargs(owner: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Map<String, Value>> {
-    match obj {
+    match crate::some(obj) {
         None => Ok(Map::new()),
-        Some(o) if o.is_none() => Ok(Map::new()),
         Some(o) => match o.cast::<PyDict>() {
             Ok(d) => object(owner, &Path::Root("kwargs"), d),
             Err(_) => Err(PyTypeError::new_err(format!(

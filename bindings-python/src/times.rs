@@ -146,9 +146,8 @@ pub(crate) fn secs(ms: i64) -> f64 {
 /// The clock an `App`/`Scheduler` reads: the system clock for `None`, or a
 /// `VirtualClock`'s.
 pub(crate) fn clock_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<dyn Clock>> {
-    match obj {
+    match some(obj) {
         None => Ok(clock::system()),
-        Some(o) if o.is_none() => Ok(clock::system()),
         Some(o) => match o.cast::<PyVirtualClock>() {
             Ok(c) => Ok(c.get().inner.clone() as Arc<dyn Clock>),
             Err(_) => Err(PyTypeError::new_err(format!(
