@@ -21,8 +21,7 @@ import sys
 from types import FrameType
 
 from . import _tracing
-from ._from_celery import is_celery_app, serve
-from .celery.app import Celery as DropIn
+from .celery.app import _headway_app
 from ._serve import Serving
 from ._tasks import App
 
@@ -40,10 +39,7 @@ def _load(ref: str) -> App:
         obj = runpy.run_path(where, run_name="__mp_main__").get(attr)
     else:
         obj = getattr(importlib.import_module(where), attr, None)
-    if is_celery_app(obj):
-        obj = serve(obj)
-    elif isinstance(obj, DropIn):
-        obj = obj._served()
+    obj = _headway_app(obj)
     if not isinstance(obj, App):
         raise SystemExit(f"headway child: {ref!r} is not a headway.App (got {type(obj).__name__})")
     return obj

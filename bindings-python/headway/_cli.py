@@ -49,8 +49,7 @@ from types import FrameType
 from typing import Any
 
 from . import _log, _native
-from ._from_celery import is_celery_app, serve
-from .celery.app import Celery as DropIn
+from .celery.app import _headway_app
 from ._tasks import GRACE, App
 
 
@@ -75,12 +74,7 @@ def _load(spec: str) -> App:
         raise SystemExit(f"headway: -A {spec!r}: cannot import {module!r}: {e}") from e
     obj = getattr(m, attr or "app", None)
     with _refused(f"headway: -A {spec!r}"):
-        if is_celery_app(obj):
-            # A real Celery app: its tasks, served on its broker (_from_celery).
-            obj = serve(obj)
-        elif isinstance(obj, DropIn):
-            # `headway.celery.Celery`: the headway App behind it, on its queues.
-            obj = obj._served()
+        obj = _headway_app(obj)
     if not isinstance(obj, App):
         raise SystemExit(
             f"headway: -A {spec!r}: {module}.{attr or 'app'} is not a headway.App "

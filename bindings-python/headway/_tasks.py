@@ -100,31 +100,19 @@ def current() -> Context:
     return _native.current()
 
 
-def _options(
-    eta: When | None,
-    countdown: Span | None,
-    expires: When | None,
-    queue: str | None,
-    priority: int | None,
-    task_id: str | None,
-    concurrency_key: str | None = None,
-    dedupe_key: str | None = None,
-    dedupe_ttl: Span | None = None,
-) -> dict[str, Any]:
-    """The per-send options given (``None``: not given), as a dict the core
-    reads; which keys exist and what each may be is the core's to say."""
-    given = {
-        "eta": eta,
-        "countdown": countdown,
-        "expires": expires,
-        "queue": queue,
-        "priority": priority,
-        "task_id": task_id,
-        "concurrency_key": concurrency_key,
-        "dedupe_key": dedupe_key,
-        "dedupe_ttl": dedupe_ttl,
-    }
-    return {k: v for k, v in given.items() if v is not None}
+#: The per-send options every sending method takes, in the order it passes
+#: them to ``_options``.
+_SEND_OPTIONS = (
+    "eta", "countdown", "expires", "queue", "priority", "task_id",
+    "concurrency_key", "dedupe_key", "dedupe_ttl",
+)  # fmt: skip
+
+
+def _options(*values: Any) -> dict[str, Any]:
+    """The per-send options given, in ``_SEND_OPTIONS``' order (``None``:
+    not given), as a dict the core reads; what each may be is the core's to
+    say."""
+    return {k: v for k, v in zip(_SEND_OPTIONS, values) if v is not None}
 
 
 def _send(

@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import _tasks
 from .._errors import TaskRetry
-from .._from_celery import _FOREVER, _rate, _retry, maps, result_expires, worker_defaults
+from .._from_celery import _FOREVER, _rate, _retry, is_celery_app, maps, result_expires, serve, worker_defaults
 from .._native import Exponential, Fixed, RedisBroker, _celery_request_direct, _redact
 from .._tasks import App, chain, group
 from .result import AsyncResult
@@ -419,6 +419,18 @@ class Celery:
 
     def __repr__(self) -> str:
         return f"<Celery {self.main or '__main__'} on headway>"
+
+
+def _headway_app(obj: Any) -> Any:
+    """What ``-A`` names (the CLI's, a process-pool child's) as the headway
+    ``App`` a worker serves: a real ``celery.Celery``'s tasks on its broker
+    (``_from_celery``), a ``Celery`` of this module's on its queues, else
+    ``obj`` as it is."""
+    if is_celery_app(obj):
+        return serve(obj)
+    if isinstance(obj, Celery):
+        return obj._served()
+    return obj
 
 
 def shared_task(*args: Any, **opts: Any) -> Any:
