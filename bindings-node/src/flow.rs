@@ -79,21 +79,27 @@ fn opt_handle<T: Clone + 'static>(
     }
 }
 
+/// An argument that may be `undefined` (or `null`), read by `read` when
+/// given: `None` leaves it to the core's default.
+fn opt<T>(
+    e: E,
+    v: sys::napi_value,
+    name: &'static str,
+    read: fn(&'static str, f64) -> Result<T, Fail>,
+) -> Result<Option<T>, Fail> {
+    e.opt_f64(v, name)?.map(|x| read(name, x)).transpose()
+}
+
 // ---------------------------------------------------------------- Limits
 
 // limitsNew(size, idle, keep, life) -> { handle, size, idle, keep, life }
 // with the core's defaults (HikariCP / database/sql) for what is undefined.
 function!(limits_new, 4, |f, e, a| {
-    let d = Limits::default();
-    let l = Limits::new(
-        e.opt_f64(a[0], "size")?
-            .map_or(Ok(d.size()), |x| int("size", x))?,
-        e.opt_f64(a[1], "idle")?
-            .map_or(Ok(d.idle()), |x| int("idle", x))?,
-        e.opt_f64(a[2], "keep")?
-            .map_or(Ok(d.keep()), |x| span("keep", x))?,
-        e.opt_f64(a[3], "life")?
-            .map_or(Ok(d.life()), |x| span("life", x))?,
+    let l = Limits::given(
+        opt(e, a[0], "size", int)?,
+        opt(e, a[1], "idle", int)?,
+        opt(e, a[2], "keep", span)?,
+        opt(e, a[3], "life", span)?,
     )?;
     e.object(&[
         (c"handle", external(e.0, l)?),
@@ -109,12 +115,7 @@ function!(limits_new, 4, |f, e, a| {
 
 // breakerNew(k, window) -> { handle, k, window }; SRE book defaults.
 function!(breaker_new, 2, |f, e, a| {
-    let d = Breaker::default();
-    let b = Breaker::new(
-        e.opt_f64(a[0], "k")?.unwrap_or(d.k()),
-        e.opt_f64(a[1], "window")?
-            .map_or(Ok(d.window()), |x| span("window", x))?,
-    )?;
+    let b = Breaker::given(e.opt_f64(a[0], "k")?, opt(e, a[1], "window", span)?)?;
     let (k, w) = (b.k(), b.window());
     e.object(&[
         (c"handle", external(e.0, b)?),
@@ -128,19 +129,13 @@ function!(breaker_new, 2, |f, e, a| {
 // backoffNew(owner, base, factor, cap, attempts, jitter) -> { id, base,
 // factor, cap, attempts, jitter }; gRPC's retry defaults.
 function!(backoff_new, 6, |f, e, a| {
-    let d = Backoff::default();
-    let jitter = match e.opt_str(a[5], "jitter")? {
-        None => d.jitter(),
-        Some(name) => Jitter::named(&name)?,
-    };
-    let b = Backoff::new(
-        e.opt_f64(a[1], "base")?
-            .map_or(Ok(d.base()), |x| span("base", x))?,
-        e.opt_f64(a[2], "factor")?.unwrap_or(d.factor()),
-        e.opt_f64(a[3], "cap")?
-            .map_or(Ok(d.cap()), |x| span("cap", x))?,
-        e.opt_f64(a[4], "attempts")?
-            .map_or(Ok(d.attempts()), |x| int32("attempts", x))?,
+    let jitter = e.opt_str(a[5], "jitter")?.map(|n| Jitter::named(&n));
+    let jitter = jitter.transpose()?;
+    let b = Backoff::given(
+        opt(e, a[1], "base", span)?,
+        e.opt_f64(a[2], "factor")?,
+        opt(e, a[3], "cap", span)?,
+        opt(e, a[4], "attempts", int32)?,
         jitter,
     )?;
     let id = f.backoffs.insert(b)?;

@@ -114,6 +114,26 @@ impl Backoff {
         })
     }
 
+    /// [`Backoff::new`] with each knob not given at [`Backoff::default`]'s
+    /// value (gRPC's): what `Backoff()` with some options means in either
+    /// binding.
+    pub fn given(
+        base: Option<Nanos>,
+        factor: Option<f64>,
+        cap: Option<Nanos>,
+        attempts: Option<i32>,
+        jitter: Option<Jitter>,
+    ) -> Result<Backoff, Invalid> {
+        let d = Backoff::default();
+        Backoff::new(
+            base.unwrap_or(d.base),
+            factor.unwrap_or(d.factor),
+            cap.unwrap_or(d.cap),
+            attempts.unwrap_or(d.attempts),
+            jitter.unwrap_or(d.jitter),
+        )
+    }
+
     /// The first retry's ceiling.
     pub fn base(&self) -> Nanos {
         self.base
@@ -210,6 +230,24 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn knobs_not_given_are_the_defaults() {
+        assert_eq!(
+            Backoff::given(None, None, None, None, None),
+            Ok(Backoff::default())
+        );
+        let b = Backoff::given(None, Some(3.0), None, Some(5), None).unwrap();
+        let d = Backoff::default();
+        assert_eq!((b.base(), b.factor(), b.cap()), (d.base(), 3.0, d.cap()));
+        assert_eq!((b.attempts(), b.jitter()), (5, d.jitter()));
+        assert_eq!(
+            Backoff::given(None, None, None, Some(-1), None)
+                .unwrap_err()
+                .arg,
+            "attempts"
+        );
+    }
 
     #[test]
     fn jitter_by_name() {

@@ -75,6 +75,13 @@ impl Breaker {
         })
     }
 
+    /// [`Breaker::new`] with what is not given at [`Breaker::default`]'s
+    /// value: what `Breaker()` with some options means in either binding.
+    pub fn given(k: Option<f64>, window: Option<Nanos>) -> Result<Breaker, Invalid> {
+        let d = Breaker::default();
+        Breaker::new(k.unwrap_or(d.k), window.unwrap_or(d.window))
+    }
+
     /// The multiplier.
     pub fn k(&self) -> f64 {
         self.k
@@ -139,6 +146,15 @@ impl Breaker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn knobs_not_given_are_the_defaults() {
+        let b = Breaker::given(None, None).unwrap();
+        assert_eq!((b.k(), b.window()), (2.0, 120 * SECOND));
+        let b = Breaker::given(Some(3.0), None).unwrap();
+        assert_eq!((b.k(), b.window()), (3.0, 120 * SECOND));
+        assert_eq!(Breaker::given(Some(0.5), None).unwrap_err().arg, "k");
+    }
 
     #[test]
     fn fresh_refuses_nothing() {

@@ -89,6 +89,24 @@ impl Limits {
             life,
         })
     }
+
+    /// [`Limits::new`] with each knob not given at [`Limits::default`]'s
+    /// value: what `Limits()` with some options means in either binding.
+    pub fn given(
+        size: Option<i64>,
+        idle: Option<i64>,
+        keep: Option<Nanos>,
+        life: Option<Nanos>,
+    ) -> Result<Limits, Invalid> {
+        let d = Limits::default();
+        Limits::new(
+            size.unwrap_or(d.size),
+            idle.unwrap_or(d.idle),
+            keep.unwrap_or(d.keep),
+            life.unwrap_or(d.life),
+        )
+    }
+
     /// Most live at once (0: no limit).
     pub fn size(&self) -> i64 {
         self.size
@@ -409,6 +427,18 @@ impl<T: Clone + PartialEq> Pool<T> {
 mod tests {
     use super::*;
     use crate::flow::{Backoff, Breaker, MILLI, pick};
+
+    #[test]
+    fn limits_not_given_are_the_defaults() {
+        assert_eq!(Limits::given(None, None, None, None), Ok(Limits::default()));
+        let l = Limits::given(Some(3), None, None, Some(SECOND)).unwrap();
+        assert_eq!((l.size(), l.idle(), l.life()), (3, 10, SECOND));
+        assert_eq!(l.keep(), Limits::default().keep());
+        assert_eq!(
+            Limits::given(None, Some(-1), None, None).unwrap_err().arg,
+            "idle"
+        );
+    }
 
     fn d(t: &Taken<i32>) -> String {
         match t {
