@@ -179,14 +179,7 @@ async function remote(o, App) {
   const app = await load(o.app, App);
   let r;
   try {
-    r = await require('./lib/tasks.js')._remote(app, {
-      kind: o.command,
-      what: o.what,
-      words: o.words,
-      timeout: o.timeout ?? undefined,
-      destination: o.destination ?? undefined,
-      json: Boolean(o.json),
-    });
+    r = await require('./lib/tasks.js')._remote(app, o);
   } catch (e) {
     fail(e.message);
   }

@@ -724,10 +724,10 @@ Object.defineProperties(module.exports, {
   _enableTaskEvents: {
     value: (app) => check(app[APP].enableTaskEvents()),
   },
-  // cli.js: `inspect` / `control`: the core asks every node; resolves
-  // to {code, out, err}.
+  // cli.js: `inspect` / `control`, the command as the core's parser read
+  // it: the core asks every node; resolves to {code, out, err}.
   _remote: {
-    value: (app, r) => answer(app[APP].remote(r.kind, r.what, r.words, r.timeout ?? null, r.destination ?? null, r.json), JSON.parse, same),
+    value: (app, command) => answer(app[APP].remote(JSON.stringify(command)), JSON.parse, same),
   },
   // cli.js: `--metrics-port`: serves the app's metrics; the port.
   _serveMetrics: {

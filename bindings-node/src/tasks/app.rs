@@ -580,30 +580,20 @@ impl NativeApp {
         )
     }
 
-    /// `headway inspect|control` (the CLI): `kind`, `what` and its
-    /// `words`, `timeout` (s), the `destination` nodes and whether to print
-    /// `json`; answers JSON `{code, out, err}` once the nodes' answers are
-    /// gathered, or why not (a bad command is refused before anything is
-    /// sent).
+    /// `headway inspect|control` (the CLI): `ask` is the command as JSON
+    /// (core's `control::CliAsk`); answers JSON `{code, out, err}` once the
+    /// nodes' answers are gathered, or why not (a bad command is refused
+    /// before anything is sent).
     #[napi(catch_unwind)]
-    pub fn remote(
-        &self,
-        kind: String,
-        what: String,
-        words: Vec<String>,
-        timeout: Option<f64>,
-        destination: Option<Vec<String>>,
-        json: bool,
-    ) -> napi::Result<Answer> {
+    pub fn remote(&self, ask: String) -> napi::Result<Answer> {
         let text = |p: headway_core::task::control::Printed| {
             serde_json::json!({"code": p.code, "out": p.out, "err": p.err}).to_string()
         };
         let app = self.app.clone();
         drive(
             async move {
-                let to = destination.as_deref();
-                headway_core::task::control::cli(&app, &kind, &what, &words, timeout, to, json)
-                    .await
+                let ask = headway_core::task::control::CliAsk::parse(&ask)?;
+                ask.run(&app).await
             },
             text,
         )

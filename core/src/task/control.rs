@@ -356,12 +356,73 @@ pub async fn cli(
     Ok(print(&replies, as_json))
 }
 
+/// A `headway inspect|control` command as both CLIs hand it over: the
+/// JSON the core's own parser wrote for it (`cli::parse_json`), whose
+/// `command`, `what`, `words`, `timeout` (s), `destination` and `json` it
+/// reads (the other fields are the CLI's). The fields are named here once;
+/// a binding passes the text.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct CliAsk {
+    pub command: String,
+    pub what: String,
+    #[serde(default)]
+    pub words: Vec<String>,
+    #[serde(default)]
+    pub timeout: Option<f64>,
+    #[serde(default)]
+    pub destination: Option<Vec<String>>,
+    #[serde(default)]
+    pub json: bool,
+}
+
+impl CliAsk {
+    /// The command in `text`; refused naming what was wrong.
+    pub fn parse(text: &str) -> Result<CliAsk, Refused> {
+        serde_json::from_str(text)
+            .map_err(|e| Refused::Invalid(format!("invalid remote command: {e}")))
+    }
+
+    /// Asks it: [`cli`] with this command's words.
+    pub async fn run(&self, app: &App) -> Result<Printed, Refused> {
+        let to = self.destination.as_deref();
+        let (c, w) = (&self.command, &self.what);
+        cli(app, c, w, &self.words, self.timeout, to, self.json).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn words(w: &[&str]) -> Vec<String> {
         w.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_cli_ask_is_the_parsers_command_and_a_bad_one_is_named() {
+        let argv = words(&[
+            "control", "-A", "m:app", "revoke", "x", "-d", "n@h", "--json",
+        ]);
+        let parsed = crate::task::cli::parse_json("python", &argv).unwrap();
+        let a = CliAsk::parse(&parsed).unwrap();
+        assert_eq!((a.command.as_str(), a.what.as_str()), ("control", "revoke"));
+        assert_eq!(a.words, ["x"]);
+        assert_eq!(a.destination.as_deref(), Some(&["n@h".to_string()][..]));
+        assert!(a.json && a.timeout.is_none());
+        let t = CliAsk::parse(r#"{"command":"inspect","what":"ping","timeout":2.5}"#).unwrap();
+        assert_eq!(t.timeout, Some(2.5));
+        assert!(t.words.is_empty() && t.destination.is_none() && !t.json);
+        for bad in [
+            r#"{"what":"ping"}"#,
+            r#"{"command":"inspect","what":1}"#,
+            "[]",
+            "{",
+        ] {
+            match CliAsk::parse(bad) {
+                Err(Refused::Invalid(m)) => assert!(m.starts_with("invalid remote command"), "{m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
     }
 
     #[test]
