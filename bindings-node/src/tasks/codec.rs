@@ -193,16 +193,6 @@ pub(crate) fn policy(text: &str) -> Result<Policy, Refusal> {
     Ok(spec.build(Host::Node)?)
 }
 
-/// How `lib/child.js` is started for the process pool: the program, its
-/// arguments and variables set on top of the parent's environment.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ChildIn {
-    program: String,
-    args: Vec<String>,
-    env: Vec<(String, String)>,
-}
-
 /// A worker's options as `lib/tasks.js` spells them (spans in ms).
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -213,7 +203,9 @@ struct WorkerIn {
     prefetch_multiplier: Option<Num>,
     name: Option<String>,
     pool: Option<String>,
-    child: Option<ChildIn>,
+    /// How `lib/child.js` is started for the process pool: the program,
+    /// its arguments and variables set on top of the parent's environment.
+    child: Option<ChildCommand>,
     max_tasks_per_child: Option<Num>,
     max_memory_per_child: Option<Num>,
     time_limit: Option<Num>,
@@ -239,11 +231,7 @@ pub(crate) fn worker(text: &str) -> Result<WorkerConfig, Refusal> {
         prefetch_multiplier: num(w.prefetch_multiplier),
         name: w.name,
         pool: w.pool,
-        child: w.child.map(|c| ChildCommand {
-            program: c.program,
-            args: c.args,
-            env: c.env,
-        }),
+        child: w.child,
         max_tasks_per_child: num(w.max_tasks_per_child),
         max_memory_per_child: num(w.max_memory_per_child),
         time_limit: num(w.time_limit).map(ms),

@@ -538,8 +538,10 @@ pub struct WorkerSpec {
     pub soft_time_limit: Option<i64>,
 }
 
-/// How a binding starts one child of the process pool.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// How a binding starts one child of the process pool (read from JSON as
+/// `{program, args, env}` by a binding that sends it so).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ChildCommand {
     pub program: String,
     pub args: Vec<String>,
