@@ -111,7 +111,8 @@ class Reject extends Error {
   constructor(options = {}) {
     const o = options ?? {};
     super(o.reason === undefined ? 'rejected' : String(o.reason));
-    this[ASK] = { ask: 'reject', requeue: o.requeue === undefined ? false : o.requeue };
+    // No requeue: the core's false.
+    this[ASK] = { ask: 'reject', requeue: o.requeue };
   }
 }
 
