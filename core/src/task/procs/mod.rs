@@ -17,14 +17,14 @@
 //! pair on fd 3 ([`wire`]), so stdout and stderr stay the body's.
 //!
 //! - [`pool`]: the parent's side (start, hand out, limits, replace, reap);
+//! - [`spawn`]: one child process (start, `ready`, signal, reap);
 //! - [`child`]: the child's side (serve runs through the app's host queue);
 //! - [`wire`]: the frames between them.
 
 pub mod child;
 pub mod pool;
+pub mod spawn;
 pub mod wire;
 
-pub use pool::{
-    Idle, KILL_AFTER, ProcSpec, Procs, STARTUP, TIME_LIMIT, WORKER_LOST, describe, rss_kib,
-    timed_out,
-};
+pub use pool::{Idle, ProcSpec, Procs, TIME_LIMIT, WORKER_LOST, timed_out};
+pub use spawn::{KILL_AFTER, STARTUP, describe, rss_kib};
