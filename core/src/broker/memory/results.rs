@@ -37,7 +37,7 @@ impl Backend for MemoryBroker {
             g.expiry.push_back((until, Kept::Result(id)));
         }
         drop(g);
-        Box::pin(async { Ok(()) })
+        crate::task::clock::done()
     }
 
     fn fetch<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Outcome>, Refused>> {
@@ -64,7 +64,7 @@ impl Backend for MemoryBroker {
         for id in ids {
             g.results.remove(id.as_str());
         }
-        Box::pin(async { Ok(()) })
+        crate::task::clock::done()
     }
 }
 
@@ -121,7 +121,7 @@ const CHORD_SENT: &str = "~sent";
 impl Counter for MemoryBroker {
     fn open(&self, key: &str, size: u32) -> BoxFuture<'_, Result<(), Refused>> {
         self.lock().chord(key, size, kept_now(), self.expires());
-        Box::pin(async { Ok(()) })
+        crate::task::clock::done()
     }
 
     fn arrive<'a>(
