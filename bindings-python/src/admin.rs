@@ -174,8 +174,12 @@ pub(crate) struct PyAdminStream {
     inner: Arc<StreamSlot<EventStream>>,
 }
 
-#[pymethods]
-impl PyAdminStream {
+methods! {
+    PyAdminStream {
+        /// Whether `close()` was called.
+        closed: bool = |c| c.closed();
+    }
+
     /// An awaitable answering the next frame's bytes (the first at once, then
     /// one per core tick), or `None` once closed. Cancelling the await drops
     /// the stream: a cancelled `next` means the client is gone.
@@ -198,12 +202,6 @@ impl PyAdminStream {
     /// Drops the stream; every later `next()` answers `None`. Idempotent.
     fn close(&self) {
         self.inner.close();
-    }
-
-    /// Whether `close()` was called.
-    #[getter]
-    fn closed(&self) -> bool {
-        self.inner.closed()
     }
 }
 

@@ -668,6 +668,8 @@ impl PyBeat {
 #[pyclass(module = "headway._native", name = "_App", frozen)]
 pub(crate) struct PyApp {
     app: App,
+    /// The host the app's bodies are served from.
+    #[pyo3(get)]
     host: Py<PyHost>,
     /// The broker it is on, for raw pushes.
     raw: Raw,
@@ -725,12 +727,6 @@ impl PyApp {
                 raw: on,
             })
         })
-    }
-
-    /// The host the app's bodies are served from.
-    #[getter]
-    fn host(&self, py: Python<'_>) -> Py<PyHost> {
-        self.host.clone_ref(py)
     }
 
     /// The app's time, in epoch seconds.

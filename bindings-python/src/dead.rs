@@ -21,11 +21,26 @@ pub(crate) use headway_core::broker::Raw;
 /// clock) and its bytes as they were on the queue.
 #[pyclass(module = "headway._native", name = "DeadLetter", frozen)]
 pub(crate) struct PyDeadLetter {
+    /// The queue it was claimed from.
+    #[pyo3(get)]
     queue: String,
+    /// Its task id, when it could be read.
+    #[pyo3(get)]
     id: Option<String>,
+    /// Why it was set aside (`"not JSON: …"`, `"worker lost ×3"`, …).
+    #[pyo3(get)]
     reason: String,
+    /// When it was set aside.
+    #[pyo3(get)]
     at: Py<PyAny>,
+    /// Its bytes as they were on the queue, or their first 64 KiB when it
+    /// was quarantined for being too large or undecodable (`size` says how
+    /// many there were).
+    #[pyo3(get)]
     raw: Py<PyBytes>,
+    /// How many bytes it was on the queue (more than `len(raw)` when only a
+    /// prefix was kept).
+    #[pyo3(get)]
     size: usize,
 }
 
@@ -44,45 +59,6 @@ impl PyDeadLetter {
 
 #[pymethods]
 impl PyDeadLetter {
-    /// The queue it was claimed from.
-    #[getter]
-    fn queue(&self) -> &str {
-        &self.queue
-    }
-
-    /// Its task id, when it could be read.
-    #[getter]
-    fn id(&self) -> Option<&str> {
-        self.id.as_deref()
-    }
-
-    /// Why it was set aside (`"not JSON: …"`, `"worker lost ×3"`, …).
-    #[getter]
-    fn reason(&self) -> &str {
-        &self.reason
-    }
-
-    /// When it was set aside.
-    #[getter]
-    fn at(&self, py: Python<'_>) -> Py<PyAny> {
-        self.at.clone_ref(py)
-    }
-
-    /// Its bytes as they were on the queue, or their first 64 KiB when it
-    /// was quarantined for being too large or undecodable (`size` says how
-    /// many there were).
-    #[getter]
-    fn raw(&self, py: Python<'_>) -> Py<PyBytes> {
-        self.raw.clone_ref(py)
-    }
-
-    /// How many bytes it was on the queue (more than `len(raw)` when only a
-    /// prefix was kept).
-    #[getter]
-    fn size(&self) -> usize {
-        self.size
-    }
-
     fn __repr__(&self) -> String {
         format!(
             "DeadLetter(queue={}, id={}, reason={}, size={})",

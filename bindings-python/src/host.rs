@@ -293,22 +293,19 @@ pub(crate) fn current(py: Python<'_>) -> PyResult<Py<PyCtx>> {
     }
     CURRENT.with(|c| {
         let mut slot = c.borrow_mut();
-        match slot.take() {
-            Some(Current::Py(p)) => {
-                let out = p.clone_ref(py);
-                *slot = Some(Current::Py(p));
-                Ok(out)
+        // A sync body's context becomes its Python object on first ask.
+        let p = match slot.take() {
+            Some(Current::Py(p)) => p,
+            Some(Current::Rust(ctx)) => Py::new(py, PyCtx { inner: ctx })?,
+            None => {
+                return Err(PyLookupError::new_err(
+                    "headway.current() was called outside a task run",
+                ));
             }
-            Some(Current::Rust(ctx)) => {
-                let p = Py::new(py, PyCtx { inner: ctx })?;
-                let out = p.clone_ref(py);
-                *slot = Some(Current::Py(p));
-                Ok(out)
-            }
-            None => Err(PyLookupError::new_err(
-                "headway.current() was called outside a task run",
-            )),
-        }
+        };
+        let out = p.clone_ref(py);
+        *slot = Some(Current::Py(p));
+        Ok(out)
     })
 }
 

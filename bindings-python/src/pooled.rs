@@ -203,8 +203,12 @@ pub(crate) struct PyAttempts {
     inner: flow::Attempts,
 }
 
-#[pymethods]
-impl PyAttempts {
+methods! {
+    PyAttempts {
+        /// How many attempts have been made.
+        made: i32 = |c| c.made();
+    }
+
     #[new]
     #[pyo3(signature = (backoff, made=0))]
     fn new(backoff: &Bound<'_, PyAny>, made: i32) -> PyResult<Self> {
@@ -234,12 +238,6 @@ impl PyAttempts {
                 flow::Next::Fail => None,
             })
         })
-    }
-
-    /// How many attempts have been made.
-    #[getter]
-    fn made(&self) -> i32 {
-        self.inner.made()
     }
 }
 

@@ -19,6 +19,8 @@ use crate::{guard, opt};
 #[pyclass(module = "headway._native", name = "_Scheduler", frozen)]
 pub(crate) struct PyScheduler {
     inner: Scheduler,
+    /// The host its jobs are served from.
+    #[pyo3(get)]
     host: Py<PyHost>,
 }
 
@@ -35,12 +37,6 @@ impl PyScheduler {
                 host: Py::new(py, PyHost::new())?,
             })
         })
-    }
-
-    /// The host its jobs are served from.
-    #[getter]
-    fn host(&self, py: Python<'_>) -> Py<PyHost> {
-        self.host.clone_ref(py)
     }
 
     /// Adds (or replaces) the job `name`: `func()` on `rhythm`.

@@ -232,22 +232,31 @@ fn opt_instant(py: Python<'_>, ms: Option<i64>) -> PyResult<Py<PyAny>> {
 }
 
 /// The methods `Every`, `Cron` and `At` share (`first`, `after`, `==`,
-/// `hash`), written once; each class adds its own after the `;`.
+/// `hash`), written once over the core's `Rhythm` that `$variant` makes
+/// of the class's own value; each class adds its own after the `;`.
 macro_rules! rhythm_methods {
-    ($ty:ident; $($own:tt)*) => {
+    ($ty:ident, $variant:path; $($own:tt)*) => {
+        impl $ty {
+            /// Its rhythm, as a beat or a scheduler takes it.
+            #[allow(clippy::clone_on_copy)] // `Every` and `At`'s i64 are Copy, `Cron` is not
+            fn rhythm(&self) -> Rhythm {
+                $variant(self.inner.clone())
+            }
+        }
+
         #[pymethods]
         impl $ty {
             /// The first time it fires at or after `now` (aware `datetime` or
             /// epoch seconds), as an aware UTC `datetime`; `None` if never.
             fn first(&self, py: Python<'_>, now: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-                opt_instant(py, self.inner.first(instant_arg("now", now)?))
+                opt_instant(py, self.rhythm().first(instant_arg("now", now)?))
             }
 
             /// The first time it fires strictly after `at` — pass the time that
             /// was *due*, which is how a late tick keeps the phase. `None` when it
             /// never fires again.
             fn after(&self, py: Python<'_>, at: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-                opt_instant(py, self.inner.after(instant_arg("at", at)?))
+                opt_instant(py, self.rhythm().after(instant_arg("at", at)?))
             }
 
             fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
@@ -276,23 +285,21 @@ macro_rules! rhythm_methods {
 /// An interval under a millisecond raises `ValueError`.
 #[pyclass(module = "headway._native", name = "Every", frozen)]
 pub(crate) struct PyEvery {
-    pub(crate) inner: Rhythm,
+    inner: Every,
 }
 
-rhythm_methods! { PyEvery;
+rhythm_methods! { PyEvery, Rhythm::Every;
     #[new]
     #[pyo3(signature = (interval, anchor=None))]
     fn new(interval: &Bound<'_, PyAny>, anchor: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         guard(|| {
             let ms = span_ms("interval", interval)?;
             let every = match anchor {
-                Some(a) if !a.is_none() => {
-                    Every::anchored(ms, instant_arg("anchor", a)?).map_err(rhythm_err)?
-                }
-                _ => Every::new(ms).map_err(rhythm_err)?,
+                Some(a) if !a.is_none() => Every::anchored(ms, instant_arg("anchor", a)?),
+                _ => Every::new(ms),
             };
             Ok(PyEvery {
-                inner: Rhythm::Every(every),
+                inner: every.map_err(rhythm_err)?,
             })
         })
     }
@@ -300,28 +307,19 @@ rhythm_methods! { PyEvery;
     /// The interval, in seconds.
     #[getter]
     fn interval(&self) -> f64 {
-        match &self.inner {
-            Rhythm::Every(e) => secs(e.interval()),
-            _ => 0.0,
-        }
+        secs(self.inner.interval())
     }
 
     /// The anchor the slots count from (aware UTC `datetime`), or `None`.
     #[getter]
     fn anchor(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        match &self.inner {
-            Rhythm::Every(e) => opt_instant(py, e.anchor()),
-            _ => Ok(py.None()),
-        }
+        opt_instant(py, self.inner.anchor())
     }
 
     fn __repr__(&self) -> String {
-        match &self.inner {
-            Rhythm::Every(e) => match e.anchor() {
-                Some(a) => format!("Every({}, anchor={})", secs(e.interval()), secs(a)),
-                None => format!("Every({})", secs(e.interval())),
-            },
-            _ => "Every(?)".into(),
+        match self.inner.anchor() {
+            Some(a) => format!("Every({}, anchor={})", self.interval(), secs(a)),
+            None => format!("Every({})", self.interval()),
         }
     }
 }
@@ -339,43 +337,37 @@ rhythm_methods! { PyEvery;
 /// zone raises `ValueError`.
 #[pyclass(module = "headway._native", name = "Cron", frozen)]
 pub(crate) struct PyCron {
-    pub(crate) inner: Rhythm,
+    inner: Cron,
 }
 
-rhythm_methods! { PyCron;
+rhythm_methods! { PyCron, Rhythm::Cron;
     #[new]
     #[pyo3(signature = (expr, tz="UTC"))]
     fn new(expr: &str, tz: &str) -> PyResult<Self> {
         guard(|| {
             Ok(PyCron {
-                inner: Rhythm::Cron(Cron::new(expr, tz).map_err(rhythm_err)?),
+                inner: Cron::new(expr, tz).map_err(rhythm_err)?,
             })
         })
     }
 
     /// The crontab line as given.
     #[getter]
-    fn expr(&self) -> String {
-        match &self.inner {
-            Rhythm::Cron(c) => c.expr().to_string(),
-            _ => String::new(),
-        }
+    fn expr(&self) -> &str {
+        self.inner.expr()
     }
 
     /// The time zone's IANA name.
     #[getter]
-    fn tz(&self) -> String {
-        match &self.inner {
-            Rhythm::Cron(c) => c.tz_name().to_string(),
-            _ => String::new(),
-        }
+    fn tz(&self) -> &str {
+        self.inner.tz_name()
     }
 
     fn __repr__(&self) -> String {
         format!(
             "Cron({}, tz={})",
-            crate::host::quoted(&self.expr()),
-            crate::host::quoted(&self.tz())
+            crate::host::quoted(self.expr()),
+            crate::host::quoted(self.tz())
         )
     }
 }
@@ -384,15 +376,15 @@ rhythm_methods! { PyCron;
 /// past still fires, once, at once: a one-off added a little late should run.
 #[pyclass(module = "headway._native", name = "At", frozen)]
 pub(crate) struct PyAt {
-    pub(crate) inner: Rhythm,
+    inner: i64,
 }
 
-rhythm_methods! { PyAt;
+rhythm_methods! { PyAt, Rhythm::At;
     #[new]
     fn new(when: &Bound<'_, PyAny>) -> PyResult<Self> {
         guard(|| {
             Ok(PyAt {
-                inner: Rhythm::At(instant_arg("when", when)?),
+                inner: instant_arg("when", when)?,
             })
         })
     }
@@ -400,30 +392,24 @@ rhythm_methods! { PyAt;
     /// When it fires, as an aware UTC `datetime`.
     #[getter]
     fn when<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        match &self.inner {
-            Rhythm::At(ms) => instant_out(py, *ms),
-            _ => instant_out(py, 0),
-        }
+        instant_out(py, self.inner)
     }
 
     fn __repr__(&self) -> String {
-        match &self.inner {
-            Rhythm::At(ms) => format!("At({})", secs(*ms)),
-            _ => "At(?)".into(),
-        }
+        format!("At({})", secs(self.inner))
     }
 }
 
 /// A rhythm argument: `Every`, `Cron` or `At`.
 pub(crate) fn rhythm_arg(name: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<Rhythm> {
     if let Ok(e) = obj.cast::<PyEvery>() {
-        return Ok(e.get().inner.clone());
+        return Ok(e.get().rhythm());
     }
     if let Ok(c) = obj.cast::<PyCron>() {
-        return Ok(c.get().inner.clone());
+        return Ok(c.get().rhythm());
     }
     if let Ok(a) = obj.cast::<PyAt>() {
-        return Ok(a.get().inner.clone());
+        return Ok(a.get().rhythm());
     }
     Err(PyTypeError::new_err(format!(
         "`{name}` must be headway.Every, headway.Cron or headway.At, not {}",
