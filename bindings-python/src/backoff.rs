@@ -6,7 +6,10 @@ use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
 use pyo3::types::PyString;
 
-use crate::{count_arg, draw, draw_arg, float_arg, guard, invalid, secs_out, span_opt, type_name};
+use crate::{
+    count_arg, draw, draw_arg, float_arg, guard, invalid, opt, secs_out, span_arg, span_opt,
+    type_name,
+};
 
 /// How much randomness goes into a delay (AWS, "Exponential Backoff and
 /// Jitter").
@@ -126,14 +129,16 @@ methods! {
         jitter: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         guard(|| {
-            let d = flow::Backoff::default();
-            let base = span_opt("base", base, d.base())?;
-            let factor = factor.map_or(Ok(d.factor()), |o| float_arg("factor", o))?;
-            let cap = span_opt("cap", cap, d.cap())?;
-            let attempts = attempts.map_or(Ok(d.attempts()), |o| count_arg("attempts", o))?;
-            let jitter = jitter.map_or(Ok(d.jitter()), jitter_arg)?;
-            let inner = flow::Backoff::new(base, factor, cap, attempts, jitter).map_err(invalid)?;
-            Ok(PyBackoff { inner })
+            let base = opt(base, |o| span_arg("base", o))?;
+            let factor = opt(factor, |o| float_arg("factor", o))?;
+            let cap = opt(cap, |o| span_arg("cap", o))?;
+            let attempts = opt(attempts, |o| count_arg("attempts", o))?;
+            let jitter = opt(jitter, jitter_arg)?;
+            // What is not given is the core's default (gRPC's).
+            let inner = flow::Backoff::given(base, factor, cap, attempts, jitter);
+            Ok(PyBackoff {
+                inner: inner.map_err(invalid)?,
+            })
         })
     }
 

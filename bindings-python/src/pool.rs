@@ -18,7 +18,7 @@ use pyo3::types::{PyList, PyTuple};
 use crate::backoff::PyBackoff;
 use crate::convert::{hash_of, richcmp};
 use crate::{
-    draw_arg, float_arg, guard, int_arg, invalid, now_arg, opt, secs_out, span_opt, type_name,
+    draw_arg, float_arg, guard, int_arg, invalid, now_arg, opt, secs_out, span_arg, type_name,
 };
 
 /// A pooled Python object, compared by identity.
@@ -119,12 +119,12 @@ methods! {
         life: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         guard(|| {
-            let d = flow::Limits::default();
-            let size = size.map_or(Ok(d.size()), |o| int_arg("size", o))?;
-            let idle = idle.map_or(Ok(d.idle()), |o| int_arg("idle", o))?;
-            let keep = span_opt("keep", keep, d.keep())?;
-            let life = span_opt("life", life, d.life())?;
-            let inner = flow::Limits::new(size, idle, keep, life).map_err(invalid)?;
+            let size = opt(size, |o| int_arg("size", o))?;
+            let idle = opt(idle, |o| int_arg("idle", o))?;
+            let keep = opt(keep, |o| span_arg("keep", o))?;
+            let life = opt(life, |o| span_arg("life", o))?;
+            // What is not given is the core's default.
+            let inner = flow::Limits::given(size, idle, keep, life).map_err(invalid)?;
             Ok(PyLimits { inner })
         })
     }
@@ -182,10 +182,9 @@ methods! {
     #[pyo3(signature = (k=None, window=None), text_signature = "(k=2.0, window=120.0)")]
     fn new(k: Option<&Bound<'_, PyAny>>, window: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         guard(|| {
-            let d = flow::Breaker::default();
-            let k = k.map_or(Ok(d.k()), |o| float_arg("k", o))?;
-            let window = span_opt("window", window, d.window())?;
-            let inner = flow::Breaker::new(k, window).map_err(invalid)?;
+            let k = opt(k, |o| float_arg("k", o))?;
+            let window = opt(window, |o| span_arg("window", o))?;
+            let inner = flow::Breaker::given(k, window).map_err(invalid)?;
             Ok(PyBreaker { inner })
         })
     }
@@ -279,6 +278,8 @@ fn single<T: PyClass + Into<PyClassInitializer<T>>>(
 /// (or `drop` it if it broke).
 #[pyclass(module = "headway._native", name = "Ready", frozen, generic)]
 pub(crate) struct Ready {
+    /// The item.
+    #[pyo3(get)]
     item: Py<PyAny>,
 }
 
@@ -287,6 +288,8 @@ pub(crate) struct Ready {
 /// so nothing it holds leaks when the evict timer has not run.
 #[pyclass(module = "headway._native", name = "Stale", frozen, generic)]
 pub(crate) struct Stale {
+    /// The item.
+    #[pyo3(get)]
     item: Py<PyAny>,
 }
 
@@ -297,12 +300,6 @@ macro_rules! item_answer {
             #[new]
             fn new(item: Py<PyAny>) -> Self {
                 $ty { item }
-            }
-
-            /// The item.
-            #[getter]
-            fn item(&self, py: Python<'_>) -> Py<PyAny> {
-                self.item.clone_ref(py)
             }
 
             #[classattr]
@@ -396,6 +393,8 @@ unit_answer!(Shed, "Shed", SHED, 0x73686564);
 /// `delay` seconds.
 #[pyclass(module = "headway._native", name = "Later", frozen)]
 pub(crate) struct Later {
+    /// Seconds still to wait.
+    #[pyo3(get)]
     delay: f64,
 }
 
@@ -406,12 +405,6 @@ impl Later {
         Ok(Later {
             delay: float_arg("delay", delay)?,
         })
-    }
-
-    /// Seconds still to wait.
-    #[getter]
-    fn delay(&self) -> f64 {
-        self.delay
     }
 
     #[classattr]
@@ -641,21 +634,15 @@ fn pick(
         let now = now_arg(now)?;
         let first = draw_arg("first", first)?;
         let second = draw_arg("second", second)?;
-        let seq: Vec<Bound<'_, PyAny>> = if let Ok(l) = pools.cast::<PyList>() {
-            l.iter().collect()
-        } else if let Ok(t) = pools.cast::<PyTuple>() {
-            t.iter().collect()
-        } else {
-            pools
-                .try_iter()
-                .map_err(|_| {
-                    PyTypeError::new_err(format!(
-                        "`pools` must be a sequence of Pool, not {}",
-                        type_name(pools)
-                    ))
-                })?
-                .collect::<PyResult<_>>()?
-        };
+        let seq: Vec<Bound<'_, PyAny>> = pools
+            .try_iter()
+            .map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "`pools` must be a sequence of Pool, not {}",
+                    type_name(pools)
+                ))
+            })?
+            .collect::<PyResult<_>>()?;
         let mut refs = Vec::with_capacity(seq.len());
         for (i, p) in seq.iter().enumerate() {
             let pool = p.cast::<PyPool>().map_err(|_| {
