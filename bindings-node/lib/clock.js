@@ -125,22 +125,18 @@ function rhythmSpec(name, r) {
   return r[SPEC];
 }
 
-/** How long a failed run waits before the next attempt; made by `Fixed` and `Exponential`. */
+/**
+ * How long a failed run waits before the next attempt; made by `Fixed` and
+ * `Exponential`. Its properties are the core's reading of the request
+ * (`kind`, then `delay`, or `base`, `cap` and `jitter` with the defaults
+ * filled in).
+ */
 class TaskBackoff {
   constructor(spec) {
-    const r = native._backoffNorm(JSON.stringify(spec));
+    this[SPEC] = JSON.stringify(spec);
+    const r = native._backoffNorm(this[SPEC]);
     if (typeof r !== 'string') throw refusal(r);
-    const n = JSON.parse(r);
-    if (n.fixed !== undefined) {
-      this.kind = 'fixed';
-      this.delay = n.fixed;
-    } else {
-      this.kind = 'exponential';
-      this.base = n.base;
-      this.cap = n.cap;
-      this.jitter = n.jitter;
-    }
-    this[SPEC] = r;
+    Object.assign(this, JSON.parse(r));
     Object.freeze(this);
   }
 

@@ -93,15 +93,17 @@ pub fn rhythm_after(spec: String, at: f64) -> Either<Option<f64>, Refusal> {
     either(rhythm(&spec).map(|r| r.after(ms(at)).map(|t| t as f64)))
 }
 
-/// A backoff request (`{fixed}` or `{base, cap, jitter}`) with the core's
-/// defaults filled in, as JSON text; or why the core refuses it.
+/// A backoff request (`{fixed}` or `{base, cap, jitter}`) as the core reads
+/// it, defaults filled in, as the JSON of `lib/clock.js`'s properties:
+/// `{kind: "fixed", delay}` or `{kind: "exponential", base, cap, jitter}`;
+/// or why the core refuses it.
 #[napi(js_name = "_backoffNorm", catch_unwind)]
 pub fn backoff_norm(spec: String) -> Either<String, Refusal> {
     either(backoff_text(&spec).map(|b| match b {
-        RetryBackoff::Fixed { delay } => format!("{{\"fixed\":{delay}}}"),
-        RetryBackoff::Exponential { base, cap, jitter } => {
-            format!("{{\"base\":{base},\"cap\":{cap},\"jitter\":{jitter}}}")
-        }
+        RetryBackoff::Fixed { delay } => format!("{{\"kind\":\"fixed\",\"delay\":{delay}}}"),
+        RetryBackoff::Exponential { base, cap, jitter } => format!(
+            "{{\"kind\":\"exponential\",\"base\":{base},\"cap\":{cap},\"jitter\":{jitter}}}"
+        ),
     }))
 }
 
