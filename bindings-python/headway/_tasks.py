@@ -475,16 +475,11 @@ class _TaskBase(Generic[P, R]):
         ``dedupe_key`` (with ``dedupe_ttl`` seconds, an hour by default)
         makes a second send within the ttl answer the first run's handle
         instead of sending."""
-        return _send(
-            self.app,
-            self.name,
-            tuple(args),
-            dict(kwargs) if kwargs else None,
-            _options(
-                eta, countdown, expires, queue, priority, task_id,
-                concurrency_key, dedupe_key, dedupe_ttl,
-            ),
-        )
+        opts = _options(
+            eta, countdown, expires, queue, priority, task_id,
+            concurrency_key, dedupe_key, dedupe_ttl,
+        )  # fmt: skip
+        return _send(self.app, self.name, tuple(args), dict(kwargs) if kwargs else None, opts)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature[R]:
         """A signature of a run with these arguments (a canvas node)."""
@@ -797,16 +792,11 @@ class App:
         entry, for a name learnt at run time. A name this app has not
         registered raises ``UnknownTask``: a queue that accepts work nobody
         can run only moves the failure to a worker."""
-        return _send(
-            self,
-            name,
-            tuple(args),
-            dict(kwargs) if kwargs else None,
-            _options(
-                eta, countdown, expires, queue, priority, task_id,
-                concurrency_key, dedupe_key, dedupe_ttl,
-            ),
-        )
+        opts = _options(
+            eta, countdown, expires, queue, priority, task_id,
+            concurrency_key, dedupe_key, dedupe_ttl,
+        )  # fmt: skip
+        return _send(self, name, tuple(args), dict(kwargs) if kwargs else None, opts)
 
     def send_task(
         self,
@@ -826,17 +816,11 @@ class App:
     ) -> Handle[Any]:
         """Celery's ``send_task``: publishes a run of any name, for tasks
         another process (a Celery worker, say) runs."""
-        return _send(
-            self,
-            name,
-            tuple(args),
-            dict(kwargs) if kwargs else None,
-            _options(
-                eta, countdown, expires, queue, priority, task_id,
-                concurrency_key, dedupe_key, dedupe_ttl,
-            ),
-            known=False,
-        )
+        opts = _options(
+            eta, countdown, expires, queue, priority, task_id,
+            concurrency_key, dedupe_key, dedupe_ttl,
+        )  # fmt: skip
+        return _send(self, name, tuple(args), dict(kwargs) if kwargs else None, opts, known=False)
 
     def signature(
         self,
@@ -857,13 +841,11 @@ class App:
     ) -> Signature[Any]:
         """A signature of any task name — one this app runs or one another
         process does — as a canvas node."""
-        return Signature(
-            self, name, args, kwargs, immutable,
-            _options(
-                eta, countdown, expires, queue, priority, task_id,
-                concurrency_key, dedupe_key, dedupe_ttl,
-            ),
+        opts = _options(
+            eta, countdown, expires, queue, priority, task_id,
+            concurrency_key, dedupe_key, dedupe_ttl,
         )  # fmt: skip
+        return Signature(self, name, args, kwargs, immutable, opts)
 
     def handle(self, id: str) -> Handle[Any]:
         """A handle on the run ``id``, which some other process may have sent."""
