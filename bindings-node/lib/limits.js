@@ -12,7 +12,6 @@ const { kick } = require('./wire.js');
 const { anyNum, optNum, fix, strictOpts, str } = require('./checks.js');
 const { coded } = require('./errors.js');
 
-
 /** A native call's answer, its bytes written on the event loop's socket
  * when the call went there (`lib/wire.js`). */
 function sent(wire, r) {
@@ -20,8 +19,8 @@ function sent(wire, r) {
   return r;
 }
 // A span in milliseconds: null is never.
-const spanNow = (text) => { const v = JSON.parse(text); return v === null ? Infinity : v; };
 const spanLater = (v) => (v === null ? Infinity : v);
+const spanNow = (text) => spanLater(JSON.parse(text));
 
 /** A native constructor's refusal (an argument the core cannot accept) as a RangeError. */
 function make(fn) {
