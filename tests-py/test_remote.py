@@ -179,8 +179,10 @@ def test_a_memory_app_has_no_other_process_to_ask(tmp_path: Path) -> None:
     w = app.worker(concurrency=1)
     w.start()
     try:
-        until("a node", lambda: app._native.remote("inspect", "ping", [], 1.0, None, True)[0] == 0)
-        code, text, _ = app._native.remote("inspect", "ping", [], 1.0, None, True)
+        # The command as the CLI's parser writes it.
+        ping = json.dumps({"command": "inspect", "what": "ping", "words": [], "timeout": 1.0, "json": True})
+        until("a node", lambda: app._native.remote(ping)[0] == 0)
+        code, text, _ = app._native.remote(ping)
         assert code == 0
         assert list(json.loads(text).values()) == [{"ok": "pong"}]
     finally:

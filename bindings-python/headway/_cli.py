@@ -186,9 +186,7 @@ def _remote(c: dict[str, Any]) -> int:
     # and the text are the core's (the Node CLI prints the same).
     app = _load(c["app"])
     with _refused():
-        code, out, err = app._native.remote(
-            c["command"], c["what"], c["words"], c["timeout"], c["destination"], c["json"]
-        )
+        code, out, err = app._native.remote(json.dumps(c))
     sys.stdout.write(out)
     sys.stderr.write(err)
     sys.stdout.flush()

@@ -1359,15 +1359,7 @@ class _App:
     def task_names(self) -> list[str]: ...
     def serve_metrics(self, host: str, port: int) -> int: ...
     def enable_task_events(self) -> None: ...
-    def remote(
-        self,
-        kind: str,
-        what: str,
-        words: list[str],
-        timeout: float | None = None,
-        destination: list[str] | None = None,
-        json: bool = False,
-    ) -> tuple[int, str, str]: ...
+    def remote(self, command: str) -> tuple[int, str, str]: ...
     def worker(
         self,
         queues: list[str] | None = None,

@@ -893,32 +893,15 @@ impl PyApp {
         Ok(server.addr.port())
     }
 
-    /// `headway inspect|control <what> <words...>` (the CLI): the command
-    /// sent to every node of the app and their answers gathered, as
-    /// `(exit status, stdout text, stderr text)`; refused (ValueError) for a
-    /// bad command, before anything is sent.
-    #[pyo3(signature = (kind, what, words, timeout=None, destination=None, json=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn remote(
-        &self,
-        py: Python<'_>,
-        kind: String,
-        what: String,
-        words: Vec<String>,
-        timeout: Option<f64>,
-        destination: Option<Vec<String>>,
-        json: bool,
-    ) -> PyResult<(i32, String, String)> {
-        let asked = headway_core::task::control::cli(
-            &self.app,
-            &kind,
-            &what,
-            &words,
-            timeout,
-            destination.as_deref(),
-            json,
-        );
-        let p = wait(py, asked)?;
+    /// `headway inspect|control` (the CLI): `command` is the command as
+    /// the core's parser wrote it (`cli_parse`), sent to every node of the
+    /// app and their answers gathered, as `(exit status, stdout text,
+    /// stderr text)`; refused (ValueError) for a bad command, before
+    /// anything is sent.
+    fn remote(&self, py: Python<'_>, command: &str) -> PyResult<(i32, String, String)> {
+        let ask =
+            headway_core::task::control::CliAsk::parse(command).map_err(|r| refused(py, r))?;
+        let p = wait(py, ask.run(&self.app))?;
         Ok((p.code, p.out, p.err))
     }
 
