@@ -18,7 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use lapin::options::{
     BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions,
 };
@@ -26,7 +26,7 @@ use lapin::types::FieldTable;
 use tokio::sync::Notify;
 
 use super::super::celery::MAX_HELD_ETAS;
-use super::{AmqpBroker, Group, next_seq, serial, topology, wire};
+use super::{AmqpBroker, Group, next_seq, note_reply, serial, topology, wire};
 use crate::task::spec::{Delivery, Receipt};
 use crate::task::state::Refused;
 
@@ -201,96 +201,119 @@ impl AmqpBroker {
         Ok(bell)
     }
 
-    /// A delivery arrived on group `key`'s channel `serial` from `queue`.
-    fn received(&self, key: &str, serial: u64, queue: &str, d: lapin::message::Delivery) {
-        self.lock()
-            .unacked
-            .entry(serial)
-            .or_default()
-            .insert(d.delivery_tag, d.redelivered);
-        let decoded = wire::decode(&self.facts.sender, queue, &d.properties, &d.data);
-        let m = match decoded {
-            Ok(m) => m,
-            Err(e) => {
-                self.log(&format!(
-                    "dropping a message on {queue:?} that cannot be read: {e}"
-                ));
-                let ch = self.unacked_channel(serial, &[d.delivery_tag]);
-                if let Some(ch) = ch {
-                    let tag = d.delivery_tag;
-                    tokio::spawn(async move {
-                        let _ = ch
-                            .basic_reject(tag, BasicRejectOptions { requeue: false })
-                            .await;
-                    });
-                }
-                return;
-            }
-        };
-        if let Some(to) = d
-            .properties
-            .reply_to()
-            .as_ref()
-            .filter(|t| !t.as_str().is_empty())
+    /// Deliveries arrived on group `key`'s channel `serial` from `queue`,
+    /// as many as were ready at once: two turns of the lock for the batch
+    /// and one ring of the bell, not four turns and a ring a message.
+    fn received(&self, key: &str, serial: u64, queue: &str, ds: Vec<lapin::message::Delivery>) {
+        // Counted unacked before anything else, so no ack with `multiple`
+        // on the channel covers one still on its way to the inbox.
         {
-            self.note_reply(&m.message.id, to.as_str());
+            let mut g = self.lock();
+            let set = g.unacked.entry(serial).or_default();
+            for d in &ds {
+                set.insert(d.delivery_tag, d.redelivered);
+            }
         }
-        let delivery = Delivery {
-            receipt: Receipt {
-                queue: m.message.queue.as_str().into(),
-                tag: d.delivery_tag,
-                token: serial,
-                raw: None,
-            },
-            redelivered: d.redelivered || m.redelivered,
-            message: std::sync::Arc::new(m.message),
-        };
-        crate::broker::celery::events::received(self, &delivery.message);
+        let mut ready = Vec::with_capacity(ds.len());
+        for d in ds {
+            let m = match wire::decode(&self.facts.sender, queue, &d.properties, &d.data) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.log(&format!(
+                        "dropping a message on {queue:?} that cannot be read: {e}"
+                    ));
+                    let ch = self.unacked_channel(serial, &[d.delivery_tag]);
+                    if let Some(ch) = ch {
+                        let tag = d.delivery_tag;
+                        tokio::spawn(async move {
+                            let _ = ch
+                                .basic_reject(tag, BasicRejectOptions { requeue: false })
+                                .await;
+                        });
+                    }
+                    continue;
+                }
+            };
+            let reply = d
+                .properties
+                .reply_to()
+                .as_ref()
+                .filter(|t| !t.as_str().is_empty())
+                .map(|t| t.as_str().to_string());
+            let delivery = Delivery {
+                receipt: Receipt {
+                    queue: m.message.queue.as_str().into(),
+                    tag: d.delivery_tag,
+                    token: serial,
+                    raw: None,
+                },
+                redelivered: d.redelivered || m.redelivered,
+                message: std::sync::Arc::new(m.message),
+            };
+            crate::broker::celery::events::received(self, &delivery.message);
+            ready.push((delivery, reply));
+        }
+        if ready.is_empty() {
+            return;
+        }
         let now = self.facts.clock.now();
         let mut raise = None;
+        let mut gone = Vec::new();
         let bell = {
             let mut g = self.lock();
-            let seq = next_seq(&mut g);
-            // Delivered before by Celery's own mark: its ack is not
-            // delayed either (`settle`).
-            if delivery.redelivered
-                && let Some(again) = g
-                    .unacked
-                    .get_mut(&serial)
-                    .and_then(|s| s.get_mut(&delivery.receipt.tag))
-            {
-                *again = true;
-            }
-            let Some(gr) = g.groups.get_mut(key).filter(|gr| gr.serial == serial) else {
-                // Its consumers were released (a stopped worker) and this
-                // was on its way meanwhile: back to the queue with it.
-                drop(g);
-                let ch = self.unacked_channel(serial, &[delivery.receipt.tag]);
-                if let Some(ch) = ch {
-                    let tag = delivery.receipt.tag;
-                    tokio::spawn(async move {
-                        let _ = ch
-                            .basic_reject(tag, BasicRejectOptions { requeue: true })
-                            .await;
-                    });
+            for (delivery, reply) in ready {
+                if let Some(to) = reply {
+                    note_reply(&mut g, &delivery.message.id, to);
                 }
-                return;
-            };
-            match delivery.message.eta {
-                Some(eta) if eta > now => {
-                    gr.held.insert((eta, seq), delivery);
-                    raise = qos_for(gr);
+                let seq = next_seq(&mut g);
+                // Delivered before by Celery's own mark: its ack is not
+                // delayed either (`settle`).
+                if delivery.redelivered
+                    && let Some(again) = g
+                        .unacked
+                        .get_mut(&serial)
+                        .and_then(|s| s.get_mut(&delivery.receipt.tag))
+                {
+                    *again = true;
                 }
-                _ => gr.inbox.push_back(delivery),
+                let Some(gr) = g.groups.get_mut(key).filter(|gr| gr.serial == serial) else {
+                    // Its consumers were released (a stopped worker) and
+                    // this was on its way meanwhile: back to the queue.
+                    gone.push(delivery.receipt.tag);
+                    continue;
+                };
+                match delivery.message.eta {
+                    Some(eta) if eta > now => {
+                        gr.held.insert((eta, seq), delivery);
+                        raise = qos_for(gr).or(raise);
+                    }
+                    _ => gr.inbox.push_back(delivery),
+                }
             }
-            gr.bell.clone()
+            g.groups
+                .get(key)
+                .filter(|gr| gr.serial == serial)
+                .map(|gr| gr.bell.clone())
         };
+        if !gone.is_empty()
+            && let Some(ch) = self.unacked_channel(serial, &gone)
+        {
+            tokio::spawn(async move {
+                for tag in gone {
+                    let _ = ch
+                        .basic_reject(tag, BasicRejectOptions { requeue: true })
+                        .await;
+                }
+            });
+        }
         if let Some((ch, n)) = raise {
             tokio::spawn(async move {
                 let _ = ch.basic_qos(n, BasicQosOptions { global: true }).await;
             });
         }
-        bell.notify_waiters();
+        if let Some(bell) = bell {
+            bell.notify_waiters();
+        }
     }
 
     /// The worker's prefetch for `queues` is now `prefetch` (its reach):
@@ -463,8 +486,11 @@ fn qos_for(gr: &mut Group) -> Option<(lapin::Channel, u16)> {
     Some((gr.channel.clone(), want))
 }
 
+/// How many deliveries the pump moves at once at most.
+const PUMP_BATCH: usize = 256;
+
 /// Moves one consumer's deliveries into its group until the consumer or
-/// the broker is gone.
+/// the broker is gone: every delivery ready when it wakes, in one batch.
 async fn pump(
     me: std::sync::Weak<AmqpBroker>,
     key: String,
@@ -473,42 +499,64 @@ async fn pump(
     mut consumer: lapin::Consumer,
 ) {
     loop {
-        let next = tokio::time::timeout(Duration::from_secs(1), consumer.next()).await;
+        // Ready at once, no timer armed; else wait, looking every second
+        // whether the channel was closed under it.
+        let next = match consumer.next().now_or_never() {
+            Some(n) => Ok(n),
+            None => tokio::time::timeout(Duration::from_secs(1), consumer.next()).await,
+        };
         let Some(b) = me.upgrade() else {
             return;
         };
-        match next {
+        let end = match next {
             Err(_) => {
                 let alive = b.lock().channels.contains_key(&serial);
                 if !alive {
                     return;
                 }
+                continue;
             }
-            Ok(Some(Ok(d))) => b.received(&key, serial, &queue, d),
-            Ok(None) | Ok(Some(Err(_))) => {
-                // A group released on purpose keeps its channel for the
-                // settles of runs still in progress; a lost one is gone.
-                let bell = {
-                    let mut g = b.lock();
-                    match g.groups.get(&key) {
-                        Some(gr) if gr.serial == serial => {
-                            let bell = gr.bell.clone();
-                            g.groups.remove(&key);
-                            g.channels.remove(&serial);
-                            g.unacked.remove(&serial);
-                            Some(bell)
+            Ok(Some(Ok(d))) => {
+                let mut batch = vec![d];
+                let mut end = false;
+                while batch.len() < PUMP_BATCH {
+                    match consumer.next().now_or_never() {
+                        Some(Some(Ok(d))) => batch.push(d),
+                        Some(_) => {
+                            end = true;
+                            break;
                         }
-                        _ => None,
+                        None => break,
                     }
-                };
-                if let Some(bell) = bell {
-                    b.log(&format!(
-                        "the consumer of {queue:?} was lost; consuming again at the next claim"
-                    ));
-                    bell.notify_waiters();
                 }
-                return;
+                b.received(&key, serial, &queue, batch);
+                end
             }
+            Ok(None) | Ok(Some(Err(_))) => true,
+        };
+        if end {
+            // A group released on purpose keeps its channel for the
+            // settles of runs still in progress; a lost one is gone.
+            let bell = {
+                let mut g = b.lock();
+                match g.groups.get(&key) {
+                    Some(gr) if gr.serial == serial => {
+                        let bell = gr.bell.clone();
+                        g.groups.remove(&key);
+                        g.channels.remove(&serial);
+                        g.unacked.remove(&serial);
+                        Some(bell)
+                    }
+                    _ => None,
+                }
+            };
+            if let Some(bell) = bell {
+                b.log(&format!(
+                    "the consumer of {queue:?} was lost; consuming again at the next claim"
+                ));
+                bell.notify_waiters();
+            }
+            return;
         }
     }
 }

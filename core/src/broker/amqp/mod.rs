@@ -240,21 +240,6 @@ impl AmqpBroker {
         Ok(r)
     }
 
-    /// Remembers where the result of run `id` goes (`reply_to` of the
-    /// message that carried it); the oldest are forgotten past
-    /// [`REPLIES_KEPT`].
-    fn note_reply(&self, id: &str, to: &str) {
-        let mut g = self.lock();
-        if g.replies.insert(id.to_string(), to.to_string()).is_none() {
-            g.replies_order.push_back(id.to_string());
-            while g.replies_order.len() > REPLIES_KEPT {
-                if let Some(old) = g.replies_order.pop_front() {
-                    g.replies.remove(&old);
-                }
-            }
-        }
-    }
-
     /// Where the result of run `id` goes, if a message of it was received.
     fn reply_to_of(&self, id: &str) -> Option<String> {
         self.lock().replies.get(id).cloned()
@@ -406,6 +391,19 @@ impl Broker for AmqpBroker {
                 None => Ok(true),
             }
         })
+    }
+}
+
+/// Remembers where the result of run `id` goes (`reply_to` of the message
+/// that carried it); the oldest are forgotten past [`REPLIES_KEPT`].
+fn note_reply(g: &mut Local, id: &str, to: String) {
+    if g.replies.insert(id.to_string(), to).is_none() {
+        g.replies_order.push_back(id.to_string());
+        while g.replies_order.len() > REPLIES_KEPT {
+            if let Some(old) = g.replies_order.pop_front() {
+                g.replies.remove(&old);
+            }
+        }
     }
 }
 
