@@ -139,6 +139,15 @@ pub fn ok(status: sys::napi_status) -> Result<(), Fail> {
     }
 }
 
+/// The value a Node-API call `f` writes through the out-pointer it is
+/// handed, or [`Fail::Napi`] when the call failed.
+#[inline(always)]
+fn made(f: impl FnOnce(*mut sys::napi_value) -> sys::napi_status) -> Ret {
+    let mut out = ptr::null_mut();
+    ok(f(&mut out))?;
+    Ok(out)
+}
+
 // ---------------------------------------------------------------- values
 
 /// The environment of one callback, with the conversions the callbacks
@@ -243,44 +252,33 @@ impl E {
 
     #[inline(always)]
     pub fn bool(self, b: bool) -> Ret {
-        let mut out = ptr::null_mut();
-        ok(unsafe { sys::napi_get_boolean(self.0, b, &mut out) })?;
-        Ok(out)
+        made(|out| unsafe { sys::napi_get_boolean(self.0, b, out) })
     }
 
     #[inline(always)]
     pub fn num(self, x: f64) -> Ret {
-        let mut out = ptr::null_mut();
-        ok(unsafe { sys::napi_create_double(self.0, x, &mut out) })?;
-        Ok(out)
+        made(|out| unsafe { sys::napi_create_double(self.0, x, out) })
     }
 
     #[inline(always)]
     pub fn int(self, x: i32) -> Ret {
-        let mut out = ptr::null_mut();
-        ok(unsafe { sys::napi_create_int32(self.0, x, &mut out) })?;
-        Ok(out)
+        made(|out| unsafe { sys::napi_create_int32(self.0, x, out) })
     }
 
     #[inline(always)]
     pub fn undefined(self) -> Ret {
-        let mut out = ptr::null_mut();
-        ok(unsafe { sys::napi_get_undefined(self.0, &mut out) })?;
-        Ok(out)
+        made(|out| unsafe { sys::napi_get_undefined(self.0, out) })
     }
 
     pub fn str(self, s: &str) -> Ret {
-        let mut out = ptr::null_mut();
-        ok(unsafe {
-            sys::napi_create_string_utf8(self.0, s.as_ptr().cast(), s.len() as isize, &mut out)
-        })?;
-        Ok(out)
+        let len = s.len() as isize;
+        made(|out| unsafe { sys::napi_create_string_utf8(self.0, s.as_ptr().cast(), len, out) })
     }
 
     /// A JS array of numbers.
     pub fn nums(self, xs: impl ExactSizeIterator<Item = f64>) -> Ret {
-        let mut arr = ptr::null_mut();
-        ok(unsafe { sys::napi_create_array_with_length(self.0, xs.len(), &mut arr) })?;
+        let len = xs.len();
+        let arr = made(|out| unsafe { sys::napi_create_array_with_length(self.0, len, out) })?;
         for (i, x) in xs.enumerate() {
             let v = self.num(x)?;
             ok(unsafe { sys::napi_set_element(self.0, arr, i as u32, v) })?;
@@ -317,16 +315,13 @@ impl E {
 
     /// Element `i` of a JS array.
     pub fn at(self, arr: sys::napi_value, i: u32) -> Ret {
-        let mut el = ptr::null_mut();
-        ok(unsafe { sys::napi_get_element(self.0, arr, i, &mut el) })?;
-        Ok(el)
+        made(|out| unsafe { sys::napi_get_element(self.0, arr, i, out) })
     }
 
     /// A plain object with numeric (and other) properties, for a factory's
     /// answer.
     pub fn object(self, props: &[(&CStr, sys::napi_value)]) -> Ret {
-        let mut obj = ptr::null_mut();
-        ok(unsafe { sys::napi_create_object(self.0, &mut obj) })?;
+        let obj = made(|out| unsafe { sys::napi_create_object(self.0, out) })?;
         for (name, v) in props {
             ok(unsafe { sys::napi_set_named_property(self.0, obj, name.as_ptr(), *v) })?;
         }
@@ -650,8 +645,7 @@ pub struct Funcs {
 
 impl Funcs {
     pub fn new(env: sys::napi_env, flow: Flow) -> Result<Self, Fail> {
-        let mut obj = ptr::null_mut();
-        ok(unsafe { sys::napi_create_object(env, &mut obj) })?;
+        let obj = made(|out| unsafe { sys::napi_create_object(env, out) })?;
         Ok(Funcs {
             env,
             obj,
