@@ -20,7 +20,7 @@ use super::message::Options;
 use super::policy::{Policy, PolicyError, Rate, RateScope, RetryBackoff};
 use super::procs::ProcSpec;
 use super::state::Refused;
-use super::worker::{HARD_LIMIT_NEEDS_PROCESS, Pool, WorkerConfig};
+use super::worker::{Pool, WorkerConfig, hard_limit_needs_process};
 
 /// Whose spelling an error uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -627,7 +627,11 @@ impl WorkerSpec {
                 }
             }
             if self.time_limit.is_some() {
-                return Err(SpecError::new(host, "time_limit", HARD_LIMIT_NEEDS_PROCESS));
+                return Err(SpecError::new(
+                    host,
+                    "time_limit",
+                    hard_limit_needs_process(host),
+                ));
             }
             Pool::Threads
         };

@@ -291,6 +291,26 @@ fn workers_default_and_check() {
 }
 
 #[test]
+fn a_hard_limit_on_threads_is_refused_in_the_callers_words() {
+    let spec = || WorkerSpec {
+        time_limit: Some(1_000),
+        ..WorkerSpec::default()
+    };
+    let node = spec().build(Host::Node).unwrap_err().to_string();
+    assert!(node.starts_with("invalid `timeLimit`: "), "{node}");
+    assert!(
+        node.contains("(pool: 'process')") && node.contains("use `softTimeLimit`"),
+        "{node}"
+    );
+    let python = spec().build(Host::Python).unwrap_err().to_string();
+    assert!(python.starts_with("invalid `time_limit`: "), "{python}");
+    assert!(
+        python.contains("(pool=\"process\")") && python.contains("use `soft_time_limit`"),
+        "{python}"
+    );
+}
+
+#[test]
 fn a_prefetch_multiplier_is_celerys() {
     let spec = |p: Option<f64>, m: f64| WorkerSpec {
         concurrency: Some(3.0),

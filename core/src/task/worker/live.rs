@@ -217,7 +217,7 @@ impl Worker {
         if hard.is_some() && s.procs.is_none() {
             return Err(Refused::Invalid(format!(
                 "invalid `hard` time limit: {}",
-                super::HARD_LIMIT_NEEDS_PROCESS
+                super::hard_limit_needs_process(s.app.host())
             )));
         }
         s.tuned().entry(task.to_string()).or_default().limits = Some((soft, hard));

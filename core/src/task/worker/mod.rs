@@ -70,7 +70,7 @@ use crate::flow::Window;
 pub use live::RunInfo;
 pub use notes::{Observer, RunNote};
 use options::slots_per;
-pub use options::{HARD_LIMIT_NEEDS_PROCESS, PREFETCH_MULTIPLIER, Pool, WorkerConfig};
+pub use options::{PREFETCH_MULTIPLIER, Pool, WorkerConfig, hard_limit_needs_process};
 
 struct Shared {
     app: App,
@@ -201,7 +201,9 @@ fn hard_limits_refused(app: &App) -> Result<(), Refused> {
             && reg.policy.time_limit.is_some()
         {
             return Err(Refused::Invalid(format!(
-                "task {name:?} has a `time_limit`: {HARD_LIMIT_NEEDS_PROCESS}"
+                "task {name:?} has a `{}`: {}",
+                app.host().spell("time_limit"),
+                hard_limit_needs_process(app.host())
             )));
         }
     }

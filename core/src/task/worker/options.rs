@@ -6,6 +6,7 @@
 //! them.
 
 use crate::task::procs::ProcSpec;
+use crate::task::specs::Host;
 use crate::task::state::Refused;
 
 /// Celery's `worker_prefetch_multiplier`: a worker holds four messages per
@@ -79,8 +80,21 @@ impl Default for WorkerConfig {
     }
 }
 
-/// Why a hard time limit is refused on the threads pool.
-pub const HARD_LIMIT_NEEDS_PROCESS: &str = "a hard time limit needs the process pool (pool=\"process\"): a body running on a thread cannot be stopped; use `soft_time_limit`, or run this worker with the process pool";
+/// Why a hard time limit is refused on the threads pool, in `host`'s
+/// words: how it asks for the process pool, and its name for the soft
+/// limit.
+pub fn hard_limit_needs_process(host: Host) -> String {
+    let pool = match host {
+        Host::Rust => "Pool::Process",
+        Host::Python => "pool=\"process\"",
+        Host::Node => "pool: 'process'",
+    };
+    format!(
+        "a hard time limit needs the process pool ({pool}): a body running on a thread \
+         cannot be stopped; use `{}`, or run this worker with the process pool",
+        host.spell("soft_time_limit")
+    )
+}
 
 /// A `WorkerConfig` once checked, its defaults filled in.
 pub(super) struct Options {
@@ -131,7 +145,8 @@ pub(super) fn check(config: WorkerConfig) -> Result<Options, Refused> {
     }
     if config.time_limit.is_some() && config.pool == Pool::Threads {
         return Err(Refused::Invalid(format!(
-            "invalid `time_limit`: {HARD_LIMIT_NEEDS_PROCESS}"
+            "invalid `time_limit`: {}",
+            hard_limit_needs_process(Host::Rust)
         )));
     }
     let name = config
