@@ -112,74 +112,34 @@ fn release(wait: &mut dyn FnMut()) {
     });
 }
 
-struct Errors {
-    task_failed: Py<PyType>,
-    timeout: Py<PyType>,
-    revoked: Py<PyType>,
-    missing: Py<PyType>,
-    unknown: Py<PyType>,
-    broker: Py<PyType>,
-    broker_connection: Py<PyType>,
-    broker_script: Py<PyType>,
-    broker_server: Py<PyType>,
-    broker_closed: Py<PyType>,
-    broker_data: Py<PyType>,
-}
-
-static ERRORS: PyOnceLock<Errors> = PyOnceLock::new();
-
-fn errors(py: Python<'_>) -> PyResult<&Errors> {
-    ERRORS.get_or_try_init(py, || {
-        let m = py.import("headway._errors")?;
-        let get =
-            |n: &str| -> PyResult<Py<PyType>> { Ok(m.getattr(n)?.cast_into::<PyType>()?.unbind()) };
-        Ok(Errors {
-            task_failed: get("TaskFailed")?,
-            timeout: get("Timeout")?,
-            revoked: get("Revoked")?,
-            missing: get("Missing")?,
-            unknown: get("UnknownTask")?,
-            broker: get("BrokerError")?,
-            broker_connection: get("BrokerConnectionError")?,
-            broker_script: get("BrokerScriptError")?,
-            broker_server: get("BrokerServerError")?,
-            broker_closed: get("BrokerClosedError")?,
-            broker_data: get("BrokerDataError")?,
-        })
-    })
-}
-
-/// The core's `Refused` as the matching `headway` exception. One match over
-/// every variant: a new variant in the core fails to compile here rather
-/// than falling through to a generic error (polars' `error.rs` rule).
+/// The core's `Refused` as the matching `headway` exception (the classes of
+/// `headway._errors`). One match over every variant: a new variant in the
+/// core fails to compile here rather than falling through to a generic
+/// error (polars' `error.rs` rule).
 pub(crate) fn refused(py: Python<'_>, r: Refused) -> PyErr {
-    let e = match errors(py) {
-        Ok(e) => e,
-        Err(err) => return err,
-    };
+    let class = |name: &str| py.import("headway._errors")?.getattr(name);
     let made = match r {
         Refused::Failed(f) => {
-            e.task_failed
-                .bind(py)
-                .call1((f.kind, f.message, f.traceback, f.module))
+            class("TaskFailed").and_then(|c| c.call1((f.kind, f.message, f.traceback, f.module)))
         }
-        Refused::Timeout => e
-            .timeout
-            .bind(py)
-            .call1(("timed out waiting for the result",)),
-        Refused::Revoked(id) => e.revoked.bind(py).call1((id,)),
-        Refused::Missing(why) => e.missing.bind(py).call1((format!("no result: {why}"),)),
-        Refused::UnknownTask(name) => e.unknown.bind(py).call1((name,)),
+        Refused::Timeout => {
+            class("Timeout").and_then(|c| c.call1(("timed out waiting for the result",)))
+        }
+        Refused::Revoked(id) => class("Revoked").and_then(|c| c.call1((id,))),
+        Refused::Missing(why) => {
+            class("Missing").and_then(|c| c.call1((format!("no result: {why}"),)))
+        }
+        Refused::UnknownTask(name) => class("UnknownTask").and_then(|c| c.call1((name,))),
         Refused::Broker(b) => {
-            let class = match b.kind {
-                BrokerErrorKind::Connection => &e.broker_connection,
-                BrokerErrorKind::Script => &e.broker_script,
-                BrokerErrorKind::Server => &e.broker_server,
-                BrokerErrorKind::Closed => &e.broker_closed,
-                BrokerErrorKind::Data => &e.broker_data,
-                BrokerErrorKind::Other => &e.broker,
+            let name = match b.kind {
+                BrokerErrorKind::Connection => "BrokerConnectionError",
+                BrokerErrorKind::Script => "BrokerScriptError",
+                BrokerErrorKind::Server => "BrokerServerError",
+                BrokerErrorKind::Closed => "BrokerClosedError",
+                BrokerErrorKind::Data => "BrokerDataError",
+                BrokerErrorKind::Other => "BrokerError",
             };
-            class.bind(py).call1((b.to_string(), b.kind.name()))
+            class(name).and_then(|c| c.call1((b.to_string(), b.kind.name())))
         }
         Refused::Invalid(why) => return PyValueError::new_err(why),
     };
