@@ -375,7 +375,8 @@ test('bad options are refused, naming the option', () => {
   );
   assert.throws(
     () => a.worker({ timeLimit: 1000 }),
-    (e) => e instanceof RangeError && /timeLimit/.test(e.message) && /process pool/.test(e.message),
+    // In Node's words: its pool option and its name for the soft limit.
+    (e) => e instanceof RangeError && /timeLimit/.test(e.message) && /pool: 'process'/.test(e.message) && /`softTimeLimit`/.test(e.message),
   );
   assert.throws(
     () => a.worker({ maxTasksPerChild: 3 }),
@@ -395,7 +396,10 @@ test('bad options are refused, naming the option', () => {
   // A task with a hard limit of its own: the event loop refuses it.
   const b = new App();
   b.task('t', () => 1, { timeLimit: 1000 });
-  assert.throws(() => b.worker(), (e) => /"t" has a `time_limit`/.test(e.message) && /process pool/.test(e.message));
+  assert.throws(
+    () => b.worker(),
+    (e) => /"t" has a `timeLimit`/.test(e.message) && /pool: 'process'/.test(e.message) && /`softTimeLimit`/.test(e.message),
+  );
   assert.throws(() => b.task('u', () => 1, { timeLimit: -1 }), (e) => e instanceof RangeError && /timeLimit/.test(e.message));
   assert.throws(() => b.task('u', () => 1, { rejectOnWorkerLost: 1 }), (e) => e instanceof TypeError && /rejectOnWorkerLost/.test(e.message));
   // Positive controls: the same options on the process pool are taken
