@@ -147,6 +147,14 @@ pub trait Broker: Send + Sync + 'static {
         false
     }
 
+    /// Whether an `ack` completes in the call, the broker sending it on its
+    /// own (RabbitMQ's gathers a channel's acks into frames itself): a
+    /// worker's early ack then goes to it straight from the run, not
+    /// through the writer's rounds. A local broker's does too.
+    fn acks_at_once(&self) -> bool {
+        self.local()
+    }
+
     /// Settles claims for good.
     fn ack(&self, receipts: Vec<Receipt>) -> BoxFuture<'_, Result<(), Refused>>;
 

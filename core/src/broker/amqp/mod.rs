@@ -369,6 +369,11 @@ impl Broker for AmqpBroker {
         self.set_prefetch(queues, prefetch);
     }
 
+    /// An ack is gathered in the call (`settle`), sent by the broker.
+    fn acks_at_once(&self) -> bool {
+        true
+    }
+
     fn heartbeat_now(&self) -> bool {
         events::heartbeat(self)
     }

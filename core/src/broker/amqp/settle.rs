@@ -88,7 +88,6 @@ impl AmqpBroker {
     }
 
     pub(super) async fn ack_all(&self, receipts: Vec<Receipt>) -> Result<(), Refused> {
-        let mut moot = Vec::new();
         let (plans, wait) = {
             let mut g = self.lock();
             let mut again = false;
@@ -98,11 +97,11 @@ impl AmqpBroker {
                     // RabbitMQ requeued it with its channel.
                     continue;
                 }
-                // Settled already (acked twice, given back): a second ack
-                // of a tag would close the channel.
+                // Settled already, and counted then (an ack made again
+                // after one that seemed not to land): a second ack of a
+                // tag would close the channel.
                 let Some(before) = g.unacked.get_mut(&r.token).and_then(|s| s.remove(&r.tag))
                 else {
-                    moot.push(r.token);
                     continue;
                 };
                 again |= before;
@@ -112,10 +111,6 @@ impl AmqpBroker {
                 full |= n >= gather_limit(&g, r.token);
             }
             if g.gathered.tags.is_empty() {
-                drop(g);
-                for serial in moot {
-                    self.settled(serial, 1);
-                }
                 return Ok(());
             }
             if again || full {
@@ -133,9 +128,6 @@ impl AmqpBroker {
                 (Vec::new(), false)
             }
         };
-        for serial in moot {
-            self.settled(serial, 1);
-        }
         self.send_acks(plans, wait).await
     }
 
@@ -171,11 +163,20 @@ impl AmqpBroker {
             }
             return Ok(());
         }
-        // Every frame goes out on the first poll; then the answers.
-        let results = futures_util::future::join_all(sends).await;
+        // Every frame goes out on the first poll, and is counted settled
+        // then (a caller that stops waiting leaves no count behind); then
+        // the answers.
+        let mut all = std::pin::pin!(futures_util::future::join_all(sends));
+        let early = all.as_mut().now_or_never();
+        for (serial, n, _) in &what {
+            self.settled(*serial, *n);
+        }
+        let results = match early {
+            Some(r) => r,
+            None => all.await,
+        };
         let mut first = None;
-        for ((serial, n, ch), r) in what.into_iter().zip(results) {
-            self.settled(serial, n);
+        for ((_, _, ch), r) in what.into_iter().zip(results) {
             // An ack on a channel closed under us is moot: RabbitMQ
             // requeued the message.
             if let Err(e) = r

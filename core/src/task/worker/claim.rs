@@ -65,6 +65,7 @@ impl Worker {
             cancel: s.cancel.subscribe(),
             name: s.name.clone().into(),
             direct: direct(&s.app),
+            acks: s.app.broker().acks_at_once().then(|| s.app.clone()),
         });
         let writes = tokio::spawn(write_loop(s.app.clone(), writes_rx, takes_rx));
         let reconnect = Backoff::new(100 * MILLI, 2.0, 10_000 * MILLI, i32::MAX, Jitter::Full)

@@ -69,6 +69,10 @@ pub(super) struct Writer {
     /// on the memory broker: each run's write otherwise woke the writer and
     /// was woken by its answer).
     pub(super) direct: Option<App>,
+    /// The app, when its broker's ack completes in the call
+    /// ([`acks_at_once`](crate::task::spec::Broker::acks_at_once)): an
+    /// early ack then goes to it straight from the run.
+    pub(super) acks: Option<App>,
 }
 
 /// The app to write through directly, when its broker allows it (see
@@ -162,9 +166,10 @@ impl Writer {
     /// pool's hand-over of a run to its child. The answer comes on the
     /// receiver.
     pub(super) fn ack_soon(&self, ack: Receipt) -> AckSent {
-        if let Some(app) = &self.direct {
-            // A local broker's ack completes in the call; one that did
-            // not is counted as not landed, and made again after the run.
+        if let Some(app) = self.direct.as_ref().or(self.acks.as_ref()) {
+            // A local broker's ack completes in the call (RabbitMQ's
+            // gathered one too); one that did not is counted as not
+            // landed, and made again after the run.
             return AckSent::Done(matches!(
                 app.broker().ack(vec![ack]).now_or_never(),
                 Some(Ok(()))
