@@ -65,11 +65,9 @@ def pid_of(name: str) -> int:
 
 
 def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def drain(who: str, n: int, redis_port: int, redis_pid: int) -> dict:

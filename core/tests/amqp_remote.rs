@@ -248,16 +248,9 @@ async fn a_worker_answers_celerys_control_and_sends_its_events_on_rabbitmq() {
     h.await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_round_of_acks_never_covers_a_message_still_held() {
-    let Some(vh) = Vhost::new() else { return };
-    let on = Target::url("broker", &vh.url())
-        .unwrap()
-        .connect(&system())
-        .await
-        .unwrap();
-    let b = on.broker();
-    let msgs: Vec<headway_core::task::Message> = (0..5)
+/// `n` messages of `tasks.add` with no arguments, ids `m0`, `m1`, ...
+fn adds(n: usize) -> Vec<headway_core::task::Message> {
+    (0..n)
         .map(|i| {
             headway_core::task::Message::new(
                 format!("m{i}"),
@@ -267,8 +260,19 @@ async fn a_round_of_acks_never_covers_a_message_still_held() {
                 "default".into(),
             )
         })
-        .collect();
-    b.publish(msgs).await.unwrap();
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_of_acks_never_covers_a_message_still_held() {
+    let Some(vh) = Vhost::new() else { return };
+    let on = Target::url("broker", &vh.url())
+        .unwrap()
+        .connect(&system())
+        .await
+        .unwrap();
+    let b = on.broker();
+    b.publish(adds(5)).await.unwrap();
     let qs = vec!["default".to_string()];
     let mut got = Vec::new();
     while got.len() < 5 {
@@ -328,18 +332,7 @@ async fn gathered_acks_land_without_more_work_and_a_close_sends_them() {
     };
     let on = connect().await;
     let b = on.broker();
-    let msgs: Vec<headway_core::task::Message> = (0..40)
-        .map(|i| {
-            headway_core::task::Message::new(
-                format!("m{i}"),
-                "tasks.add".into(),
-                vec![],
-                Map::new(),
-                "default".into(),
-            )
-        })
-        .collect();
-    b.publish(msgs).await.unwrap();
+    b.publish(adds(40)).await.unwrap();
     let qs = vec!["default".to_string()];
     let unacked = || {
         vh.list("queues", &["name", "messages_unacknowledged", "messages"])
