@@ -96,6 +96,7 @@ __all__ = [
     "_json_roundtrip",
     "_noop",
     "_now",
+    "_process_pool",
     "_panic",
     "_redact",
     "_reseed",
@@ -790,6 +791,9 @@ def _reseed() -> None:
 
 def _now() -> float:
     """The clock ``now`` defaults to, in seconds."""
+
+def _process_pool(pool: str) -> bool:
+    """Whether ``pool`` names the process pool (``process``, ``prefork``)."""
 
 def _set_task_hook(hook: Callable[..., object] | None = None) -> None:
     """Installs the function ``headway.signals`` calls around each sync body

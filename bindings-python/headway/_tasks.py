@@ -915,7 +915,7 @@ class App:
         if isinstance(queues, str):
             queues = [queues]
         child = None
-        if pool in ("process", "prefork"):
+        if _native._process_pool(pool):
             child = (
                 sys.executable,
                 ["-m", "headway._child"],

@@ -153,6 +153,14 @@ fn _now() -> f64 {
     secs_out(clock())
 }
 
+/// Whether `pool` names the process pool (`"process"`, or Celery's
+/// `"prefork"`): the core's rule, so a worker knows to hand it the command
+/// that starts a child.
+#[pyfunction]
+fn _process_pool(pool: &str) -> bool {
+    headway_core::task::specs::is_process_pool(pool)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -163,6 +171,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_noop, m)?)?;
     m.add_function(wrap_pyfunction!(_reseed, m)?)?;
     m.add_function(wrap_pyfunction!(_now, m)?)?;
+    m.add_function(wrap_pyfunction!(_process_pool, m)?)?;
     m.add_class::<Noop>()?;
     pool::register(m)?;
     pooled::register(m)?;

@@ -564,8 +564,14 @@ pub fn is_process_pool(pool: &str) -> bool {
     matches!(pool, "process" | "prefork")
 }
 
-/// A per-child limit without the process pool.
-pub const NEEDS_PROCESS: &str = "applies to the process pool only (pool=\"process\")";
+/// A per-child limit without the process pool, in `host`'s words for
+/// asking for it.
+pub fn needs_process(host: Host) -> String {
+    format!(
+        "applies to the process pool only ({})",
+        crate::task::worker::process_pool_option(host)
+    )
+}
 
 impl WorkerSpec {
     /// The worker's configuration, or why not.
@@ -623,7 +629,7 @@ impl WorkerSpec {
                 ("max_memory_per_child", max_memory_per_child.is_some()),
             ] {
                 if set {
-                    return Err(SpecError::new(host, arg, NEEDS_PROCESS));
+                    return Err(SpecError::new(host, arg, needs_process(host)));
                 }
             }
             if self.time_limit.is_some() {

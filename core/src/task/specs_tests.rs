@@ -291,7 +291,7 @@ fn workers_default_and_check() {
 }
 
 #[test]
-fn a_hard_limit_on_threads_is_refused_in_the_callers_words() {
+fn the_process_pool_is_asked_for_in_the_callers_words() {
     let spec = || WorkerSpec {
         time_limit: Some(1_000),
         ..WorkerSpec::default()
@@ -308,6 +308,18 @@ fn a_hard_limit_on_threads_is_refused_in_the_callers_words() {
         python.contains("(pool=\"process\")") && python.contains("use `soft_time_limit`"),
         "{python}"
     );
+    // A per-child limit too.
+    let spec = || WorkerSpec {
+        max_tasks_per_child: Some(3.0),
+        ..WorkerSpec::default()
+    };
+    let node = spec().build(Host::Node).unwrap_err().to_string();
+    assert_eq!(
+        node,
+        "invalid `maxTasksPerChild`: applies to the process pool only (pool: 'process')"
+    );
+    let python = spec().build(Host::Python).unwrap_err().to_string();
+    assert!(python.ends_with("(pool=\"process\")"), "{python}");
 }
 
 #[test]

@@ -70,7 +70,9 @@ use crate::flow::Window;
 pub use live::RunInfo;
 pub use notes::{Observer, RunNote};
 use options::slots_per;
-pub use options::{PREFETCH_MULTIPLIER, Pool, WorkerConfig, hard_limit_needs_process};
+pub use options::{
+    PREFETCH_MULTIPLIER, Pool, WorkerConfig, hard_limit_needs_process, process_pool_option,
+};
 
 struct Shared {
     app: App,

@@ -84,16 +84,21 @@ impl Default for WorkerConfig {
 /// words: how it asks for the process pool, and its name for the soft
 /// limit.
 pub fn hard_limit_needs_process(host: Host) -> String {
-    let pool = match host {
+    format!(
+        "a hard time limit needs the process pool ({}): a body running on a thread \
+         cannot be stopped; use `{}`, or run this worker with the process pool",
+        process_pool_option(host),
+        host.spell("soft_time_limit")
+    )
+}
+
+/// How `host` asks a worker for the process pool.
+pub fn process_pool_option(host: Host) -> &'static str {
+    match host {
         Host::Rust => "Pool::Process",
         Host::Python => "pool=\"process\"",
         Host::Node => "pool: 'process'",
-    };
-    format!(
-        "a hard time limit needs the process pool ({pool}): a body running on a thread \
-         cannot be stopped; use `{}`, or run this worker with the process pool",
-        host.spell("soft_time_limit")
-    )
+    }
 }
 
 /// A `WorkerConfig` once checked, its defaults filled in.
