@@ -863,7 +863,7 @@ class Every:
 @final
 class Cron:
     """The minutes a 5-field crontab line names, read in the IANA time zone
-    ``tz`` (``"UTC"``, ``"Europe/London"``).
+    ``tz`` (``"Europe/London"``; UTC when not given).
 
     Fields: minute, hour, day of month, month, day of week, with ``*``,
     lists, ranges, steps and names (``MON-FRI``, ``JAN``); ``@hourly``,
@@ -875,7 +875,7 @@ class Cron:
     not 5 fields, never fires, or an unknown zone raises ``ValueError``.
     """
 
-    def __new__(cls, expr: str, tz: str = "UTC") -> Cron: ...
+    def __new__(cls, expr: str, tz: str | None = None) -> Cron: ...
     @property
     def expr(self) -> str:
         """The crontab line as given."""
@@ -1315,7 +1315,10 @@ class _App:
     """The core's app."""
 
     def __new__(
-        cls, broker: str | RedisBroker, backend: str | RedisBroker | bool | None = None, clock: VirtualClock | None = None
+        cls,
+        broker: str | RedisBroker | None,
+        backend: str | RedisBroker | bool | None = None,
+        clock: VirtualClock | None = None,
     ) -> _App: ...
     @property
     def host(self) -> _Host: ...

@@ -572,7 +572,8 @@ class App:
     """The registry, the broker and the clock.
 
     ``broker`` is ``"memory://"`` (an in-process broker that is also its
-    result store and chord counter), ``"redis://host:port/db"`` /
+    result store and chord counter; what ``None``, the default, means),
+    ``"redis://host:port/db"`` /
     ``"rediss://..."`` (headway's Redis layout), or a ``RedisBroker``
     (``RedisBroker.celery(...)`` for Celery's layout). ``backend`` is where
     results are kept: ``None`` the broker's own, ``False`` none at all
@@ -589,7 +590,7 @@ class App:
 
     def __init__(
         self,
-        broker: str | RedisBroker = "memory://",
+        broker: str | RedisBroker | None = None,
         *,
         backend: str | RedisBroker | Literal[False] | None = None,
         clock: VirtualClock | None = None,

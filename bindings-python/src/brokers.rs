@@ -134,7 +134,10 @@ pub(crate) fn connect_arg(
     obj: &Bound<'_, PyAny>,
     clock: &Arc<dyn Clock>,
 ) -> PyResult<Connected> {
-    let t = if let Ok(s) = obj.extract::<String>() {
+    let t = if obj.is_none() {
+        // Omitted: the core's default broker.
+        target(Target::url_or_default(name, None))?
+    } else if let Ok(s) = obj.extract::<String>() {
         target(Target::url(name, &s))?
     } else if let Ok(b) = obj.cast::<PyRedisBroker>() {
         b.get().target.clone()

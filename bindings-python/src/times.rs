@@ -325,7 +325,7 @@ rhythm_methods! { PyEvery, Rhythm::Every;
 }
 
 /// The minutes a 5-field crontab line names, read in the IANA time zone
-/// `tz` ("UTC", "Europe/London").
+/// `tz` ("Europe/London"; UTC when not given).
 ///
 /// Fields: minute, hour, day of month, month, day of week, with `*`, lists,
 /// ranges, steps and names (`MON-FRI`, `JAN`); `@hourly`, `@daily`,
@@ -342,11 +342,11 @@ pub(crate) struct PyCron {
 
 rhythm_methods! { PyCron, Rhythm::Cron;
     #[new]
-    #[pyo3(signature = (expr, tz="UTC"))]
-    fn new(expr: &str, tz: &str) -> PyResult<Self> {
+    #[pyo3(signature = (expr, tz=None))]
+    fn new(expr: &str, tz: Option<&str>) -> PyResult<Self> {
         guard(|| {
             Ok(PyCron {
-                inner: Cron::new(expr, tz).map_err(rhythm_err)?,
+                inner: Cron::in_zone(expr, tz).map_err(rhythm_err)?,
             })
         })
     }
