@@ -13,6 +13,7 @@ pub mod banner;
 pub mod beat;
 pub mod body;
 pub mod canvas;
+pub mod celery_conf;
 pub mod cli;
 pub mod clock;
 pub mod control;
