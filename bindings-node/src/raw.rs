@@ -121,13 +121,7 @@ pub type Ret = Result<sys::napi_value, Fail>;
 
 /// What a caught panic said.
 pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else {
-        "a Rust panic".to_string()
-    }
+    headway_core::runtime::panic_message(&*payload)
 }
 
 #[inline(always)]

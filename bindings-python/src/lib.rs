@@ -59,9 +59,7 @@ mod pool;
 mod pooled;
 mod rt;
 mod sched;
-mod shared_bucket;
-mod shared_gate;
-mod shared_window;
+mod shared;
 mod soft;
 mod times;
 mod trace;
@@ -87,18 +85,9 @@ pyo3::create_exception!(
 pub(crate) fn guard<R>(f: impl FnOnce() -> PyResult<R>) -> PyResult<R> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(payload) => {
-            let msg = if let Some(s) = payload.downcast_ref::<&str>() {
-                (*s).to_string()
-            } else if let Some(s) = payload.downcast_ref::<String>() {
-                s.clone()
-            } else {
-                "unknown panic".to_string()
-            };
-            Err(PanicError::new_err(format!(
-                "headway panicked (a bug, please report it): {msg}"
-            )))
-        }
+        Err(payload) => Err(PanicError::new_err(headway_core::runtime::panicked(
+            &*payload,
+        ))),
     }
 }
 
@@ -177,10 +166,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     pooled::register(m)?;
     backoff::register(m)?;
     limit::register(m)?;
-    shared_bucket::register(m)?;
+    shared::register(m)?;
     wire::register(m)?;
-    shared_window::register(m)?;
-    shared_gate::register(m)?;
     times::register(m)?;
     host::register(m)?;
     app::register(m)?;

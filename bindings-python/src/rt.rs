@@ -263,13 +263,7 @@ impl<'py> IntoPyObject<'py> for Answer {
 /// A Rust panic caught in a spawned task, as `PanicError`.
 pub(crate) fn panicked(e: tokio::task::JoinError) -> PyErr {
     if e.is_panic() {
-        let p = e.into_panic();
-        let msg = p
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".into());
-        PanicError::new_err(format!("headway panicked (a bug, please report it): {msg}"))
+        PanicError::new_err(headway_core::runtime::panicked(&*e.into_panic()))
     } else {
         PyRuntimeError::new_err("headway's runtime cancelled the task (is the process exiting?)")
     }

@@ -59,6 +59,27 @@ impl std::fmt::Display for Forked {
 
 impl std::error::Error for Forked {}
 
+/// What a caught Rust panic said (its `&str` or `String` payload), for the
+/// error a binding raises in its place.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}
+
+/// The text of the error a binding raises for a caught panic: a bug, never
+/// an answer.
+pub fn panicked(payload: &(dyn std::any::Any + Send)) -> String {
+    format!(
+        "headway panicked (a bug, please report it): {}",
+        panic_message(payload)
+    )
+}
+
 /// The shared runtime: multi-threaded, one worker thread per core but one
 /// (at least one) unless `TOKIO_WORKER_THREADS` (tokio's own variable) says
 /// how many, timers and I/O enabled.
