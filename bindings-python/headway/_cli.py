@@ -111,17 +111,9 @@ def _term(signum: int, frame: FrameType | None) -> None:
 
 def _worker(c: dict[str, Any]) -> int:
     app = _load(c["app"])
-    # What the command line gave, over the app's own defaults (a Celery
-    # app's config); the rest is the worker's.
-    given = {
-        k: c[k]
-        for k in (
-            "concurrency", "prefetch", "prefetch_multiplier", "pool", "max_tasks_per_child",
-            "max_memory_per_child", "time_limit", "soft_time_limit",
-        )
-        if c[k] is not None
-    }
-    w = app.worker(queues=c["queues"] or app._queues, **{**app._worker_defaults, **given})
+    # What the command line gave (the core names it as app.worker takes
+    # it), over the app's own defaults (a Celery app's config).
+    w = app.worker(queues=c["queues"] or app._queues, **{**app._worker_defaults, **c["worker_options"]})
     if c["task_events"]:
         with _refused():
             app._native.enable_task_events()

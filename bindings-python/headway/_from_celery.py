@@ -38,7 +38,7 @@ import types
 from typing import Any
 
 from ._errors import _SOFT, Ignore, Reject, SoftTimeLimitExceeded, TaskRetry
-from ._native import _redact, current
+from ._native import _celery_broker, _celery_rate, current
 from ._tasks import App
 
 # Celery's `max_retries=None`: retried for ever (the core's budget is a count).
@@ -61,16 +61,7 @@ def serve(capp: Any) -> App:
     from celery import exceptions as cx  # type: ignore[import-untyped]  # noqa: PLC0415 - only with a Celery app
 
     conf = capp.conf
-    url = conf.broker_url or ""
-    if url.startswith(("amqp://", "pyamqp://", "amqps://")):
-        app = _on_rabbitmq(capp, url)
-    elif url.startswith(("redis://", "rediss://", "sentinel://")):
-        app = _on_redis(capp, url)
-    else:
-        raise ValueError(
-            f"the Celery app's broker_url {_redact(url)!r}: headway serves a Celery app on "
-            "Redis (redis://, rediss:// or sentinel://) or RabbitMQ (amqp://)"
-        )
+    app = app_on(conf, conf.broker_url or "")
     app._worker_defaults = worker_defaults(conf)
     # A Celery task catches Celery's SoftTimeLimitExceeded: what headway
     # raises in a body past its soft limit is both (in this process).
@@ -109,28 +100,33 @@ def worker_defaults(conf: Any) -> dict[str, Any]:
     return {} if m in (None, 4) else {"prefetch_multiplier": int(m)}
 
 
-def _on_rabbitmq(capp: Any, url: str) -> App:
+def app_on(conf: Any, url: str) -> App:
+    """A headway ``App`` on the broker ``url`` of a Celery app whose
+    settings are ``conf`` (a real Celery app's or ``headway.celery``'s):
+    which URLs will do, and which result backends beside each, is the core's
+    one rule for both."""
+    kind = _celery_broker(url, conf.result_backend or None)
+    if kind == "memory":
+        return App("memory://")
+    if kind == "amqp":
+        return _on_rabbitmq(conf, url)
+    return _on_redis(conf, url)
+
+
+def _on_rabbitmq(conf: Any, url: str) -> App:
     """A headway ``App`` on the Celery app's RabbitMQ: its queues declared
     with the app's ``task_queue_max_priority``, results where its
     ``result_backend`` keeps them (Celery's Redis backend or ``rpc://``)."""
-    conf = capp.conf
     if conf.task_queue_max_priority:
         url += ("&" if "?" in url else "?") + f"max_priority={int(conf.task_queue_max_priority)}"
-    backend_url = conf.result_backend or ""
-    if backend_url and not backend_url.startswith(("redis://", "rediss://", "rpc://")):
-        raise ValueError(
-            f"the Celery app's result_backend {_redact(backend_url)!r}: beside RabbitMQ headway "
-            "keeps a Celery app's results on Redis (redis:// or rediss://) or rpc://"
-        )
-    return App(url, backend=backend_url or None)
+    return App(url, backend=conf.result_backend or None)
 
 
-def _on_redis(capp: Any, url: str) -> App:
+def _on_redis(conf: Any, url: str) -> App:
     """A headway ``App`` on the Celery app's Redis (or its Sentinel-watched
     primary), in Celery's layout."""
     from ._native import RedisBroker  # noqa: PLC0415
 
-    conf = capp.conf
     # Celery's transport options and event settings that headway has
     # (`master_name`: the master a sentinel:// URL's sentinels watch).
     topts = conf.broker_transport_options or {}
@@ -144,11 +140,6 @@ def _on_redis(capp: Any, url: str) -> App:
     backend_url = conf.result_backend or ""
     backend: Any = None
     if backend_url and backend_url != url:
-        if not backend_url.startswith(("redis://", "rediss://", "sentinel://")):
-            raise ValueError(
-                f"the Celery app's result_backend {_redact(backend_url)!r}: headway stores "
-                "a Celery app's results on Redis (redis://, rediss:// or sentinel://)"
-            )
         ropts = conf.result_backend_transport_options or {}
         backend = RedisBroker.celery(
             backend_url,
@@ -182,16 +173,6 @@ def maps(app: App, queue: str, lookup: Any) -> None:
         return [t(*x) for x in it]
 
 
-def _rate(v: Any) -> str | None:
-    """Celery's ``rate_limit`` (``"10/m"``, or a number per second) as
-    headway's text."""
-    if v is None or v == "":
-        return None
-    if isinstance(v, (int, float)) or (isinstance(v, str) and v.replace(".", "", 1).isdigit()):
-        return f"{v}/s"
-    return str(v)
-
-
 def _register(app: App, capp: Any, task: Any, cx: Any) -> None:
     conf = capp.conf
     time_limit = task.time_limit if task.time_limit is not None else conf.task_time_limit
@@ -221,7 +202,7 @@ def _register(app: App, capp: Any, task: Any, cx: Any) -> None:
         time_limit=time_limit,
         soft_time_limit=soft,
         reject_on_worker_lost=bool(task.reject_on_worker_lost),
-        rate=_rate(task.rate_limit),
+        rate=_celery_rate(task.rate_limit),
     )(body)
     # `self.retry(...)` (and `autoretry_for`, which calls it) becomes
     # headway's retry ask on this task object, in this process.

@@ -91,14 +91,18 @@ __all__ = [
     "_Scheduler",
     "_Wire",
     "_Worker",
+    "_celery_broker",
+    "_celery_rate",
     "_celery_request_direct",
+    "_celery_route",
+    "_celery_send_options",
+    "_celery_task_options",
     "_direct_context",
     "_json_roundtrip",
     "_noop",
     "_now",
     "_process_pool",
     "_panic",
-    "_redact",
     "_reseed",
     "_set_task_hook",
 ]
@@ -1206,8 +1210,20 @@ def _celery_request_direct() -> dict[str, Any]:
 def _direct_context(id: str, name: str, queue: str, now: float) -> Context:
     """A ``Context`` for a direct call of a ``bind=True`` task."""
 
-def _redact(url: str) -> str:
-    """``url`` with its password hidden, as the core shows every URL."""
+def _celery_broker(url: str, backend: str | None = None) -> Literal["memory", "redis", "amqp"]:
+    """The broker a Celery app's ``broker_url`` names, its ``result_backend`` checked beside it."""
+
+def _celery_route(name: str, own: str | None, routes: Any, default_queue: str) -> str:
+    """The queue Celery sends task ``name`` to: ``own``, else ``task_routes``, else the default."""
+
+def _celery_rate(v: Any) -> str | None:
+    """Celery's ``rate_limit`` as headway's rate text."""
+
+def _celery_send_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Celery's ``apply_async`` options as headway's send options."""
+
+def _celery_task_options(names: list[str]) -> None:
+    """Refuses the ``@app.task`` options ``headway.celery`` does not have."""
 
 def _json_roundtrip(obj: object) -> Any:
     """``obj`` through the conversion task arguments take."""

@@ -6,10 +6,13 @@
 
 use headway_core::broker::{Connected, Layout, Store, Target, TargetError};
 use headway_core::task::Clock;
+use headway_core::task::celery_conf::{self, SendOption};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt};
 use std::sync::Arc;
 
+use crate::json::Path;
 use crate::rt::wait;
 use crate::times::span_ms;
 use crate::{guard, opt, type_name};
@@ -166,16 +169,88 @@ pub(crate) fn backend_arg(
     Ok(Store::In(connect_arg(py, "backend", obj, clock)?))
 }
 
-/// `url` with its password hidden, as every URL in the core's errors is
-/// shown (`amqp://u:***@h/`; userinfo without a `:` is hidden whole): for
-/// the Celery shims' own errors, which name a Celery app's URLs.
+/// The broker a Celery app's `broker_url` names — `"memory"`, `"redis"`
+/// or `"amqp"` — with its `result_backend` (None: the broker's store)
+/// checked beside it: the core's one rule for `headway.celery` and a served
+/// Celery app alike. `ValueError` naming the setting.
 #[pyfunction]
-fn _redact(url: &str) -> String {
-    headway_core::broker::redact(url)
+#[pyo3(signature = (url, backend=None))]
+fn _celery_broker(url: &str, backend: Option<&str>) -> PyResult<&'static str> {
+    celery_conf::broker(url, backend)
+        .map(|b| b.name())
+        .map_err(PyValueError::new_err)
+}
+
+/// The queue Celery sends task `name` to (the core's `route`): `own`, the
+/// task's `queue` option, else the first of `routes` (`task_routes`) whose
+/// glob matches, else `default_queue`. `TypeError` for routes that are not
+/// a mapping.
+#[pyfunction]
+#[pyo3(signature = (name, own, routes, default_queue))]
+fn _celery_route(
+    name: &str,
+    own: Option<&str>,
+    routes: &Bound<'_, PyAny>,
+    default_queue: &str,
+) -> PyResult<String> {
+    let routes = crate::json::to_json("task_routes", &Path::Root("task_routes"), routes)?;
+    celery_conf::route(name, own, &routes, default_queue).map_err(PyTypeError::new_err)
+}
+
+/// Celery's `rate_limit` (`"10/m"`, or a number per second) as headway's
+/// rate text (the core's reading); None for none.
+#[pyfunction]
+fn _celery_rate(v: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    let v = crate::json::to_json("rate_limit", &Path::Root("rate_limit"), v)?;
+    Ok(celery_conf::rate_limit(&v))
+}
+
+/// Celery's `apply_async` options as headway's send options, as the core's
+/// `send_option` reads each name (a numeric `expires` is seconds from now:
+/// a `timedelta` here); `link`, `link_error` and `headers` are left for the
+/// signature. `TypeError` naming an option headway does not have.
+#[pyfunction]
+fn _celery_send_options<'py>(options: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
+    let py = options.py();
+    let out = PyDict::new(py);
+    for (k, v) in options.iter() {
+        let key: String = k.extract()?;
+        let how = celery_conf::send_option(&key).map_err(PyTypeError::new_err)?;
+        if v.is_none() {
+            continue;
+        }
+        let seconds = how == SendOption::Expires
+            && !v.is_instance_of::<PyBool>()
+            && (v.is_instance_of::<PyInt>() || v.is_instance_of::<PyFloat>());
+        match how {
+            SendOption::Same | SendOption::Expires if seconds => {
+                let td = py.import("datetime")?.getattr("timedelta")?;
+                let kw = PyDict::new(py);
+                kw.set_item("seconds", v)?;
+                out.set_item(k, td.call((), Some(&kw))?)?;
+            }
+            SendOption::Same | SendOption::Expires => out.set_item(k, v)?,
+            // `queue` wins over `routing_key`, whichever came first.
+            SendOption::Queue if !out.contains("queue")? => out.set_item("queue", v)?,
+            SendOption::Queue | SendOption::Signature | SendOption::Wire => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Refuses the `@app.task` options among `names` that `headway.celery`
+/// does not have (`TypeError` naming them, the core's list).
+#[pyfunction]
+fn _celery_task_options(names: Vec<String>) -> PyResult<()> {
+    celery_conf::task_options(&names).map_err(PyTypeError::new_err)
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRedisBroker>()?;
-    m.add_function(wrap_pyfunction!(_redact, m)?)?;
+    m.add_function(wrap_pyfunction!(_celery_broker, m)?)?;
+    m.add_function(wrap_pyfunction!(_celery_route, m)?)?;
+    m.add_function(wrap_pyfunction!(_celery_rate, m)?)?;
+    m.add_function(wrap_pyfunction!(_celery_send_options, m)?)?;
+    m.add_function(wrap_pyfunction!(_celery_task_options, m)?)?;
     Ok(())
 }

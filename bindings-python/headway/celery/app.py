@@ -21,8 +21,8 @@ from typing import Any
 
 from .. import _tasks
 from .._errors import TaskRetry
-from .._from_celery import _FOREVER, _rate, _retry, is_celery_app, maps, result_expires, serve, worker_defaults
-from .._native import Exponential, Fixed, RedisBroker, _celery_request_direct, _redact
+from .._from_celery import _FOREVER, _retry, app_on, is_celery_app, maps, serve, worker_defaults
+from .._native import Exponential, Fixed, _celery_rate, _celery_request_direct, _celery_route, _celery_send_options, _celery_task_options
 from .._tasks import App, chain, group
 from .result import AsyncResult
 
@@ -43,18 +43,11 @@ DEFAULTS: dict[str, Any] = {
     "task_max_retries": 3,
     "worker_prefetch_multiplier": 4,
     "result_expires": 86400,
+    "result_backend_transport_options": None,
+    "broker_transport_options": None,
+    "task_send_sent_event": False,
+    "task_queue_max_priority": None,
 }
-
-#: Task options this accepts (Celery's names).
-_TASK_OPTIONS = frozenset(
-    {
-        "name", "bind", "base", "queue", "acks_late", "ignore_result", "time_limit",
-        "soft_time_limit", "rate_limit", "reject_on_worker_lost", "autoretry_for",
-        "dont_autoretry_for", "retry_backoff", "retry_backoff_max", "retry_jitter",
-        "retry_kwargs", "max_retries", "default_retry_delay", "serializer", "track_started",
-        "typing", "shared", "trail", "store_errors_even_if_ignored",
-    }
-)  # fmt: skip
 
 
 class Settings(dict[str, Any]):
@@ -193,7 +186,7 @@ class Task:
         self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
         immutable: bool = False, **options: Any,
     ) -> _tasks.Signature[Any]:  # fmt: skip
-        sig = self._app.app.signature(self.name, tuple(args or ()), kwargs, immutable, **_send_options(options))
+        sig = self._app.app.signature(self.name, tuple(args or ()), kwargs, immutable, **_celery_send_options(options))
         return _linked(sig, options)
 
     def map(self, it: Iterable[Any]) -> _tasks.Signature[Any]:
@@ -271,31 +264,6 @@ def _linked(sig: _tasks.Signature[Any], options: dict[str, Any]) -> _tasks.Signa
     return sig
 
 
-def _send_options(options: dict[str, Any]) -> dict[str, Any]:
-    """Celery's send options as headway's (``link`` / ``link_error`` are
-    taken by ``_linked``); one it does not have raises."""
-    out: dict[str, Any] = {}
-    for k, v in options.items():
-        if k in ("link", "link_error", "headers"):
-            continue
-        if k == "expires" and isinstance(v, (int, float)) and not isinstance(v, bool):
-            # Celery reads a number as seconds from now; headway as an instant.
-            out[k] = datetime.timedelta(seconds=v)
-        elif k in ("countdown", "eta", "expires", "queue", "priority", "task_id"):
-            if v is not None:
-                out[k] = v
-        elif k == "routing_key":
-            if v is not None:
-                out.setdefault("queue", v)
-        elif k in ("serializer", "exchange", "retry", "retry_policy", "ignore_result"):
-            # Celery's wire options that the Celery layout sets itself:
-            # JSON, the default exchange, publish retries by the client.
-            continue
-        else:
-            raise TypeError(f"apply_async option {k!r} is not supported by headway.celery")
-    return out
-
-
 class Celery:
     """Celery's app: ``Celery(main=None, broker=None, backend=None, **conf)``."""
 
@@ -359,9 +327,7 @@ class Celery:
 
     def task(self, *args: Any, **opts: Any) -> Any:
         """``@app.task`` or ``@app.task(bind=True, name=..., **options)``."""
-        unknown = set(opts) - _TASK_OPTIONS
-        if unknown:
-            raise TypeError(f"task options headway.celery does not have: {sorted(unknown)}")
+        _celery_task_options(list(opts))
 
         def make(fn: Callable[..., Any]) -> Task:
             base = opts.get("base") or Task
@@ -385,7 +351,7 @@ class Celery:
         kwargs: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> AsyncResult:
-        opts = _send_options(options)
+        opts = _celery_send_options(options)
         if "queue" not in opts:
             opts["queue"] = _route(self, name)
         if any(options.get(k) for k in ("link", "link_error", "headers")):
@@ -399,7 +365,7 @@ class Celery:
 
     def signature(self, name: str, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, **options: Any) -> _tasks.Signature[Any]:
         immutable = bool(options.pop("immutable", False))
-        return _linked(self.app.signature(name, tuple(args), kwargs, immutable, **_send_options(options)), options)
+        return _linked(self.app.signature(name, tuple(args), kwargs, immutable, **_celery_send_options(options)), options)
 
     def _served(self) -> App:
         """The headway app a worker serves (``headway worker -A``): on every
@@ -439,37 +405,17 @@ def shared_task(*args: Any, **opts: Any) -> Any:
 
 
 def _make(conf: Settings) -> App:
-    url = conf.broker_url or "memory://"
-    if url.startswith("memory://"):
-        return App("memory://")
-    if not url.startswith(("redis://", "rediss://")):
-        raise ValueError(f"broker_url {_redact(url)!r}: headway.celery runs on redis:// or memory://")
-    backend_url = conf.result_backend
-    backend: Any = None
-    if backend_url and backend_url != url:
-        if not str(backend_url).startswith(("redis://", "rediss://")):
-            raise ValueError(f"result_backend {_redact(str(backend_url))!r}: headway.celery keeps results on redis://")
-        backend = RedisBroker.celery(backend_url, result_expires=result_expires(conf.result_expires))
-    return App(RedisBroker.celery(url, result_expires=result_expires(conf.result_expires)), backend=backend)
+    """The headway app on ``broker_url`` (``memory://`` when none): the
+    same rule and making as a served Celery app's (``_from_celery``)."""
+    return app_on(conf, conf.broker_url or "memory://")
 
 
 def _route(capp: Celery, name: str) -> str:
-    """The queue of task ``name``: its own option, ``task_routes``, else the default queue."""
+    """The queue of task ``name``: its own option, ``task_routes``, else the
+    default queue (the core's rule)."""
     t = capp.tasks.get(name)
-    if t is not None and t._opts.get("queue"):
-        return str(t._opts["queue"])
-    routes = capp.conf.task_routes
-    if isinstance(routes, Mapping):
-        import fnmatch  # noqa: PLC0415
-
-        for pattern, route in routes.items():
-            if fnmatch.fnmatchcase(name, pattern):
-                q = route.get("queue") if isinstance(route, Mapping) else route
-                if q:
-                    return str(q)
-    elif routes is not None:
-        raise TypeError("task_routes: headway.celery reads a mapping of glob → {'queue': ...}")
-    return str(capp.conf.task_default_queue)
+    own = t._opts.get("queue") if t is not None else None
+    return _celery_route(name, str(own) if own else None, capp.conf.task_routes, str(capp.conf.task_default_queue))
 
 
 def _queues(capp: Celery) -> list[str]:
@@ -489,7 +435,7 @@ def _register(capp: Celery, t: Task) -> None:
         "time_limit": o.get("time_limit", conf.task_time_limit),
         "soft_time_limit": o.get("soft_time_limit", conf.task_soft_time_limit),
         "reject_on_worker_lost": bool(o.get("reject_on_worker_lost", conf.task_reject_on_worker_lost)),
-        "rate": _rate(o.get("rate_limit", conf.task_default_rate_limit)),
+        "rate": _celery_rate(o.get("rate_limit", conf.task_default_rate_limit)),
     }
     auto = o.get("autoretry_for") or ()
     if auto:

@@ -309,11 +309,20 @@ mod tests {
         assert!(broker("redis://a", Some("sentinel://b")).is_ok());
         assert!(broker("redis://a", Some("redis://a")).is_ok());
         assert!(broker("amqp://a", Some("rpc://")).is_ok());
-        assert!(broker("memory://", Some("db+sqlite://")).is_ok(), "not read");
+        assert!(
+            broker("memory://", Some("db+sqlite://")).is_ok(),
+            "not read"
+        );
         let e = broker("redis://a", Some("rpc://")).unwrap_err();
-        assert!(e.starts_with("result_backend 'rpc://': beside Redis"), "{e}");
+        assert!(
+            e.starts_with("result_backend 'rpc://': beside Redis"),
+            "{e}"
+        );
         let e = broker("amqp://a", Some("db://u:pw@h")).unwrap_err();
-        assert!(e.starts_with("result_backend 'db://u:***@h': beside RabbitMQ"), "{e}");
+        assert!(
+            e.starts_with("result_backend 'db://u:***@h': beside RabbitMQ"),
+            "{e}"
+        );
         assert!(broker("amqp://a", Some("sentinel://b")).is_err());
     }
 
@@ -339,10 +348,16 @@ mod tests {
         assert_eq!(route("p.ab", None, &routes, "celery").unwrap(), "first");
         assert_eq!(route("p.b", None, &routes, "celery").unwrap(), "second");
         assert_eq!(route("x.y", None, &routes, "celery").unwrap(), "celery");
-        assert_eq!(route("p.ab", Some("own"), &routes, "celery").unwrap(), "own");
+        assert_eq!(
+            route("p.ab", Some("own"), &routes, "celery").unwrap(),
+            "own"
+        );
         assert_eq!(route("p.ab", Some(""), &Value::Null, "d").unwrap(), "d");
         let e = route("p", None, &json!(["r"]), "d").unwrap_err();
-        assert!(e.starts_with("task_routes: headway.celery reads a mapping"), "{e}");
+        assert!(
+            e.starts_with("task_routes: headway.celery reads a mapping"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -129,6 +129,56 @@ pub struct Command {
     pub read_only: bool,
     /// `admin --worker N`: a worker of N beside the admin (0: none).
     pub worker: u64,
+    /// `worker`: the worker options given (not `-Q`), named and in the
+    /// units the language's `app.worker` takes them (Python's `time_limit`
+    /// in seconds, Node's `timeLimit` in ms); one not given is left out,
+    /// for the app's own defaults.
+    pub worker_options: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Command {
+    /// [`Command::worker_options`] from the flags read.
+    fn worker_options(&self, lang: Lang) -> serde_json::Map<String, serde_json::Value> {
+        use serde_json::Value;
+        let secs = |s: Option<f64>| match lang {
+            Lang::Python => s.map(Value::from),
+            Lang::Node => s.map(|s| Value::from((s * 1000.0).round() as u64)),
+        };
+        let count = |n: Option<u64>| n.map(Value::from);
+        let given = [
+            ("concurrency", "concurrency", count(self.concurrency)),
+            ("prefetch", "prefetch", count(self.prefetch)),
+            (
+                "prefetch_multiplier",
+                "prefetchMultiplier",
+                count(self.prefetch_multiplier),
+            ),
+            ("pool", "pool", self.pool.clone().map(Value::from)),
+            (
+                "max_tasks_per_child",
+                "maxTasksPerChild",
+                count(self.max_tasks_per_child),
+            ),
+            (
+                "max_memory_per_child",
+                "maxMemoryPerChild",
+                count(self.max_memory_per_child),
+            ),
+            ("time_limit", "timeLimit", secs(self.time_limit)),
+            (
+                "soft_time_limit",
+                "softTimeLimit",
+                secs(self.soft_time_limit),
+            ),
+        ];
+        given
+            .into_iter()
+            .filter_map(|(py, node, v)| {
+                let name = if lang == Lang::Python { py } else { node };
+                Some((name.to_string(), v?))
+            })
+            .collect()
+    }
 }
 
 /// `(short, long, takes a value, commands)`: the flags, and which commands
@@ -318,6 +368,9 @@ pub fn parse(lang: Lang, argv: &[String]) -> Result<Parsed, String> {
             crate::log::shown(&extra)
         ));
     }
+    if command == "worker" {
+        c.worker_options = c.worker_options(lang);
+    }
     Ok(Parsed::Run(Box::new(c)))
 }
 
@@ -444,6 +497,23 @@ mod tests {
         assert_eq!(node.loglevel, "warning");
         assert_eq!(node.log_format, "text");
         assert_eq!(node.metrics_host, "127.0.0.1");
+    }
+
+    #[test]
+    fn worker_options_in_each_language() {
+        let py = run(
+            Lang::Python,
+            "worker -A p:app -c 2 --time-limit 1.5 -P process -Q a",
+        );
+        let want = serde_json::json!({"concurrency": 2, "pool": "process", "time_limit": 1.5});
+        assert_eq!(serde_json::Value::Object(py.worker_options), want);
+        let node = run(
+            Lang::Node,
+            "worker a.js --soft-time-limit 0.25 --prefetch-multiplier 3",
+        );
+        let want = serde_json::json!({"prefetchMultiplier": 3, "softTimeLimit": 250});
+        assert_eq!(serde_json::Value::Object(node.worker_options), want);
+        assert!(run(Lang::Python, "beat -A p:app").worker_options.is_empty());
     }
 
     #[test]
