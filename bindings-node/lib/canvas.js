@@ -50,7 +50,7 @@ class Signature extends Canvas {
   }
 
   [TREE]() {
-    return `["sig",${JSON.stringify(this.name)},${encodeArgs(this.name, this.args)},${encodeKwargs(this.name, this.kwargs)},${this.immutable},${encodeOptions(this.options)}]`;
+    return `{"sig":[${JSON.stringify(this.name)},${encodeArgs(this.name, this.args)},${encodeKwargs(this.name, this.kwargs)},${this.immutable},${encodeOptions(this.options)}]}`;
   }
 
   [FIRST]() {
@@ -85,7 +85,7 @@ class Chain extends Canvas {
   }
 
   [TREE]() {
-    return `["chain",[${this.links.map((l) => l[TREE]()).join(',')}]]`;
+    return `{"chain":[${this.links.map((l) => l[TREE]()).join(',')}]}`;
   }
 
   [FIRST]() {
@@ -100,7 +100,7 @@ class Group extends Canvas {
   }
 
   [TREE]() {
-    return `["group",[${this.parts.map((p) => p[TREE]()).join(',')}]]`;
+    return `{"group":[${this.parts.map((p) => p[TREE]()).join(',')}]}`;
   }
 
   [FIRST]() {
@@ -116,7 +116,7 @@ class Chord extends Canvas {
   }
 
   [TREE]() {
-    return `["chord",[${this.parts.map((p) => p[TREE]()).join(',')}],${this.callback[TREE]()}]`;
+    return `{"chord":[[${this.parts.map((p) => p[TREE]()).join(',')}],${this.callback[TREE]()}]}`;
   }
 
   [FIRST]() {

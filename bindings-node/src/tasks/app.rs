@@ -24,7 +24,7 @@ use napi::bindgen_prelude::{Either, Unknown};
 use napi_derive::napi;
 use serde_json::Value;
 
-use super::codec::{self, OptsIn, SendIn, garbled, parse};
+use super::codec::{self, SendIn, garbled, parse};
 use super::dead::{Raw, count, letters_json};
 use super::hub::{Answer, bell, drive, drive_done, drive_split, json, quote};
 use super::time::NativeClock;
@@ -750,7 +750,7 @@ struct EntryIn(
     String,
     Vec<Value>,
     Option<serde_json::Map<String, Value>>,
-    Option<OptsIn>,
+    Option<headway_core::task::SendSpec>,
 );
 
 #[napi]

@@ -22,6 +22,9 @@ use super::procs::ProcSpec;
 use super::state::Refused;
 use super::worker::{Pool, WorkerConfig, hard_limit_needs_process};
 
+#[path = "specs_json.rs"]
+pub mod json;
+
 /// Whose spelling an error uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Host {
@@ -262,14 +265,18 @@ impl RateSpec {
 
 // ---------------------------------------------------------------- policy
 
-/// A task's policy as given: what is `None` is [`Policy::default`]'s.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// A task's policy as given: what is `None` is [`Policy::default`]'s
+/// (read from JSON as [`json`] says).
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct PolicySpec {
     pub queue: Option<String>,
     /// How many times a failed run is tried again (a whole number).
+    #[serde(deserialize_with = "json::num")]
     pub retries: Option<f64>,
     pub backoff: Option<BackoffSpec>,
     /// How long one run may take (ms).
+    #[serde(deserialize_with = "json::span")]
     pub timeout: Option<i64>,
     pub acks_late: Option<bool>,
     pub ignore_result: Option<bool>,
@@ -277,10 +284,13 @@ pub struct PolicySpec {
     /// `"worker"` (the default) or `"global"`.
     pub rate_scope: Option<String>,
     /// Runs of one concurrency key at once (a whole number, at least 1).
+    #[serde(deserialize_with = "json::num")]
     pub concurrency_limit: Option<f64>,
     /// The hard time limit (ms).
+    #[serde(deserialize_with = "json::span")]
     pub time_limit: Option<i64>,
     /// The soft time limit (ms).
+    #[serde(deserialize_with = "json::span")]
     pub soft_time_limit: Option<i64>,
     pub reject_on_worker_lost: Option<bool>,
     /// Type names whose failures are retried (Celery's `autoretry_for`).
@@ -357,12 +367,17 @@ impl When {
     }
 }
 
-/// Per-send options as given (`apply_async`'s, a signature's).
-#[derive(Debug, Clone, Default, PartialEq)]
+/// Per-send options as given (`apply_async`'s, a signature's; read from
+/// JSON as [`json`] says).
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct SendSpec {
+    #[serde(deserialize_with = "json::instant")]
     pub eta: Option<When>,
     /// This long from the send (ms).
+    #[serde(deserialize_with = "json::span")]
     pub countdown: Option<i64>,
+    #[serde(deserialize_with = "json::instant")]
     pub expires: Option<When>,
     pub queue: Option<String>,
     /// 0 (first) to 9 (a whole number).
@@ -375,6 +390,7 @@ pub struct SendSpec {
     /// run instead of sending.
     pub dedupe_key: Option<String>,
     /// How long a dedupe key holds (ms); [`DEDUPE_TTL`] when not given.
+    #[serde(deserialize_with = "json::span")]
     pub dedupe_ttl: Option<i64>,
 }
 
@@ -508,19 +524,23 @@ pub fn grace(ms: Option<i64>) -> std::time::Duration {
 }
 
 /// A worker's settings as given: what is `None` is
-/// [`WorkerConfig::default`]'s.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// [`WorkerConfig::default`]'s (read from JSON as [`json`] says).
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct WorkerSpec {
     /// The queues to consume, each entry split at commas (Celery's `-Q
     /// a,b`), trimmed, empty names dropped; at least one must be left.
     pub queues: Option<Vec<String>>,
     /// How many bodies run at once (a whole number, at least 1).
+    #[serde(deserialize_with = "json::num")]
     pub concurrency: Option<f64>,
     /// How many messages it may hold unsettled (a whole number).
+    #[serde(deserialize_with = "json::num")]
     pub prefetch: Option<f64>,
     /// Celery's `worker_prefetch_multiplier`: when `prefetch` is not given,
     /// it is `concurrency` × this (a whole number, at least 1; Celery's 0,
     /// no limit, is refused: a worker holds only what it accounts for).
+    #[serde(deserialize_with = "json::num")]
     pub prefetch_multiplier: Option<f64>,
     pub name: Option<String>,
     /// `"threads"` (the default), `"process"` or Celery's `"prefork"`.
@@ -529,12 +549,16 @@ pub struct WorkerSpec {
     /// command: `python -m headway._child ...`, `node lib/child.js ...`).
     pub child: Option<ChildCommand>,
     /// Runs after which a child is replaced (a whole number, at least 1).
+    #[serde(deserialize_with = "json::num")]
     pub max_tasks_per_child: Option<f64>,
     /// Resident KiB past which a child is replaced (a whole number, at least 1).
+    #[serde(deserialize_with = "json::num")]
     pub max_memory_per_child: Option<f64>,
     /// The hard time limit (ms) of a task that sets none.
+    #[serde(deserialize_with = "json::span")]
     pub time_limit: Option<i64>,
     /// The soft time limit (ms) of a task that sets none.
+    #[serde(deserialize_with = "json::span")]
     pub soft_time_limit: Option<i64>,
 }
 
