@@ -100,19 +100,19 @@ def current() -> Context:
     return _native.current()
 
 
-#: The per-send options every sending method takes, in the order it passes
-#: them to ``_options``.
+#: The per-send options every sending method takes.
 _SEND_OPTIONS = (
     "eta", "countdown", "expires", "queue", "priority", "task_id",
     "concurrency_key", "dedupe_key", "dedupe_ttl",
 )  # fmt: skip
 
 
-def _options(*values: Any) -> dict[str, Any]:
-    """The per-send options given, in ``_SEND_OPTIONS``' order (``None``:
-    not given), as a dict the core reads; what each may be is the core's to
-    say."""
-    return {k: v for k, v in zip(_SEND_OPTIONS, values) if v is not None}
+def _options(scope: Mapping[str, Any]) -> dict[str, Any]:
+    """The per-send options a sending method was given — ``scope`` is its
+    ``locals()``, one helper for the six methods that take them, so the
+    list is written once (``None``: not given) — as a dict the core reads;
+    what each may be is the core's to say."""
+    return {k: scope[k] for k in _SEND_OPTIONS if scope.get(k) is not None}
 
 
 def _send(
@@ -259,10 +259,7 @@ class Signature(_Canvas, Generic[R_co]):
         dedupe_ttl: Span | None = None,
     ) -> Signature[R_co]:
         """A copy with these options set (the others kept)."""
-        given = _options(
-            eta, countdown, expires, queue, priority, task_id,
-            concurrency_key, dedupe_key, dedupe_ttl,
-        )  # fmt: skip
+        given = _options(locals())
         opts = {**self.options, **given}
         return self._copy(self.args, self.kwargs, opts)
 
@@ -292,10 +289,7 @@ class Signature(_Canvas, Generic[R_co]):
     ) -> Handle[R_co]:
         """Publishes it with ``args`` prepended, ``kwargs`` merged and these
         options over its own."""
-        given = _options(
-            eta, countdown, expires, queue, priority, task_id,
-            concurrency_key, dedupe_key, dedupe_ttl,
-        )  # fmt: skip
+        given = _options(locals())
         return self._partial(tuple(args), kwargs or {}).set(**given)._send()
 
     def __repr__(self) -> str:
@@ -475,10 +469,7 @@ class _TaskBase(Generic[P, R]):
         ``dedupe_key`` (with ``dedupe_ttl`` seconds, an hour by default)
         makes a second send within the ttl answer the first run's handle
         instead of sending."""
-        opts = _options(
-            eta, countdown, expires, queue, priority, task_id,
-            concurrency_key, dedupe_key, dedupe_ttl,
-        )  # fmt: skip
+        opts = _options(locals())
         return _send(self.app, self.name, tuple(args), dict(kwargs) if kwargs else None, opts)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature[R]:
@@ -793,10 +784,7 @@ class App:
         entry, for a name learnt at run time. A name this app has not
         registered raises ``UnknownTask``: a queue that accepts work nobody
         can run only moves the failure to a worker."""
-        opts = _options(
-            eta, countdown, expires, queue, priority, task_id,
-            concurrency_key, dedupe_key, dedupe_ttl,
-        )  # fmt: skip
+        opts = _options(locals())
         return _send(self, name, tuple(args), dict(kwargs) if kwargs else None, opts)
 
     def send_task(
@@ -817,10 +805,7 @@ class App:
     ) -> Handle[Any]:
         """Celery's ``send_task``: publishes a run of any name, for tasks
         another process (a Celery worker, say) runs."""
-        opts = _options(
-            eta, countdown, expires, queue, priority, task_id,
-            concurrency_key, dedupe_key, dedupe_ttl,
-        )  # fmt: skip
+        opts = _options(locals())
         return _send(self, name, tuple(args), dict(kwargs) if kwargs else None, opts, known=False)
 
     def signature(
@@ -842,10 +827,7 @@ class App:
     ) -> Signature[Any]:
         """A signature of any task name — one this app runs or one another
         process does — as a canvas node."""
-        opts = _options(
-            eta, countdown, expires, queue, priority, task_id,
-            concurrency_key, dedupe_key, dedupe_ttl,
-        )  # fmt: skip
+        opts = _options(locals())
         return Signature(self, name, args, kwargs, immutable, opts)
 
     def handle(self, id: str) -> Handle[Any]:
@@ -1206,7 +1188,7 @@ class Beat:
         (replacing an entry of that name). The name identifies the entry,
         not the task: one task may be scheduled twice under two names."""
         tname = task if isinstance(task, str) else task.name
-        opts = _options(None, None, None, queue, priority, None)
+        opts = _options(locals())
         self._native.add(name, tname, tuple(args), dict(kwargs) if kwargs else None, schedule, opts or None)
 
     def remove(self, name: str) -> bool:
