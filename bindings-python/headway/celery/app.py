@@ -415,7 +415,9 @@ def _route(capp: Celery, name: str) -> str:
     default queue (the core's rule)."""
     t = capp.tasks.get(name)
     own = t._opts.get("queue") if t is not None else None
-    return _celery_route(name, str(own) if own else None, capp.conf.task_routes, str(capp.conf.task_default_queue))
+    routes = capp.conf.task_routes
+    routes = dict(routes) if isinstance(routes, Mapping) else routes
+    return _celery_route(name, str(own) if own else None, routes, str(capp.conf.task_default_queue))
 
 
 def _queues(capp: Celery) -> list[str]:
