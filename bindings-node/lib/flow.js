@@ -18,7 +18,7 @@ const { windowTake, windowLeft, windowNext } = F;
 const { gateEnter, gateLeave, gateHeld } = F;
 const { backoffCeiling, backoffDelay, backoffMore, backoffSchedule } = F;
 const { poolTake, poolDelay, poolMade, poolUnmade, poolGive, poolDrop, poolEvict, poolClose, poolRefusal, poolLive, poolIdle, poolBusy } = F;
-const { acqInit, acqQuick, acqBegin, acqStep, acqValue, acqWhy, acqOpened, acqUnopened, acqEnd, acqGive, acqEvict, acqClose, acqWakes, acqParked } = F;
+const { acqInit, acqQuick, acqBegin, acqStep, acqValue, acqOpened, acqUnopened, acqEnd, acqGive, acqEvict, acqClose, acqWakes, acqParked, acqDrain, acqDrained } = F;
 
 const perf = globalThis.performance;
 const NONE = 4294967295; // an id no item ever gets
@@ -153,9 +153,6 @@ let poolAcq;
 /** What `poolAcq.quick` answers when there is no fresh idle item. */
 const NO_ITEM = Symbol('no item');
 const OPEN_STEP = Object.freeze({ kind: 'open' });
-const CLOSED_STEP = Object.freeze({ kind: 'closed' });
-// acqStep's codes -2 .. -6, by their negation (a failure's message: `why`).
-const STEP_KINDS = [undefined, undefined, 'park', 'sleep', 'full', 'held', 'shed'];
 
 class Pool {
   #pid;
@@ -178,12 +175,11 @@ class Pool {
       return id !== undefined && pool.#out[id] > 0;
     };
     // Each answer of the core's acquire loop is mirrored in the id map as
-    // `take`, `made`, `give` and `drop` mirror theirs.
+    // `take`, `made`, `give` and `drop` mirror theirs; a step that gives up
+    // throws the core's error (`code` TIMEOUT, SHED or CLOSED).
     poolAcq = {
       // The evict timer's period (ms), the core's choice when omitted.
       init: (pool, timeout, evictEvery) => acqInit(pool.#pid, timeout, evictEvery),
-      // Why the last step failed: the core's message.
-      why: (pool) => acqWhy(pool.#pid),
       quick: (pool, now) => {
         const r = acqQuick(pool.#pid, now);
         return r < 0 ? NO_ITEM : pool.#lend(r);
@@ -194,8 +190,7 @@ class Pool {
         if (r >= 0) return { kind: 'hand', item: pool.#lend(r) };
         if (r <= -16) return { kind: 'close', item: pool.#letGo(-16 - r) };
         if (r === -1) return OPEN_STEP;
-        if (r === -7) return CLOSED_STEP;
-        return { kind: STEP_KINDS[-r], value: acqValue(pool.#pid) };
+        return { kind: r === -2 ? 'park' : 'sleep', value: acqValue(pool.#pid) };
       },
       opened: (pool, ticket, item, now) => {
         const id = pool.#id(item);
@@ -212,6 +207,8 @@ class Pool {
       close: (pool) => pool.#gone(acqClose(pool.#pid)),
       wakes: (pool) => acqWakes(pool.#pid),
       parked: (pool) => acqParked(pool.#pid),
+      drain: (pool) => acqDrain(pool.#pid),
+      drained: (pool) => acqDrained(pool.#pid),
     };
   }
 

@@ -2,37 +2,26 @@
 // `Pooled`: the driver of a Pool that opens, hands out, parks and closes
 // items on the event loop, as the core's Acquires answers.
 
-const { argType, coded } = require('./errors.js');
+const { argType } = require('./errors.js');
 const { optNum, strictOpts } = require('./checks.js');
-const { F, perf, TIMER_MAX, Pool, poolLends, poolAcq, NO_ITEM } = require('./flow.js');
-
-const OPEN = 0;
-const DRAINING = 1;
-const CLOSED = 2;
-
-const CLOSED_TEXT = `headway: ${F.acqClosedText()}`;
-
-function closedError() {
-  return coded('CLOSED', CLOSED_TEXT);
-}
+const { perf, TIMER_MAX, Pool, poolLends, poolAcq, NO_ITEM } = require('./flow.js');
 
 // The loop around the pool's takes — who is served next (first parked, first
-// served), who parks, who gives up — is the core's Acquires, the machine
-// Python's Pooled drives too. This class does what it answers: hands out,
-// opens, closes, sleeps, parks until woken, and throws.
+// served), who parks, who gives up and with which error (the step throws it:
+// `code` TIMEOUT, SHED or CLOSED), when a drain is over — is the core's
+// Acquires, the machine Python's Pooled drives too. This class does what it
+// answers: hands out, opens, closes, sleeps and parks until woken.
 class Pooled {
   #pool;
   #open;
   #close;
   #timer = null;
-  #state = OPEN;
   /** How to wake each parked acquire, by ticket. */
   #wakers = new Map();
-  /** Acquires sleeping out a ward's hold. */
+  /** How to wake each acquire sleeping out a ward's hold. */
   #sleepers = new Set();
-  /** Acquires under way (parked, sleeping or opening). */
-  #active = 0;
   #closing = new Set();
+  /** Resolves a drain once the core says it is over. */
   #drained = null;
   #closed = null;
 
@@ -87,7 +76,7 @@ class Pooled {
   }
 
   get closed() {
-    return this.#state === CLOSED;
+    return this.#closed !== null;
   }
 
   #discard(item) {
@@ -135,27 +124,28 @@ class Pooled {
     });
   }
 
+  /** Resolves when the hold is slept out, or at once when the pool closes. */
   #hold(delay) {
-    return new Promise((resolve, reject) => {
-      const s = { fail: reject, timer: null };
-      s.timer = setTimeout(() => {
-        this.#sleepers.delete(s);
+    return new Promise((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        this.#sleepers.delete(wake);
         resolve();
-      }, Math.min(Math.ceil(delay), TIMER_MAX));
-      this.#sleepers.add(s);
+      };
+      const timer = setTimeout(wake, Math.min(Math.ceil(delay), TIMER_MAX));
+      this.#sleepers.add(wake);
     });
   }
 
   acquire() {
-    if (this.#state !== OPEN) return Promise.reject(closedError());
-    // The common case, an idle item, answers without an async frame.
+    // The common case, an idle item, answers without an async frame (never
+    // while draining or closed: then the first step throws CLOSED).
     const item = poolAcq.quick(this.#pool, perf.now());
     if (item !== NO_ITEM) return Promise.resolve(item);
     return this.#run();
   }
 
   async #run() {
-    this.#active++;
     const pool = this.#pool;
     const ticket = poolAcq.begin(pool, perf.now());
     try {
@@ -165,7 +155,6 @@ class Pooled {
       poolAcq.end(pool, ticket);
       this.#wakers.delete(ticket);
       this.#deliver();
-      this.#active--;
       this.#settle();
     }
   }
@@ -197,16 +186,8 @@ class Pooled {
         case 'park':
           await this.#park(ticket, s.value);
           continue;
-        case 'sleep':
-          await this.#hold(s.value);
-          continue;
-        case 'full':
-        case 'held':
-          throw coded('TIMEOUT', `headway: ${poolAcq.why(pool)}`);
-        case 'shed':
-          throw coded('SHED', `headway: ${poolAcq.why(pool)}`);
         default:
-          throw closedError();
+          await this.#hold(s.value);
       }
     }
   }
@@ -214,7 +195,7 @@ class Pooled {
   release(item) {
     if (poolAcq.give(this.#pool, item, perf.now(), false)) this.#discard(item);
     this.#deliver();
-    if (this.#state === DRAINING) this.#settle();
+    this.#settle();
   }
 
   destroy(item) {
@@ -235,45 +216,40 @@ class Pooled {
     }
   }
 
+  /** Ends a drain the core says is over (asked only while one waits). */
   #settle() {
-    if (this.#state === DRAINING && this.#drained !== null && this.#active === 0 && this.#pool.busy === 0) {
+    if (this.#drained !== null && poolAcq.drained(this.#pool)) {
       const done = this.#drained;
       this.#drained = null;
       done();
     }
   }
 
+  #stopTimer() {
+    if (this.#timer !== null) clearInterval(this.#timer);
+    this.#timer = null;
+  }
+
   drain() {
-    if (this.#state === CLOSED) return this.#closed;
-    if (this.#state === OPEN) {
-      this.#state = DRAINING;
-      if (this.#timer !== null) clearInterval(this.#timer);
-      this.#timer = null;
-    }
+    if (this.#closed !== null) return this.#closed;
+    poolAcq.drain(this.#pool);
+    this.#stopTimer();
     return new Promise((resolve) => {
-      if (this.#active === 0 && this.#pool.busy === 0) resolve();
-      else {
-        const before = this.#drained;
-        this.#drained = () => {
-          if (before !== null) before();
-          resolve();
-        };
-      }
+      const before = this.#drained;
+      this.#drained = () => {
+        if (before !== null) before();
+        resolve();
+      };
+      this.#settle();
     }).then(() => this.close());
   }
 
   close() {
-    if (this.#state === CLOSED) return this.#closed;
-    this.#state = CLOSED;
-    if (this.#timer !== null) clearInterval(this.#timer);
-    this.#timer = null;
-    for (const s of this.#sleepers) {
-      clearTimeout(s.timer);
-      s.fail(closedError());
-    }
-    this.#sleepers.clear();
+    if (this.#closed !== null) return this.#closed;
+    this.#stopTimer();
     for (const item of poolAcq.close(this.#pool)) this.#discard(item);
-    // Every parked acquire wakes and fails as closed.
+    // Every parked and sleeping acquire wakes, and its next step throws CLOSED.
+    for (const wake of this.#sleepers) wake();
     this.#deliver();
     this.#closed = Promise.allSettled([...this.#closing]).then(() => undefined);
     return this.#closed;

@@ -7,16 +7,16 @@
 //! answer in its id map, as it does for `take`.
 //!
 //! `acqStep` answers one int32, like `poolTake`: an item id ≥ 0 is
-//! `Hand(id)`, `-16 - id` is `Close(id)`; `-1` Open, `-2` Park, `-3` Sleep,
-//! `-4` fail: full, `-5` fail: held, `-6` fail: shed, `-7` fail: closed.
+//! `Hand(id)`, `-16 - id` is `Close(id)`; `-1` Open, `-2` Park, `-3` Sleep.
 //! The number that goes with Park (the deadline, Infinity for none) and
-//! Sleep (the span) is read with `acqValue`; a failure's message, the core's,
-//! with `acqWhy`.
+//! Sleep (the span) is read with `acqValue`. An acquire that gives up is
+//! thrown by the step: an `Error` whose `code` is the core's reason
+//! (`TIMEOUT`, `SHED`, `CLOSED`) and whose message is the core's.
 
-use headway_core::flow::{Acquires, Attempts, Failed, Step, TAKE_TIMEOUT, Unit};
+use headway_core::flow::{Acquires, Attempts, Step, TAKE_TIMEOUT, Unit};
 
 use crate::flow::item;
-use crate::raw::{Fail, Funcs, function, method};
+use crate::raw::{Fail, Funcs, method};
 use crate::units::{ms, ns, span};
 
 // acqInit(pid, timeoutMs?, evictEveryMs?) -> the evict timer's period in ms
@@ -76,27 +76,15 @@ method!(acq_step, pools, 4, |s, e, a| {
             -3
         }
         Step::Fail(f) => {
-            s.failed = f;
-            match f {
-                Failed::Full { .. } => -4,
-                Failed::Held { .. } => -5,
-                Failed::Shed { .. } => -6,
-                Failed::Closed => -7,
-            }
+            let why = s.acq.message(f, Unit::Millis);
+            let code = f.error().to_ascii_uppercase();
+            return Err(Fail::Coded(code, format!("headway: {why}")));
         }
     };
     e.int(code)
 });
 
 method!(acq_value, pools, 1, |s, e, a| e.num(s.value));
-
-// acqWhy(pid) -> the core's message for the last step that failed.
-method!(acq_why, pools, 1, |s, e, a| e
-    .str(&s.acq.message(s.failed, Unit::Millis)));
-
-// acqClosedText() -> the core's message for an acquire on a closed pool.
-function!(acq_closed_text, 0, |f, e, a| e
-    .str(&Failed::Closed.message(None, Unit::Millis)));
 
 // acqOpened(pid, ticket, item, now) -> false when the pool closed meanwhile.
 method!(acq_opened, pools, 4, |s, e, a| {
@@ -151,6 +139,16 @@ method!(acq_wakes, pools, 1, |s, e, a| {
 
 method!(acq_parked, pools, 1, |s, e, a| e.num(s.acq.parked() as f64));
 
+// acqDrain(pid): new acquires fail as closed; those under way go on.
+method!(acq_drain, pools, 1, |s, e, a| {
+    s.acq.drain();
+    e.undefined()
+});
+
+// acqDrained(pid) -> whether a drain is over (nothing under way or lent).
+method!(acq_drained, pools, 1, |s, e, a| e
+    .bool(s.acq.drained(&s.pool)));
+
 // attemptsFailed(backoffId, made, previousMs, retryable, stopped, u) -> the
 // delay in ms before the next attempt, or -1: give up. `made` counts the
 // attempt that just failed; the driver keeps it and the last delay.
@@ -176,8 +174,6 @@ pub(crate) fn add(funcs: Funcs) -> Result<Funcs, Fail> {
         .add(c"acqBegin", Some(acq_begin))?
         .add(c"acqStep", Some(acq_step))?
         .add(c"acqValue", Some(acq_value))?
-        .add(c"acqWhy", Some(acq_why))?
-        .add(c"acqClosedText", Some(acq_closed_text))?
         .add(c"acqOpened", Some(acq_opened))?
         .add(c"acqUnopened", Some(acq_unopened))?
         .add(c"acqEnd", Some(acq_end))?
@@ -186,5 +182,7 @@ pub(crate) fn add(funcs: Funcs) -> Result<Funcs, Fail> {
         .add(c"acqClose", Some(acq_close))?
         .add(c"acqWakes", Some(acq_wakes))?
         .add(c"acqParked", Some(acq_parked))?
+        .add(c"acqDrain", Some(acq_drain))?
+        .add(c"acqDrained", Some(acq_drained))?
         .add(c"attemptsFailed", Some(attempts_failed))
 }

@@ -16,8 +16,7 @@ use std::cell::Cell;
 use std::ptr;
 
 use headway_core::flow::{
-    Acquires, Backoff, Breaker, Bucket, Failed, Gate, Jitter, Limits, Load, Pool, Taken, Ward,
-    Window, pick,
+    Acquires, Backoff, Breaker, Bucket, Gate, Jitter, Limits, Load, Pool, Taken, Ward, Window, pick,
 };
 use napi::bindgen_prelude::{External, ToNapiValue};
 use napi::sys;
@@ -203,8 +202,6 @@ pub struct PoolState {
     /// The number that goes with the last `acqStep` answer, read by
     /// `acqValue` only on the answers that carry one.
     pub(crate) value: f64,
-    /// Why the last `acqStep` that failed gave up, read by `acqWhy`.
-    pub(crate) failed: Failed,
 }
 
 // poolNew(owner, limitsHandle, wardHandle?) -> id
@@ -216,7 +213,6 @@ function!(pool_new, 3, |f, e, a| {
         later: 0,
         acq: Acquires::default(),
         value: 0.0,
-        failed: Failed::Closed,
     })?;
     own(e.0, a[0], f, |f| &f.pools, id)?;
     e.num(id as f64)

@@ -41,6 +41,9 @@ pub enum Fail {
     /// A failure that is no argument's fault (a Rust panic, a refusal
     /// that reached a bare callback): an `Error` with this message.
     Error(String),
+    /// An answer the caller throws as an `Error` with this `code` and
+    /// message (a `Pooled` acquire that gave up).
+    Coded(String, String),
     /// A Node-API call failed (an exception may already be pending).
     Napi,
 }
@@ -90,6 +93,10 @@ impl Fail {
                 Fail::Error(msg) => {
                     let msg = cstring(msg);
                     sys::napi_throw_error(env, c"GenericFailure".as_ptr(), msg.as_ptr());
+                }
+                Fail::Coded(code, msg) => {
+                    let (code, msg) = (cstring(code), cstring(msg));
+                    sys::napi_throw_error(env, code.as_ptr(), msg.as_ptr());
                 }
                 Fail::Napi => {
                     sys::napi_throw_error(

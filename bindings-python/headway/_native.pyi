@@ -293,9 +293,9 @@ class Acquires:
     served), who parks, who gives up. ``Pooled`` drives it; every method takes
     the pool it keeps the queue for. ``step`` answers ``(kind, value)``: 0
     hand ``value``, 1 open, 2 close ``value``, 3 sleep ``value`` s, 4 park
-    until woken or the deadline ``value`` (``None``: none), 5 fail with
-    ``value = (why, message)``, ``why`` one of ``"full"``, ``"held"``,
-    ``"shed"``, ``"closed"``."""
+    until woken or the deadline ``value`` (``None``: none). An acquire that
+    gives up raises: ``PoolTimeout``, ``ShedError`` or ``RuntimeError``
+    (closed), with the core's message."""
 
     def __new__(
         cls,

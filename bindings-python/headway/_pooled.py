@@ -11,9 +11,10 @@ machine Node's ``Pooled`` drives. This driver does what it answers:
 ``CLOSE``  close a stale item (already out of the pool), then step again
 ``SLEEP``  sleep the ward's hold, then step again
 ``PARK``   wait until woken or the deadline, then step again
-``FAIL``   raise ``PoolTimeout``, ``ShedError`` or ``RuntimeError`` (closed)
-           with the core's message
 ========== =================================================================
+
+An acquire that gives up is raised by the step itself: ``PoolTimeout``,
+``ShedError`` or ``RuntimeError`` (closed), the core's choice and message.
 
 Waiters are served first parked, first served, sync and async alike. Every
 call that frees an item or room (give back, leave, evict, close) tells the
@@ -41,7 +42,6 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, Generic, TypeVar, cast, overload
 
-from ._errors import PoolTimeout, ShedError
 from ._native import TAKE_TIMEOUT, Acquires, Limits, Pool, Ward
 
 
@@ -52,16 +52,8 @@ R = TypeVar("R")
 
 # What Acquires.step answers, in its order; and what the steps yield for an
 # async open's awaitable (the binding's own, not an answer of the core's).
-_HAND, _OPEN, _CLOSE, _SLEEP, _PARK, _FAIL = range(6)
+_HAND, _OPEN, _CLOSE, _SLEEP, _PARK = range(5)
 _AWAIT = -1
-
-# The exception each of the core's reasons to fail raises ("closed":
-# RuntimeError); the message is the core's.
-_FAILS: dict[str, type[BaseException]] = {
-    "full": PoolTimeout,
-    "held": PoolTimeout,
-    "shed": ShedError,
-}
 
 log = logging.getLogger("headway")
 
@@ -342,12 +334,6 @@ class Pooled(Generic[T]):
             if wake is not None:
                 wake()
 
-    @staticmethod
-    def _failed(why: tuple[str, str]) -> BaseException:
-        """The core's reason and message as the exception to raise."""
-        kind, message = why
-        return _FAILS.get(kind, RuntimeError)(message)
-
     def _release(self, item: T, broken: bool) -> bool:
         """Give an item back; whether the caller must now close it."""
         acq = self._acq
@@ -427,8 +413,6 @@ class Pooled(Generic[T]):
                         yield _CLOSE, v
                         continue
                     kind = _HAND
-                elif kind not in (_HAND, _PARK, _CLOSE, _SLEEP):
-                    raise self._failed(v)
                 yield kind, v
         finally:
             del self._wakers[t]

@@ -6,8 +6,9 @@
 //! small tuples, cheap to build and to unpack in a `while` loop; instants
 //! are `time.monotonic()` seconds.
 
-use headway_core::flow::{self, Step, Unit};
+use headway_core::flow::{self, Failed, Step, Unit};
 use pyo3::IntoPyObjectExt;
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
@@ -16,16 +17,28 @@ use crate::pool::{Obj, PyPool, expect, limits_or_default, objs};
 use crate::{clock, draw_arg, guard, opt, secs_out, span_arg};
 
 /// What `Acquires.step` answers: `(HAND, item)`, `(OPEN, None)`,
-/// `(CLOSE, item)`, `(SLEEP, seconds)`, `(PARK, deadline or None)`,
-/// `(FAIL, (why, message))` with why one of `"full"`, `"held"` (the driver
-/// raises its timeout error), `"shed"` (its fail-fast one), `"closed"`, and
-/// the core's message.
+/// `(CLOSE, item)`, `(SLEEP, seconds)`, `(PARK, deadline or None)`. An
+/// acquire that gives up raises instead (see [`failure`]).
 const HAND: u8 = 0;
 const OPEN: u8 = 1;
 const CLOSE: u8 = 2;
 const SLEEP: u8 = 3;
 const PARK: u8 = 4;
-const FAIL: u8 = 5;
+
+/// A failed acquire as what the driver raises, with the core's message: the
+/// core's `timeout` is `headway.PoolTimeout`, its `shed` `headway.ShedError`,
+/// `closed` a `RuntimeError`.
+fn failure(py: Python<'_>, f: Failed, message: String) -> PyErr {
+    let class = match f.error() {
+        "timeout" => "PoolTimeout",
+        "shed" => "ShedError",
+        _ => return PyRuntimeError::new_err(message),
+    };
+    let made = py
+        .import("headway._errors")
+        .and_then(|m| m.getattr(class)?.call1((message,)));
+    made.map_or_else(|e| e, PyErr::from_value)
+}
 
 /// The acquires of one `Pool`: who is served next (first parked, first
 /// served), who parks, who gives up. Every method takes the pool it keeps
@@ -89,7 +102,8 @@ methods! {
         self.inner.begin(clock())
     }
 
-    /// What to do next for `ticket` (see the module's answers).
+    /// What to do next for `ticket` (see the module's answers); raises when
+    /// the acquire gives up.
     #[pyo3(signature = (pool, ticket, roll=None))]
     fn step(
         &mut self,
@@ -108,10 +122,7 @@ methods! {
                     Step::Close(o) => (CLOSE, o.0),
                     Step::Sleep(d) => (SLEEP, secs_out(d).into_py_any(py)?),
                     Step::Park(_, deadline) => (PARK, deadline.map(secs_out).into_py_any(py)?),
-                    Step::Fail(f) => {
-                        let message = self.inner.message(f, Unit::Seconds);
-                        (FAIL, (f.kind(), message).into_py_any(py)?)
-                    }
+                    Step::Fail(f) => return Err(failure(py, f, self.inner.message(f, Unit::Seconds))),
                 },
             )
         })

@@ -67,6 +67,16 @@ impl Failed {
         }
     }
 
+    /// What the driver raises for it: `timeout` (its timeout error) for
+    /// `full` and `held` alike, `shed` (its fail-fast one), or `closed`.
+    pub fn error(&self) -> &'static str {
+        match self {
+            Failed::Full { .. } | Failed::Held { .. } => "timeout",
+            Failed::Shed { .. } => "shed",
+            Failed::Closed => "closed",
+        }
+    }
+
     /// What the driver raises, given the acquire's `timeout` and the host's
     /// unit.
     pub fn message(&self, timeout: Option<Nanos>, unit: Unit) -> String {
@@ -127,5 +137,6 @@ mod tests {
             "no item: the pool is full (1 live)"
         );
         assert_eq!(Failed::Shed { refusal: 0.5 }.kind(), "shed");
+        assert_eq!(Failed::Held { delay: 1 }.error(), "timeout");
     }
 }

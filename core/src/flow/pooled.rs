@@ -81,6 +81,8 @@ pub struct Acquires {
     turns: i64,
     wakes: Vec<Ticket>,
     closed: bool,
+    /// Set by [`Acquires::drain`]: tickets from this one on fail as closed.
+    drain_from: Option<Ticket>,
 }
 
 impl Acquires {
@@ -150,6 +152,18 @@ impl Acquires {
         self.closed
     }
 
+    /// Stop serving new acquires (each fails as closed) while those under
+    /// way go on; [`Acquires::drained`] then says when to close.
+    pub fn drain(&mut self) {
+        self.drain_from.get_or_insert(self.next);
+    }
+
+    /// Whether a drain is over: no acquire under way and nothing lent, so
+    /// the driver may close.
+    pub fn drained<T: Clone + PartialEq>(&self, pool: &Pool<T>) -> bool {
+        self.drain_from.is_some() && self.calls.is_empty() && pool.busy() == 0
+    }
+
     /// Whether there are tickets to wake: drain them with `wakes`.
     pub fn has_wakes(&self) -> bool {
         !self.wakes.is_empty()
@@ -163,7 +177,7 @@ impl Acquires {
     /// The fast path: a fresh idle item, lent, when nobody is queued ahead —
     /// or `None`, and the caller begins a ticket.
     pub fn quick<T: Clone + PartialEq>(&mut self, pool: &mut Pool<T>, now: Nanos) -> Option<T> {
-        if self.closed || !self.queue.is_empty() || self.turns > 0 {
+        if self.closed || self.drain_from.is_some() || !self.queue.is_empty() || self.turns > 0 {
             return None;
         }
         pool.take_fresh(now)
@@ -211,7 +225,7 @@ impl Acquires {
         let Some(&call) = self.calls.get(&ticket) else {
             return Step::Fail(Failed::Closed);
         };
-        if self.closed {
+        if self.closed || self.drain_from.is_some_and(|d| ticket >= d) {
             self.finish(pool, ticket);
             return Step::Fail(Failed::Closed);
         }
@@ -505,6 +519,28 @@ mod tests {
         );
         assert_eq!(p.live(), 0);
         assert_eq!(Acquires::new(Some(-1)).unwrap_err().arg, "timeout");
+    }
+
+    #[test]
+    fn a_drain_serves_those_under_way_and_refuses_the_rest() {
+        let mut p = pool(1);
+        let mut a = Acquires::new(None).unwrap();
+        let t0 = a.begin(0);
+        a.step(&mut p, t0, 0, 0.5);
+        a.opened(&mut p, t0, 1, 0);
+        let early = a.begin(0);
+        assert_eq!(a.step(&mut p, early, 0, 0.5), Step::Park(early, None));
+        a.drain();
+        assert!(!a.drained(&p));
+        let late = a.begin(0);
+        assert_eq!(a.step(&mut p, late, 0, 0.5), Step::Fail(Failed::Closed));
+        assert!(!a.give(&mut p, 1, 0, false));
+        assert_eq!(a.wakes(), vec![early]);
+        assert_eq!(a.quick(&mut p, 0), None, "no quick item while draining");
+        assert_eq!(a.step(&mut p, early, 0, 0.5), Step::Hand(1));
+        assert!(!a.drained(&p), "lent");
+        a.give(&mut p, 1, 0, false);
+        assert!(a.drained(&p));
     }
 
     #[test]
