@@ -36,29 +36,11 @@ from __future__ import annotations
 import os
 from typing import TypeAlias, TypeVar, Union
 
+# The pure-Python modules' public names are each one's ``__all__``, all of
+# them listed again in the package's below.
 from . import _native
-from ._errors import (
-    BrokerClosedError,
-    BrokerConnectionError,
-    BrokerDataError,
-    BrokerError,
-    BrokerScriptError,
-    BrokerServerError,
-    Full,
-    Ignore,
-    Missing,
-    PoolTimeout,
-    Refused,
-    Reject,
-    Revoked,
-    ShedError,
-    SoftTimeLimitExceeded,
-    TaskFailed,
-    TaskRetry,
-    Timeout,
-    UnknownTask,
-)
-from ._limits import Bucket, Gate
+from ._errors import *
+from ._limits import *
 from ._native import (
     At,
     Context,
@@ -88,20 +70,9 @@ from ._native import (
     Window,
     pick,
 )
-from ._pooled import Lease, Pooled
-from ._retry import Retry, retry, retrying
-from ._tasks import (
-    App,
-    AsyncTask,
-    Beat,
-    Signature,
-    Task,
-    Worker,
-    chain,
-    chord,
-    current,
-    group,
-)
+from ._pooled import *
+from ._retry import *
+from ._tasks import *
 
 # `headway.admin.asgi(app)`: the admin interface (imports the task side).
 from . import _log, admin, signals
