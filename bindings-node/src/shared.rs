@@ -12,7 +12,8 @@
 use std::sync::Arc;
 
 use headway_core::limit::tokens::tokens;
-use headway_core::limit::{SharedBucket, SharedGate, SharedWindow};
+use headway_core::limit::{Asked, Limit, SharedBucket, SharedGate, SharedWindow};
+use headway_core::task::Refused;
 use napi_derive::napi;
 
 use crate::raw::invalid_arg;
@@ -36,22 +37,64 @@ fn ms_json(span: i64) -> String {
     json(ms(span))
 }
 
-/// A token bucket in Redis (`lib/limits.js`'s `SharedBucket`).
-#[napi]
-pub struct NativeSharedBucket {
-    inner: Arc<SharedBucket>,
-    wire: Option<u32>,
+/// A limit in Redis (`lib/limits.js` wraps it): the core's value, and the
+/// number of the event loop's socket for its URL (`lib/wire.js`). The
+/// class's own methods follow the `;`.
+macro_rules! shared {
+    ($(#[doc = $doc:literal])* $ty:ident, $core:ident; $($own:tt)*) => {
+        $(#[doc = $doc])*
+        #[napi]
+        pub struct $ty {
+            inner: Arc<$core>,
+            wire: Option<u32>,
+        }
+
+        impl $ty {
+            /// What the core made of the constructor's arguments.
+            fn made(url: &str, made: Result<$core, Refused>) -> napi::Result<Self> {
+                Ok($ty {
+                    inner: Arc::new(made.map_err(invalid_arg)?),
+                    wire: wire_for(url),
+                })
+            }
+
+            /// A call asked of the core, made on the event loop's socket or
+            /// the shared link, its answer rendered as JSON text.
+            fn call<T: Send + 'static>(
+                &self,
+                asked: Result<Asked<<$core as Limit>::Answer, T>, Refused>,
+                render: fn(T) -> String,
+            ) -> napi::Result<Answer> {
+                call(self.wire, &self.inner, asked, render)
+            }
+        }
+
+        #[napi]
+        impl $ty {
+            #[napi(getter)]
+            pub fn key(&self) -> String {
+                self.inner.key().to_string()
+            }
+
+            /// The number of the event loop's socket for this limit's URL,
+            /// or `null` when calls take the shared link.
+            #[napi(getter)]
+            pub fn wire(&self) -> Option<u32> {
+                self.wire
+            }
+
+            $($own)*
+        }
+    };
 }
 
-#[napi]
-impl NativeSharedBucket {
+shared! {
+    /// A token bucket in Redis (`lib/limits.js`'s `SharedBucket`).
+    NativeSharedBucket, SharedBucket;
+
     #[napi(constructor, catch_unwind)]
     pub fn new(url: String, key: String, rate: f64, burst: Option<f64>) -> napi::Result<Self> {
-        let inner = SharedBucket::new(&url, &key, rate, burst).map_err(invalid_arg)?;
-        Ok(NativeSharedBucket {
-            inner: Arc::new(inner),
-            wire: wire_for(&url),
-        })
+        Self::made(&url, SharedBucket::new(&url, &key, rate, burst))
     }
 
     #[napi(getter)]
@@ -64,32 +107,19 @@ impl NativeSharedBucket {
         self.inner.burst()
     }
 
-    #[napi(getter)]
-    pub fn key(&self) -> String {
-        self.inner.key().to_string()
-    }
-
-    /// The number of the event loop's socket for this limit's URL
-    /// (`lib/wire.js`), or `null` when calls take the shared link.
-    #[napi(getter)]
-    pub fn wire(&self) -> Option<u32> {
-        self.wire
-    }
-
     #[napi(catch_unwind)]
     pub fn take(&self, n: Option<f64>) -> napi::Result<Answer> {
-        call(self.wire, &self.inner, self.inner.ask_take(tokens(n)), json)
+        self.call(self.inner.ask_take(tokens(n)), json)
     }
 
     #[napi(catch_unwind)]
     pub fn next(&self, n: Option<f64>) -> napi::Result<Answer> {
-        let ask = self.inner.ask_next(tokens(n));
-        call(self.wire, &self.inner, ask, ms_json)
+        self.call(self.inner.ask_next(tokens(n)), ms_json)
     }
 
     #[napi(catch_unwind)]
     pub fn tokens(&self) -> napi::Result<Answer> {
-        call(self.wire, &self.inner, Ok(self.inner.ask_tokens()), json)
+        self.call(Ok(self.inner.ask_tokens()), json)
     }
 
     #[napi(catch_unwind)]
@@ -99,24 +129,15 @@ impl NativeSharedBucket {
     }
 }
 
-/// A sliding window in Redis (`lib/limits.js`'s `SharedWindow`).
-#[napi]
-pub struct NativeSharedWindow {
-    inner: Arc<SharedWindow>,
-    wire: Option<u32>,
-}
+shared! {
+    /// A sliding window in Redis (`lib/limits.js`'s `SharedWindow`).
+    NativeSharedWindow, SharedWindow;
 
-#[napi]
-impl NativeSharedWindow {
     /// `per` in milliseconds.
     #[napi(constructor, catch_unwind)]
     pub fn new(url: String, key: String, limit: f64, per: f64) -> napi::Result<Self> {
         let limit = int_arg("limit", limit)?;
-        let inner = SharedWindow::new(&url, &key, limit, ns(per)).map_err(invalid_arg)?;
-        Ok(NativeSharedWindow {
-            inner: Arc::new(inner),
-            wire: wire_for(&url),
-        })
+        Self::made(&url, SharedWindow::new(&url, &key, limit, ns(per)))
     }
 
     #[napi(getter)]
@@ -129,31 +150,19 @@ impl NativeSharedWindow {
         ms(self.inner.per())
     }
 
-    #[napi(getter)]
-    pub fn key(&self) -> String {
-        self.inner.key().to_string()
-    }
-
-    /// The number of the event loop's socket for this limit's URL
-    /// (`lib/wire.js`), or `null` when calls take the shared link.
-    #[napi(getter)]
-    pub fn wire(&self) -> Option<u32> {
-        self.wire
-    }
-
     #[napi(catch_unwind)]
     pub fn take(&self) -> napi::Result<Answer> {
-        call(self.wire, &self.inner, Ok(self.inner.ask_take()), json)
+        self.call(Ok(self.inner.ask_take()), json)
     }
 
     #[napi(catch_unwind)]
     pub fn left(&self) -> napi::Result<Answer> {
-        call(self.wire, &self.inner, Ok(self.inner.ask_left()), json)
+        self.call(Ok(self.inner.ask_left()), json)
     }
 
     #[napi(catch_unwind)]
     pub fn next(&self) -> napi::Result<Answer> {
-        call(self.wire, &self.inner, Ok(self.inner.ask_next()), ms_json)
+        self.call(Ok(self.inner.ask_next()), ms_json)
     }
 
     #[napi(catch_unwind)]
@@ -163,24 +172,15 @@ impl NativeSharedWindow {
     }
 }
 
-/// A concurrency gate in Redis (`lib/limits.js`'s `SharedGate`).
-#[napi]
-pub struct NativeSharedGate {
-    inner: Arc<SharedGate>,
-    wire: Option<u32>,
-}
+shared! {
+    /// A concurrency gate in Redis (`lib/limits.js`'s `SharedGate`).
+    NativeSharedGate, SharedGate;
 
-#[napi]
-impl NativeSharedGate {
     /// `lease` in milliseconds (`null`: the core's default).
     #[napi(constructor, catch_unwind)]
     pub fn new(url: String, key: String, n: f64, lease: Option<f64>) -> napi::Result<Self> {
         let n = int_arg("n", n)?;
-        let inner = SharedGate::new(&url, &key, n, lease.map(ns)).map_err(invalid_arg)?;
-        Ok(NativeSharedGate {
-            inner: Arc::new(inner),
-            wire: wire_for(&url),
-        })
+        Self::made(&url, SharedGate::new(&url, &key, n, lease.map(ns)))
     }
 
     #[napi(getter)]
@@ -193,18 +193,6 @@ impl NativeSharedGate {
         ms(self.inner.lease())
     }
 
-    #[napi(getter)]
-    pub fn key(&self) -> String {
-        self.inner.key().to_string()
-    }
-
-    /// The number of the event loop's socket for this limit's URL
-    /// (`lib/wire.js`), or `null` when calls take the shared link.
-    #[napi(getter)]
-    pub fn wire(&self) -> Option<u32> {
-        self.wire
-    }
-
     #[napi(catch_unwind)]
     pub fn take(&self) -> napi::Result<Answer> {
         let (req, pick) = self.inner.ask_take_new();
@@ -213,26 +201,16 @@ impl NativeSharedGate {
 
     #[napi(catch_unwind)]
     pub fn release(&self, permit: String) -> napi::Result<Answer> {
-        call(
-            self.wire,
-            &self.inner,
-            Ok(self.inner.ask_release(&permit)),
-            json,
-        )
+        self.call(Ok(self.inner.ask_release(&permit)), json)
     }
 
     #[napi(catch_unwind)]
     pub fn renew(&self, permit: String) -> napi::Result<Answer> {
-        call(
-            self.wire,
-            &self.inner,
-            Ok(self.inner.ask_renew(&permit)),
-            json,
-        )
+        self.call(Ok(self.inner.ask_renew(&permit)), json)
     }
 
     #[napi(catch_unwind)]
     pub fn held(&self) -> napi::Result<Answer> {
-        call(self.wire, &self.inner, Ok(self.inner.ask_held()), json)
+        self.call(Ok(self.inner.ask_held()), json)
     }
 }
