@@ -9,15 +9,15 @@
 //! anything slower as a ticket answered through the environment's bell.
 //!
 //! A stream is kept here by number until `close(id)`, which also ends a
-//! `next` still waiting for its tick, so a page that goes away leaves no
-//! outstanding ticket and nothing keeps the process alive.
+//! `next` still waiting for its tick (the core's `StreamSlot`), so a page
+//! that goes away leaves no outstanding ticket and nothing keeps the
+//! process alive.
 
 use std::collections::HashMap;
 use std::convert::identity;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use futures_util::future::{Either, select};
 use headway_core::admin::{
     Admin, AdminConfig, EventStream, Reply, Request, StreamSlot, declared_over,
 };
@@ -25,22 +25,15 @@ use headway_core::task::Refused;
 use napi::bindgen_prelude::Buffer;
 use napi_derive::napi;
 use serde::Serialize;
-use tokio::sync::Notify;
 
 use crate::raw::invalid_arg;
 use crate::tasks::app::NativeApp;
-use crate::tasks::hub::{Answer, drive};
+use crate::tasks::hub::{Answer, drive, quote};
 use crate::tasks::lock;
 
-/// One open stream: the core's stream, lent to one `next` at a time and
-/// closed for good by `close` (the core's `StreamSlot`), and the wake-up
-/// that ends a `next` waiting when it closes.
-struct Slot {
-    stream: StreamSlot<EventStream>,
-    wake: Notify,
-}
-
-type Streams = Arc<Mutex<HashMap<u32, Arc<Slot>>>>;
+/// The open streams, each lent to one `next` at a time and closed for good
+/// by `close`.
+type Streams = Arc<Mutex<HashMap<u32, Arc<StreamSlot<EventStream>>>>>;
 
 /// One admin over one app (`lib/admin.js`'s `handler` wraps it).
 #[napi]
@@ -70,11 +63,7 @@ fn render(reply: Reply, streams: &Streams, next_id: &AtomicU32) -> String {
     };
     let id = stream.map(|s| {
         let id = next_id.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
-        let slot = Arc::new(Slot {
-            stream: StreamSlot::new(s),
-            wake: Notify::new(),
-        });
-        lock(streams).insert(id, slot);
+        lock(streams).insert(id, Arc::new(StreamSlot::new(s)));
         id
     });
     let out = ReplyOut {
@@ -211,28 +200,11 @@ impl NativeAdmin {
                 let Some(slot) = slot else {
                     return Ok::<_, Refused>("null".to_string());
                 };
-                let mut st = match slot.stream.take() {
-                    Ok(Some(st)) => st,
-                    Ok(None) => return Ok("null".into()),
-                    Err(busy) => return Err(Refused::Invalid(format!("admin stream: {busy}"))),
-                };
-                let frame = {
-                    let next = std::pin::pin!(st.next());
-                    let woken = std::pin::pin!(slot.wake.notified());
-                    match select(next, woken).await {
-                        Either::Left((f, _)) => f,
-                        Either::Right(_) => None,
-                    }
-                };
-                if !slot.stream.give(st) {
-                    // Closed while waiting: the stream is dropped.
-                    return Ok("null".into());
-                }
-                Ok(match frame {
-                    Some(b) => serde_json::to_string(&String::from_utf8_lossy(&b))
-                        .unwrap_or_else(|_| "null".into()),
-                    None => "null".into(),
-                })
+                let frame = slot
+                    .next()
+                    .await
+                    .map_err(|busy| Refused::Invalid(format!("admin stream: {busy}")))?;
+                Ok(frame.map_or_else(|| "null".into(), |b| quote(&String::from_utf8_lossy(&b))))
             },
             identity,
         )
@@ -243,7 +215,7 @@ impl NativeAdmin {
     pub fn close(&self, id: u32) {
         let slot = lock(&self.streams).remove(&id);
         if let Some(slot) = slot {
-            shut(slot);
+            slot.close();
         }
     }
 
@@ -252,12 +224,6 @@ impl NativeAdmin {
     #[napi(js_name = "closeAll", catch_unwind)]
     pub fn close_all(&self) {
         let all = std::mem::take(&mut *lock(&self.streams));
-        all.into_values().for_each(shut);
+        all.into_values().for_each(|slot| slot.close());
     }
-}
-
-/// Ends a stream taken out of the map: a `next` waiting on it answers null.
-fn shut(slot: Arc<Slot>) {
-    slot.stream.close();
-    slot.wake.notify_one();
 }

@@ -1,8 +1,17 @@
 //! A live stream as a host hands it out: one `next()` at a time, and a
 //! `close()` that ends it whether or not a `next()` is waiting. The rules
 //! each binding's stream object keeps, so both keep the same ones.
+//!
+//! A `close()` also wakes a `next()` waiting for its tick, so a host whose
+//! waits cannot be cancelled from outside (Node's, answered through a
+//! ticket) is not left holding one for a page that went away.
 
 use std::sync::Mutex;
+
+use futures_util::future::{Either, select};
+use tokio::sync::Notify;
+
+use super::EventStream;
 
 /// Why a `next()` is refused while another holds the stream (a binding
 /// prefixes its own name).
@@ -12,12 +21,15 @@ pub const NEXT_BUSY: &str = "the previous next() has not finished";
 pub struct StreamSlot<S> {
     /// The stream when no `next()` holds it, and whether it is closed.
     inner: Mutex<(Option<S>, bool)>,
+    /// Rung by `close()`, for the `next()` waiting.
+    wake: Notify,
 }
 
 impl<S> StreamSlot<S> {
     pub fn new(stream: S) -> Self {
         StreamSlot {
             inner: Mutex::new((Some(stream), false)),
+            wake: Notify::new(),
         }
     }
 
@@ -58,11 +70,34 @@ impl<S> StreamSlot<S> {
             s.0.take()
         };
         drop(taken);
+        // A permit kept when no `next()` waits yet: one that takes the
+        // stream before this and waits after still ends at once.
+        self.wake.notify_one();
     }
 
     /// Whether `close()` was called.
     pub fn closed(&self) -> bool {
         self.lock().1
+    }
+}
+
+impl StreamSlot<EventStream> {
+    /// The next frame: the first at once, then one per tick; `Ok(None)`
+    /// once closed, also when the close comes while this waits (it ends
+    /// the wait); [`NEXT_BUSY`] while another `next()` holds the stream.
+    pub async fn next(&self) -> Result<Option<Vec<u8>>, &'static str> {
+        let Some(mut st) = self.take()? else {
+            return Ok(None);
+        };
+        let frame = {
+            let next = std::pin::pin!(st.next());
+            let woken = std::pin::pin!(self.wake.notified());
+            match select(next, woken).await {
+                Either::Left((f, _)) => f,
+                Either::Right(_) => None,
+            }
+        };
+        Ok(if self.give(st) { frame } else { None })
     }
 }
 
