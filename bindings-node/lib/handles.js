@@ -42,7 +42,7 @@ class Handle {
   get(timeout) {
     return promised(() => {
       const t = timeout === undefined || timeout === null ? null : num('timeout', timeout);
-      return answer(this.#app[APP].get(this.#key, this.#all, t), parse, same);
+      return this.#ask('get', parse, same, t);
     });
   }
 
@@ -51,7 +51,7 @@ class Handle {
    * REVOKED), or a custom state its body recorded (`ctx.updateState`).
    */
   state() {
-    return promised(() => answer(this.#app[APP].state(this.#key, this.#all), same, same));
+    return promised(() => this.#ask('state', same, same));
   }
 
   /**
@@ -62,7 +62,7 @@ class Handle {
    * stored. A group: the list of its parts', in order.
    */
   info() {
-    return promised(() => answer(this.#app[APP].info(this.#key, this.#all), parse, same));
+    return promised(() => this.#ask('info', parse, same));
   }
 
   /**
@@ -72,7 +72,7 @@ class Handle {
   dateDone() {
     return promised(() => {
       const date = (ms) => (ms === null ? null : new Date(ms));
-      return answer(this.#app[APP].dateDone(this.#key, this.#all), (t) => date(parse(t)), date);
+      return this.#ask('dateDone', (t) => date(parse(t)), date);
     });
   }
 
@@ -83,13 +83,13 @@ class Handle {
   children() {
     return promised(() => {
       const handles = (ids) => ids.map((id) => new Handle(this.#app, [id], false));
-      return answer(this.#app[APP].children(this.#key, this.#all), (t) => handles(parse(t)), handles);
+      return this.#ask('children', (t) => handles(parse(t)), handles);
     });
   }
 
   /** Removes what is stored of it (Celery's `forget()`): it then reads PENDING. */
   forget() {
-    return promised(() => answer(this.#app[APP].forget(this.#key, this.#all), nothing, nothing));
+    return promised(() => this.#ask('forget', nothing, nothing));
   }
 
   /**
@@ -103,6 +103,11 @@ class Handle {
       const [terminate, signal] = revokeOptions(options);
       return answer(this.#app[APP].revoke(this.#key, this.#all, terminate, signal), nothing, nothing);
     });
+  }
+
+  /** The native app's answer to `what` of this handle (the core's `Handle` method of that name), as a Promise. */
+  #ask(what, now, later, timeout = null) {
+    return answer(this.#app[APP].ask(this.#key, this.#all, what, timeout), now, later);
   }
 
   [inspect.custom]() {

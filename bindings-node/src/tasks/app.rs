@@ -393,56 +393,34 @@ impl NativeApp {
         })
     }
 
-    /// Waits for a run's value (a set: the list, in order), at most
-    /// `timeout` real ms (`null`: for ever). Answers JSON text.
+    /// Asks the run (or the set) `what`, the core's `Handle` method of
+    /// that name: `get` (its value, a set's the list, waiting at most
+    /// `timeout` real ms; `null`: for ever), `state` (a state name, a
+    /// custom one a body recorded too), `info`, `dateDone` (epoch ms or
+    /// null), `children` (the ids its success sent on) or `forget`.
+    /// Answers JSON text (`state` at once: the bare name).
     #[napi(catch_unwind)]
-    pub fn get(&self, ids: String, all: bool, timeout: Option<f64>) -> napi::Result<Answer> {
-        let t = timeout.map(|t| Duration::from_millis(ms(t).max(0) as u64));
-        self.with_handle(&ids, all, |h| {
-            drive(async move { h.get(t).await }, json_text)
+    pub fn ask(
+        &self,
+        ids: String,
+        all: bool,
+        what: String,
+        timeout: Option<f64>,
+    ) -> napi::Result<Answer> {
+        self.with_handle(&ids, all, |h| match what.as_str() {
+            "get" => {
+                let t = timeout.map(|t| Duration::from_millis(ms(t).max(0) as u64));
+                drive(async move { h.get(t).await }, json_text)
+            }
+            "state" => drive_split(async move { h.state_name().await }, |s| s, |s| quote(&s)),
+            "info" => drive(async move { h.info().await }, json_text),
+            "dateDone" => drive(async move { h.date_done().await }, json),
+            "children" => drive(async move { h.children().await }, json),
+            "forget" => drive_done(async move { h.forget().await }),
+            _ => Err(napi::Error::from_reason(format!(
+                "headway: a handle has no {what:?} (a bug)"
+            ))),
         })
-    }
-
-    /// What the run (or the set) is doing now: a state name (a custom one
-    /// a body recorded, too).
-    #[napi(catch_unwind)]
-    pub fn state(&self, ids: String, all: bool) -> napi::Result<Answer> {
-        self.with_handle(&ids, all, |h| {
-            drive_split(async move { h.state_name().await }, |s| s, |s| quote(&s))
-        })
-    }
-
-    /// What the run (or the set) says about itself now (the core's
-    /// `Handle::info`). Answers JSON text.
-    #[napi(catch_unwind)]
-    pub fn info(&self, ids: String, all: bool) -> napi::Result<Answer> {
-        self.with_handle(&ids, all, |h| {
-            drive(async move { h.info().await }, json_text)
-        })
-    }
-
-    /// When the run (a set: its first) reached its final state: ms since
-    /// the epoch, or null (the core's `Handle::date_done`).
-    #[napi(js_name = "dateDone", catch_unwind)]
-    pub fn date_done(&self, ids: String, all: bool) -> napi::Result<Answer> {
-        self.with_handle(&ids, all, |h| {
-            drive(async move { h.date_done().await }, json)
-        })
-    }
-
-    /// The ids its success sent on (the core's `Handle::children`), as a
-    /// JSON list.
-    #[napi(catch_unwind)]
-    pub fn children(&self, ids: String, all: bool) -> napi::Result<Answer> {
-        self.with_handle(&ids, all, |h| {
-            drive(async move { h.children().await }, json)
-        })
-    }
-
-    /// Removes what is stored of the run (or the set).
-    #[napi(catch_unwind)]
-    pub fn forget(&self, ids: String, all: bool) -> napi::Result<Answer> {
-        self.with_handle(&ids, all, |h| drive_done(async move { h.forget().await }))
     }
 
     /// Records custom state `state` (none: the core's `PROGRESS`) with
@@ -586,16 +564,13 @@ impl NativeApp {
     /// before anything is sent).
     #[napi(catch_unwind)]
     pub fn remote(&self, ask: String) -> napi::Result<Answer> {
-        let text = |p: headway_core::task::control::Printed| {
-            serde_json::json!({"code": p.code, "out": p.out, "err": p.err}).to_string()
-        };
         let app = self.app.clone();
         drive(
             async move {
                 let ask = headway_core::task::control::CliAsk::parse(&ask)?;
                 ask.run(&app).await
             },
-            text,
+            json,
         )
     }
 
@@ -693,11 +668,7 @@ impl NativeWorker {
     /// (this event loop).
     #[napi(getter)]
     pub fn pool(&self) -> &'static str {
-        if self.w.procs().is_some() {
-            "process"
-        } else {
-            "threads"
-        }
+        self.w.pool_name()
     }
     /// The pids of its child processes now (none on the threads pool).
     #[napi(getter)]

@@ -258,8 +258,9 @@ impl Answerers {
     }
 }
 
-/// What a CLI prints and exits with.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a CLI prints and exits with (as JSON `{out, err, code}` for a
+/// binding that takes it so).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Printed {
     /// For stdout.
     pub out: String,

@@ -274,6 +274,16 @@ impl Worker {
         self.shared.procs.as_ref()
     }
 
+    /// Its pool's name as both bindings show it: `"process"` when its
+    /// bodies run in child processes, else `"threads"`.
+    pub fn pool_name(&self) -> &'static str {
+        if self.procs().is_some() {
+            "process"
+        } else {
+            "threads"
+        }
+    }
+
     /// The queues it claims from now.
     pub fn queues(&self) -> Vec<String> {
         self.shared.queues()
