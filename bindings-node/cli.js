@@ -71,8 +71,9 @@ function load(file, App) {
   return importApp(file, App).catch((e) => fail(e && e.message));
 }
 
-// The parser's seconds (null: not given) as the ms the worker takes.
-const ms = (s) => (s === null ? null : Math.round(s * 1000));
+// A stop's options: the parser's `--grace` seconds as the ms it takes (not
+// given: the worker's default).
+const stopOptions = (o) => (o.grace === null ? undefined : { grace: Math.round(o.grace * 1000) });
 
 function onSignals(stop) {
   let stopping = false;
@@ -87,18 +88,10 @@ function onSignals(stop) {
 
 async function worker(o, App) {
   const app = await load(o.app, App);
-  // What the command line did not give is null: the worker's default.
-  const options = {
-    concurrency: o.concurrency,
-    queues: o.queues,
-    prefetch: o.prefetch,
-    prefetchMultiplier: o.prefetch_multiplier,
-    pool: o.pool,
-    maxTasksPerChild: o.max_tasks_per_child,
-    maxMemoryPerChild: o.max_memory_per_child,
-    timeLimit: ms(o.time_limit),
-    softTimeLimit: ms(o.soft_time_limit),
-  };
+  // The flags given, named and in ms as app.worker takes them (the
+  // core's parse); what the command line did not give is the worker's
+  // default.
+  const options = { queues: o.queues, ...o.worker_options };
   // The children import the module this command was given (the main
   // script here is this CLI).
   if (o.pool !== null) options.module = path.resolve(process.cwd(), o.app);
@@ -111,7 +104,7 @@ async function worker(o, App) {
   }
   const running = w.run();
   onSignals(() => {
-    w.stop(o.grace === null ? undefined : { grace: ms(o.grace) });
+    w.stop(stopOptions(o));
   });
   say('worker_ready', {
     name: w.name,
@@ -168,7 +161,7 @@ async function admin(o, App) {
       handle.closeStreams();
       server.close(resolve);
       server.closeIdleConnections();
-      if (w !== null) w.stop(o.grace === null ? undefined : { grace: ms(o.grace) });
+      if (w !== null) w.stop(stopOptions(o));
     });
   });
   if (working !== null) await working;
