@@ -70,57 +70,26 @@ function items(what, list) {
   return xs.slice();
 }
 
-function firstApp(xs) {
-  for (const x of xs) {
-    const a = x[FIRST]();
-    if (a !== null) return a;
-  }
-  return null;
-}
-
-class Chain extends Canvas {
-  constructor(links) {
+/** A chain's links, a group's parts, or a chord's parts and `callback`, as the core's tree names them (`kind`). */
+class Tree extends Canvas {
+  constructor(kind, parts, callback = null) {
     super();
-    this.links = links;
-  }
-
-  [TREE]() {
-    return `{"chain":[${this.links.map((l) => l[TREE]()).join(',')}]}`;
-  }
-
-  [FIRST]() {
-    return firstApp(this.links);
-  }
-}
-
-class Group extends Canvas {
-  constructor(parts) {
-    super();
-    this.parts = parts;
-  }
-
-  [TREE]() {
-    return `{"group":[${this.parts.map((p) => p[TREE]()).join(',')}]}`;
-  }
-
-  [FIRST]() {
-    return firstApp(this.parts);
-  }
-}
-
-class Chord extends Canvas {
-  constructor(parts, callback) {
-    super();
+    this.kind = kind;
     this.parts = parts;
     this.callback = callback;
   }
 
   [TREE]() {
-    return `{"chord":[[${this.parts.map((p) => p[TREE]()).join(',')}],${this.callback[TREE]()}]}`;
+    const parts = `[${this.parts.map((p) => p[TREE]()).join(',')}]`;
+    return `{"${this.kind}":${this.callback === null ? parts : `[${parts},${this.callback[TREE]()}]`}}`;
   }
 
   [FIRST]() {
-    return firstApp([...this.parts, this.callback]);
+    for (const x of this.callback === null ? this.parts : [...this.parts, this.callback]) {
+      const a = x[FIRST]();
+      if (a !== null) return a;
+    }
+    return null;
   }
 }
 
@@ -131,12 +100,12 @@ class Chord extends Canvas {
  * the rest (as in Celery).
  */
 function chain(...links) {
-  return new Chain(items('chain', links));
+  return new Tree('chain', items('chain', links));
 }
 
 /** Runs all at once, answered as the list of results in the order given; a chain inside stays a chain. */
 function group(...parts) {
-  return new Group(items('group', parts));
+  return new Tree('group', items('group', parts));
 }
 
 /**
@@ -148,7 +117,7 @@ function chord(parts, callback) {
   if (!Array.isArray(parts)) throw argType('parts', 'an array of signatures', parts);
   const ps = items('chord', parts);
   if (!(callback instanceof Canvas)) throw argType('callback', 'a signature or a canvas', callback);
-  return new Chord(ps, callback);
+  return new Tree('chord', ps, callback);
 }
 
 module.exports = { Signature, chain, group, chord };
