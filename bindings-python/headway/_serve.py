@@ -56,8 +56,8 @@ def _own(args: tuple[Any, ...], ctx: _native.Context) -> tuple[Any, ...]:
     return args[1:] if args and args[0] is ctx else args
 
 
-# What ``headway.signals`` is told of a call: its own args, kwargs and context.
-_Hooked = tuple[tuple[Any, ...], "dict[str, Any] | None", _native.Context]
+# What ``headway.signals`` is told of a call: its own args and kwargs.
+_Hooked = tuple[tuple[Any, ...], "dict[str, Any] | None"]
 
 
 def _daemon(target: Any, name: str, *args: Any) -> threading.Thread:
@@ -174,11 +174,11 @@ class Serving:
         tracing = _tracing.enabled
         for seq, name, fn, args, kwargs, ctx in batch:
             traced = None
-            hooked = None if hook is None else (_own(args, ctx), kwargs, ctx)
+            hooked = None if hook is None else (_own(args, ctx), kwargs)
             token = current.set(ctx)
             try:
-                if hook is not None:
-                    hook("pre", name, ctx.id, _own(args, ctx), kwargs, None, None)
+                if hook is not None and hooked is not None:
+                    hook("pre", name, *hooked, None, True)
                 # The run's span is current in the task's copy of the
                 # context, and no longer in the loop's once it is copied.
                 traced = _tracing.begin(ctx) if tracing else None
@@ -218,7 +218,7 @@ class Serving:
     ) -> None:
         """A call's task: the body, answered from inside the task (no done
         callback, so no extra turn of the loop per call). ``hooked`` (the
-        run's own args, kwargs and context): ``headway.signals`` is told
+        run's own args and kwargs): ``headway.signals`` is told
         what the body came to; ``traced``: the run's span, ended here."""
         try:
             value = await aw
@@ -241,9 +241,8 @@ class Serving:
         ``hooked``) and to the run's span (``traced``)."""
         hook = _signals.active
         if hooked is not None and hook is not None:
-            args, kwargs, ctx = hooked
-            state = ctx._state_after() if ok else ctx._state_after(out)
-            hook("post", name, ctx.id, args, kwargs, out, state)
+            # The same call the native host makes after a sync body.
+            hook("post", name, *hooked, out, ok)
         _tracing.end(traced, out, ok)
         if ok:
             self._host.finish(seq, name, out)

@@ -99,32 +99,24 @@ def compose(signals_hook: Any) -> Any:
     if not enabled:
         return signals_hook
 
-    def hook(
-        phase: str,
-        name: str,
-        task_id: str,
-        args: Any,
-        kwargs: Any,
-        out: Any,
-        state: str | None,
-    ) -> None:
+    def hook(phase: str, name: str, args: Any, kwargs: Any, out: Any, returned: bool) -> None:
         if phase == "pre":
             stack = getattr(_stack, "runs", None)
             if stack is None:
                 stack = _stack.runs = []
             stack.append(begin(_native.current()))
             if signals_hook is not None:
-                signals_hook(phase, name, task_id, args, kwargs, out, state)
+                signals_hook(phase, name, args, kwargs, out, returned)
             return
         try:
             if signals_hook is not None:
-                signals_hook(phase, name, task_id, args, kwargs, out, state)
+                signals_hook(phase, name, args, kwargs, out, returned)
         finally:
             stack = getattr(_stack, "runs", None)
             run = stack.pop() if stack else None
             if run is not None:
                 detach(run)
-                end(run, out, state == "SUCCESS")
+                end(run, out, returned)
 
     return hook
 

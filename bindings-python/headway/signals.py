@@ -143,17 +143,23 @@ def _known(name: str, task: Any) -> None:
 def _hook(
     phase: str,
     name: str,
-    task_id: str,
     args: tuple[Any, ...],
     kwargs: dict[str, Any] | None,
     out: Any,
-    state: str | None,
+    returned: bool,
 ) -> None:
+    """Called on the body's thread, its run current, before the body
+    (``"pre"``) and after it (``"post"``, with what it returned or raised),
+    by the native host for sync bodies and by ``_serve`` for async ones."""
     task = _tasks.get(name, name)
     kw = kwargs or {}
+    ctx = _native.current()
+    task_id = ctx.id
     if phase == "pre":
         task_prerun.send(task, task_id=task_id, task=task, args=args, kwargs=kw)
         return
+    # What the run comes to is the core's rule.
+    state = ctx._state_after() if returned else ctx._state_after(out)
     if state == "SUCCESS":
         task_success.send(task, result=out)
     else:
@@ -161,7 +167,7 @@ def _hook(
         tb = exc.__traceback__ if exc is not None else None
         einfo = (type(exc), exc, tb) if exc is not None else sys.exc_info()
         if state == "RETRY":
-            task_retry.send(task, request=_native.current(), reason=exc, einfo=einfo)
+            task_retry.send(task, request=ctx, reason=exc, einfo=einfo)
         elif state == "FAILURE":
             # A requeueing reject (REJECTED) or an ignore (IGNORED) is
             # neither a retry nor a failure: task_postrun alone, as Celery.

@@ -492,10 +492,12 @@ impl Drop for Seat {
 }
 
 /// The function `headway.signals` installs while any task signal has a
-/// receiver: called on the body's thread as `hook("pre", name, id, args,
-/// kwargs, None, None)` before a sync body and `hook("post", name, id, args,
-/// kwargs, value_or_exception, state)` after it (`state`: the core's
-/// `Context::state_after`). None: no call, no cost but a read lock.
+/// receiver: called on the body's thread, the run current, as `hook("pre",
+/// name, args, kwargs, None, True)` before a sync body and `hook("post",
+/// name, args, kwargs, value_or_exception, returned)` after it — the same
+/// call `_serve` makes around an async body, so the hook reads the run's id
+/// and what it came to (`Context._state_after`) one way for both. None: no
+/// call, no cost but a read lock.
 static TASK_HOOK: RwLock<Option<Py<PyAny>>> = RwLock::new(None);
 
 /// Installs (or, with None, removes) the task hook (`headway.signals`).
@@ -515,19 +517,15 @@ fn task_hook(py: Python<'_>) -> Option<Py<PyAny>> {
 
 /// One call of the task hook; what it raises is reported as unraisable
 /// (a receiver's error never fails the run).
-#[allow(clippy::too_many_arguments)]
 fn fire(
     py: Python<'_>,
     hook: &Py<PyAny>,
-    phase: &str,
-    key: &str,
-    id: &str,
+    (phase, key): (&str, &str),
     args: &Bound<'_, PyTuple>,
     kwargs: Option<&Bound<'_, PyDict>>,
-    out: Option<Bound<'_, PyAny>>,
-    state: Option<&'static str>,
+    (out, returned): (Option<Bound<'_, PyAny>>, bool),
 ) {
-    let r = hook.call1(py, (phase, key, id, args, kwargs, out, state));
+    let r = hook.call1(py, (phase, key, args, kwargs, out, returned));
     if let Err(err) = r {
         err.write_unraisable(py, None);
     }
@@ -541,12 +539,6 @@ fn call_sync(
     args: &[Value],
 ) -> Result<Value, Failure> {
     let hook = task_hook(py);
-    // What decides the state the hook is told (the core's rule), kept
-    // while the context goes to the body.
-    let (id, rule) = match &hook {
-        Some(_) => (ctx.id.clone(), Some((ctx.retries, ctx.rule.clone()))),
-        None => (String::new(), None),
-    };
     let prepared = (|| -> PyResult<_> {
         let kwargs = kwargs_of(py, &ctx.kwargs)?;
         let (first, current) = if e.bind {
@@ -567,34 +559,29 @@ fn call_sync(
         } else {
             tuple.clone()
         };
-        fire(py, &h, "pre", key, &id, &own, kwargs.as_ref(), None, None);
+        fire(py, &h, ("pre", key), &own, kwargs.as_ref(), (None, true));
         (h, own)
     });
     let ret = e.func.bind(py).call(tuple, kwargs.as_ref());
-    let failed = ret.as_ref().err().map(|err| failure_of(py, err));
-    if let (Some((h, own)), Some((retries, rule))) = (&hooked, &rule) {
-        let state = headway_core::task::body::state_after(*retries, rule, failed.as_ref());
+    if let Some((h, own)) = &hooked {
         let out = match &ret {
             Ok(v) => v.clone(),
             Err(err) => err.value(py).clone().into_any(),
         };
+        let returned = ret.is_ok();
         fire(
             py,
             h,
-            "post",
-            key,
-            &id,
+            ("post", key),
             own,
             kwargs.as_ref(),
-            Some(out),
-            Some(state),
+            (Some(out), returned),
         );
     }
     drop(restore);
-    match (ret, failed) {
-        (Ok(v), _) => result_json(py, key, &v),
-        (Err(_), Some(f)) => Err(f),
-        (Err(err), None) => Err(failure_of(py, &err)),
+    match ret {
+        Ok(v) => result_json(py, key, &v),
+        Err(err) => Err(failure_of(py, &err)),
     }
 }
 
