@@ -10,15 +10,13 @@
 // page keeps the process alive.
 
 const native = require('../addon.js');
-const tasks = require('./tasks.js');
+const { nativeOf } = require('./tasks.js')._admin;
 const { coded } = require('./errors.js');
 
-const { nativeOf, answer } = tasks._admin;
-
-// A native answer's payload: JSON text when it came at once (JSON.parse),
-// the value itself when it came through the bell (the hub splices it into
-// its batch).
-const { same } = require('./host.js');
+// A native answer as a Promise. Its payload: JSON text when it came at once
+// (JSON.parse), the value itself when it came through the bell (the hub
+// splices it into its batch: `same`).
+const { answer, same } = require('./host.js');
 
 // Messages worded by the core's rules, not Node's "The "x" argument" ones.
 const typeError = (message) => coded('ERR_INVALID_ARG_TYPE', message, TypeError);

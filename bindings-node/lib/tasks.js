@@ -299,7 +299,7 @@ class Beat extends Timetable {
     else throw argType('task', 'a Task or a task name', task);
     const o = opts('options', options);
     only('beat.add', o, ['kwargs', 'queue', 'priority']);
-    const entry = `[${JSON.stringify(name)},${JSON.stringify(tname)},${encodeArgs(tname, args)},${encodeKwargs(tname, o.kwargs)},${encodeOptions({ queue: o.queue, priority: o.priority })}]`;
+    const entry = `[${JSON.stringify(name)},{"sig":[${JSON.stringify(tname)},${encodeArgs(tname, args)},${encodeKwargs(tname, o.kwargs)},false,${encodeOptions({ queue: o.queue, priority: o.priority })}]}]`;
     check(this.#n.add(entry, rhythmSpec('schedule', schedule)));
   }
 
@@ -702,7 +702,7 @@ module.exports = {
 // Hidden (not enumerable, so neither index.js's spread nor an ESM import sees
 // them): how many Promises wait on the bell (tests: nothing is left behind),
 // a Rust panic inside a task future, at once or on the runtime, and for
-// admin.js an App's native half and a native answer as a Promise.
+// admin.js an App's native half.
 Object.defineProperties(module.exports, {
   _outstanding: { value: () => native._hubOutstanding() },
   _panic: {
@@ -718,7 +718,7 @@ Object.defineProperties(module.exports, {
     }),
   },
   _admin: {
-    value: Object.freeze({ nativeOf: (app) => (app instanceof App ? app[APP] : undefined), answer }),
+    value: Object.freeze({ nativeOf: (app) => (app instanceof App ? app[APP] : undefined) }),
   },
   // cli.js: `-E`: Celery's events on.
   _enableTaskEvents: {

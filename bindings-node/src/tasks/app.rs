@@ -15,8 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headway_core::task::ask::Ask;
+use headway_core::task::specs::json::CanvasSpec;
 use headway_core::task::{
-    App, Beat, Call, Failure, Handle, Host, HostQueue, Refused, Sig, SignalSpec, Worker,
+    App, Beat, Call, Canvas, Failure, Handle, Host, HostQueue, Refused, SignalSpec, Worker,
 };
 use headway_core::task::{dead_listed, progress};
 use napi::Env;
@@ -24,9 +25,9 @@ use napi::bindgen_prelude::{Either, Unknown};
 use napi_derive::napi;
 use serde_json::Value;
 
-use super::codec::{self, SendIn, garbled, parse};
+use super::codec::{self, SendIn, garbled, parse, parse_typed};
 use super::dead::{Raw, count, letters_json};
-use super::hub::{Answer, bell, drive, drive_done, drive_split, json, quote};
+use super::hub::{Answer, bell, drive, drive_done, drive_split, json};
 use super::time::NativeClock;
 use super::typed;
 use super::{Refusal, brokers::NativeSeams, either, lock, ms};
@@ -252,7 +253,7 @@ pub(crate) fn send_answer(app: &App, req: &str, known: bool) -> napi::Result<Ans
                     .await
             },
             |h| h.id().to_string(),
-            |h| quote(h.id()),
+            |h| json(h.id()),
         ))
     })
 }
@@ -301,10 +302,6 @@ fn handle_of(app: &App, ids: &str, all: bool) -> Result<Handle, Refusal> {
 /// A handle as `lib/handles.js` makes one again: `{"ids": [...], "all": bool}`.
 fn handle_json(h: Handle) -> String {
     serde_json::json!({"ids": h.ids(), "all": h.is_set()}).to_string()
-}
-
-fn json_text(v: Value) -> String {
-    typed::text_js(&v)
 }
 
 /// Runs `f`, a refusal it meets on the way (`?`) answered as JS's refusal
@@ -380,11 +377,7 @@ impl NativeApp {
     #[napi(js_name = "sendCanvas", catch_unwind)]
     pub fn send_canvas(&self, tree: String) -> napi::Result<Answer> {
         refusing(|| {
-            let mut v: Value = parse("canvas", &tree)?;
-            if typed::marked(&tree) {
-                typed::from_js(&mut v);
-            }
-            let canvas = codec::canvas(v)?;
+            let canvas = codec::canvas(&tree)?;
             let app = self.app.clone();
             Ok(drive(
                 async move { app.send_canvas(canvas).await },
@@ -410,10 +403,10 @@ impl NativeApp {
         self.with_handle(&ids, all, |h| match what.as_str() {
             "get" => {
                 let t = timeout.map(|t| Duration::from_millis(ms(t).max(0) as u64));
-                drive(async move { h.get(t).await }, json_text)
+                drive(async move { h.get(t).await }, typed::text_js)
             }
-            "state" => drive_split(async move { h.state_name().await }, |s| s, |s| quote(&s)),
-            "info" => drive(async move { h.info().await }, json_text),
+            "state" => drive_split(async move { h.state_name().await }, |s| s, json),
+            "info" => drive(async move { h.info().await }, typed::text_js),
             "dateDone" => drive(async move { h.date_done().await }, json),
             "children" => drive(async move { h.children().await }, json),
             "forget" => drive_done(async move { h.forget().await }),
@@ -437,10 +430,7 @@ impl NativeApp {
     ) -> napi::Result<Answer> {
         let state = state_name(state);
         refusing(|| {
-            let mut v: Value = parse("meta", &meta)?;
-            if typed::marked(&meta) {
-                typed::from_js(&mut v);
-            }
+            let v: Value = parse_typed("meta", &meta)?;
             let app = self.app.clone();
             Ok(drive_done(async move {
                 app.record_state(&id, &task, retries, &state, v).await
@@ -714,32 +704,19 @@ pub struct NativeBeat {
     beat: Beat,
 }
 
-/// A beat entry: `[name, task, args, kwargs | null, options | null]`.
-#[derive(serde::Deserialize)]
-struct EntryIn(
-    String,
-    String,
-    Vec<Value>,
-    Option<serde_json::Map<String, Value>>,
-    Option<headway_core::task::SendSpec>,
-);
-
 #[napi]
 impl NativeBeat {
-    /// Schedules an entry (replacing one of that name) on a rhythm (JSON,
-    /// see `codec::rhythm`). `null`, or why not.
+    /// Schedules an entry `[name, {"sig": [...]}]` (the signature as in a
+    /// canvas tree), replacing one of that name, on a rhythm (JSON, see
+    /// `codec::rhythm`). `null`, or why not.
     #[napi(catch_unwind)]
     pub fn add(&self, entry: String, rhythm: String) -> Option<Refusal> {
         let go = || -> Result<(), Refusal> {
-            let EntryIn(name, task, mut args, mut kwargs, opts) = parse("beat entry", &entry)?;
-            if typed::marked(&entry) {
-                args.iter_mut().for_each(typed::from_js);
-                kwargs.iter_mut().for_each(typed::from_js_map);
-            }
+            let (name, tree): (String, CanvasSpec) = parse_typed("beat entry", &entry)?;
+            let Canvas::Sig(sig) = tree.build(Host::Node)? else {
+                return Err(garbled("beat entry", "not a signature"));
+            };
             let r = codec::rhythm(&rhythm)?;
-            let sig = Sig::new(task, args)
-                .with_kwargs(kwargs.unwrap_or_default())
-                .with_options(codec::options(opts)?);
             self.beat.add(&name, sig, r).map_err(Refusal::from)
         };
         go().err()

@@ -13,9 +13,10 @@ use headway_core::task::{
 };
 use napi_derive::napi;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::Refusal;
+use super::{Refusal, typed};
 
 impl From<SpecError> for Refusal {
     fn from(e: SpecError) -> Refusal {
@@ -33,6 +34,16 @@ pub(crate) fn garbled(what: &str, e: impl std::fmt::Display) -> Refusal {
 /// Parses `text` as `T`.
 pub(crate) fn parse<'a, T: Deserialize<'a>>(what: &str, text: &'a str) -> Result<T, Refusal> {
     serde_json::from_str(text).map_err(|e| garbled(what, e))
+}
+
+/// Parses `text` (values from `lib/json.js`) as `T`, its markers (a `Date`,
+/// bytes) made the core's typed values first.
+pub(crate) fn parse_typed<T: DeserializeOwned>(what: &str, text: &str) -> Result<T, Refusal> {
+    let mut v: Value = parse(what, text)?;
+    if typed::marked(text) {
+        typed::from_js(&mut v);
+    }
+    T::deserialize(v).map_err(|e| garbled(what, e))
 }
 
 /// Per-send options (the core's `SendSpec`, read as `specs::json` says)
@@ -84,7 +95,6 @@ pub(crate) fn rhythm(text: &str) -> Result<Rhythm, Refusal> {
 }
 
 /// A canvas tree (the core's `CanvasSpec`), its options checked by the core.
-pub(crate) fn canvas(v: Value) -> Result<Canvas, Refusal> {
-    let tree = CanvasSpec::deserialize(v).map_err(|e| garbled("canvas", e))?;
-    Ok(tree.build(Host::Node)?)
+pub(crate) fn canvas(text: &str) -> Result<Canvas, Refusal> {
+    Ok(parse_typed::<CanvasSpec>("canvas", text)?.build(Host::Node)?)
 }
