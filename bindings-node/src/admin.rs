@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use crate::raw::invalid_arg;
 use crate::tasks::app::NativeApp;
-use crate::tasks::hub::{Answer, drive, quote};
+use crate::tasks::hub::{Answer, drive, json};
 use crate::tasks::lock;
 
 /// The open streams, each lent to one `next` at a time and closed for good
@@ -204,7 +204,7 @@ impl NativeAdmin {
                     .next()
                     .await
                     .map_err(|busy| Refused::Invalid(format!("admin stream: {busy}")))?;
-                Ok(frame.map_or_else(|| "null".into(), |b| quote(&String::from_utf8_lossy(&b))))
+                Ok(frame.map_or_else(|| "null".into(), |b| json(String::from_utf8_lossy(&b))))
             },
             identity,
         )

@@ -285,11 +285,6 @@ pub(crate) fn json<T: serde::Serialize>(v: T) -> String {
     serde_json::to_string(&v).unwrap_or_else(|_| "null".into())
 }
 
-/// JSON text of a string.
-pub(crate) fn quote(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
-}
-
 /// Panics inside a task-side future — at once (on the JS thread, inside the
 /// first poll: a thrown `Error`) or after one yield (on the runtime: a
 /// rejected Promise, code `PANIC`) — to prove neither aborts the process.

@@ -63,19 +63,10 @@ impl NativeScheduler {
     }
 
     /// How the job `name` has gone, as JSON `{"fired", "failed", "skipped",
-    /// "lastError"}`; `null` for an unknown name.
+    /// "lastError"}` (the core's `Tally`); `null` for an unknown name.
     #[napi]
     pub fn stats(&self, name: String) -> Option<String> {
-        let t = self.inner.stats(&name)?.tally();
-        Some(
-            serde_json::json!({
-                "fired": t.fired,
-                "failed": t.failed,
-                "skipped": t.skipped,
-                "lastError": t.last_error,
-            })
-            .to_string(),
-        )
+        Some(json(self.inner.stats(&name)?.tally()))
     }
 
     /// Calls what is due now and waits for those calls; answers `[[name,

@@ -82,9 +82,9 @@ pub(crate) fn write_js<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
 }
 
 /// `v` as JSON text for `lib/json.js` (see [`write_js`]).
-pub(crate) fn text_js(v: &Value) -> String {
+pub(crate) fn text_js(v: Value) -> String {
     let mut out = Vec::with_capacity(64);
-    write_js(&mut out, v);
+    write_js(&mut out, &v);
     // serde_json writes UTF-8 only.
     String::from_utf8(out).unwrap_or_else(|_| "null".into())
 }
@@ -145,7 +145,7 @@ mod tests {
                 { "__type__": "bytes", "__value__": "hi" },
             ])
         );
-        let back: Value = serde_json::from_str(&text_js(&v)).unwrap();
+        let back: Value = serde_json::from_str(&text_js(v)).unwrap();
         assert_eq!(
             back,
             json!([{ "\u{0}date": 1_767_225_600_123_i64 }, { "k": { "\u{0}bytes": "ff00" } }, { "\u{0}bytes": "6869" }])
@@ -160,7 +160,7 @@ mod tests {
             "x": [{ "__type__": "pickle", "__value__": "x" }, { "__type__": "date", "__value__": "2026-01-02" }],
             "n": 1,
         });
-        let got: Value = serde_json::from_str(&text_js(&v)).unwrap();
+        let got: Value = serde_json::from_str(&text_js(v)).unwrap();
         assert_eq!(
             got,
             json!({

@@ -72,8 +72,10 @@ pub struct Stats {
     pub last_error: Mutex<Option<Failure>>,
 }
 
-/// [`Stats`] read at one moment, for a binding to hand out.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// [`Stats`] read at one moment, for a binding to hand out (as JSON in
+/// the specs' wire names: `{fired, failed, skipped, lastError}`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Tally {
     pub fired: u64,
     pub failed: u64,
