@@ -29,7 +29,9 @@ from typing import (
     ParamSpec,
     Protocol,
     TypeAlias,
+    TypedDict,
     TypeVar,
+    Unpack,
     cast,
     overload,
 )
@@ -100,19 +102,57 @@ def current() -> Context:
     return _native.current()
 
 
-#: The per-send options every sending method takes.
-_SEND_OPTIONS = (
-    "eta", "countdown", "expires", "queue", "priority", "task_id",
-    "concurrency_key", "dedupe_key", "dedupe_ttl",
-)  # fmt: skip
+class SendOptions(TypedDict, total=False):
+    """The per-send options every sending method takes (``apply_async``,
+    ``send``, ``send_task``, ``signature``, ``Signature.set``), written
+    once; ``None`` (or left out) is not given. What each may be, and its
+    default, is the core's to say."""
+
+    eta: When | None
+    countdown: Span | None
+    expires: When | None
+    queue: str | None
+    priority: int | None
+    task_id: str | None
+    concurrency_key: str | None
+    dedupe_key: str | None
+    dedupe_ttl: Span | None
 
 
-def _options(scope: Mapping[str, Any]) -> dict[str, Any]:
-    """The per-send options a sending method was given — ``scope`` is its
-    ``locals()``, one helper for the six methods that take them, so the
-    list is written once (``None``: not given) — as a dict the core reads;
-    what each may be is the core's to say."""
-    return {k: scope[k] for k in _SEND_OPTIONS if scope.get(k) is not None}
+class Policy(TypedDict, total=False):
+    """A task's policy as ``@app.task`` takes it, written once for its
+    overloads; what is left out (or None) is the core's default, which
+    ``App.task`` describes."""
+
+    queue: str | None
+    retries: int
+    backoff: Backoff | None
+    timeout: Span | None
+    acks_late: bool
+    ignore_result: bool
+    rate: Rate | None
+    rate_scope: Literal["worker", "global"] | None
+    concurrency_limit: int | None
+    time_limit: Span | None
+    soft_time_limit: Span | None
+    reject_on_worker_lost: bool
+    retry_for: ExcTypes | None
+    dont_retry_for: ExcTypes | None
+
+
+def _given(options: Mapping[str, Any], names: frozenset[str], method: str) -> dict[str, Any]:
+    """The keyword ``options`` a method taking ``**options`` was given, None
+    left out; one it does not take is a ``TypeError``, as for a plain
+    keyword argument."""
+    for k in options:
+        if k not in names:
+            raise TypeError(f"{method}() got an unexpected keyword argument {k!r}")
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def _options(options: Mapping[str, Any], method: str) -> dict[str, Any]:
+    """The send options given, as a dict the core reads."""
+    return _given(options, SendOptions.__optional_keys__, method)
 
 
 def _send(
@@ -245,22 +285,9 @@ class Signature(_Canvas, Generic[R_co]):
             return self
         return self._copy(args + self.args, {**self.kwargs, **kwargs}, self.options)
 
-    def set(
-        self,
-        *,
-        eta: When | None = None,
-        countdown: Span | None = None,
-        expires: When | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        task_id: str | None = None,
-        concurrency_key: str | None = None,
-        dedupe_key: str | None = None,
-        dedupe_ttl: Span | None = None,
-    ) -> Signature[R_co]:
+    def set(self, **options: Unpack[SendOptions]) -> Signature[R_co]:
         """A copy with these options set (the others kept)."""
-        given = _options(locals())
-        opts = {**self.options, **given}
+        opts = {**self.options, **_options(options, "Signature.set")}
         return self._copy(self.args, self.kwargs, opts)
 
     def send(self) -> Handle[R_co]:
@@ -276,20 +303,11 @@ class Signature(_Canvas, Generic[R_co]):
         self,
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
-        *,
-        eta: When | None = None,
-        countdown: Span | None = None,
-        expires: When | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        task_id: str | None = None,
-        concurrency_key: str | None = None,
-        dedupe_key: str | None = None,
-        dedupe_ttl: Span | None = None,
+        **options: Unpack[SendOptions],
     ) -> Handle[R_co]:
         """Publishes it with ``args`` prepended, ``kwargs`` merged and these
         options over its own."""
-        given = _options(locals())
+        given = _options(options, "Signature.apply_async")
         return self._partial(tuple(args), kwargs or {}).set(**given)._send()
 
     def __repr__(self) -> str:
@@ -447,16 +465,7 @@ class _TaskBase(Generic[P, R]):
         self,
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
-        *,
-        eta: When | None = None,
-        countdown: Span | None = None,
-        expires: When | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        task_id: str | None = None,
-        concurrency_key: str | None = None,
-        dedupe_key: str | None = None,
-        dedupe_ttl: Span | None = None,
+        **options: Unpack[SendOptions],
     ) -> Handle[R]:
         """Publishes a run: ``eta`` (an aware ``datetime``, epoch seconds,
         or a ``timedelta`` from now) is when it may first run, ``countdown``
@@ -469,7 +478,7 @@ class _TaskBase(Generic[P, R]):
         ``dedupe_key`` (with ``dedupe_ttl`` seconds, an hour by default)
         makes a second send within the ttl answer the first run's handle
         instead of sending."""
-        opts = _options(locals())
+        opts = _options(options, f"{type(self).__name__}.apply_async")
         return _send(self.app, self.name, tuple(args), dict(kwargs) if kwargs else None, opts)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature[R]:
@@ -620,21 +629,8 @@ class App:
         /,
         *,
         name: str | None = None,
-        queue: str | None = None,
-        retries: int = 0,
-        backoff: Backoff | None = None,
-        timeout: Span | None = None,
-        acks_late: bool = False,
-        ignore_result: bool = False,
-        rate: Rate | None = None,
-        rate_scope: Literal["worker", "global"] | None = None,
-        concurrency_limit: int | None = None,
-        time_limit: Span | None = None,
-        soft_time_limit: Span | None = None,
-        reject_on_worker_lost: bool = False,
-        retry_for: ExcTypes | None = None,
-        dont_retry_for: ExcTypes | None = None,
         bind: Literal[False] = False,
+        **policy: Unpack[Policy],
     ) -> _Decorator: ...
     @overload
     def task(
@@ -643,21 +639,8 @@ class App:
         /,
         *,
         name: str | None = None,
-        queue: str | None = None,
-        retries: int = 0,
-        backoff: Backoff | None = None,
-        timeout: Span | None = None,
-        acks_late: bool = False,
-        ignore_result: bool = False,
-        rate: Rate | None = None,
-        rate_scope: Literal["worker", "global"] | None = None,
-        concurrency_limit: int | None = None,
-        time_limit: Span | None = None,
-        soft_time_limit: Span | None = None,
-        reject_on_worker_lost: bool = False,
-        retry_for: ExcTypes | None = None,
-        dont_retry_for: ExcTypes | None = None,
         bind: Literal[True],
+        **policy: Unpack[Policy],
     ) -> _BoundDecorator: ...
 
     def task(
@@ -666,21 +649,8 @@ class App:
         /,
         *,
         name: str | None = None,
-        queue: str | None = None,
-        retries: int = 0,
-        backoff: Backoff | None = None,
-        timeout: Span | None = None,
-        acks_late: bool = False,
-        ignore_result: bool = False,
-        rate: Rate | None = None,
-        rate_scope: Literal["worker", "global"] | None = None,
-        concurrency_limit: int | None = None,
-        time_limit: Span | None = None,
-        soft_time_limit: Span | None = None,
-        reject_on_worker_lost: bool = False,
-        retry_for: ExcTypes | None = None,
-        dont_retry_for: ExcTypes | None = None,
         bind: bool = False,
+        **policy: Unpack[Policy],
     ) -> Any:
         """Registers a body: ``@app.task`` or ``@app.task(name=..., ...)``.
 
@@ -713,6 +683,8 @@ class App:
         retried. A body may also ask for a retry itself: ``ctx.retry(...)``.
         """
 
+        given = _given(policy, Policy.__optional_keys__, "App.task")
+
         def register(f: Callable[..., Any]) -> _TaskBase[Any, Any]:
             if not callable(f):
                 raise TypeError(f"@app.task needs a callable, not {type(f).__name__}")
@@ -721,26 +693,7 @@ class App:
             module = "__main__" if f.__module__ == "__mp_main__" else f.__module__
             tname = name or f"{module}.{getattr(f, '__name__', type(f).__name__)}"
             is_async = _is_async(f)
-            tqueue = self._native.register(
-                tname,
-                f,
-                bind=bind,
-                is_async=is_async,
-                queue=queue,
-                retries=retries,
-                backoff=backoff,
-                timeout=timeout,
-                acks_late=acks_late,
-                ignore_result=ignore_result,
-                rate=rate,
-                rate_scope=rate_scope,
-                concurrency_limit=concurrency_limit,
-                time_limit=time_limit,
-                soft_time_limit=soft_time_limit,
-                reject_on_worker_lost=reject_on_worker_lost,
-                retry_for=retry_for,
-                dont_retry_for=dont_retry_for,
-            )
+            tqueue = self._native.register(tname, f, bind=bind, is_async=is_async, **given)
             cls: type[_TaskBase[Any, Any]] = AsyncTask if is_async else Task
             t = cls(self, f, tname, bind, tqueue)
             self._tasks[tname] = t
@@ -769,22 +722,13 @@ class App:
         name: str,
         args: Sequence[Any],
         kwargs: Mapping[str, Any] | None = None,
-        *,
-        eta: When | None = None,
-        countdown: Span | None = None,
-        expires: When | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        task_id: str | None = None,
-        concurrency_key: str | None = None,
-        dedupe_key: str | None = None,
-        dedupe_ttl: Span | None = None,
+        **options: Unpack[SendOptions],
     ) -> Handle[Any]:
         """Publishes a run of the task called ``name`` — the dispatcher's
         entry, for a name learnt at run time. A name this app has not
         registered raises ``UnknownTask``: a queue that accepts work nobody
         can run only moves the failure to a worker."""
-        opts = _options(locals())
+        opts = _options(options, "App.send")
         return _send(self, name, tuple(args), dict(kwargs) if kwargs else None, opts)
 
     def send_task(
@@ -792,20 +736,11 @@ class App:
         name: str,
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
-        *,
-        eta: When | None = None,
-        countdown: Span | None = None,
-        expires: When | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        task_id: str | None = None,
-        concurrency_key: str | None = None,
-        dedupe_key: str | None = None,
-        dedupe_ttl: Span | None = None,
+        **options: Unpack[SendOptions],
     ) -> Handle[Any]:
         """Celery's ``send_task``: publishes a run of any name, for tasks
         another process (a Celery worker, say) runs."""
-        opts = _options(locals())
+        opts = _options(options, "App.send_task")
         return _send(self, name, tuple(args), dict(kwargs) if kwargs else None, opts, known=False)
 
     def signature(
@@ -814,20 +749,11 @@ class App:
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
         immutable: bool = False,
-        *,
-        eta: When | None = None,
-        countdown: Span | None = None,
-        expires: When | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        task_id: str | None = None,
-        concurrency_key: str | None = None,
-        dedupe_key: str | None = None,
-        dedupe_ttl: Span | None = None,
+        **options: Unpack[SendOptions],
     ) -> Signature[Any]:
         """A signature of any task name — one this app runs or one another
         process does — as a canvas node."""
-        opts = _options(locals())
+        opts = _options(options, "App.signature")
         return Signature(self, name, args, kwargs, immutable, opts)
 
     def handle(self, id: str) -> Handle[Any]:
@@ -1188,7 +1114,7 @@ class Beat:
         (replacing an entry of that name). The name identifies the entry,
         not the task: one task may be scheduled twice under two names."""
         tname = task if isinstance(task, str) else task.name
-        opts = _options(locals())
+        opts = {k: v for k, v in (("queue", queue), ("priority", priority)) if v is not None}
         self._native.add(name, tname, tuple(args), dict(kwargs) if kwargs else None, schedule, opts or None)
 
     def remove(self, name: str) -> bool:
