@@ -2,10 +2,13 @@
 
 A ``Celery`` here is a headway ``App`` dressed in Celery's API: made lazily
 on first use (so ``config_from_object`` after the tasks are defined works,
-as in Celery), on the broker its ``broker_url`` names — ``redis://`` in
-Celery's own Redis layout and message format, so Celery workers and
-producers still on the same Redis share its queues and results;
-``memory://`` (the default when none is given) for tests. Every task option
+as in Celery), on the broker its ``broker_url`` names — ``redis://``
+(``rediss://``, ``sentinel://``) in Celery's own Redis layout and message
+format, so Celery workers and producers still on the same Redis share its
+queues and results; ``amqp://`` on Celery's RabbitMQ topology;
+``memory://`` (the default when none is given) for tests. Which URLs will
+do is the core's one rule, the same for a served Celery app
+(``_from_celery.app_on``). Every task option
 becomes the headway policy of the same meaning; what a policy does is the
 core's. What Celery has and this does not is refused with an error naming
 it, never ignored (docs/celery.md lists both).
