@@ -42,15 +42,11 @@ pub struct NativeHost {
     taker: std::sync::Mutex<headway_core::task::Taker>,
 }
 
-fn push_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
-    // Serialising a `Value` or a `str` into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, v);
-}
-
 /// A comma, then `v` as JSON: the next field of a call.
 fn then_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
     out.push(b',');
-    push_json(out, v);
+    // Serialising a `Value` or a `str` into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, v);
 }
 
 /// Calls as one JSON text: `[[seq, key, id, queue, retries, attempt, last,
