@@ -389,7 +389,7 @@ class Bucket {
 
   next(now, n) {
     now = clock('now', now);
-    return bucketNext(this.#id, now, n === undefined ? 1 : anyNum('n', n));
+    return bucketNext(this.#id, now, optNum('n', n));
   }
 
   tokens(now) {
@@ -397,7 +397,7 @@ class Bucket {
   }
 
   async wait(n, options) {
-    n = n === undefined ? 1 : anyNum('n', n);
+    optNum('n', n);
     const signal = checkSignal(strictOpts(options).signal);
     // The core answers each round: taken (-1), or how long to sleep; a count
     // that never comes is its RangeError.

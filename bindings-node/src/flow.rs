@@ -18,6 +18,7 @@ use std::ptr;
 use headway_core::flow::{
     Acquires, Backoff, Breaker, Bucket, Gate, Jitter, Limits, Load, Pool, Taken, Ward, Window, pick,
 };
+use headway_core::limit::tokens::{ONE, tokens};
 use napi::bindgen_prelude::{External, ToNapiValue};
 use napi::sys;
 use napi_derive::napi;
@@ -384,21 +385,23 @@ method!(bucket_take, buckets, 3, |s, e, a| {
     e.bool(s.take(now, n))
 });
 
-// The common case, one token, with one argument fewer (each costs ~3 ns).
+// The common case, the core's default of one token, with one argument fewer
+// (each costs ~3 ns).
 method!(bucket_take1, buckets, 2, |s, e, a| e
-    .bool(s.take(e.now(a[1])?, 1.0)));
+    .bool(s.take(e.now(a[1])?, ONE)));
 
+// bucketNext(id, now, n?): `n` omitted is the core's default (one token).
 method!(bucket_next, buckets, 3, |s, e, a| {
     let now = e.now(a[1])?;
-    let n = Bucket::check(e.f64(a[2], "n")?)?;
+    let n = Bucket::check(tokens(e.opt_f64(a[2], "n")?))?;
     e.num(ms(s.next(now, n)))
 });
 
-// bucketWait(id, now, n) -> -1: taken; else ms to sleep before asking again.
-// A count that never comes is refused (a RangeError naming `n`).
+// bucketWait(id, now, n?) -> -1: taken; else ms to sleep before asking
+// again. A count that never comes is refused (a RangeError naming `n`).
 method!(bucket_wait, buckets, 3, |s, e, a| {
     let now = e.now(a[1])?;
-    let n = e.f64(a[2], "n")?;
+    let n = tokens(e.opt_f64(a[2], "n")?);
     e.num(s.wait(now, n)?.map_or(-1.0, ms))
 });
 

@@ -189,11 +189,8 @@ methods! {
                             type_name(r)
                         ))
                     })?;
-                    let mut v = Vec::new();
-                    for x in it {
-                        v.push(float_arg("randoms", &x?)?);
-                    }
-                    v
+                    it.map(|x| float_arg("randoms", &x?))
+                        .collect::<PyResult<_>>()?
                 }
                 _ => (0..self.inner.attempts().saturating_sub(1).max(0))
                     .map(|_| draw())

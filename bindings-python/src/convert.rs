@@ -81,18 +81,21 @@ pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "object".to_string())
 }
 
+/// `obj` as a float, as `float(obj)` reads it but without a Python call;
+/// `None` when it is not a number.
+#[inline]
+fn as_f64(obj: &Bound<'_, PyAny>) -> Option<f64> {
+    // SAFETY: `obj` is a live object and we are attached.
+    let v = unsafe { ffi::PyFloat_AsDouble(obj.as_ptr()) };
+    (v != -1.0 || PyErr::take(obj.py()).is_none()).then_some(v)
+}
+
 /// A float argument; `TypeError` naming `name` when it is not a number.
 #[inline]
 pub(crate) fn float_arg(name: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<f64> {
-    // SAFETY: `obj` is a live object and we are attached.
-    let v = unsafe { ffi::PyFloat_AsDouble(obj.as_ptr()) };
-    if v == -1.0 && PyErr::take(obj.py()).is_some() {
-        return Err(PyTypeError::new_err(format!(
-            "`{name}` must be a number, not {}",
-            type_name(obj)
-        )));
-    }
-    Ok(v)
+    as_f64(obj).ok_or_else(|| {
+        PyTypeError::new_err(format!("`{name}` must be a number, not {}", type_name(obj)))
+    })
 }
 
 /// Float seconds to nanoseconds, saturating.
@@ -150,14 +153,12 @@ pub(crate) fn span_arg(name: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<i
         let ns = whole * 1_000_000_000 + d.get_microseconds() as i128 * 1_000;
         return Ok(ns.clamp(i64::MIN as i128, i64::MAX as i128) as i64);
     }
-    // SAFETY: as in `float_arg`.
-    let v = unsafe { ffi::PyFloat_AsDouble(obj.as_ptr()) };
-    if v == -1.0 && PyErr::take(obj.py()).is_some() {
-        return Err(PyTypeError::new_err(format!(
+    let v = as_f64(obj).ok_or_else(|| {
+        PyTypeError::new_err(format!(
             "`{name}` must be seconds (a number or a datetime.timedelta), not {}",
             type_name(obj)
-        )));
-    }
+        ))
+    })?;
     if v.is_nan() {
         return Err(PyValueError::new_err(format!(
             "`{name}` must be a number of seconds, not NaN"

@@ -279,14 +279,6 @@ fn int(owner: &str, path: &Path<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Value> 
 }
 
 /// A dict with str keys as a JSON object.
-pub(crate) fn object(
-    owner: &str,
-    path: &Path<'_>,
-    d: &Bound<'_, PyDict>,
-) -> PyResult<Map<String, Value>> {
-    members(owner, path, d, &mut Vec::new())
-}
-
 fn members(
     owner: &str,
     path: &Path<'_>,
@@ -330,7 +322,7 @@ pub(crate) fn kwargs(owner: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Ma
     match crate::some(obj) {
         None => Ok(Map::new()),
         Some(o) => match o.cast::<PyDict>() {
-            Ok(d) => object(owner, &Path::Root("kwargs"), d),
+            Ok(d) => members(owner, &Path::Root("kwargs"), d, &mut Vec::new()),
             Err(_) => Err(PyTypeError::new_err(format!(
                 "{owner}: `kwargs` must be a dict, not {}",
                 type_name(o)

@@ -4,17 +4,23 @@
 //! runtime helpers (`await bucket.wait(n)`, `with gate:`) in Python on top.
 
 use headway_core::flow;
+use headway_core::limit::tokens::tokens;
 use pyo3::prelude::*;
 
 use crate::{
-    clock, float_arg, guard, int_arg, invalid, now_arg, opt, secs_out, some, span_arg, span_opt,
+    clock, float_arg, guard, int_arg, invalid, now_arg, opt, secs_out, span_arg, span_opt,
 };
 
+/// A count of tokens: omitted or `None` is the core's default (one).
+#[inline]
+pub(crate) fn tokens_arg(n: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
+    Ok(tokens(opt(n, |o| float_arg("n", o))?))
+}
+
+/// A count of tokens an in-process bucket takes, checked by the core.
 #[inline]
 fn n_arg(n: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
-    some(n).map_or(Ok(1.0), |o| {
-        flow::Bucket::check(float_arg("n", o)?).map_err(invalid)
-    })
+    flow::Bucket::check(tokens_arg(n)?).map_err(invalid)
 }
 
 /// A token bucket: `rate` tokens accrue per second up to `burst`, and each

@@ -9,9 +9,10 @@ use headway_core::task::Refused;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
+use crate::limit::tokens_arg;
 use crate::rt::{awaitable, check, wait};
 use crate::wire::wired;
-use crate::{float_arg, guard, int_arg, opt, secs_out, some, span_arg};
+use crate::{float_arg, guard, int_arg, opt, secs_out, span_arg};
 
 /// A shared limit's class: the core's value, and the URL that names the
 /// running loop's socket for its awaitables (`wire.rs`).
@@ -34,12 +35,6 @@ macro_rules! shared {
             }
         }
     };
-}
-
-fn n_of(n: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
-    Ok(headway_core::limit::tokens::tokens(
-        some(n).map(|o| float_arg("n", o)).transpose()?,
-    ))
 }
 
 shared! {
@@ -80,7 +75,7 @@ methods! {
     /// the round trip to Redis, without the GIL.
     #[pyo3(signature = (n=None), text_signature = "($self, n=1.0)")]
     fn take(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
-        let n = n_of(n)?;
+        let n = tokens_arg(n)?;
         wait(py, self.inner.take(n))
     }
 
@@ -91,7 +86,7 @@ methods! {
         py: Python<'py>,
         n: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let n = n_of(n)?;
+        let n = tokens_arg(n)?;
         let asked = check(py, self.inner.ask_take(n))?;
         wired(py, &self.url, &self.inner, asked.req, asked.pick)
     }
@@ -100,7 +95,7 @@ methods! {
     /// they are, `math.inf` when they never will be.
     #[pyo3(signature = (n=None), text_signature = "($self, n=1.0)")]
     fn next(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
-        let n = n_of(n)?;
+        let n = tokens_arg(n)?;
         Ok(secs_out(wait(py, self.inner.next(n))?))
     }
 
@@ -118,7 +113,7 @@ methods! {
         py: Python<'py>,
         n: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let n = n_of(n)?;
+        let n = tokens_arg(n)?;
         let b = self.inner.clone();
         awaitable(py, async move { b.wait(n).await })
     }
