@@ -16,10 +16,8 @@ class Pooled {
   #open;
   #close;
   #timer = null;
-  /** How to wake each parked acquire, by ticket. */
+  /** How to wake each acquire parked or sleeping out a ward's hold, by ticket. */
   #wakers = new Map();
-  /** How to wake each acquire sleeping out a ward's hold. */
-  #sleepers = new Set();
   #closing = new Set();
   /** Resolves a drain once the core says it is over. */
   #drained = null;
@@ -108,8 +106,8 @@ class Pooled {
     this.#deliver();
   }
 
-  /** Resolves when `ticket` is woken or its deadline passes. */
-  #park(ticket, deadline) {
+  /** Resolves when `ticket` is woken (by the core, or by close) or after `ms`. */
+  #park(ticket, ms) {
     return new Promise((resolve) => {
       let timer = null;
       const done = () => {
@@ -118,22 +116,7 @@ class Pooled {
         resolve();
       };
       this.#wakers.set(ticket, done);
-      if (deadline !== Infinity) {
-        timer = setTimeout(done, Math.min(Math.max(0, Math.ceil(deadline - perf.now())), TIMER_MAX));
-      }
-    });
-  }
-
-  /** Resolves when the hold is slept out, or at once when the pool closes. */
-  #hold(delay) {
-    return new Promise((resolve) => {
-      const wake = () => {
-        clearTimeout(timer);
-        this.#sleepers.delete(wake);
-        resolve();
-      };
-      const timer = setTimeout(wake, Math.min(Math.ceil(delay), TIMER_MAX));
-      this.#sleepers.add(wake);
+      if (ms !== Infinity) timer = setTimeout(done, Math.min(Math.max(0, Math.ceil(ms)), TIMER_MAX));
     });
   }
 
@@ -184,10 +167,11 @@ class Pooled {
           continue;
         }
         case 'park':
-          await this.#park(ticket, s.value);
+          // Until woken or the deadline (Infinity: none).
+          await this.#park(ticket, s.value - perf.now());
           continue;
         default:
-          await this.#hold(s.value);
+          await this.#park(ticket, s.value);
       }
     }
   }
@@ -249,7 +233,7 @@ class Pooled {
     this.#stopTimer();
     for (const item of poolAcq.close(this.#pool)) this.#discard(item);
     // Every parked and sleeping acquire wakes, and its next step throws CLOSED.
-    for (const wake of this.#sleepers) wake();
+    for (const wake of [...this.#wakers.values()]) wake();
     this.#deliver();
     this.#closed = Promise.allSettled([...this.#closing]).then(() => undefined);
     return this.#closed;
