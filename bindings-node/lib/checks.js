@@ -67,9 +67,9 @@ function num(name, v) {
 
 /**
  * A number (NaN already refused) as a JSON request carries it: JSON has no
- * ±Infinity, so those go as the strings "Infinity" / "-Infinity" (the native
- * side reads them back, codec.rs `js_number`) and the core takes or refuses
- * them like any other value. As text for a request built by hand, or, with
+ * ±Infinity, so those go as the strings "Infinity" / "-Infinity" (read back
+ * by the core's `task/specs_json.rs`) and the core takes or refuses them
+ * like any other value. As text for a request built by hand, or, with
  * `value`, as the value for JSON.stringify's replacer.
  */
 function jsonNumber(v, value = false) {

@@ -525,8 +525,8 @@ class Backoff:
     def schedule(self, randoms: Iterable[_Num] | None = None) -> list[float]:
         """Every delay a run of retries would wait — ``attempts − 1`` of them,
         in seconds — for a test or a log line explaining a plan. ``randoms``
-        are the draws in order; when they run short the rest are 0 (the low
-        end of every strategy). Omitted: every draw from the binding's RNG."""
+        are the draws in order; when they run short (or are omitted) the rest
+        are 0, the low end of every strategy: the same plan on every call."""
     def __eq__(self, value: object, /) -> bool: ...
     def __ne__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...

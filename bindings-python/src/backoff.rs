@@ -7,8 +7,7 @@ use pyo3::pyclass::CompareOp;
 use pyo3::types::PyString;
 
 use crate::{
-    count_arg, draw, draw_arg, float_arg, guard, invalid, opt, secs_out, span_arg, span_opt,
-    type_name,
+    count_arg, draw_arg, float_arg, guard, invalid, opt, secs_out, span_arg, span_opt, type_name,
 };
 
 /// How much randomness goes into a delay (AWS, "Exponential Backoff and
@@ -176,8 +175,8 @@ methods! {
 
     /// Every delay a run of retries would wait — `attempts − 1` of them, in
     /// seconds — for a test or a log line explaining a plan. `randoms` are the
-    /// draws in order; when they run short the rest are 0 (the low end of
-    /// every strategy). Omitted: every draw from the binding's RNG.
+    /// draws in order; when they run short (or are omitted) the rest are 0,
+    /// the low end of every strategy: the same plan on every call.
     #[pyo3(signature = (randoms=None))]
     fn schedule(&self, randoms: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<f64>> {
         guard(|| {
@@ -192,9 +191,7 @@ methods! {
                     it.map(|x| float_arg("randoms", &x?))
                         .collect::<PyResult<_>>()?
                 }
-                _ => (0..self.inner.attempts().saturating_sub(1).max(0))
-                    .map(|_| draw())
-                    .collect(),
+                _ => Vec::new(),
             };
             Ok(self
                 .inner

@@ -79,11 +79,7 @@ impl Refusal {
 
     /// A Rust panic caught in a spawned future.
     pub(crate) fn panic(payload: Box<dyn std::any::Any + Send>) -> Refusal {
-        let msg = crate::raw::panic_message(payload);
-        Refusal::bare(
-            "PANIC",
-            format!("headway panicked (a bug, please report it): {msg}"),
-        )
+        Refusal::bare("PANIC", headway_core::runtime::panicked(&*payload))
     }
 
     /// An argument the core cannot accept.
