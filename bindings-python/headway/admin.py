@@ -73,9 +73,10 @@ class AdminApp:
         return f"AdminApp(read_only={self.read_only}, max_body={self.max_body})"
 
     def close_streams(self) -> None:
-        """Ends every open live stream (each within one tick, under a second)
-        and every one opened later: what a stopping server calls first, since
-        a stream never ends by itself and would hold the shutdown."""
+        """Ends every open live stream (at once: a close also ends a frame
+        awaited for the next tick) and every one opened later: what a
+        stopping server calls first, since a stream never ends by itself and
+        would hold the shutdown."""
         self._closing = True
         for s in list(self._streams):
             s.close()

@@ -181,25 +181,23 @@ methods! {
     }
 
     /// An awaitable answering the next frame's bytes (the first at once, then
-    /// one per core tick), or `None` once closed. Cancelling the await drops
-    /// the stream: a cancelled `next` means the client is gone.
+    /// one per core tick), or `None` once closed — also when `close()` comes
+    /// while it waits (the core's `StreamSlot::next`). Cancelling the await
+    /// drops the stream: a cancelled `next` means the client is gone.
     fn next<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         rt()?;
         let slot = self.inner.clone();
-        let taken = slot
-            .take()
-            .map_err(|why| PyRuntimeError::new_err(format!("_AdminStream.next: {why}")))?;
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            let Some(mut st) = taken else {
-                return Ok(Frame(None));
-            };
-            let frame = st.next().await;
-            // Closed while waiting: the stream is dropped, the end answered.
-            Ok(Frame(if slot.give(st) { frame } else { None }))
+            let frame = slot
+                .next()
+                .await
+                .map_err(|why| PyRuntimeError::new_err(format!("_AdminStream.next: {why}")))?;
+            Ok(Frame(frame))
         })
     }
 
-    /// Drops the stream; every later `next()` answers `None`. Idempotent.
+    /// Drops the stream and ends a `next()` waiting on it; every later
+    /// `next()` answers `None`. Idempotent.
     fn close(&self) {
         self.inner.close();
     }
