@@ -7,6 +7,7 @@ field."""
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -112,11 +113,20 @@ def test_a_bad_ask_fails_the_run_with_a_type_error_naming_the_field(apps: Apps) 
     def bad(ctx: headway.Context) -> None:
         ctx.retry(countdown=-1)
 
+    @app.task(name="ask.naive", bind=True)
+    def naive(ctx: headway.Context) -> None:
+        ctx.retry(eta=datetime(2030, 1, 1))
+
     apps.start(app, concurrency=1)
     with pytest.raises(headway.TaskFailed) as e:
         bad.delay().get(timeout=WAIT)
     assert e.value.type == "TypeError"
     assert "`countdown`" in str(e.value)
+    # A naive eta is refused as every instant argument refuses it.
+    with pytest.raises(headway.TaskFailed) as e:
+        naive.delay().get(timeout=WAIT)
+    assert e.value.type == "TypeError"
+    assert "`eta` must be a timezone-aware datetime" in str(e.value)
 
 
 class Flaky(ConnectionError):

@@ -93,13 +93,14 @@ def _ms(v: Any) -> Any:
 
 
 def _eta_ms(v: Any) -> Any:
-    """An eta (an aware ``datetime``, or seconds since the epoch) as ms."""
+    """An eta (an aware ``datetime``, or seconds since the epoch) as ms; a
+    ``datetime`` is read as every instant argument is (a naive one refused)."""
     from datetime import datetime
 
     if isinstance(v, datetime):
-        if v.tzinfo is None:
-            raise ValueError("eta: a naive datetime is ambiguous; give an aware one (UTC)")
-        return v.timestamp() * 1000
+        from . import _native
+
+        return _native._eta_ms(v)
     return _ms(v)
 
 

@@ -98,6 +98,7 @@ __all__ = [
     "_celery_send_options",
     "_celery_task_options",
     "_direct_context",
+    "_eta_ms",
     "_json_roundtrip",
     "_noop",
     "_now",
@@ -795,6 +796,10 @@ def _reseed() -> None:
 
 def _now() -> float:
     """The clock ``now`` defaults to, in seconds."""
+
+def _eta_ms(eta: datetime) -> int:
+    """A retry's ``eta`` as epoch ms (a naive ``datetime`` raises
+    ``ValueError``)."""
 
 def _process_pool(pool: str) -> bool:
     """Whether ``pool`` names the process pool (``process``, ``prefork``)."""

@@ -12,8 +12,8 @@
 
 use std::sync::Arc;
 
-use headway_core::task::clock;
 use headway_core::task::{Clock, Cron, Every, Rhythm, VirtualClock};
+use headway_core::task::{clock, specs};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
@@ -74,10 +74,7 @@ pub(crate) fn when_arg(
     let d = dt(py)?;
     if obj.is_instance(d.datetime.bind(py))? {
         if obj.getattr("tzinfo")?.is_none() || obj.call_method0("utcoffset")?.is_none() {
-            return Err(PyValueError::new_err(format!(
-                "`{name}` must be a timezone-aware datetime (a naive one is read as local time, \
-                 which differs between machines); use datetime(..., tzinfo=timezone.utc)"
-            )));
+            return Err(PyValueError::new_err(format!("`{name}` {}", specs::NAIVE)));
         }
         let ts: f64 = obj.call_method0("timestamp")?.extract()?;
         return Ok(When::At((ts * 1000.0).round() as i64));
@@ -122,6 +119,13 @@ pub(crate) fn named_instants(
         .map(|(n, at)| Ok((n, instant_out(py, at)?)))
         .collect::<PyResult<Vec<_>>>()?;
     PyList::new(py, items)
+}
+
+/// The `eta` a body's retry asks for (`headway.TaskRetry`) as epoch ms, by
+/// the rule every instant argument follows (a naive `datetime` refused).
+#[pyfunction]
+fn _eta_ms(eta: &Bound<'_, PyAny>) -> PyResult<i64> {
+    instant_arg("eta", eta)
 }
 
 /// An absolute instant (no `timedelta`).
@@ -422,5 +426,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEvery>()?;
     m.add_class::<PyCron>()?;
     m.add_class::<PyAt>()?;
+    m.add_function(wrap_pyfunction!(_eta_ms, m)?)?;
     Ok(())
 }

@@ -349,6 +349,15 @@ impl PolicySpec {
 
 // ---------------------------------------------------------------- send
 
+/// Why an instant given as a datetime without a time zone (a Python
+/// `datetime` with no `tzinfo`; a JS `Date` is always absolute) is refused:
+/// read as local time, the same code would schedule differently on two
+/// machines. Every instant argument — a send's `eta`, a retry's, a clock's
+/// or a rhythm's — refuses it with this text, after the argument's name.
+pub const NAIVE: &str = "must be a timezone-aware datetime (a naive one is read as local \
+                         time, which differs between machines); use \
+                         datetime(..., tzinfo=timezone.utc)";
+
 /// An instant as given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum When {
