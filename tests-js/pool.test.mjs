@@ -160,7 +160,7 @@ test('close empties what is idle; the lent come back through give', () => {
   assert.deepEqual(p.evict(0), []);
 });
 
-test('the id mirror survives an item given twice and made twice', () => {
+test('the id map survives an item given twice and made twice', () => {
   const p = new Pool({ limits: new Limits({ size: 0, idle: 0, keep: 0 }) });
   const x = {};
   p.take(0);

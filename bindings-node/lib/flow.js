@@ -17,7 +17,7 @@ const { bucketTake, bucketTake1, bucketNext, bucketWait, bucketTokens } = F;
 const { windowTake, windowLeft, windowNext } = F;
 const { gateEnter, gateLeave, gateHeld } = F;
 const { backoffCeiling, backoffDelay, backoffMore, backoffSchedule } = F;
-const { poolTake, poolDelay, poolMade, poolUnmade, poolGive, poolDrop, poolEvict, poolClose, poolRefusal, poolLive, poolIdle, poolBusy } = F;
+const { poolTake, poolDelay, poolMade, poolUnmade, poolGive, poolDrop, poolEvict, poolClose, poolRefusal, poolLive, poolIdle, poolBusy, poolHolds, poolLent } = F;
 const { acqInit, acqQuick, acqBegin, acqStep, acqValue, acqOpened, acqUnopened, acqEnd, acqGive, acqEvict, acqClose, acqWakes, acqParked, acqDrain, acqDrained } = F;
 
 const perf = globalThis.performance;
@@ -157,14 +157,11 @@ const OPEN_STEP = Object.freeze({ kind: 'open' });
 class Pool {
   #pid;
   // The core pools slot ids; these map them to the JS values (identity is
-  // the Map's, which is `===` but for NaN). `#held[id]` counts the core's
-  // entries for an id (idle or lent) and `#out[id]` the lent ones, both
-  // mirrored from the core's answers, so an id is forgotten exactly when the
-  // core can no longer hand it back.
+  // the Map's, which is `===` but for NaN). An id is forgotten once the core
+  // says it holds it nowhere, idle or lent (`poolHolds`), so exactly when
+  // the core can no longer hand it back.
   #ids = new Map();
   #items = [];
-  #held = [];
-  #out = [];
   #spare = [];
 
   static {
@@ -172,22 +169,22 @@ class Pool {
     poolMapped = (pool) => pool.#ids.size;
     poolLends = (pool, item) => {
       const id = pool.#ids.get(item);
-      return id !== undefined && pool.#out[id] > 0;
+      return id !== undefined && poolLent(pool.#pid, id);
     };
-    // Each answer of the core's acquire loop is mirrored in the id map as
-    // `take`, `made`, `give` and `drop` mirror theirs; a step that gives up
-    // throws the core's error (`code` TIMEOUT, SHED or CLOSED).
+    // The core's acquire loop's answers, in the id map's values as `take`,
+    // `made`, `give` and `drop` answer theirs; a step that gives up throws
+    // the core's error (`code` TIMEOUT, SHED or CLOSED).
     poolAcq = {
       // The evict timer's period (ms), the core's choice when omitted.
       init: (pool, timeout, evictEvery) => acqInit(pool.#pid, timeout, evictEvery),
       quick: (pool, now) => {
         const r = acqQuick(pool.#pid, now);
-        return r < 0 ? NO_ITEM : pool.#lend(r);
+        return r < 0 ? NO_ITEM : pool.#items[r];
       },
       begin: (pool, now) => acqBegin(pool.#pid, now),
       step: (pool, ticket, now, roll) => {
         const r = acqStep(pool.#pid, ticket, now, roll);
-        if (r >= 0) return { kind: 'hand', item: pool.#lend(r) };
+        if (r >= 0) return { kind: 'hand', item: pool.#items[r] };
         if (r <= -16) return { kind: 'close', item: pool.#letGo(-16 - r) };
         if (r === -1) return OPEN_STEP;
         return { kind: r === -2 ? 'park' : 'sleep', value: acqValue(pool.#pid) };
@@ -195,8 +192,7 @@ class Pool {
       opened: (pool, ticket, item, now) => {
         const id = pool.#id(item);
         const ok = acqOpened(pool.#pid, ticket, id, now);
-        if (ok) pool.#made(id);
-        else pool.#forget(id);
+        if (!ok) pool.#forget(id);
         return ok;
       },
       unopened: (pool, ticket, now, roll) => acqUnopened(pool.#pid, ticket, now, roll),
@@ -229,63 +225,44 @@ class Pool {
       id = this.#spare.length > 0 ? this.#spare.pop() : this.#items.length;
       this.#ids.set(item, id);
       this.#items[id] = item;
-      this.#held[id] = 0;
-      this.#out[id] = 0;
     }
     return id;
   }
 
+  /** Forgets `id`'s value if the core holds it nowhere now. */
   #forget(id) {
-    if (this.#held[id] === 0) {
+    if (!poolHolds(this.#pid, id)) {
       this.#ids.delete(this.#items[id]);
       this.#items[id] = undefined;
       this.#spare.push(id);
     }
   }
 
-  /** An id the core lent: counted out; its value. */
-  #lend(id) {
-    this.#out[id]++;
-    return this.#items[id];
-  }
-
   /** An id the core let go of (stale, evicted, closed): its value. */
   #letGo(id) {
     const item = this.#items[id];
-    this.#held[id]--;
     this.#forget(id);
     return item;
   }
 
-  /** An id registered as made: held, and lent. */
-  #made(id) {
-    this.#held[id]++;
-    this.#out[id]++;
-  }
-
   /**
    * Gives an item back through `give` (`broken` undefined) or the acquire
-   * loop's `give`, and mirrors what the core did: whether it kept the item.
-   * A stranger fills a reserved room or is refused; an item not kept (or
-   * dropped) is forgotten once the core holds it nowhere.
+   * loop's `give`: whether the core kept it. A stranger fills a reserved
+   * room or is refused; an item not kept (or dropped) is forgotten once the
+   * core holds it nowhere.
    */
   #giveBack(item, now, broken) {
-    const known = this.#ids.get(item);
-    const id = known ?? this.#id(item);
-    const lent = known !== undefined && this.#out[id] > 0;
+    const id = this.#id(item);
     const kept = broken === undefined ? poolGive(this.#pid, id, now) : !acqGive(this.#pid, id, now, broken ? 1 : 0);
-    if (lent) this.#out[id]--;
-    if (kept) {
-      if (!lent) this.#held[id]++;
-    } else {
-      if (lent) this.#held[id]--;
-      this.#forget(id);
-    }
+    if (!kept) this.#forget(id);
     return kept;
   }
 
+  /** Ids the core let go of (evicted, closed; one may come twice): their values. */
   #gone(ids) {
-    for (let i = 0; i < ids.length; i++) ids[i] = this.#letGo(ids[i]);
+    const once = new Set(ids);
+    for (let i = 0; i < ids.length; i++) ids[i] = this.#items[ids[i]];
+    for (const id of once) this.#forget(id);
     return ids;
   }
 
@@ -293,7 +270,7 @@ class Pool {
     now = clock('now', now);
     roll = draw('roll', roll);
     const r = poolTake(this.#pid, now, roll);
-    if (r >= 0) return { kind: 'ready', item: this.#lend(r) };
+    if (r >= 0) return { kind: 'ready', item: this.#items[r] };
     if (r <= -16) return { kind: 'stale', item: this.#letGo(-16 - r) };
     if (r === -1) return MAKE;
     if (r === -2) return WAIT;
@@ -303,9 +280,7 @@ class Pool {
 
   made(item, now) {
     now = clock('now', now);
-    const id = this.#id(item);
-    poolMade(this.#pid, id, now);
-    this.#made(id);
+    poolMade(this.#pid, this.#id(item), now);
   }
 
   unmade(now, roll) {
@@ -318,16 +293,10 @@ class Pool {
   }
 
   drop(item) {
+    // Not lent (or unknown): the core frees the room a take reserved, if any.
     const id = this.#ids.get(item);
-    if (id === undefined || this.#out[id] === 0) {
-      // Not lent: the core frees the room a take reserved, if any.
-      poolDrop(this.#pid, NONE);
-      return;
-    }
-    poolDrop(this.#pid, id);
-    this.#out[id]--;
-    this.#held[id]--;
-    this.#forget(id);
+    poolDrop(this.#pid, id ?? NONE);
+    if (id !== undefined) this.#forget(id);
   }
 
   evict(now) {

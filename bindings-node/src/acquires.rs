@@ -3,8 +3,8 @@
 //!
 //! A pool slot carries its `Acquires` (the `Pooled` over it sets the
 //! timeout with `acqInit`), so a call is the pool's id plus numbers, like
-//! every pool method. Items are the pool's slot ids; `lib/flow.js` mirrors each
-//! answer in its id map, as it does for `take`.
+//! every pool method. Items are the pool's slot ids; `lib/flow.js` turns each
+//! into its value, and forgets one the pool no longer holds, as for `take`.
 //!
 //! `acqStep` answers one int32, like `poolTake`: an item id ≥ 0 is
 //! `Hand(id)`, `-16 - id` is `Close(id)`; `-1` Open, `-2` Park, `-3` Sleep.

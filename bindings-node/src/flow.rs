@@ -193,7 +193,8 @@ function!(ward_new, 2, |f, e, a| {
 
 /// A pool of slot ids. The JS wrapper maps each id to the JS value it stands
 /// for (identity is `===`), so any value can be pooled without a napi
-/// reference per item.
+/// reference per item, and forgets the value when the core no longer holds
+/// its id (`poolHolds`).
 pub struct PoolState {
     pub(crate) pool: Pool<u32>,
     /// The span of the last `Later`, read by `poolDelay` only on that answer.
@@ -280,6 +281,15 @@ method!(pool_drop, pools, 2, |s, e, a| {
     s.pool.drop(&it);
     e.undefined()
 });
+
+// poolHolds(id, item) -> whether the core holds the item anywhere, idle or
+// lent: `lib/flow.js` forgets its value once it does not.
+method!(pool_holds, pools, 2, |s, e, a| e
+    .bool(s.pool.holds(&item(e, a[1])?)));
+
+// poolLent(id, item) -> whether the item is lent out.
+method!(pool_lent, pools, 2, |s, e, a| e
+    .bool(s.pool.lends(&item(e, a[1])?)));
 
 method!(pool_evict, pools, 2, |s, e, a| {
     let gone = s.pool.evict(e.now(a[1])?);
@@ -502,6 +512,8 @@ pub fn flow(env: &napi::Env) -> napi::Result<napi::Unknown<'_>> {
             .add(c"poolUnmade", Some(pool_unmade))?
             .add(c"poolGive", Some(pool_give))?
             .add(c"poolDrop", Some(pool_drop))?
+            .add(c"poolHolds", Some(pool_holds))?
+            .add(c"poolLent", Some(pool_lent))?
             .add(c"poolEvict", Some(pool_evict))?
             .add(c"poolClose", Some(pool_close))?
             .add(c"poolRefusal", Some(pool_refusal))?

@@ -244,6 +244,18 @@ impl<T: Clone + PartialEq> Pool<T> {
             .chain(self.lent.iter().map(|(t, _)| t))
     }
 
+    /// Whether `item` is lent out.
+    pub fn lends(&self, item: &T) -> bool {
+        self.lent.iter().any(|(t, _)| t == item)
+    }
+
+    /// Whether the pool holds `item` anywhere, idle or lent: once it does
+    /// not, the pool can never hand it back, so a binding that stands its
+    /// host's values for numbers (Node's) forgets the value then.
+    pub fn holds(&self, item: &T) -> bool {
+        self.free.iter().any(|i| i.item == *item) || self.lends(item)
+    }
+
     /// How many exist right now: idle, lent, and being made.
     pub fn live(&self) -> i64 {
         self.free.len() as i64 + self.busy()
@@ -502,6 +514,26 @@ mod tests {
         assert!(aged.give(5, 3 * SECOND));
         assert_eq!(aged.idle(), 1);
         assert_eq!(d(&aged.take(5 * SECOND, 0.5)), "Stale(5)");
+    }
+
+    #[test]
+    fn holds_and_lends_say_where_an_item_is() {
+        let mut p: Pool<i32> = Pool::new(Limits::new(0, 1, SECOND, 0).unwrap(), None);
+        for i in [1, 2] {
+            p.take(0, 0.5);
+            p.made(i, 0);
+        }
+        assert!(p.lends(&1) && p.holds(&1));
+        assert!(p.give(1, 0));
+        assert!(!p.lends(&1) && p.holds(&1), "idle");
+        assert!(!p.give(2, 0), "above idle: not kept");
+        assert!(!p.holds(&2));
+        assert_eq!(d(&p.take(2 * SECOND, 0.5)), "Stale(1)");
+        assert!(!p.holds(&1), "stale: let go");
+        assert_eq!(d(&p.take(2 * SECOND, 0.5)), "Make");
+        p.made(3, 2 * SECOND);
+        p.drop(&3);
+        assert!(!p.holds(&3) && p.live() == 0, "dropped");
     }
 
     #[test]
