@@ -169,6 +169,8 @@ for (const b of brokers()) {
       const h = await app.sendTask('elsewhere.task', [1]);
       assert.equal(await h.state(), 'PENDING');
       await assert.rejects(h.get(50), { code: 'TIMEOUT' });
+      // A negative timeout waits nothing (the core's specs::wait), as 0 does.
+      await assert.rejects(h.get(-1), { code: 'TIMEOUT' });
       b.start(app);
       if (b.kind === 'celery') {
         // On a queue shared with Celery workers, a name this worker does not

@@ -156,6 +156,9 @@ def test_unknown_names_and_send_task(apps: Apps) -> None:
     assert h.state() == "PENDING"
     with pytest.raises(Timeout):
         h.get(timeout=0.05)
+    # A negative timeout waits nothing (the core's specs::wait), as 0 does.
+    with pytest.raises(Timeout):
+        h.get(timeout=-1)
     apps.start(app)
     if apps.kind == "celery":
         # On a queue shared with Celery workers, a name this worker does not

@@ -5,7 +5,6 @@
 //! threads; `Handle`, `Fixed` and `Exponential` are public as they are.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use headway_core::task::{
     App, BackoffSpec, Beat, Canvas, ChildCommand, Clock, Handle, Host, Options, PolicySpec,
@@ -371,12 +370,6 @@ pub(crate) struct PyHandle {
     pub(crate) inner: Handle,
 }
 
-/// A span argument as a wait (a `timeout`, a `grace`): a negative one
-/// waits nothing.
-fn wait_arg(name: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<Duration> {
-    Ok(Duration::from_millis(span_ms(name, obj)?.max(0) as u64))
-}
-
 methods! {
     PyHandle {
         /// The run's id (a group's first part).
@@ -397,7 +390,7 @@ methods! {
         timeout: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         guard(|| {
-            let t = opt(timeout, |t| wait_arg("timeout", t))?;
+            let t = specs::wait(opt(timeout, |t| span_ms("timeout", t))?);
             json::to_py(py, &wait(py, self.inner.get(t))?)
         })
     }
@@ -549,7 +542,7 @@ methods! {
         /// The pids of its children (none on the threads pool).
         child_pids: Vec<u32> = |c| c.procs().map(|p| p.pids()).unwrap_or_default();
         /// `"process"` when its bodies run in child processes, else `"threads"`.
-        pool: &'static str = |c| if c.procs().is_some() { "process" } else { "threads" };
+        pool: &'static str = |c| c.pool_name();
     }
 
     /// Runs until stopped, blocking this thread with the GIL released. On
@@ -558,7 +551,7 @@ methods! {
     /// stops waiting.
     fn run(&self, py: Python<'_>, grace: &Bound<'_, PyAny>) -> PyResult<()> {
         guard(|| {
-            let grace = wait_arg("grace", grace)?;
+            let grace = specs::grace(Some(span_ms("grace", grace)?));
             let w = self.inner.clone();
             run_until_stopped(py, async move { w.run().await }, || self.inner.stop(grace))
         })
@@ -578,7 +571,7 @@ methods! {
     /// seconds for runs in progress, then cancels and gives back the rest.
     /// Returns at once; `run` returns when it is all done.
     fn stop(&self, grace: &Bound<'_, PyAny>) -> PyResult<()> {
-        guard(|| wait_arg("grace", grace).map(|g| self.inner.stop(g)))
+        guard(|| span_ms("grace", grace).map(|g| self.inner.stop(specs::grace(Some(g)))))
     }
 }
 

@@ -12,7 +12,6 @@
 
 use std::io::Write;
 use std::sync::Arc;
-use std::time::Duration;
 
 use headway_core::task::ask::Ask;
 use headway_core::task::specs::json::CanvasSpec;
@@ -398,7 +397,7 @@ impl NativeApp {
     ) -> napi::Result<Answer> {
         self.with_handle(&ids, all, |h| match what.as_str() {
             "get" => {
-                let t = timeout.map(|t| Duration::from_millis(ms(t).max(0) as u64));
+                let t = headway_core::task::specs::wait(timeout.map(ms));
                 drive(async move { h.get(t).await }, typed::text_js)
             }
             "state" => drive_split(async move { h.state_name().await }, |s| s, json),

@@ -532,6 +532,13 @@ pub fn grace(ms: Option<i64>) -> std::time::Duration {
     std::time::Duration::from_millis(ms.unwrap_or(GRACE).max(0) as u64)
 }
 
+/// How long a wait for a result (`Handle::get`) waits from the ms a caller
+/// named: `None` for ever, and a negative span waits nothing (answers what
+/// is there now) rather than a refusal, as a negative grace is none.
+pub fn wait(ms: Option<i64>) -> Option<std::time::Duration> {
+    ms.map(|ms| std::time::Duration::from_millis(ms.max(0) as u64))
+}
+
 /// A worker's settings as given: what is `None` is
 /// [`WorkerConfig::default`]'s (read from JSON as [`json`] says).
 #[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]

@@ -559,6 +559,14 @@ fn a_stop_grace_defaults_and_is_never_negative() {
 }
 
 #[test]
+fn a_result_wait_is_for_ever_or_never_negative() {
+    use std::time::Duration;
+    assert_eq!(wait(None), None);
+    assert_eq!(wait(Some(1500)), Some(Duration::from_millis(1500)));
+    assert_eq!(wait(Some(-5)), Some(Duration::ZERO));
+}
+
+#[test]
 fn process_and_prefork_name_the_process_pool() {
     assert!(is_process_pool("process"));
     assert!(is_process_pool("prefork"));
