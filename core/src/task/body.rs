@@ -140,12 +140,37 @@ pub trait Body: Send + Sync + 'static {
     /// late answer.
     fn call(&self, ctx: Context, args: Vec<Value>) -> BoxFuture<'static, Result<Value, Failure>>;
 
+    /// As [`Body::call`], for a worker's run that holds `slot`: a body may
+    /// take it and free it as soon as its answer exists, before the run's
+    /// task hears of it; what it leaves the worker frees when the call's
+    /// future ends. A host body takes it: the host's thread frees it as it
+    /// answers, and the next run waiting for a slot starts while this one
+    /// is still being settled (see `HostQueue`).
+    fn call_holding(
+        &self,
+        ctx: Context,
+        args: Vec<Value>,
+        slot: &mut Option<Slot>,
+    ) -> BoxFuture<'static, Result<Value, Failure>> {
+        let _ = slot;
+        self.call(ctx, args)
+    }
+
+    /// The host queue its calls go to and their key, for a body that runs
+    /// in a host language: a worker may then put its next run on deck
+    /// (`deck`).
+    fn host(&self) -> Option<(Arc<super::host::HostQueue>, Arc<str>)> {
+        None
+    }
+
     /// The host threads it runs on, when it runs on threads the core counts
     /// (a sync Python body): a worker stops claiming while all are stuck.
     fn runners(&self) -> Option<Arc<super::runners::Runners>> {
         None
     }
 }
+
+pub use super::deck::Slot;
 
 /// A body from a Rust closure returning a future.
 pub struct FnBody<F>(pub F);

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use super::body::{Body, Context};
+use super::body::{Body, Context, Slot};
 use super::clock::BoxFuture;
 use super::runners::Runners;
 use super::state::Failure;
@@ -177,7 +177,8 @@ pub struct Call {
     pub args: Vec<Value>,
 }
 
-type Reply = oneshot::Sender<Result<Value, Failure>>;
+/// Where a call's answer goes.
+pub(crate) type Reply = oneshot::Sender<Result<Value, Failure>>;
 
 /// How many calls are out to a host — queued or taken, not yet answered or
 /// withdrawn — across every queue in the process: while any is, an answer
@@ -195,15 +196,25 @@ pub fn calls_out() -> usize {
 /// [`CALLS_OUT`] for as long as it lives: however it leaves the queue's
 /// map (answered, withdrawn, closed, dropped with the queue), the count
 /// goes down once.
-struct Out(Option<Reply>);
+///
+/// It also holds the worker's slot the call's run took, if the run gave it
+/// (`Body::call_holding`): freed as the answer is sent, on the host's
+/// thread, so the run waiting for that slot is woken at once — not after
+/// the answered run's task has been woken to free it. At the default
+/// concurrency a Node drain's host waited through that second wake-up
+/// for its next batch.
+struct Out(Option<Reply>, Option<Slot>);
 
 impl Out {
-    fn new(tx: Reply) -> Out {
+    fn new(tx: Reply, slot: Option<Slot>) -> Out {
         CALLS_OUT.fetch_add(1, Ordering::Relaxed);
-        Out(Some(tx))
+        Out(Some(tx), slot)
     }
 
+    /// Frees the slot (first: the run waiting for it is woken before the
+    /// answered run) and sends the answer.
     fn send(mut self, r: Result<Value, Failure>) {
+        self.1 = None;
         if let Some(tx) = self.0.take() {
             let _ = tx.send(r);
         }
@@ -293,15 +304,41 @@ impl HostQueue {
         key: Arc<str>,
         ctx: Context,
         args: Vec<Value>,
+        slot: Option<Slot>,
     ) -> Result<(u64, oneshot::Receiver<Result<Value, Failure>>), Failure> {
         let (tx, rx) = oneshot::channel();
+        if self.is_closed() {
+            return Err(Failure::new("WorkerLost", "the host runner has stopped"));
+        }
+        Ok((self.push_reply(key, ctx, args, slot, tx), rx))
+    }
+
+    /// Queues a call answered on `reply` (a run handed over from the deck),
+    /// holding `slot`: its number. On a closed queue the reply is
+    /// `WorkerLost` at once (and the number 0, which names no call).
+    pub(crate) fn push_reply(
+        &self,
+        key: Arc<str>,
+        ctx: Context,
+        args: Vec<Value>,
+        slot: Option<Slot>,
+        tx: Reply,
+    ) -> u64 {
         let was_empty;
         let seq;
         let wake;
         {
             let mut g = self.lock();
             if g.closed {
-                return Err(Failure::new("WorkerLost", "the host runner has stopped"));
+                drop(g);
+                // The slot first, outside the lock: it may hand the next
+                // run on deck here, which fails the same way.
+                drop(slot);
+                let _ = tx.send(Err(Failure::new(
+                    "WorkerLost",
+                    "the host runner has stopped",
+                )));
+                return 0;
             }
             g.seq += 1;
             seq = g.seq;
@@ -315,7 +352,7 @@ impl HostQueue {
                 ctx,
                 args,
             });
-            g.waiting.insert(seq, Out::new(tx));
+            g.waiting.insert(seq, Out::new(tx, slot));
             wake = g.sleepers > 0;
         }
         if wake {
@@ -327,12 +364,17 @@ impl HostQueue {
                 b();
             }
         }
-        Ok((seq, rx))
+        seq
     }
 
-    fn withdraw(&self, seq: u64) {
+    /// Stops waiting for call `seq`: not run if not taken yet, reported
+    /// `cancelled` if it was.
+    pub(crate) fn withdraw(&self, seq: u64) {
         let mut g = self.lock();
-        if g.waiting.remove(&seq).is_some() {
+        // Dropped after the lock: its slot may hand a run on deck over to
+        // this queue.
+        let out = g.waiting.remove(&seq);
+        if out.is_some() {
             if let Some(i) = g.queue.iter().position(|c| c.seq == seq) {
                 g.queue.remove(i);
             } else {
@@ -342,6 +384,8 @@ impl HostQueue {
                 }
             }
         }
+        drop(g);
+        drop(out);
     }
 
     /// Up to `max` calls, at once (empty when there are none).
@@ -418,6 +462,12 @@ impl HostQueue {
         };
         for _ in 0..late {
             self.runners.returned();
+        }
+        // Every slot first: the runs waiting for them start queueing the
+        // next calls while the answered runs are still being woken.
+        let mut txs = txs;
+        for (tx, _) in &mut txs {
+            tx.1 = None;
         }
         for (tx, r) in txs {
             tx.send(r);
@@ -553,13 +603,26 @@ impl Drop for Withdraw {
 }
 
 impl Body for HostBody {
+    fn host(&self) -> Option<(Arc<HostQueue>, Arc<str>)> {
+        Some((self.queue.clone(), self.key.clone()))
+    }
+
     fn runners(&self) -> Option<Arc<Runners>> {
         Some(self.queue.runners.clone())
     }
 
     fn call(&self, ctx: Context, args: Vec<Value>) -> BoxFuture<'static, Result<Value, Failure>> {
+        self.call_holding(ctx, args, &mut None)
+    }
+
+    fn call_holding(
+        &self,
+        ctx: Context,
+        args: Vec<Value>,
+        slot: &mut Option<Slot>,
+    ) -> BoxFuture<'static, Result<Value, Failure>> {
         let soft = ctx.soft_time_limit;
-        let pushed = self.queue.push(self.key.clone(), ctx, args);
+        let pushed = self.queue.push(self.key.clone(), ctx, args, slot.take());
         let queue = self.queue.clone();
         Box::pin(async move {
             let (seq, mut rx) = pushed?;
@@ -646,6 +709,60 @@ pub(crate) mod tests {
         drop(f);
         assert_eq!(q.cancelled(), vec![calls[0].seq]);
         q.finish(calls[0].seq, Ok(json!(1)));
+    }
+
+    /// A run's slot goes with its call and is freed as the host answers —
+    /// before the run's task is polled again — and freed too when the call
+    /// is withdrawn or the queue closes.
+    #[tokio::test]
+    async fn a_calls_slot_is_freed_as_the_host_answers() {
+        let q = HostQueue::new();
+        let b = q.body("t");
+        let slots = Arc::new(tokio::sync::Semaphore::new(2));
+        let held = |sem: &Arc<tokio::sync::Semaphore>| {
+            Some(Slot::plain(sem.clone().try_acquire_owned().unwrap()))
+        };
+        // Answered: free once `finish_many` returns, the future not polled.
+        let mut slot = held(&slots);
+        let mut f = Box::pin(b.call_holding(ctx(), vec![json!(1)], &mut slot));
+        assert!(slot.is_none(), "the host body took the slot");
+        assert!(futures_poll_once(&mut f).await);
+        assert_eq!(slots.available_permits(), 1, "held while the call is out");
+        let c = q.take(1);
+        q.finish_many(vec![(c[0].seq, Ok(json!(1)))]);
+        assert_eq!(slots.available_permits(), 2, "freed by the answer");
+        assert_eq!(f.await.unwrap(), json!(1));
+        // Answered one by one.
+        let mut slot = held(&slots);
+        let f = tokio::spawn(b.call_holding(ctx(), vec![], &mut slot));
+        tokio::task::yield_now().await;
+        let c = q.take_blocking(1, Duration::from_secs(5));
+        q.finish(c[0].seq, Ok(json!(2)));
+        assert_eq!(slots.available_permits(), 2);
+        assert_eq!(f.await.unwrap().unwrap(), json!(2));
+        // Withdrawn (the run stopped waiting): freed with it.
+        let mut slot = held(&slots);
+        let mut f = Box::pin(b.call_holding(ctx(), vec![], &mut slot));
+        assert!(futures_poll_once(&mut f).await);
+        assert_eq!(slots.available_permits(), 1);
+        drop(f);
+        assert_eq!(slots.available_permits(), 2, "freed by the withdrawal");
+        // Closed: freed as the call fails.
+        let mut slot = held(&slots);
+        let f = tokio::spawn(b.call_holding(ctx(), vec![], &mut slot));
+        tokio::task::yield_now().await;
+        assert_eq!(slots.available_permits(), 1);
+        q.close();
+        assert_eq!(slots.available_permits(), 2, "freed by the close");
+        assert_eq!(f.await.unwrap().unwrap_err().kind, "WorkerLost");
+        // A Rust body leaves the slot to the worker.
+        let rust = crate::task::body::body(|_, _| async { Ok(json!(3)) });
+        let mut slot = held(&slots);
+        assert_eq!(
+            rust.call_holding(ctx(), vec![], &mut slot).await.unwrap(),
+            json!(3)
+        );
+        assert!(slot.is_some());
     }
 
     #[tokio::test]

@@ -19,6 +19,7 @@ pub mod clock;
 pub mod control;
 pub mod crew;
 pub mod dead;
+pub mod deck;
 pub mod dead_listed;
 pub mod dedupe;
 pub mod depth;

@@ -20,7 +20,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{SemaphorePermit, watch};
+use tokio::sync::watch;
+
+use crate::task::deck::Slot;
 
 use super::stop::{give_back, wait_true};
 use super::{Shared, warn_run};
@@ -36,9 +38,9 @@ use crate::task::state::{BrokerErrorKind, Refused};
 const LONGEST: Nanos = 60 * crate::flow::SECOND;
 
 /// What admitting a run came to.
-pub(super) enum Admitted<'a> {
+pub(super) enum Admitted {
     /// It may run: its slot, and its key's permit if it has one.
-    Run(SemaphorePermit<'a>, Option<Held>),
+    Run(Slot, Option<Held>),
     /// It was put off or given back: its claim is settled.
     Done,
 }
@@ -107,15 +109,15 @@ pub(super) fn limited(m: &Message, policy: &Policy) -> bool {
 /// Checks `m`'s shared limits holding `permit`; see the module docs.
 /// `waited` is set when it gave its slot back to wait.
 #[allow(clippy::too_many_arguments)]
-pub(super) async fn admit<'a>(
-    s: &'a Shared,
+pub(super) async fn admit(
+    s: &Shared,
     m: &Message,
     receipt: &Receipt,
     policy: &Policy,
-    permit: SemaphorePermit<'a>,
+    permit: Slot,
     stopping: &mut watch::Receiver<bool>,
     waited: &mut bool,
-) -> Result<Admitted<'a>, Refused> {
+) -> Result<Admitted, Refused> {
     let app = &s.app;
     if !limited(m, policy) {
         return Ok(Admitted::Run(permit, None));
@@ -173,7 +175,7 @@ pub(super) async fn admit<'a>(
             }
         }
         permit = tokio::select! {
-            p = s.slots.acquire() => p.map_err(|_| Refused::broker(BrokerErrorKind::Closed, "worker closed"))?,
+            p = s.slots.clone().acquire_owned() => s.deck.slot(p.map_err(|_| Refused::broker(BrokerErrorKind::Closed, "worker closed"))?),
             _ = wait_true(stopping) => {
                 drop(held);
                 give_back(app, m, receipt.clone(), false).await?;

@@ -144,6 +144,12 @@ impl Shared {
 }
 
 impl Worker {
+    /// Runs on deck now: made ready for a host body while every slot is
+    /// busy, not started and not acked (`deck`).
+    pub fn on_deck(&self) -> usize {
+        self.shared.deck.waiting()
+    }
+
     /// The runs it holds, in the order claimed: started ones (`active`)
     /// and those claimed and not started yet (`reserved`).
     pub fn runs(&self) -> Vec<RunInfo> {
@@ -252,6 +258,8 @@ impl Worker {
             }
         }
         s.slots.add_permits(n * super::slots_per(s.procs.is_some()));
+        s.deck.room().add_permits(n);
+        s.deck.offer();
         s.reshaped.send_modify(|v| *v += 1);
         Ok(now)
     }
@@ -298,6 +306,8 @@ impl Worker {
         }
         s.reshaped.send_modify(|v| *v += 1);
         let gone = n * super::slots_per(s.procs.is_some());
+        // Places on deck go as they come free (a run in line keeps its own).
+        s.deck.room().forget_permits(n);
         let now_free = s.slots.forget_permits(gone);
         let owed = (gone - now_free) as u32;
         if owed > 0 {

@@ -97,8 +97,11 @@ struct Shared {
     woken: Notify,
     running: AtomicBool,
     /// A run holds one from before its revoked check until its body ends:
-    /// [`slots_per`] a unit of concurrency.
-    slots: Semaphore,
+    /// [`slots_per`] a unit of concurrency. Shared, so a run's slot can go
+    /// with its call to the host, which frees it as it answers (`run`).
+    slots: Arc<Semaphore>,
+    /// Its slots again, with the runs on deck they go to first (`deck`).
+    deck: Arc<crate::task::deck::Deck>,
     limiters: Mutex<HashMap<String, Window>>,
     done: AtomicU64,
     /// Messages claimed so far (held now: claimed − done).
@@ -234,6 +237,9 @@ impl Worker {
             }
             Pool::Process(spec) => Some(Procs::new(spec, concurrency, &name)),
         };
+        let slots = Arc::new(Semaphore::new(concurrency * slots_per(pooled)));
+        // A run on deck per slot on threads; the process pool has its own.
+        let deck = crate::task::deck::Deck::new(slots.clone(), if pooled { 0 } else { concurrency });
         Ok(Worker {
             shared: Arc::new(Shared {
                 app,
@@ -249,7 +255,8 @@ impl Worker {
                 grace: Mutex::new(Duration::from_secs(10)),
                 woken: Notify::new(),
                 running: AtomicBool::new(false),
-                slots: Semaphore::new(concurrency * slots_per(pooled)),
+                slots,
+                deck,
                 limiters: Mutex::new(HashMap::default()),
                 done: AtomicU64::new(0),
                 claimed: AtomicU64::new(0),

@@ -27,6 +27,7 @@ use crate::task::body::Context;
 use crate::task::message::Message;
 use crate::task::policy::RateScope;
 use crate::task::procs::{WORKER_LOST, timed_out};
+use crate::task::deck::{Hand, Place, Slot, Ticket};
 use crate::task::spec::{Delivery, Receipt};
 use crate::task::state::{Failure, Refused, State};
 
@@ -48,8 +49,8 @@ pub(super) async fn process(
     // megabytes (a Rust no-op drain on the memory broker, concurrency 64:
     // prefetch 64 ran 64k/s, 256 57k/s, 1024 44k/s).
     let ready = if let Some(reg) = plain(&s, &d, revoked, now) {
-        match slot_of(&s).await {
-            Some(slot) => Some((slot, reg)),
+        match slot_of(&s, deckable(&s, &d.message, &reg)).await {
+            Some(got) => Some((got, reg)),
             None => {
                 let back = give_back(&s.app, &d.message, d.receipt.clone(), false);
                 if let Err(e) = Box::pin(back).await {
@@ -101,7 +102,33 @@ pub(super) async fn process(
 }
 
 /// A slot, and whether the run waited for it.
-type Slot<'a> = (tokio::sync::SemaphorePermit<'a>, bool);
+type Seat = (Slot, bool);
+
+/// What a run waiting to start got: a slot, or a place on deck.
+enum Got {
+    Seat(Seat),
+    Place(Place),
+}
+
+/// Whether a run of `reg` may wait on deck (`deck`): a host body on
+/// threads, with none of the steps a run on deck skips — shared limits,
+/// a per-worker rate, a chord's parts to collect, a time limit (timed
+/// from the hand-over), Celery's task-started event, every runner stuck.
+fn deckable(s: &Shared, m: &Message, reg: &Registered) -> bool {
+    let policy = &reg.policy;
+    s.procs.is_none()
+        && reg.body.host().is_some()
+        && m.join.is_none()
+        && !limited(m, policy)
+        && s.rate_of(&m.task, policy.rate).is_none()
+        && policy.timeout.is_none()
+        && s.time_limit.is_none()
+        && s.soft_time_limit.is_none()
+        && s.limits_of(&m.task, (policy.soft_time_limit, policy.time_limit)) == (None, None)
+        && m.time_limits() == (None, None)
+        && s.gate.get().is_none_or(|g| g.healthy())
+        && !s.app.inspector().is_some_and(|i| i.wants_run_starts())
+}
 
 /// Whether every check at receipt passes `d` without a write (not revoked,
 /// not expired at `now`, registered, not redelivered): such a message goes
@@ -121,17 +148,22 @@ fn plain(s: &Shared, d: &Delivery, revoked: bool, now: i64) -> Option<Arc<Regist
 /// A free slot is taken without a future; the wait for one is boxed, so a
 /// run's state machine does not carry its few hundred bytes (a run's
 /// future is allocated and copied whole at its start: see [`Parts`]).
-async fn slot_of(s: &Shared) -> Option<Slot<'_>> {
-    match s.slots.try_acquire() {
-        Ok(p) => Some((p, false)),
-        Err(_) => Box::pin(slot_wait(s)).await,
+async fn slot_of(s: &Shared, deckable: bool) -> Option<Got> {
+    if let Some(slot) = s.deck.try_slot() {
+        return Some(Got::Seat((slot, false)));
     }
+    if deckable && let Ok(place) = s.deck.room().clone().try_acquire_owned() {
+        return Some(Got::Place(place));
+    }
+    Box::pin(slot_wait(s, deckable)).await
 }
 
-async fn slot_wait(s: &Shared) -> Option<Slot<'_>> {
+async fn slot_wait(s: &Shared, deckable: bool) -> Option<Got> {
     let mut stopping = s.stopping.subscribe();
+    let room = s.deck.room().clone();
     tokio::select! {
-        p = s.slots.acquire() => p.ok().map(|p| (p, true)),
+        p = s.slots.clone().acquire_owned() => p.ok().map(|p| Got::Seat((s.deck.slot(p), true))),
+        p = room.acquire_owned(), if deckable => p.ok().map(Got::Place),
         _ = wait_true(&mut stopping) => None,
     }
 }
@@ -140,14 +172,14 @@ async fn slot_wait(s: &Shared) -> Option<Slot<'_>> {
 /// (made at `now`) or a stop says otherwise; `ready` is the slot it
 /// already waited for and its task's registration, when the checks at
 /// receipt let it through ([`plain`]).
-async fn take_and_run<'a>(
-    s: &'a Shared,
-    w: &Writer,
+async fn take_and_run(
+    s: &Arc<Shared>,
+    w: &Arc<Writer>,
     d: Delivery,
     revoked: bool,
     key: u64,
     now: i64,
-    ready: Option<(Slot<'a>, Arc<Registered>)>,
+    ready: Option<(Got, Arc<Registered>)>,
 ) -> Result<(), Refused> {
     let app = &s.app;
     let Delivery {
@@ -168,132 +200,151 @@ async fn take_and_run<'a>(
     };
     let Registered { policy, body } = &*reg;
 
-    // Wait for a slot; a stopping worker hands the claim back instead (not
-    // acked yet, whatever the policy: a prefetched message is not taken).
     let mut stopping = s.stopping.subscribe();
-    let slot = match slot {
-        Some(slot) => Some(slot),
-        None => slot_of(s).await,
+    let acked: Mutex<Option<AckSent>> = Mutex::new(None);
+    let (seat, place) = match slot {
+        Some(Got::Seat(seat)) => (Some(seat), None),
+        Some(Got::Place(place)) => (None, Some(place)),
+        None => (None, None),
     };
-    let Some((permit, mut waited)) = slot else {
-        return Box::pin(give_back(app, &m, receipt, false)).await;
-    };
-    // Every runner stuck: wait for one rather than hand it a call nobody
-    // takes (`runners`).
-    if let Some(g) = s.gate.get()
-        && !g.healthy()
-    {
-        waited = true;
-        let healthy = Box::pin(async {
-            tokio::select! {
-                _ = g.until_healthy() => true,
-                _ = wait_true(&mut stopping) => false,
+    // A run on deck (`deckable`): none of the steps below applies to it,
+    // and its early ack goes out as it is handed over.
+    let (mut slot, held, checked, args) = if place.is_some() {
+        (None, None, now, m.args.clone())
+    } else {
+        // Wait for a slot; a stopping worker hands the claim back instead (not
+        // acked yet, whatever the policy: a prefetched message is not taken).
+        let slot = match seat {
+            Some(seat) => Some(seat),
+            None => match slot_of(s, false).await {
+                Some(Got::Seat(seat)) => Some(seat),
+                _ => None,
+            },
+        };
+        let Some((permit, mut waited)) = slot else {
+            return Box::pin(give_back(app, &m, receipt, false)).await;
+        };
+        // Every runner stuck: wait for one rather than hand it a call nobody
+        // takes (`runners`).
+        if let Some(g) = s.gate.get()
+            && !g.healthy()
+        {
+            waited = true;
+            let healthy = Box::pin(async {
+                tokio::select! {
+                    _ = g.until_healthy() => true,
+                    _ = wait_true(&mut stopping) => false,
+                }
+            });
+            if !healthy.await {
+                drop(permit);
+                return Box::pin(give_back(app, &m, receipt, false)).await;
             }
-        });
-        if !healthy.await {
+        }
+
+        // The limits shared with every worker on the broker: the concurrency
+        // key's room and the global rate (`admit`).
+        let admitted = if limited(&m, policy) {
+            Box::pin(admit(
+                s,
+                &m,
+                &receipt,
+                policy,
+                permit,
+                &mut stopping,
+                &mut waited,
+            ))
+            .await?
+        } else {
+            Admitted::Run(permit, None)
+        };
+        let (permit, held) = match admitted {
+            Admitted::Run(p, h) => (p, h),
+            Admitted::Done => return Ok(()),
+        };
+
+        // Per-worker rate, read again after every wait: a remote command may
+        // change it meanwhile (and wakes the waiters when it does).
+        if policy.rate_scope == RateScope::Worker
+            && s.rate_of(&m.task, policy.rate).is_some()
+            && !Box::pin(rate_turn(s, &m.task, policy, &mut stopping, &mut waited)).await
+        {
             drop(permit);
             return Box::pin(give_back(app, &m, receipt, false)).await;
         }
-    }
 
-    // The limits shared with every worker on the broker: the concurrency
-    // key's room and the global rate (`admit`).
-    let admitted = if limited(&m, policy) {
-        Box::pin(admit(
-            s,
-            &m,
-            &receipt,
-            policy,
-            permit,
-            &mut stopping,
-            &mut waited,
-        ))
-        .await?
-    } else {
-        Admitted::Run(permit, None)
-    };
-    let (permit, held) = match admitted {
-        Admitted::Run(p, h) => (p, h),
-        Admitted::Done => return Ok(()),
-    };
-
-    // Per-worker rate, read again after every wait: a remote command may
-    // change it meanwhile (and wakes the waiters when it does).
-    if policy.rate_scope == RateScope::Worker
-        && s.rate_of(&m.task, policy.rate).is_some()
-        && !Box::pin(rate_turn(s, &m.task, policy, &mut stopping, &mut waited)).await
-    {
-        drop(permit);
-        return Box::pin(give_back(app, &m, receipt, false)).await;
-    }
-
-    // Taken to run: the early ack, and the revoked check again when it
-    // waited (for a slot or its rate) longer than [`RECHECK_AFTER`] since
-    // the claim's — one write, gathered with other runs' by the writer.
-    // Acking here, not at receipt, means a worker killed with messages
-    // prefetched loses none of them:
-    // they are still held, and recovered (Celery acks when its pool
-    // accepts the task, not when the message arrives).
-    //
-    // On the process pool the early ack waits for the child instead: the
-    // run is checked here, then waits on deck for a child (`slots_per`),
-    // and is acked as the child takes it — so a worker killed -9 still
-    // loses only the runs its children had started.
-    //
-    // An early ack with no question to wait for goes out as the body
-    // starts, not a round trip before it: the run's send-to-result time
-    // loses that round trip, and if the ack does not land (the broker is
-    // away), it is made again once the body is over, below. A worker
-    // killed -9 in that window has its started run delivered again (never
-    // lost).
-    let pooled = s.procs.is_some();
-    let early = (!policy.acks_late && !pooled).then(|| receipt.clone());
-    //
-    // A run handed out before waits for its ack: if its body killed the
-    // last worker before that ack landed, this one lands before the body
-    // runs again, so a poison pill kills at most two workers.
-    let taken_at = app.now();
-    let recheck = waited && taken_at.saturating_sub(now) > RECHECK_AFTER;
-    let checked = if recheck { taken_at } else { now };
-    let acked: Mutex<Option<AckSent>> = Mutex::new(None);
-    if recheck || (redelivered && early.is_some()) {
-        if Box::pin(w.take(early, recheck.then(|| m.id.clone()))).await? {
-            drop(permit);
-            return Box::pin(revoked_before(
-                s,
-                w,
-                &m,
-                receipt,
-                policy.acks_late || pooled,
-            ))
-            .await;
+        // Taken to run: the early ack, and the revoked check again when it
+        // waited (for a slot or its rate) longer than [`RECHECK_AFTER`] since
+        // the claim's — one write, gathered with other runs' by the writer.
+        // Acking here, not at receipt, means a worker killed with messages
+        // prefetched loses none of them:
+        // they are still held, and recovered (Celery acks when its pool
+        // accepts the task, not when the message arrives).
+        //
+        // On the process pool the early ack waits for the child instead: the
+        // run is checked here, then waits on deck for a child (`slots_per`),
+        // and is acked as the child takes it — so a worker killed -9 still
+        // loses only the runs its children had started.
+        //
+        // An early ack with no question to wait for goes out as the body
+        // starts, not a round trip before it: the run's send-to-result time
+        // loses that round trip, and if the ack does not land (the broker is
+        // away), it is made again once the body is over, below. A worker
+        // killed -9 in that window has its started run delivered again (never
+        // lost).
+        let pooled = s.procs.is_some();
+        let early = (!policy.acks_late && !pooled).then(|| receipt.clone());
+        //
+        // A run handed out before waits for its ack: if its body killed the
+        // last worker before that ack landed, this one lands before the body
+        // runs again, so a poison pill kills at most two workers.
+        let taken_at = app.now();
+        let recheck = waited && taken_at.saturating_sub(now) > RECHECK_AFTER;
+        let checked = if recheck { taken_at } else { now };
+        if recheck || (redelivered && early.is_some()) {
+            if Box::pin(w.take(early, recheck.then(|| m.id.clone()))).await? {
+                drop(permit);
+                return Box::pin(revoked_before(
+                    s,
+                    w,
+                    &m,
+                    receipt,
+                    policy.acks_late || pooled,
+                ))
+                .await;
+            }
+        } else if let Some(ack) = early {
+            *acked.lock().unwrap_or_else(|e| e.into_inner()) = Some(w.ack_soon(ack));
         }
-    } else if let Some(ack) = early {
-        *acked.lock().unwrap_or_else(|e| e.into_inner()) = Some(w.ack_soon(ack));
-    }
 
-    // A chord's callback collects its parts' results.
-    let mut args = m.args.clone();
-    if let Some(join) = &m.join {
-        match Box::pin(collect(app, &join.parts)).await {
-            Ok(results) => {
-                if !join.immutable {
-                    args.insert(0, Value::Array(results));
+        // A chord's callback collects its parts' results.
+        let mut args = m.args.clone();
+        if let Some(join) = &m.join {
+            match Box::pin(collect(app, &join.parts)).await {
+                Ok(results) => {
+                    if !join.immutable {
+                        args.insert(0, Value::Array(results));
+                    }
+                }
+                Err(f) => {
+                    drop(permit);
+                    Box::pin(give_up(app, &m, State::Failure, f, None)).await?;
+                    return Box::pin(settle_late(w, policy.acks_late, receipt)).await;
                 }
             }
-            Err(f) => {
-                drop(permit);
-                Box::pin(give_up(app, &m, State::Failure, f, None)).await?;
-                return Box::pin(settle_late(w, policy.acks_late, receipt)).await;
-            }
         }
-    }
 
-    // Celery's task-started, when the broker sends it (its task-received
-    // went out when the message reached the consumer).
-    if app.inspector().is_some_and(|i| i.wants_run_starts()) {
-        Box::pin(event(s, &m, State::Started, None, None)).await;
-    }
+        // The slot goes with the call to a host body, which frees it as its
+        // answer comes (see `run_body`); what is left here is freed below.
+        let slot = Some(permit);
+
+        // Celery's task-started, when the broker sends it (its task-received
+        // went out when the message reached the consumer).
+        if app.inspector().is_some_and(|i| i.wants_run_starts()) {
+            Box::pin(event(s, &m, State::Started, None, None)).await;
+        }
+        (slot, held, checked, args)
+    };
 
     let BodyEnd {
         ran,
@@ -305,6 +356,7 @@ async fn take_and_run<'a>(
         s,
         w,
         &m,
+        &mut slot,
         Taken {
             policy,
             body,
@@ -315,12 +367,13 @@ async fn take_and_run<'a>(
         },
         args,
         &mut stopping,
+        place,
     )
     .await;
     // The body is over: it leaves the run table (not active any more, as
     // its slot is free) before the settle's writes, as the slot does, and
     // no longer counts against the prefetch while it settles.
-    drop(permit);
+    drop(slot);
     drop(held);
     s.runs().remove(&key);
     let _settling = Settling::new(s);
@@ -509,13 +562,16 @@ struct BodyEnd {
 /// until it ends, is terminated or cancelled. Its own future, boxed where
 /// it is awaited: a run's future is allocated and copied whole when the
 /// run starts, and with the body's waits inline it was 2,968 bytes.
+#[allow(clippy::too_many_arguments)]
 async fn run_body(
-    s: &Shared,
-    w: &Writer,
+    s: &Arc<Shared>,
+    w: &Arc<Writer>,
     m: &Arc<Message>,
+    slot: &mut Option<Slot>,
     t: Taken<'_>,
     args: Vec<Value>,
     stopping: &mut tokio::sync::watch::Receiver<bool>,
+    place: Option<Place>,
 ) -> BodyEnd {
     let app = &s.app;
     let (policy, body, key, checked) = (t.policy, t.body, t.key, t.checked);
@@ -556,8 +612,24 @@ async fn run_body(
     let handed = AtomicBool::new(!pooled);
     let revoked_late = AtomicBool::new(false);
     let back = AtomicBool::new(false);
-    let call = match &s.procs {
-        Some(p) => Box::pin(async {
+    // On deck: set as it is handed over, on whichever thread does.
+    let over = place.is_some().then(|| (Arc::new(Handover::default()), Ticket::new()));
+    let call = match (&s.procs, place, &over) {
+        (None, Some(place), Some((over, ticket))) => {
+            handed.store(false, Ordering::Relaxed);
+            Box::pin(on_deck(
+                s,
+                w,
+                m,
+                &t,
+                (ctx, args),
+                place,
+                (over, ticket),
+                (&back, &revoked_late),
+                stopping,
+            )) as futures_util::future::BoxFuture<'_, Result<Value, Failure>>
+        }
+        (Some(p), ..) => Box::pin(async {
             // A stop gives back what waits on deck: not acked, not started.
             let idle = tokio::select! {
                 biased;
@@ -585,9 +657,9 @@ async fn run_body(
             handed.store(true, Ordering::Relaxed);
             Box::pin(p.run_on(idle, &m.task, ctx, args, policy.timeout)).await
         }) as futures_util::future::BoxFuture<'_, Result<Value, Failure>>,
-        None => {
+        (None, ..) => {
             s.start(key, begun, !policy.acks_late);
-            body.call(ctx, args)
+            body.call_holding(ctx, args, slot)
         }
     };
     let ran = tokio::select! {
@@ -617,12 +689,133 @@ async fn run_body(
         }
         _ = wait_true(&mut cancel) => Ran::Cancelled,
     };
+    if let Some((over, ticket)) = &over {
+        handed.store(ticket.handed(), Ordering::Relaxed);
+        started.store(over.at.load(Ordering::Relaxed), Ordering::Relaxed);
+        *t.acked.lock().unwrap_or_else(|e| e.into_inner()) =
+            over.acked.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
     BodyEnd {
         ran,
         started: started.into_inner(),
         handed: handed.into_inner(),
         back: back.into_inner(),
         revoked_late: revoked_late.into_inner(),
+    }
+}
+
+/// What handing a run on deck over tells its task: when it started, and
+/// its early ack.
+#[derive(Default)]
+struct Handover {
+    at: AtomicI64,
+    acked: Mutex<Option<AckSent>>,
+}
+
+/// A run on deck (`deck`), from its place in line to its body's answer:
+/// handed over when a slot frees — on the freeing thread while it is
+/// fresh, else here after the revoked check a run that waited makes — or
+/// given back at a stop while still in line.
+#[allow(clippy::too_many_arguments)]
+async fn on_deck(
+    s: &Arc<Shared>,
+    w: &Arc<Writer>,
+    m: &Arc<Message>,
+    t: &Taken<'_>,
+    (ctx, args): (Context, Vec<Value>),
+    place: Place,
+    (over, ticket): (&Arc<Handover>, &Arc<Ticket>),
+    (back, revoked_late): (&AtomicBool, &AtomicBool),
+    stopping: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<Value, Failure> {
+    let Some((queue, key)) = t.body.host() else {
+        return Err(Failure::new("WorkerLost", "not a host body"));
+    };
+    let early = !t.policy.acks_late;
+    let (reply, mut rx) = tokio::sync::oneshot::channel();
+    let started: Box<dyn FnOnce(bool) + Send> = {
+        let (s, w, over, receipt, run) = (
+            s.clone(),
+            w.clone(),
+            over.clone(),
+            t.receipt.clone(),
+            t.key,
+        );
+        Box::new(move |ack| {
+            let now = s.app.now();
+            over.at.store(now, Ordering::Relaxed);
+            s.start(run, now, early);
+            if ack && early {
+                *over.acked.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(w.ack_soon(receipt));
+            }
+        })
+    };
+    let hand = Hand {
+        ticket: ticket.clone(),
+        queue: queue.clone(),
+        key,
+        ctx,
+        args,
+        reply,
+        started,
+    };
+    let fresh = RECHECK_AFTER.saturating_sub(s.app.now().saturating_sub(t.checked));
+    let fresh_until = std::time::Instant::now() + Duration::from_millis(fresh.max(0) as u64);
+    let mut turn = Some(s.deck.hold(place, fresh_until, hand));
+    let mut guard = Leave {
+        s,
+        queue: &queue,
+        ticket,
+        armed: true,
+    };
+    let r = loop {
+        tokio::select! {
+            biased;
+            r = &mut rx => break r.unwrap_or_else(|_| {
+                Err(Failure::new("WorkerLost", "the host runner has stopped"))
+            }),
+            got = async { turn.as_mut().expect("waiting for its turn").await }, if turn.is_some() => {
+                turn = None;
+                // Handed over on the freeing thread, or its slot sent here.
+                if let Ok((slot, hand)) = got {
+                    // Long on deck: a revoke sent meanwhile still stops it.
+                    if matches!(w.take(None, Some(m.id.clone())).await, Ok(true)) {
+                        drop((slot, hand));
+                        revoked_late.store(true, Ordering::Relaxed);
+                        break Err(Failure::new("Revoked", "revoked before it ran"));
+                    }
+                    let _ = hand.go(slot, true);
+                }
+            }
+            _ = wait_true(stopping), if !ticket.handed() => {
+                // A stop gives back what waits on deck: not acked, not
+                // started.
+                if s.deck.leave(ticket) {
+                    back.store(true, Ordering::Relaxed);
+                    break Err(Failure::new("Stopping", "the worker is stopping"));
+                }
+            }
+        }
+    };
+    guard.armed = false;
+    r
+}
+
+/// Takes a run on deck out of line if its future is dropped (terminated,
+/// cancelled), and withdraws its call if it was handed over.
+struct Leave<'a> {
+    s: &'a Shared,
+    queue: &'a crate::task::host::HostQueue,
+    ticket: &'a Arc<Ticket>,
+    armed: bool,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        if self.armed && !self.s.deck.leave(self.ticket) {
+            crate::task::deck::Deck::withdraw(self.queue, self.ticket);
+        }
     }
 }
 

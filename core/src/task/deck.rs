@@ -1,0 +1,281 @@
+//! A worker's slots, and its runs *on deck*: the next calls for its host
+//! bodies, made ready while every slot is busy and handed to the host the
+//! moment one frees — on the thread that frees it.
+//!
+//! Why: a slot of a host body frees on the host's thread, as the body
+//! answers (`HostQueue`). Without a deck the next run then had to be woken
+//! on the core's runtime to build its call and queue it, and the host —
+//! the JS event loop, a Python runner — waited through that wake-up for
+//! every batch: at the default concurrency of 4 a Node drain of no-op
+//! bodies ran at half the rate of concurrency 8, the slots idle between
+//! the host's answer and the next call. With a run on deck per slot the
+//! host's answer and its next call are one step on one thread, and the
+//! runtime builds the following calls meanwhile.
+//!
+//! A run on deck is not started and not acked: its early ack goes out as
+//! it is handed over ([`Hand::go`]), so a worker killed -9 loses only the
+//! runs its host had started, as before. A run that waited on deck longer
+//! than the worker's revoked-check interval is not handed over on the
+//! host's thread: its slot goes to the run's own task (`Waiting::turn`),
+//! which checks for a revoke first, as a run that waited for a slot does.
+//! A run that leaves the deck (stopped, terminated, cancelled) never
+//! reaches the host.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+
+use super::body::Context;
+use super::host::{HostQueue, Reply};
+
+/// One of a worker's slots (one of the bodies it runs at once). Dropped,
+/// it goes to the run on deck next, if any, else back to the worker.
+pub struct Slot {
+    permit: Option<OwnedSemaphorePermit>,
+    deck: Option<Arc<Deck>>,
+}
+
+impl Slot {
+    /// A slot of a worker with no deck.
+    pub fn plain(permit: OwnedSemaphorePermit) -> Slot {
+        Slot {
+            permit: Some(permit),
+            deck: None,
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let (Some(p), Some(d)) = (self.permit.take(), self.deck.take()) {
+            d.freed(p);
+        }
+    }
+}
+
+/// Where a held run's call stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stand {
+    /// On deck.
+    Held,
+    /// Queued for the host as call `seq`.
+    Handed(u64),
+    /// Its run stopped waiting: it is not handed over.
+    Gone,
+}
+
+/// A held run's call, shared by its run's task and whoever hands it over.
+pub(crate) struct Ticket {
+    stand: Mutex<Stand>,
+}
+
+impl Ticket {
+    /// A run about to go on deck.
+    pub(crate) fn new() -> Arc<Ticket> {
+        Arc::new(Ticket {
+            stand: Mutex::new(Stand::Held),
+        })
+    }
+
+    fn stand(&self) -> std::sync::MutexGuard<'_, Stand> {
+        self.stand.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether it reached the host.
+    pub(crate) fn handed(&self) -> bool {
+        matches!(*self.stand(), Stand::Handed(_))
+    }
+}
+
+/// What hands a held run's call to the host: the early ack and the run's
+/// start (`started`, told whether the ack is still owed), then the call
+/// queued with the slot.
+pub(crate) struct Hand {
+    pub(crate) ticket: Arc<Ticket>,
+    pub(crate) queue: Arc<HostQueue>,
+    pub(crate) key: Arc<str>,
+    pub(crate) ctx: Context,
+    pub(crate) args: Vec<serde_json::Value>,
+    pub(crate) reply: Reply,
+    pub(crate) started: Box<dyn FnOnce(bool) + Send>,
+}
+
+impl Hand {
+    /// Hands the call over holding `slot`, acking it when `ack`; gives the
+    /// slot back when the run stopped waiting meanwhile.
+    pub(crate) fn go(self, slot: Slot, ack: bool) -> Result<(), Slot> {
+        let mut stand = self.ticket.stand();
+        if *stand != Stand::Held {
+            return Err(slot);
+        }
+        (self.started)(ack);
+        let seq = self
+            .queue
+            .push_reply(self.key, self.ctx, self.args, Some(slot), self.reply);
+        *stand = Stand::Handed(seq);
+        Ok(())
+    }
+}
+
+/// A run on deck, in line for a slot.
+struct Waiting {
+    ticket: Arc<Ticket>,
+    /// Handed over on the freeing thread until then; later its own task
+    /// checks it first.
+    fresh_until: Instant,
+    hand: Hand,
+    turn: oneshot::Sender<(Slot, Hand)>,
+}
+
+/// A worker's slots and its deck.
+pub struct Deck {
+    slots: Arc<Semaphore>,
+    /// Places on deck: as many as slots.
+    room: Arc<Semaphore>,
+    line: Mutex<VecDeque<Waiting>>,
+}
+
+/// A run's place on deck.
+pub(crate) type Place = OwnedSemaphorePermit;
+
+impl Deck {
+    /// A deck for `slots`, with `room` places.
+    pub fn new(slots: Arc<Semaphore>, room: usize) -> Arc<Deck> {
+        Arc::new(Deck {
+            slots,
+            room: Arc::new(Semaphore::new(room)),
+            line: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    /// The worker's slots.
+    pub fn slots(&self) -> &Arc<Semaphore> {
+        &self.slots
+    }
+
+    /// The places on deck (grown and shrunk with the slots).
+    pub fn room(&self) -> &Arc<Semaphore> {
+        &self.room
+    }
+
+    /// Runs on deck now, in line for a slot.
+    pub fn waiting(&self) -> usize {
+        self.line().len()
+    }
+
+    fn line(&self) -> std::sync::MutexGuard<'_, VecDeque<Waiting>> {
+        self.line.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `permit` as a slot that goes to the deck when dropped.
+    pub fn slot(self: &Arc<Self>, permit: OwnedSemaphorePermit) -> Slot {
+        Slot {
+            permit: Some(permit),
+            deck: Some(self.clone()),
+        }
+    }
+
+    /// A slot free now, if any.
+    pub fn try_slot(self: &Arc<Self>) -> Option<Slot> {
+        self.slots
+            .clone()
+            .try_acquire_owned()
+            .ok()
+            .map(|p| self.slot(p))
+    }
+
+    /// Puts a run on deck holding `place`: handed over by the next slot
+    /// freed while fresh (before `fresh_until`), else sent its slot on the
+    /// returned receiver. A slot free already goes to it at once.
+    pub(crate) fn hold(
+        self: &Arc<Self>,
+        place: Place,
+        fresh_until: Instant,
+        hand: Hand,
+    ) -> oneshot::Receiver<(Slot, Hand)> {
+        let (turn, rx) = oneshot::channel();
+        self.line().push_back(Waiting {
+            ticket: hand.ticket.clone(),
+            fresh_until,
+            hand,
+            turn,
+        });
+        // The place is the line's length, kept by the semaphore: it goes
+        // back as the run leaves the line.
+        place.forget();
+        // A slot freed while it was being put in line went to the
+        // semaphore: take it for the line now.
+        self.offer();
+        rx
+    }
+
+    /// Takes `ticket`'s run off the deck (its run stopped waiting): `true`
+    /// when it was not handed over (and now never will be), `false` when
+    /// it was.
+    pub(crate) fn leave(&self, ticket: &Arc<Ticket>) -> bool {
+        {
+            let mut stand = ticket.stand();
+            if *stand != Stand::Held {
+                return *stand == Stand::Gone;
+            }
+            *stand = Stand::Gone;
+        }
+        let mut line = self.line();
+        let before = line.len();
+        line.retain(|w| !Arc::ptr_eq(&w.ticket, ticket));
+        let left = line.len() < before;
+        drop(line);
+        if left {
+            self.room.add_permits(1);
+        }
+        true
+    }
+
+    /// Withdraws `ticket`'s call from the host if it was handed over.
+    pub(crate) fn withdraw(queue: &HostQueue, ticket: &Ticket) {
+        let seq = match *ticket.stand() {
+            Stand::Handed(seq) => seq,
+            _ => return,
+        };
+        queue.withdraw(seq);
+    }
+
+    /// Slots free now (the worker grew) go to the runs in line.
+    pub fn offer(self: &Arc<Self>) {
+        while !self.line().is_empty() {
+            match self.slots.clone().try_acquire_owned() {
+                Ok(p) => self.freed(p),
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// A slot came free: to the first run in line, handed over here when
+    /// fresh, else sent to its task; back to the worker when none waits.
+    fn freed(self: &Arc<Self>, permit: OwnedSemaphorePermit) {
+        let mut permit = permit;
+        loop {
+            let Some(w) = self.line().pop_front() else {
+                drop(permit);
+                return;
+            };
+            self.room.add_permits(1);
+            let slot = self.slot(permit);
+            let back = if Instant::now() < w.fresh_until {
+                w.hand.go(slot, true)
+            } else {
+                w.turn.send((slot, w.hand)).map_err(|(s, _)| s)
+            };
+            match back {
+                Ok(()) => return,
+                Err(mut s) => {
+                    // Its run stopped waiting: the next in line.
+                    s.deck = None;
+                    permit = s.permit.take().expect("a slot holds its permit");
+                }
+            }
+        }
+    }
+}

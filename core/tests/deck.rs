@@ -1,0 +1,180 @@
+//! Runs on deck (`task/deck.rs`): with every slot busy, a worker makes its
+//! next host call ready without starting or acking it, and the host's
+//! answer hands it over at once. The host here is the test itself, taking
+//! and answering calls from a `HostQueue` as a binding does.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use headway_core::task::{App, Handle, HostQueue, Options, Policy, State, Worker, WorkerConfig};
+use serde_json::{Map, json};
+
+async fn until(what: impl Fn() -> bool, why: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !what() {
+        assert!(Instant::now() < deadline, "timed out waiting: {why}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn unacked(app: &App) -> u64 {
+    app.inspector().unwrap().queues().await.unwrap()[0].unacked
+}
+
+async fn ready(app: &App) -> u64 {
+    app.inspector().unwrap().queues().await.unwrap()[0]
+        .ready
+        .values()
+        .sum()
+}
+
+/// An app on the memory broker whose task `t` is a host body on `q`, its
+/// runs `sent`, and a worker of concurrency 1 running.
+async fn one_slot(n: usize) -> (App, Arc<HostQueue>, Worker, Vec<Handle>) {
+    let app = App::memory(None);
+    let q = HostQueue::new();
+    app.register("t", Policy::default(), q.body("t")).unwrap();
+    let mut sent = Vec::new();
+    for i in 0..n {
+        sent.push(
+            app.send("t", vec![json!(i)], Map::new(), Options::default())
+                .await
+                .unwrap(),
+        );
+    }
+    let w = app
+        .worker(WorkerConfig {
+            concurrency: 1,
+            ..WorkerConfig::default()
+        })
+        .unwrap();
+    let w2 = w.clone();
+    tokio::spawn(async move { w2.run().await });
+    (app, q, w, sent)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_answer_hands_the_run_on_deck_over_and_only_then_acks_it() {
+    let (app, q, w, sent) = one_slot(2).await;
+    until(|| q.len() == 1, "the first call").await;
+    let first = q.take(1);
+    assert_eq!(first[0].args, vec![json!(0)]);
+    until(|| w.on_deck() == 1, "the second run on deck").await;
+    // On deck: not queued for the host, not acked (a worker killed now
+    // would have it delivered again), not started.
+    assert_eq!(q.len(), 0, "a run on deck is not queued for the host");
+    assert_eq!(unacked(&app).await, 1, "the run on deck is not acked");
+    let started: Vec<bool> = w.runs().iter().map(|r| r.started.is_some()).collect();
+    assert_eq!(started, vec![true, false]);
+
+    // The answer hands it over in the same call: queued, started, acked.
+    q.finish_many(vec![(first[0].seq, Ok(json!("a")))]);
+    let second = q.take(1);
+    assert_eq!(second.len(), 1, "handed over by the answer itself");
+    assert_eq!(second[0].args, vec![json!(1)]);
+    assert_eq!(w.on_deck(), 0);
+    until(|| w.runs().len() == 1, "the first run over").await;
+    assert!(w.runs()[0].started.is_some(), "started at the hand-over");
+    assert_eq!(unacked(&app).await, 0, "acked at the hand-over");
+    q.finish(second[0].seq, Ok(json!("b")));
+    assert_eq!(sent[0].get(Some(Duration::from_secs(5))).await.unwrap(), json!("a"));
+    assert_eq!(sent[1].get(Some(Duration::from_secs(5))).await.unwrap(), json!("b"));
+    w.stop(Duration::from_secs(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_gives_back_the_run_on_deck_at_once_and_waits_for_the_running_one() {
+    let (app, q, w, sent) = one_slot(2).await;
+    until(|| q.len() == 1, "the first call").await;
+    let first = q.take(1);
+    until(|| w.on_deck() == 1, "the second run on deck").await;
+    w.stop(Duration::from_secs(10));
+    // Given back while the first still runs: ready again, never started.
+    let t = Instant::now();
+    while ready(&app).await != 1 {
+        assert!(t.elapsed() < Duration::from_secs(5), "not given back");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(w.on_deck(), 0);
+    assert_eq!(q.len(), 0, "never reached the host");
+    q.finish(first[0].seq, Ok(json!("a")));
+    assert_eq!(sent[0].get(Some(Duration::from_secs(5))).await.unwrap(), json!("a"));
+    assert_eq!(sent[1].state().await.unwrap(), State::Pending);
+
+    // Positive control: another worker runs what was given back.
+    let w2 = app
+        .worker(WorkerConfig {
+            concurrency: 1,
+            ..WorkerConfig::default()
+        })
+        .unwrap();
+    let w3 = w2.clone();
+    tokio::spawn(async move { w3.run().await });
+    until(|| q.len() == 1, "the given-back run's call").await;
+    let c = q.take(1);
+    assert_eq!(c[0].args, vec![json!(1)]);
+    q.finish(c[0].seq, Ok(json!("b")));
+    assert_eq!(sent[1].get(Some(Duration::from_secs(5))).await.unwrap(), json!("b"));
+    w2.stop(Duration::from_secs(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_long_on_deck_is_checked_for_a_revoke_before_its_hand_over() {
+    let (app, q, w, sent) = one_slot(3).await;
+    until(|| q.len() == 1, "the first call").await;
+    let first = q.take(1);
+    until(|| w.on_deck() == 1, "the second run on deck").await;
+    // Past the revoked-check interval (100 ms) on deck, then revoked.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    sent[1].revoke(false).await.unwrap();
+    q.finish(first[0].seq, Ok(json!("a")));
+    // The revoked run never reaches the host; the third does (positive
+    // control: the slot went on).
+    until(|| q.len() == 1, "the third call").await;
+    let c = q.take(1);
+    assert_eq!(c[0].args, vec![json!(2)], "the revoked run reached the host");
+    q.finish(c[0].seq, Ok(json!("c")));
+    assert_eq!(sent[2].get(Some(Duration::from_secs(5))).await.unwrap(), json!("c"));
+    assert_eq!(sent[1].state().await.unwrap(), State::Revoked);
+    assert_eq!(unacked(&app).await, 0);
+    w.stop(Duration::from_secs(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminate_takes_a_run_off_the_deck_and_it_never_runs() {
+    let (app, q, w, sent) = one_slot(2).await;
+    until(|| q.len() == 1, "the first call").await;
+    let first = q.take(1);
+    until(|| w.on_deck() == 1, "the second run on deck").await;
+    sent[1].revoke(true).await.unwrap();
+    until(|| w.on_deck() == 0, "off the deck").await;
+    q.finish(first[0].seq, Ok(json!("a")));
+    assert_eq!(sent[0].get(Some(Duration::from_secs(5))).await.unwrap(), json!("a"));
+    let t = Instant::now();
+    while sent[1].state().await.unwrap() != State::Revoked {
+        assert!(t.elapsed() < Duration::from_secs(5), "not recorded revoked");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(q.len(), 0, "a terminated run on deck reached the host");
+    assert_eq!(unacked(&app).await, 0);
+    w.stop(Duration::from_secs(1));
+}
+
+/// A worker grown by remote control hands its new slot to the run on deck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_added_goes_to_the_run_on_deck() {
+    let (_app, q, w, sent) = one_slot(2).await;
+    until(|| q.len() == 1, "the first call").await;
+    let first = q.take(1);
+    until(|| w.on_deck() == 1, "the second run on deck").await;
+    w.grow(1).unwrap();
+    assert_eq!(w.on_deck(), 0, "handed over by the grow");
+    let second = q.take(1);
+    assert_eq!(second[0].args, vec![json!(1)]);
+    q.finish_many(vec![
+        (first[0].seq, Ok(json!("a"))),
+        (second[0].seq, Ok(json!("b"))),
+    ]);
+    assert_eq!(sent[1].get(Some(Duration::from_secs(5))).await.unwrap(), json!("b"));
+    w.stop(Duration::from_secs(1));
+}
