@@ -77,8 +77,14 @@ async fn the_answer_hands_the_run_on_deck_over_and_only_then_acks_it() {
     assert!(w.runs()[0].started.is_some(), "started at the hand-over");
     assert_eq!(unacked(&app).await, 0, "acked at the hand-over");
     q.finish(second[0].seq, Ok(json!("b")));
-    assert_eq!(sent[0].get(Some(Duration::from_secs(5))).await.unwrap(), json!("a"));
-    assert_eq!(sent[1].get(Some(Duration::from_secs(5))).await.unwrap(), json!("b"));
+    assert_eq!(
+        sent[0].get(Some(Duration::from_secs(5))).await.unwrap(),
+        json!("a")
+    );
+    assert_eq!(
+        sent[1].get(Some(Duration::from_secs(5))).await.unwrap(),
+        json!("b")
+    );
     w.stop(Duration::from_secs(1));
 }
 
@@ -98,7 +104,10 @@ async fn a_stop_gives_back_the_run_on_deck_at_once_and_waits_for_the_running_one
     assert_eq!(w.on_deck(), 0);
     assert_eq!(q.len(), 0, "never reached the host");
     q.finish(first[0].seq, Ok(json!("a")));
-    assert_eq!(sent[0].get(Some(Duration::from_secs(5))).await.unwrap(), json!("a"));
+    assert_eq!(
+        sent[0].get(Some(Duration::from_secs(5))).await.unwrap(),
+        json!("a")
+    );
     assert_eq!(sent[1].state().await.unwrap(), State::Pending);
 
     // Positive control: another worker runs what was given back.
@@ -114,7 +123,10 @@ async fn a_stop_gives_back_the_run_on_deck_at_once_and_waits_for_the_running_one
     let c = q.take(1);
     assert_eq!(c[0].args, vec![json!(1)]);
     q.finish(c[0].seq, Ok(json!("b")));
-    assert_eq!(sent[1].get(Some(Duration::from_secs(5))).await.unwrap(), json!("b"));
+    assert_eq!(
+        sent[1].get(Some(Duration::from_secs(5))).await.unwrap(),
+        json!("b")
+    );
     w2.stop(Duration::from_secs(1));
 }
 
@@ -132,9 +144,16 @@ async fn a_run_long_on_deck_is_checked_for_a_revoke_before_its_hand_over() {
     // control: the slot went on).
     until(|| q.len() == 1, "the third call").await;
     let c = q.take(1);
-    assert_eq!(c[0].args, vec![json!(2)], "the revoked run reached the host");
+    assert_eq!(
+        c[0].args,
+        vec![json!(2)],
+        "the revoked run reached the host"
+    );
     q.finish(c[0].seq, Ok(json!("c")));
-    assert_eq!(sent[2].get(Some(Duration::from_secs(5))).await.unwrap(), json!("c"));
+    assert_eq!(
+        sent[2].get(Some(Duration::from_secs(5))).await.unwrap(),
+        json!("c")
+    );
     assert_eq!(sent[1].state().await.unwrap(), State::Revoked);
     assert_eq!(unacked(&app).await, 0);
     w.stop(Duration::from_secs(1));
@@ -149,7 +168,10 @@ async fn a_terminate_takes_a_run_off_the_deck_and_it_never_runs() {
     sent[1].revoke(true).await.unwrap();
     until(|| w.on_deck() == 0, "off the deck").await;
     q.finish(first[0].seq, Ok(json!("a")));
-    assert_eq!(sent[0].get(Some(Duration::from_secs(5))).await.unwrap(), json!("a"));
+    assert_eq!(
+        sent[0].get(Some(Duration::from_secs(5))).await.unwrap(),
+        json!("a")
+    );
     let t = Instant::now();
     while sent[1].state().await.unwrap() != State::Revoked {
         assert!(t.elapsed() < Duration::from_secs(5), "not recorded revoked");
@@ -175,6 +197,9 @@ async fn a_slot_added_goes_to_the_run_on_deck() {
         (first[0].seq, Ok(json!("a"))),
         (second[0].seq, Ok(json!("b"))),
     ]);
-    assert_eq!(sent[1].get(Some(Duration::from_secs(5))).await.unwrap(), json!("b"));
+    assert_eq!(
+        sent[1].get(Some(Duration::from_secs(5))).await.unwrap(),
+        json!("b")
+    );
     w.stop(Duration::from_secs(1));
 }

@@ -239,7 +239,8 @@ impl Worker {
         };
         let slots = Arc::new(Semaphore::new(concurrency * slots_per(pooled)));
         // A run on deck per slot on threads; the process pool has its own.
-        let deck = crate::task::deck::Deck::new(slots.clone(), if pooled { 0 } else { concurrency });
+        let deck =
+            crate::task::deck::Deck::new(slots.clone(), if pooled { 0 } else { concurrency });
         Ok(Worker {
             shared: Arc::new(Shared {
                 app,

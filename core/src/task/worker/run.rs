@@ -24,10 +24,10 @@ use crate::flow::{MILLI, Window};
 use crate::log::shown;
 use crate::task::app::Registered;
 use crate::task::body::Context;
+use crate::task::deck::{Hand, Place, Slot, Ticket};
 use crate::task::message::Message;
 use crate::task::policy::RateScope;
 use crate::task::procs::{WORKER_LOST, timed_out};
-use crate::task::deck::{Hand, Place, Slot, Ticket};
 use crate::task::spec::{Delivery, Receipt};
 use crate::task::state::{Failure, Refused, State};
 
@@ -613,7 +613,9 @@ async fn run_body(
     let revoked_late = AtomicBool::new(false);
     let back = AtomicBool::new(false);
     // On deck: set as it is handed over, on whichever thread does.
-    let over = place.is_some().then(|| (Arc::new(Handover::default()), Ticket::new()));
+    let over = place
+        .is_some()
+        .then(|| (Arc::new(Handover::default()), Ticket::new()));
     let call = match (&s.procs, place, &over) {
         (None, Some(place), Some((over, ticket))) => {
             handed.store(false, Ordering::Relaxed);
@@ -734,20 +736,14 @@ async fn on_deck(
     let early = !t.policy.acks_late;
     let (reply, mut rx) = tokio::sync::oneshot::channel();
     let started: Box<dyn FnOnce(bool) + Send> = {
-        let (s, w, over, receipt, run) = (
-            s.clone(),
-            w.clone(),
-            over.clone(),
-            t.receipt.clone(),
-            t.key,
-        );
+        let (s, w, over, receipt, run) =
+            (s.clone(), w.clone(), over.clone(), t.receipt.clone(), t.key);
         Box::new(move |ack| {
             let now = s.app.now();
             over.at.store(now, Ordering::Relaxed);
             s.start(run, now, early);
             if ack && early {
-                *over.acked.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some(w.ack_soon(receipt));
+                *over.acked.lock().unwrap_or_else(|e| e.into_inner()) = Some(w.ack_soon(receipt));
             }
         })
     };
