@@ -203,3 +203,84 @@ async fn a_slot_added_goes_to_the_run_on_deck() {
     );
     w.stop(Duration::from_secs(1));
 }
+
+/// A slot freed by a body abandoned at its timeout, when that left every
+/// runner stuck, does not hand the run on deck to the host: it is neither
+/// queued nor acked until a runner is free again.
+///
+/// With a timeout of 60 ms the run is fresh on deck when the slot frees
+/// (handed over, or not, by the freeing thread); with 150 ms it is past the
+/// revoked-check interval and its own task decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_runner_stuck_the_run_on_deck_waits_unacked() {
+    for ms in [60, 150] {
+        every_runner_stuck(ms).await;
+    }
+}
+
+async fn every_runner_stuck(ms: i64) {
+    let app = App::memory(None);
+    let q = HostQueue::new();
+    let timeout = Policy {
+        timeout: Some(ms),
+        ..Policy::default()
+    };
+    app.register("hang", timeout, q.body("hang")).unwrap();
+    app.register("t", Policy::default(), q.body("t")).unwrap();
+    // One runner staffed, so one stuck thread is replaced and two stuck
+    // are every thread allowed (the host here is this test).
+    q.runners().staff(1);
+    let send = |name: &'static str, arg| {
+        let app = app.clone();
+        async move {
+            app.send(name, vec![arg], Map::new(), Options::default())
+                .await
+                .unwrap()
+        }
+    };
+    let hangs = [send("hang", json!(0)).await, send("hang", json!(1)).await];
+    let w = app
+        .worker(WorkerConfig {
+            concurrency: 1,
+            ..WorkerConfig::default()
+        })
+        .unwrap();
+    let w2 = w.clone();
+    tokio::spawn(async move { w2.run().await });
+    let mut stuck = Vec::new();
+    for h in &hangs {
+        until(|| q.len() == 1, "a hanging call").await;
+        stuck.extend(q.take(1));
+        if stuck.len() == 2 {
+            break;
+        }
+        let err = h.get(Some(Duration::from_secs(5))).await.unwrap_err();
+        assert!(err.to_string().contains("TimeoutError"), "{err}");
+    }
+    // The second hangs; the next run waits on deck for its slot.
+    let next = send("t", json!(2)).await;
+    until(|| w.on_deck() == 1, "the next run on deck").await;
+    let err = hangs[1]
+        .get(Some(Duration::from_secs(5)))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("TimeoutError"), "{err}");
+    assert!(!q.runners().healthy(), "every runner stuck");
+    until(|| w.on_deck() == 0, "its slot went to the run on deck").await;
+    for _ in 0..20 {
+        assert_eq!(q.len(), 0, "handed to a host with every runner stuck");
+        assert_eq!(unacked(&app).await, 1, "acked with every runner stuck");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // A stuck call returns: a runner is free, and the run is handed over.
+    q.finish(stuck[0].seq, Ok(json!(null)));
+    until(|| q.len() == 1, "the next call").await;
+    let c = q.take(1);
+    assert_eq!(c[0].args, vec![json!(2)]);
+    q.finish(c[0].seq, Ok(json!("b")));
+    assert_eq!(
+        next.get(Some(Duration::from_secs(5))).await.unwrap(),
+        json!("b")
+    );
+    w.stop(Duration::from_secs(1));
+}

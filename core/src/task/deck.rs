@@ -17,7 +17,9 @@
 //! runs its host had started, as before. A run that waited on deck longer
 //! than the worker's revoked-check interval is not handed over on the
 //! host's thread: its slot goes to the run's own task (`Waiting::turn`),
-//! which checks for a revoke first, as a run that waited for a slot does.
+//! which checks for a revoke first, as a run that waited for a slot does;
+//! so does one whose worker has every runner stuck, which waits for one
+//! first.
 //! A run that leaves the deck (stopped, terminated, cancelled) never
 //! reaches the host.
 
@@ -132,6 +134,10 @@ struct Waiting {
 /// A worker's slots and its deck.
 pub struct Deck {
     slots: Arc<Semaphore>,
+    /// The worker's runner health, once it runs: while every runner is
+    /// stuck a slot's run goes to its own task, which waits for one
+    /// before the hand-over (and its ack).
+    gate: std::sync::OnceLock<super::runners::Gate>,
     /// Places on deck: as many as slots.
     room: Arc<Semaphore>,
     line: Mutex<VecDeque<Waiting>>,
@@ -145,9 +151,15 @@ impl Deck {
     pub fn new(slots: Arc<Semaphore>, room: usize) -> Arc<Deck> {
         Arc::new(Deck {
             slots,
+            gate: std::sync::OnceLock::new(),
             room: Arc::new(Semaphore::new(room)),
             line: Mutex::new(VecDeque::new()),
         })
+    }
+
+    /// Tells it the worker's runner health.
+    pub(crate) fn set_gate(&self, gate: super::runners::Gate) {
+        let _ = self.gate.set(gate);
     }
 
     /// The worker's slots.
@@ -263,7 +275,9 @@ impl Deck {
             };
             self.room.add_permits(1);
             let slot = self.slot(permit);
-            let back = if Instant::now() < w.fresh_until {
+            let here =
+                Instant::now() < w.fresh_until && self.gate.get().is_none_or(|g| g.healthy());
+            let back = if here {
                 w.hand.go(slot, true)
             } else {
                 w.turn.send((slot, w.hand)).map_err(|(s, _)| s)

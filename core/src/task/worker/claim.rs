@@ -73,6 +73,7 @@ impl Worker {
         let mut failures = 0i32;
         let clock = s.app.clock().clone();
         let gate = s.gate.get_or_init(|| Gate::of(&s.app)).clone();
+        s.deck.set_gate(gate.clone());
         let weak = std::sync::Arc::downgrade(&self.shared);
         let load: runners::LoadOf = std::sync::Arc::new(move || {
             weak.upgrade()

@@ -775,6 +775,22 @@ async fn on_deck(
                 turn = None;
                 // Handed over on the freeing thread, or its slot sent here.
                 if let Ok((slot, hand)) = got {
+                    // Every runner stuck: wait for one rather than ack a
+                    // call nobody takes; a stop gives it back meanwhile.
+                    if let Some(g) = s.gate.get()
+                        && !g.healthy()
+                    {
+                        let healthy = tokio::select! {
+                            _ = g.until_healthy() => true,
+                            _ = wait_true(stopping) => false,
+                        };
+                        if !healthy {
+                            drop((slot, hand));
+                            s.deck.leave(ticket);
+                            back.store(true, Ordering::Relaxed);
+                            break Err(Failure::new("Stopping", "the worker is stopping"));
+                        }
+                    }
                     // Long on deck: a revoke sent meanwhile still stops it.
                     if matches!(w.take(None, Some(m.id.clone())).await, Ok(true)) {
                         drop((slot, hand));
