@@ -102,6 +102,10 @@ pub(crate) struct Hand {
     pub(crate) args: Vec<serde_json::Value>,
     pub(crate) reply: Reply,
     pub(crate) started: Box<dyn FnOnce(bool) + Send>,
+    /// The runtime of the run's task: a hand-over on a host's thread (no
+    /// runtime of its own) runs inside it, since an ack may start a timer
+    /// or a task there (RabbitMQ's gathered acks do).
+    pub(crate) rt: tokio::runtime::Handle,
 }
 
 impl Hand {
@@ -112,6 +116,9 @@ impl Hand {
         if *stand != Stand::Held {
             return Err(slot);
         }
+        let _inside = tokio::runtime::Handle::try_current()
+            .is_err()
+            .then(|| self.rt.enter());
         (self.started)(ack);
         let seq = self
             .queue
@@ -291,5 +298,56 @@ impl Deck {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A hand-over made on a thread with no runtime (a host's) runs inside
+    /// the run's: what it starts there (a timer, a task) works.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_hand_over_on_a_host_thread_runs_inside_the_runtime() {
+        let slots = Arc::new(Semaphore::new(1));
+        let deck = Deck::new(slots.clone(), 1);
+        let busy = deck.try_slot().expect("a free slot");
+        let spawned = Arc::new(AtomicBool::new(false));
+        let s2 = spawned.clone();
+        let q = HostQueue::new();
+        let (reply, _rx) = oneshot::channel();
+        let hand = Hand {
+            ticket: Ticket::new(),
+            queue: q.clone(),
+            key: Arc::from("t"),
+            ctx: crate::task::host::tests::ctx(),
+            args: Vec::new(),
+            reply,
+            started: Box::new(move |_| {
+                tokio::spawn(async move { s2.store(true, Ordering::SeqCst) });
+            }),
+            rt: tokio::runtime::Handle::current(),
+        };
+        let place = deck.room().clone().try_acquire_owned().unwrap();
+        let _turn = deck.hold(
+            place,
+            Instant::now() + std::time::Duration::from_secs(60),
+            hand,
+        );
+        assert_eq!(deck.waiting(), 1);
+        // Freed on a plain thread, as a host's answer frees it.
+        std::thread::spawn(move || drop(busy))
+            .join()
+            .expect("no panic");
+        assert_eq!(deck.waiting(), 0);
+        assert_eq!(q.len(), 1, "handed over");
+        for _ in 0..500 {
+            if spawned.load(Ordering::SeqCst) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        panic!("the task started at the hand-over never ran");
     }
 }

@@ -755,6 +755,7 @@ async fn on_deck(
         args,
         reply,
         started,
+        rt: tokio::runtime::Handle::current(),
     };
     let fresh = RECHECK_AFTER.saturating_sub(s.app.now().saturating_sub(t.checked));
     let fresh_until = std::time::Instant::now() + Duration::from_millis(fresh.max(0) as u64);
