@@ -210,6 +210,10 @@ def test_routes_and_refusals(proj: object) -> None:
     assert m.add.apply_async((2, 2), expires=60).get(timeout=20) == 4  # type: ignore[attr-defined]
     with pytest.raises(TypeError, match="does not have"):
         m.app.task(name="x", not_an_option=1)  # type: ignore[attr-defined]
+    # autoretry_for's retry_kwargs are read by the core: one it does not have is named.
+    with pytest.raises(TypeError, match=r"task y: retry_kwargs headway.celery does not have: \['zz'\]"):
+        m.app.task(name="y", autoretry_for=(IOError,), retry_kwargs={"zz": 1, "countdown": 1})(lambda: None)  # type: ignore[attr-defined]
+    m.app.tasks.pop("y", None)  # type: ignore[attr-defined]
 
 
 def test_a_real_celery_client_reads_its_results(redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -38,11 +38,8 @@ import types
 from typing import Any
 
 from ._errors import _SOFT, Ignore, Reject, SoftTimeLimitExceeded, TaskRetry
-from ._native import _celery_broker, _celery_rate, current
+from ._native import _CELERY_FOREVER, _celery_broker, _celery_rate, current
 from ._tasks import App
-
-# Celery's `max_retries=None`: retried for ever (the core's budget is a count).
-_FOREVER = 2**32 - 1
 
 
 def is_celery_app(obj: object) -> bool:
@@ -252,7 +249,7 @@ def _retry(
     e = TaskRetry(
         countdown=countdown,
         eta=eta,
-        max_retries=_FOREVER if budget is None else budget,
+        max_retries=_CELERY_FOREVER if budget is None else budget,
         exc=exc,
     )
     ask = e._headway_ask

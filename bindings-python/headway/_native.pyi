@@ -84,6 +84,7 @@ __all__ = [
     "_AdminStream",
     "_App",
     "_Beat",
+    "_CELERY_FOREVER",
     "_CURRENT",
     "_Flag",
     "_Host",
@@ -91,6 +92,7 @@ __all__ = [
     "_Scheduler",
     "_Wire",
     "_Worker",
+    "_celery_autoretry",
     "_celery_broker",
     "_celery_rate",
     "_celery_request_direct",
@@ -1229,6 +1231,14 @@ def _celery_send_options(options: dict[str, Any]) -> dict[str, Any]:
 
 def _celery_task_options(names: list[str]) -> None:
     """Refuses the ``@app.task`` options ``headway.celery`` does not have."""
+
+def _celery_autoretry(task: str, options: dict[str, Any]) -> tuple[int, Fixed | Exponential]:
+    """A ``headway.celery`` task's ``autoretry_for`` (its ``retry_*`` options,
+    ``max_retries`` and ``default_retry_delay``) as headway's retry budget and
+    backoff."""
+
+_CELERY_FOREVER: int
+"""Celery's ``max_retries=None`` as headway's budget: never reached."""
 
 def _json_roundtrip(obj: object) -> Any:
     """``obj`` through the conversion task arguments take."""

@@ -203,6 +203,14 @@ impl PyExponential {
     }
 }
 
+/// A built backoff as its Python class.
+pub(crate) fn backoff_out(py: Python<'_>, b: RetryBackoff) -> PyResult<Bound<'_, PyAny>> {
+    Ok(match b {
+        RetryBackoff::Fixed { .. } => Bound::new(py, PyFixed { inner: b })?.into_any(),
+        RetryBackoff::Exponential { .. } => Bound::new(py, PyExponential { inner: b })?.into_any(),
+    })
+}
+
 fn backoff_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<BackoffSpec>> {
     let Some(o) = some(obj) else { return Ok(None) };
     if let Ok(f) = o.cast::<PyFixed>() {

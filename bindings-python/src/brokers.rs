@@ -5,13 +5,14 @@
 //! values (seconds, `None`) and maps the refusals.
 
 use headway_core::broker::{Connected, Layout, Store, Target, TargetError};
-use headway_core::task::Clock;
 use headway_core::task::celery_conf::{self, SendOption};
+use headway_core::task::{Clock, Host};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt};
 use std::sync::Arc;
 
+use crate::app::{backoff_out, spec_err};
 use crate::json::Path;
 use crate::rt::wait;
 use crate::times::span_ms;
@@ -238,6 +239,23 @@ fn _celery_send_options<'py>(options: &Bound<'py, PyDict>) -> PyResult<Bound<'py
     Ok(out)
 }
 
+/// A `headway.celery` task's `autoretry_for` as headway's policy, Celery's
+/// options as the core reads them (`celery_conf::autoretry`): `(retries,
+/// backoff)`, the backoff a `Fixed` or an `Exponential`. `options` are the
+/// task's `retry_*` options with its `max_retries` and
+/// `default_retry_delay`. `TypeError` naming what headway.celery does not
+/// take, `ValueError` for a backoff out of range.
+#[pyfunction]
+fn _celery_autoretry<'py>(
+    task: &str,
+    options: &Bound<'py, PyAny>,
+) -> PyResult<(u32, Bound<'py, PyAny>)> {
+    let o = crate::json::to_json("options", &Path::Root("options"), options)?;
+    let auto = celery_conf::autoretry(task, &o).map_err(PyTypeError::new_err)?;
+    let backoff = auto.backoff.build(Host::Python).map_err(spec_err)?;
+    Ok((auto.retries, backoff_out(options.py(), backoff)?))
+}
+
 /// Refuses the `@app.task` options among `names` that `headway.celery`
 /// does not have (`TypeError` naming them, the core's list).
 #[pyfunction]
@@ -252,5 +270,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_celery_rate, m)?)?;
     m.add_function(wrap_pyfunction!(_celery_send_options, m)?)?;
     m.add_function(wrap_pyfunction!(_celery_task_options, m)?)?;
+    m.add_function(wrap_pyfunction!(_celery_autoretry, m)?)?;
+    m.add("_CELERY_FOREVER", celery_conf::FOREVER)?;
     Ok(())
 }

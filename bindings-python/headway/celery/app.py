@@ -24,8 +24,8 @@ from typing import Any
 
 from .. import _tasks
 from .._errors import TaskRetry
-from .._from_celery import _FOREVER, _retry, app_on, is_celery_app, maps, serve, worker_defaults
-from .._native import Exponential, Fixed, _celery_rate, _celery_request_direct, _celery_route, _celery_send_options, _celery_task_options
+from .._from_celery import _retry, app_on, is_celery_app, maps, serve, worker_defaults
+from .._native import _celery_autoretry, _celery_rate, _celery_request_direct, _celery_route, _celery_send_options, _celery_task_options
 from .._tasks import App, chain, group
 from .result import AsyncResult
 
@@ -444,20 +444,13 @@ def _register(capp: Celery, t: Task) -> None:
     }
     auto = o.get("autoretry_for") or ()
     if auto:
-        rk = dict(o.get("retry_kwargs") or {})
-        budget = rk.pop("max_retries", t.max_retries)
-        kw["retries"] = _FOREVER if budget is None else int(budget)
+        # The budget and the backoff are the core's reading of the options.
+        retry = {k: v for k, v in o.items() if k.startswith("retry_")}
+        retry.update(max_retries=t.max_retries, default_retry_delay=t.default_retry_delay)
+        kw["retries"], kw["backoff"] = _celery_autoretry(t.name, retry)
         kw["retry_for"] = tuple(auto)
         if o.get("dont_autoretry_for"):
             kw["dont_retry_for"] = tuple(o["dont_autoretry_for"])
-        backoff = o.get("retry_backoff", False)
-        if backoff:
-            factor = 1 if backoff is True else backoff
-            kw["backoff"] = Exponential(factor, o.get("retry_backoff_max", 600), bool(o.get("retry_jitter", True)))
-        else:
-            kw["backoff"] = Fixed(rk.pop("countdown", t.default_retry_delay))
-        if rk:
-            raise TypeError(f"task {t.name}: retry_kwargs headway.celery does not have: {sorted(rk)}")
 
     def body(ctx: Any, *args: Any, **kwargs: Any) -> Any:
         token = _REQUEST.set(Request(ctx, args, kwargs, str(conf.task_default_queue)))

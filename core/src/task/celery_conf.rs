@@ -3,8 +3,9 @@
 //! Celery app (`headway worker -A proj:celery_app`) read alike.
 //!
 //! Why here: which broker URLs a Celery app may name, how `task_routes`
-//! picks a queue, what a `rate_limit` means and which `apply_async`
-//! options are taken, passed over or refused are decisions, and a decision
+//! picks a queue, what a `rate_limit` means, which `apply_async`
+//! options are taken, passed over or refused, and what `autoretry_for`'s
+//! options come to as a retry policy are decisions, and a decision
 //! made in a binding could drift from the other place that makes it (the
 //! two URL checks did: the shim took `memory://` but not `sentinel://` or
 //! RabbitMQ, the served app the other way round, each with its own
@@ -12,6 +13,7 @@
 
 use serde_json::Value;
 
+use super::specs::BackoffSpec;
 use crate::broker::target::redact;
 
 /// Which headway broker a Celery app's `broker_url` names.
@@ -288,6 +290,110 @@ pub fn task_options<S: AsRef<str>>(given: &[S]) -> Result<(), String> {
     ))
 }
 
+/// Celery's `max_retries=None`: retried for ever (headway's budget is a
+/// count, and this one is never reached).
+pub const FOREVER: u32 = u32::MAX;
+
+/// Celery's `retry_backoff_max` when not given: 600 s (in ms).
+pub const RETRY_BACKOFF_MAX: i64 = 600_000;
+
+/// What a `headway.celery` task's `autoretry_for` comes to in headway's
+/// policy (a served Celery app needs none: Celery's own wrapper calls
+/// `self.retry`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AutoRetry {
+    /// The budget: `retry_kwargs`' `max_retries`, else the task's; Celery's
+    /// None is [`FOREVER`].
+    pub retries: u32,
+    /// With `retry_backoff` (True: a factor of 1 s, a number: that many
+    /// seconds), doubling to `retry_backoff_max` ([`RETRY_BACKOFF_MAX`]),
+    /// jittered unless `retry_jitter` is false; else a fixed wait of
+    /// `retry_kwargs`' `countdown`, else the task's `default_retry_delay`.
+    pub backoff: BackoffSpec,
+}
+
+/// Python's truth of a value as Celery tests an option (`if backoff:`).
+fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+/// A task's `autoretry_for` as headway's retry policy, read as Celery reads
+/// its options. `options`: the task's `@app.task` options read here
+/// (`retry_kwargs`, `retry_backoff`, `retry_backoff_max`, `retry_jitter`)
+/// with its `max_retries` and `default_retry_delay` (seconds), an option or
+/// its class's. Refused, naming task `task`: a `retry_kwargs` key
+/// headway.celery does not have, a number that is not one. The backoff's
+/// ranges are [`BackoffSpec::build`]'s.
+pub fn autoretry(task: &str, options: &Value) -> Result<AutoRetry, String> {
+    let task_own = |k: &str| options.get(k).unwrap_or(&Value::Null);
+    let secs = |name: &str, v: &Value| match v.as_f64() {
+        Some(s) if s.is_finite() => Ok((s * 1000.0).round() as i64),
+        _ => Err(format!(
+            "task {task}: `{name}` must be a number of seconds, not {v}"
+        )),
+    };
+    let mut kwargs = match options.get("retry_kwargs") {
+        None | Some(Value::Null) => serde_json::Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(other) => {
+            return Err(format!(
+                "task {task}: `retry_kwargs` must be a dict, not {other}"
+            ));
+        }
+    };
+    let retries = match kwargs
+        .remove("max_retries")
+        .as_ref()
+        .unwrap_or(task_own("max_retries"))
+    {
+        Value::Null => FOREVER,
+        // Celery's int(): a float is truncated.
+        v => match v.as_f64() {
+            Some(n) if n.is_finite() && n >= 0.0 => n.trunc().min(FOREVER as f64) as u32,
+            _ => {
+                return Err(format!(
+                    "task {task}: `max_retries` must be a whole number, 0 or more, or None (for ever), not {v}"
+                ));
+            }
+        },
+    };
+    let backoff = match options.get("retry_backoff") {
+        Some(b) if truthy(b) => BackoffSpec::Exponential {
+            base: Some(match b {
+                Value::Bool(true) => 1000,
+                factor => secs("retry_backoff", factor)?,
+            }),
+            cap: Some(match options.get("retry_backoff_max") {
+                None | Some(Value::Null) => RETRY_BACKOFF_MAX,
+                Some(cap) => secs("retry_backoff_max", cap)?,
+            }),
+            jitter: Some(options.get("retry_jitter").is_none_or(truthy)),
+        },
+        _ => BackoffSpec::Fixed {
+            delay: match kwargs.remove("countdown") {
+                Some(countdown) => secs("countdown", &countdown)?,
+                None => secs("default_retry_delay", task_own("default_retry_delay"))?,
+            },
+        },
+    };
+    if !kwargs.is_empty() {
+        let mut listed: Vec<String> = kwargs.keys().map(|k| format!("'{k}'")).collect();
+        listed.sort_unstable();
+        return Err(format!(
+            "task {task}: retry_kwargs headway.celery does not have: [{}]",
+            listed.join(", ")
+        ));
+    }
+    Ok(AutoRetry { retries, backoff })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -387,6 +493,64 @@ mod tests {
         assert_eq!(
             task_options(&["zz", "bind", "aa"]).unwrap_err(),
             "task options headway.celery does not have: ['aa', 'zz']"
+        );
+    }
+
+    #[test]
+    fn autoretry_as_celery_reads_its_options() {
+        let auto = |mut o: Value, max: Value| {
+            o["max_retries"] = max;
+            o["default_retry_delay"] = json!(180);
+            autoretry("t", &o)
+        };
+        // No backoff: a fixed wait, retry_kwargs' countdown over the task's delay.
+        let fixed = |ms| BackoffSpec::Fixed { delay: ms };
+        assert_eq!(
+            auto(json!({}), json!(3)).unwrap(),
+            AutoRetry {
+                retries: 3,
+                backoff: fixed(180_000)
+            }
+        );
+        let rk = json!({"retry_kwargs": {"max_retries": 5, "countdown": 0.5}});
+        assert_eq!(
+            auto(rk, json!(3)).unwrap(),
+            AutoRetry {
+                retries: 5,
+                backoff: fixed(500)
+            }
+        );
+        // None is for ever, in the task's budget or retry_kwargs'.
+        assert_eq!(auto(json!({}), Value::Null).unwrap().retries, FOREVER);
+        let rk = json!({"retry_kwargs": {"max_retries": null}});
+        assert_eq!(auto(rk, json!(3)).unwrap().retries, FOREVER);
+        // retry_backoff: True is a factor of 1 s; the cap 600 s, jittered.
+        let exp = |base, cap, jitter| BackoffSpec::Exponential {
+            base: Some(base),
+            cap: Some(cap),
+            jitter: Some(jitter),
+        };
+        let got = auto(json!({"retry_backoff": true}), json!(3)).unwrap();
+        assert_eq!(got.backoff, exp(1000, RETRY_BACKOFF_MAX, true));
+        let o = json!({"retry_backoff": 0.05, "retry_backoff_max": 0.2, "retry_jitter": false});
+        assert_eq!(auto(o, json!(3)).unwrap().backoff, exp(50, 200, false));
+        // A false or zero retry_backoff is none.
+        assert_eq!(
+            auto(json!({"retry_backoff": 0}), json!(3)).unwrap().backoff,
+            fixed(180_000)
+        );
+        assert_eq!(
+            auto(
+                json!({"retry_kwargs": {"zz": 1, "aa": 2, "max_retries": 1}}),
+                json!(3)
+            )
+            .unwrap_err(),
+            "task t: retry_kwargs headway.celery does not have: ['aa', 'zz']"
+        );
+        assert!(
+            auto(json!({"retry_backoff": "x"}), json!(3))
+                .unwrap_err()
+                .contains("`retry_backoff`")
         );
     }
 }
