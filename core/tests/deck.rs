@@ -28,6 +28,33 @@ async fn ready(app: &App) -> u64 {
         .sum()
 }
 
+/// A worker of concurrency 1 on `app`, running.
+fn one_slot_worker(app: &App) -> Worker {
+    let w = app
+        .worker(WorkerConfig {
+            concurrency: 1,
+            ..WorkerConfig::default()
+        })
+        .unwrap();
+    let w2 = w.clone();
+    tokio::spawn(async move { w2.run().await });
+    w
+}
+
+/// A run's value, waited for.
+async fn got(h: &Handle) -> serde_json::Value {
+    h.get(Some(Duration::from_secs(5))).await.unwrap()
+}
+
+/// The first call, taken by the host (this test), once the next run waits
+/// on deck behind it.
+async fn first_and_one_on_deck(q: &HostQueue, w: &Worker) -> Vec<headway_core::task::Call> {
+    until(|| q.len() == 1, "the first call").await;
+    let first = q.take(1);
+    until(|| w.on_deck() == 1, "the next run on deck").await;
+    first
+}
+
 /// An app on the memory broker whose task `t` is a host body on `q`, its
 /// runs `sent`, and a worker of concurrency 1 running.
 async fn one_slot(n: usize) -> (App, Arc<HostQueue>, Worker, Vec<Handle>) {
@@ -42,24 +69,15 @@ async fn one_slot(n: usize) -> (App, Arc<HostQueue>, Worker, Vec<Handle>) {
                 .unwrap(),
         );
     }
-    let w = app
-        .worker(WorkerConfig {
-            concurrency: 1,
-            ..WorkerConfig::default()
-        })
-        .unwrap();
-    let w2 = w.clone();
-    tokio::spawn(async move { w2.run().await });
+    let w = one_slot_worker(&app);
     (app, q, w, sent)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_answer_hands_the_run_on_deck_over_and_only_then_acks_it() {
     let (app, q, w, sent) = one_slot(2).await;
-    until(|| q.len() == 1, "the first call").await;
-    let first = q.take(1);
+    let first = first_and_one_on_deck(&q, &w).await;
     assert_eq!(first[0].args, vec![json!(0)]);
-    until(|| w.on_deck() == 1, "the second run on deck").await;
     // On deck: not queued for the host, not acked (a worker killed now
     // would have it delivered again), not started.
     assert_eq!(q.len(), 0, "a run on deck is not queued for the host");
@@ -77,23 +95,15 @@ async fn the_answer_hands_the_run_on_deck_over_and_only_then_acks_it() {
     assert!(w.runs()[0].started.is_some(), "started at the hand-over");
     assert_eq!(unacked(&app).await, 0, "acked at the hand-over");
     q.finish(second[0].seq, Ok(json!("b")));
-    assert_eq!(
-        sent[0].get(Some(Duration::from_secs(5))).await.unwrap(),
-        json!("a")
-    );
-    assert_eq!(
-        sent[1].get(Some(Duration::from_secs(5))).await.unwrap(),
-        json!("b")
-    );
+    assert_eq!(got(&sent[0]).await, json!("a"));
+    assert_eq!(got(&sent[1]).await, json!("b"));
     w.stop(Duration::from_secs(1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_gives_back_the_run_on_deck_at_once_and_waits_for_the_running_one() {
     let (app, q, w, sent) = one_slot(2).await;
-    until(|| q.len() == 1, "the first call").await;
-    let first = q.take(1);
-    until(|| w.on_deck() == 1, "the second run on deck").await;
+    let first = first_and_one_on_deck(&q, &w).await;
     w.stop(Duration::from_secs(10));
     // Given back while the first still runs: ready again, never started.
     let t = Instant::now();
@@ -104,38 +114,23 @@ async fn a_stop_gives_back_the_run_on_deck_at_once_and_waits_for_the_running_one
     assert_eq!(w.on_deck(), 0);
     assert_eq!(q.len(), 0, "never reached the host");
     q.finish(first[0].seq, Ok(json!("a")));
-    assert_eq!(
-        sent[0].get(Some(Duration::from_secs(5))).await.unwrap(),
-        json!("a")
-    );
+    assert_eq!(got(&sent[0]).await, json!("a"));
     assert_eq!(sent[1].state().await.unwrap(), State::Pending);
 
     // Positive control: another worker runs what was given back.
-    let w2 = app
-        .worker(WorkerConfig {
-            concurrency: 1,
-            ..WorkerConfig::default()
-        })
-        .unwrap();
-    let w3 = w2.clone();
-    tokio::spawn(async move { w3.run().await });
+    let w2 = one_slot_worker(&app);
     until(|| q.len() == 1, "the given-back run's call").await;
     let c = q.take(1);
     assert_eq!(c[0].args, vec![json!(1)]);
     q.finish(c[0].seq, Ok(json!("b")));
-    assert_eq!(
-        sent[1].get(Some(Duration::from_secs(5))).await.unwrap(),
-        json!("b")
-    );
+    assert_eq!(got(&sent[1]).await, json!("b"));
     w2.stop(Duration::from_secs(1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_long_on_deck_is_checked_for_a_revoke_before_its_hand_over() {
     let (app, q, w, sent) = one_slot(3).await;
-    until(|| q.len() == 1, "the first call").await;
-    let first = q.take(1);
-    until(|| w.on_deck() == 1, "the second run on deck").await;
+    let first = first_and_one_on_deck(&q, &w).await;
     // Past the revoked-check interval (100 ms) on deck, then revoked.
     tokio::time::sleep(Duration::from_millis(150)).await;
     sent[1].revoke(false).await.unwrap();
@@ -150,10 +145,7 @@ async fn a_run_long_on_deck_is_checked_for_a_revoke_before_its_hand_over() {
         "the revoked run reached the host"
     );
     q.finish(c[0].seq, Ok(json!("c")));
-    assert_eq!(
-        sent[2].get(Some(Duration::from_secs(5))).await.unwrap(),
-        json!("c")
-    );
+    assert_eq!(got(&sent[2]).await, json!("c"));
     assert_eq!(sent[1].state().await.unwrap(), State::Revoked);
     assert_eq!(unacked(&app).await, 0);
     w.stop(Duration::from_secs(1));
@@ -162,16 +154,11 @@ async fn a_run_long_on_deck_is_checked_for_a_revoke_before_its_hand_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminate_takes_a_run_off_the_deck_and_it_never_runs() {
     let (app, q, w, sent) = one_slot(2).await;
-    until(|| q.len() == 1, "the first call").await;
-    let first = q.take(1);
-    until(|| w.on_deck() == 1, "the second run on deck").await;
+    let first = first_and_one_on_deck(&q, &w).await;
     sent[1].revoke(true).await.unwrap();
     until(|| w.on_deck() == 0, "off the deck").await;
     q.finish(first[0].seq, Ok(json!("a")));
-    assert_eq!(
-        sent[0].get(Some(Duration::from_secs(5))).await.unwrap(),
-        json!("a")
-    );
+    assert_eq!(got(&sent[0]).await, json!("a"));
     let t = Instant::now();
     while sent[1].state().await.unwrap() != State::Revoked {
         assert!(t.elapsed() < Duration::from_secs(5), "not recorded revoked");
@@ -186,9 +173,7 @@ async fn a_terminate_takes_a_run_off_the_deck_and_it_never_runs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_added_goes_to_the_run_on_deck() {
     let (_app, q, w, sent) = one_slot(2).await;
-    until(|| q.len() == 1, "the first call").await;
-    let first = q.take(1);
-    until(|| w.on_deck() == 1, "the second run on deck").await;
+    let first = first_and_one_on_deck(&q, &w).await;
     w.grow(1).unwrap();
     assert_eq!(w.on_deck(), 0, "handed over by the grow");
     let second = q.take(1);
@@ -197,10 +182,7 @@ async fn a_slot_added_goes_to_the_run_on_deck() {
         (first[0].seq, Ok(json!("a"))),
         (second[0].seq, Ok(json!("b"))),
     ]);
-    assert_eq!(
-        sent[1].get(Some(Duration::from_secs(5))).await.unwrap(),
-        json!("b")
-    );
+    assert_eq!(got(&sent[1]).await, json!("b"));
     w.stop(Duration::from_secs(1));
 }
 
@@ -239,14 +221,7 @@ async fn every_runner_stuck(ms: i64) {
         }
     };
     let hangs = [send("hang", json!(0)).await, send("hang", json!(1)).await];
-    let w = app
-        .worker(WorkerConfig {
-            concurrency: 1,
-            ..WorkerConfig::default()
-        })
-        .unwrap();
-    let w2 = w.clone();
-    tokio::spawn(async move { w2.run().await });
+    let w = one_slot_worker(&app);
     let mut stuck = Vec::new();
     for h in &hangs {
         until(|| q.len() == 1, "a hanging call").await;
@@ -278,9 +253,6 @@ async fn every_runner_stuck(ms: i64) {
     let c = q.take(1);
     assert_eq!(c[0].args, vec![json!(2)]);
     q.finish(c[0].seq, Ok(json!("b")));
-    assert_eq!(
-        next.get(Some(Duration::from_secs(5))).await.unwrap(),
-        json!("b")
-    );
+    assert_eq!(got(&next).await, json!("b"));
     w.stop(Duration::from_secs(1));
 }

@@ -6,11 +6,15 @@
 //! answers (`HostQueue`). Without a deck the next run then had to be woken
 //! on the core's runtime to build its call and queue it, and the host —
 //! the JS event loop, a Python runner — waited through that wake-up for
-//! every batch: at the default concurrency of 4 a Node drain of no-op
-//! bodies ran at half the rate of concurrency 8, the slots idle between
-//! the host's answer and the next call. With a run on deck per slot the
-//! host's answer and its next call are one step on one thread, and the
-//! runtime builds the following calls meanwhile.
+//! every batch: on one 2-vCPU machine a Node drain of no-op bodies at the
+//! default concurrency of 4 ran at half the rate of concurrency 8, the
+//! slots idle between the host's answer and the next call. With a run on
+//! deck per slot the host's answer and its next call are one step on one
+//! thread, and the runtime builds the following calls meanwhile: Redis
+//! drains at the defaults went from 37.7-40.8k to 42.9-47.3k/s (Python,
+//! quiet) and from 25.7-27.3k to 28.9-37.1k/s (Node, beside a build),
+//! the worker's CPU a task from 22-24 to 19-20.5 µs (Python), alternating
+//! pairs in `bench/README.md`.
 //!
 //! A run on deck is not started and not acked: its early ack goes out as
 //! it is handed over ([`Hand::go`]), so a worker killed -9 loses only the
