@@ -49,7 +49,7 @@ pub(super) async fn process(
     // megabytes (a Rust no-op drain on the memory broker, concurrency 64:
     // prefetch 64 ran 64k/s, 256 57k/s, 1024 44k/s).
     let ready = if let Some(reg) = plain(&s, &d, revoked, now) {
-        match slot_of(&s, deckable(&s, &d.message, &reg)).await {
+        match slot_of(&s, || deckable(&s, &d.message, &reg)).await {
             Some(got) => Some((got, reg)),
             None => {
                 let back = give_back(&s.app, &d.message, d.receipt.clone(), false);
@@ -141,17 +141,19 @@ fn plain(s: &Shared, d: &Delivery, revoked: bool, now: i64) -> Option<Arc<Regist
     s.app.registered(&d.message.task)
 }
 
-/// Waits for a slot; `None` when the worker stops first (the message, not
-/// acked yet whatever the policy, is then handed back: a prefetched
-/// message is not taken).
+/// Waits for a slot, or for a place on deck when `deckable` says the run
+/// may wait there (asked only when no slot is free); `None` when the
+/// worker stops first (the message, not acked yet whatever the policy, is
+/// then handed back: a prefetched message is not taken).
 ///
 /// A free slot is taken without a future; the wait for one is boxed, so a
 /// run's state machine does not carry its few hundred bytes (a run's
 /// future is allocated and copied whole at its start: see [`Parts`]).
-async fn slot_of(s: &Shared, deckable: bool) -> Option<Got> {
+async fn slot_of(s: &Shared, deckable: impl FnOnce() -> bool) -> Option<Got> {
     if let Some(slot) = s.deck.try_slot() {
         return Some(Got::Seat((slot, false)));
     }
+    let deckable = deckable();
     if deckable && let Ok(place) = s.deck.room().clone().try_acquire_owned() {
         return Some(Got::Place(place));
     }
@@ -216,7 +218,7 @@ async fn take_and_run(
         // acked yet, whatever the policy: a prefetched message is not taken).
         let slot = match seat {
             Some(seat) => Some(seat),
-            None => match slot_of(s, false).await {
+            None => match slot_of(s, || false).await {
                 Some(Got::Seat(seat)) => Some(seat),
                 _ => None,
             },
