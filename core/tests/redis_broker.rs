@@ -873,6 +873,45 @@ async fn a_cancelled_claim_loses_nothing() {
     assert_eq!(s.cli(&["LLEN", "headway:{q}:held:a"]), "0");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_cut_short_with_its_script_sent_loses_nothing() {
+    let Some(s) = RedisServer::start() else {
+        return;
+    };
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let b = open(&s, "a", 30_000, clock).await;
+    // The queue is known to the consumer (its first claim registers it).
+    let first = b.consume(&qs("q"), 5, Duration::from_millis(1)).await;
+    assert!(first.unwrap().is_empty());
+    let five: Vec<Message> = (0..5).map(|i| msg(&format!("m{i}"), "q")).collect();
+    b.publish(five).await.unwrap();
+    // Writes paused: the claim script is sent and waits in Redis while the
+    // consume is cut short, as a stopping worker's is; then it runs, moving
+    // the five into this live consumer's held list.
+    assert_eq!(s.cli(&["CLIENT", "PAUSE", "300", "WRITE"]), "OK");
+    let cut = tokio::time::timeout(
+        Duration::from_millis(100),
+        b.consume(&qs("q"), 5, Duration::from_millis(10)),
+    )
+    .await;
+    assert!(cut.is_err(), "the claim waited out the pause");
+    // Every one is claimable again, once each, by the same consumer.
+    let mut got = HashSet::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while got.len() < 5 && std::time::Instant::now() < deadline {
+        let ds = b
+            .consume(&qs("q"), 5, Duration::from_millis(100))
+            .await
+            .unwrap();
+        for d in ds {
+            assert!(got.insert(d.message.id.clone()), "delivered twice");
+            b.ack(vec![d.receipt]).await.unwrap();
+        }
+    }
+    assert_eq!(got.len(), 5, "claimed again: {got:?}");
+    assert_eq!(s.cli(&["LLEN", "headway:{q}:held:a"]), "0");
+}
+
 /// Not a timed test: a probe to run by hand in release mode
 /// (`cargo test --release -p headway-core --test redis_broker -- --ignored
 /// --nocapture throughput`). Prints the enqueue rate from one producer and

@@ -162,6 +162,8 @@ async fn each(test: impl AsyncFn(App, Arc<VirtualClock>)) {
             eprintln!("{name}: skipped");
             continue;
         };
+        // Named in the output, so a failure says on which broker.
+        eprintln!("on {name}");
         test(app, clock).await;
         drop(keep);
     }

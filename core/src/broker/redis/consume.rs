@@ -263,6 +263,11 @@ impl RedisBroker {
         let deadline = Instant::now() + wait;
         let virt = self.clock.is_virtual();
         let mut adopt: Option<Vec<u8>> = None;
+        let mut on_way = OnTheWay {
+            broker: self,
+            flying: None,
+            out: Vec::new(),
+        };
         loop {
             let mut moved = self.clock.moved();
             // Register for a move now, so one during the claim is not missed.
@@ -271,25 +276,26 @@ impl RedisBroker {
                 Poll::Ready(())
             })
             .await;
-            let mut out = Vec::new();
             let mut next: Option<i64> = None;
             for (i, q) in queues.iter().enumerate() {
-                if out.len() >= max {
+                if on_way.out.len() >= max {
                     break;
                 }
                 let a = if i == 0 { adopt.take() } else { None };
-                let (got, eta) = self.claim(q, max - out.len(), a, check).await?;
-                out.extend(got);
+                on_way.flying = Some(q);
+                let (got, eta) = self.claim(q, max - on_way.out.len(), a, check).await?;
+                on_way.flying = None;
+                on_way.out.extend(got);
                 if let Some(e) = eta {
                     next = Some(next.map_or(e, |n: i64| n.min(e)));
                 }
             }
-            if !out.is_empty() {
-                return Ok(out);
+            if !on_way.out.is_empty() {
+                return Ok(std::mem::take(&mut on_way.out));
             }
             let now = Instant::now();
             if now >= deadline {
-                return Ok(out);
+                return Ok(Vec::new());
             }
             let mut block = deadline - now;
             if !virt && let Some(ms) = next {
@@ -312,7 +318,11 @@ impl RedisBroker {
                 rx.await
             };
             match got {
-                Ok(Ok(Some(mut m))) => adopt = m.el.take(),
+                Ok(Ok(Some(mut m))) => {
+                    // Held unstamped until the next claim adopts it.
+                    on_way.flying = Some(&queues[0]);
+                    adopt = m.el.take();
+                }
                 Ok(Ok(None)) => {}
                 Ok(Err(e)) => return Err(e),
                 // Its task ended without answering: the broker is gone.
@@ -349,6 +359,49 @@ impl RedisBroker {
                 _ => None,
             })
             .min())
+    }
+}
+
+/// What a consume has moved into this consumer's held list and not yet
+/// handed to its caller: the queue of a claim script on its way (or of a
+/// BLMOVE's element waiting to be adopted by the next claim), and the
+/// claims already read. A consume dropped there — a stopping worker's, cut
+/// short mid-claim — would leave them held by nobody here until a restart;
+/// on drop they are let go and their queues swept. The sweep's command
+/// follows the claim's on the same connection, so it sees what the script
+/// moved; it waits for claims in flight (the gate), so it hands back only
+/// what nobody here holds.
+struct OnTheWay<'a> {
+    broker: &'a RedisBroker,
+    flying: Option<&'a str>,
+    out: Vec<Claimed>,
+}
+
+impl Drop for OnTheWay<'_> {
+    fn drop(&mut self) {
+        if self.flying.is_none() && self.out.is_empty() {
+            return;
+        }
+        let mut queues: Vec<String> = self.flying.iter().map(|q| q.to_string()).collect();
+        if !self.out.is_empty() {
+            let mut o = self.broker.outs();
+            for c in self.out.drain(..) {
+                let r = &c.delivery.receipt;
+                if let Some(set) = o.get_mut(&*r.queue) {
+                    set.remove(&r.token);
+                }
+                if !queues.iter().any(|q| *q == *r.queue) {
+                    queues.push(r.queue.to_string());
+                }
+            }
+        }
+        if let Some(b) = self.broker.me.upgrade() {
+            b.rt.clone().spawn(async move {
+                for q in &queues {
+                    let _ = b.sweep(q).await;
+                }
+            });
+        }
     }
 }
 
