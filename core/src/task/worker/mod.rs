@@ -49,6 +49,7 @@ mod notes;
 mod options;
 mod reach;
 mod run;
+mod seat;
 mod settle;
 mod stop;
 mod writer;

@@ -16,6 +16,7 @@ use serde_json::Value;
 use super::admit::{Admitted, admit, limited};
 use super::follow::{arrive, collect, give_up};
 use super::live::Entered;
+use super::seat::{Got, Handover, deckable, on_deck, slot_of};
 use super::settle::{Ran, event, failure_text, settle_late, settle_ran};
 use super::stop::{give_back, wait_true};
 use super::writer::{AckSent, Writer};
@@ -24,7 +25,7 @@ use crate::flow::{MILLI, Window};
 use crate::log::shown;
 use crate::task::app::Registered;
 use crate::task::body::Context;
-use crate::task::deck::{Hand, Place, Slot, Ticket};
+use crate::task::deck::{Place, Slot, Ticket};
 use crate::task::message::Message;
 use crate::task::policy::RateScope;
 use crate::task::procs::{WORKER_LOST, timed_out};
@@ -101,35 +102,6 @@ pub(super) async fn process(
     s.over();
 }
 
-/// A slot, and whether the run waited for it.
-type Seat = (Slot, bool);
-
-/// What a run waiting to start got: a slot, or a place on deck.
-enum Got {
-    Seat(Seat),
-    Place(Place),
-}
-
-/// Whether a run of `reg` may wait on deck (`deck`): a host body on
-/// threads, with none of the steps a run on deck skips — shared limits,
-/// a per-worker rate, a chord's parts to collect, a time limit (timed
-/// from the hand-over), Celery's task-started event, every runner stuck.
-fn deckable(s: &Shared, m: &Message, reg: &Registered) -> bool {
-    let policy = &reg.policy;
-    s.procs.is_none()
-        && reg.body.host().is_some()
-        && m.join.is_none()
-        && !limited(m, policy)
-        && s.rate_of(&m.task, policy.rate).is_none()
-        && policy.timeout.is_none()
-        && s.time_limit.is_none()
-        && s.soft_time_limit.is_none()
-        && s.limits_of(&m.task, (policy.soft_time_limit, policy.time_limit)) == (None, None)
-        && m.time_limits() == (None, None)
-        && s.gate.get().is_none_or(|g| g.healthy())
-        && !s.app.inspector().is_some_and(|i| i.wants_run_starts())
-}
-
 /// Whether every check at receipt passes `d` without a write (not revoked,
 /// not expired at `now`, registered, not redelivered): such a message goes
 /// straight to wait for its slot, with its task's registration (looked up
@@ -139,35 +111,6 @@ fn plain(s: &Shared, d: &Delivery, revoked: bool, now: i64) -> Option<Arc<Regist
         return None;
     }
     s.app.registered(&d.message.task)
-}
-
-/// Waits for a slot, or for a place on deck when `deckable` says the run
-/// may wait there (asked only when no slot is free); `None` when the
-/// worker stops first (the message, not acked yet whatever the policy, is
-/// then handed back: a prefetched message is not taken).
-///
-/// A free slot is taken without a future; the wait for one is boxed, so a
-/// run's state machine does not carry its few hundred bytes (a run's
-/// future is allocated and copied whole at its start: see [`Parts`]).
-async fn slot_of(s: &Shared, deckable: impl FnOnce() -> bool) -> Option<Got> {
-    if let Some(slot) = s.deck.try_slot() {
-        return Some(Got::Seat((slot, false)));
-    }
-    let deckable = deckable();
-    if deckable && let Ok(place) = s.deck.room().clone().try_acquire_owned() {
-        return Some(Got::Place(place));
-    }
-    Box::pin(slot_wait(s, deckable)).await
-}
-
-async fn slot_wait(s: &Shared, deckable: bool) -> Option<Got> {
-    let mut stopping = s.stopping.subscribe();
-    let room = s.deck.room().clone();
-    tokio::select! {
-        p = s.slots.clone().acquire_owned() => p.ok().map(|p| Got::Seat((s.deck.slot(p), true))),
-        p = room.acquire_owned(), if deckable => p.ok().map(Got::Place),
-        _ = wait_true(&mut stopping) => None,
-    }
 }
 
 /// Takes a claimed message to run and runs it, unless a check at receipt
@@ -535,16 +478,16 @@ async fn rate_turn(
 }
 
 /// What a run's body needs from its taking, besides the message.
-struct Taken<'a> {
-    policy: &'a crate::task::policy::Policy,
-    body: &'a crate::task::body::SharedBody,
+pub(super) struct Taken<'a> {
+    pub(super) policy: &'a crate::task::policy::Policy,
+    pub(super) body: &'a crate::task::body::SharedBody,
     /// Its place in the worker's run table.
-    key: u64,
+    pub(super) key: u64,
     /// When its revoked status was last read.
-    checked: i64,
-    receipt: &'a Receipt,
+    pub(super) checked: i64,
+    pub(super) receipt: &'a Receipt,
     /// The early ack sent as the body starts, if any.
-    acked: &'a Mutex<Option<AckSent>>,
+    pub(super) acked: &'a Mutex<Option<AckSent>>,
 }
 
 /// How a run's body ended, and whether it got to start.
@@ -708,132 +651,6 @@ async fn run_body(
     }
 }
 
-/// What handing a run on deck over tells its task: when it started, and
-/// its early ack.
-#[derive(Default)]
-struct Handover {
-    at: AtomicI64,
-    acked: Mutex<Option<AckSent>>,
-}
-
-/// A run on deck (`deck`), from its place in line to its body's answer:
-/// handed over when a slot frees — on the freeing thread while it is
-/// fresh, else here after the revoked check a run that waited makes — or
-/// given back at a stop while still in line.
-#[allow(clippy::too_many_arguments)]
-async fn on_deck(
-    s: &Arc<Shared>,
-    w: &Arc<Writer>,
-    m: &Arc<Message>,
-    t: &Taken<'_>,
-    (ctx, args): (Context, Vec<Value>),
-    place: Place,
-    (over, ticket): (&Arc<Handover>, &Arc<Ticket>),
-    (back, revoked_late): (&AtomicBool, &AtomicBool),
-    stopping: &mut tokio::sync::watch::Receiver<bool>,
-) -> Result<Value, Failure> {
-    let Some((queue, key)) = t.body.host() else {
-        return Err(Failure::new("WorkerLost", "not a host body"));
-    };
-    let early = !t.policy.acks_late;
-    let (reply, mut rx) = tokio::sync::oneshot::channel();
-    let started: Box<dyn FnOnce(bool) + Send> = {
-        let (s, w, over, receipt, run) =
-            (s.clone(), w.clone(), over.clone(), t.receipt.clone(), t.key);
-        Box::new(move |ack| {
-            let now = s.app.now();
-            over.at.store(now, Ordering::Relaxed);
-            s.start(run, now, early);
-            if ack && early {
-                *over.acked.lock().unwrap_or_else(|e| e.into_inner()) = Some(w.ack_soon(receipt));
-            }
-        })
-    };
-    let hand = Hand {
-        ticket: ticket.clone(),
-        queue: queue.clone(),
-        key,
-        ctx,
-        args,
-        reply,
-        started,
-        rt: tokio::runtime::Handle::current(),
-    };
-    let fresh = RECHECK_AFTER.saturating_sub(s.app.now().saturating_sub(t.checked));
-    let fresh_until = std::time::Instant::now() + Duration::from_millis(fresh.max(0) as u64);
-    let mut turn = Some(s.deck.hold(place, fresh_until, hand));
-    let mut guard = Leave {
-        s,
-        queue: &queue,
-        ticket,
-        armed: true,
-    };
-    let r = loop {
-        tokio::select! {
-            biased;
-            r = &mut rx => break r.unwrap_or_else(|_| {
-                Err(Failure::new("WorkerLost", "the host runner has stopped"))
-            }),
-            got = async { turn.as_mut().expect("waiting for its turn").await }, if turn.is_some() => {
-                turn = None;
-                // Handed over on the freeing thread, or its slot sent here.
-                if let Ok((slot, hand)) = got {
-                    // Every runner stuck: wait for one rather than ack a
-                    // call nobody takes; a stop gives it back meanwhile.
-                    if let Some(g) = s.gate.get()
-                        && !g.healthy()
-                    {
-                        let healthy = tokio::select! {
-                            _ = g.until_healthy() => true,
-                            _ = wait_true(stopping) => false,
-                        };
-                        if !healthy {
-                            drop((slot, hand));
-                            s.deck.leave(ticket);
-                            back.store(true, Ordering::Relaxed);
-                            break Err(Failure::new("Stopping", "the worker is stopping"));
-                        }
-                    }
-                    // Long on deck: a revoke sent meanwhile still stops it.
-                    if matches!(w.take(None, Some(m.id.clone())).await, Ok(true)) {
-                        drop((slot, hand));
-                        revoked_late.store(true, Ordering::Relaxed);
-                        break Err(Failure::new("Revoked", "revoked before it ran"));
-                    }
-                    let _ = hand.go(slot, true);
-                }
-            }
-            _ = wait_true(stopping), if !ticket.handed() => {
-                // A stop gives back what waits on deck: not acked, not
-                // started.
-                if s.deck.leave(ticket) {
-                    back.store(true, Ordering::Relaxed);
-                    break Err(Failure::new("Stopping", "the worker is stopping"));
-                }
-            }
-        }
-    };
-    guard.armed = false;
-    r
-}
-
-/// Takes a run on deck out of line if its future is dropped (terminated,
-/// cancelled), and withdraws its call if it was handed over.
-struct Leave<'a> {
-    s: &'a Shared,
-    queue: &'a crate::task::host::HostQueue,
-    ticket: &'a Arc<Ticket>,
-    armed: bool,
-}
-
-impl Drop for Leave<'_> {
-    fn drop(&mut self) {
-        if self.armed && !self.s.deck.leave(self.ticket) {
-            crate::task::deck::Deck::withdraw(self.queue, self.ticket);
-        }
-    }
-}
-
 /// How long (ms) a run may wait since its last revoked check — for a slot,
 /// its rate, a stuck runner, or on the process pool's deck for a child —
 /// before the check is made again as it is taken: a check per run is a
@@ -843,7 +660,7 @@ impl Drop for Leave<'_> {
 /// for a slot), while a run that waited out long bodies should not miss a
 /// revoke sent meanwhile. A revoke sent less than this before a run is
 /// taken may miss it, as one sent during the round trip would.
-const RECHECK_AFTER: i64 = 100;
+pub(super) const RECHECK_AFTER: i64 = 100;
 
 /// Records `m` as revoked before it ran and settles its claim (acking it
 /// when `owed`: an ack not made yet).
