@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use headway_core::task::host::Taker;
 use headway_core::task::{App, Handle, HostQueue, Options, Policy, State, Worker, WorkerConfig};
 use serde_json::{Map, json};
 
@@ -97,6 +98,40 @@ async fn the_answer_hands_the_run_on_deck_over_and_only_then_acks_it() {
     q.finish(second[0].seq, Ok(json!("b")));
     assert_eq!(got(&sent[0]).await, json!("a"));
     assert_eq!(got(&sent[1]).await, json!("b"));
+    w.stop(Duration::from_secs(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swap_takes_the_run_its_answer_hands_over_without_ringing_the_bell() {
+    let (_app, q, w, sent) = one_slot(3).await;
+    let rings = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let r2 = rings.clone();
+    q.set_bell(Some(Arc::new(move || {
+        r2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    })));
+    let rung = || rings.load(std::sync::atomic::Ordering::SeqCst);
+    let first = first_and_one_on_deck(&q, &w).await;
+    let mut taker = Taker::default();
+
+    // Answered and taken in one swap: the handed-over call is taken there,
+    // and the host, already awake, is not rung for it.
+    let before = rung();
+    let second = q.swap(vec![(first[0].seq, Ok(json!("a")))], &mut taker, 8);
+    assert_eq!(second.len(), 1, "handed over inside the swap");
+    assert_eq!(second[0].args, vec![json!(1)]);
+    assert_eq!(rung(), before, "no bell for a call the swap took");
+    until(|| w.on_deck() == 1, "the third run on deck").await;
+
+    // Positive control: the same hand-over by an answer alone (no take
+    // follows) rings.
+    q.finish_many(vec![(second[0].seq, Ok(json!("b")))]);
+    assert_eq!(rung(), before + 1, "the bell for a call nobody takes yet");
+    let third = q.take(1);
+    assert_eq!(third[0].args, vec![json!(2)]);
+    q.finish(third[0].seq, Ok(json!("c")));
+    for (h, v) in sent.iter().zip(["a", "b", "c"]) {
+        assert_eq!(got(h).await, json!(v));
+    }
     w.stop(Duration::from_secs(1));
 }
 

@@ -153,6 +153,24 @@ pub fn after_failure(rule: String, failed: String) -> napi::Result<String> {
     Ok(headway_core::task::trace::after_failure(retries, &rule, &f).to_string())
 }
 
+/// A batch of answers as JS sends them (see `NativeHost::finish`).
+fn answers(ok: String, failed: String) -> napi::Result<Vec<(u64, Result<Value, Failure>)>> {
+    let mut results = Vec::new();
+    if !ok.is_empty() {
+        let mut v: Vec<(u64, Value)> = serde_json::from_str(&ok).map_err(|e| bug("answers", e))?;
+        if typed::marked(&ok) {
+            v.iter_mut().for_each(|(_, x)| typed::from_js(x));
+        }
+        results.extend(v.into_iter().map(|(s, v)| (s, Ok(v))));
+    }
+    if !failed.is_empty() {
+        let v: Vec<(u64, Thrown)> =
+            serde_json::from_str(&failed).map_err(|e| bug("failures", e))?;
+        results.extend(v.into_iter().map(|(s, t)| (s, Err(thrown(t)))));
+    }
+    Ok(results)
+}
+
 impl NativeHost {
     /// A body queue whose arriving calls ring this environment's bell.
     pub(crate) fn queue() -> napi::Result<Arc<HostQueue>> {
@@ -180,33 +198,20 @@ impl NativeHost {
     /// dropped.
     #[napi(catch_unwind)]
     pub fn finish(&self, ok: String, failed: String) -> napi::Result<()> {
-        let mut results: Vec<(u64, Result<Value, Failure>)> = Vec::new();
-        if !ok.is_empty() {
-            let mut v: Vec<(u64, Value)> =
-                serde_json::from_str(&ok).map_err(|e| bug("answers", e))?;
-            if typed::marked(&ok) {
-                v.iter_mut().for_each(|(_, x)| typed::from_js(x));
-            }
-            results.extend(v.into_iter().map(|(s, v)| (s, Ok(v))));
-        }
-        if !failed.is_empty() {
-            let v: Vec<(u64, Thrown)> =
-                serde_json::from_str(&failed).map_err(|e| bug("failures", e))?;
-            results.extend(v.into_iter().map(|(s, t)| (s, Err(thrown(t)))));
-        }
-        self.q.finish_many(results);
+        self.q.finish_many(answers(ok, failed)?);
         Ok(())
     }
 
     /// `finish(ok, failed)`, then up to `max` calls as JSON text (see
     /// `encode_calls`; `null` when none came), taken by core's `Taker`: in
-    /// one crossing, what a host does between batches.
+    /// one crossing, what a host does between batches (core's
+    /// `HostQueue::swap`).
     #[napi(catch_unwind)]
     pub fn swap(&self, ok: String, failed: String, max: u32) -> napi::Result<Option<String>> {
-        if !ok.is_empty() || !failed.is_empty() {
-            self.finish(ok, failed)?;
-        }
-        let calls = lock(&self.taker).take(&self.q, max.max(1) as usize);
+        let results = answers(ok, failed)?;
+        let calls = self
+            .q
+            .swap(results, &mut lock(&self.taker), max.max(1) as usize);
         Ok((!calls.is_empty()).then(|| encode_calls(&calls)))
     }
 

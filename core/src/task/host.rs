@@ -244,6 +244,9 @@ struct Inner {
     softened: Vec<u64>,
     /// When the queue last went from empty to holding a call.
     filled: Option<Instant>,
+    /// A host is inside [`HostQueue::swap`]: it takes after it answers, so
+    /// a call pushed meanwhile does not ring the bell.
+    taking: bool,
 }
 
 /// Calls waiting for a host language, and their answers.
@@ -323,7 +326,7 @@ impl HostQueue {
         slot: Option<Slot>,
         tx: Reply,
     ) -> u64 {
-        let was_empty;
+        let mut was_empty;
         let seq;
         let wake;
         {
@@ -353,17 +356,50 @@ impl HostQueue {
             });
             g.waiting.insert(seq, Out::new(tx, slot));
             wake = g.sleepers > 0;
+            was_empty &= !g.taking;
         }
         if wake {
             self.arrived.notify_one();
         }
         if was_empty {
-            let bell = self.bell.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            if let Some(b) = bell {
-                b();
-            }
+            self.ring();
         }
         seq
+    }
+
+    fn ring(&self) {
+        let bell = self.bell.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(b) = bell {
+            b();
+        }
+    }
+
+    /// Answers `results`, then takes up to `max` calls through `taker`: what
+    /// a host rung by the bell does between batches (Node's event loop), in
+    /// one step. A call pushed meanwhile — a run on deck handed over by a
+    /// slot an answer freed, one arriving while the taker spins — is taken
+    /// here without ringing the bell, which would wake the host to find
+    /// nothing (on a JS drain at the defaults every batch's answers hand
+    /// the next runs over); one that comes after the last take, when it
+    /// took nothing, rings it as before.
+    pub fn swap(
+        &self,
+        results: Vec<(u64, Result<Value, Failure>)>,
+        taker: &mut Taker,
+        max: usize,
+    ) -> Vec<Call> {
+        self.lock().taking = true;
+        self.finish_many(results);
+        let calls = taker.take(self, max);
+        let missed = {
+            let mut g = self.lock();
+            g.taking = false;
+            calls.is_empty() && !g.queue.is_empty()
+        };
+        if missed {
+            self.ring();
+        }
+        calls
     }
 
     /// Stops waiting for call `seq`: not run if not taken yet, reported
@@ -491,10 +527,7 @@ impl HostQueue {
             g.softened.push(seq);
         }
         self.soft.notify_all();
-        let bell = self.bell.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        if let Some(b) = bell {
-            b();
-        }
+        self.ring();
     }
 
     /// Calls past their soft time limit since the last ask (drained).
