@@ -6,6 +6,7 @@
 //! A request that does not parse means the JS in `lib/` and this file disagree —
 //! a bug, reported as such rather than guessed round.
 
+use headway_core::broker::celery::js as typed;
 use headway_core::task::specs::json::{CanvasSpec, RhythmSpec};
 use headway_core::task::{
     BackoffSpec, Canvas, Host, Options, Policy, PolicySpec, RetryBackoff, Rhythm, SendSpec,
@@ -16,7 +17,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::{Refusal, typed};
+use super::Refusal;
 
 impl From<SpecError> for Refusal {
     fn from(e: SpecError) -> Refusal {
