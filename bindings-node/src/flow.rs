@@ -15,6 +15,7 @@
 use std::cell::Cell;
 use std::ptr;
 
+use headway_core::flow::millis::{OutOfRange, int, int32, ms, ns, span};
 use headway_core::flow::{
     Acquires, Backoff, Breaker, Bucket, Gate, Jitter, Limits, Load, Pool, Taken, Ward, Window, pick,
 };
@@ -24,7 +25,6 @@ use napi::sys;
 use napi_derive::napi;
 
 use crate::raw::{E, Fail, Funcs, Ret, Slab, function, method, napi_ret, own};
-use crate::units::{int, int32, ms, ns, span};
 
 /// Every slab of one JS environment.
 #[derive(Default)]
@@ -85,9 +85,9 @@ fn opt<T>(
     e: E,
     v: sys::napi_value,
     name: &'static str,
-    read: fn(&'static str, f64) -> Result<T, Fail>,
+    read: fn(&'static str, f64) -> Result<T, OutOfRange>,
 ) -> Result<Option<T>, Fail> {
-    e.opt_f64(v, name)?.map(|x| read(name, x)).transpose()
+    Ok(e.opt_f64(v, name)?.map(|x| read(name, x)).transpose()?)
 }
 
 // ---------------------------------------------------------------- Limits
