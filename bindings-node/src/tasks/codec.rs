@@ -82,6 +82,13 @@ pub fn process_pool(pool: String) -> bool {
     headway_core::task::specs::is_process_pool(&pool)
 }
 
+/// The parent's Node flags (`process.execArgv`) a child of the process
+/// pool repeats (the core's `procs::node_flags`).
+#[napi(js_name = "_childFlags")]
+pub fn child_flags(exec_argv: Vec<String>) -> Vec<String> {
+    headway_core::task::procs::node_flags(&exec_argv)
+}
+
 /// A worker's configuration: what is omitted is the core's default, and
 /// every check (the pool's name, a hard limit without the process pool) is
 /// the core's.
