@@ -442,15 +442,16 @@ unsafe extern "C" fn reap<S: 'static>(_env: sys::napi_env, data: *mut c_void, _h
     }));
 }
 
-/// Ties slot `id` to the JS object `owner`: when `owner` is collected, the
-/// slot is freed.
+/// Stores `value` in `slab` tied to the JS object `owner` (when `owner` is
+/// collected, the slot is freed): its slot id.
 pub fn own<S: 'static>(
     env: sys::napi_env,
     owner: sys::napi_value,
     flow: &Rc<Flow>,
     slab: fn(&Flow) -> &Slab<S>,
-    id: u32,
-) -> Result<(), Fail> {
+    value: S,
+) -> Result<u32, Fail> {
+    let id = slab(flow).insert(value)?;
     let reaper = Box::into_raw(Box::new(Reaper {
         flow: flow.clone(),
         slab,
@@ -472,7 +473,7 @@ pub fn own<S: 'static>(
         slab(flow).release(id);
         return Err(Fail::Type("owner", "an object"));
     }
-    Ok(())
+    Ok(id)
 }
 
 // ---------------------------------------------------------------- calls
