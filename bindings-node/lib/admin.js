@@ -11,7 +11,7 @@
 
 const native = require('../addon.js');
 const { nativeOf } = require('./tasks.js')._admin;
-const { coded } = require('./errors.js');
+const { coded, constructed } = require('./errors.js');
 
 // A native answer as a Promise. Its payload: JSON text when it came at once
 // (JSON.parse), the value itself when it came through the bell (the hub
@@ -20,7 +20,6 @@ const { answer, same } = require('./host.js');
 
 // Messages worded by the core's rules, not Node's "The "x" argument" ones.
 const typeError = (message) => coded('ERR_INVALID_ARG_TYPE', message, TypeError);
-const rangeError = (message) => coded('ERR_OUT_OF_RANGE', message, RangeError);
 
 /**
  * The body, cut at `max + 1` bytes: the core answers 413 past `max`, so the
@@ -137,15 +136,10 @@ function handler(app, options) {
     if (o[k] !== undefined && !fits(o[k])) throw typeError(`invalid \`${k}\`: expected ${expected}`);
   }
   const origins = o.allowedOrigins === undefined ? [] : o.allowedOrigins;
-  let admin;
-  try {
-    admin = new native.NativeAdmin(a, o.token ?? null, o.readOnly === true, o.maxBody ?? null, origins);
-  } catch (e) {
-    // The core refuses a token too short to be a secret, naming `token`,
-    // and a `maxBody` that is no positive whole number of bytes.
-    if (e && e.code === 'InvalidArg') throw rangeError(e.message);
-    throw e;
-  }
+  // The core refuses a token too short to be a secret, naming `token`, and
+  // a `maxBody` that is no positive whole number of bytes.
+  const make = () => new native.NativeAdmin(a, o.token ?? null, o.readOnly === true, o.maxBody ?? null, origins);
+  const admin = constructed('ERR_OUT_OF_RANGE', make);
   if (admin.tokenGenerated && o.announce !== false) {
     process.stderr.write(`${native._banner('admin_token', JSON.stringify({ token: admin.token }))}\n`);
   }

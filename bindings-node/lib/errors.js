@@ -59,6 +59,20 @@ function refusal(r) {
 const invalidState = (message) => coded('ERR_INVALID_STATE', message);
 
 /**
+ * `make()`, a native constructor's refusal of an argument the core cannot
+ * accept (its `InvalidArg`, the core's words) thrown as a RangeError with
+ * `code`.
+ */
+function constructed(code, make) {
+  try {
+    return make();
+  } catch (e) {
+    if (e && e.code === 'InvalidArg') throw coded(code, e.message, RangeError);
+    throw e;
+  }
+}
+
+/**
  * The reason `ctx.signal` aborts with once a run passed its soft time limit
  * (Celery's name, so a body rethrowing it fails with the type Celery's
  * bodies fail with). The body goes on: it may clean up and answer, and what
@@ -139,6 +153,7 @@ module.exports = {
   coded,
   refusal,
   invalidState,
+  constructed,
   SoftTimeLimitExceeded,
   TaskRetry,
   Reject,

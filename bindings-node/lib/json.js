@@ -17,7 +17,7 @@ const { str, num, instant } = require('./checks.js');
 //
 // A Date or bytes crosses to the native side as a one-key marker object
 // whose key starts with NUL — `{"\u0000date": ms}`, `{"\u0000bytes": hex}` —
-// and the native side (src/tasks/typed.rs) makes the core's typed value of
+// and the core (headway-core's broker::celery::js) makes its typed value of
 // it, so the ISO text and the bytes/base64 choice are the core's. Coming
 // back, the native side turns typed values into the same markers (and a
 // uuid, decimal, date or time into its string), which `parse` revives.

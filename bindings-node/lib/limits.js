@@ -10,7 +10,7 @@ const native = require('../addon.js');
 const { answer, nothing, same } = require('./host.js');
 const { kick } = require('./wire.js');
 const { anyNum, optNum, fix, strictOpts, str } = require('./checks.js');
-const { coded } = require('./errors.js');
+const { constructed } = require('./errors.js');
 
 /** A native call's answer, its bytes written on the event loop's socket
  * when the call went there (`lib/wire.js`). */
@@ -23,14 +23,7 @@ const spanLater = (v) => (v === null ? Infinity : v);
 const spanNow = (text) => spanLater(JSON.parse(text));
 
 /** A native constructor's refusal (an argument the core cannot accept) as a RangeError. */
-function make(fn) {
-  try {
-    return fn();
-  } catch (e) {
-    if (e && e.code === 'InvalidArg') throw coded('ERR_INVALID_ARG_VALUE', e.message, RangeError);
-    throw e;
-  }
-}
+const make = (fn) => constructed('ERR_INVALID_ARG_VALUE', fn);
 
 class SharedBucket {
   #n;

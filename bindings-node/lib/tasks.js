@@ -528,28 +528,6 @@ const WORKER_NUMBERS = ['concurrency', 'prefetch', 'prefetchMultiplier', 'maxTas
 
 const CHILD_JS = path.join(__dirname, 'child.js');
 
-// Node flags a child should not repeat: the test runner's and the watcher's
-// (they would run the child as a test or watch it), the inspector's (a port
-// already taken), and code given on the command line instead of a script.
-const UNSHARED = /^--(test|watch|inspect|debug)/;
-const WITH_CODE = new Set(['-e', '--eval', '-p', '--print']);
-
-/** The parent's Node flags for a child: loaders (`--import`, `--require`) and options kept, the rest dropped (see UNSHARED). */
-function childFlags() {
-  const out = [];
-  const argv = process.execArgv;
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    if (WITH_CODE.has(a)) {
-      i++;
-      continue;
-    }
-    if (UNSHARED.test(a) || /^--(eval|print)=/.test(a) || a === '-i' || a === '--interactive') continue;
-    out.push(a);
-  }
-  return out;
-}
-
 /**
  * How the process pool starts a child: this Node, with this process's
  * flags, running lib/child.js on the module that exports the app. The
@@ -569,7 +547,9 @@ function childCommand(module) {
   else spec = str('module', module);
   return {
     program: process.execPath,
-    args: [...childFlags(), CHILD_JS, moduleUrl(spec)],
+    // The parent's flags the core says a child repeats (its loaders, not
+    // the test runner's or the inspector's).
+    args: [...native._childFlags(process.execArgv), CHILD_JS, moduleUrl(spec)],
     env: [['HEADWAY_PROCESS_CHILD', '1']],
   };
 }

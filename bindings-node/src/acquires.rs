@@ -17,7 +17,7 @@ use headway_core::flow::{Acquires, Attempts, Step, TAKE_TIMEOUT, Unit};
 
 use crate::flow::item;
 use crate::raw::{Fail, Funcs, method};
-use crate::units::{ms, ns, span};
+use headway_core::flow::millis::{ms, ns, span};
 
 // acqInit(pid, timeoutMs?, evictEveryMs?) -> the evict timer's period in ms
 // (0: none). Timeout undefined: the core's TAKE_TIMEOUT, Infinity: none;

@@ -8,18 +8,15 @@
 //! core has at once (the memory broker) comes back from the call itself,
 //! anything slower as a ticket answered through the environment's bell.
 //!
-//! A stream is kept here by number until `close(id)`, which also ends a
-//! `next` still waiting for its tick (the core's `StreamSlot`), so a page
-//! that goes away leaves no outstanding ticket and nothing keeps the
-//! process alive.
+//! A stream is kept by number (the core's `Streams`) until `close(id)`,
+//! which also ends a `next` still waiting for its tick, so a page that goes
+//! away leaves no outstanding ticket and nothing keeps the process alive.
 
-use std::collections::HashMap;
 use std::convert::identity;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use headway_core::admin::{
-    Admin, AdminConfig, EventStream, Reply, Request, StreamSlot, declared_over,
+    Admin, AdminConfig, EventStream, Reply, Request, Streams, declared_over,
 };
 use headway_core::task::Refused;
 use napi::bindgen_prelude::Buffer;
@@ -29,18 +26,12 @@ use serde::Serialize;
 use crate::raw::invalid_arg;
 use crate::tasks::app::NativeApp;
 use crate::tasks::hub::{Answer, drive, json};
-use crate::tasks::lock;
-
-/// The open streams, each lent to one `next` at a time and closed for good
-/// by `close`.
-type Streams = Arc<Mutex<HashMap<u32, Arc<StreamSlot<EventStream>>>>>;
 
 /// One admin over one app (`lib/admin.js`'s `handler` wraps it).
 #[napi]
 pub struct NativeAdmin {
     inner: Admin,
-    streams: Streams,
-    next_id: Arc<AtomicU32>,
+    streams: Arc<Streams<EventStream>>,
 }
 
 /// A reply as `lib/admin.js` reads it.
@@ -56,16 +47,12 @@ struct ReplyOut<'a> {
     stream: Option<u32>,
 }
 
-fn render(reply: Reply, streams: &Streams, next_id: &AtomicU32) -> String {
+fn render(reply: Reply, streams: &Streams<EventStream>) -> String {
     let (head, stream) = match reply {
         Reply::Full(r) => (r, None),
         Reply::Stream(r, s) => (r, Some(s)),
     };
-    let id = stream.map(|s| {
-        let id = next_id.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
-        lock(streams).insert(id, Arc::new(StreamSlot::new(s)));
-        id
-    });
+    let id = stream.map(|s| streams.open(s));
     let out = ReplyOut {
         status: head.status,
         headers: &head.headers,
@@ -108,8 +95,7 @@ impl NativeAdmin {
         let inner = Admin::new(app.core().clone(), cfg).map_err(invalid_arg)?;
         Ok(NativeAdmin {
             inner,
-            streams: Arc::new(Mutex::new(HashMap::new())),
-            next_id: Arc::new(AtomicU32::new(0)),
+            streams: Arc::default(),
         })
     }
 
@@ -140,7 +126,7 @@ impl NativeAdmin {
     /// How many streams are open (tests: none is left behind).
     #[napi(getter, js_name = "openStreams")]
     pub fn open_streams(&self) -> u32 {
-        lock(&self.streams).len() as u32
+        self.streams.len() as u32
     }
 
     /// Answers one request: `headers` flat as Node's `req.rawHeaders`
@@ -179,11 +165,10 @@ impl NativeAdmin {
         };
         let admin = self.inner.clone();
         let streams = self.streams.clone();
-        let next_id = self.next_id.clone();
         drive(
             async move {
                 let reply = admin.handle(req).await;
-                Ok::<_, Refused>(render(reply, &streams, &next_id))
+                Ok::<_, Refused>(render(reply, &streams))
             },
             identity,
         )
@@ -194,14 +179,10 @@ impl NativeAdmin {
     /// tick.
     #[napi(catch_unwind)]
     pub fn next(&self, id: u32) -> napi::Result<Answer> {
-        let slot = lock(&self.streams).get(&id).cloned();
+        let next = self.streams.next(id);
         drive(
             async move {
-                let Some(slot) = slot else {
-                    return Ok::<_, Refused>("null".to_string());
-                };
-                let frame = slot
-                    .next()
+                let frame = next
                     .await
                     .map_err(|busy| Refused::Invalid(format!("admin stream: {busy}")))?;
                 Ok(frame.map_or_else(|| "null".into(), |b| json(String::from_utf8_lossy(&b))))
@@ -213,17 +194,13 @@ impl NativeAdmin {
     /// Drops stream `id` and ends a `next` waiting on it. Idempotent.
     #[napi(catch_unwind)]
     pub fn close(&self, id: u32) {
-        let slot = lock(&self.streams).remove(&id);
-        if let Some(slot) = slot {
-            slot.close();
-        }
+        self.streams.close(id);
     }
 
     /// Closes every open stream: what a stopping server calls, since a
     /// stream never ends by itself.
     #[napi(js_name = "closeAll", catch_unwind)]
     pub fn close_all(&self) {
-        let all = std::mem::take(&mut *lock(&self.streams));
-        all.into_values().for_each(|slot| slot.close());
+        self.streams.close_all();
     }
 }

@@ -15,6 +15,7 @@
 use std::cell::Cell;
 use std::ptr;
 
+use headway_core::flow::millis::{OutOfRange, int, int32, ms, ns, span};
 use headway_core::flow::{
     Acquires, Backoff, Breaker, Bucket, Gate, Jitter, Limits, Load, Pool, Taken, Ward, Window, pick,
 };
@@ -24,7 +25,6 @@ use napi::sys;
 use napi_derive::napi;
 
 use crate::raw::{E, Fail, Funcs, Ret, Slab, function, method, napi_ret, own};
-use crate::units::{int, int32, ms, ns, span};
 
 /// Every slab of one JS environment.
 #[derive(Default)]
@@ -85,9 +85,9 @@ fn opt<T>(
     e: E,
     v: sys::napi_value,
     name: &'static str,
-    read: fn(&'static str, f64) -> Result<T, Fail>,
+    read: fn(&'static str, f64) -> Result<T, OutOfRange>,
 ) -> Result<Option<T>, Fail> {
-    e.opt_f64(v, name)?.map(|x| read(name, x)).transpose()
+    Ok(e.opt_f64(v, name)?.map(|x| read(name, x)).transpose()?)
 }
 
 // ---------------------------------------------------------------- Limits
@@ -138,8 +138,7 @@ function!(backoff_new, 6, |f, e, a| {
         opt(e, a[4], "attempts", int32)?,
         jitter,
     )?;
-    let id = f.backoffs.insert(b)?;
-    own(e.0, a[0], f, |f| &f.backoffs, id)?;
+    let id = own(e.0, a[0], f, |f| &f.backoffs, b)?;
     e.object(&[
         (c"id", e.num(id as f64)?),
         (c"base", e.num(ms(b.base()))?),
@@ -210,13 +209,13 @@ pub struct PoolState {
 function!(pool_new, 3, |f, e, a| {
     let limits = handle::<Limits>(e.0, a[1], "limits")?;
     let ward = opt_handle::<Ward>(e, a[2], "ward")?;
-    let id = f.pools.insert(PoolState {
+    let state = PoolState {
         pool: Pool::new(limits, ward),
         later: 0,
         acq: Acquires::default(),
         value: 0.0,
-    })?;
-    own(e.0, a[0], f, |f| &f.pools, id)?;
+    };
+    let id = own(e.0, a[0], f, |f| &f.pools, state)?;
     e.num(id as f64)
 });
 
@@ -380,8 +379,7 @@ function!(bucket_new, 4, |f, e, a| {
     let burst = e.opt_f64(a[2], "burst")?;
     let at = e.opt_f64(a[3], "at")?.map_or(Ok(0), |x| span("at", x))?;
     let b = Bucket::new(rate, burst, at)?;
-    let id = f.buckets.insert(b)?;
-    own(e.0, a[0], f, |f| &f.buckets, id)?;
+    let id = own(e.0, a[0], f, |f| &f.buckets, b)?;
     e.object(&[
         (c"id", e.num(id as f64)?),
         (c"rate", e.num(b.rate())?),
@@ -427,8 +425,7 @@ function!(window_new, 3, |f, e, a| {
         span("window", e.f64(a[2], "window")?)?,
     )?;
     let (allow, length) = (w.allow(), w.span());
-    let id = f.windows.insert(w)?;
-    own(e.0, a[0], f, |f| &f.windows, id)?;
+    let id = own(e.0, a[0], f, |f| &f.windows, w)?;
     e.object(&[
         (c"id", e.num(id as f64)?),
         (c"allow", e.num(allow as f64)?),
@@ -448,8 +445,7 @@ method!(window_next, windows, 2, |s, e, a| e
 // gateNew(owner, limit) -> { id, limit }
 function!(gate_new, 2, |f, e, a| {
     let g = Gate::new(int("limit", e.f64(a[1], "limit")?)?)?;
-    let id = f.gates.insert(g)?;
-    own(e.0, a[0], f, |f| &f.gates, id)?;
+    let id = own(e.0, a[0], f, |f| &f.gates, g)?;
     e.object(&[
         (c"id", e.num(id as f64)?),
         (c"limit", e.num(g.limit() as f64)?),

@@ -5,7 +5,6 @@
 //! - [`raw`]: raw Node-API callbacks (one call per method, no unwrap), the
 //!   slabs that hold core values by id, and the error mapping
 //!   (`TypeError`/`RangeError` with Node's codes; a panic becomes an `Error`);
-//! - [`units`]: milliseconds to nanoseconds and back;
 //! - [`flow`]: `_flow()`, the functions for `Limits`, `Breaker`, `Backoff`,
 //!   `Ward`, `Pool`, `pick`, `Bucket`, `Window` and `Gate`;
 //! - [`shared`]: `NativeSharedBucket`, `NativeSharedWindow`, `NativeSharedGate`
@@ -26,7 +25,6 @@ mod logs;
 mod raw;
 mod shared;
 mod tasks;
-mod units;
 mod wire;
 
 use napi_derive::napi;

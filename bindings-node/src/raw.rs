@@ -25,6 +25,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 use std::rc::Rc;
 
+use headway_core::flow::millis::{self, OutOfRange};
 use napi::sys;
 
 use crate::flow::Flow;
@@ -46,6 +47,13 @@ pub enum Fail {
     Coded(String, String),
     /// A Node-API call failed (an exception may already be pending).
     Napi,
+}
+
+impl From<OutOfRange> for Fail {
+    /// A number out of its range, as the core's `millis` words it.
+    fn from(e: OutOfRange) -> Self {
+        Fail::Range(e.arg.to_string(), e.why)
+    }
 }
 
 impl From<headway_core::flow::Invalid> for Fail {
@@ -169,34 +177,18 @@ impl E {
         }
     }
 
-    /// A `now` argument: finite milliseconds, as core nanoseconds. NaN or an
-    /// infinity is refused rather than read as 0 (Python raises the same).
+    /// A `now` argument: finite milliseconds, as core nanoseconds (the
+    /// core's `millis::now` refuses the rest).
     #[inline(always)]
     pub fn now(self, v: sys::napi_value) -> Result<i64, Fail> {
-        let x = self.f64(v, "now")?;
-        if x.is_finite() {
-            Ok(crate::units::ns(x))
-        } else {
-            Err(Fail::Range(
-                "now".to_string(),
-                format!("must be a finite number of milliseconds (received {x})"),
-            ))
-        }
+        Ok(millis::now(self.f64(v, "now")?)?)
     }
 
-    /// An integer argument that fits in an `i32`.
+    /// An integer argument that fits in an `i32` (the core's
+    /// `millis::exact_i32`).
     #[inline(always)]
     pub fn i32(self, v: sys::napi_value, name: &'static str) -> Result<i32, Fail> {
-        let x = self.f64(v, name)?;
-        let i = x as i32;
-        if i as f64 == x {
-            Ok(i)
-        } else {
-            Err(Fail::Range(
-                name.to_string(),
-                format!("must be an integer in the 32-bit range (received {x})"),
-            ))
-        }
+        Ok(millis::exact_i32(name, self.f64(v, name)?)?)
     }
 
     /// A slot id (any number; one that names no live slot is refused later).
@@ -450,15 +442,16 @@ unsafe extern "C" fn reap<S: 'static>(_env: sys::napi_env, data: *mut c_void, _h
     }));
 }
 
-/// Ties slot `id` to the JS object `owner`: when `owner` is collected, the
-/// slot is freed.
+/// Stores `value` in `slab` tied to the JS object `owner` (when `owner` is
+/// collected, the slot is freed): its slot id.
 pub fn own<S: 'static>(
     env: sys::napi_env,
     owner: sys::napi_value,
     flow: &Rc<Flow>,
     slab: fn(&Flow) -> &Slab<S>,
-    id: u32,
-) -> Result<(), Fail> {
+    value: S,
+) -> Result<u32, Fail> {
+    let id = slab(flow).insert(value)?;
     let reaper = Box::into_raw(Box::new(Reaper {
         flow: flow.clone(),
         slab,
@@ -480,7 +473,7 @@ pub fn own<S: 'static>(
         slab(flow).release(id);
         return Err(Fail::Type("owner", "an object"));
     }
-    Ok(())
+    Ok(id)
 }
 
 // ---------------------------------------------------------------- calls

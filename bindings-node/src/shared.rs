@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use headway_core::flow::millis::{ms, ns};
 use headway_core::limit::tokens::tokens;
 use headway_core::limit::{Asked, Limit, SharedBucket, SharedGate, SharedWindow};
 use headway_core::task::Refused;
@@ -18,18 +19,14 @@ use napi_derive::napi;
 
 use crate::raw::invalid_arg;
 use crate::tasks::hub::{Answer, drive, json};
-use crate::units::{ms, ns};
 use crate::wire::{call, call_with, wire_for};
 
-/// A JS number that must be an integer (`units::int`), its refusal thrown
-/// as `refused` throws.
+/// A JS number that must be an integer (the core's `millis::int`), its
+/// refusal thrown as an `InvalidArg` (`lib/limits.js` makes it a
+/// `RangeError`).
 fn int_arg(name: &'static str, x: f64) -> napi::Result<i64> {
-    crate::units::int(name, x).map_err(|f| match f {
-        crate::raw::Fail::Range(arg, why) => {
-            napi::Error::new(napi::Status::InvalidArg, format!("invalid `{arg}`: {why}"))
-        }
-        other => napi::Error::from_reason(format!("{other:?}")),
-    })
+    headway_core::flow::millis::int(name, x)
+        .map_err(|e| napi::Error::new(napi::Status::InvalidArg, e.to_string()))
 }
 
 /// Nanoseconds as milliseconds; never (`i64::MAX`) is `null`.

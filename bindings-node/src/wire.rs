@@ -139,13 +139,7 @@ pub fn wire_feed(id: u32, bytes: BufferSlice) -> napi::Result<Option<Either<Stri
         Fed::Answers(a) => {
             let done: Vec<(u32, Settled)> = a
                 .into_iter()
-                .map(|(c, r)| {
-                    let settled = match c.waiting.finish(r) {
-                        Ok(text) => Settled::Ok(text),
-                        Err(e) => Settled::Err(Refusal::from(e)),
-                    };
-                    (c.ticket, settled)
-                })
+                .map(|(c, r)| (c.ticket, c.waiting.finish(r).map_err(Refusal::from)))
                 .collect();
             hub()?.answered(done.len());
             let text = render(&done);

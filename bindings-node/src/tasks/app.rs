@@ -13,6 +13,7 @@
 use std::io::Write;
 use std::sync::Arc;
 
+use headway_core::broker::celery::js as typed;
 use headway_core::task::ask::Ask;
 use headway_core::task::specs::json::CanvasSpec;
 use headway_core::task::{
@@ -28,7 +29,6 @@ use super::codec::{self, SendIn, garbled, parse, parse_typed};
 use super::dead::{Raw, count, letters_json};
 use super::hub::{Answer, bell, drive, drive_done, drive_split, json};
 use super::time::NativeClock;
-use super::typed;
 use super::{Refusal, brokers::NativeSeams, either, lock, ms};
 
 // ---------------------------------------------------------------- host

@@ -6,6 +6,7 @@
 //! A request that does not parse means the JS in `lib/` and this file disagree —
 //! a bug, reported as such rather than guessed round.
 
+use headway_core::broker::celery::js as typed;
 use headway_core::task::specs::json::{CanvasSpec, RhythmSpec};
 use headway_core::task::{
     BackoffSpec, Canvas, Host, Options, Policy, PolicySpec, RetryBackoff, Rhythm, SendSpec,
@@ -16,7 +17,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::{Refusal, typed};
+use super::Refusal;
 
 impl From<SpecError> for Refusal {
     fn from(e: SpecError) -> Refusal {
@@ -79,6 +80,13 @@ pub(crate) fn policy(text: &str) -> Result<Policy, Refusal> {
 #[napi(js_name = "_processPool")]
 pub fn process_pool(pool: String) -> bool {
     headway_core::task::specs::is_process_pool(&pool)
+}
+
+/// The parent's Node flags (`process.execArgv`) a child of the process
+/// pool repeats (the core's `procs::node_flags`).
+#[napi(js_name = "_childFlags")]
+pub fn child_flags(exec_argv: Vec<String>) -> Vec<String> {
+    headway_core::task::procs::node_flags(&exec_argv)
 }
 
 /// A worker's configuration: what is omitted is the core's default, and

@@ -43,10 +43,7 @@ use super::{Refusal, lock, rt};
 type Bell = ThreadsafeFunction<(), (), (), Status, false, true>;
 
 /// What a finished future answers: a JSON text, or why not.
-pub(crate) enum Settled {
-    Ok(String),
-    Err(Refusal),
-}
+pub(crate) type Settled = Result<String, Refusal>;
 
 /// The part of the hub tokio threads touch.
 pub(crate) struct Shared {
@@ -184,11 +181,11 @@ pub(crate) fn render(done: &[(u32, Settled)]) -> String {
         out.push('[');
         let _ = write!(out, "{t}");
         match s {
-            Settled::Ok(text) => {
+            Ok(text) => {
                 out.push_str(",1,");
                 out.push_str(text);
             }
-            Settled::Err(r) => {
+            Err(r) => {
                 out.push_str(",0,");
                 out.push_str(&serde_json::to_string(r).unwrap_or_else(|_| "null".into()));
             }
@@ -264,9 +261,8 @@ where
     let shared = hub()?.shared.clone();
     rt()?.spawn(async move {
         let s = match AssertUnwindSafe(fut).catch_unwind().await {
-            Ok(Ok(v)) => Settled::Ok(later(v)),
-            Ok(Err(r)) => Settled::Err(Refusal::from(r)),
-            Err(p) => Settled::Err(Refusal::panic(p)),
+            Ok(v) => v.map(later).map_err(Refusal::from),
+            Err(p) => Err(Refusal::panic(p)),
         };
         shared.push(ticket, s);
     });

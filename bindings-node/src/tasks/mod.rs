@@ -18,9 +18,11 @@
 //!   seams an app is built on;
 //! - [`sched`]: the broker-less in-process scheduler;
 //! - [`dead`]: dead letters as JSON text, and raw pushes for tests;
-//! - [`fast`]: `send` as a bare Node-API function, the one per-message call;
-//! - [`typed`]: kombu's typed values (`datetime`, `bytes`, ...) as the
-//!   markers `lib/json.js` makes `Date`s and `Buffer`s of, and back.
+//! - [`fast`]: `send` as a bare Node-API function, the one per-message call.
+//!
+//! kombu's typed values (`datetime`, `bytes`, ...) cross as the markers
+//! `lib/json.js` makes `Date`s and `Buffer`s of, and back: the core's
+//! `broker::celery::js`.
 //!
 //! No rule lives here: every default and every check is the core's; this
 //! converts units (ms as JS numbers, rounded) and maps refusals.
@@ -37,7 +39,6 @@ pub(crate) mod fast;
 pub(crate) mod hub;
 pub(crate) mod sched;
 pub(crate) mod time;
-pub(crate) mod typed;
 
 use headway_core::task::Refused;
 use napi_derive::napi;

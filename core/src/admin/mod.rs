@@ -48,7 +48,7 @@ pub use reports::{DEAD_DEFAULT, DETAIL_MAX, EVENTS_READ, PREVIEW_MAX, RUNS_DEFAU
 pub use session::{
     LOGIN_FAILS_GLOBAL, LOGIN_FAILS_PER_CLIENT, SESSION_MAX_AGE_S, SESSIONS_MAX, TOKEN_MIN,
 };
-pub use slot::{NEXT_BUSY, StreamSlot};
+pub use slot::{NEXT_BUSY, StreamSlot, Streams};
 pub use stream::{EventStream, RETRY_MS, SHARED_FOR, STREAMS_MAX, TICK};
 
 use crate::task::{App, Refused};

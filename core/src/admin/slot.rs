@@ -5,8 +5,16 @@
 //! A `close()` also wakes a `next()` waiting for its tick, so a host whose
 //! waits cannot be cancelled from outside (Node's, answered through a
 //! ticket) is not left holding one for a page that went away.
+//!
+//! Such a host names a stream by number rather than holding an object:
+//! [`Streams`] keeps its open streams by number, so the same rules hold
+//! there — an unknown or closed number answers the end, and a stopping
+//! server closes them all (a stream never ends by itself).
 
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use futures_util::future::{Either, select};
 use tokio::sync::Notify;
@@ -101,9 +109,95 @@ impl StreamSlot<EventStream> {
     }
 }
 
+/// Open streams by number, each a [`StreamSlot`].
+pub struct Streams<S> {
+    open: Mutex<HashMap<u32, Arc<StreamSlot<S>>>>,
+    last: AtomicU32,
+}
+
+impl<S> Default for Streams<S> {
+    fn default() -> Self {
+        Streams {
+            open: Mutex::new(HashMap::new()),
+            last: AtomicU32::new(0),
+        }
+    }
+}
+
+impl<S> Streams<S> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Arc<StreamSlot<S>>>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps `stream` open: its number.
+    pub fn open(&self, stream: S) -> u32 {
+        let id = self.last.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        self.lock().insert(id, Arc::new(StreamSlot::new(stream)));
+        id
+    }
+
+    /// Closes stream `id` and ends a `next()` waiting on it. Idempotent.
+    pub fn close(&self, id: u32) {
+        let slot = self.lock().remove(&id);
+        if let Some(slot) = slot {
+            slot.close();
+        }
+    }
+
+    /// Closes every open stream.
+    pub fn close_all(&self) {
+        let all = std::mem::take(&mut *self.lock());
+        all.into_values().for_each(|slot| slot.close());
+    }
+
+    /// How many are open.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Streams<EventStream> {
+    /// Stream `id`'s next frame ([`StreamSlot::next`]); the end (`Ok(None)`)
+    /// for a number that names no open stream.
+    pub fn next(
+        &self,
+        id: u32,
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, &'static str>> + Send + 'static {
+        let slot = self.lock().get(&id).cloned();
+        async move {
+            match slot {
+                Some(slot) => slot.next().await,
+                None => Ok(None),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streams_by_number_closed_one_or_all() {
+        let s = Streams::default();
+        let (a, b) = (s.open(1), s.open(2));
+        assert_ne!(a, b);
+        assert_eq!(s.len(), 2);
+        let slot = s.lock().get(&a).cloned().unwrap();
+        s.close(a);
+        s.close(a);
+        assert!(slot.closed());
+        assert_eq!(s.len(), 1);
+        let other = s.lock().get(&b).cloned().unwrap();
+        s.close_all();
+        assert!(other.closed());
+        assert!(s.is_empty());
+    }
 
     #[test]
     fn one_next_at_a_time() {

@@ -18,6 +18,9 @@
 //! | [`Gate`] | whether there is room right now, which has nothing to do with time |
 //! | [`Acquires`] | the loop around a pool's takes: who is served next, who waits, who gives up |
 //! | [`Attempts`] | the loop around a retried call: sleep, call again, or give up |
+//!
+//! [`millis`] reads the milliseconds and integers a host with only doubles
+//! (JavaScript) passes.
 
 mod attempts;
 mod backoff;
@@ -26,6 +29,7 @@ mod bucket;
 mod error;
 mod failed;
 mod gate;
+pub mod millis;
 mod pick;
 mod pool;
 mod pooled;

@@ -46,7 +46,7 @@
 //! is a file under `lua/` (`scripts`). The wire formats are `codec`
 //! (Celery's task protocol), `result` (its result meta), `pidbox`, `dead`
 //! (dead letters) and `pyjson`/`typed`/`b64` (Python's JSON as Celery
-//! writes it). Its connections to Redis — the command connection, the
+//! writes it; `js`: its typed values as a JS host carries them). Its connections to Redis — the command connection, the
 //! pub/sub connection for result waiters and the pidbox — are the shared
 //! `broker::link`, with this layout's timeouts and backoff.
 
@@ -64,6 +64,7 @@ pub mod dead;
 mod eta;
 pub(crate) mod events;
 mod inspect;
+pub mod js;
 mod keys;
 pub(crate) mod node;
 mod options;

@@ -27,4 +27,4 @@ pub mod spawn;
 pub mod wire;
 
 pub use pool::{Idle, ProcSpec, Procs, TIME_LIMIT, WORKER_LOST, timed_out};
-pub use spawn::{KILL_AFTER, STARTUP, describe, rss_kib};
+pub use spawn::{KILL_AFTER, STARTUP, describe, node_flags, rss_kib};

@@ -135,6 +135,33 @@ pub(super) fn retire(c: Child) {
     proc.reap();
 }
 
+/// The parent's Node flags a child of the process pool repeats: loaders
+/// (`--import`, `--require`) and options are kept; the test runner's and
+/// the watcher's (they would run the child as a test or watch it), the
+/// inspector's (a port already taken), the REPL's, and code given on the
+/// command line instead of a script (with its argument) are dropped.
+pub fn node_flags(exec_argv: &[String]) -> Vec<String> {
+    const UNSHARED: [&str; 6] = [
+        "--test",
+        "--watch",
+        "--inspect",
+        "--debug",
+        "--eval=",
+        "--print=",
+    ];
+    let mut out = Vec::new();
+    let mut it = exec_argv.iter();
+    while let Some(a) = it.next() {
+        if matches!(a.as_str(), "-e" | "--eval" | "-p" | "--print") {
+            it.next();
+        } else if !(UNSHARED.iter().any(|p| a.starts_with(p)) || a == "-i" || a == "--interactive")
+        {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
 /// The resident memory of `pid` in KiB (Linux: `VmRSS` in /proc).
 pub fn rss_kib(pid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -236,4 +263,37 @@ pub(super) async fn launch(spec: &ProcSpec) -> Result<Child, String> {
     proc.signal(libc::SIGKILL);
     proc.reap();
     Err(why)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_child_repeats_the_loaders_not_the_runner_nor_code() {
+        let argv: Vec<String> = [
+            "--import",
+            "tsx",
+            "--test",
+            "--test-only",
+            "--watch-path=src",
+            "--inspect-brk=9229",
+            "-e",
+            "1 + 1",
+            "--print=2",
+            "-i",
+            "--max-old-space-size=512",
+            "--require",
+            "./r.js",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let kept = [
+            "--import",
+            "tsx",
+            "--max-old-space-size=512",
+            "--require",
+            "./r.js",
+        ];
+        assert_eq!(super::node_flags(&argv), kept);
+    }
 }

@@ -1,25 +1,27 @@
-//! kombu's typed JSON values across the JS boundary.
+//! kombu's typed JSON values as a JavaScript host carries them.
 //!
 //! The core keeps `{"__type__": T, "__value__": V}` objects as they are on
-//! the wire (`headway_core::broker::celery::typed`); this turns them into
-//! what `lib/json.js` makes native values of, and back, with the core's
-//! `Typed::from_value` / `Typed::to_value` — so the ISO text of a `Date` and
-//! the `bytes`/`base64` choice are the core's, not JS's.
+//! the wire ([`super::typed`]); a JS host has no `datetime` or `bytes`, so
+//! what each type becomes there is decided here, once: a `datetime` a
+//! `Date`, `bytes`/`base64` a `Buffer` (both ways, with [`Typed::from_value`]
+//! / [`Typed::to_value`], so the ISO text of a `Date` and the
+//! `bytes`/`base64` choice stay the core's), a `uuid` its hyphenated string
+//! and a `decimal`, `date` or `time` its text (one way); a typed object
+//! kombu would refuse (an unknown T, a bad value) stays a plain object.
 //!
-//! Values still cross as JSON text. A `Date` or a `Buffer` travels as a
-//! one-key *marker* object whose key starts with NUL (no key a person
-//! writes): `{"\u0000date": <epoch ms>}`, `{"\u0000bytes": "<hex>"}`, both
-//! ways. On the way to JS a `uuid` becomes its hyphenated string and a
-//! `decimal`, `date` or `time` its text; a typed object kombu would refuse
-//! (an unknown T, a bad value) stays a plain object.
+//! Values cross as JSON text. A `Date` or a `Buffer` travels as a one-key
+//! *marker* object whose key starts with NUL (no key a person writes):
+//! `{"\u0000date": <epoch ms>}`, `{"\u0000bytes": "<hex>"}`, both ways — the
+//! Node binding's `lib/json.js` makes and revives them.
 //!
 //! Both directions cost nothing when there is nothing typed: from JS, the
 //! request text is walked only when it holds `\u0000` (how `JSON.stringify`
 //! writes NUL); to JS, a value's text is re-made only when it holds
 //! `"__type__"`.
 
-use headway_core::broker::celery::Typed;
 use serde_json::{Map, Value};
+
+use super::Typed;
 
 /// A `Date`: epoch ms.
 const DATE: &str = "\u{0}date";
@@ -27,12 +29,12 @@ const DATE: &str = "\u{0}date";
 const BYTES: &str = "\u{0}bytes";
 
 /// Whether JSON text from `lib/json.js` may hold markers.
-pub(crate) fn marked(text: &str) -> bool {
+pub fn marked(text: &str) -> bool {
     text.contains("\\u0000")
 }
 
 /// Replaces the markers in `v` with kombu typed objects.
-pub(crate) fn from_js(v: &mut Value) {
+pub fn from_js(v: &mut Value) {
     match v {
         Value::Array(items) => items.iter_mut().for_each(from_js),
         Value::Object(m) => {
@@ -47,7 +49,7 @@ pub(crate) fn from_js(v: &mut Value) {
 }
 
 /// [`from_js`] over keyword arguments.
-pub(crate) fn from_js_map(m: &mut Map<String, Value>) {
+pub fn from_js_map(m: &mut Map<String, Value>) {
     m.values_mut().for_each(from_js);
 }
 
@@ -57,14 +59,14 @@ fn marker_in(m: &Map<String, Value>) -> Option<Typed> {
     }
     if let Some(x) = m.get(DATE) {
         let ms = x.as_f64().filter(|f| f.is_finite())?;
-        return Some(Typed::datetime_ms(super::ms(ms)));
+        return Some(Typed::datetime_ms(ms.round() as i64));
     }
     hex::decode(m.get(BYTES)?.as_str()?).ok().map(Typed::Bytes)
 }
 
 /// Writes `v` (a value, a list of them, keyword arguments) as JSON text for
 /// `lib/json.js`, typed values as it reads them.
-pub(crate) fn write_js<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
+pub fn write_js<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
     let start = out.len();
     // Serialising values into a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, v);
@@ -82,7 +84,7 @@ pub(crate) fn write_js<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
 }
 
 /// `v` as JSON text for `lib/json.js` (see [`write_js`]).
-pub(crate) fn text_js(v: Value) -> String {
+pub fn text_js(v: Value) -> String {
     let mut out = Vec::with_capacity(64);
     write_js(&mut out, &v);
     // serde_json writes UTF-8 only.
