@@ -70,8 +70,9 @@ pub(crate) struct PyFixed {
     inner: RetryBackoff,
 }
 
-#[pymethods]
-impl PyFixed {
+methods! {
+    PyFixed, eq {}
+
     #[new]
     fn new(delay: &Bound<'_, PyAny>) -> PyResult<Self> {
         guard(|| {
@@ -103,17 +104,6 @@ impl PyFixed {
     fn __repr__(&self) -> String {
         format!("Fixed({})", self.delay())
     }
-
-    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        crate::convert::richcmp(other, op, |o: &PyFixed| self.inner == o.inner)
-    }
-
-    fn __hash__(&self) -> u64 {
-        match self.inner {
-            RetryBackoff::Fixed { delay } => delay as u64,
-            _ => 0,
-        }
-    }
 }
 
 /// A wait doubling from `base` to `cap` seconds. With `jitter` it is spread
@@ -129,8 +119,9 @@ pub(crate) struct PyExponential {
     inner: RetryBackoff,
 }
 
-#[pymethods]
-impl PyExponential {
+methods! {
+    PyExponential, eq {}
+
     #[new]
     #[pyo3(signature = (base=None, cap=None, jitter=None), text_signature = "(base=1.0, cap=600.0, jitter=True)")]
     fn new(
@@ -187,19 +178,6 @@ impl PyExponential {
             self.cap(),
             if self.jitter() { "True" } else { "False" }
         )
-    }
-
-    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        crate::convert::richcmp(other, op, |o: &PyExponential| self.inner == o.inner)
-    }
-
-    fn __hash__(&self) -> u64 {
-        match self.inner {
-            RetryBackoff::Exponential { base, cap, jitter } => {
-                (base as u64).wrapping_mul(31).wrapping_add(cap as u64) ^ jitter as u64
-            }
-            _ => 0,
-        }
     }
 }
 
@@ -325,7 +303,7 @@ fn canvas_of(app: &App, tree: &Bound<'_, PyAny>) -> PyResult<Canvas> {
             if let Ok(h) = t.get_item(8)
                 && !h.is_none()
             {
-                let v = json::to_json(&sig.task, &json::Path::Root("headers"), &h)?;
+                let v = json::to_json(&sig.task, "headers", &h)?;
                 if !v.is_object() {
                     return Err(PyTypeError::new_err(format!(
                         "{}: headers must be a dict, not {}",
@@ -1041,7 +1019,7 @@ impl PyApp {
 /// conversion task arguments take (raises like a send would).
 #[pyfunction]
 fn _json_roundtrip<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    let v: Value = json::to_json("value", &json::Path::Root("value"), obj)?;
+    let v: Value = json::to_json("value", "value", obj)?;
     json::to_py(py, &v)
 }
 

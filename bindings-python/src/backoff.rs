@@ -3,7 +3,6 @@
 use headway_core::flow::{self, Jitter};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::pyclass::CompareOp;
 use pyo3::types::PyString;
 
 use crate::{
@@ -102,7 +101,7 @@ fn jitter_arg(obj: &Bound<'_, PyAny>) -> PyResult<Jitter> {
 }
 
 methods! {
-    PyBackoff {
+    PyBackoff, eq {
         /// The first retry's ceiling, in seconds.
         base: f64 = |c| secs_out(c.base());
         /// What each ceiling is multiplied by.
@@ -212,21 +211,6 @@ methods! {
             b.attempts(),
             b.jitter().name().to_ascii_uppercase()
         )
-    }
-
-    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        crate::convert::richcmp(other, op, |o: &PyBackoff| self.inner == o.inner)
-    }
-
-    fn __hash__(&self) -> u64 {
-        let b = &self.inner;
-        crate::convert::hash_of(&[
-            b.base() as u64,
-            b.factor().to_bits(),
-            b.cap() as u64,
-            b.attempts() as u64,
-            b.jitter() as u64,
-        ])
     }
 }
 

@@ -13,7 +13,6 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt};
 use std::sync::Arc;
 
 use crate::app::{backoff_out, spec_err};
-use crate::json::Path;
 use crate::rt::wait;
 use crate::times::span_ms;
 use crate::{guard, opt, type_name};
@@ -194,7 +193,7 @@ fn _celery_route(
     routes: &Bound<'_, PyAny>,
     default_queue: &str,
 ) -> PyResult<String> {
-    let routes = crate::json::to_json("task_routes", &Path::Root("task_routes"), routes)?;
+    let routes = crate::json::to_json("task_routes", "task_routes", routes)?;
     celery_conf::route(name, own, &routes, default_queue).map_err(PyTypeError::new_err)
 }
 
@@ -202,7 +201,7 @@ fn _celery_route(
 /// rate text (the core's reading); None for none.
 #[pyfunction]
 fn _celery_rate(v: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
-    let v = crate::json::to_json("rate_limit", &Path::Root("rate_limit"), v)?;
+    let v = crate::json::to_json("rate_limit", "rate_limit", v)?;
     Ok(celery_conf::rate_limit(&v))
 }
 
@@ -250,7 +249,7 @@ fn _celery_autoretry<'py>(
     task: &str,
     options: &Bound<'py, PyAny>,
 ) -> PyResult<(u32, Bound<'py, PyAny>)> {
-    let o = crate::json::to_json("options", &Path::Root("options"), options)?;
+    let o = crate::json::to_json("options", "options", options)?;
     let auto = celery_conf::autoretry(task, &o).map_err(PyTypeError::new_err)?;
     let backoff = auto.backoff.build(Host::Python).map_err(spec_err)?;
     Ok((auto.retries, backoff_out(options.py(), backoff)?))
@@ -272,5 +271,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_celery_task_options, m)?)?;
     m.add_function(wrap_pyfunction!(_celery_autoretry, m)?)?;
     m.add("_CELERY_FOREVER", celery_conf::FOREVER)?;
+    m.add(
+        "_CELERY_DEFAULTS",
+        crate::json::dict(m.py(), &celery_conf::defaults())?,
+    )?;
     Ok(())
 }

@@ -238,11 +238,14 @@ where
     }
 }
 
-/// A frozen value's hash from its fields: `((a·31 + b)·31 + c)…`, wrapping.
-pub(crate) fn hash_of(parts: &[u64]) -> u64 {
-    parts
-        .iter()
-        .fold(0u64, |h, &x| h.wrapping_mul(31).wrapping_add(x))
+/// A frozen value's hash, from its `Debug` text: values that are equal
+/// print alike (none of the classes using it holds a float that could be
+/// `-0.0`), so `a == b` implies `hash(a) == hash(b)`.
+pub(crate) fn hash_debug(v: &impl std::fmt::Debug) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    format!("{v:?}").hash(&mut h);
+    h.finish()
 }
 
 #[cfg(test)]

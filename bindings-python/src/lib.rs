@@ -27,7 +27,26 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// A class's `#[pymethods]` whose plain read-only properties are each one
 /// line, `name: Type = |inner| expression` (`inner` borrows the class's
 /// `inner`), documented as any method; the block's other methods follow.
+/// `Class, eq { ... }` also gives a frozen value class `==`, `!=` and
+/// `hash()` by its `inner` (`convert::richcmp`, `convert::hash_debug`).
 macro_rules! methods {
+    ($ty:ty, eq { $($props:tt)* } $($own:tt)*) => {
+        methods! { $ty { $($props)* }
+            fn __richcmp__(
+                &self,
+                other: &Bound<'_, PyAny>,
+                op: pyo3::pyclass::CompareOp,
+            ) -> PyResult<Py<PyAny>> {
+                crate::convert::richcmp(other, op, |o: &Self| self.inner == o.inner)
+            }
+
+            fn __hash__(&self) -> u64 {
+                crate::convert::hash_debug(&self.inner)
+            }
+
+            $($own)*
+        }
+    };
     ($ty:ty { $($(#[doc = $doc:literal])* $name:ident: $out:ty = |$c:ident| $e:expr;)* } $($own:tt)*) => {
         #[pymethods]
         impl $ty {

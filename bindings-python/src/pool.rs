@@ -16,7 +16,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyTuple};
 
 use crate::backoff::PyBackoff;
-use crate::convert::{hash_of, richcmp};
+use crate::convert::richcmp;
 use crate::{
     draw_arg, float_arg, guard, int_arg, invalid, now_arg, opt, secs_out, span_arg, type_name,
 };
@@ -93,7 +93,7 @@ pub(crate) struct PyLimits {
 }
 
 methods! {
-    PyLimits {
+    PyLimits, eq {
         /// Most live at once (0: no limit).
         size: i64 = |c| c.size();
         /// Most idle at once (0: no limit).
@@ -137,20 +137,6 @@ methods! {
             secs_out(self.inner.keep()),
             secs_out(self.inner.life())
         )
-    }
-
-    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        richcmp(other, op, |o: &PyLimits| self.inner == o.inner)
-    }
-
-    fn __hash__(&self) -> u64 {
-        let l = &self.inner;
-        hash_of(&[
-            l.size() as u64,
-            l.idle() as u64,
-            l.keep() as u64,
-            l.life() as u64,
-        ])
     }
 }
 

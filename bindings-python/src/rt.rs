@@ -215,7 +215,7 @@ fn lineage(ty: &Bound<'_, PyType>) -> Vec<String> {
 /// What `_headway_ask()` answers, as the core's JSON: `(dict, exc | None)`.
 fn asked(py: Python<'_>, f: &Bound<'_, PyAny>) -> PyResult<Value> {
     let (ask, exc): (Bound<'_, PyAny>, Bound<'_, PyAny>) = f.call0()?.extract()?;
-    let mut v = crate::json::to_json("ask", &crate::json::Path::Root("ask"), &ask)?;
+    let mut v = crate::json::to_json("ask", "ask", &ask)?;
     if !exc.is_none() {
         let cause = failure_of(py, &PyErr::from_value(exc));
         if let (Value::Object(o), Ok(c)) = (&mut v, serde_json::to_value(cause)) {

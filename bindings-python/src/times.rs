@@ -16,7 +16,6 @@ use headway_core::task::{Clock, Cron, Every, Rhythm, VirtualClock};
 use headway_core::task::{clock, specs};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::pyclass::CompareOp;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDelta, PyList, PyType};
 
@@ -235,8 +234,8 @@ fn opt_instant(py: Python<'_>, ms: Option<i64>) -> PyResult<Py<PyAny>> {
     }
 }
 
-/// The methods `Every`, `Cron` and `At` share (`first`, `after`, `==`,
-/// `hash`), written once over the core's `Rhythm` that `$variant` makes
+/// The methods `Every`, `Cron` and `At` share (`first`, `after`, and `==`
+/// and `hash` by value), written once over the core's `Rhythm` that `$variant` makes
 /// of the class's own value; each class adds its own after the `;`.
 macro_rules! rhythm_methods {
     ($ty:ident, $variant:path; $($own:tt)*) => {
@@ -248,8 +247,9 @@ macro_rules! rhythm_methods {
             }
         }
 
-        #[pymethods]
-        impl $ty {
+        methods! {
+            $ty, eq {}
+
             /// The first time it fires at or after `now` (aware `datetime` or
             /// epoch seconds), as an aware UTC `datetime`; `None` if never.
             fn first(&self, py: Python<'_>, now: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
@@ -261,17 +261,6 @@ macro_rules! rhythm_methods {
             /// never fires again.
             fn after(&self, py: Python<'_>, at: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
                 opt_instant(py, self.rhythm().after(instant_arg("at", at)?))
-            }
-
-            fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-                crate::convert::richcmp(other, op, |o: &Self| self.inner == o.inner)
-            }
-
-            fn __hash__(&self) -> u64 {
-                use std::hash::{Hash, Hasher};
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                format!("{:?}", self.inner).hash(&mut h);
-                h.finish()
             }
 
             $($own)*
