@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use headway_core::task::{
     App, BackoffSpec, Beat, Canvas, ChildCommand, Clock, Handle, Host, Options, PolicySpec,
-    RateSpec, Refused, RetryBackoff, SendSpec, Sig, SignalSpec, SpecError, State, Worker,
-    WorkerSpec,
+    RateSpec, Refused, RetryBackoff, SendSpec, Sig, SignalSpec, State, Worker, WorkerSpec,
 };
 use pyo3::PyTraverseError;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -29,13 +28,8 @@ use crate::rt::{Answer, check, refused, rt, run_until_stopped, wait};
 use crate::times::{
     clock_arg, instant_arg, instant_out, named_instants, rhythm_arg, secs, span_ms, when_arg,
 };
-use crate::{guard, int_arg, opt, some, type_name};
+use crate::{guard, int_arg, invalid, opt, some, type_name};
 use headway_core::task::specs;
-
-/// The core's refusal of an argument, named as Python spells it.
-pub(crate) fn spec_err(e: SpecError) -> PyErr {
-    PyValueError::new_err(e.to_string())
-}
 
 /// A `signal` argument: a name or an int (`signal.SIGKILL` is one), read
 /// by the core; `None` is the core's default.
@@ -58,7 +52,7 @@ fn signal_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<i32> {
             )));
         }
     };
-    headway_core::task::signal::parse(Host::Python, spec).map_err(spec_err)
+    headway_core::task::signal::parse(Host::Python, spec).map_err(invalid)
 }
 
 // ---------------------------------------------------------------- backoffs
@@ -81,7 +75,7 @@ methods! {
                     delay: span_ms("delay", delay)?,
                 }
                 .build(Host::Python)
-                .map_err(spec_err)?,
+                .map_err(invalid)?,
             })
         })
     }
@@ -136,7 +130,7 @@ methods! {
                 jitter,
             };
             Ok(PyExponential {
-                inner: spec.build(Host::Python).map_err(spec_err)?,
+                inner: spec.build(Host::Python).map_err(invalid)?,
             })
         })
     }
@@ -266,7 +260,7 @@ fn options(app: &App, owner: &str, d: Option<&Bound<'_, PyAny>>) -> PyResult<Opt
         dedupe_key: text("dedupe_key")?,
         dedupe_ttl: ms_arg("dedupe_ttl", item("dedupe_ttl")?.as_ref())?,
     };
-    spec.options(Host::Python, || app.now()).map_err(spec_err)
+    spec.options(Host::Python, || app.now()).map_err(invalid)
 }
 
 /// A canvas tree from the package — `("sig", name, args, kwargs, immutable,
@@ -486,10 +480,7 @@ methods! {
     }
 
     fn __hash__(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.inner.ids().hash(&mut h);
-        h.finish()
+        crate::convert::hash_debug(&self.inner.ids())
     }
 }
 
@@ -757,9 +748,9 @@ impl PyApp {
                 soft_time_limit: ms_arg("soft_time_limit", soft_time_limit)?,
                 reject_on_worker_lost,
             };
-            let policy = spec.build(Host::Python).map_err(spec_err)?;
+            let policy = spec.build(Host::Python).map_err(invalid)?;
             // Checked before the body is kept under it.
-            headway_core::task::specs::name(Host::Python, name).map_err(spec_err)?;
+            headway_core::task::specs::name(Host::Python, name).map_err(invalid)?;
             let queue = policy.queue.clone();
             let body = self.host.get().inner.insert(
                 name,
@@ -917,10 +908,9 @@ impl PyApp {
                 time_limit: ms_arg("time_limit", time_limit)?,
                 soft_time_limit: ms_arg("soft_time_limit", soft_time_limit)?,
             };
-            let cfg = spec.build(Host::Python).map_err(spec_err)?;
-            let py_err = |r: Refused| PyValueError::new_err(r.to_string());
+            let cfg = spec.build(Host::Python).map_err(invalid)?;
             Ok(PyWorker {
-                inner: self.app.worker(cfg).map_err(py_err)?,
+                inner: self.app.worker(cfg).map_err(invalid)?,
             })
         })
     }

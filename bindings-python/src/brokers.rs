@@ -4,7 +4,7 @@
 //! of the first app that uses it and refuses another; this converts Python
 //! values (seconds, `None`) and maps the refusals.
 
-use headway_core::broker::{Connected, Layout, Store, Target, TargetError};
+use headway_core::broker::{Connected, Layout, Store, Target};
 use headway_core::task::celery_conf::{self, SendOption};
 use headway_core::task::{Clock, Host};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -12,14 +12,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt};
 use std::sync::Arc;
 
-use crate::app::{backoff_out, spec_err};
+use crate::app::backoff_out;
 use crate::rt::wait;
 use crate::times::span_ms;
-use crate::{guard, opt, type_name};
-
-fn target(r: Result<Target, TargetError>) -> PyResult<Target> {
-    r.map_err(|e| PyValueError::new_err(e.to_string()))
-}
+use crate::{guard, invalid, opt, type_name};
 
 /// A broker, result store and chord counter on Redis.
 ///
@@ -53,7 +49,9 @@ impl PyRedisBroker {
         guard(|| {
             let lease = opt(lease, |v| span_ms("lease", v))?;
             let t = Target::headway(url, consumer, Some(prefix.to_string()), lease);
-            Ok(PyRedisBroker { target: target(t)? })
+            Ok(PyRedisBroker {
+                target: t.map_err(invalid)?,
+            })
         })
     }
 
@@ -85,7 +83,9 @@ impl PyRedisBroker {
                     Some(ms) => t.result_expires(Some(ms)),
                     None => Ok(t),
                 });
-            Ok(PyRedisBroker { target: target(t)? })
+            Ok(PyRedisBroker {
+                target: t.map_err(invalid)?,
+            })
         })
     }
 
@@ -139,9 +139,9 @@ pub(crate) fn connect_arg(
 ) -> PyResult<Connected> {
     let t = if obj.is_none() {
         // Omitted: the core's default broker.
-        target(Target::url_or_default(name, None))?
+        Target::url_or_default(name, None).map_err(invalid)?
     } else if let Ok(s) = obj.extract::<String>() {
-        target(Target::url(name, &s))?
+        Target::url(name, &s).map_err(invalid)?
     } else if let Ok(b) = obj.cast::<PyRedisBroker>() {
         b.get().target.clone()
     } else {
@@ -224,7 +224,7 @@ fn _celery_send_options<'py>(options: &Bound<'py, PyDict>) -> PyResult<Bound<'py
             && (v.is_instance_of::<PyInt>() || v.is_instance_of::<PyFloat>());
         match how {
             SendOption::Same | SendOption::Expires if seconds => {
-                let td = py.import("datetime")?.getattr("timedelta")?;
+                let td = crate::json::kinds(py)?.timedelta.bind(py);
                 let kw = PyDict::new(py);
                 kw.set_item("seconds", v)?;
                 out.set_item(k, td.call((), Some(&kw))?)?;
@@ -251,7 +251,7 @@ fn _celery_autoretry<'py>(
 ) -> PyResult<(u32, Bound<'py, PyAny>)> {
     let o = crate::json::to_json("options", "options", options)?;
     let auto = celery_conf::autoretry(task, &o).map_err(PyTypeError::new_err)?;
-    let backoff = auto.backoff.build(Host::Python).map_err(spec_err)?;
+    let backoff = auto.backoff.build(Host::Python).map_err(invalid)?;
     Ok((auto.retries, backoff_out(options.py(), backoff)?))
 }
 

@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use pyo3::PyClass;
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -119,6 +120,27 @@ pub(crate) fn opt<'a, 'py, T>(
     f: impl FnOnce(&'a Bound<'py, PyAny>) -> PyResult<T>,
 ) -> PyResult<Option<T>> {
     some(o).map(f).transpose()
+}
+
+/// Casts `obj` to the pyclass `T`, or a `TypeError` naming the argument.
+pub(crate) fn expect<'a, 'py, T: PyClass>(
+    name: &'static str,
+    what: &'static str,
+    obj: &'a Bound<'py, PyAny>,
+) -> PyResult<&'a Bound<'py, T>> {
+    obj.cast::<T>().map_err(|_| {
+        PyTypeError::new_err(format!("`{name}` must be a {what}, not {}", type_name(obj)))
+    })
+}
+
+/// An optional argument of the pyclass `T`: omitted or `None` is `None`,
+/// anything else must be a `T` (a `TypeError` naming the argument).
+pub(crate) fn given<'a, 'py, T: PyClass>(
+    name: &'static str,
+    what: &'static str,
+    obj: Option<&'a Bound<'py, PyAny>>,
+) -> PyResult<Option<&'a Bound<'py, T>>> {
+    opt(obj, |o| expect::<T>(name, what, o))
 }
 
 /// `now`: omitted → the monotonic clock; else finite seconds.

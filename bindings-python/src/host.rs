@@ -741,17 +741,7 @@ impl PyHost {
                     let kwargs = kwargs_of(py, &ctx.kwargs)?;
                     let p = Bound::new(py, PyCtx { inner: ctx })?.into_any();
                     let args = args_tuple(py, e.bind.then(|| p.clone()), &args)?;
-                    PyTuple::new(
-                        py,
-                        [
-                            seq.into_pyobject(py)?.into_any(),
-                            pyo3::types::PyString::new(py, &key).into_any(),
-                            e.func.bind(py).clone(),
-                            args.into_any(),
-                            kwargs.into_pyobject(py)?.into_any(),
-                            p,
-                        ],
-                    )
+                    (seq, &*key, e.func.bind(py), args, kwargs, p).into_pyobject(py)
                 })();
                 match item {
                     Ok(t) => {

@@ -30,29 +30,40 @@ use serde_json::{Map, Number, Value};
 
 use crate::type_name;
 
-/// The classes kombu's typed values map to, imported once.
-struct Kinds {
-    datetime: Py<PyType>,
+/// The classes of `datetime`, `uuid` and `decimal` the binding reads and
+/// makes — kombu's typed values, instants and spans — imported once; and
+/// the epoch as an aware `datetime`, what an instant is counted from.
+pub(crate) struct Kinds {
+    pub(crate) datetime: Py<PyType>,
     date: Py<PyType>,
     time: Py<PyType>,
+    pub(crate) timedelta: Py<PyType>,
     uuid: Py<PyType>,
     decimal: Py<PyType>,
+    pub(crate) epoch: Py<PyAny>,
 }
 
 static KINDS: PyOnceLock<Kinds> = PyOnceLock::new();
 
-fn kinds(py: Python<'_>) -> PyResult<&Kinds> {
+pub(crate) fn kinds(py: Python<'_>) -> PyResult<&Kinds> {
     KINDS.get_or_try_init(py, || {
         let dt = py.import("datetime")?;
         let get = |m: &Bound<'_, PyModule>, n: &str| -> PyResult<Py<PyType>> {
             Ok(m.getattr(n)?.cast_into::<PyType>()?.unbind())
         };
+        let utc = dt.getattr("timezone")?.getattr("utc")?;
+        let datetime = get(&dt, "datetime")?;
+        let epoch = datetime
+            .bind(py)
+            .call((1970, 1, 1, 0, 0, 0, 0, utc), None)?;
         Ok(Kinds {
-            datetime: get(&dt, "datetime")?,
             date: get(&dt, "date")?,
             time: get(&dt, "time")?,
+            timedelta: get(&dt, "timedelta")?,
             uuid: get(&py.import("uuid")?, "UUID")?,
             decimal: get(&py.import("decimal")?, "Decimal")?,
+            epoch: epoch.unbind(),
+            datetime,
         })
     })
 }

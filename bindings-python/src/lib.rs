@@ -110,8 +110,10 @@ pub(crate) fn guard<R>(f: impl FnOnce() -> PyResult<R>) -> PyResult<R> {
     }
 }
 
-/// The core's `Invalid` as a `ValueError` whose message names the argument.
-pub(crate) fn invalid(e: headway_core::flow::Invalid) -> PyErr {
+/// A refusal of the core's — flow's `Invalid`, a spec's `SpecError`, a
+/// `RhythmError`, a broker `TargetError` — as a `ValueError` in the core's
+/// words, which name the argument.
+pub(crate) fn invalid(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 

@@ -18,7 +18,8 @@ use pyo3::types::{PyList, PyTuple};
 use crate::backoff::PyBackoff;
 use crate::convert::richcmp;
 use crate::{
-    draw_arg, float_arg, guard, int_arg, invalid, now_arg, opt, secs_out, span_arg, type_name,
+    draw_arg, float_arg, given, guard, int_arg, invalid, now_arg, opt, secs_out, span_arg,
+    type_name,
 };
 
 /// A pooled Python object, compared by identity.
@@ -44,27 +45,6 @@ impl PartialEq for Obj {
 /// Items the core let go of, as the list of their Python objects.
 pub(crate) fn objs(py: Python<'_>, items: Vec<Obj>) -> PyResult<Bound<'_, PyList>> {
     PyList::new(py, items.into_iter().map(|o| o.0))
-}
-
-/// Casts `obj` to the pyclass `T`, or a `TypeError` naming the argument.
-pub(crate) fn expect<'a, 'py, T: PyClass>(
-    name: &'static str,
-    what: &'static str,
-    obj: &'a Bound<'py, PyAny>,
-) -> PyResult<&'a Bound<'py, T>> {
-    obj.cast::<T>().map_err(|_| {
-        PyTypeError::new_err(format!("`{name}` must be a {what}, not {}", type_name(obj)))
-    })
-}
-
-/// An optional argument of the pyclass `T`: omitted or `None` is `None`,
-/// anything else must be a `T` (a `TypeError` naming the argument).
-pub(crate) fn given<'a, 'py, T: PyClass>(
-    name: &'static str,
-    what: &'static str,
-    obj: Option<&'a Bound<'py, PyAny>>,
-) -> PyResult<Option<&'a Bound<'py, T>>> {
-    opt(obj, |o| expect::<T>(name, what, o))
 }
 
 /// A `limits` argument: omitted or `None` is the core's default.

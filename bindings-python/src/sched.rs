@@ -57,9 +57,7 @@ impl PyScheduler {
                     is_async,
                 },
             );
-            self.inner
-                .add_body(name, body, r)
-                .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
+            self.inner.add_body(name, body, r).map_err(crate::invalid)
         })
     }
 
