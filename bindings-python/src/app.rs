@@ -65,7 +65,10 @@ pub(crate) struct PyFixed {
 }
 
 methods! {
-    PyFixed, eq {}
+    PyFixed, eq {
+        /// The wait, in seconds.
+        delay: f64 = |c| secs(c.base());
+    }
 
     #[new]
     fn new(delay: &Bound<'_, PyAny>) -> PyResult<Self> {
@@ -78,15 +81,6 @@ methods! {
                 .map_err(invalid)?,
             })
         })
-    }
-
-    /// The wait, in seconds.
-    #[getter]
-    fn delay(&self) -> f64 {
-        match self.inner {
-            RetryBackoff::Fixed { delay } => secs(delay),
-            _ => 0.0,
-        }
     }
 
     /// Seconds waited before attempt `attempt` of run `task_id` (the first
@@ -114,7 +108,14 @@ pub(crate) struct PyExponential {
 }
 
 methods! {
-    PyExponential, eq {}
+    PyExponential, eq {
+        /// The first retry's ceiling, in seconds.
+        base: f64 = |c| secs(c.base());
+        /// No wait is longer, in seconds.
+        cap: f64 = |c| secs(c.cap());
+        /// Whether the wait is spread over [0, ceiling].
+        jitter: bool = |c| c.jittered();
+    }
 
     #[new]
     #[pyo3(signature = (base=None, cap=None, jitter=None), text_signature = "(base=1.0, cap=600.0, jitter=True)")]
@@ -133,30 +134,6 @@ methods! {
                 inner: spec.build(Host::Python).map_err(invalid)?,
             })
         })
-    }
-
-    /// The first retry's ceiling, in seconds.
-    #[getter]
-    fn base(&self) -> f64 {
-        match self.inner {
-            RetryBackoff::Exponential { base, .. } => secs(base),
-            _ => 0.0,
-        }
-    }
-
-    /// No wait is longer, in seconds.
-    #[getter]
-    fn cap(&self) -> f64 {
-        match self.inner {
-            RetryBackoff::Exponential { cap, .. } => secs(cap),
-            _ => 0.0,
-        }
-    }
-
-    /// Whether the wait is spread over [0, ceiling].
-    #[getter]
-    fn jitter(&self) -> bool {
-        matches!(self.inner, RetryBackoff::Exponential { jitter: true, .. })
     }
 
     /// Seconds waited before attempt `attempt` of run `task_id` (the first
