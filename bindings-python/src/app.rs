@@ -28,7 +28,7 @@ use crate::rt::{Answer, check, refused, rt, run_until_stopped, wait};
 use crate::times::{
     clock_arg, instant_arg, instant_out, named_instants, rhythm_arg, secs, span_ms, when_arg,
 };
-use crate::{guard, int_arg, invalid, opt, some, type_name};
+use crate::{guard, int_arg, invalid, opt, some, type_name, wrong_type};
 use headway_core::task::specs;
 
 /// A `signal` argument: a name or an int (`signal.SIGKILL` is one), read
@@ -45,12 +45,7 @@ fn signal_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<i32> {
         Some(o) if o.is_instance_of::<PyInt>() && !o.is_instance_of::<PyBool>() => Some(
             SignalSpec::Number(o.extract::<i64>().map_or(f64::INFINITY, |n| n as f64)),
         ),
-        Some(o) => {
-            return Err(PyTypeError::new_err(format!(
-                "`signal` must be a str or an int, not {}",
-                type_name(o)
-            )));
-        }
+        Some(o) => return Err(wrong_type("signal", "a str or an int", o)),
     };
     headway_core::task::signal::parse(Host::Python, spec).map_err(invalid)
 }
@@ -168,10 +163,11 @@ fn backoff_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<BackoffSpec>> 
     if let Ok(e) = o.cast::<PyExponential>() {
         return Ok(Some(e.get().inner.into()));
     }
-    Err(PyTypeError::new_err(format!(
-        "`backoff` must be headway.Fixed or headway.Exponential, not {}",
-        type_name(o)
-    )))
+    Err(wrong_type(
+        "backoff",
+        "headway.Fixed or headway.Exponential",
+        o,
+    ))
 }
 
 fn rate_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<RateSpec>> {
@@ -187,10 +183,8 @@ fn rate_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<RateSpec>> {
             per: per.transpose()?,
         }));
     }
-    Err(PyTypeError::new_err(format!(
-        "`rate` must be a string like \"10/m\" or a dict {{\"count\": 10, \"per\": 60.0}}, not {}",
-        type_name(o)
-    )))
+    let what = r#"a string like "10/m" or a dict {"count": 10, "per": 60.0}"#;
+    Err(wrong_type("rate", what, o))
 }
 
 // ---------------------------------------------------------------- options
@@ -221,9 +215,8 @@ fn options(app: &App, owner: &str, d: Option<&Bound<'_, PyAny>>) -> PyResult<Opt
     let when = |name: &'static str| opt(item(name)?.as_ref(), |e| when_arg(name, e, true));
     let text = |name: &str| {
         opt(item(name)?.as_ref(), |t| {
-            t.extract::<String>().map_err(|_| {
-                PyTypeError::new_err(format!("`{name}` must be a str, not {}", type_name(t)))
-            })
+            t.extract::<String>()
+                .map_err(|_| wrong_type(name, "a str", t))
         })
     };
     let spec = SendSpec {

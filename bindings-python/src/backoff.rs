@@ -1,12 +1,11 @@
 //! `Jitter` and `Backoff`.
 
 use headway_core::flow::{self, Jitter};
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
 use crate::{
-    count_arg, draw_arg, float_arg, guard, invalid, opt, secs_out, span_arg, span_opt, type_name,
+    count_arg, draw_arg, float_arg, guard, invalid, opt, secs_out, span_arg, span_opt, wrong_type,
 };
 
 /// How much randomness goes into a delay (AWS, "Exponential Backoff and
@@ -94,10 +93,7 @@ fn jitter_arg(obj: &Bound<'_, PyAny>) -> PyResult<Jitter> {
     if let Ok(s) = obj.cast::<PyString>() {
         return Jitter::named(s.to_str()?).map_err(invalid);
     }
-    Err(PyTypeError::new_err(format!(
-        "`jitter` must be a Jitter or its name, not {}",
-        type_name(obj)
-    )))
+    Err(wrong_type("jitter", "a Jitter or its name", obj))
 }
 
 methods! {
@@ -181,12 +177,9 @@ methods! {
         guard(|| {
             let draws: Vec<f64> = match randoms {
                 Some(r) if !r.is_none() => {
-                    let it = r.try_iter().map_err(|_| {
-                        PyTypeError::new_err(format!(
-                            "`randoms` must be a sequence of numbers, not {}",
-                            type_name(r)
-                        ))
-                    })?;
+                    let it = r
+                        .try_iter()
+                        .map_err(|_| wrong_type("randoms", "a sequence of numbers", r))?;
                     it.map(|x| float_arg("randoms", &x?))
                         .collect::<PyResult<_>>()?
                 }

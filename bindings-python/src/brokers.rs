@@ -15,7 +15,7 @@ use std::sync::Arc;
 use crate::app::backoff_out;
 use crate::rt::wait;
 use crate::times::span_ms;
-use crate::{guard, invalid, opt, type_name};
+use crate::{guard, invalid, opt, wrong_type};
 
 /// A broker, result store and chord counter on Redis.
 ///
@@ -145,10 +145,8 @@ pub(crate) fn connect_arg(
     } else if let Ok(b) = obj.cast::<PyRedisBroker>() {
         b.get().target.clone()
     } else {
-        return Err(PyTypeError::new_err(format!(
-            "`{name}` must be a URL (\"memory://\", \"redis://host:port/db\") or a headway.RedisBroker, not {}",
-            type_name(obj)
-        )));
+        let what = r#"a URL ("memory://", "redis://host:port/db") or a headway.RedisBroker"#;
+        return Err(wrong_type(name, what, obj));
     };
     wait(py, t.connect(clock))
 }
@@ -224,10 +222,9 @@ fn _celery_send_options<'py>(options: &Bound<'py, PyDict>) -> PyResult<Bound<'py
             && (v.is_instance_of::<PyInt>() || v.is_instance_of::<PyFloat>());
         match how {
             SendOption::Same | SendOption::Expires if seconds => {
-                let td = crate::json::kinds(py)?.timedelta.bind(py);
-                let kw = PyDict::new(py);
-                kw.set_item("seconds", v)?;
-                out.set_item(k, td.call((), Some(&kw))?)?;
+                // timedelta(days, seconds): `v` seconds.
+                let td = crate::json::kinds(py)?.timedelta.bind(py).call1((0, v))?;
+                out.set_item(k, td)?;
             }
             SendOption::Same | SendOption::Expires => out.set_item(k, v)?,
             // `queue` wins over `routing_key`, whichever came first.

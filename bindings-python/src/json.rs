@@ -115,11 +115,8 @@ fn typed_in<'py>(py: Python<'py>, v: &Value) -> PyResult<Option<Bound<'py, PyAny
                 .call_method1("fromisoformat", (s,))?
                 .call_method0("date")?,
             Typed::Time(s) => k.time.bind(py).call_method1("fromisoformat", (s,))?,
-            Typed::Uuid(hex) => {
-                let kw = PyDict::new(py);
-                kw.set_item("hex", hex)?;
-                k.uuid.bind(py).call((), Some(&kw))?
-            }
+            // UUID's first parameter is `hex`.
+            Typed::Uuid(hex) => k.uuid.bind(py).call1((hex,))?,
             Typed::Decimal(s) => k.decimal.bind(py).call1((s,))?,
             Typed::Bytes(b) => PyBytes::new(py, &b).into_any(),
         })

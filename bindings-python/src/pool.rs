@@ -19,7 +19,7 @@ use crate::backoff::PyBackoff;
 use crate::convert::richcmp;
 use crate::{
     draw_arg, float_arg, given, guard, int_arg, invalid, now_arg, opt, secs_out, span_arg,
-    type_name,
+    type_name, wrong_type,
 };
 
 /// A pooled Python object, compared by identity.
@@ -602,12 +602,7 @@ fn pick(
         let second = draw_arg("second", second)?;
         let seq: Vec<Bound<'_, PyAny>> = pools
             .try_iter()
-            .map_err(|_| {
-                PyTypeError::new_err(format!(
-                    "`pools` must be a sequence of Pool, not {}",
-                    type_name(pools)
-                ))
-            })?
+            .map_err(|_| wrong_type("pools", "a sequence of Pool", pools))?
             .collect::<PyResult<_>>()?;
         let mut refs = Vec::with_capacity(seq.len());
         for (i, p) in seq.iter().enumerate() {

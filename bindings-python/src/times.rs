@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDelta, PyList};
 
 use crate::json::kinds;
-use crate::{float_arg, guard, invalid, some, span_arg, type_name};
+use crate::{float_arg, guard, invalid, some, span_arg, wrong_type};
 
 /// `ms` since the epoch as an aware UTC `datetime` (exact: epoch plus a
 /// timedelta, no float on the way).
@@ -74,9 +74,7 @@ pub(crate) fn when_arg(
     } else {
         "an aware datetime or epoch seconds"
     };
-    let s = float_arg("_", obj).map_err(|_| {
-        PyTypeError::new_err(format!("`{name}` must be {what}, not {}", type_name(obj)))
-    })?;
+    let s = float_arg("_", obj).map_err(|_| wrong_type(name, what, obj))?;
     if !s.is_finite() {
         return Err(PyValueError::new_err(format!(
             "`{name}` must be a finite number of epoch seconds"
@@ -373,10 +371,11 @@ pub(crate) fn rhythm_arg(name: &'static str, obj: &Bound<'_, PyAny>) -> PyResult
     if let Ok(a) = obj.cast::<PyAt>() {
         return Ok(a.get().rhythm());
     }
-    Err(PyTypeError::new_err(format!(
-        "`{name}` must be headway.Every, headway.Cron or headway.At, not {}",
-        type_name(obj)
-    )))
+    Err(wrong_type(
+        name,
+        "headway.Every, headway.Cron or headway.At",
+        obj,
+    ))
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
