@@ -84,6 +84,7 @@ __all__ = [
     "_AdminStream",
     "_App",
     "_Beat",
+    "_CELERY_DEFAULTS",
     "_CELERY_FOREVER",
     "_CURRENT",
     "_Flag",
@@ -1237,6 +1238,7 @@ def _celery_autoretry(task: str, options: dict[str, Any]) -> tuple[int, Fixed | 
     ``max_retries`` and ``default_retry_delay``) as headway's retry budget and
     backoff."""
 
+_CELERY_DEFAULTS: dict[str, Any]
 _CELERY_FOREVER: int
 """Celery's ``max_retries=None`` as headway's budget: never reached."""
 

@@ -154,15 +154,7 @@ impl<'py> IntoPyObject<'py> for Answered {
             .into_any(),
             None => py.None(),
         };
-        PyTuple::new(
-            py,
-            [
-                head.status.into_pyobject(py)?.into_any(),
-                headers.into_any(),
-                body.into_any(),
-                stream.into_bound(py),
-            ],
-        )
+        (head.status, headers, body, stream).into_pyobject(py)
     }
 }
 

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use headway_core::task::{
     App, BackoffSpec, Beat, Canvas, ChildCommand, Clock, Handle, Host, Options, PolicySpec,
-    RateSpec, Refused, RetryBackoff, SendSpec, Sig, SignalSpec, SpecError, State, Worker,
-    WorkerSpec,
+    RateSpec, Refused, RetryBackoff, SendSpec, Sig, SignalSpec, State, Worker, WorkerSpec,
 };
 use pyo3::PyTraverseError;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -29,13 +28,8 @@ use crate::rt::{Answer, check, refused, rt, run_until_stopped, wait};
 use crate::times::{
     clock_arg, instant_arg, instant_out, named_instants, rhythm_arg, secs, span_ms, when_arg,
 };
-use crate::{guard, int_arg, opt, some, type_name};
+use crate::{guard, int_arg, invalid, opt, some, type_name, wrong_type};
 use headway_core::task::specs;
-
-/// The core's refusal of an argument, named as Python spells it.
-pub(crate) fn spec_err(e: SpecError) -> PyErr {
-    PyValueError::new_err(e.to_string())
-}
 
 /// A `signal` argument: a name or an int (`signal.SIGKILL` is one), read
 /// by the core; `None` is the core's default.
@@ -51,14 +45,9 @@ fn signal_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<i32> {
         Some(o) if o.is_instance_of::<PyInt>() && !o.is_instance_of::<PyBool>() => Some(
             SignalSpec::Number(o.extract::<i64>().map_or(f64::INFINITY, |n| n as f64)),
         ),
-        Some(o) => {
-            return Err(PyTypeError::new_err(format!(
-                "`signal` must be a str or an int, not {}",
-                type_name(o)
-            )));
-        }
+        Some(o) => return Err(wrong_type("signal", "a str or an int", o)),
     };
-    headway_core::task::signal::parse(Host::Python, spec).map_err(spec_err)
+    headway_core::task::signal::parse(Host::Python, spec).map_err(invalid)
 }
 
 // ---------------------------------------------------------------- backoffs
@@ -70,8 +59,12 @@ pub(crate) struct PyFixed {
     inner: RetryBackoff,
 }
 
-#[pymethods]
-impl PyFixed {
+methods! {
+    PyFixed, eq {
+        /// The wait, in seconds.
+        delay: f64 = |c| secs(c.base());
+    }
+
     #[new]
     fn new(delay: &Bound<'_, PyAny>) -> PyResult<Self> {
         guard(|| {
@@ -80,18 +73,9 @@ impl PyFixed {
                     delay: span_ms("delay", delay)?,
                 }
                 .build(Host::Python)
-                .map_err(spec_err)?,
+                .map_err(invalid)?,
             })
         })
-    }
-
-    /// The wait, in seconds.
-    #[getter]
-    fn delay(&self) -> f64 {
-        match self.inner {
-            RetryBackoff::Fixed { delay } => secs(delay),
-            _ => 0.0,
-        }
     }
 
     /// Seconds waited before attempt `attempt` of run `task_id` (the first
@@ -102,17 +86,6 @@ impl PyFixed {
 
     fn __repr__(&self) -> String {
         format!("Fixed({})", self.delay())
-    }
-
-    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        crate::convert::richcmp(other, op, |o: &PyFixed| self.inner == o.inner)
-    }
-
-    fn __hash__(&self) -> u64 {
-        match self.inner {
-            RetryBackoff::Fixed { delay } => delay as u64,
-            _ => 0,
-        }
     }
 }
 
@@ -129,8 +102,16 @@ pub(crate) struct PyExponential {
     inner: RetryBackoff,
 }
 
-#[pymethods]
-impl PyExponential {
+methods! {
+    PyExponential, eq {
+        /// The first retry's ceiling, in seconds.
+        base: f64 = |c| secs(c.base());
+        /// No wait is longer, in seconds.
+        cap: f64 = |c| secs(c.cap());
+        /// Whether the wait is spread over [0, ceiling].
+        jitter: bool = |c| c.jittered();
+    }
+
     #[new]
     #[pyo3(signature = (base=None, cap=None, jitter=None), text_signature = "(base=1.0, cap=600.0, jitter=True)")]
     fn new(
@@ -145,33 +126,9 @@ impl PyExponential {
                 jitter,
             };
             Ok(PyExponential {
-                inner: spec.build(Host::Python).map_err(spec_err)?,
+                inner: spec.build(Host::Python).map_err(invalid)?,
             })
         })
-    }
-
-    /// The first retry's ceiling, in seconds.
-    #[getter]
-    fn base(&self) -> f64 {
-        match self.inner {
-            RetryBackoff::Exponential { base, .. } => secs(base),
-            _ => 0.0,
-        }
-    }
-
-    /// No wait is longer, in seconds.
-    #[getter]
-    fn cap(&self) -> f64 {
-        match self.inner {
-            RetryBackoff::Exponential { cap, .. } => secs(cap),
-            _ => 0.0,
-        }
-    }
-
-    /// Whether the wait is spread over [0, ceiling].
-    #[getter]
-    fn jitter(&self) -> bool {
-        matches!(self.inner, RetryBackoff::Exponential { jitter: true, .. })
     }
 
     /// Seconds waited before attempt `attempt` of run `task_id` (the first
@@ -187,19 +144,6 @@ impl PyExponential {
             self.cap(),
             if self.jitter() { "True" } else { "False" }
         )
-    }
-
-    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        crate::convert::richcmp(other, op, |o: &PyExponential| self.inner == o.inner)
-    }
-
-    fn __hash__(&self) -> u64 {
-        match self.inner {
-            RetryBackoff::Exponential { base, cap, jitter } => {
-                (base as u64).wrapping_mul(31).wrapping_add(cap as u64) ^ jitter as u64
-            }
-            _ => 0,
-        }
     }
 }
 
@@ -219,10 +163,11 @@ fn backoff_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<BackoffSpec>> 
     if let Ok(e) = o.cast::<PyExponential>() {
         return Ok(Some(e.get().inner.into()));
     }
-    Err(PyTypeError::new_err(format!(
-        "`backoff` must be headway.Fixed or headway.Exponential, not {}",
-        type_name(o)
-    )))
+    Err(wrong_type(
+        "backoff",
+        "headway.Fixed or headway.Exponential",
+        o,
+    ))
 }
 
 fn rate_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<RateSpec>> {
@@ -238,10 +183,8 @@ fn rate_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<RateSpec>> {
             per: per.transpose()?,
         }));
     }
-    Err(PyTypeError::new_err(format!(
-        "`rate` must be a string like \"10/m\" or a dict {{\"count\": 10, \"per\": 60.0}}, not {}",
-        type_name(o)
-    )))
+    let what = r#"a string like "10/m" or a dict {"count": 10, "per": 60.0}"#;
+    Err(wrong_type("rate", what, o))
 }
 
 // ---------------------------------------------------------------- options
@@ -272,9 +215,8 @@ fn options(app: &App, owner: &str, d: Option<&Bound<'_, PyAny>>) -> PyResult<Opt
     let when = |name: &'static str| opt(item(name)?.as_ref(), |e| when_arg(name, e, true));
     let text = |name: &str| {
         opt(item(name)?.as_ref(), |t| {
-            t.extract::<String>().map_err(|_| {
-                PyTypeError::new_err(format!("`{name}` must be a str, not {}", type_name(t)))
-            })
+            t.extract::<String>()
+                .map_err(|_| wrong_type(name, "a str", t))
         })
     };
     let spec = SendSpec {
@@ -288,7 +230,7 @@ fn options(app: &App, owner: &str, d: Option<&Bound<'_, PyAny>>) -> PyResult<Opt
         dedupe_key: text("dedupe_key")?,
         dedupe_ttl: ms_arg("dedupe_ttl", item("dedupe_ttl")?.as_ref())?,
     };
-    spec.options(Host::Python, || app.now()).map_err(spec_err)
+    spec.options(Host::Python, || app.now()).map_err(invalid)
 }
 
 /// A canvas tree from the package — `("sig", name, args, kwargs, immutable,
@@ -325,7 +267,7 @@ fn canvas_of(app: &App, tree: &Bound<'_, PyAny>) -> PyResult<Canvas> {
             if let Ok(h) = t.get_item(8)
                 && !h.is_none()
             {
-                let v = json::to_json(&sig.task, &json::Path::Root("headers"), &h)?;
+                let v = json::to_json(&sig.task, "headers", &h)?;
                 if !v.is_object() {
                     return Err(PyTypeError::new_err(format!(
                         "{}: headers must be a dict, not {}",
@@ -508,10 +450,7 @@ methods! {
     }
 
     fn __hash__(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.inner.ids().hash(&mut h);
-        h.finish()
+        crate::convert::hash_debug(&self.inner.ids())
     }
 }
 
@@ -779,9 +718,9 @@ impl PyApp {
                 soft_time_limit: ms_arg("soft_time_limit", soft_time_limit)?,
                 reject_on_worker_lost,
             };
-            let policy = spec.build(Host::Python).map_err(spec_err)?;
+            let policy = spec.build(Host::Python).map_err(invalid)?;
             // Checked before the body is kept under it.
-            headway_core::task::specs::name(Host::Python, name).map_err(spec_err)?;
+            headway_core::task::specs::name(Host::Python, name).map_err(invalid)?;
             let queue = policy.queue.clone();
             let body = self.host.get().inner.insert(
                 name,
@@ -939,10 +878,9 @@ impl PyApp {
                 time_limit: ms_arg("time_limit", time_limit)?,
                 soft_time_limit: ms_arg("soft_time_limit", soft_time_limit)?,
             };
-            let cfg = spec.build(Host::Python).map_err(spec_err)?;
-            let py_err = |r: Refused| PyValueError::new_err(r.to_string());
+            let cfg = spec.build(Host::Python).map_err(invalid)?;
             Ok(PyWorker {
-                inner: self.app.worker(cfg).map_err(py_err)?,
+                inner: self.app.worker(cfg).map_err(invalid)?,
             })
         })
     }
@@ -1041,7 +979,7 @@ impl PyApp {
 /// conversion task arguments take (raises like a send would).
 #[pyfunction]
 fn _json_roundtrip<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    let v: Value = json::to_json("value", &json::Path::Root("value"), obj)?;
+    let v: Value = json::to_json("value", "value", obj)?;
     json::to_py(py, &v)
 }
 

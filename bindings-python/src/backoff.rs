@@ -1,13 +1,11 @@
 //! `Jitter` and `Backoff`.
 
 use headway_core::flow::{self, Jitter};
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::pyclass::CompareOp;
 use pyo3::types::PyString;
 
 use crate::{
-    count_arg, draw_arg, float_arg, guard, invalid, opt, secs_out, span_arg, span_opt, type_name,
+    count_arg, draw_arg, float_arg, guard, invalid, opt, secs_out, span_arg, span_opt, wrong_type,
 };
 
 /// How much randomness goes into a delay (AWS, "Exponential Backoff and
@@ -95,14 +93,11 @@ fn jitter_arg(obj: &Bound<'_, PyAny>) -> PyResult<Jitter> {
     if let Ok(s) = obj.cast::<PyString>() {
         return Jitter::named(s.to_str()?).map_err(invalid);
     }
-    Err(PyTypeError::new_err(format!(
-        "`jitter` must be a Jitter or its name, not {}",
-        type_name(obj)
-    )))
+    Err(wrong_type("jitter", "a Jitter or its name", obj))
 }
 
 methods! {
-    PyBackoff {
+    PyBackoff, eq {
         /// The first retry's ceiling, in seconds.
         base: f64 = |c| secs_out(c.base());
         /// What each ceiling is multiplied by.
@@ -182,12 +177,9 @@ methods! {
         guard(|| {
             let draws: Vec<f64> = match randoms {
                 Some(r) if !r.is_none() => {
-                    let it = r.try_iter().map_err(|_| {
-                        PyTypeError::new_err(format!(
-                            "`randoms` must be a sequence of numbers, not {}",
-                            type_name(r)
-                        ))
-                    })?;
+                    let it = r
+                        .try_iter()
+                        .map_err(|_| wrong_type("randoms", "a sequence of numbers", r))?;
                     it.map(|x| float_arg("randoms", &x?))
                         .collect::<PyResult<_>>()?
                 }
@@ -212,21 +204,6 @@ methods! {
             b.attempts(),
             b.jitter().name().to_ascii_uppercase()
         )
-    }
-
-    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        crate::convert::richcmp(other, op, |o: &PyBackoff| self.inner == o.inner)
-    }
-
-    fn __hash__(&self) -> u64 {
-        let b = &self.inner;
-        crate::convert::hash_of(&[
-            b.base() as u64,
-            b.factor().to_bits(),
-            b.cap() as u64,
-            b.attempts() as u64,
-            b.jitter() as u64,
-        ])
     }
 }
 

@@ -4,7 +4,7 @@
 //! of the first app that uses it and refuses another; this converts Python
 //! values (seconds, `None`) and maps the refusals.
 
-use headway_core::broker::{Connected, Layout, Store, Target, TargetError};
+use headway_core::broker::{Connected, Layout, Store, Target};
 use headway_core::task::celery_conf::{self, SendOption};
 use headway_core::task::{Clock, Host};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -12,15 +12,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt};
 use std::sync::Arc;
 
-use crate::app::{backoff_out, spec_err};
-use crate::json::Path;
+use crate::app::backoff_out;
 use crate::rt::wait;
 use crate::times::span_ms;
-use crate::{guard, opt, type_name};
-
-fn target(r: Result<Target, TargetError>) -> PyResult<Target> {
-    r.map_err(|e| PyValueError::new_err(e.to_string()))
-}
+use crate::{guard, invalid, opt, wrong_type};
 
 /// A broker, result store and chord counter on Redis.
 ///
@@ -54,7 +49,9 @@ impl PyRedisBroker {
         guard(|| {
             let lease = opt(lease, |v| span_ms("lease", v))?;
             let t = Target::headway(url, consumer, Some(prefix.to_string()), lease);
-            Ok(PyRedisBroker { target: target(t)? })
+            Ok(PyRedisBroker {
+                target: t.map_err(invalid)?,
+            })
         })
     }
 
@@ -86,7 +83,9 @@ impl PyRedisBroker {
                     Some(ms) => t.result_expires(Some(ms)),
                     None => Ok(t),
                 });
-            Ok(PyRedisBroker { target: target(t)? })
+            Ok(PyRedisBroker {
+                target: t.map_err(invalid)?,
+            })
         })
     }
 
@@ -140,16 +139,14 @@ pub(crate) fn connect_arg(
 ) -> PyResult<Connected> {
     let t = if obj.is_none() {
         // Omitted: the core's default broker.
-        target(Target::url_or_default(name, None))?
+        Target::url_or_default(name, None).map_err(invalid)?
     } else if let Ok(s) = obj.extract::<String>() {
-        target(Target::url(name, &s))?
+        Target::url(name, &s).map_err(invalid)?
     } else if let Ok(b) = obj.cast::<PyRedisBroker>() {
         b.get().target.clone()
     } else {
-        return Err(PyTypeError::new_err(format!(
-            "`{name}` must be a URL (\"memory://\", \"redis://host:port/db\") or a headway.RedisBroker, not {}",
-            type_name(obj)
-        )));
+        let what = r#"a URL ("memory://", "redis://host:port/db") or a headway.RedisBroker"#;
+        return Err(wrong_type(name, what, obj));
     };
     wait(py, t.connect(clock))
 }
@@ -194,7 +191,7 @@ fn _celery_route(
     routes: &Bound<'_, PyAny>,
     default_queue: &str,
 ) -> PyResult<String> {
-    let routes = crate::json::to_json("task_routes", &Path::Root("task_routes"), routes)?;
+    let routes = crate::json::to_json("task_routes", "task_routes", routes)?;
     celery_conf::route(name, own, &routes, default_queue).map_err(PyTypeError::new_err)
 }
 
@@ -202,7 +199,7 @@ fn _celery_route(
 /// rate text (the core's reading); None for none.
 #[pyfunction]
 fn _celery_rate(v: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
-    let v = crate::json::to_json("rate_limit", &Path::Root("rate_limit"), v)?;
+    let v = crate::json::to_json("rate_limit", "rate_limit", v)?;
     Ok(celery_conf::rate_limit(&v))
 }
 
@@ -225,10 +222,9 @@ fn _celery_send_options<'py>(options: &Bound<'py, PyDict>) -> PyResult<Bound<'py
             && (v.is_instance_of::<PyInt>() || v.is_instance_of::<PyFloat>());
         match how {
             SendOption::Same | SendOption::Expires if seconds => {
-                let td = py.import("datetime")?.getattr("timedelta")?;
-                let kw = PyDict::new(py);
-                kw.set_item("seconds", v)?;
-                out.set_item(k, td.call((), Some(&kw))?)?;
+                // timedelta(days, seconds): `v` seconds.
+                let td = crate::json::kinds(py)?.timedelta.bind(py).call1((0, v))?;
+                out.set_item(k, td)?;
             }
             SendOption::Same | SendOption::Expires => out.set_item(k, v)?,
             // `queue` wins over `routing_key`, whichever came first.
@@ -250,9 +246,9 @@ fn _celery_autoretry<'py>(
     task: &str,
     options: &Bound<'py, PyAny>,
 ) -> PyResult<(u32, Bound<'py, PyAny>)> {
-    let o = crate::json::to_json("options", &Path::Root("options"), options)?;
+    let o = crate::json::to_json("options", "options", options)?;
     let auto = celery_conf::autoretry(task, &o).map_err(PyTypeError::new_err)?;
-    let backoff = auto.backoff.build(Host::Python).map_err(spec_err)?;
+    let backoff = auto.backoff.build(Host::Python).map_err(invalid)?;
     Ok((auto.retries, backoff_out(options.py(), backoff)?))
 }
 
@@ -272,5 +268,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_celery_task_options, m)?)?;
     m.add_function(wrap_pyfunction!(_celery_autoretry, m)?)?;
     m.add("_CELERY_FOREVER", celery_conf::FOREVER)?;
+    m.add(
+        "_CELERY_DEFAULTS",
+        crate::json::dict(m.py(), &celery_conf::defaults())?,
+    )?;
     Ok(())
 }

@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use pyo3::PyClass;
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -81,6 +82,12 @@ pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "object".to_string())
 }
 
+/// A `TypeError` saying that argument `name` must be `what`, naming the
+/// type it was: every wrong-type refusal of the binding's, in one wording.
+pub(crate) fn wrong_type(name: &str, what: &str, obj: &Bound<'_, PyAny>) -> PyErr {
+    PyTypeError::new_err(format!("`{name}` must be {what}, not {}", type_name(obj)))
+}
+
 /// `obj` as a float, as `float(obj)` reads it but without a Python call;
 /// `None` when it is not a number.
 #[inline]
@@ -93,9 +100,7 @@ fn as_f64(obj: &Bound<'_, PyAny>) -> Option<f64> {
 /// A float argument; `TypeError` naming `name` when it is not a number.
 #[inline]
 pub(crate) fn float_arg(name: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<f64> {
-    as_f64(obj).ok_or_else(|| {
-        PyTypeError::new_err(format!("`{name}` must be a number, not {}", type_name(obj)))
-    })
+    as_f64(obj).ok_or_else(|| wrong_type(name, "a number", obj))
 }
 
 /// Float seconds to nanoseconds, saturating.
@@ -119,6 +124,26 @@ pub(crate) fn opt<'a, 'py, T>(
     f: impl FnOnce(&'a Bound<'py, PyAny>) -> PyResult<T>,
 ) -> PyResult<Option<T>> {
     some(o).map(f).transpose()
+}
+
+/// Casts `obj` to the pyclass `T`, or a `TypeError` naming the argument.
+pub(crate) fn expect<'a, 'py, T: PyClass>(
+    name: &'static str,
+    what: &'static str,
+    obj: &'a Bound<'py, PyAny>,
+) -> PyResult<&'a Bound<'py, T>> {
+    obj.cast::<T>()
+        .map_err(|_| wrong_type(name, &format!("a {what}"), obj))
+}
+
+/// An optional argument of the pyclass `T`: omitted or `None` is `None`,
+/// anything else must be a `T` (a `TypeError` naming the argument).
+pub(crate) fn given<'a, 'py, T: PyClass>(
+    name: &'static str,
+    what: &'static str,
+    obj: Option<&'a Bound<'py, PyAny>>,
+) -> PyResult<Option<&'a Bound<'py, T>>> {
+    opt(obj, |o| expect::<T>(name, what, o))
 }
 
 /// `now`: omitted → the monotonic clock; else finite seconds.
@@ -153,12 +178,8 @@ pub(crate) fn span_arg(name: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<i
         let ns = whole * 1_000_000_000 + d.get_microseconds() as i128 * 1_000;
         return Ok(ns.clamp(i64::MIN as i128, i64::MAX as i128) as i64);
     }
-    let v = as_f64(obj).ok_or_else(|| {
-        PyTypeError::new_err(format!(
-            "`{name}` must be seconds (a number or a datetime.timedelta), not {}",
-            type_name(obj)
-        ))
-    })?;
+    let what = "seconds (a number or a datetime.timedelta)";
+    let v = as_f64(obj).ok_or_else(|| wrong_type(name, what, obj))?;
     if v.is_nan() {
         return Err(PyValueError::new_err(format!(
             "`{name}` must be a number of seconds, not NaN"
@@ -184,10 +205,7 @@ pub(crate) fn int_arg(name: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<i6
         Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => {
             Err(PyValueError::new_err(format!("`{name}` is out of range")))
         }
-        Err(_) => Err(PyTypeError::new_err(format!(
-            "`{name}` must be an int, not {}",
-            type_name(obj)
-        ))),
+        Err(_) => Err(wrong_type(name, "an int", obj)),
     }
 }
 
@@ -200,10 +218,7 @@ pub(crate) fn count_arg(name: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<
             let neg = obj.lt(0i64).unwrap_or(false);
             Ok(if neg { i32::MIN } else { i32::MAX })
         }
-        Err(_) => Err(PyTypeError::new_err(format!(
-            "`{name}` must be an int, not {}",
-            type_name(obj)
-        ))),
+        Err(_) => Err(wrong_type(name, "an int", obj)),
     }
 }
 
@@ -238,11 +253,14 @@ where
     }
 }
 
-/// A frozen value's hash from its fields: `((a·31 + b)·31 + c)…`, wrapping.
-pub(crate) fn hash_of(parts: &[u64]) -> u64 {
-    parts
-        .iter()
-        .fold(0u64, |h, &x| h.wrapping_mul(31).wrapping_add(x))
+/// A frozen value's hash, from its `Debug` text: values that are equal
+/// print alike (none of the classes using it holds a float that could be
+/// `-0.0`), so `a == b` implies `hash(a) == hash(b)`.
+pub(crate) fn hash_debug(v: &impl std::fmt::Debug) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    format!("{v:?}").hash(&mut h);
+    h.finish()
 }
 
 #[cfg(test)]

@@ -82,7 +82,7 @@ pub(crate) fn limit_arg(obj: Option<&Bound<'_, PyAny>>, none: usize) -> PyResult
         return Err(PyTypeError::new_err("`limit` must be an int, not bool"));
     }
     let n = int_arg("limit", obj)? as f64;
-    headway_core::task::specs::limit(Host::Python, Some(n), none).map_err(crate::app::spec_err)
+    headway_core::task::specs::limit(Host::Python, Some(n), none).map_err(crate::invalid)
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -28,6 +28,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+use headway_core::task::Host as HostLang;
 use headway_core::task::{Body, Call, Context, Crew, Failure, HostQueue, Next, Runners};
 use pyo3::PyTraverseError;
 use pyo3::exceptions::PyLookupError;
@@ -37,7 +38,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use serde_json::Value;
 
-use crate::json::{self, Path};
+use crate::json;
 use crate::rt::{SLICE, failure_of};
 use crate::times::instant_out;
 
@@ -183,7 +184,7 @@ methods! {
         meta: Option<Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let meta = match meta {
-            Some(m) => json::to_json(&self.inner.name, &Path::Root("meta"), &m)?,
+            Some(m) => json::to_json(&self.inner.name, "meta", &m)?,
             None => Value::Null,
         };
         crate::rt::wait(py, self.inner.update_state(state, meta))
@@ -362,22 +363,6 @@ impl PyFlag {
     }
 }
 
-fn returned_awaitable(key: &str) -> Failure {
-    Failure::new(
-        "TypeError",
-        format!(
-            "{key}: the body returned an awaitable; declare it `async def` so headway runs it on its event loop"
-        ),
-    )
-}
-
-/// Whether the call was abandoned by the core (its answer came late).
-/// A call of a key no Python body is registered under.
-fn unregistered(key: &str) -> Failure {
-    let text = format!("no Python body is registered as {key:?}");
-    Failure::new("NotRegistered", text)
-}
-
 /// A call's keyword arguments as Python takes them: None when there are none.
 fn kwargs_of<'py>(
     py: Python<'py>,
@@ -411,7 +396,7 @@ fn run_sync(py: Python<'_>, host: &Host, call: Call) -> bool {
         args,
     } = call;
     let result = match host.entry(&key) {
-        None => Err(unregistered(&key)),
+        None => Err(Failure::unregistered(HostLang::Python, &key)),
         Some(e) => {
             host.soft.running(seq);
             let r = call_sync(py, &e, &key, ctx, &args);
@@ -591,14 +576,14 @@ pub(crate) fn result_json(
     key: &str,
     v: &Bound<'_, PyAny>,
 ) -> Result<Value, Failure> {
-    match json::to_json(key, &Path::Root("result"), v) {
+    match json::to_json(key, "result", v) {
         Ok(j) => Ok(j),
         Err(err) => {
             if v.hasattr("__await__").unwrap_or(false) {
                 if v.hasattr("close").unwrap_or(false) {
                     let _ = v.call_method0("close");
                 }
-                return Err(returned_awaitable(key));
+                return Err(Failure::returned_awaitable(key));
             }
             Err(failure_of(py, &err))
         }
@@ -748,24 +733,15 @@ impl PyHost {
                     args,
                 } = c;
                 let Some(e) = host.entry(&key) else {
-                    host.async_q.finish(seq, Err(unregistered(&key)));
+                    host.async_q
+                        .finish(seq, Err(Failure::unregistered(HostLang::Python, &key)));
                     continue;
                 };
                 let item = (|| -> PyResult<Bound<'_, PyTuple>> {
                     let kwargs = kwargs_of(py, &ctx.kwargs)?;
                     let p = Bound::new(py, PyCtx { inner: ctx })?.into_any();
                     let args = args_tuple(py, e.bind.then(|| p.clone()), &args)?;
-                    PyTuple::new(
-                        py,
-                        [
-                            seq.into_pyobject(py)?.into_any(),
-                            pyo3::types::PyString::new(py, &key).into_any(),
-                            e.func.bind(py).clone(),
-                            args.into_any(),
-                            kwargs.into_pyobject(py)?.into_any(),
-                            p,
-                        ],
-                    )
+                    (seq, &*key, e.func.bind(py), args, kwargs, p).into_pyobject(py)
                 })();
                 match item {
                     Ok(t) => {
@@ -802,13 +778,7 @@ impl PyHost {
 
     /// Answers async call `seq` as cancelled (its task was cancelled).
     fn cancelled(&self, seq: u64) {
-        self.inner.async_q.finish(
-            seq,
-            Err(Failure::new(
-                "CancelledError",
-                "the run's task was cancelled",
-            )),
-        );
+        self.inner.async_q.finish(seq, Err(Failure::cancelled()));
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {

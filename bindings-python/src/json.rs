@@ -18,7 +18,8 @@
 //! overflow the thread's stack and take the process down.
 
 use headway_core::broker::celery::Typed;
-use headway_core::task::depth;
+use headway_core::task::value_path::{self, Path};
+use headway_core::task::{Host, depth};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -29,29 +30,40 @@ use serde_json::{Map, Number, Value};
 
 use crate::type_name;
 
-/// The classes kombu's typed values map to, imported once.
-struct Kinds {
-    datetime: Py<PyType>,
+/// The classes of `datetime`, `uuid` and `decimal` the binding reads and
+/// makes — kombu's typed values, instants and spans — imported once; and
+/// the epoch as an aware `datetime`, what an instant is counted from.
+pub(crate) struct Kinds {
+    pub(crate) datetime: Py<PyType>,
     date: Py<PyType>,
     time: Py<PyType>,
+    pub(crate) timedelta: Py<PyType>,
     uuid: Py<PyType>,
     decimal: Py<PyType>,
+    pub(crate) epoch: Py<PyAny>,
 }
 
 static KINDS: PyOnceLock<Kinds> = PyOnceLock::new();
 
-fn kinds(py: Python<'_>) -> PyResult<&Kinds> {
+pub(crate) fn kinds(py: Python<'_>) -> PyResult<&Kinds> {
     KINDS.get_or_try_init(py, || {
         let dt = py.import("datetime")?;
         let get = |m: &Bound<'_, PyModule>, n: &str| -> PyResult<Py<PyType>> {
             Ok(m.getattr(n)?.cast_into::<PyType>()?.unbind())
         };
+        let utc = dt.getattr("timezone")?.getattr("utc")?;
+        let datetime = get(&dt, "datetime")?;
+        let epoch = datetime
+            .bind(py)
+            .call((1970, 1, 1, 0, 0, 0, 0, utc), None)?;
         Ok(Kinds {
-            datetime: get(&dt, "datetime")?,
             date: get(&dt, "date")?,
             time: get(&dt, "time")?,
+            timedelta: get(&dt, "timedelta")?,
             uuid: get(&py.import("uuid")?, "UUID")?,
             decimal: get(&py.import("decimal")?, "Decimal")?,
+            epoch: epoch.unbind(),
+            datetime,
         })
     })
 }
@@ -103,61 +115,13 @@ fn typed_in<'py>(py: Python<'py>, v: &Value) -> PyResult<Option<Bound<'py, PyAny
                 .call_method1("fromisoformat", (s,))?
                 .call_method0("date")?,
             Typed::Time(s) => k.time.bind(py).call_method1("fromisoformat", (s,))?,
-            Typed::Uuid(hex) => {
-                let kw = PyDict::new(py);
-                kw.set_item("hex", hex)?;
-                k.uuid.bind(py).call((), Some(&kw))?
-            }
+            // UUID's first parameter is `hex`.
+            Typed::Uuid(hex) => k.uuid.bind(py).call1((hex,))?,
             Typed::Decimal(s) => k.decimal.bind(py).call1((s,))?,
             Typed::Bytes(b) => PyBytes::new(py, &b).into_any(),
         })
     })();
     Ok(made.ok())
-}
-
-/// Where a value sits, for error messages (`args[1]["k"][0]`).
-pub(crate) enum Path<'a> {
-    /// The argument's own name: `args`, `kwargs`, `result`.
-    Root(&'a str),
-    Index(&'a Path<'a>, usize),
-    Key(&'a Path<'a>, &'a str),
-}
-
-impl Path<'_> {
-    fn render(&self, out: &mut String) {
-        match self {
-            Path::Root(r) => out.push_str(r),
-            Path::Index(p, i) => {
-                p.render(out);
-                out.push_str(&format!("[{i}]"));
-            }
-            Path::Key(p, k) => {
-                p.render(out);
-                // Python's spelling: ['key'].
-                out.push_str("['");
-                out.push_str(&k.replace('\\', "\\\\").replace('\'', "\\'"));
-                out.push_str("']");
-            }
-        }
-    }
-
-    fn text(&self) -> String {
-        let mut s = String::new();
-        self.render(&mut s);
-        s
-    }
-
-    /// The path of the enclosing container at `level` (the root is 1).
-    fn ancestor(&self, level: usize) -> &Path<'_> {
-        let mut chain = vec![self];
-        let mut p = self;
-        while let Path::Index(up, _) | Path::Key(up, _) = p {
-            chain.push(up);
-            p = up;
-        }
-        chain.reverse();
-        chain[level.clamp(1, chain.len()) - 1]
-    }
 }
 
 /// The containers enclosing the value being converted, outermost first (by
@@ -170,39 +134,30 @@ type Open = Vec<usize>;
 fn enter(owner: &str, path: &Path<'_>, obj: &Bound<'_, PyAny>, open: &mut Open) -> PyResult<()> {
     let me = obj.as_ptr() as usize;
     if let Some(i) = open.iter().position(|&o| o == me) {
+        let first = path.ancestor(i + 1).text(Host::Python);
         return Err(PyValueError::new_err(depth::circular_text(
             owner,
-            &path.text(),
-            &path.ancestor(i + 1).text(),
+            &path.text(Host::Python),
+            &first,
         )));
     }
     if depth::too_deep(open.len() + 1) {
-        return Err(PyValueError::new_err(depth::too_deep_text(
-            owner,
-            &path.text(),
-        )));
+        let text = depth::too_deep_text(owner, &path.text(Host::Python));
+        return Err(PyValueError::new_err(text));
     }
     open.push(me);
     Ok(())
 }
 
 fn refuse(owner: &str, path: &Path<'_>, obj: &Bound<'_, PyAny>) -> PyErr {
-    let t = type_name(obj);
-    let article = if t.starts_with(['a', 'e', 'i', 'o', 'u', 'A', 'E', 'I', 'O', 'U']) {
-        "an"
-    } else {
-        "a"
-    };
-    PyTypeError::new_err(format!(
-        "{owner}: {} is {article} {t}, which JSON cannot carry (use dict, list, tuple, str, int, float, bool, None, or kombu's datetime, date, time, UUID, Decimal, bytes)",
-        path.text(),
-    ))
+    let text = value_path::uncarried_text(owner, &path.text(Host::Python), &type_name(obj));
+    PyTypeError::new_err(text)
 }
 
-/// A Python value as JSON; `owner` (the task's name) and `path` name it in
-/// errors.
-pub(crate) fn to_json(owner: &str, path: &Path<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Value> {
-    value(owner, path, obj, &mut Vec::new())
+/// A Python value as JSON; `owner` (the task's name) and `root` (the
+/// value's own name: `result`, `meta`) name it in errors.
+pub(crate) fn to_json(owner: &str, root: &str, obj: &Bound<'_, PyAny>) -> PyResult<Value> {
+    value(owner, &Path::Root(root), obj, &mut Vec::new())
 }
 
 fn value(owner: &str, path: &Path<'_>, obj: &Bound<'_, PyAny>, open: &mut Open) -> PyResult<Value> {
@@ -223,9 +178,10 @@ fn value(owner: &str, path: &Path<'_>, obj: &Bound<'_, PyAny>, open: &mut Open) 
     if let Ok(f) = obj.cast::<PyFloat>() {
         let v = f.value();
         return Number::from_f64(v).map(Value::Number).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "{owner}: {} is {v}, and JSON carries only finite numbers",
-                path.text()
+            PyValueError::new_err(value_path::not_finite_text(
+                owner,
+                &path.text(Host::Python),
+                v,
             ))
         });
     }
@@ -272,10 +228,8 @@ fn int(owner: &str, path: &Path<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Value> 
     if let Ok(u) = obj.extract::<u64>() {
         return Ok(Value::Number(u.into()));
     }
-    Err(PyValueError::new_err(format!(
-        "{owner}: {} is an int beyond 64 bits, which JSON numbers here cannot carry exactly",
-        path.text()
-    )))
+    let text = value_path::wide_int_text(owner, &path.text(Host::Python));
+    Err(PyValueError::new_err(text))
 }
 
 /// A dict with str keys as a JSON object.
@@ -289,11 +243,8 @@ fn members(
     let mut out = Map::new();
     for (k, v) in d.iter() {
         let Ok(key) = k.cast::<PyString>() else {
-            return Err(PyTypeError::new_err(format!(
-                "{owner}: {} has a key of type {}; JSON object keys must be str",
-                path.text(),
-                type_name(&k)
-            )));
+            let text = value_path::key_type_text(owner, &path.text(Host::Python), &type_name(&k));
+            return Err(PyTypeError::new_err(text));
         };
         let key = key.to_str()?;
         let v = value(owner, &Path::Key(path, key), &v, open)?;
@@ -307,7 +258,7 @@ fn members(
 pub(crate) fn args(owner: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<Value>> {
     if obj.is_instance_of::<PyTuple>() || obj.is_instance_of::<PyList>() {
         // A tuple or a list is always an array.
-        if let Value::Array(a) = to_json(owner, &Path::Root("args"), obj)? {
+        if let Value::Array(a) = to_json(owner, "args", obj)? {
             return Ok(a);
         }
     }

@@ -27,7 +27,26 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// A class's `#[pymethods]` whose plain read-only properties are each one
 /// line, `name: Type = |inner| expression` (`inner` borrows the class's
 /// `inner`), documented as any method; the block's other methods follow.
+/// `Class, eq { ... }` also gives a frozen value class `==`, `!=` and
+/// `hash()` by its `inner` (`convert::richcmp`, `convert::hash_debug`).
 macro_rules! methods {
+    ($ty:ty, eq { $($props:tt)* } $($own:tt)*) => {
+        methods! { $ty { $($props)* }
+            fn __richcmp__(
+                &self,
+                other: &Bound<'_, PyAny>,
+                op: pyo3::pyclass::CompareOp,
+            ) -> PyResult<Py<PyAny>> {
+                crate::convert::richcmp(other, op, |o: &Self| self.inner == o.inner)
+            }
+
+            fn __hash__(&self) -> u64 {
+                crate::convert::hash_debug(&self.inner)
+            }
+
+            $($own)*
+        }
+    };
     ($ty:ty { $($(#[doc = $doc:literal])* $name:ident: $out:ty = |$c:ident| $e:expr;)* } $($own:tt)*) => {
         #[pymethods]
         impl $ty {
@@ -91,8 +110,10 @@ pub(crate) fn guard<R>(f: impl FnOnce() -> PyResult<R>) -> PyResult<R> {
     }
 }
 
-/// The core's `Invalid` as a `ValueError` whose message names the argument.
-pub(crate) fn invalid(e: headway_core::flow::Invalid) -> PyErr {
+/// A refusal of the core's — flow's `Invalid`, a spec's `SpecError`, a
+/// `RhythmError`, a broker `TargetError` — as a `ValueError` in the core's
+/// words, which name the argument.
+pub(crate) fn invalid(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 

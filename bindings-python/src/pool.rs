@@ -16,9 +16,10 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyTuple};
 
 use crate::backoff::PyBackoff;
-use crate::convert::{hash_of, richcmp};
+use crate::convert::richcmp;
 use crate::{
-    draw_arg, float_arg, guard, int_arg, invalid, now_arg, opt, secs_out, span_arg, type_name,
+    draw_arg, float_arg, given, guard, int_arg, invalid, now_arg, opt, secs_out, span_arg,
+    type_name, wrong_type,
 };
 
 /// A pooled Python object, compared by identity.
@@ -44,27 +45,6 @@ impl PartialEq for Obj {
 /// Items the core let go of, as the list of their Python objects.
 pub(crate) fn objs(py: Python<'_>, items: Vec<Obj>) -> PyResult<Bound<'_, PyList>> {
     PyList::new(py, items.into_iter().map(|o| o.0))
-}
-
-/// Casts `obj` to the pyclass `T`, or a `TypeError` naming the argument.
-pub(crate) fn expect<'a, 'py, T: PyClass>(
-    name: &'static str,
-    what: &'static str,
-    obj: &'a Bound<'py, PyAny>,
-) -> PyResult<&'a Bound<'py, T>> {
-    obj.cast::<T>().map_err(|_| {
-        PyTypeError::new_err(format!("`{name}` must be a {what}, not {}", type_name(obj)))
-    })
-}
-
-/// An optional argument of the pyclass `T`: omitted or `None` is `None`,
-/// anything else must be a `T` (a `TypeError` naming the argument).
-pub(crate) fn given<'a, 'py, T: PyClass>(
-    name: &'static str,
-    what: &'static str,
-    obj: Option<&'a Bound<'py, PyAny>>,
-) -> PyResult<Option<&'a Bound<'py, T>>> {
-    opt(obj, |o| expect::<T>(name, what, o))
 }
 
 /// A `limits` argument: omitted or `None` is the core's default.
@@ -93,7 +73,7 @@ pub(crate) struct PyLimits {
 }
 
 methods! {
-    PyLimits {
+    PyLimits, eq {
         /// Most live at once (0: no limit).
         size: i64 = |c| c.size();
         /// Most idle at once (0: no limit).
@@ -137,20 +117,6 @@ methods! {
             secs_out(self.inner.keep()),
             secs_out(self.inner.life())
         )
-    }
-
-    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-        richcmp(other, op, |o: &PyLimits| self.inner == o.inner)
-    }
-
-    fn __hash__(&self) -> u64 {
-        let l = &self.inner;
-        hash_of(&[
-            l.size() as u64,
-            l.idle() as u64,
-            l.keep() as u64,
-            l.life() as u64,
-        ])
     }
 }
 
@@ -636,12 +602,7 @@ fn pick(
         let second = draw_arg("second", second)?;
         let seq: Vec<Bound<'_, PyAny>> = pools
             .try_iter()
-            .map_err(|_| {
-                PyTypeError::new_err(format!(
-                    "`pools` must be a sequence of Pool, not {}",
-                    type_name(pools)
-                ))
-            })?
+            .map_err(|_| wrong_type("pools", "a sequence of Pool", pools))?
             .collect::<PyResult<_>>()?;
         let mut refs = Vec::with_capacity(seq.len());
         for (i, p) in seq.iter().enumerate() {

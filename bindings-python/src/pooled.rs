@@ -13,8 +13,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use crate::backoff::PyBackoff;
-use crate::pool::{Obj, PyPool, expect, limits_or_default, objs};
-use crate::{clock, draw_arg, guard, opt, secs_out, span_arg};
+use crate::pool::{Obj, PyPool, limits_or_default, objs};
+use crate::{clock, draw_arg, expect, guard, opt, secs_out, span_arg};
 
 /// What `Acquires.step` answers: `(HAND, item)`, `(OPEN, None)`,
 /// `(CLOSE, item)`, `(SLEEP, seconds)`, `(PARK, deadline or None)`. An

@@ -118,17 +118,15 @@ fn release(wait: &mut dyn FnMut()) {
 /// error (polars' `error.rs` rule).
 pub(crate) fn refused(py: Python<'_>, r: Refused) -> PyErr {
     let class = |name: &str| py.import("headway._errors")?.getattr(name);
+    // The core's words, for the classes that carry only a message.
+    let text = r.to_string();
     let made = match r {
         Refused::Failed(f) => {
             class("TaskFailed").and_then(|c| c.call1((f.kind, f.message, f.traceback, f.module)))
         }
-        Refused::Timeout => {
-            class("Timeout").and_then(|c| c.call1(("timed out waiting for the result",)))
-        }
+        Refused::Timeout => class("Timeout").and_then(|c| c.call1((text,))),
         Refused::Revoked(id) => class("Revoked").and_then(|c| c.call1((id,))),
-        Refused::Missing(why) => {
-            class("Missing").and_then(|c| c.call1((format!("no result: {why}"),)))
-        }
+        Refused::Missing(_) => class("Missing").and_then(|c| c.call1((text,))),
         Refused::UnknownTask(name) => class("UnknownTask").and_then(|c| c.call1((name,))),
         Refused::Broker(b) => {
             let name = match b.kind {
@@ -215,7 +213,7 @@ fn lineage(ty: &Bound<'_, PyType>) -> Vec<String> {
 /// What `_headway_ask()` answers, as the core's JSON: `(dict, exc | None)`.
 fn asked(py: Python<'_>, f: &Bound<'_, PyAny>) -> PyResult<Value> {
     let (ask, exc): (Bound<'_, PyAny>, Bound<'_, PyAny>) = f.call0()?.extract()?;
-    let mut v = crate::json::to_json("ask", &crate::json::Path::Root("ask"), &ask)?;
+    let mut v = crate::json::to_json("ask", "ask", &ask)?;
     if !exc.is_none() {
         let cause = failure_of(py, &PyErr::from_value(exc));
         if let (Value::Object(o), Ok(c)) = (&mut v, serde_json::to_value(cause)) {

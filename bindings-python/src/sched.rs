@@ -6,7 +6,7 @@
 //! and asyncio pump as a task body, told about its run by the same `Context`
 //! (`name`, `now` = the time it was due).
 
-use headway_core::task::Scheduler;
+use headway_core::task::{Host, Scheduler};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -57,9 +57,7 @@ impl PyScheduler {
                     is_async,
                 },
             );
-            self.inner
-                .add_body(name, body, r)
-                .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
+            self.inner.add_body(name, body, r).map_err(crate::invalid)
         })
     }
 
@@ -106,16 +104,8 @@ impl PyScheduler {
     /// How the job `name` has gone: `{"fired", "failed", "skipped",
     /// "last_error"}` (`None` for an unknown name).
     fn stats<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let Some(s) = self.inner.stats(name) else {
-            return Ok(None);
-        };
-        let t = s.tally();
-        let d = PyDict::new(py);
-        d.set_item("fired", t.fired)?;
-        d.set_item("failed", t.failed)?;
-        d.set_item("skipped", t.skipped)?;
-        d.set_item("last_error", t.last_error)?;
-        Ok(Some(d))
+        let tally = self.inner.stats(name).map(|s| s.tally().json(Host::Python));
+        tally.map(|t| crate::json::dict(py, &t)).transpose()
     }
 
     fn __traverse__(&self, visit: pyo3::gc::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {

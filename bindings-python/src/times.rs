@@ -16,38 +16,15 @@ use headway_core::task::{Clock, Cron, Every, Rhythm, VirtualClock};
 use headway_core::task::{clock, specs};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::pyclass::CompareOp;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDelta, PyList, PyType};
+use pyo3::types::{PyDelta, PyList};
 
-use crate::{float_arg, guard, some, span_arg, type_name};
-
-struct Dt {
-    datetime: Py<PyType>,
-    timedelta: Py<PyType>,
-    epoch: Py<PyAny>,
-}
-
-static DT: PyOnceLock<Dt> = PyOnceLock::new();
-
-fn dt(py: Python<'_>) -> PyResult<&Dt> {
-    DT.get_or_try_init(py, || {
-        let m = py.import("datetime")?;
-        let datetime = m.getattr("datetime")?.cast_into::<PyType>()?;
-        let utc = m.getattr("timezone")?.getattr("utc")?;
-        let epoch = datetime.call((1970, 1, 1, 0, 0, 0, 0, utc), None)?;
-        Ok(Dt {
-            datetime: datetime.unbind(),
-            timedelta: m.getattr("timedelta")?.cast_into::<PyType>()?.unbind(),
-            epoch: epoch.unbind(),
-        })
-    })
-}
+use crate::json::kinds;
+use crate::{float_arg, guard, invalid, some, span_arg, wrong_type};
 
 /// `ms` since the epoch as an aware UTC `datetime` (exact: epoch plus a
 /// timedelta, no float on the way).
 pub(crate) fn instant_out(py: Python<'_>, ms: i64) -> PyResult<Bound<'_, PyAny>> {
-    let d = dt(py)?;
+    let d = kinds(py)?;
     let days = ms.div_euclid(86_400_000);
     let rest = ms.rem_euclid(86_400_000);
     let delta = PyDelta::new(
@@ -71,7 +48,7 @@ pub(crate) fn when_arg(
     relative: bool,
 ) -> PyResult<When> {
     let py = obj.py();
-    let d = dt(py)?;
+    let d = kinds(py)?;
     if obj.is_instance(d.datetime.bind(py))? {
         if obj.getattr("tzinfo")?.is_none() || obj.call_method0("utcoffset")?.is_none() {
             return Err(PyValueError::new_err(format!("`{name}` {}", specs::NAIVE)));
@@ -97,9 +74,7 @@ pub(crate) fn when_arg(
     } else {
         "an aware datetime or epoch seconds"
     };
-    let s = float_arg("_", obj).map_err(|_| {
-        PyTypeError::new_err(format!("`{name}` must be {what}, not {}", type_name(obj)))
-    })?;
+    let s = float_arg("_", obj).map_err(|_| wrong_type(name, what, obj))?;
     if !s.is_finite() {
         return Err(PyValueError::new_err(format!(
             "`{name}` must be a finite number of epoch seconds"
@@ -150,16 +125,11 @@ pub(crate) fn secs(ms: i64) -> f64 {
 /// The clock an `App`/`Scheduler` reads: the system clock for `None`, or a
 /// `VirtualClock`'s.
 pub(crate) fn clock_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<dyn Clock>> {
-    match some(obj) {
-        None => Ok(clock::system()),
-        Some(o) => match o.cast::<PyVirtualClock>() {
-            Ok(c) => Ok(c.get().inner.clone() as Arc<dyn Clock>),
-            Err(_) => Err(PyTypeError::new_err(format!(
-                "`clock` must be a headway.testing.VirtualClock or None (the system clock), not {}",
-                type_name(o)
-            ))),
-        },
-    }
+    let what = "headway.testing.VirtualClock or None (the system clock)";
+    Ok(match crate::given::<PyVirtualClock>("clock", what, obj)? {
+        Some(c) => c.get().inner.clone() as Arc<dyn Clock>,
+        None => clock::system(),
+    })
 }
 
 // ------------------------------------------------------------- VirtualClock
@@ -224,10 +194,6 @@ impl PyVirtualClock {
 
 // ------------------------------------------------------------- rhythms
 
-fn rhythm_err(e: headway_core::task::RhythmError) -> PyErr {
-    PyValueError::new_err(e.to_string())
-}
-
 fn opt_instant(py: Python<'_>, ms: Option<i64>) -> PyResult<Py<PyAny>> {
     match ms {
         Some(m) => Ok(instant_out(py, m)?.unbind()),
@@ -235,8 +201,8 @@ fn opt_instant(py: Python<'_>, ms: Option<i64>) -> PyResult<Py<PyAny>> {
     }
 }
 
-/// The methods `Every`, `Cron` and `At` share (`first`, `after`, `==`,
-/// `hash`), written once over the core's `Rhythm` that `$variant` makes
+/// The methods `Every`, `Cron` and `At` share (`first`, `after`, and `==`
+/// and `hash` by value), written once over the core's `Rhythm` that `$variant` makes
 /// of the class's own value; each class adds its own after the `;`.
 macro_rules! rhythm_methods {
     ($ty:ident, $variant:path; $($own:tt)*) => {
@@ -248,8 +214,9 @@ macro_rules! rhythm_methods {
             }
         }
 
-        #[pymethods]
-        impl $ty {
+        methods! {
+            $ty, eq {}
+
             /// The first time it fires at or after `now` (aware `datetime` or
             /// epoch seconds), as an aware UTC `datetime`; `None` if never.
             fn first(&self, py: Python<'_>, now: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
@@ -261,17 +228,6 @@ macro_rules! rhythm_methods {
             /// never fires again.
             fn after(&self, py: Python<'_>, at: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
                 opt_instant(py, self.rhythm().after(instant_arg("at", at)?))
-            }
-
-            fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
-                crate::convert::richcmp(other, op, |o: &Self| self.inner == o.inner)
-            }
-
-            fn __hash__(&self) -> u64 {
-                use std::hash::{Hash, Hasher};
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                format!("{:?}", self.inner).hash(&mut h);
-                h.finish()
             }
 
             $($own)*
@@ -303,7 +259,7 @@ rhythm_methods! { PyEvery, Rhythm::Every;
                 _ => Every::new(ms),
             };
             Ok(PyEvery {
-                inner: every.map_err(rhythm_err)?,
+                inner: every.map_err(invalid)?,
             })
         })
     }
@@ -350,7 +306,7 @@ rhythm_methods! { PyCron, Rhythm::Cron;
     fn new(expr: &str, tz: Option<&str>) -> PyResult<Self> {
         guard(|| {
             Ok(PyCron {
-                inner: Cron::in_zone(expr, tz).map_err(rhythm_err)?,
+                inner: Cron::in_zone(expr, tz).map_err(invalid)?,
             })
         })
     }
@@ -415,10 +371,11 @@ pub(crate) fn rhythm_arg(name: &'static str, obj: &Bound<'_, PyAny>) -> PyResult
     if let Ok(a) = obj.cast::<PyAt>() {
         return Ok(a.get().rhythm());
     }
-    Err(PyTypeError::new_err(format!(
-        "`{name}` must be headway.Every, headway.Cron or headway.At, not {}",
-        type_name(obj)
-    )))
+    Err(wrong_type(
+        name,
+        "headway.Every, headway.Cron or headway.At",
+        obj,
+    ))
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

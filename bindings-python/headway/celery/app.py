@@ -25,32 +25,13 @@ from typing import Any
 from .. import _tasks
 from .._errors import TaskRetry
 from .._from_celery import _retry, app_on, is_celery_app, maps, serve, worker_defaults
-from .._native import _celery_autoretry, _celery_rate, _celery_request_direct, _celery_route, _celery_send_options, _celery_task_options
+from .._native import _CELERY_DEFAULTS, _celery_autoretry, _celery_rate, _celery_request_direct, _celery_route, _celery_send_options, _celery_task_options
 from .._tasks import App, chain, group
 from .result import AsyncResult
 
 
-#: Celery's defaults for the settings headway reads.
-DEFAULTS: dict[str, Any] = {
-    "broker_url": None,
-    "result_backend": None,
-    "task_default_queue": "celery",
-    "task_routes": None,
-    "task_acks_late": False,
-    "task_reject_on_worker_lost": None,
-    "task_ignore_result": False,
-    "task_time_limit": None,
-    "task_soft_time_limit": None,
-    "task_default_rate_limit": None,
-    "task_default_retry_delay": 180,
-    "task_max_retries": 3,
-    "worker_prefetch_multiplier": 4,
-    "result_expires": 86400,
-    "result_backend_transport_options": None,
-    "broker_transport_options": None,
-    "task_send_sent_event": False,
-    "task_queue_max_priority": None,
-}
+#: Celery's defaults for the settings headway reads (the core's list).
+DEFAULTS: dict[str, Any] = _CELERY_DEFAULTS
 
 
 class Settings(dict[str, Any]):

@@ -290,6 +290,37 @@ pub fn task_options<S: AsRef<str>>(given: &[S]) -> Result<(), String> {
     ))
 }
 
+/// Celery's defaults for the settings headway reads, Celery 5's documented
+/// values: what a `headway.celery` app's `conf` holds before its own
+/// settings (the default queue is `celery`, results live a day, a worker
+/// prefetches four per slot).
+pub fn defaults() -> serde_json::Map<String, Value> {
+    let v = serde_json::json!({
+        "broker_url": null,
+        "result_backend": null,
+        "task_default_queue": "celery",
+        "task_routes": null,
+        "task_acks_late": false,
+        "task_reject_on_worker_lost": null,
+        "task_ignore_result": false,
+        "task_time_limit": null,
+        "task_soft_time_limit": null,
+        "task_default_rate_limit": null,
+        "task_default_retry_delay": 180,
+        "task_max_retries": 3,
+        "worker_prefetch_multiplier": 4,
+        "result_expires": 86400,
+        "result_backend_transport_options": null,
+        "broker_transport_options": null,
+        "task_send_sent_event": false,
+        "task_queue_max_priority": null,
+    });
+    match v {
+        Value::Object(m) => m,
+        _ => unreachable!("an object literal"),
+    }
+}
+
 /// Celery's `max_retries=None`: retried for ever (headway's budget is a
 /// count, and this one is never reached).
 pub const FOREVER: u32 = u32::MAX;
@@ -398,6 +429,16 @@ pub fn autoretry(task: &str, options: &Value) -> Result<AutoRetry, String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn celerys_defaults_for_what_headway_reads() {
+        let d = defaults();
+        assert_eq!(d["task_default_queue"], json!("celery"));
+        assert_eq!(d["task_default_retry_delay"], json!(180));
+        assert_eq!(d["result_expires"], json!(86400));
+        assert_eq!(d["broker_url"], Value::Null);
+        assert_eq!(d.len(), 18);
+    }
 
     #[test]
     fn one_rule_for_every_celery_broker_url() {

@@ -44,6 +44,7 @@ pub mod state;
 pub mod terminate;
 pub mod timetable;
 pub mod trace;
+pub mod value_path;
 pub mod worker;
 
 pub use app::{App, Registered, Seams};

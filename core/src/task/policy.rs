@@ -103,6 +103,29 @@ impl RetryBackoff {
         Ok(RetryBackoff::Exponential { base, cap, jitter })
     }
 
+    /// The first retry's wait before any jitter (ms): a fixed backoff's
+    /// delay, an exponential one's base.
+    pub fn base(&self) -> i64 {
+        match *self {
+            RetryBackoff::Fixed { delay } => delay,
+            RetryBackoff::Exponential { base, .. } => base,
+        }
+    }
+
+    /// The longest wait (ms): a fixed backoff's delay, an exponential
+    /// one's cap.
+    pub fn cap(&self) -> i64 {
+        match *self {
+            RetryBackoff::Fixed { delay } => delay,
+            RetryBackoff::Exponential { cap, .. } => cap,
+        }
+    }
+
+    /// Whether the waits are spread by jitter (a fixed backoff's never are).
+    pub fn jittered(&self) -> bool {
+        matches!(self, RetryBackoff::Exponential { jitter: true, .. })
+    }
+
     /// The wait before attempt `attempt`, the first attempt being 1 (which
     /// never waits: nothing has failed yet). `seed` is the task id.
     pub fn delay(&self, attempt: u32, seed: &str) -> i64 {
@@ -380,6 +403,20 @@ pub fn retry_matches(want: &[String], dont: &[String], f: &Failure) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_backoffs_parts() {
+        let f = RetryBackoff::Fixed { delay: 30_000 };
+        assert_eq!((f.base(), f.cap(), f.jittered()), (30_000, 30_000, false));
+        let e = RetryBackoff::default();
+        assert_eq!((e.base(), e.cap(), e.jittered()), (1_000, 600_000, true));
+        let rigid = RetryBackoff::Exponential {
+            base: 5,
+            cap: 9,
+            jitter: false,
+        };
+        assert!(!rigid.jittered());
+    }
 
     #[test]
     fn defaults() {

@@ -84,6 +84,22 @@ pub struct Tally {
     pub last_error: Option<String>,
 }
 
+impl Tally {
+    /// The tally as a JSON object, its keys spelled as `host` spells them
+    /// (`last_error`; Node's `lastError`, what its serde form says too).
+    pub fn json(&self, host: super::Host) -> serde_json::Map<String, serde_json::Value> {
+        let mut o = serde_json::Map::new();
+        o.insert("fired".into(), self.fired.into());
+        o.insert("failed".into(), self.failed.into());
+        o.insert("skipped".into(), self.skipped.into());
+        o.insert(
+            host.spell("last_error").into(),
+            self.last_error.clone().into(),
+        );
+        o
+    }
+}
+
 impl Stats {
     /// The counts and the last failure now.
     pub fn tally(&self) -> Tally {
@@ -274,5 +290,31 @@ impl Scheduler {
     /// Stops after the tick in progress.
     pub fn stop(&self) {
         self.stop.send_replace(true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::Host;
+
+    #[test]
+    fn a_tally_spelled_for_each_host() {
+        let t = Tally {
+            fired: 3,
+            failed: 1,
+            skipped: 0,
+            last_error: Some("boom".into()),
+        };
+        let py = t.json(Host::Python);
+        assert_eq!(py["fired"], 3);
+        assert_eq!(py["last_error"], "boom");
+        let node = serde_json::Value::Object(t.json(Host::Node));
+        assert_eq!(node, serde_json::to_value(&t).unwrap());
+        let quiet = Tally {
+            last_error: None,
+            ..t
+        };
+        assert!(quiet.json(Host::Python)["last_error"].is_null());
     }
 }

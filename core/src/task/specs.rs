@@ -60,6 +60,7 @@ impl Host {
             (Host::Node, "visibility_timeout") => "visibilityTimeout",
             (Host::Node, "master_name") => "masterName",
             (Host::Node, "evict_every") => "evictEvery",
+            (Host::Node, "last_error") => "lastError",
             _ => arg,
         }
     }

@@ -137,6 +137,36 @@ impl Failure {
             lineage: Box::default(),
         }
     }
+
+    /// A call of `key` that reached a host whose registry has no body under
+    /// it (the host's registry and the core's disagree).
+    pub fn unregistered(host: super::Host, key: &str) -> Failure {
+        let lang = if host == super::Host::Node {
+            "JS"
+        } else {
+            "Python"
+        };
+        let text = format!("no {lang} body is registered as {key:?}");
+        Failure::new("NotRegistered", text)
+    }
+
+    /// A Python body of `key` that is not `async def` but returned an
+    /// awaitable: nothing would ever run it, so the run fails saying how to
+    /// declare it.
+    pub fn returned_awaitable(key: &str) -> Failure {
+        Failure::new(
+            "TypeError",
+            format!(
+                "{key}: the body returned an awaitable; declare it `async def` so headway runs it on its event loop"
+            ),
+        )
+    }
+
+    /// A run whose body's task the host cancelled (the core withdrew the
+    /// call, or the host's loop ended under it).
+    pub fn cancelled() -> Failure {
+        Failure::new("CancelledError", "the run's task was cancelled")
+    }
 }
 
 impl fmt::Display for Failure {
@@ -393,6 +423,22 @@ impl From<super::PolicyError> for Refused {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hosts_own_failures_and_their_words() {
+        let f = Failure::unregistered(crate::task::Host::Python, "add");
+        assert_eq!(
+            (f.kind.as_str(), f.message.as_str()),
+            ("NotRegistered", "no Python body is registered as \"add\"")
+        );
+        let f = Failure::unregistered(crate::task::Host::Node, "add");
+        assert_eq!(f.message, "no JS body is registered as \"add\"");
+        let f = Failure::returned_awaitable("add");
+        assert!(
+            f.kind == "TypeError" && f.message.starts_with("add: the body returned an awaitable")
+        );
+        assert_eq!(Failure::cancelled().kind, "CancelledError");
+    }
 
     #[test]
     fn names_round_trip() {
