@@ -827,6 +827,22 @@ async fn a_blocked_claim_wakes_for_other_steps_etas_and_queues() {
     assert!(t.elapsed() < quick, "{:?}", t.elapsed());
 }
 
+/// Claims and acks from `q` until `got` holds `want` ids (or 5 s pass),
+/// failing on an id delivered twice.
+async fn claim_each_once(b: &RedisBroker, q: &str, want: usize, got: &mut HashSet<String>) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while got.len() < want && std::time::Instant::now() < deadline {
+        let ds = b
+            .consume(&qs(q), want, Duration::from_millis(100))
+            .await
+            .unwrap();
+        for d in ds {
+            assert!(got.insert(d.message.id.clone()), "delivered twice");
+            b.ack(vec![d.receipt]).await.unwrap();
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_claim_loses_nothing() {
     let Some(s) = RedisServer::start() else {
@@ -858,17 +874,7 @@ async fn a_cancelled_claim_loses_nothing() {
     }
     assert!(cancelled > 0);
     // Every one is claimable: none stays held by a claim nobody took.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while got.len() < 20 && std::time::Instant::now() < deadline {
-        let ds = b
-            .consume(&qs("q"), 20, Duration::from_millis(100))
-            .await
-            .unwrap();
-        for d in ds {
-            assert!(got.insert(d.message.id.clone()), "delivered twice");
-            b.ack(vec![d.receipt]).await.unwrap();
-        }
-    }
+    claim_each_once(&b, "q", 20, &mut got).await;
     assert_eq!(got.len(), 20);
     assert_eq!(s.cli(&["LLEN", "headway:{q}:held:a"]), "0");
 }
@@ -897,17 +903,7 @@ async fn a_claim_cut_short_with_its_script_sent_loses_nothing() {
     assert!(cut.is_err(), "the claim waited out the pause");
     // Every one is claimable again, once each, by the same consumer.
     let mut got = HashSet::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while got.len() < 5 && std::time::Instant::now() < deadline {
-        let ds = b
-            .consume(&qs("q"), 5, Duration::from_millis(100))
-            .await
-            .unwrap();
-        for d in ds {
-            assert!(got.insert(d.message.id.clone()), "delivered twice");
-            b.ack(vec![d.receipt]).await.unwrap();
-        }
-    }
+    claim_each_once(&b, "q", 5, &mut got).await;
     assert_eq!(got.len(), 5, "claimed again: {got:?}");
     assert_eq!(s.cli(&["LLEN", "headway:{q}:held:a"]), "0");
 }
