@@ -258,7 +258,7 @@ impl Worker {
             }
         }
         s.slots.add_permits(n * super::slots_per(s.procs.is_some()));
-        s.deck.room().add_permits(n);
+        s.deck.room().add_permits(places(s, n));
         s.deck.offer();
         s.reshaped.send_modify(|v| *v += 1);
         Ok(now)
@@ -306,18 +306,9 @@ impl Worker {
         }
         s.reshaped.send_modify(|v| *v += 1);
         let gone = n * super::slots_per(s.procs.is_some());
-        // Places on deck go as they come free (a run in line keeps its own).
-        s.deck.room().forget_permits(n);
-        let now_free = s.slots.forget_permits(gone);
-        let owed = (gone - now_free) as u32;
-        if owed > 0 {
-            let me = self.shared.clone();
-            tokio::spawn(async move {
-                if let Ok(p) = me.slots.acquire_many(owed).await {
-                    p.forget();
-                }
-            });
-        }
+        // Slots and places on deck free now go at once; a busy slot, or a
+        // place a run in line holds, as it comes free.
+        s.deck.shrink(gone, places(s, n));
         Ok(cur - n)
     }
 
@@ -367,4 +358,14 @@ impl Worker {
 
 fn unknown(task: &str) -> Refused {
     Refused::Invalid(format!("unknown task {task:?}"))
+}
+
+/// The places on deck `n` slots bring ([`crate::task::deck::PER_SLOT`]
+/// each; none on the process pool, which keeps its own).
+fn places(s: &Shared, n: usize) -> usize {
+    if s.procs.is_some() {
+        0
+    } else {
+        n * crate::task::deck::PER_SLOT
+    }
 }

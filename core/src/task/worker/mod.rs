@@ -239,9 +239,12 @@ impl Worker {
             Pool::Process(spec) => Some(Procs::new(spec, concurrency, &name)),
         };
         let slots = Arc::new(Semaphore::new(concurrency * slots_per(pooled)));
-        // A run on deck per slot on threads; the process pool has its own.
-        let deck =
-            crate::task::deck::Deck::new(slots.clone(), if pooled { 0 } else { concurrency });
+        // Runs on deck for each slot on threads; the process pool has its own.
+        use crate::task::deck::{Deck, PER_SLOT};
+        let deck = Deck::new(
+            slots.clone(),
+            if pooled { 0 } else { concurrency * PER_SLOT },
+        );
         Ok(Worker {
             shared: Arc::new(Shared {
                 app,
