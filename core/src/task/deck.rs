@@ -162,6 +162,9 @@ struct Waiting {
 /// A worker's slots and its deck.
 pub struct Deck {
     slots: Arc<Semaphore>,
+    /// Places on deck each slot brings (0: none, as on the process pool,
+    /// which keeps its own run on deck per child).
+    per_slot: usize,
     /// The worker's runner health, once it runs: while every runner is
     /// stuck a slot's run goes to its own task, which waits for one
     /// before the hand-over (and its ack).
@@ -188,12 +191,14 @@ fn pays(owed: &AtomicUsize) -> bool {
 pub(crate) type Place = OwnedSemaphorePermit;
 
 impl Deck {
-    /// A deck for `slots`, with `room` places.
-    pub fn new(slots: Arc<Semaphore>, room: usize) -> Arc<Deck> {
+    /// A deck for `slots`, `n` of them, with `per_slot` places on deck
+    /// for each.
+    pub fn new(slots: Arc<Semaphore>, n: usize, per_slot: usize) -> Arc<Deck> {
         Arc::new(Deck {
             slots,
+            per_slot,
             gate: std::sync::OnceLock::new(),
-            room: Arc::new(Semaphore::new(room)),
+            room: Arc::new(Semaphore::new(n * per_slot)),
             line: Mutex::new(VecDeque::new()),
             owed_slots: AtomicUsize::new(0),
             owed_places: AtomicUsize::new(0),
@@ -215,11 +220,20 @@ impl Deck {
         &self.room
     }
 
-    /// Takes `slots` slots and `places` places on deck away for good:
-    /// those free now at once, busy ones as they come free.
-    pub fn shrink(&self, slots: usize, places: usize) {
-        let owed = slots - self.slots.forget_permits(slots);
+    /// `n` more slots' places on deck (their `permits` already added to
+    /// the slots); slots free now go to the runs in line.
+    pub fn grow(self: &Arc<Self>, n: usize) {
+        self.room.add_permits(n * self.per_slot);
+        self.offer();
+    }
+
+    /// Takes `n` slots (`permits` of the semaphore) and their places on
+    /// deck away for good: those free now at once, busy ones as they come
+    /// free.
+    pub fn shrink(&self, permits: usize, n: usize) {
+        let owed = permits - self.slots.forget_permits(permits);
         self.owed_slots.fetch_add(owed, Ordering::SeqCst);
+        let places = n * self.per_slot;
         let owed = places - self.room.forget_permits(places);
         self.owed_places.fetch_add(owed, Ordering::SeqCst);
     }
@@ -367,7 +381,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_hand_over_on_a_host_thread_runs_inside_the_runtime() {
         let slots = Arc::new(Semaphore::new(1));
-        let deck = Deck::new(slots.clone(), 1);
+        let deck = Deck::new(slots.clone(), 1, 1);
         let busy = deck.try_slot().expect("a free slot");
         let spawned = Arc::new(AtomicBool::new(false));
         let s2 = spawned.clone();

@@ -258,8 +258,7 @@ impl Worker {
             }
         }
         s.slots.add_permits(n * super::slots_per(s.procs.is_some()));
-        s.deck.room().add_permits(places(s, n));
-        s.deck.offer();
+        s.deck.grow(n);
         s.reshaped.send_modify(|v| *v += 1);
         Ok(now)
     }
@@ -308,7 +307,7 @@ impl Worker {
         let gone = n * super::slots_per(s.procs.is_some());
         // Slots and places on deck free now go at once; a busy slot, or a
         // place a run in line holds, as it comes free.
-        s.deck.shrink(gone, places(s, n));
+        s.deck.shrink(gone, n);
         Ok(cur - n)
     }
 
@@ -358,14 +357,4 @@ impl Worker {
 
 fn unknown(task: &str) -> Refused {
     Refused::Invalid(format!("unknown task {task:?}"))
-}
-
-/// The places on deck `n` slots bring ([`crate::task::deck::PER_SLOT`]
-/// each; none on the process pool, which keeps its own).
-fn places(s: &Shared, n: usize) -> usize {
-    if s.procs.is_some() {
-        0
-    } else {
-        n * crate::task::deck::PER_SLOT
-    }
 }

@@ -243,7 +243,8 @@ impl Worker {
         use crate::task::deck::{Deck, PER_SLOT};
         let deck = Deck::new(
             slots.clone(),
-            if pooled { 0 } else { concurrency * PER_SLOT },
+            concurrency,
+            if pooled { 0 } else { PER_SLOT },
         );
         Ok(Worker {
             shared: Arc::new(Shared {
